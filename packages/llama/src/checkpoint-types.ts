@@ -1,0 +1,95 @@
+// The seam between checkpoint loading (config, tensors, tokenizer, chat template) and the model
+// that runs on the wasm kernels. Loaders (HF folders, GGUF, the tiny-model generator's output)
+// produce a Checkpoint; the model consumes one by Hugging Face tensor names.
+
+export type Architecture = "llama" | "qwen2";
+
+export interface RopeScaling {
+  /** Llama 3.1 style frequency scaling. */
+  type: "llama3";
+  factor: number;
+  lowFreqFactor: number;
+  highFreqFactor: number;
+  originalMaxPositionEmbeddings: number;
+}
+
+export interface ModelConfig {
+  architecture: Architecture;
+  hiddenSize: number;
+  intermediateSize: number;
+  numLayers: number;
+  numHeads: number;
+  numKvHeads: number;
+  headDim: number;
+  vocabSize: number;
+  rmsNormEps: number;
+  ropeTheta: number;
+  ropeScaling: RopeScaling | null;
+  maxPositionEmbeddings: number;
+  tieWordEmbeddings: boolean;
+  /** Bias on q/k/v projections (Qwen2). */
+  attentionBias: boolean;
+  bosTokenId: number | null;
+  eosTokenIds: number[];
+}
+
+export interface TensorInfo {
+  /** Hugging Face name, e.g. `model.layers.3.self_attn.q_proj.weight`. */
+  name: string;
+  /** Source dtype as stored: BF16, F16, F32 (GGUF adds Q8_0, Q4_0, Q4_1). */
+  dtype: string;
+  /** Row-major shape as in the HF checkpoint ([out, in] for linear weights). */
+  shape: number[];
+  /** The file it lives in (for error messages). */
+  file: string;
+}
+
+export interface TensorSource {
+  list(): TensorInfo[];
+  has(name: string): boolean;
+  /** Throws ModelLoadError naming the file and the tensor when it is missing. */
+  info(name: string): TensorInfo;
+  /** Converts the tensor to bf16 and writes all of it into `dst` (length = product of shape). */
+  readBf16(name: string, dst: Uint16Array): void;
+  /** sha-256 hex of the tensor's stored bytes (for fingerprints and delta plans). */
+  sha256(name: string): string;
+  close(): void;
+}
+
+export interface ChatMessage {
+  role: string;
+  content: string;
+}
+
+export interface Tokenizer {
+  readonly vocabSize: number;
+  readonly bosTokenId: number | null;
+  readonly eosTokenIds: number[];
+  /** Ids of `text`; `addSpecialTokens` adds BOS etc. as the tokenizer's post-processor says. */
+  encode(text: string, options?: { addSpecialTokens?: boolean }): number[];
+  decode(ids: number[], options?: { skipSpecialTokens?: boolean }): string;
+  /** The token string of an id, or undefined. */
+  idToToken(id: number): string | undefined;
+}
+
+export interface GenerationDefaults {
+  eosTokenIds: number[];
+  temperature?: number;
+  topP?: number;
+  topK?: number;
+}
+
+export interface Checkpoint {
+  /** Folder or file it came from. */
+  path: string;
+  /** A short model id, e.g. the folder name. */
+  id: string;
+  config: ModelConfig;
+  tensors: TensorSource;
+  tokenizer: Tokenizer;
+  /** Renders chat messages with the checkpoint's template; undefined when it has none. */
+  renderChat?(messages: ChatMessage[], options?: { addGenerationPrompt?: boolean }): string;
+  generation: GenerationDefaults;
+  /** sha-256 hex over config and every tensor's bytes. */
+  fingerprint: string;
+}

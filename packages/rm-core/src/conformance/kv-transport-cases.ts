@@ -1,0 +1,220 @@
+// The KV transport conformance cases, as data: each has an id, a title and run(ctx) asserting
+// with node:assert. The vitest suite and the airm-conformance CLI both run exactly these.
+
+import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import type { KVTransport } from "../contracts.ts";
+import { isAirmError } from "../errors.ts";
+import { blobKey } from "../kv-key.ts";
+
+export interface KVCaseContext {
+  /** The pushing side. */
+  producer: KVTransport;
+  /** The pulling side: a second endpoint of the same transport. */
+  consumer: KVTransport;
+  /** A request id unique to this case run. */
+  rid(suffix?: string): string;
+}
+
+export interface ConformanceCase<C> {
+  id: string;
+  title: string;
+  run(ctx: C): Promise<void>;
+}
+
+/** Deterministic bytes for a (seed, length): a cheap xorshift so 64 MiB fills in well under a second. */
+export function patternBytes(seed: number, length: number): Uint8Array {
+  const out = new Uint8Array(length);
+  const words = new Uint32Array(out.buffer, 0, length >>> 2);
+  let x = (seed * 2654435761) >>> 0 || 1;
+  for (let i = 0; i < words.length; i++) {
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    words[i] = x >>> 0;
+  }
+  for (let i = words.length * 4; i < length; i++) out[i] = (seed + i) & 0xff;
+  return out;
+}
+
+function assertCode(e: unknown, code: string, what: string): void {
+  assert.ok(isAirmError(e), `${what}: expected an @airm typed error with code ${code}, got ${String(e)}`);
+  assert.equal((e as { code: string }).code, code, `${what}: wrong error code (${(e as Error).message})`);
+}
+
+async function expectCode(p: Promise<unknown>, code: string, what: string): Promise<void> {
+  let threw = false;
+  try {
+    await p;
+  } catch (e) {
+    threw = true;
+    assertCode(e, code, what);
+  }
+  assert.ok(threw, `${what}: expected ${code}, but it succeeded`);
+}
+
+async function roundTrip(ctx: KVCaseContext, sizes: number[], tag: string): Promise<void> {
+  const rid = ctx.rid(tag);
+  const blobs = sizes.map((n, i) => patternBytes(i + 1 + n, n));
+  for (let i = 0; i < sizes.length; i++) await ctx.producer.push(blobKey(rid, i, "k"), blobs[i]);
+  for (let i = 0; i < sizes.length; i++) {
+    const got = await ctx.consumer.pull(blobKey(rid, i, "k"), { timeoutMs: 5000 });
+    assert.equal(got.byteLength, sizes[i], `blob ${i} length`);
+    assert.ok(Buffer.from(got.buffer, got.byteOffset, got.byteLength).equals(blobs[i]), `blob ${i} of ${sizes[i]} bytes differs`);
+  }
+  await ctx.consumer.release(rid);
+  await ctx.producer.release(rid);
+}
+
+export const kvTransportCases: ConformanceCase<KVCaseContext>[] = [
+  {
+    id: "roundtrip-1b",
+    title: "a 1-byte blob crosses byte-exact",
+    run: (ctx) => roundTrip(ctx, [1], "one"),
+  },
+  {
+    id: "roundtrip-odd-sizes",
+    title: "odd sizes (3 B .. ~1 MB) cross byte-exact",
+    run: (ctx) => roundTrip(ctx, [3, 4097, 65537, 999_999], "odd"),
+  },
+  {
+    id: "roundtrip-1mib",
+    title: "a 1 MiB blob crosses byte-exact",
+    run: (ctx) => roundTrip(ctx, [1 << 20], "mib"),
+  },
+  {
+    id: "request-64-blobs",
+    title: "a 64-blob request (32 layers x K/V of 1 MiB) crosses byte-exact",
+    async run(ctx) {
+      const rid = ctx.rid("req64");
+      const crcs: Buffer[] = [];
+      for (let l = 0; l < 32; l++) {
+        for (const kind of ["k", "v"] as const) {
+          const b = patternBytes(l * 2 + (kind === "v" ? 1 : 0) + 77, 1 << 20);
+          crcs.push(Buffer.from(b.subarray(0, 64)));
+          await ctx.producer.push(blobKey(rid, l, kind), b);
+        }
+      }
+      let i = 0;
+      for (let l = 0; l < 32; l++) {
+        for (const kind of ["k", "v"] as const) {
+          const got = await ctx.consumer.pull(blobKey(rid, l, kind), { timeoutMs: 5000 });
+          assert.equal(got.byteLength, 1 << 20);
+          const want = patternBytes(l * 2 + (kind === "v" ? 1 : 0) + 77, 1 << 20);
+          assert.ok(Buffer.from(got.buffer, got.byteOffset, got.byteLength).equals(want), `layer ${l} ${kind} differs`);
+          assert.ok(crcs[i++].equals(Buffer.from(got.subarray(0, 64))));
+        }
+      }
+      await ctx.consumer.release(rid);
+      await ctx.producer.release(rid);
+    },
+  },
+  {
+    id: "pull-into-destination",
+    title: "pull with `into` writes the caller's buffer and returns a view of it",
+    async run(ctx) {
+      const rid = ctx.rid("into");
+      const data = patternBytes(5, 300_001);
+      await ctx.producer.push(blobKey(rid, 0, "v"), data);
+      const dest = new Uint8Array(400_000);
+      const got = await ctx.consumer.pull(blobKey(rid, 0, "v"), { timeoutMs: 5000, into: dest });
+      assert.equal(got.byteLength, data.byteLength);
+      assert.equal(got.buffer, dest.buffer, "result must be a view of the destination");
+      assert.ok(Buffer.from(dest.subarray(0, data.byteLength)).equals(data));
+      await ctx.consumer.release(rid);
+      await ctx.producer.release(rid);
+    },
+  },
+  {
+    id: "pull-waits-for-later-push",
+    title: "a pull issued before the push waits for the blob and gets it",
+    async run(ctx) {
+      const rid = ctx.rid("later");
+      const data = patternBytes(9, 70_000);
+      const pulled = ctx.consumer.pull(blobKey(rid, 3, "k"), { timeoutMs: 10_000 });
+      await new Promise((r) => setTimeout(r, 150));
+      await ctx.producer.push(blobKey(rid, 3, "k"), data);
+      const got = await pulled;
+      assert.ok(Buffer.from(got.buffer, got.byteOffset, got.byteLength).equals(data));
+      await ctx.consumer.release(rid);
+      await ctx.producer.release(rid);
+    },
+  },
+  {
+    id: "pull-missing-times-out",
+    title: "a pull of a key never pushed fails with TRANSPORT_TIMEOUT after its timeout",
+    async run(ctx) {
+      const t0 = Date.now();
+      await expectCode(ctx.consumer.pull(blobKey(ctx.rid("missing"), 0, "k"), { timeoutMs: 300 }), "TRANSPORT_TIMEOUT", "pull of a missing key");
+      const waited = Date.now() - t0;
+      assert.ok(waited >= 250, `gave up after ${waited} ms, before its 300 ms timeout`);
+    },
+  },
+  {
+    id: "release-frees",
+    title: "after release a blob is gone (a pull times out) and the bytes are freed",
+    async run(ctx) {
+      const rid = ctx.rid("rel");
+      await ctx.producer.push(blobKey(rid, 0, "k"), patternBytes(1, 65536));
+      await ctx.producer.push(blobKey(rid, 0, "v"), patternBytes(2, 65536));
+      const before = ctx.producer.stats?.();
+      await ctx.consumer.pull(blobKey(rid, 0, "k"), { timeoutMs: 5000 });
+      await ctx.consumer.release(rid);
+      await ctx.producer.release(rid);
+      await expectCode(ctx.consumer.pull(blobKey(rid, 0, "v"), { timeoutMs: 200 }), "TRANSPORT_TIMEOUT", "pull after release");
+      const after = ctx.producer.stats?.();
+      if (before && after) assert.ok(after.bytes <= before.bytes - 2 * 65536, `bytes held went ${before.bytes} -> ${after.bytes}`);
+      await ctx.producer.release(rid); // idempotent
+    },
+  },
+  {
+    id: "concurrent-requests-do-not-mix",
+    title: "8 requests pushed and pulled at once each get their own bytes",
+    async run(ctx) {
+      const rids = Array.from({ length: 8 }, (_, i) => ctx.rid(`c${i}`));
+      const data = rids.map((_, i) => [patternBytes(100 + i, 200_000 + i), patternBytes(200 + i, 100_000 + 3 * i)]);
+      await Promise.all(
+        rids.map(async (rid, i) => {
+          const pulls = [0, 1].map((l) => ctx.consumer.pull(blobKey(rid, l, "k"), { timeoutMs: 10_000 }));
+          await ctx.producer.push(blobKey(rid, 0, "k"), data[i][0]);
+          await ctx.producer.push(blobKey(rid, 1, "k"), data[i][1]);
+          const got = await Promise.all(pulls);
+          for (let l = 0; l < 2; l++) {
+            assert.ok(Buffer.from(got[l].buffer, got[l].byteOffset, got[l].byteLength).equals(data[i][l]), `request ${i} layer ${l} mixed up`);
+          }
+        }),
+      );
+      for (const rid of rids) {
+        await ctx.consumer.release(rid);
+        await ctx.producer.release(rid);
+      }
+    },
+  },
+  {
+    id: "bad-keys-rejected",
+    title: "keys with '..', '/' abuse, NUL, empty or over-long names are rejected on push, pull and release",
+    async run(ctx) {
+      const bad = ["..", "a/../b", "/abs", "a//b", "a/", "a\0b", ".hidden", "x".repeat(400), "", "a b", "a\\b"];
+      for (const key of bad) {
+        await expectCode(ctx.producer.push(key, new Uint8Array(4)), "INVALID_KEY", `push ${JSON.stringify(key)}`);
+        await expectCode(ctx.consumer.pull(key, { timeoutMs: 100 }), "INVALID_KEY", `pull ${JSON.stringify(key)}`);
+      }
+      for (const rid of ["..", "a/b", "", "a\0"]) await expectCode(ctx.producer.release(rid), "INVALID_KEY", `release ${JSON.stringify(rid)}`);
+    },
+  },
+  {
+    id: "wrong-dtype-or-layout-refused",
+    title: "a dtype or layout the transport does not declare is refused with UNSUPPORTED",
+    async run(ctx) {
+      const key = blobKey(ctx.rid("dtype"), 0, "k");
+      await expectCode(ctx.producer.push(key, new Uint8Array(8), { dtype: "fp32" as never }), "UNSUPPORTED", "push fp32");
+      await expectCode(ctx.producer.push(key, new Uint8Array(8), { layout: "rngd-pd/v0" }), "UNSUPPORTED", "push layout v0");
+      await expectCode(ctx.consumer.pull(key, { layout: "other", timeoutMs: 100 }), "UNSUPPORTED", "pull other layout");
+    },
+  },
+];
+
+/** Fresh random prefix per run so reruns and concurrent runs never collide. */
+export function newRunPrefix(): string {
+  return `cf-${Date.now().toString(36)}-${randomBytes(3).toString("hex")}`;
+}

@@ -1,0 +1,218 @@
+// The contracts every @airm plugin and host codes against: KV transports (push/pull and
+// copy-only), engines and workloads. Plain types only; implementations live in their packages
+// and are checked by annotation (`export const shm: KVTransportPlugin = {...}`).
+
+/** The plugin groups hosts resolve by name. */
+export const GROUPS = ["airm.kv_transports", "airm.workloads"] as const;
+export type PluginGroup = (typeof GROUPS)[number];
+
+// ---------------------------------------------------------------------------------------------
+// KV transports
+
+/** The only KV layout: K [layers, kv_heads, head_dim, S], V [layers, kv_heads, S, head_dim]. */
+export const KV_LAYOUT = "rngd-pd/v1";
+export type KVDtype = "bf16" | "fp16";
+/** Where a transport moves bytes: same machine only, or across nodes. */
+export type TransportScope = "same-host" | "cross-node";
+/** The memory kinds a transport reads from and writes to. */
+export type MemoryTier = "host-dram" | "device-dram" | "dmabuf";
+
+export interface TransportSupport {
+  /** Scopes the transport can serve (a cross-node transport also works on one host). */
+  scope: TransportScope[];
+  tiers: MemoryTier[];
+  dtypes: KVDtype[];
+  layouts: string[];
+  /** True for transports that only copy between bound allocations (plan/submit/wait). */
+  copyOnly: boolean;
+}
+
+export interface PushOptions {
+  dtype?: KVDtype;
+  layout?: string;
+  /** How long a push may wait for space (ms). */
+  timeoutMs?: number;
+}
+
+export interface PullOptions {
+  dtype?: KVDtype;
+  layout?: string;
+  /** How long to wait for a blob that has not been pushed yet (ms). */
+  timeoutMs?: number;
+  /** Write the bytes here (its length must be >= the blob's); the result is a view of it. */
+  into?: Uint8Array;
+}
+
+export interface TransportStats {
+  /** Blobs pushed and not yet released. */
+  blobs: number;
+  bytes: number;
+  expired: number;
+}
+
+/**
+ * A push/pull KV transport. Keys follow `kv-key.ts`. A pulled array stays valid until
+ * `release(requestId)` of its request or `close()`; copy it to keep it longer.
+ */
+export interface KVTransport {
+  readonly name: string;
+  readonly support: TransportSupport;
+  /** Store `data` under `key`. Throws TransportError (NO_SPACE, CLOSED...), InvalidKeyError, UnsupportedError. */
+  push(key: string, data: Uint8Array, options?: PushOptions): Promise<void>;
+  /** The bytes under `key`, waiting up to `timeoutMs` for them. Throws TransportTimeoutError. */
+  pull(key: string, options?: PullOptions): Promise<Uint8Array>;
+  /** Free every blob of one request, on any side. Idempotent. */
+  release(requestId: string): Promise<void>;
+  close(): Promise<void>;
+  stats?(): TransportStats;
+}
+
+/** One copy between two bound allocations, as a copy-only transport plans it. */
+export interface CopyRequest {
+  requestId: string;
+  key: string;
+  src: Uint8Array;
+}
+export interface CopyPlan {
+  readonly requestId: string;
+  readonly key: string;
+  readonly bytes: number;
+}
+export interface CopyHandle {
+  readonly plan: CopyPlan;
+}
+export type CopyStatus = { ok: true; data: Uint8Array } | { ok: false; reason: string };
+
+/** A transport that only copies between tiers (nixl, p2p). Hosts use it through FencedTransport. */
+export interface CopyOnlyTransport {
+  readonly name: string;
+  readonly support: TransportSupport;
+  plan(request: CopyRequest): Promise<CopyPlan>;
+  submit(plan: CopyPlan): Promise<CopyHandle>;
+  /** The completion fence: resolves once every copy of the handle completed (or failed). */
+  wait(handle: CopyHandle, timeoutMs: number): Promise<CopyStatus>;
+  release(requestId: string): Promise<void>;
+  close(): Promise<void>;
+}
+
+export interface ConformanceFixture {
+  /** A fresh transport endpoint; called once per side (producer, consumer). */
+  factory(): Promise<KVTransport>;
+  teardown(): Promise<void>;
+  /** Why the fixture cannot run here (absent hardware); every case is then skipped with it. */
+  skip?: string;
+}
+
+export interface KVTransportPlugin {
+  readonly kind: "kv_transport";
+  readonly name: string;
+  readonly support: TransportSupport;
+  /** Open an endpoint. Options are transport-specific; environment variables fill the rest. */
+  create(options?: Record<string, unknown>): Promise<KVTransport | CopyOnlyTransport>;
+  /** The set-up the conformance cases run against (a dedicated folder, an in-process relay...). */
+  conformance?(): Promise<ConformanceFixture>;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Engines
+
+export interface EngineVariant {
+  /** Batch width the graph was compiled for. */
+  batch: number;
+  /** Context length S the graph was compiled for. */
+  seqLen: number;
+}
+
+export interface DeviceInfo {
+  vendor: "furiosa" | "rebellions" | "cpu";
+  /** `native` when the vendor runtime library was found and drives a card, else `cpu-reference`. */
+  path: "native" | "cpu-reference";
+  /** The device the engine owns, e.g. `rngd:2`, or null on the CPU backend. */
+  device: string | null;
+  detail: string;
+}
+
+export interface ModelInfo {
+  id: string;
+  architecture: string;
+  layers: number;
+  kvHeads: number;
+  headDim: number;
+  vocabSize: number;
+  /** sha-256 hex of config + weights. */
+  modelFingerprint: string;
+  /** sha-256 hex of what decides the numerics: kernel version, summation order, dtype. */
+  numericsFingerprint: string;
+  eosTokenIds: number[];
+}
+
+export interface SamplingParams {
+  temperature?: number;
+  topP?: number;
+  topK?: number;
+  seed?: number;
+}
+
+export interface EngineLoadOptions {
+  model: string;
+  backend?: string;
+  chip?: number;
+  seqLen?: number;
+  batch?: number;
+  threads?: number;
+  env?: NodeJS.ProcessEnv;
+}
+
+/** Host-side KV of one request in layout rngd-pd/v1: one K and one V array per layer. */
+export interface KVBlobs {
+  seqLen: number;
+  /** Valid positions [0, n). */
+  n: number;
+  k: Uint8Array[];
+  v: Uint8Array[];
+}
+
+export interface PrefillResult {
+  firstToken: number;
+  kv: KVBlobs;
+}
+
+export interface Engine {
+  readonly name: string;
+  readonly backend: string;
+  readonly model: ModelInfo;
+  readonly device: DeviceInfo;
+  variants(): EngineVariant[];
+  /** Throws ContextOverflowError when promptTokens + maxTokens exceeds the largest S. */
+  pickVariant(promptTokens: number, maxTokens: number, batch?: number): EngineVariant;
+  /** Whole-prompt (or chunked, per backend) prefill; `onLayer` sees each layer's KV once computed. */
+  prefill(
+    tokens: number[],
+    options: { seqLen: number; sampling?: SamplingParams; onLayer?(layer: number, k: Uint8Array, v: Uint8Array): void | Promise<void> },
+  ): Promise<PrefillResult>;
+  close(): Promise<void>;
+}
+
+export interface EnginePlugin {
+  readonly kind: "engine";
+  readonly name: string;
+  load(options: EngineLoadOptions): Promise<Engine>;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workloads
+
+export interface Workload {
+  kind: "prefill" | "decode" | "serve";
+  model?: string;
+  batch_hint?: number;
+  name?: string;
+}
+
+export interface WorkloadPlugin {
+  readonly kind: "workload";
+  readonly name: string;
+  run(workload: Workload, config?: Record<string, unknown>): Promise<unknown>;
+}
+
+export type AnyPlugin = KVTransportPlugin | EnginePlugin | WorkloadPlugin;

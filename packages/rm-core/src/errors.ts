@@ -1,0 +1,123 @@
+// Typed errors shared by every @airm package. Each carries a stable `code` and a message that
+// says what to do next. Checks use the brand (`isAirmError`), not `instanceof`, so two copies of
+// rm-core in one process still recognise each other's errors.
+
+const BRAND = Symbol.for("@airm/rm-core/error");
+
+export type AirmErrorCode =
+  | "UNKNOWN_PLUGIN"
+  | "PLUGIN_SHAPE"
+  | "TRANSPORT_ERROR"
+  | "TRANSPORT_TIMEOUT"
+  | "TRANSPORT_NO_SPACE"
+  | "TRANSPORT_CLOSED"
+  | "INVALID_KEY"
+  | "UNSUPPORTED"
+  | "KV_INTEGRITY"
+  | "CONTEXT_OVERFLOW"
+  | "CONFIG"
+  | "DEVICE"
+  | "MODEL_LOAD";
+
+export class AirmError extends Error {
+  readonly code: AirmErrorCode;
+  readonly [BRAND] = true;
+  constructor(code: AirmErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.code = code;
+    this.name = new.target.name;
+  }
+}
+
+/** True for any error thrown by an @airm package (any copy of rm-core). */
+export function isAirmError(e: unknown, code?: AirmErrorCode): e is AirmError {
+  if (typeof e !== "object" || e === null || (e as Record<symbol, unknown>)[BRAND] !== true) return false;
+  return code === undefined || (e as AirmError).code === code;
+}
+
+/** A plugin name that is not installed in the host. Lists what is installed. */
+export class UnknownPluginError extends AirmError {
+  readonly group: string;
+  readonly pluginName: string;
+  readonly installed: string[];
+  constructor(group: string, name: string, installed: string[]) {
+    super(
+      "UNKNOWN_PLUGIN",
+      `no plugin named "${name}" in group "${group}"; installed: ${installed.length ? installed.join(", ") : "(none)"}. ` +
+        `Add the package that provides it to the host's package.json dependencies, or pick one of the installed names.`,
+    );
+    this.group = group;
+    this.pluginName = name;
+    this.installed = installed;
+  }
+}
+
+/** A plugin package whose module or export does not have the shape its group requires. */
+export class PluginShapeError extends AirmError {
+  readonly packageName: string;
+  constructor(packageName: string, detail: string) {
+    super("PLUGIN_SHAPE", `plugin package "${packageName}": ${detail}`);
+    this.packageName = packageName;
+  }
+}
+
+/** A KV transport failed. Never answered by falling back to another transport. */
+export class TransportError extends AirmError {
+  constructor(message: string, code: AirmErrorCode = "TRANSPORT_ERROR", options?: { cause?: unknown }) {
+    super(code, message, options);
+  }
+}
+
+/** A pull (or a wait) did not complete within its timeout. */
+export class TransportTimeoutError extends TransportError {
+  constructor(message: string) {
+    super(message, "TRANSPORT_TIMEOUT");
+  }
+}
+
+/** A blob key or request id that could escape its namespace or is not well formed. */
+export class InvalidKeyError extends AirmError {
+  constructor(message: string) {
+    super("INVALID_KEY", message);
+  }
+}
+
+/** The transport or engine does not support what was asked (dtype, layout, tier, scope). */
+export class UnsupportedError extends AirmError {
+  constructor(message: string) {
+    super("UNSUPPORTED", message);
+  }
+}
+
+/** KV bytes or a manifest that does not match: wrong CRC, model, layout or shape. */
+export class KVIntegrityError extends AirmError {
+  readonly field: string;
+  constructor(field: string, message: string) {
+    super("KV_INTEGRITY", message);
+    this.field = field;
+  }
+}
+
+/** A request whose prompt plus max_tokens does not fit the largest compiled context. */
+export class ContextOverflowError extends AirmError {
+  readonly requested: number;
+  readonly limit: number;
+  constructor(requested: number, limit: number, detail = "") {
+    super(
+      "CONTEXT_OVERFLOW",
+      `prompt + max_tokens = ${requested} tokens exceeds the compiled context of ${limit} tokens${detail ? ` (${detail})` : ""}; ` +
+        `shorten the prompt or lower max_tokens.`,
+    );
+    this.requested = requested;
+    this.limit = limit;
+  }
+}
+
+/** Bad configuration: names the key and what is allowed. */
+export class ConfigError extends AirmError {
+  readonly key: string;
+  constructor(key: string, message: string) {
+    super("CONFIG", `${key}: ${message}`);
+    this.key = key;
+  }
+}

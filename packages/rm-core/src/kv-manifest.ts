@@ -1,0 +1,118 @@
+// The KV manifest: what a prefill side promises about the blobs of one request, and the checks a
+// decode side runs before it trusts them (layout, shape, model and numerics fingerprints,
+// CRC-32 per blob). Every mismatch is a KVIntegrityError that names the field.
+
+import { crc32 } from "@node-rs/crc32";
+import { KVIntegrityError } from "./errors.ts";
+import { KV_LAYOUT, type KVDtype } from "./contracts.ts";
+import { blobKey, validateRequestId } from "./kv-key.ts";
+
+export interface KVManifest {
+  layout: typeof KV_LAYOUT;
+  dtype: KVDtype;
+  /** Compiled context length (the S axis of every blob). */
+  S: number;
+  /** Valid positions [0, n). */
+  n: number;
+  layers: number;
+  kvHeads: number;
+  headDim: number;
+  modelFingerprint: string;
+  numericsFingerprint: string;
+  requestId: string;
+  firstToken?: number;
+  /** CRC-32 of each blob, `k[layer]` and `v[layer]`. */
+  crc: { k: number[]; v: number[] };
+}
+
+/** What the receiving side expects; any field left out is not checked. */
+export type ManifestExpectation = Partial<
+  Pick<KVManifest, "layout" | "dtype" | "S" | "layers" | "kvHeads" | "headDim" | "modelFingerprint" | "numericsFingerprint">
+> & { maxN?: number };
+
+const DTYPE_BYTES: Record<KVDtype, number> = { bf16: 2, fp16: 2 };
+
+/** Bytes of one blob (one layer's K or V): kv_heads x head_dim x S x element size. */
+export function blobBytes(m: Pick<KVManifest, "kvHeads" | "headDim" | "S" | "dtype">): number {
+  return m.kvHeads * m.headDim * m.S * DTYPE_BYTES[m.dtype];
+}
+
+export function kvCrc32(data: Uint8Array): number {
+  return crc32(data) >>> 0;
+}
+
+function isPosInt(x: unknown): x is number {
+  return typeof x === "number" && Number.isInteger(x) && x > 0;
+}
+
+/** Checks a manifest's own consistency, then each expected field. Throws KVIntegrityError(field). */
+export function validateManifest(input: unknown, expect: ManifestExpectation = {}): KVManifest {
+  if (typeof input !== "object" || input === null) throw new KVIntegrityError("manifest", "KV manifest is not an object");
+  const m = input as KVManifest;
+  if (m.layout !== KV_LAYOUT) {
+    throw new KVIntegrityError("layout", `KV layout ${JSON.stringify(m.layout)} is not ${KV_LAYOUT}`);
+  }
+  if (m.dtype !== "bf16" && m.dtype !== "fp16") throw new KVIntegrityError("dtype", `KV dtype ${JSON.stringify(m.dtype)} is not bf16 or fp16`);
+  for (const f of ["S", "layers", "kvHeads", "headDim"] as const) {
+    if (!isPosInt(m[f])) throw new KVIntegrityError(f, `manifest field ${f} must be a positive integer, got ${JSON.stringify(m[f])}`);
+  }
+  if (!Number.isInteger(m.n) || m.n < 1 || m.n > m.S) {
+    throw new KVIntegrityError("n", `manifest n=${JSON.stringify(m.n)} must be an integer in [1, S=${m.S}]`);
+  }
+  try {
+    validateRequestId(m.requestId);
+  } catch (e) {
+    throw new KVIntegrityError("requestId", `manifest requestId: ${(e as Error).message}`);
+  }
+  for (const f of ["modelFingerprint", "numericsFingerprint"] as const) {
+    if (typeof m[f] !== "string" || m[f].length === 0) throw new KVIntegrityError(f, `manifest field ${f} is missing`);
+  }
+  if (!m.crc || !Array.isArray(m.crc.k) || !Array.isArray(m.crc.v) || m.crc.k.length !== m.layers || m.crc.v.length !== m.layers) {
+    throw new KVIntegrityError("crc", `manifest must carry ${m.layers} K and ${m.layers} V CRC-32 values`);
+  }
+  for (const [field, want] of Object.entries(expect) as [keyof ManifestExpectation, unknown][]) {
+    if (want === undefined) continue;
+    if (field === "maxN") {
+      if (m.n > (want as number)) throw new KVIntegrityError("n", `manifest n=${m.n} exceeds what this side accepts (${want as number})`);
+      continue;
+    }
+    const got = m[field as keyof KVManifest];
+    if (got !== want) {
+      throw new KVIntegrityError(
+        field,
+        `KV manifest ${field} is ${JSON.stringify(got)} but this side expects ${JSON.stringify(want)}: prefill and decode must run the same model, layout and numerics`,
+      );
+    }
+  }
+  return m;
+}
+
+/** Throws KVIntegrityError("crc") unless the blob's length and CRC-32 match the manifest. */
+export function verifyBlob(m: KVManifest, layer: number, kind: "k" | "v", data: Uint8Array): void {
+  const want = blobBytes(m);
+  if (data.byteLength !== want) {
+    throw new KVIntegrityError("bytes", `KV blob ${blobKey(m.requestId, layer, kind)} has ${data.byteLength} bytes, expected ${want}`);
+  }
+  const got = kvCrc32(data);
+  const crc = m.crc[kind][layer];
+  if (got !== crc) {
+    throw new KVIntegrityError(
+      "crc",
+      `KV blob ${blobKey(m.requestId, layer, kind)} failed its CRC-32 check (got ${got.toString(16)}, manifest ${(crc >>> 0).toString(16)}): the bytes were corrupted in transit`,
+    );
+  }
+}
+
+export function encodeManifest(m: KVManifest): Uint8Array {
+  return new TextEncoder().encode(JSON.stringify(m));
+}
+
+export function decodeManifest(bytes: Uint8Array, expect?: ManifestExpectation): KVManifest {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes));
+  } catch (e) {
+    throw new KVIntegrityError("manifest", `KV manifest is not valid JSON: ${(e as Error).message}`);
+  }
+  return validateManifest(parsed, expect);
+}
