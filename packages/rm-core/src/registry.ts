@@ -48,6 +48,23 @@ export function findPackageRoot(dir: string): string | undefined {
   }
 }
 
+/**
+ * The package.json of dependency `dep` as the host would resolve it: node_modules folders from the
+ * host up (as Node looks), then require.resolve (which needs "./package.json" to be exported).
+ */
+function dependencyPackageJson(host: string, dep: string, req: NodeJS.Require): string | undefined {
+  for (let d = host; ; d = dirname(d)) {
+    const f = join(d, "node_modules", dep, "package.json");
+    if (existsSync(f)) return f;
+    if (dirname(d) === d) break;
+  }
+  try {
+    return req.resolve(`${dep}/package.json`);
+  } catch {
+    return undefined;
+  }
+}
+
 /** The file a package's "." export points at for `import` (string, import/default conditions, module, main). */
 function entryFile(pkgDir: string, pkg: PackageJson): string {
   let target: unknown = pkg.exports;
@@ -158,12 +175,8 @@ export class Registry {
       const deps = { ...hostPkg.optionalDependencies, ...hostPkg.dependencies };
       const candidates: [string, string, PackageJson][] = [[host, hostPkg.name ?? host, hostPkg]];
       for (const dep of Object.keys(deps)) {
-        let pkgFile: string;
-        try {
-          pkgFile = req.resolve(`${dep}/package.json`);
-        } catch {
-          continue; // listed but not installed (optional dependency): not offered
-        }
+        const pkgFile = dependencyPackageJson(host, dep, req);
+        if (!pkgFile) continue; // listed but not installed (optional dependency): not offered
         candidates.push([dirname(pkgFile), dep, readJson(pkgFile)]);
       }
       for (const [dir, pkgName, pkg] of candidates) {

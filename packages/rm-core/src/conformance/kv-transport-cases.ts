@@ -99,10 +99,10 @@ export const kvTransportCases: ConformanceCase<KVCaseContext>[] = [
       for (let l = 0; l < 32; l++) {
         for (const kind of ["k", "v"] as const) {
           const got = await ctx.consumer.pull(blobKey(rid, l, kind), { timeoutMs: 5000 });
-          assert.equal(got.byteLength, 1 << 20);
+          assert.equal(got.byteLength, 1 << 20, `layer ${l} ${kind} length`);
           const want = patternBytes(l * 2 + (kind === "v" ? 1 : 0) + 77, 1 << 20);
           assert.ok(Buffer.from(got.buffer, got.byteOffset, got.byteLength).equals(want), `layer ${l} ${kind} differs`);
-          assert.ok(crcs[i++].equals(Buffer.from(got.subarray(0, 64))));
+          assert.ok(crcs[i++].equals(Buffer.from(got.subarray(0, 64))), `layer ${l} ${kind} head bytes differ`);
         }
       }
       await ctx.consumer.release(rid);
@@ -118,9 +118,9 @@ export const kvTransportCases: ConformanceCase<KVCaseContext>[] = [
       await ctx.producer.push(blobKey(rid, 0, "v"), data);
       const dest = new Uint8Array(400_000);
       const got = await ctx.consumer.pull(blobKey(rid, 0, "v"), { timeoutMs: 5000, into: dest });
-      assert.equal(got.byteLength, data.byteLength);
-      assert.equal(got.buffer, dest.buffer, "result must be a view of the destination");
-      assert.ok(Buffer.from(dest.subarray(0, data.byteLength)).equals(data));
+      assert.equal(got.byteLength, data.byteLength, "pulled length");
+      assert.ok(got.buffer === dest.buffer, "result must be a view of the destination");
+      assert.ok(Buffer.from(dest.subarray(0, data.byteLength)).equals(data), "destination bytes differ");
       await ctx.consumer.release(rid);
       await ctx.producer.release(rid);
     },
@@ -135,7 +135,7 @@ export const kvTransportCases: ConformanceCase<KVCaseContext>[] = [
       await new Promise((r) => setTimeout(r, 150));
       await ctx.producer.push(blobKey(rid, 3, "k"), data);
       const got = await pulled;
-      assert.ok(Buffer.from(got.buffer, got.byteOffset, got.byteLength).equals(data));
+      assert.ok(Buffer.from(got.buffer, got.byteOffset, got.byteLength).equals(data), "late-pushed blob differs");
       await ctx.consumer.release(rid);
       await ctx.producer.release(rid);
     },

@@ -1,0 +1,84 @@
+import { describe, expect, test } from "vitest";
+import { blobBytes, decodeManifest, encodeManifest, kvCrc32, validateManifest, verifyBlob, type KVManifest } from "./kv-manifest.ts";
+import { KVIntegrityError } from "./errors.ts";
+
+function manifest(over: Partial<KVManifest> = {}): KVManifest {
+  const m: KVManifest = {
+    layout: "rngd-pd/v1",
+    dtype: "bf16",
+    S: 8,
+    n: 5,
+    layers: 2,
+    kvHeads: 2,
+    headDim: 4,
+    modelFingerprint: "m1",
+    numericsFingerprint: "n1",
+    requestId: "r1",
+    firstToken: 7,
+    crc: { k: [0, 0], v: [0, 0] },
+    ...over,
+  };
+  return m;
+}
+
+function fieldOf(f: () => unknown): string | undefined {
+  try {
+    f();
+  } catch (e) {
+    if (e instanceof KVIntegrityError) return e.field;
+    throw e;
+  }
+  return undefined;
+}
+
+describe("KV manifest", () => {
+  test("blob size is kv_heads x head_dim x S x 2", () => {
+    expect(blobBytes(manifest())).toBe(2 * 4 * 8 * 2);
+    expect(blobBytes({ kvHeads: 8, headDim: 128, S: 512, dtype: "bf16" })).toBe(1 << 20);
+  });
+  test("round trips through bytes", () => {
+    const m = manifest();
+    expect(decodeManifest(encodeManifest(m))).toEqual(m);
+  });
+  test.each([
+    [{ layout: "rngd-pd/v0" }, "layout"],
+    [{ dtype: "fp32" }, "dtype"],
+    [{ S: 0 }, "S"],
+    [{ n: 9 }, "n"],
+    [{ n: 0 }, "n"],
+    [{ requestId: "../x" }, "requestId"],
+    [{ modelFingerprint: "" }, "modelFingerprint"],
+    [{ crc: { k: [1], v: [1, 2] } }, "crc"],
+  ] as [Partial<KVManifest>, string][])("a bad %j names field %s", (over, field) => {
+    expect(fieldOf(() => validateManifest(manifest(over as Partial<KVManifest>)))).toBe(field);
+  });
+  test.each([
+    ["modelFingerprint", "other-model"],
+    ["numericsFingerprint", "n2"],
+    ["headDim", 8],
+    ["S", 16],
+    ["layers", 3],
+  ] as const)("a mismatch of %s with this side is refused naming it", (field, want) => {
+    const err = (() => {
+      try {
+        validateManifest(manifest(), { [field]: want });
+      } catch (e) {
+        return e as KVIntegrityError;
+      }
+    })();
+    expect(err?.field).toBe(field);
+    expect(err?.message).toContain(field);
+  });
+  test("verifyBlob checks length and CRC", () => {
+    const k0 = new Uint8Array(blobBytes(manifest())).map((_, i) => i);
+    const m = manifest({ crc: { k: [kvCrc32(k0), 0], v: [0, 0] } });
+    expect(() => verifyBlob(m, 0, "k", k0)).not.toThrow();
+    const bad = new Uint8Array(k0);
+    bad[3] ^= 0x10;
+    expect(fieldOf(() => verifyBlob(m, 0, "k", bad))).toBe("crc");
+    expect(fieldOf(() => verifyBlob(m, 0, "k", k0.subarray(1)))).toBe("bytes");
+  });
+  test("garbage bytes are a manifest error, not a crash", () => {
+    expect(fieldOf(() => decodeManifest(new Uint8Array([0xff, 0xfe, 0x00])))).toBe("manifest");
+  });
+});
