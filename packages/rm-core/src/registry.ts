@@ -52,7 +52,7 @@ export function findPackageRoot(dir: string): string | undefined {
  * The package.json of dependency `dep` as the host would resolve it: node_modules folders from the
  * host up (as Node looks), then require.resolve (which needs "./package.json" to be exported).
  */
-function dependencyPackageJson(host: string, dep: string, req: NodeJS.Require): string | undefined {
+export function dependencyPackageJson(host: string, dep: string, req: NodeJS.Require = createRequire(join(host, "package.json"))): string | undefined {
   for (let d = host; ; d = dirname(d)) {
     const f = join(d, "node_modules", dep, "package.json");
     if (existsSync(f)) return f;

@@ -1,0 +1,92 @@
+// The `rngd-pd` workload runner (airm.workloads): turns an ai-rm Workload plus config into the
+// command line and environment of one process (prefill worker, decode worker or gateway) and
+// starts it. Which engine or transport the process then loads is its own business.
+
+import { spawn, type ChildProcess } from "node:child_process";
+import { z } from "zod";
+import { ConfigError, type Workload, type WorkloadPlugin } from "@airm/rm-core";
+import { binPath } from "./package-bins.ts";
+
+const port = z.number().int().min(0).max(65535);
+const url = z.string().regex(/^https?:\/\/[^\s/]+(\/[^\s]*)?$/, "must be an http(s) URL like http://127.0.0.1:8101");
+
+/** The config keys of run(); anything else is an error naming the key. */
+export const RunConfigSchema = z
+  .object({
+    kv_transport: z.string().regex(/^[a-z0-9][a-z0-9-]*$/, "must be a transport name such as shm, tcp, nixl-ucx").default("shm"),
+    port: port.default(8000),
+    host: z.string().min(1).default("0.0.0.0"),
+    seq_len: z.number().int().min(1).max(1 << 20).default(256),
+    backend: z.enum(["rngd", "rngd-chunk", "rngd-full", "atom"]).optional(),
+    prefill_url: url.default("http://127.0.0.1:8101"),
+    decode_url: url.default("http://127.0.0.1:8102"),
+    metrics_port: port.optional(),
+    args: z.array(z.string()).default([]),
+    env: z.record(z.string(), z.string()).default({}),
+    dry_run: z.boolean().default(false),
+  })
+  .strict();
+export type RunConfig = z.input<typeof RunConfigSchema>;
+
+const WorkloadSchema = z
+  .object({
+    kind: z.enum(["prefill", "decode", "serve"]),
+    model: z.string().min(1).optional(),
+    batch_hint: z.number().int().min(1).max(1024).optional(),
+    name: z.string().optional(),
+  })
+  .passthrough();
+
+export interface ProcessCommand {
+  argv: string[];
+  env: Record<string, string>;
+}
+
+function parse<T>(schema: z.ZodType<T>, value: unknown, what: string): T {
+  const r = schema.safeParse(value);
+  if (r.success) return r.data;
+  const issue = r.error.issues[0];
+  const key = issue.code === "unrecognized_keys" ? issue.keys.join(", ") : issue.path.join(".") || what;
+  const msg = issue.code === "unrecognized_keys" ? `unknown ${what} key (known: ${Object.keys((schema as z.ZodObject).shape ?? {}).join(", ")})` : issue.message;
+  throw new ConfigError(key, msg);
+}
+
+/**
+ * The argv and environment additions for one workload, as the seed's table describes:
+ * prefill -> RNGD prefill worker (backend rngd-full), decode -> decode worker (backend atom,
+ * batch_hint as --B), serve -> the gateway in front of prefill_url and decode_url.
+ * Throws ConfigError naming the key for unknown keys and bad values.
+ */
+export function buildCommand(workload: Workload, config: RunConfig = {}): ProcessCommand {
+  const w = parse(WorkloadSchema, workload, "workload");
+  const c = parse(RunConfigSchema, config, "config");
+  const env: Record<string, string> = { AIRM_KV_TRANSPORT: c.kv_transport };
+  if (w.model) env.MODEL = w.model;
+  let argv: string[];
+  if (w.kind === "serve") {
+    if (c.backend) throw new ConfigError("backend", "applies to prefill and decode workloads, not serve");
+    argv = [process.execPath, binPath("@airm/gateway", "airm-gateway"), "--host", c.host, "--port", String(c.port), "--prefill", c.prefill_url, "--decode", c.decode_url];
+    if (c.metrics_port !== undefined) env.AIRM_METRICS_PORT = String(c.metrics_port);
+  } else {
+    const backend = c.backend ?? (w.kind === "prefill" ? "rngd-full" : "atom");
+    if (w.kind === "prefill" && backend === "atom") throw new ConfigError("backend", "atom decodes only; a prefill workload takes rngd-full or rngd-chunk");
+    argv = [process.execPath, binPath("@airm/worker", "airm-worker"), "--role", w.kind, "--backend", backend, "--host", c.host, "--port", String(c.port), "--seq-len", String(c.seq_len)];
+    if (w.kind === "decode" && w.batch_hint !== undefined) argv.push("--B", String(w.batch_hint));
+    if (c.metrics_port !== undefined) throw new ConfigError("metrics_port", "is the gateway's airm_* port; workers serve /metrics on their own port");
+  }
+  argv.push(...c.args);
+  Object.assign(env, c.env);
+  return { argv, env };
+}
+
+/**
+ * Starts the workload's process (stdio inherited) and returns its ChildProcess, or with
+ * `dry_run: true` returns `{argv, env}` without starting anything.
+ */
+export async function run(workload: Workload, config: RunConfig = {}): Promise<ChildProcess | ProcessCommand> {
+  const cmd = buildCommand(workload, config);
+  if (config.dry_run) return cmd;
+  return spawn(cmd.argv[0], cmd.argv.slice(1), { env: { ...process.env, ...cmd.env }, stdio: "inherit" });
+}
+
+export const rngdPdWorkload: WorkloadPlugin = { kind: "workload", name: "rngd-pd", run };
