@@ -1,0 +1,259 @@
+// A GGUF file as a Checkpoint: llama/qwen2 metadata -> ModelConfig, GGUF tensor names -> Hugging
+// Face names (undoing llama.cpp's q/k row permutation for rotate-half RoPE), dequantisation to
+// bf16 on read, and the tokenizer and chat template from metadata. Parsing is gguf-file.ts's job.
+
+import { createHash } from "node:crypto";
+import { basename } from "node:path";
+import type { Architecture, Checkpoint, ModelConfig, TensorInfo, TensorSource } from "../checkpoint-types.ts";
+import { compileChatTemplate } from "../tokenizer/chat-template.ts";
+import { ggufTokenizer } from "../tokenizer/gguf-tokenizer.ts";
+import { DEQUANT_TYPES, dequantToBf16, type DequantType } from "./gguf-dequant.ts";
+import { GGML_TYPES, closeGguf, openGguf, type GgufFile, type GgufTensorInfo, type GgufValue } from "./gguf-file.ts";
+import { checkTensors, makeCheckpoint } from "./load-checkpoint.ts";
+import { ModelLoadError } from "./model-load-error.ts";
+import { readExactly } from "./safetensors-source.ts";
+
+const CHUNK_BLOCKS = 64 * 1024;
+
+/** HF name of a GGUF tensor name (unknown names are kept as they are). */
+export function hfTensorName(gguf: string): string {
+  const top: Record<string, string> = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+  };
+  if (top[gguf]) return top[gguf]!;
+  const m = /^blk\.(\d+)\.([a-z_]+)\.(weight|bias)$/.exec(gguf);
+  if (!m) return gguf;
+  const parts: Record<string, string> = {
+    attn_norm: "input_layernorm",
+    attn_q: "self_attn.q_proj",
+    attn_k: "self_attn.k_proj",
+    attn_v: "self_attn.v_proj",
+    attn_output: "self_attn.o_proj",
+    ffn_norm: "post_attention_layernorm",
+    ffn_gate: "mlp.gate_proj",
+    ffn_up: "mlp.up_proj",
+    ffn_down: "mlp.down_proj",
+  };
+  const part = parts[m[2]!];
+  return part ? `model.layers.${m[1]}.${part}.${m[3]}` : gguf;
+}
+
+/** Reads GGUF metadata with typed accessors that name the file and key on errors. */
+export class GgufMetadata {
+  constructor(private readonly file: GgufFile) {}
+  has(key: string): boolean {
+    return this.file.metadata.has(key);
+  }
+  raw(key: string): GgufValue | undefined {
+    return this.file.metadata.get(key);
+  }
+  private missing(key: string): never {
+    throw new ModelLoadError(this.file.path, `metadata key "${key}" is missing`, { item: key });
+  }
+  int(key: string, fallback?: number): number {
+    const v = this.file.metadata.get(key);
+    if (v === undefined) return fallback ?? this.missing(key);
+    const n = typeof v === "bigint" ? Number(v) : v;
+    if (typeof n !== "number" || !Number.isSafeInteger(n) || n < 0) throw new ModelLoadError(this.file.path, `metadata key "${key}" must be a non-negative integer, got ${String(v)}`, { item: key });
+    return n;
+  }
+  num(key: string, fallback?: number): number {
+    const v = this.file.metadata.get(key);
+    if (v === undefined) return fallback ?? this.missing(key);
+    const n = typeof v === "bigint" ? Number(v) : v;
+    if (typeof n !== "number" || !Number.isFinite(n)) throw new ModelLoadError(this.file.path, `metadata key "${key}" must be a number, got ${String(v)}`, { item: key });
+    return n;
+  }
+  str(key: string, fallback?: string): string {
+    const v = this.file.metadata.get(key);
+    if (v === undefined) return fallback ?? this.missing(key);
+    if (typeof v !== "string") throw new ModelLoadError(this.file.path, `metadata key "${key}" must be a string`, { item: key });
+    return v;
+  }
+  bool(key: string, fallback: boolean): boolean {
+    const v = this.file.metadata.get(key);
+    return typeof v === "boolean" ? v : fallback;
+  }
+  strings(key: string): string[] {
+    const v = this.file.metadata.get(key);
+    if (v === undefined) this.missing(key);
+    if (!Array.isArray(v) || !v.every((s) => typeof s === "string")) throw new ModelLoadError(this.file.path, `metadata key "${key}" must be an array of strings`, { item: key });
+    return v as string[];
+  }
+  ints(key: string): number[] | undefined {
+    const v = this.file.metadata.get(key);
+    if (v === undefined) return undefined;
+    if (!Array.isArray(v)) throw new ModelLoadError(this.file.path, `metadata key "${key}" must be an array of integers`, { item: key });
+    return v.map((x) => Number(x));
+  }
+}
+
+const ARCHITECTURES: Record<string, Architecture> = { llama: "llama", qwen2: "qwen2" };
+
+/** ModelConfig from GGUF metadata. Throws ModelLoadError naming the missing or unsupported key. */
+export function ggufModelConfig(file: GgufFile): ModelConfig {
+  const md = new GgufMetadata(file);
+  const archName = md.str("general.architecture");
+  const architecture = ARCHITECTURES[archName];
+  if (!architecture) throw new ModelLoadError(file.path, `architecture "${archName}" (general.architecture) is not supported; supported are ${Object.keys(ARCHITECTURES).join(", ")}`, { item: "general.architecture" });
+  const a = archName;
+  const hiddenSize = md.int(`${a}.embedding_length`);
+  const numHeads = md.int(`${a}.attention.head_count`);
+  const numKvHeads = md.int(`${a}.attention.head_count_kv`, numHeads);
+  const headDim = md.int(`${a}.attention.key_length`, hiddenSize / numHeads);
+  if (!Number.isInteger(headDim) || numKvHeads === 0 || numHeads % numKvHeads !== 0) throw new ModelLoadError(file.path, `head counts ${numHeads}/${numKvHeads} do not fit embedding_length ${hiddenSize}`, { item: `${a}.attention.head_count` });
+  const scaling = md.raw(`${a}.rope.scaling.type`);
+  if (scaling !== undefined && scaling !== "none") throw new ModelLoadError(file.path, `rope scaling "${String(scaling)}" (${a}.rope.scaling.type) is not supported`, { item: `${a}.rope.scaling.type` });
+  if (file.tensors.some((t) => t.name === "rope_freqs.weight")) throw new ModelLoadError(file.path, `tensor "rope_freqs.weight" (Llama 3.1 rope scaling in GGUF) is not supported; use the Hugging Face folder of this model`, { item: "rope_freqs.weight" });
+  const tokens = md.has("tokenizer.ggml.tokens") ? (md.raw("tokenizer.ggml.tokens") as unknown[]).length : undefined;
+  const vocabSize = md.int(`${a}.vocab_size`, tokens ?? file.tensors.find((t) => t.name === "token_embd.weight")?.dims[1] ?? 0);
+  if (vocabSize === 0) throw new ModelLoadError(file.path, `metadata key "${a}.vocab_size" is missing and there is no tokenizer.ggml.tokens`, { item: `${a}.vocab_size` });
+  const bos = md.has("tokenizer.ggml.bos_token_id") ? md.int("tokenizer.ggml.bos_token_id") : null;
+  const eos: number[] = [];
+  for (const key of ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"]) {
+    if (md.has(key)) {
+      const id = md.int(key);
+      if (!eos.includes(id)) eos.push(id);
+    }
+  }
+  return {
+    architecture,
+    hiddenSize,
+    intermediateSize: md.int(`${a}.feed_forward_length`),
+    numLayers: md.int(`${a}.block_count`),
+    numHeads,
+    numKvHeads,
+    headDim,
+    vocabSize,
+    rmsNormEps: md.num(`${a}.attention.layer_norm_rms_epsilon`),
+    ropeTheta: md.num(`${a}.rope.freq_base`, 10000),
+    ropeScaling: null,
+    maxPositionEmbeddings: md.int(`${a}.context_length`, 2048),
+    tieWordEmbeddings: !file.tensors.some((t) => t.name === "output.weight"),
+    attentionBias: file.tensors.some((t) => /^blk\.\d+\.attn_q\.bias$/.test(t.name)),
+    bosTokenId: bos,
+    eosTokenIds: eos,
+  };
+}
+
+/** TensorSource over a GGUF file, by Hugging Face names. */
+export class GgufTensorSource implements TensorSource {
+  private readonly byName = new Map<string, GgufTensorInfo & { hfName: string; shape: number[] }>();
+  private readonly shaCache = new Map<string, string>();
+  private closed = false;
+
+  /** `permuteHeads` maps HF q/k weight names to the head count llama.cpp permuted them with. */
+  constructor(private readonly file: GgufFile, private readonly permuteHeads: Map<string, number>) {
+    for (const t of file.tensors) {
+      const hfName = hfTensorName(t.name);
+      if (this.byName.has(hfName)) throw new ModelLoadError(file.path, `tensor "${t.name}" maps to "${hfName}", which another tensor already has`, { item: t.name });
+      this.byName.set(hfName, { ...t, hfName, shape: [...t.dims].reverse() });
+    }
+  }
+
+  list(): TensorInfo[] {
+    return [...this.byName.values()].map((t) => ({ name: t.hfName, dtype: t.type, shape: [...t.shape], file: this.file.path }));
+  }
+  has(name: string): boolean {
+    return this.byName.has(name);
+  }
+  info(name: string): TensorInfo {
+    const t = this.stored(name);
+    return { name, dtype: t.type, shape: [...t.shape], file: this.file.path };
+  }
+  private stored(name: string) {
+    const t = this.byName.get(name);
+    if (!t) throw new ModelLoadError(this.file.path, `tensor "${name}" is missing from the checkpoint`, { item: name });
+    return t;
+  }
+
+  readBf16(name: string, dst: Uint16Array): void {
+    const t = this.stored(name);
+    if (!(DEQUANT_TYPES as readonly string[]).includes(t.type)) {
+      throw new ModelLoadError(this.file.path, `tensor "${t.name}" (${name}) has type ${t.type}; supported are ${DEQUANT_TYPES.join(", ")}`, { item: t.name });
+    }
+    const count = t.shape.reduce((a, b) => a * b, 1);
+    if (dst.length !== count) throw new ModelLoadError(this.file.path, `tensor "${t.name}" has ${count} elements but the destination holds ${dst.length}`, { item: t.name });
+    const heads = this.permuteHeads.get(name);
+    const target = heads === undefined ? dst : new Uint16Array(count);
+    const info = GGML_TYPES[t.typeId]!;
+    const perChunk = CHUNK_BLOCKS * info.blockSize;
+    const buf = new Uint8Array(Math.min(count, perChunk) / info.blockSize * info.typeSize);
+    for (let done = 0; done < count; done += perChunk) {
+      const n = Math.min(perChunk, count - done);
+      const bytes = (n / info.blockSize) * info.typeSize;
+      const view = buf.subarray(0, bytes);
+      readExactly(this.file.fd, this.file.path, view, t.start + (done / info.blockSize) * info.typeSize, `the end of tensor "${t.name}"`);
+      dequantToBf16(t.type as DequantType, view, n, target, done);
+    }
+    if (heads !== undefined) unpermuteRows(target, dst, t.shape[0]!, count / t.shape[0]!, heads);
+  }
+
+  sha256(name: string): string {
+    const cached = this.shaCache.get(name);
+    if (cached) return cached;
+    const t = this.stored(name);
+    const hash = createHash("sha256");
+    const chunk = new Uint8Array(Math.min(4 << 20, Math.max(1, t.byteLength)));
+    for (let done = 0; done < t.byteLength; done += chunk.length) {
+      const view = chunk.subarray(0, Math.min(chunk.length, t.byteLength - done));
+      readExactly(this.file.fd, this.file.path, view, t.start + done, `the end of tensor "${t.name}"`);
+      hash.update(view);
+    }
+    const hex = hash.digest("hex");
+    this.shaCache.set(name, hex);
+    return hex;
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    closeGguf(this.file);
+  }
+}
+
+/**
+ * Undoes llama.cpp's rope permutation of q/k rows. convert_hf_to_gguf reshapes the rows of each
+ * head as [2, headDim/2] and swaps the axes, so GGUF row h*hd + 2j + i holds HF row h*hd + i*hd/2 + j.
+ */
+export function unpermuteRows(src: Uint16Array, dst: Uint16Array, rows: number, rowLen: number, heads: number): void {
+  const hd = rows / heads;
+  const half = hd / 2;
+  for (let h = 0; h < heads; h++) {
+    for (let i = 0; i < 2; i++) {
+      for (let j = 0; j < half; j++) {
+        const from = (h * hd + 2 * j + i) * rowLen;
+        const to = (h * hd + i * half + j) * rowLen;
+        dst.set(src.subarray(from, from + rowLen), to);
+      }
+    }
+  }
+}
+
+/** Opens a GGUF file as a Checkpoint (see loadCheckpoint). */
+export function loadGgufCheckpoint(path: string): Checkpoint {
+  const file = openGguf(path);
+  try {
+    const config = ggufModelConfig(file);
+    const permute = new Map<string, number>();
+    if (config.architecture === "llama") {
+      for (let l = 0; l < config.numLayers; l++) {
+        permute.set(`model.layers.${l}.self_attn.q_proj.weight`, config.numHeads);
+        permute.set(`model.layers.${l}.self_attn.k_proj.weight`, config.numKvHeads);
+        permute.set(`model.layers.${l}.self_attn.q_proj.bias`, config.numHeads);
+        permute.set(`model.layers.${l}.self_attn.k_proj.bias`, config.numKvHeads);
+      }
+    }
+    const tensors = new GgufTensorSource(file, permute);
+    checkTensors(config, tensors, path, DEQUANT_TYPES);
+    const { tokenizer, chatTemplate, bosToken, eosToken } = ggufTokenizer(file, config);
+    const renderChat = chatTemplate === undefined ? undefined : compileChatTemplate(chatTemplate, { bosToken, eosToken }, path);
+    const eos = config.eosTokenIds.length ? config.eosTokenIds : tokenizer.eosTokenIds;
+    return makeCheckpoint({ path, id: basename(path).replace(/\.gguf$/i, ""), config: { ...config, eosTokenIds: [...eos] }, tensors, tokenizer, renderChat, generation: { eosTokenIds: [...eos] } });
+  } catch (e) {
+    closeGguf(file);
+    throw e;
+  }
+}

@@ -1,0 +1,133 @@
+// loadCheckpoint: a Hugging Face folder (config.json, safetensors single or sharded, tokenizer,
+// chat template, generation config) or a GGUF file becomes a Checkpoint. Tensors are read lazily
+// by the model through the TensorSource; this module only validates names, shapes and ranges.
+
+import { existsSync, readFileSync, statSync } from "node:fs";
+import { basename, join, resolve } from "node:path";
+import type { Checkpoint, ModelConfig, TensorSource } from "../checkpoint-types.ts";
+import { chatTemplateSource, compileChatTemplate, specialTokenContent, type ChatRenderer } from "../tokenizer/chat-template.ts";
+import { HfTokenizer } from "../tokenizer/hf-tokenizer.ts";
+import { expectedTensors } from "./expected-tensors.ts";
+import { loadGgufCheckpoint } from "./gguf-checkpoint.ts";
+import { modelFingerprint } from "./fingerprint.ts";
+import { parseGenerationConfig, parseHfConfig } from "./hf-config.ts";
+import { ModelLoadError } from "./model-load-error.ts";
+import { SafetensorsSource } from "./safetensors-source.ts";
+
+function readJson(file: string, required: true): unknown;
+function readJson(file: string, required: false): unknown | undefined;
+function readJson(file: string, required: boolean): unknown | undefined {
+  if (!existsSync(file)) {
+    if (required) throw new ModelLoadError(file, `is missing; a Hugging Face model folder needs it`);
+    return undefined;
+  }
+  try {
+    return JSON.parse(readFileSync(file, "utf8"));
+  } catch (cause) {
+    throw new ModelLoadError(file, `is not valid JSON: ${(cause as Error).message}`, { cause });
+  }
+}
+
+/**
+ * Checks that `tensors` holds every tensor `config` needs with the right shape. Throws
+ * ModelLoadError naming the file and the tensor otherwise (also for a dtype not in `dtypes`).
+ */
+export function checkTensors(config: ModelConfig, tensors: TensorSource, where: string, dtypes: readonly string[]): void {
+  for (const want of expectedTensors(config)) {
+    if (!tensors.has(want.name)) throw new ModelLoadError(where, `tensor "${want.name}" is missing from the checkpoint`, { item: want.name });
+    const got = tensors.info(want.name);
+    if (got.shape.length !== want.shape.length || got.shape.some((d, i) => d !== want.shape[i])) {
+      throw new ModelLoadError(got.file, `tensor "${want.name}" has shape [${got.shape.join(", ")}] but the config needs [${want.shape.join(", ")}]`, { item: want.name });
+    }
+    if (!dtypes.includes(got.dtype)) {
+      throw new ModelLoadError(got.file, `tensor "${want.name}" has dtype ${got.dtype}; supported are ${dtypes.join(", ")}`, { item: want.name });
+    }
+  }
+}
+
+function safetensorsFiles(dir: string): string[] {
+  const indexFile = join(dir, "model.safetensors.index.json");
+  if (existsSync(indexFile)) {
+    const index = readJson(indexFile, true) as { weight_map?: Record<string, unknown> };
+    if (!index || typeof index.weight_map !== "object" || index.weight_map === null) throw new ModelLoadError(indexFile, `has no "weight_map" object`, { item: "weight_map" });
+    const shards = [...new Set(Object.values(index.weight_map))];
+    for (const shard of shards) {
+      if (typeof shard !== "string" || shard.includes("/") || shard.includes("\\") || shard.startsWith(".")) throw new ModelLoadError(indexFile, `weight_map names an invalid shard ${JSON.stringify(shard)}`, { item: "weight_map" });
+      if (!existsSync(join(dir, shard))) throw new ModelLoadError(join(dir, shard), `is missing (listed in ${basename(indexFile)})`);
+    }
+    return (shards as string[]).sort().map((s) => join(dir, s));
+  }
+  const single = join(dir, "model.safetensors");
+  if (!existsSync(single)) throw new ModelLoadError(dir, `has neither model.safetensors nor model.safetensors.index.json`);
+  return [single];
+}
+
+/** Tokenizer, chat renderer and bos/eos from a folder's tokenizer files. */
+function loadFolderTokenizer(dir: string, config: ModelConfig, eosTokenIds: number[]): { tokenizer: HfTokenizer; renderChat?: ChatRenderer } {
+  const tokFile = join(dir, "tokenizer.json");
+  const tokJson = readJson(tokFile, true);
+  const cfgFile = join(dir, "tokenizer_config.json");
+  const tokConfig = (readJson(cfgFile, false) ?? {}) as Record<string, unknown>;
+  const tokenizer = new HfTokenizer(tokJson, tokConfig, { file: tokFile, bosTokenId: config.bosTokenId, eosTokenIds });
+  const bosToken = specialTokenContent(tokConfig.bos_token) ?? (config.bosTokenId !== null ? tokenizer.idToToken(config.bosTokenId) : undefined) ?? "";
+  const eosToken = specialTokenContent(tokConfig.eos_token) ?? (eosTokenIds[0] !== undefined ? tokenizer.idToToken(eosTokenIds[0]) : undefined) ?? "";
+  if (tokenizer.bosTokenId === null && bosToken) tokenizer.bosTokenId = tokenizer.tokenToId(bosToken) ?? null;
+  const eosFromConfig = eosToken ? tokenizer.tokenToId(eosToken) : undefined;
+  if (tokenizer.eosTokenIds.length === 0 && eosFromConfig !== undefined) tokenizer.eosTokenIds.push(eosFromConfig);
+  const source = chatTemplateSource(tokConfig.chat_template);
+  const renderChat = source === undefined ? undefined : compileChatTemplate(source, { bosToken, eosToken }, cfgFile);
+  return renderChat ? { tokenizer, renderChat } : { tokenizer };
+}
+
+function loadHfFolder(dir: string): Checkpoint {
+  const configFile = join(dir, "config.json");
+  const config = parseHfConfig(readJson(configFile, true), configFile);
+  const genFile = join(dir, "generation_config.json");
+  const generation = parseGenerationConfig(readJson(genFile, false), genFile, config);
+  const tensors = new SafetensorsSource(safetensorsFiles(dir), dir);
+  try {
+    checkTensors(config, tensors, dir, ["BF16", "F16", "F32"]);
+    const { tokenizer, renderChat } = loadFolderTokenizer(dir, config, generation.eosTokenIds);
+    if (generation.eosTokenIds.length === 0) generation.eosTokenIds.push(...tokenizer.eosTokenIds);
+    const finalConfig: ModelConfig = { ...config, eosTokenIds: config.eosTokenIds.length ? config.eosTokenIds : [...generation.eosTokenIds], bosTokenId: config.bosTokenId ?? tokenizer.bosTokenId };
+    return makeCheckpoint({ path: dir, id: basename(dir), config: finalConfig, tensors, tokenizer, renderChat, generation });
+  } catch (e) {
+    tensors.close();
+    throw e;
+  }
+}
+
+/** Assembles a Checkpoint whose fingerprint is computed on first access (it reads every tensor). */
+export function makeCheckpoint(parts: Omit<Checkpoint, "fingerprint" | "renderChat"> & { renderChat?: ChatRenderer | undefined }): Checkpoint {
+  let fingerprint: string | undefined;
+  const { renderChat, ...rest } = parts;
+  const checkpoint: Checkpoint = {
+    ...rest,
+    get fingerprint(): string {
+      fingerprint ??= modelFingerprint(parts.config, parts.tensors);
+      return fingerprint;
+    },
+  };
+  if (renderChat) checkpoint.renderChat = renderChat;
+  return checkpoint;
+}
+
+/**
+ * Opens a checkpoint: a Hugging Face folder (LlamaForCausalLM / Qwen2ForCausalLM with safetensors)
+ * or a `.gguf` file (llama architecture). Validates config, tensor names, shapes and byte ranges;
+ * tensor data is read later through `checkpoint.tensors`. The fingerprint is computed lazily on
+ * first access (it hashes every tensor). Throws ModelLoadError naming the file and the tensor or
+ * key for anything missing, corrupt, truncated or unsupported. Close with `checkpoint.tensors.close()`.
+ */
+export async function loadCheckpoint(path: string): Promise<Checkpoint> {
+  const full = resolve(path);
+  let isDir: boolean;
+  try {
+    isDir = statSync(full).isDirectory();
+  } catch (cause) {
+    throw new ModelLoadError(full, `does not exist or cannot be read; pass a Hugging Face model folder or a .gguf file`, { cause });
+  }
+  if (isDir) return loadHfFolder(full);
+  if (full.toLowerCase().endsWith(".gguf")) return loadGgufCheckpoint(full);
+  throw new ModelLoadError(full, `is a file but not a .gguf; pass a Hugging Face model folder or a .gguf file`);
+}

@@ -1,0 +1,283 @@
+// Generates a small deterministic Llama or Qwen2 model in Hugging Face format: config, seeded
+// bf16 (or f32) weights in one or more safetensors files, a byte-level BPE tokenizer trained on
+// the embedded corpus, a ChatML chat template and a generation config. Same options -> same bytes.
+
+import { mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type { Architecture } from "../checkpoint-types.ts";
+import { ConfigError } from "@airm/rm-core";
+import { byteLevelTokenizerJson, trainByteLevelBpe } from "../tokenizer/byte-level-bpe.ts";
+import { bf16ToF32 } from "../checkpoint/bf16-convert.ts";
+import { constantBf16, seededNormalBf16 } from "./seeded-weights.ts";
+import { writeSafetensors, tensorByteLength, type TensorToWrite } from "./safetensors-writer.ts";
+import { TRAINING_CORPUS } from "./training-corpus.ts";
+
+export const TINY_SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] as const;
+
+/** ChatML: `<|im_start|>role\ncontent<|im_end|>\n` per message, then the assistant header. */
+export const CHATML_TEMPLATE =
+  "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}" +
+  "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+export interface TinyModelOptions {
+  arch: Architecture;
+  /** Output folder (created; files the generator writes are replaced). */
+  out: string;
+  layers?: number;
+  hidden?: number;
+  heads?: number;
+  kvHeads?: number;
+  intermediate?: number;
+  /** Vocabulary size including 3 special tokens and 256 byte tokens. */
+  vocab?: number;
+  seed?: number;
+  /** Number of safetensors shards (1 = a single model.safetensors). */
+  shards?: number;
+  /** A named shape; explicit options override it. */
+  preset?: "135m";
+  /** Stored dtype of the weights (values are bf16-exact either way). */
+  dtype?: "bf16" | "f32";
+  /** Tie the LM head to the embeddings (default: qwen2 and the 135m preset yes, llama no). */
+  tieEmbeddings?: boolean;
+  maxPositionEmbeddings?: number;
+  /** Called as tensors are written (done, total). */
+  onProgress?: (done: number, total: number, name: string) => void;
+}
+
+export interface TinyModelResult {
+  out: string;
+  /** Files written, relative to `out`, sorted. */
+  files: string[];
+  config: Record<string, unknown>;
+  /** Merged tokens the tokenizer learned (the rest above the bytes are fillers). */
+  mergedTokens: number;
+}
+
+interface Shape {
+  layers: number;
+  hidden: number;
+  heads: number;
+  kvHeads: number;
+  intermediate: number;
+  vocab: number;
+  tie: boolean;
+  ropeTheta: number;
+  maxPositions: number;
+}
+
+const PRESETS: Record<"135m", Omit<Shape, "ropeTheta"> & { ropeTheta: number }> = {
+  "135m": { layers: 30, hidden: 576, heads: 9, kvHeads: 3, intermediate: 1536, vocab: 49152, tie: true, ropeTheta: 100000, maxPositions: 8192 },
+};
+
+function resolveShape(o: TinyModelOptions): Shape {
+  const preset = o.preset ? PRESETS[o.preset] : undefined;
+  if (o.preset && !preset) throw new ConfigError("preset", `unknown preset ${JSON.stringify(o.preset)}; known: ${Object.keys(PRESETS).join(", ")}`);
+  const shape: Shape = {
+    layers: o.layers ?? preset?.layers ?? 2,
+    hidden: o.hidden ?? preset?.hidden ?? 64,
+    heads: o.heads ?? preset?.heads ?? 4,
+    kvHeads: o.kvHeads ?? preset?.kvHeads ?? 2,
+    intermediate: o.intermediate ?? preset?.intermediate ?? 128,
+    vocab: o.vocab ?? preset?.vocab ?? 512,
+    tie: o.tieEmbeddings ?? preset?.tie ?? o.arch === "qwen2",
+    ropeTheta: preset?.ropeTheta ?? (o.arch === "qwen2" ? 1000000 : 10000),
+    maxPositions: o.maxPositionEmbeddings ?? preset?.maxPositions ?? 2048,
+  };
+  for (const [key, v] of Object.entries({ layers: shape.layers, hidden: shape.hidden, heads: shape.heads, "kv-heads": shape.kvHeads, intermediate: shape.intermediate, vocab: shape.vocab, "max-position": shape.maxPositions })) {
+    if (!Number.isInteger(v) || v <= 0) throw new ConfigError(key, `must be a positive integer, got ${v}`);
+  }
+  if (shape.hidden % shape.heads !== 0) throw new ConfigError("hidden", `${shape.hidden} is not a multiple of heads ${shape.heads}`);
+  if ((shape.hidden / shape.heads) % 2 !== 0) throw new ConfigError("hidden", `head_dim ${shape.hidden / shape.heads} (hidden / heads) must be even`);
+  if (shape.heads % shape.kvHeads !== 0) throw new ConfigError("kv-heads", `heads ${shape.heads} is not a multiple of kv-heads ${shape.kvHeads}`);
+  if (shape.vocab < TINY_SPECIAL_TOKENS.length + 256) throw new ConfigError("vocab", `must be at least ${TINY_SPECIAL_TOKENS.length + 256} (3 special tokens + 256 bytes)`);
+  return shape;
+}
+
+function configJson(arch: Architecture, s: Shape): Record<string, unknown> {
+  const headDim = s.hidden / s.heads;
+  if (arch === "llama") {
+    return {
+      architectures: ["LlamaForCausalLM"],
+      attention_bias: false,
+      attention_dropout: 0.0,
+      bos_token_id: 1,
+      eos_token_id: 2,
+      head_dim: headDim,
+      hidden_act: "silu",
+      hidden_size: s.hidden,
+      initializer_range: 0.02,
+      intermediate_size: s.intermediate,
+      max_position_embeddings: s.maxPositions,
+      mlp_bias: false,
+      model_type: "llama",
+      num_attention_heads: s.heads,
+      num_hidden_layers: s.layers,
+      num_key_value_heads: s.kvHeads,
+      pretraining_tp: 1,
+      rms_norm_eps: 1e-5,
+      rope_scaling: null,
+      rope_theta: s.ropeTheta,
+      tie_word_embeddings: s.tie,
+      torch_dtype: "bfloat16",
+      use_cache: true,
+      vocab_size: s.vocab,
+    };
+  }
+  return {
+    architectures: ["Qwen2ForCausalLM"],
+    attention_dropout: 0.0,
+    bos_token_id: 1,
+    eos_token_id: 2,
+    hidden_act: "silu",
+    hidden_size: s.hidden,
+    initializer_range: 0.02,
+    intermediate_size: s.intermediate,
+    max_position_embeddings: s.maxPositions,
+    max_window_layers: s.layers,
+    model_type: "qwen2",
+    num_attention_heads: s.heads,
+    num_hidden_layers: s.layers,
+    num_key_value_heads: s.kvHeads,
+    rms_norm_eps: 1e-6,
+    rope_scaling: null,
+    rope_theta: s.ropeTheta,
+    sliding_window: null,
+    tie_word_embeddings: s.tie,
+    torch_dtype: "bfloat16",
+    use_cache: true,
+    use_sliding_window: false,
+    vocab_size: s.vocab,
+  };
+}
+
+interface WeightSpec {
+  name: string;
+  shape: number[];
+  /** Standard deviation, or a constant for norms. */
+  std?: number;
+  constant?: number;
+}
+
+function weightSpecs(arch: Architecture, s: Shape): WeightSpec[] {
+  const hd = s.hidden / s.heads;
+  const linear = (name: string, out: number, inp: number): WeightSpec => ({ name, shape: [out, inp], std: 1 / Math.sqrt(inp) });
+  const specs: WeightSpec[] = [{ name: "model.embed_tokens.weight", shape: [s.vocab, s.hidden], std: 1 / Math.sqrt(s.hidden) }];
+  for (let l = 0; l < s.layers; l++) {
+    const p = `model.layers.${l}.`;
+    specs.push({ name: `${p}input_layernorm.weight`, shape: [s.hidden], constant: 1 });
+    specs.push(linear(`${p}self_attn.q_proj.weight`, s.heads * hd, s.hidden));
+    specs.push(linear(`${p}self_attn.k_proj.weight`, s.kvHeads * hd, s.hidden));
+    specs.push(linear(`${p}self_attn.v_proj.weight`, s.kvHeads * hd, s.hidden));
+    if (arch === "qwen2") {
+      specs.push({ name: `${p}self_attn.q_proj.bias`, shape: [s.heads * hd], std: 0.02 });
+      specs.push({ name: `${p}self_attn.k_proj.bias`, shape: [s.kvHeads * hd], std: 0.02 });
+      specs.push({ name: `${p}self_attn.v_proj.bias`, shape: [s.kvHeads * hd], std: 0.02 });
+    }
+    specs.push(linear(`${p}self_attn.o_proj.weight`, s.hidden, s.heads * hd));
+    specs.push({ name: `${p}post_attention_layernorm.weight`, shape: [s.hidden], constant: 1 });
+    specs.push(linear(`${p}mlp.gate_proj.weight`, s.intermediate, s.hidden));
+    specs.push(linear(`${p}mlp.up_proj.weight`, s.intermediate, s.hidden));
+    specs.push(linear(`${p}mlp.down_proj.weight`, s.hidden, s.intermediate));
+  }
+  specs.push({ name: "model.norm.weight", shape: [s.hidden], constant: 1 });
+  if (!s.tie) specs.push(linear("lm_head.weight", s.vocab, s.hidden));
+  return specs;
+}
+
+function tensorBytes(spec: WeightSpec, seed: number, dtype: "bf16" | "f32"): Uint8Array {
+  const count = spec.shape.reduce((a, b) => a * b, 1);
+  const bf16 = spec.constant !== undefined ? constantBf16(spec.constant, count) : seededNormalBf16(seed, spec.name, count, spec.std!);
+  if (dtype === "bf16") return bf16;
+  const bits = new Uint16Array(bf16.buffer, bf16.byteOffset, count);
+  const f32 = new Float32Array(count);
+  for (let i = 0; i < count; i++) f32[i] = bf16ToF32(bits[i]!);
+  return new Uint8Array(f32.buffer);
+}
+
+const GENERATED = /^(config\.json|generation_config\.json|tokenizer\.json|tokenizer_config\.json|model\.safetensors|model\.safetensors\.index\.json|model-\d{5}-of-\d{5}\.safetensors)$/;
+
+/**
+ * Writes a deterministic tiny model into `options.out` (see TinyModelOptions for defaults: 2 layers,
+ * hidden 64, 4 heads, 2 KV heads, intermediate 128, vocab 512, seed 0, one shard, bf16). Files
+ * from an earlier run in the folder are replaced, so the folder's bytes depend only on the
+ * options. Throws ConfigError for shapes that do not fit together.
+ */
+export function makeTinyModel(options: TinyModelOptions): TinyModelResult {
+  const arch = options.arch;
+  if (arch !== "llama" && arch !== "qwen2") throw new ConfigError("arch", `must be llama or qwen2, got ${JSON.stringify(arch)}`);
+  const shape = resolveShape(options);
+  const seed = options.seed ?? 0;
+  if (!Number.isInteger(seed) || seed < 0 || seed > 0xffffffff) throw new ConfigError("seed", `must be an integer in [0, 2^32), got ${seed}`);
+  const shards = options.shards ?? 1;
+  const dtype = options.dtype ?? "bf16";
+  if (dtype !== "bf16" && dtype !== "f32") throw new ConfigError("dtype", `must be bf16 or f32, got ${JSON.stringify(dtype)}`);
+  const specs = weightSpecs(arch, shape);
+  if (!Number.isInteger(shards) || shards < 1 || shards > specs.length) throw new ConfigError("shards", `must be an integer from 1 to ${specs.length} (the number of tensors)`);
+
+  const out = options.out;
+  mkdirSync(out, { recursive: true });
+  for (const f of readdirSync(out)) if (GENERATED.test(f)) rmSync(join(out, f));
+
+  const config = configJson(arch, shape);
+  const bpe = trainByteLevelBpe(TRAINING_CORPUS, { vocabSize: shape.vocab, specialTokens: [...TINY_SPECIAL_TOKENS] });
+  const files: string[] = [];
+  const writeJson = (name: string, value: unknown) => {
+    writeFileSync(join(out, name), `${JSON.stringify(value, null, 2)}\n`);
+    files.push(name);
+  };
+  writeJson("config.json", config);
+  writeJson("generation_config.json", { bos_token_id: 1, eos_token_id: [2, 0], pad_token_id: 0 });
+  writeJson("tokenizer.json", byteLevelTokenizerJson(bpe));
+  writeJson("tokenizer_config.json", {
+    add_bos_token: false,
+    add_eos_token: false,
+    added_tokens_decoder: Object.fromEntries(TINY_SPECIAL_TOKENS.map((content, id) => [String(id), { content, lstrip: false, normalized: false, rstrip: false, single_word: false, special: true }])),
+    additional_special_tokens: ["<|im_start|>", "<|im_end|>"],
+    bos_token: "<|im_start|>",
+    chat_template: CHATML_TEMPLATE,
+    clean_up_tokenization_spaces: false,
+    eos_token: "<|im_end|>",
+    model_max_length: shape.maxPositions,
+    pad_token: "<|endoftext|>",
+    tokenizer_class: "GPT2Tokenizer",
+    unk_token: null,
+  });
+
+  const stDtype = dtype === "bf16" ? "BF16" : "F32";
+  const tensors: TensorToWrite[] = specs.map((spec) => ({ name: spec.name, dtype: stDtype, shape: spec.shape, bytes: () => tensorBytes(spec, seed, dtype) }));
+  let done = 0;
+  const withProgress = tensors.map((t) => ({
+    ...t,
+    bytes: () => {
+      const b = t.bytes();
+      options.onProgress?.(++done, tensors.length, t.name);
+      return b;
+    },
+  }));
+  if (shards === 1) {
+    writeSafetensors(join(out, "model.safetensors"), withProgress, { format: "pt" });
+    files.push("model.safetensors");
+  } else {
+    // Split by bytes: each shard gets consecutive tensors up to about total/shards bytes.
+    const total = tensors.reduce((a, t) => a + tensorByteLength(t), 0);
+    const target = total / shards;
+    const groups: TensorToWrite[][] = [[]];
+    let acc = 0;
+    withProgress.forEach((t, i) => {
+      const remainingTensors = withProgress.length - i;
+      const remainingShards = shards - groups.length;
+      if (groups.at(-1)!.length > 0 && (acc >= target * groups.length || remainingTensors === remainingShards) && groups.length < shards) groups.push([]);
+      groups.at(-1)!.push(t);
+      acc += tensorByteLength(t);
+    });
+    const weightMap: Record<string, string> = {};
+    groups.forEach((group, s) => {
+      const file = `model-${String(s + 1).padStart(5, "0")}-of-${String(shards).padStart(5, "0")}.safetensors`;
+      writeSafetensors(join(out, file), group, { format: "pt" });
+      for (const t of group) weightMap[t.name] = file;
+      files.push(file);
+    });
+    writeJson("model.safetensors.index.json", { metadata: { total_size: total }, weight_map: weightMap });
+  }
+  return { out, files: files.sort(), config, mergedTokens: bpe.mergedCount };
+}

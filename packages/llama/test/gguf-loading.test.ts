@@ -1,0 +1,265 @@
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { isAirmError } from "@airm/rm-core";
+import { f32ToBf16, bf16ToF32, f16BitsToF32 } from "../src/checkpoint/bf16-convert.ts";
+import { GgufTensorSource, hfTensorName } from "../src/checkpoint/gguf-checkpoint.ts";
+import { openGguf } from "../src/checkpoint/gguf-file.ts";
+import { loadCheckpoint } from "../src/checkpoint/load-checkpoint.ts";
+import { ModelLoadError } from "../src/checkpoint/model-load-error.ts";
+import type { Checkpoint } from "../src/checkpoint-types.ts";
+import { listModels } from "../src/model-cache/model-cache.ts";
+import { IncrementalDetokenizer } from "../src/tokenizer/incremental-detokenizer.ts";
+import { makeTinyModel, CHATML_TEMPLATE } from "../src/tiny/make-tiny-model.ts";
+import { TYPE_IDS, f16Bits, f32, ggufBytes, i32s, lcg, permuteForGguf, quantQ4_0, quantQ4_1, quantQ8_0, str, strs, u32, type GgufTensor, type MetaValue } from "./fixtures/io/gguf-writer.ts";
+
+const root = mkdtempSync(join(tmpdir(), "llama-gguf-"));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+/** Plain reference: bf16 of an f32 by the neighbour rule. */
+function refBf16(v: number): number {
+  const f = new Float32Array([v]);
+  const lo = new Uint32Array(f.buffer)[0]! >>> 16;
+  const dLo = Math.abs(f[0]! - bf16ToF32(lo));
+  const dHi = Math.abs(bf16ToF32(lo + 1) - f[0]!);
+  return dLo < dHi ? lo : dHi < dLo ? lo + 1 : lo % 2 === 0 ? lo : lo + 1;
+}
+
+function expectModelLoadError(fn: () => unknown, ...parts: string[]): void {
+  let err: unknown;
+  try {
+    fn();
+  } catch (e) {
+    err = e;
+  }
+  expect(err).toBeInstanceOf(ModelLoadError);
+  expect(isAirmError(err, "MODEL_LOAD")).toBe(true);
+  for (const p of parts) expect((err as Error).message).toContain(p);
+}
+
+describe("GGUF dequantisation", () => {
+  const rows = 6;
+  const cols = 64;
+  const count = rows * cols;
+  const next = lcg(11);
+  const f32Values = Float32Array.from({ length: count }, () => ((next() % 20001) - 10000) / 7777);
+  const f16Values = Float32Array.from({ length: count }, (_, i) => f16BitsToF32(f16Bits([0.5, -1.25, 3.0078125, 0.0001220703125, -65504, 1][i % 6]!)));
+  const bf16Bits = Uint16Array.from({ length: count }, () => next() & 0x7f7f);
+  const q8 = quantQ8_0(count, 1);
+  const q40 = quantQ4_0(count, 2);
+  const q41 = quantQ4_1(count, 3);
+  const f16Data = new Uint8Array(count * 2);
+  f16Values.forEach((v, i) => new DataView(f16Data.buffer).setUint16(i * 2, f16Bits(v), true));
+  const tensors: GgufTensor[] = [
+    { name: "t.f32", dims: [cols, rows], typeId: TYPE_IDS.F32, data: new Uint8Array(f32Values.buffer.slice(0)) },
+    { name: "t.f16", dims: [cols, rows], typeId: TYPE_IDS.F16, data: f16Data },
+    { name: "t.bf16", dims: [cols, rows], typeId: TYPE_IDS.BF16, data: new Uint8Array(bf16Bits.buffer.slice(0)) },
+    { name: "t.q8_0", dims: [cols, rows], typeId: TYPE_IDS.Q8_0, data: q8.data },
+    { name: "t.q4_0", dims: [cols, rows], typeId: TYPE_IDS.Q4_0, data: q40.data },
+    { name: "t.q4_1", dims: [cols, rows], typeId: TYPE_IDS.Q4_1, data: q41.data },
+    { name: "t.q5_k", dims: [256, 1], typeId: TYPE_IDS.Q5_K, data: new Uint8Array(176) },
+  ];
+  const expected: Record<string, Uint16Array> = {
+    "t.f32": Uint16Array.from(f32Values, refBf16),
+    "t.f16": Uint16Array.from(f16Values, refBf16),
+    "t.bf16": bf16Bits,
+    "t.q8_0": Uint16Array.from(q8.expected, refBf16),
+    "t.q4_0": Uint16Array.from(q40.expected, refBf16),
+    "t.q4_1": Uint16Array.from(q41.expected, refBf16),
+  };
+
+  for (const [version, alignment] of [[2, 32], [3, 32], [3, 64]] as const) {
+    it(`reads every supported type exactly (GGUF v${version}, alignment ${alignment})`, () => {
+      const path = join(root, `types-v${version}-a${alignment}.gguf`);
+      writeFileSync(path, ggufBytes({ version, alignment, metadata: { "general.architecture": str("llama"), "test.count": u32(7) }, tensors }));
+      const file = openGguf(path);
+      const source = new GgufTensorSource(file, new Map());
+      try {
+        expect(file.version).toBe(version);
+        expect(file.alignment).toBe(alignment);
+        expect(file.metadata.get("test.count")).toBe(7);
+        for (const [name, want] of Object.entries(expected)) {
+          expect(source.info(name).shape).toEqual([rows, cols]);
+          const got = new Uint16Array(count);
+          source.readBf16(name, got);
+          expect([...got], name).toEqual([...want]);
+        }
+        expect(source.info("t.q4_1").dtype).toBe("Q4_1");
+        expectModelLoadError(() => source.readBf16("t.q5_k", new Uint16Array(256)), "t.q5_k", "Q5_K");
+      } finally {
+        source.close();
+      }
+    });
+  }
+
+  it("puts low nibbles at elements 0-15 and high nibbles at 16-31", () => {
+    const data = new Uint8Array(20);
+    const dv = new DataView(data.buffer);
+    dv.setUint16(0, f16Bits(1), true);
+    dv.setUint16(2, f16Bits(-8), true);
+    for (let j = 0; j < 16; j++) data[4 + j] = j | ((15 - j) << 4);
+    const path = join(root, "nibbles.gguf");
+    writeFileSync(path, ggufBytes({ metadata: {}, tensors: [{ name: "n", dims: [32], typeId: TYPE_IDS.Q4_1, data }] }));
+    const source = new GgufTensorSource(openGguf(path), new Map());
+    const got = new Uint16Array(32);
+    source.readBf16("n", got);
+    source.close();
+    const values = Array.from(got, bf16ToF32);
+    expect(values.slice(0, 16)).toEqual(Array.from({ length: 16 }, (_, j) => j - 8));
+    expect(values.slice(16)).toEqual(Array.from({ length: 16 }, (_, j) => 7 - j));
+  });
+
+  it("maps GGUF names to Hugging Face names", () => {
+    expect(hfTensorName("token_embd.weight")).toBe("model.embed_tokens.weight");
+    expect(hfTensorName("blk.12.attn_output.weight")).toBe("model.layers.12.self_attn.o_proj.weight");
+    expect(hfTensorName("blk.0.attn_q.bias")).toBe("model.layers.0.self_attn.q_proj.bias");
+    expect(hfTensorName("blk.3.ffn_gate.weight")).toBe("model.layers.3.mlp.gate_proj.weight");
+    expect(hfTensorName("blk.3.ffn_norm.weight")).toBe("model.layers.3.post_attention_layernorm.weight");
+    expect(hfTensorName("output_norm.weight")).toBe("model.norm.weight");
+    expect(hfTensorName("output.weight")).toBe("lm_head.weight");
+  });
+});
+
+describe("loadCheckpoint on a GGUF file converted from a generated model", () => {
+  const hfDir = join(root, "hf");
+  let hf: Checkpoint;
+  let metadata: Record<string, MetaValue>;
+  let tensors: GgufTensor[];
+
+  beforeAll(async () => {
+    makeTinyModel({ arch: "llama", out: hfDir, layers: 2, hidden: 64, heads: 4, kvHeads: 2, vocab: 400 });
+    hf = await loadCheckpoint(hfDir);
+    const tok = JSON.parse(readFileSync(join(hfDir, "tokenizer.json"), "utf8"));
+    const vocab = Object.entries(tok.model.vocab as Record<string, number>).sort((a, b) => a[1] - b[1]).map(([t]) => t);
+    metadata = {
+      "general.architecture": str("llama"),
+      "general.name": str("tiny"),
+      "llama.block_count": u32(2),
+      "llama.context_length": u32(2048),
+      "llama.embedding_length": u32(64),
+      "llama.feed_forward_length": u32(128),
+      "llama.attention.head_count": u32(4),
+      "llama.attention.head_count_kv": u32(2),
+      "llama.rope.freq_base": f32(10000),
+      "llama.attention.layer_norm_rms_epsilon": f32(1e-5),
+      "llama.vocab_size": u32(400),
+      "tokenizer.ggml.model": str("gpt2"),
+      "tokenizer.ggml.pre": str("gpt2"),
+      "tokenizer.ggml.tokens": strs(vocab),
+      "tokenizer.ggml.token_type": i32s(vocab.map((_, id) => (id < 3 ? 3 : 1))),
+      "tokenizer.ggml.merges": strs((tok.model.merges as [string, string][]).map(([a, b]) => `${a} ${b}`)),
+      "tokenizer.ggml.bos_token_id": u32(1),
+      "tokenizer.ggml.eos_token_id": u32(2),
+      "tokenizer.ggml.padding_token_id": u32(0),
+      "tokenizer.chat_template": str(CHATML_TEMPLATE),
+    };
+    const ggufName: Record<string, string> = {};
+    for (const g of ["token_embd.weight", "output_norm.weight", "output.weight", ...[0, 1].flatMap((l) => ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"].map((p) => `blk.${l}.${p}.weight`))]) ggufName[hfTensorName(g)] = g;
+    tensors = hf.tensors.list().map((t, i) => {
+      const n = t.shape.reduce((a, b) => a * b, 1);
+      const bits = new Uint16Array(n);
+      hf.tensors.readBf16(t.name, bits);
+      let values: Float32Array = Float32Array.from(bits, bf16ToF32);
+      const rows = t.shape[0]!;
+      if (t.name.endsWith("q_proj.weight")) values = permuteForGguf(values, rows, n / rows, 4);
+      if (t.name.endsWith("k_proj.weight")) values = permuteForGguf(values, rows, n / rows, 2);
+      const useBf16 = i % 2 === 0 && t.shape.length === 2;
+      const data = useBf16 ? new Uint8Array(Uint16Array.from(values, f32ToBf16).buffer) : new Uint8Array(values.buffer);
+      return { name: ggufName[t.name]!, dims: [...t.shape].reverse(), typeId: useBf16 ? TYPE_IDS.BF16 : TYPE_IDS.F32, data };
+    });
+  });
+  afterAll(() => hf?.tensors.close());
+
+  it("gives the same config, tensors (q/k un-permuted), tokenizer and chat template as the HF folder", async () => {
+    const path = join(root, "tiny.gguf");
+    writeFileSync(path, ggufBytes({ version: 3, metadata, tensors }));
+    const ck = await loadCheckpoint(path);
+    try {
+      expect(ck.id).toBe("tiny");
+      expect(ck.config).toEqual({ ...hf.config, maxPositionEmbeddings: 2048, rmsNormEps: Math.fround(1e-5) });
+      expect(ck.generation.eosTokenIds).toEqual([2]);
+      for (const t of hf.tensors.list()) {
+        const n = t.shape.reduce((a, b) => a * b, 1);
+        const a = new Uint16Array(n);
+        const b = new Uint16Array(n);
+        hf.tensors.readBf16(t.name, a);
+        ck.tensors.readBf16(t.name, b);
+        expect(Buffer.from(b.buffer).equals(Buffer.from(a.buffer)), t.name).toBe(true);
+        expect(ck.tensors.info(t.name).shape).toEqual(t.shape);
+      }
+      for (const text of ["The capital of France is Paris.", "안녕하세요 🙂 hello", "<|im_start|>user\nHi<|im_end|>\n", "  spaces  and\ttabs\n\nnewlines 42"]) {
+        const ids = ck.tokenizer.encode(text);
+        expect(ids).toEqual(hf.tokenizer.encode(text));
+        expect(ck.tokenizer.decode(ids)).toBe(text);
+      }
+      const msgs = [{ role: "user", content: "What is the capital of France?" }];
+      expect(ck.renderChat!(msgs, { addGenerationPrompt: true })).toBe(hf.renderChat!(msgs, { addGenerationPrompt: true }));
+      expect(ck.tokenizer.decode([1, 2], { skipSpecialTokens: true })).toBe("");
+      expect(ck.fingerprint).toMatch(/^[0-9a-f]{64}$/);
+      expect(ck.fingerprint).not.toBe(hf.fingerprint);
+    } finally {
+      ck.tensors.close();
+    }
+  });
+
+  it("treats a missing output.weight as tied embeddings", async () => {
+    const path = join(root, "tied.gguf");
+    writeFileSync(path, ggufBytes({ metadata, tensors: tensors.filter((t) => t.name !== "output.weight") }));
+    const ck = await loadCheckpoint(path);
+    expect(ck.config.tieWordEmbeddings).toBe(true);
+    expect(ck.tensors.has("lm_head.weight")).toBe(false);
+    ck.tensors.close();
+  });
+
+  it("names the missing key, the missing tensor, the unsupported type and the truncated tensor", async () => {
+    const without = (key: string) => Object.fromEntries(Object.entries(metadata).filter(([k]) => k !== key));
+    const cases: Array<{ name: string; bytes: () => Buffer; parts: string[] }> = [
+      { name: "nokey", bytes: () => ggufBytes({ metadata: without("llama.block_count"), tensors }), parts: ["llama.block_count", "missing"] },
+      { name: "noffn", bytes: () => ggufBytes({ metadata, tensors: tensors.filter((t) => t.name !== "blk.1.ffn_up.weight") }), parts: ["model.layers.1.mlp.up_proj.weight", "missing"] },
+      { name: "notok", bytes: () => ggufBytes({ metadata: without("tokenizer.ggml.merges"), tensors }), parts: ["tokenizer.ggml.merges"] },
+      { name: "spm", bytes: () => ggufBytes({ metadata: { ...metadata, "tokenizer.ggml.model": str("llama") }, tensors }), parts: ["tokenizer.ggml.model", "llama"] },
+      { name: "arch", bytes: () => ggufBytes({ metadata: { ...metadata, "general.architecture": str("falcon") }, tensors }), parts: ["falcon", "general.architecture"] },
+      { name: "q5k", bytes: () => ggufBytes({ metadata, tensors: tensors.map((t) => (t.name === "output_norm.weight" ? { ...t, dims: [256], typeId: TYPE_IDS.Q5_K, data: new Uint8Array(176) } : t)) }), parts: ["model.norm.weight"] },
+      { name: "unknown-type", bytes: () => ggufBytes({ metadata, tensors: tensors.map((t) => (t.name === "blk.0.ffn_up.weight" ? { ...t, typeId: 99 } : t)) }), parts: ["blk.0.ffn_up.weight", "unknown GGML type 99"] },
+      { name: "truncated", bytes: () => ggufBytes({ metadata, tensors }).subarray(0, -100), parts: ["truncated", tensors.at(-1)!.name] },
+      { name: "truncated-meta", bytes: () => ggufBytes({ metadata, tensors }).subarray(0, 2000), parts: ["truncated"] },
+      { name: "magic", bytes: () => Buffer.from("GGML0000000000000000"), parts: ["GGUF magic"] },
+      { name: "v1", bytes: () => { const b = ggufBytes({ metadata, tensors }); b.writeUInt32LE(1, 4); return b; }, parts: ["version 1"] },
+    ];
+    for (const c of cases) {
+      const path = join(root, `${c.name}.gguf`);
+      writeFileSync(path, c.bytes());
+      const err = await loadCheckpoint(path).then(() => undefined, (e: unknown) => e);
+      expect(err, c.name).toBeInstanceOf(ModelLoadError);
+      for (const p of [path, ...c.parts]) expect((err as Error).message, c.name).toContain(p);
+    }
+  });
+});
+
+describe("the cached SmolLM2-135M-Instruct GGUF (when present)", () => {
+  const cached = listModels().find((m) => m.name === "smollm2-135m-instruct");
+  const present = cached !== undefined;
+  const path = cached?.path ?? "";
+  it.skipIf(!present)("loads with SmolLM2's shape, tokenizer and chat template", async () => {
+    const ck = await loadCheckpoint(path);
+    try {
+      expect(ck.config).toMatchObject({ architecture: "llama", numLayers: 30, hiddenSize: 576, numHeads: 9, numKvHeads: 3, headDim: 64, intermediateSize: 1536, vocabSize: 49152, tieWordEmbeddings: true, ropeTheta: 100000, eosTokenIds: [2] });
+      const prompt = ck.renderChat!([{ role: "user", content: "What is the capital of France?" }], { addGenerationPrompt: true });
+      expect(prompt.endsWith("<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n")).toBe(true);
+      const ids = ck.tokenizer.encode(prompt);
+      expect(ids.slice(0, 3)).toEqual([1, 9690, 198]);
+      expect(ck.tokenizer.decode(ids)).toBe(prompt);
+      expect(ck.tensors.info("model.layers.0.self_attn.q_proj.weight").dtype).toBe("Q4_1");
+      const text = "서울은 한국의 수도입니다 🇰🇷 and Paris is the capital of France 🥐.";
+      const textIds = ck.tokenizer.encode(text);
+      const d = new IncrementalDetokenizer(ck.tokenizer);
+      const pieces = textIds.map((id) => d.push(id));
+      pieces.push(d.flush());
+      for (const p of pieces) expect(p).not.toContain("\uFFFD");
+      expect(pieces.join("")).toBe(text);
+    } finally {
+      ck.tensors.close();
+    }
+  });
+});
