@@ -7,7 +7,7 @@ import { createRequire } from "node:module";
 import { dirname, join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import type { AnyPlugin, EnginePlugin, KVTransportPlugin, PluginGroup, WorkloadPlugin } from "./contracts.ts";
-import { PluginShapeError, UnknownPluginError } from "./errors.ts";
+import { ConfigError, PluginShapeError, UnknownPluginError } from "./errors.ts";
 
 export type PluginFor<G extends string> = G extends "airm.kv_transports"
   ? KVTransportPlugin
@@ -103,6 +103,12 @@ export class Registry {
   private readonly manual = new Map<string, Entry>();
   private discovered: Map<string, Entry> | undefined;
   private readonly loaded = new Map<string, Promise<AnyPlugin>>();
+  private readonly discover: boolean;
+
+  /** `discover: false` gives a registry that only knows what register() adds (tests, bundles). */
+  constructor(options: { discover?: boolean } = {}) {
+    this.discover = options.discover ?? true;
+  }
 
   /**
    * Adds a host package whose dependencies are scanned (a folder, a file in it, or a file: URL).
@@ -111,7 +117,8 @@ export class Registry {
   addHost(where: string | URL): void {
     const path = where instanceof URL || where.startsWith("file:") ? new URL(where).pathname : where;
     const root = findPackageRoot(existsSync(path) && !path.endsWith(".json") ? path : dirname(path));
-    if (root && !this.hosts.includes(root)) {
+    if (!root) throw new ConfigError("host", `no package.json at or above ${path}; a host is a package folder`);
+    if (!this.hosts.includes(root)) {
       this.hosts.push(root);
       this.discovered = undefined;
     }
@@ -166,6 +173,7 @@ export class Registry {
   private scan(): Map<string, Entry> {
     if (this.discovered) return this.discovered;
     const found = new Map<string, Entry>();
+    if (!this.discover) return (this.discovered = found);
     const hosts = this.hosts.length ? this.hosts : [process.env.AIRM_HOST_ROOT ?? findPackageRoot(process.cwd())].filter(Boolean);
     for (const host of hosts as string[]) {
       const hostPkgFile = join(host, "package.json");

@@ -56,8 +56,7 @@ describe("selectTransport", () => {
     process.env = { ...env };
   });
   function registryWith(...plugins: KVTransportPlugin[]): Registry {
-    const r = new Registry();
-    r.addHost("/nonexistent-host-root");
+    const r = new Registry({ discover: false });
     for (const p of plugins) r.register("airm.kv_transports", p);
     return r;
   }

@@ -87,6 +87,10 @@ describe("registry discovery", () => {
     expect(err2.message).toContain('no export "ghost"');
   });
 
+  test("a host folder without a package.json is a config error, not a silent fallback", () => {
+    expect(() => new Registry().addHost("/nonexistent-host-root/x")).toThrow(/no package.json at or above/);
+  });
+
   test("packages that are not dependencies of the host are not offered", () => {
     const r = new Registry();
     r.addHost(host);
