@@ -121,3 +121,10 @@ export class ConfigError extends AirmError {
     this.key = key;
   }
 }
+
+/** The accelerator this process should own cannot be chosen or opened (which card, why). */
+export class DeviceError extends AirmError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super("DEVICE", message, options);
+  }
+}

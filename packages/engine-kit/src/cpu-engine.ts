@@ -1,0 +1,597 @@
+// Engine mechanics on the CPU reference backend (@airm/llama), shared by engine-rngd and
+// engine-atom: weights loaded once (warm from the artifact cache when the model offers a packed
+// image), a KV arena per compiled context S, prefill whole or chunked with per-layer callbacks,
+// decode of B streams per step with the cache resident ("device") or passed whole as a host input
+// each step ("host"), KV import/export in rngd-pd/v1, variant swap and per-tensor delta updates.
+// What is vendor-specific (names, device selection, native paths) lives in the engine packages.
+
+import { performance } from "node:perf_hooks";
+import { ConfigError, ContextOverflowError, KVIntegrityError, UnsupportedError } from "@airm/rm-core";
+import type { DeviceInfo, EngineVariant, KVBlobs, ModelInfo, SamplingParams } from "@airm/rm-core";
+import { ArtifactCache, artifactKey } from "./artifact-cache.ts";
+import { importLlama, supportsPackedImage, supportsTensorUpdate } from "./cpu-model.ts";
+import type { CpuCheckpoint, CpuKVCache, CpuModel, LlamaModule } from "./cpu-model.ts";
+import { planTensorDelta } from "./delta-plan.ts";
+import { checkpointHashes, type CheckpointHashes } from "./tensor-hash-manifest.ts";
+import type {
+  DecodeStep,
+  DeltaResult,
+  EngineStats,
+  EngineTokenizer,
+  EngineV2,
+  KVStream,
+  PrefillOptionsV2,
+  PrefillResultV2,
+  SwapResult,
+} from "./engine-contract.ts";
+import { checkKVBlobs, copyPosition, copyPrefix, layerBytes, requestKVBytes, type KVGeometry } from "./kv-layout.ts";
+import { appendColumn, type DecodeGraphShape, type HostDecodeResult } from "./native/rbln-decode-graph.ts";
+import { normalizeVariants, pickVariant, variantName } from "./variants.ts";
+
+export interface CpuEngineSpec {
+  /** Plugin name (`rngd`, `atom`). */
+  name: string;
+  backend: string;
+  /** `whole`: one prefill call; `chunked`: prefillChunk against the live cache. */
+  prefillMode: "whole" | "chunked";
+  /** Where decode streams keep their KV. */
+  residence: "device" | "host";
+  device: DeviceInfo;
+  variants: EngineVariant[];
+  /** The variant new requests run on; default: the widest batch at the largest S. */
+  activeVariant?: EngineVariant;
+  chunkSize: number;
+  threads: 1 | 2;
+  /** Null disables the artifact cache. */
+  artifactCache: ArtifactCache | null;
+  /** Streams the engine is sized for (kv_cache_usage_perc denominator). */
+  maxStreams: number;
+  /** A vendor runtime that runs host-input decode steps instead of the CPU model (ATOM native). */
+  nativeHostDecode?: NativeHostDecode;
+  /** The @airm/llama module to run on; imported lazily when absent. */
+  llama?: LlamaModule;
+}
+
+/** Opens the decode graph of a variant on the card; `step` runs one host-input decode step. */
+export interface NativeHostDecode {
+  open(variant: EngineVariant, shape: DecodeGraphShape): { step(host: KVBlobs[], tokens: number[]): HostDecodeResult[]; close(): void };
+}
+
+interface LoadedWeights {
+  model: CpuModel;
+  weightsFrom: EngineStats["weightsFrom"];
+  loadMs: number;
+  /** Why the artifact cache was not used, when it was not. */
+  cacheNote: string;
+}
+
+const PACKED_KIND = "packed-weights";
+
+/**
+ * Loads the model for `ckpt`: from the packed image in `cache` when the model supports it and
+ * the image exists (warm), else by converting the checkpoint (cold), then stores the image.
+ */
+export async function loadWeights(
+  llama: LlamaModule,
+  ckpt: CpuCheckpoint,
+  weightsFingerprint: string,
+  threads: 1 | 2,
+  cache: ArtifactCache | null,
+): Promise<LoadedWeights> {
+  const cls = llama.LlamaModel;
+  const t0 = performance.now();
+  if (!cache) {
+    const model = await cls.load(ckpt, { threads });
+    return { model, weightsFrom: "converted", loadMs: performance.now() - t0, cacheNote: "artifact cache disabled" };
+  }
+  if (!supportsPackedImage(cls)) {
+    const model = await cls.load(ckpt, { threads });
+    return {
+      model,
+      weightsFrom: "converted",
+      loadMs: performance.now() - t0,
+      cacheNote: "@airm/llama offers no packed weight image (LlamaModel.packedFormat/loadPacked/exportPackedWeights)",
+    };
+  }
+  const key = artifactKey({ kind: PACKED_KIND, weightsFingerprint, variant: null, kernelVersion: cls.packedFormat! });
+  const image = cache.read(key);
+  if (image) {
+    const model = await cls.loadPacked!(ckpt, image, { threads });
+    return { model, weightsFrom: "artifact-cache", loadMs: performance.now() - t0, cacheNote: `warm: ${key.slice(0, 12)}` };
+  }
+  const model = await cls.load(ckpt, { threads });
+  const loadMs = performance.now() - t0;
+  if (typeof model.exportPackedWeights !== "function") return { model, weightsFrom: "converted", loadMs, cacheNote: "the model cannot export its packed weights" };
+  const packed = model.exportPackedWeights();
+  if (packed.format !== cls.packedFormat) {
+    return { model, weightsFrom: "converted", loadMs, cacheNote: `packed format ${packed.format} != LlamaModel.packedFormat ${cls.packedFormat}; not stored` };
+  }
+  try {
+    cache.write({ kind: PACKED_KIND, weightsFingerprint, variant: null, kernelVersion: packed.format }, packed.segments);
+  } catch (e) {
+    // A read-only or full cache folder costs the next warm start, not this load.
+    return { model, weightsFrom: "converted", loadMs, cacheNote: `cold; could not store the image in ${cache.dir}: ${(e as Error).message}` };
+  }
+  return { model, weightsFrom: "converted", loadMs, cacheNote: `cold: stored ${key.slice(0, 12)}` };
+}
+
+let streamCounter = 0;
+
+class EngineStream implements KVStream {
+  readonly id: string;
+  readonly seqLen: number;
+  readonly residence: "device" | "host";
+  readonly owner: CpuBackedEngine;
+  cache: CpuKVCache | null = null;
+  host: KVBlobs | null = null;
+  released = false;
+  constructor(owner: CpuBackedEngine, seqLen: number, residence: "device" | "host") {
+    this.owner = owner;
+    this.id = `${owner.name}-${process.pid}-${++streamCounter}`;
+    this.seqLen = seqLen;
+    this.residence = residence;
+  }
+  get length(): number {
+    return this.cache ? this.cache.n : this.host ? this.host.n : 0;
+  }
+}
+
+function defaultActive(variants: EngineVariant[]): EngineVariant {
+  // The widest batch at the largest S: the decode graph a serving worker runs by default.
+  const S = Math.max(...variants.map((v) => v.seqLen));
+  return variants.filter((v) => v.seqLen === S).sort((a, b) => b.batch - a.batch)[0];
+}
+
+/** An EngineV2 running on the CPU reference model. Create with `CpuBackedEngine.open`. */
+export class CpuBackedEngine implements EngineV2 {
+  readonly name: string;
+  readonly backend: string;
+  readonly device: DeviceInfo;
+  model: ModelInfo;
+  private readonly spec: CpuEngineSpec;
+  private readonly llama: LlamaModule;
+  private ckpt: CpuCheckpoint;
+  private hashes: CheckpointHashes;
+  private cpu: CpuModel;
+  private variantList: EngineVariant[];
+  private active: EngineVariant;
+  private readonly geometry: KVGeometry;
+  private readonly arena = new Map<number, CpuKVCache[]>();
+  /** Idle caches kept per S: the widest batch among the variants prepared at that S. */
+  private readonly prepared = new Map<number, number>();
+  private readonly streams = new Set<EngineStream>();
+  private weightsFrom: EngineStats["weightsFrom"];
+  private loadMs: number;
+  readonly cacheNote: string;
+  private closed = false;
+  private nativeGraph: { variant: EngineVariant; graph: ReturnType<NativeHostDecode["open"]> } | null = null;
+
+  private constructor(spec: CpuEngineSpec, llama: LlamaModule, ckpt: CpuCheckpoint, hashes: CheckpointHashes, weights: LoadedWeights) {
+    this.spec = spec;
+    this.name = spec.name;
+    this.backend = spec.backend;
+    this.device = spec.device;
+    this.llama = llama;
+    this.ckpt = ckpt;
+    this.hashes = hashes;
+    this.cpu = weights.model;
+    this.weightsFrom = weights.weightsFrom;
+    this.loadMs = weights.loadMs;
+    this.cacheNote = weights.cacheNote;
+    this.variantList = normalizeVariants(spec.variants);
+    this.active = spec.activeVariant ?? defaultActive(this.variantList);
+    const c = ckpt.config;
+    this.geometry = { layers: c.numLayers, kvHeads: c.numKvHeads, headDim: c.headDim };
+    this.model = this.describe();
+  }
+
+  /** Loads the checkpoint at `modelPath` and the weights, then prepares the active variant's KV arena. */
+  static async open(modelPath: string, spec: CpuEngineSpec): Promise<CpuBackedEngine> {
+    const llama = spec.llama ?? (await importLlama());
+    const ckpt = await llama.loadCheckpoint(modelPath);
+    try {
+      const hashes = checkpointHashes(ckpt, spec.artifactCache?.dir ?? null);
+      const weights = await loadWeights(llama, ckpt, hashes.fingerprint, spec.threads, spec.artifactCache);
+      const engine = new CpuBackedEngine(spec, llama, ckpt, hashes, weights);
+      engine.prepareArena(engine.active);
+      return engine;
+    } catch (e) {
+      ckpt.tensors.close();
+      throw e;
+    }
+  }
+
+  /** How the checkpoint's hashes were obtained at the last load or delta (`record` = no re-hash). */
+  get hashesFrom(): CheckpointHashes["from"] {
+    return this.hashes.from;
+  }
+
+  private describe(): ModelInfo {
+    const c = this.ckpt.config;
+    return {
+      id: this.ckpt.id,
+      architecture: c.architecture,
+      layers: c.numLayers,
+      kvHeads: c.numKvHeads,
+      headDim: c.headDim,
+      vocabSize: c.vocabSize,
+      modelFingerprint: this.hashes.fingerprint,
+      numericsFingerprint: this.cpu.numericsFingerprint,
+      eosTokenIds: [...this.ckpt.generation.eosTokenIds],
+    };
+  }
+
+  get tokenizer(): EngineTokenizer {
+    const ckpt = this.ckpt;
+    return {
+      vocabSize: ckpt.tokenizer.vocabSize,
+      eosTokenIds: [...ckpt.generation.eosTokenIds],
+      encode: (text, options) => ckpt.tokenizer.encode(text, options),
+      decode: (ids, options) => ckpt.tokenizer.decode(ids, options),
+      renderChat: ckpt.renderChat ? (messages, options) => ckpt.renderChat!(messages, options) : undefined,
+    };
+  }
+
+  get activeVariant(): EngineVariant {
+    return { ...this.active };
+  }
+
+  variants(): EngineVariant[] {
+    return this.variantList.map((v) => ({ ...v }));
+  }
+
+  pickVariant(promptTokens: number, maxTokens: number, batch = 1): EngineVariant {
+    return { ...pickVariant(this.variantList, promptTokens, maxTokens, batch) };
+  }
+
+  // --- KV arena -------------------------------------------------------------------------------
+
+  /** Makes `v`'s workspace resident (B caches of its S); a prepared variant stays prepared, as on the card. */
+  private prepareArena(v: EngineVariant): void {
+    this.prepared.set(v.seqLen, Math.max(this.prepared.get(v.seqLen) ?? 0, v.batch));
+    const free = this.arena.get(v.seqLen) ?? [];
+    while (free.length < v.batch) free.push(this.cpu.newCache(v.seqLen));
+    this.arena.set(v.seqLen, free);
+  }
+
+  /** A cache of context S from the arena (or new). `zero` clears a reused one (exported KV stays deterministic). */
+  private takeCache(S: number, zero = true): CpuKVCache {
+    const free = this.arena.get(S);
+    const reused = free && free.length ? free.pop()! : null;
+    const cache = reused ?? this.cpu.newCache(S);
+    if (reused && zero) {
+      for (let l = 0; l < this.geometry.layers; l++) {
+        cache.layerK(l).fill(0);
+        cache.layerV(l).fill(0);
+      }
+    }
+    cache.n = 0;
+    return cache;
+  }
+
+  private returnCache(cache: CpuKVCache): void {
+    const free = this.arena.get(cache.S) ?? [];
+    if (free.length < (this.prepared.get(cache.S) ?? 0)) {
+      free.push(cache);
+      this.arena.set(cache.S, free);
+      return;
+    }
+    this.cpu.freeCache(cache);
+  }
+
+  private checkSeqLen(S: number, what: string): void {
+    if (!this.variantList.some((v) => v.seqLen === S)) {
+      throw new KVIntegrityError("seqLen", `${what} at S=${S}, but this engine compiled ${this.variantList.map(variantName).join(", ")}`);
+    }
+  }
+
+  private live(): void {
+    if (this.closed) throw new UnsupportedError(`engine ${this.name} is closed`);
+  }
+
+  private own(stream: KVStream): EngineStream {
+    if (!(stream instanceof EngineStream) || stream.owner !== this) throw new KVIntegrityError("stream", `stream ${stream.id} does not belong to engine ${this.name}`);
+    if (stream.released) throw new KVIntegrityError("stream", `stream ${stream.id} was released`);
+    return stream;
+  }
+
+  private sample(logits: Float32Array, sampling: SamplingParams | undefined, position: number): number {
+    return this.llama.sample(logits, { temperature: 0, ...sampling }, position);
+  }
+
+  /** Runs the sampler once on a tiny input so bad parameters fail before any compute or state change. */
+  private checkSampling(sampling: SamplingParams | undefined): void {
+    if (sampling) this.sample(new Float32Array(2), sampling, 0);
+  }
+
+  private checkTokens(tokens: number[], what: string): void {
+    const V = this.ckpt.config.vocabSize;
+    for (const t of tokens) {
+      if (!Number.isInteger(t) || t < 0 || t >= V) throw new ConfigError(what, `token ${t} is not an id in [0, ${V})`);
+    }
+  }
+
+  // --- prefill --------------------------------------------------------------------------------
+
+  async prefill(tokens: number[], options: PrefillOptionsV2): Promise<PrefillResultV2> {
+    this.live();
+    if (!Array.isArray(tokens) || tokens.length === 0) throw new ConfigError("tokens", "prefill needs at least one token");
+    this.checkTokens(tokens, "tokens");
+    this.checkSampling(options.sampling);
+    const S = options.seqLen;
+    this.checkSeqLen(S, "prefill requested");
+    if (tokens.length > S) throw new ContextOverflowError(tokens.length, S, "prompt alone");
+    const g = this.geometry;
+    const cache = this.takeCache(S);
+    const k: Uint8Array[] = new Array(g.layers);
+    const v: Uint8Array[] = new Array(g.layers);
+    const pending: Promise<void>[] = [];
+    const emit = (layer: number): void => {
+      k[layer] = cache.layerK(layer).slice();
+      v[layer] = cache.layerV(layer).slice();
+      if (options.onLayer) {
+        const r = options.onLayer(layer, k[layer], v[layer]);
+        if (r && typeof (r as Promise<void>).then === "function") {
+          const p = Promise.resolve(r);
+          p.catch(() => undefined); // observed below; avoid an unhandled rejection meanwhile
+          pending.push(p);
+        }
+      }
+    };
+    let logits: Float32Array;
+    const t0 = performance.now();
+    try {
+      if (this.spec.prefillMode === "whole") {
+        logits = this.cpu.prefill(tokens, cache, { onLayer: emit });
+      } else {
+        // Chunked prefill finishes a layer only with the last chunk: layers are emitted then.
+        logits = this.cpu.prefillChunk(tokens, cache, this.spec.chunkSize);
+      }
+      if (cache.n !== tokens.length) cache.n = tokens.length;
+      for (let l = 0; l < g.layers; l++) if (!k[l]) emit(l);
+    } catch (e) {
+      this.returnCache(cache);
+      throw e;
+    }
+    const computeMs = performance.now() - t0;
+    const firstToken = this.sample(logits, options.sampling, tokens.length);
+    let stream: EngineStream | undefined;
+    if (options.keepStream) {
+      stream = new EngineStream(this, S, this.spec.residence);
+      if (this.spec.residence === "device") stream.cache = cache;
+      else {
+        stream.host = { seqLen: S, n: tokens.length, k: k.map((x) => x.slice()), v: v.map((x) => x.slice()) };
+        this.returnCache(cache);
+      }
+      this.streams.add(stream);
+    } else this.returnCache(cache);
+    try {
+      for (const p of pending) await p;
+    } catch (e) {
+      if (stream) this.release(stream);
+      throw e;
+    }
+    return { firstToken, kv: { seqLen: S, n: tokens.length, k, v }, stream, computeMs };
+  }
+
+  // --- decode ---------------------------------------------------------------------------------
+
+  async decode(steps: DecodeStep[]): Promise<number[]> {
+    this.live();
+    const own = steps.map((s) => this.own(s.stream));
+    if (new Set(own).size !== own.length) throw new ConfigError("steps", "a stream appears twice in one decode step");
+    this.checkTokens(steps.map((s) => s.token), "token");
+    for (const s of steps) this.checkSampling(s.sampling);
+    for (const s of own) {
+      if (s.length >= s.seqLen) throw new ContextOverflowError(s.length + 1, s.seqLen, `stream ${s.id} is full`);
+    }
+    const out: number[] = new Array(steps.length);
+    const B = Math.max(1, this.active.batch);
+    for (let at = 0; at < steps.length; at += B) {
+      const group = steps.slice(at, at + B);
+      const streams = own.slice(at, at + B);
+      const logits = this.spec.residence === "device" ? this.decodeResident(streams, group) : this.decodeHostInput(streams, group);
+      for (let i = 0; i < group.length; i++) out[at + i] = this.sample(logits[i], group[i].sampling, streams[i].length);
+    }
+    return out;
+  }
+
+  private decodeResident(streams: EngineStream[], group: DecodeStep[]): Float32Array[] {
+    const before = streams.map((s) => s.cache!.n);
+    const logits = this.cpu.decode(group.map((g, i) => ({ cache: streams[i].cache!, token: g.token })));
+    streams.forEach((s, i) => {
+      if (s.cache!.n === before[i]) s.cache!.n = before[i] + 1;
+    });
+    return logits;
+  }
+
+  private graphFor(): ReturnType<NativeHostDecode["open"]> {
+    const v = this.active;
+    if (this.nativeGraph && this.nativeGraph.variant.batch === v.batch && this.nativeGraph.variant.seqLen === v.seqLen) return this.nativeGraph.graph;
+    this.nativeGraph?.graph.close();
+    this.nativeGraph = null;
+    const graph = this.spec.nativeHostDecode!.open({ ...v }, { ...this.geometry, vocabSize: this.ckpt.config.vocabSize });
+    this.nativeGraph = { variant: { ...v }, graph };
+    return graph;
+  }
+
+  /** ATOM's decode graph takes the whole cache as a host input each step and returns the new position. */
+  private decodeHostInput(streams: EngineStream[], group: DecodeStep[]): Float32Array[] {
+    const g = this.geometry;
+    if (this.spec.nativeHostDecode) {
+      for (const s of streams) {
+        if (s.seqLen !== this.active.seqLen) throw new ConfigError("variant", `stream ${s.id} has S=${s.seqLen}; swap to a variant with S=${s.seqLen} first`);
+      }
+      const results = this.graphFor().step(streams.map((s) => s.host!), group.map((x) => x.token));
+      streams.forEach((s, i) => appendColumn(g, s.host!, results[i].k, results[i].v));
+      return results.map((r) => r.logits);
+    }
+    // The host cache is the input of the step: its valid positions go into a working cache
+    // (attention reads positions [0, n] only, so what lies past them does not matter).
+    const scratch = streams.map((s) => {
+      const c = this.takeCache(s.seqLen, false);
+      const h = s.host!;
+      for (let l = 0; l < g.layers; l++) copyPrefix(g, s.seqLen, h.n, h.k[l], h.v[l], c.layerK(l), c.layerV(l));
+      c.n = h.n;
+      return c;
+    });
+    try {
+      const logits = this.cpu.decode(group.map((x, i) => ({ cache: scratch[i], token: x.token })));
+      streams.forEach((s, i) => {
+        const host = s.host!;
+        const p = host.n;
+        for (let l = 0; l < g.layers; l++) copyPosition(g, s.seqLen, p, scratch[i].layerK(l), scratch[i].layerV(l), host.k[l], host.v[l]);
+        host.n = p + 1;
+      });
+      return logits;
+    } finally {
+      for (const c of scratch) this.returnCache(c);
+    }
+  }
+
+  // --- KV exchange ----------------------------------------------------------------------------
+
+  importKV(kv: KVBlobs): KVStream {
+    this.live();
+    checkKVBlobs(this.geometry, kv);
+    this.checkSeqLen(kv.seqLen, "imported KV");
+    const stream = new EngineStream(this, kv.seqLen, this.spec.residence);
+    if (this.spec.residence === "device") {
+      const cache = this.takeCache(kv.seqLen, false); // every byte is overwritten below
+      for (let l = 0; l < this.geometry.layers; l++) {
+        cache.layerK(l).set(kv.k[l]);
+        cache.layerV(l).set(kv.v[l]);
+      }
+      cache.n = kv.n;
+      stream.cache = cache;
+    } else {
+      stream.host = { seqLen: kv.seqLen, n: kv.n, k: kv.k.map((x) => x.slice()), v: kv.v.map((x) => x.slice()) };
+    }
+    this.streams.add(stream);
+    return stream;
+  }
+
+  exportKV(stream: KVStream): KVBlobs {
+    const s = this.own(stream);
+    if (s.cache) {
+      const L = this.geometry.layers;
+      return {
+        seqLen: s.seqLen,
+        n: s.cache.n,
+        k: Array.from({ length: L }, (_, l) => s.cache!.layerK(l).slice()),
+        v: Array.from({ length: L }, (_, l) => s.cache!.layerV(l).slice()),
+      };
+    }
+    const h = s.host!;
+    return { seqLen: h.seqLen, n: h.n, k: h.k.map((x) => x.slice()), v: h.v.map((x) => x.slice()) };
+  }
+
+  release(stream: KVStream): void {
+    if (!(stream instanceof EngineStream) || stream.owner !== this || stream.released) return;
+    stream.released = true;
+    this.streams.delete(stream);
+    if (stream.cache) this.returnCache(stream.cache);
+    stream.cache = null;
+    stream.host = null;
+  }
+
+  // --- swap and delta -------------------------------------------------------------------------
+
+  async swap(variant: EngineVariant): Promise<SwapResult> {
+    this.live();
+    if (!Number.isInteger(variant.batch) || variant.batch < 1 || !Number.isInteger(variant.seqLen) || variant.seqLen < 8) {
+      throw new ConfigError("variant", `batch must be >= 1 and seqLen >= 8, got ${JSON.stringify(variant)}`);
+    }
+    const t0 = performance.now();
+    const from = { ...this.active };
+    const compiled = !this.variantList.some((v) => v.batch === variant.batch && v.seqLen === variant.seqLen);
+    if (compiled) this.variantList = normalizeVariants([...this.variantList, { batch: variant.batch, seqLen: variant.seqLen }]);
+    this.active = { batch: variant.batch, seqLen: variant.seqLen };
+    // Weights stay; only the variant's workspace is made resident (kept for a later swap back).
+    this.prepareArena(this.active);
+    if (this.spec.nativeHostDecode) this.graphFor();
+    return { from, to: { ...this.active }, compiled, ms: performance.now() - t0 };
+  }
+
+  async applyDelta(modelDir: string): Promise<DeltaResult> {
+    this.live();
+    if (this.streams.size > 0) {
+      throw new UnsupportedError(`applyDelta with ${this.streams.size} live stream(s): their KV was computed with the old weights; release them first`);
+    }
+    const t0 = performance.now();
+    const next = await this.llama.loadCheckpoint(modelDir);
+    let nextHashes: CheckpointHashes;
+    try {
+      nextHashes = checkpointHashes(next, this.spec.artifactCache?.dir ?? null);
+    } catch (e) {
+      next.tensors.close();
+      throw e;
+    }
+    const plan = planTensorDelta({ config: this.ckpt.config, tensors: this.hashes }, { config: next.config, tensors: nextHashes });
+    if (!plan.fullReloadRequired && plan.changed.length === 0) {
+      next.tensors.close();
+      return { mode: "none", changedTensors: [], uploadBytes: 0, totalBytes: plan.totalBytes, modelFingerprint: this.hashes.fingerprint, reason: null, ms: performance.now() - t0 };
+    }
+    let mode: DeltaResult["mode"];
+    let reason = plan.reason;
+    if (!plan.fullReloadRequired && supportsTensorUpdate(this.cpu)) {
+      for (const name of plan.changed) this.cpu.updateTensor!(name, next.tensors);
+      mode = "tensors";
+    } else {
+      if (!reason) reason = "@airm/llama offers no LlamaModel.updateTensor; reloaded everything";
+      const weights = await loadWeights(this.llama, next, nextHashes.fingerprint, this.spec.threads, this.spec.artifactCache);
+      for (const free of this.arena.values()) for (const c of free) this.cpu.freeCache(c);
+      this.arena.clear();
+      this.prepared.clear();
+      this.cpu.close();
+      this.cpu = weights.model;
+      this.weightsFrom = weights.weightsFrom;
+      this.loadMs = weights.loadMs;
+      this.prepareArena(this.active);
+      mode = "full-reload";
+    }
+    this.ckpt.tensors.close();
+    this.ckpt = next;
+    this.hashes = nextHashes;
+    this.model = this.describe();
+    return {
+      mode,
+      changedTensors: plan.changed,
+      uploadBytes: mode === "tensors" ? plan.uploadBytes : plan.totalBytes,
+      totalBytes: plan.totalBytes,
+      modelFingerprint: nextHashes.fingerprint,
+      reason,
+      ms: performance.now() - t0,
+    };
+  }
+
+  stats(): EngineStats {
+    let kvBytes = 0;
+    for (const s of this.streams) kvBytes += requestKVBytes(this.geometry, s.seqLen);
+    return {
+      variant: { ...this.active },
+      streams: this.streams.size,
+      kvBytes,
+      kvCapacityBytes: this.spec.maxStreams * requestKVBytes(this.geometry, this.active.seqLen),
+      weightsFrom: this.weightsFrom,
+      loadMs: this.loadMs,
+    };
+  }
+
+  /** Bytes of one layer blob at `S` (what a transport moves per (layer, K|V)). */
+  layerBlobBytes(S: number): number {
+    return layerBytes(this.geometry, S);
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    for (const s of [...this.streams]) this.release(s);
+    this.nativeGraph?.graph.close();
+    this.nativeGraph = null;
+    for (const free of this.arena.values()) for (const c of free) this.cpu.freeCache(c);
+    this.arena.clear();
+    this.cpu.close();
+    this.ckpt.tensors.close();
+    this.closed = true;
+  }
+}

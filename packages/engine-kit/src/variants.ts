@@ -1,0 +1,83 @@
+// Compiled variants: a graph is compiled for a fixed batch width B and context S. Lists them,
+// picks the smallest that fits a request, and refuses with ContextOverflowError past the largest S.
+// Knows nothing about what runs a variant.
+
+import { ConfigError, ContextOverflowError } from "@airm/rm-core";
+import type { EngineVariant } from "@airm/rm-core";
+
+/** S compiled in the Helm chart by default. */
+export const CHART_SEQ_LEN = 256;
+/** S compiled in the ai-rm deployment. */
+export const DEPLOYMENT_SEQ_LEN = 512;
+/** Batch widths the seed compiled for decode (B4/B8/B16); prefill runs B=1. */
+export const DEFAULT_DECODE_BATCHES = [1, 4];
+
+/**
+ * Parses `AIRM_VARIANTS`-style text: `B4xS512,B1xS256` or `4x512,1x256`. Throws ConfigError
+ * naming the bad item.
+ */
+export function parseVariants(text: string, key = "AIRM_VARIANTS"): EngineVariant[] {
+  const out: EngineVariant[] = [];
+  for (const raw of text.split(",").map((s) => s.trim()).filter(Boolean)) {
+    const m = /^B?(\d+)\s*[xX]\s*S?(\d+)$/.exec(raw);
+    if (!m) throw new ConfigError(key, `"${raw}" is not a variant; write B<batch>xS<seqLen>, e.g. B4xS512`);
+    const batch = Number(m[1]);
+    const seqLen = Number(m[2]);
+    if (batch < 1 || batch > 256) throw new ConfigError(key, `"${raw}": batch must be 1..256`);
+    if (seqLen < 8 || seqLen > 131072) throw new ConfigError(key, `"${raw}": seqLen must be 8..131072`);
+    out.push({ batch, seqLen });
+  }
+  if (out.length === 0) throw new ConfigError(key, "no variant given");
+  return normalizeVariants(out);
+}
+
+/** Sorted by (seqLen, batch), duplicates removed. */
+export function normalizeVariants(list: EngineVariant[]): EngineVariant[] {
+  const seen = new Set<string>();
+  return [...list]
+    .sort((a, b) => a.seqLen - b.seqLen || a.batch - b.batch)
+    .filter((v) => {
+      const k = variantName(v);
+      if (seen.has(k)) return false;
+      seen.add(k);
+      return true;
+    });
+}
+
+/** `B4xS512`. */
+export function variantName(v: EngineVariant): string {
+  return `B${v.batch}xS${v.seqLen}`;
+}
+
+/**
+ * The variants an engine compiles by default: every batch of `batches` at `seqLen` (the load
+ * option, else `AIRM_SEQ_LEN`, else the chart's 256), or the `AIRM_VARIANTS` list when set.
+ */
+export function defaultVariants(options: { seqLen?: number; batch?: number; env?: NodeJS.ProcessEnv }): EngineVariant[] {
+  const env = options.env ?? process.env;
+  if (env.AIRM_VARIANTS) return parseVariants(env.AIRM_VARIANTS);
+  const seqLen = options.seqLen ?? (env.AIRM_SEQ_LEN ? Number(env.AIRM_SEQ_LEN) : CHART_SEQ_LEN);
+  if (!Number.isInteger(seqLen) || seqLen < 8) throw new ConfigError("seqLen", `must be an integer >= 8, got ${seqLen}`);
+  const batches = new Set([...DEFAULT_DECODE_BATCHES, options.batch ?? 1]);
+  return normalizeVariants([...batches].map((batch) => ({ batch, seqLen })));
+}
+
+/**
+ * The smallest variant with S >= promptTokens + maxTokens and B >= batch. Throws
+ * ContextOverflowError (stating the requested total and the largest compiled S) when no S is
+ * large enough, ConfigError for a bad count or a batch wider than every variant.
+ */
+export function pickVariant(variants: EngineVariant[], promptTokens: number, maxTokens: number, batch = 1): EngineVariant {
+  if (!Number.isInteger(promptTokens) || promptTokens < 1) throw new ConfigError("promptTokens", `must be an integer >= 1, got ${promptTokens}`);
+  if (!Number.isInteger(maxTokens) || maxTokens < 0) throw new ConfigError("maxTokens", `must be an integer >= 0, got ${maxTokens}`);
+  const need = promptTokens + maxTokens;
+  const largest = Math.max(...variants.map((v) => v.seqLen));
+  if (need > largest) {
+    throw new ContextOverflowError(need, largest, `prompt ${promptTokens} + max_tokens ${maxTokens}; compiled: ${variants.map(variantName).join(", ")}`);
+  }
+  const fit = variants.filter((v) => v.seqLen >= need && v.batch >= batch).sort((a, b) => a.seqLen - b.seqLen || a.batch - b.batch);
+  if (fit.length === 0) {
+    throw new ConfigError("batch", `no compiled variant has batch >= ${batch} with S >= ${need}; compiled: ${variants.map(variantName).join(", ")}`);
+  }
+  return fit[0];
+}

@@ -1,0 +1,331 @@
+// The shared engine mechanics on the real CPU reference model (@airm/llama) with a generated
+// tiny model: tokens equal the model run solo, across prefill modes, cache residences, batches,
+// processes-worth of KV export/import, variant swaps and delta loads.
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { isAirmError } from "@airm/rm-core";
+import { LlamaModel, loadCheckpoint, makeTinyModel, sample } from "@airm/llama";
+import { ArtifactCache, CpuBackedEngine, supportsPackedImage, type CpuEngineSpec, type EngineV2, type KVStream } from "../src/index.ts";
+import { bf16, editCheckpoint } from "./checkpoint-edit.ts";
+
+const root = mkdtempSync(join(tmpdir(), "airm-engine-"));
+const modelDir = join(root, "model");
+const S = 64;
+const PROMPTS = ["hello world, this is a test", "a", "the quick brown fox jumps over the lazy dog again and again", "1 2 3 4 5 6 7"];
+const STEPS = 12;
+let prompts: number[][];
+const reference = new Map<string, number[]>();
+
+/** Greedy tokens of the model run solo (prefill, then decode one token at a time). */
+async function solo(dir: string, tokens: number[], steps: number): Promise<number[]> {
+  const ckpt = await loadCheckpoint(dir);
+  const model = await LlamaModel.load(ckpt);
+  try {
+    const cache = model.newCache(S);
+    const out = [sample(model.prefill(tokens, cache), {}, tokens.length)];
+    while (out.length < steps) out.push(sample(model.decode([{ cache, token: out[out.length - 1] }])[0], {}, cache.n));
+    return out;
+  } finally {
+    model.close();
+    ckpt.tensors.close();
+  }
+}
+
+function spec(over: Partial<CpuEngineSpec> = {}): CpuEngineSpec {
+  return {
+    name: "test",
+    backend: "test",
+    prefillMode: "whole",
+    residence: "device",
+    device: { vendor: "cpu", path: "cpu-reference", device: null, detail: "test" },
+    variants: [{ batch: 1, seqLen: S }, { batch: 4, seqLen: S }, { batch: 4, seqLen: 2 * S }],
+    activeVariant: { batch: 4, seqLen: S },
+    chunkSize: 5,
+    threads: 1,
+    artifactCache: new ArtifactCache(join(root, "artifacts")),
+    maxStreams: 8,
+    ...over,
+  };
+}
+
+async function generate(engine: EngineV2, tokens: number[], steps: number, seqLen = S): Promise<number[]> {
+  const r = await engine.prefill(tokens, { seqLen, keepStream: true });
+  const out = [r.firstToken];
+  while (out.length < steps) out.push((await engine.decode([{ stream: r.stream!, token: out[out.length - 1] }]))[0]);
+  engine.release(r.stream!);
+  return out;
+}
+
+beforeAll(async () => {
+  makeTinyModel({ arch: "llama", out: modelDir, layers: 2, seed: 7 });
+  const ckpt = await loadCheckpoint(modelDir);
+  prompts = PROMPTS.map((p) => ckpt.tokenizer.encode(p));
+  ckpt.tensors.close();
+  for (const [i, p] of prompts.entries()) reference.set(String(i), await solo(modelDir, p, STEPS));
+}, 120_000);
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+describe("prefill and decode equal the model run solo", () => {
+  const modes: [CpuEngineSpec["prefillMode"], CpuEngineSpec["residence"]][] = [
+    ["whole", "device"],
+    ["chunked", "device"],
+    ["whole", "host"],
+  ];
+  for (const [prefillMode, residence] of modes) {
+    it(`${prefillMode} prefill, ${residence} cache`, async () => {
+      const engine = await CpuBackedEngine.open(modelDir, spec({ prefillMode, residence }));
+      try {
+        for (const [i, p] of prompts.entries()) expect(await generate(engine, p, STEPS)).toEqual(reference.get(String(i)));
+      } finally {
+        await engine.close();
+      }
+    });
+  }
+
+  it("chunked and whole prefill give the same KV bytes, and onLayer sees each layer once, in order", async () => {
+    const whole = await CpuBackedEngine.open(modelDir, spec());
+    const chunked = await CpuBackedEngine.open(modelDir, spec({ prefillMode: "chunked" }));
+    try {
+      const seen: number[] = [];
+      const a = await whole.prefill(prompts[2], {
+        seqLen: S,
+        onLayer: async (l, k, v) => {
+          seen.push(l);
+          expect(k.some((x) => x !== 0) && v.some((x) => x !== 0)).toBe(true); // already computed
+          expect(k.length).toBe(whole.model.kvHeads * whole.model.headDim * S * 2);
+          expect(v.length).toBe(k.length);
+          await new Promise((r) => setImmediate(r));
+        },
+      });
+      const b = await chunked.prefill(prompts[2], { seqLen: S });
+      expect(seen).toEqual([0, 1]);
+      expect(a.firstToken).toBe(b.firstToken);
+      expect(a.kv.n).toBe(prompts[2].length);
+      for (let l = 0; l < 2; l++) {
+        expect(Buffer.from(a.kv.k[l]).equals(Buffer.from(b.kv.k[l]))).toBe(true);
+        expect(Buffer.from(a.kv.v[l]).equals(Buffer.from(b.kv.v[l]))).toBe(true);
+      }
+      expect(a.kv.k[0].some((x) => x !== 0)).toBe(true);
+    } finally {
+      await whole.close();
+      await chunked.close();
+    }
+  });
+
+  it("a rejected onLayer promise fails the prefill and frees its stream", async () => {
+    const engine = await CpuBackedEngine.open(modelDir, spec());
+    try {
+      await expect(engine.prefill(prompts[0], { seqLen: S, keepStream: true, onLayer: (l) => (l === 1 ? Promise.reject(new Error("push failed")) : undefined) })).rejects.toThrow("push failed");
+      expect(engine.stats().streams).toBe(0);
+    } finally {
+      await engine.close();
+    }
+  });
+});
+
+describe("KV handoff and batching", () => {
+  it("prefill in one engine, export, import into another (either residence) continues exactly", async () => {
+    const prefill = await CpuBackedEngine.open(modelDir, spec({ prefillMode: "chunked" }));
+    const decoders = [await CpuBackedEngine.open(modelDir, spec()), await CpuBackedEngine.open(modelDir, spec({ residence: "host" }))];
+    try {
+      for (const [i, p] of prompts.entries()) {
+        const r = await prefill.prefill(p, { seqLen: S });
+        // What crosses a transport: fresh copies of the layer blobs.
+        const wire = { seqLen: r.kv.seqLen, n: r.kv.n, k: r.kv.k.map((x) => new Uint8Array(x)), v: r.kv.v.map((x) => new Uint8Array(x)) };
+        for (const d of decoders) {
+          const stream = d.importKV(wire);
+          const out = [r.firstToken];
+          while (out.length < STEPS) out.push((await d.decode([{ stream, token: out[out.length - 1] }]))[0]);
+          expect(out).toEqual(reference.get(String(i)));
+          const back = d.exportKV(stream);
+          expect(back.n).toBe(p.length + STEPS - 1);
+          d.release(stream);
+        }
+      }
+    } finally {
+      await prefill.close();
+      for (const d of decoders) await d.close();
+    }
+  });
+
+  it("streams decoded together in one batch give the tokens they give alone", async () => {
+    for (const residence of ["device", "host"] as const) {
+      const engine = await CpuBackedEngine.open(modelDir, spec({ residence }));
+      try {
+        const started = await Promise.all(prompts.map((p) => engine.prefill(p, { seqLen: S, keepStream: true })));
+        const outs = started.map((r) => [r.firstToken]);
+        while (outs[0].length < STEPS) {
+          const next = await engine.decode(started.map((r, i) => ({ stream: r.stream!, token: outs[i][outs[i].length - 1] })));
+          next.forEach((t, i) => outs[i].push(t));
+        }
+        outs.forEach((o, i) => expect(o).toEqual(reference.get(String(i))));
+        expect(engine.stats().streams).toBe(prompts.length);
+        expect(engine.stats().kvBytes).toBe(prompts.length * 2 * 2 * engine.model.kvHeads * engine.model.headDim * S * 2);
+      } finally {
+        await engine.close();
+      }
+    }
+  });
+
+  it("refuses bad KV, foreign or released streams and full caches with typed errors", async () => {
+    const engine = await CpuBackedEngine.open(modelDir, spec());
+    const other = await CpuBackedEngine.open(modelDir, spec());
+    try {
+      const r = await engine.prefill(prompts[0], { seqLen: S });
+      const code = (fn: () => unknown): string => {
+        try {
+          fn();
+        } catch (e) {
+          return isAirmError(e) ? e.code : String(e);
+        }
+        return "none";
+      };
+      expect(code(() => engine.importKV({ ...r.kv, k: r.kv.k.slice(0, 1) }))).toBe("KV_INTEGRITY");
+      expect(code(() => engine.importKV({ ...r.kv, n: S + 1 }))).toBe("KV_INTEGRITY");
+      expect(code(() => engine.importKV({ ...r.kv, k: r.kv.k.map((x) => x.subarray(1)) }))).toBe("KV_INTEGRITY");
+      expect(code(() => engine.importKV({ seqLen: 100, n: 1, k: r.kv.k, v: r.kv.v }))).toBe("KV_INTEGRITY");
+      const s = other.importKV(r.kv);
+      await expect(engine.decode([{ stream: s, token: 1 }])).rejects.toMatchObject({ code: "KV_INTEGRITY" });
+      other.release(s);
+      await expect(other.decode([{ stream: s, token: 1 }])).rejects.toMatchObject({ code: "KV_INTEGRITY" });
+      const full = engine.importKV({ ...r.kv, n: S });
+      await expect(engine.decode([{ stream: full, token: 1 }])).rejects.toMatchObject({ code: "CONTEXT_OVERFLOW" });
+      await expect(engine.prefill(new Array(S + 1).fill(5), { seqLen: S })).rejects.toMatchObject({ code: "CONTEXT_OVERFLOW" });
+      await expect(engine.prefill([5, 1e9], { seqLen: S })).rejects.toMatchObject({ code: "CONFIG" });
+      await expect(engine.prefill([], { seqLen: S })).rejects.toMatchObject({ code: "CONFIG" });
+      const live = engine.stats().streams;
+      await expect(engine.prefill([5], { seqLen: S, keepStream: true, sampling: { temperature: 1, topP: 7 } })).rejects.toMatchObject({ code: "CONFIG" });
+      expect(engine.stats().streams).toBe(live);
+      await expect(engine.prefill([5], { seqLen: 96 })).rejects.toMatchObject({ code: "KV_INTEGRITY" });
+      const twice = engine.importKV(r.kv);
+      await expect(engine.decode([{ stream: twice, token: 1 }, { stream: twice, token: 2 }])).rejects.toMatchObject({ code: "CONFIG" });
+      try {
+        engine.pickVariant(100, 29);
+        expect.unreachable();
+      } catch (e) {
+        expect(isAirmError(e, "CONTEXT_OVERFLOW")).toBe(true);
+        expect((e as Error).message).toMatch(/129 tokens exceeds the compiled context of 128/);
+      }
+      expect(engine.pickVariant(100, 28)).toEqual({ batch: 4, seqLen: 128 });
+    } finally {
+      await engine.close();
+      await other.close();
+    }
+  });
+});
+
+describe("swap and delta", () => {
+  it("swap keeps the weights, changes only the variant, and tokens stay identical", async () => {
+    const engine = await CpuBackedEngine.open(modelDir, spec());
+    try {
+      const before = await generate(engine, prompts[0], STEPS);
+      const a = await engine.swap({ batch: 4, seqLen: 2 * S });
+      expect([a.compiled, a.from, a.to]).toEqual([false, { batch: 4, seqLen: S }, { batch: 4, seqLen: 2 * S }]);
+      expect(engine.activeVariant).toEqual({ batch: 4, seqLen: 2 * S });
+      expect(await generate(engine, prompts[0], STEPS, 2 * S)).toEqual(before);
+      const b = await engine.swap({ batch: 2, seqLen: 96 });
+      expect(b.compiled).toBe(true);
+      expect(engine.variants()).toContainEqual({ batch: 2, seqLen: 96 });
+      expect(await generate(engine, prompts[0], STEPS, 96)).toEqual(before);
+      // A stream made under one variant keeps decoding after a swap.
+      const r = await engine.prefill(prompts[1], { seqLen: 96, keepStream: true });
+      await engine.swap({ batch: 4, seqLen: S });
+      const out = [r.firstToken];
+      while (out.length < STEPS) out.push((await engine.decode([{ stream: r.stream!, token: out[out.length - 1] }]))[0]);
+      expect(out).toEqual(reference.get("1"));
+    } finally {
+      await engine.close();
+    }
+  });
+
+  it("applyDelta uploads only changed tensors and gives the tokens of a full load of the new checkpoint", async () => {
+    const newDir = join(root, "model-v2");
+    const changed = editCheckpoint(modelDir, newDir, {
+      "model.norm.weight": (i) => bf16(i % 3 === 0 ? -2 : 1.5),
+      "model.layers.1.mlp.down_proj.weight": (i, old) => old ^ 0x0040,
+      "lm_head.weight": (i, old) => (i % 7 === 0 ? bf16(0.5) : old),
+    });
+    const engine = await CpuBackedEngine.open(modelDir, spec());
+    try {
+      const before = await generate(engine, prompts[0], STEPS);
+      const oldFingerprint = engine.model.modelFingerprint;
+      const d = await engine.applyDelta(newDir);
+      const expected = await solo(newDir, prompts[0], STEPS);
+      expect(expected).not.toEqual(before); // the edit matters, so equality below means something
+      expect(await generate(engine, prompts[0], STEPS)).toEqual(expected);
+      expect(d.changedTensors).toEqual(changed);
+      expect(d.modelFingerprint).not.toBe(oldFingerprint);
+      expect(engine.model.modelFingerprint).toBe(d.modelFingerprint);
+      const fresh = await loadCheckpoint(newDir);
+      expect(d.modelFingerprint).toBe(fresh.fingerprint);
+      fresh.tensors.close();
+      if (typeof (LlamaModel.prototype as { updateTensor?: unknown }).updateTensor === "function") {
+        expect(d.mode).toBe("tensors");
+        expect(d.uploadBytes).toBeLessThan(d.totalBytes / 2);
+      } else {
+        expect(d.mode).toBe("full-reload");
+        expect(d.reason).toMatch(/updateTensor/);
+      }
+      expect((await engine.applyDelta(newDir)).mode).toBe("none");
+      // Live streams block a delta: their KV belongs to the old weights.
+      const r = await engine.prefill(prompts[0], { seqLen: S, keepStream: true });
+      await expect(engine.applyDelta(modelDir)).rejects.toMatchObject({ code: "UNSUPPORTED" });
+      engine.release(r.stream as KVStream);
+      await engine.applyDelta(modelDir);
+      expect(await generate(engine, prompts[0], STEPS)).toEqual(before);
+    } finally {
+      await engine.close();
+    }
+  });
+});
+
+describe("artifact cache and hash records", () => {
+  it("a second load finds the checkpoint's hashes recorded, and the packed weights when the model offers them", async () => {
+    const cacheDir = join(root, "artifacts-warm");
+    const first = await CpuBackedEngine.open(modelDir, spec({ artifactCache: new ArtifactCache(cacheDir) }));
+    const second = await CpuBackedEngine.open(modelDir, spec({ artifactCache: new ArtifactCache(cacheDir) }));
+    try {
+      expect(first.hashesFrom).toBe("hashed");
+      expect(second.hashesFrom).toBe("record");
+      expect(second.model.modelFingerprint).toBe(first.model.modelFingerprint);
+      expect(first.stats().weightsFrom).toBe("converted");
+      const packed = supportsPackedImage(LlamaModel as never);
+      expect(second.stats().weightsFrom).toBe(packed ? "artifact-cache" : "converted");
+      expect(await generate(second, prompts[3], STEPS)).toEqual(reference.get("3"));
+    } finally {
+      await first.close();
+      await second.close();
+    }
+  });
+
+  it("an unwritable cache folder costs the warm start, not the load", async () => {
+    const blocker = join(root, "a-file");
+    writeFileSync(blocker, "not a folder");
+    const engine = await CpuBackedEngine.open(modelDir, spec({ artifactCache: new ArtifactCache(join(blocker, "cache")) }));
+    try {
+      expect(engine.hashesFrom).toBe("hashed");
+      expect(await generate(engine, prompts[1], STEPS)).toEqual(reference.get("1"));
+    } finally {
+      await engine.close();
+    }
+  });
+
+  it("a changed file invalidates the hash record", async () => {
+    const cacheDir = join(root, "artifacts-touch");
+    const dir = join(root, "model-touch");
+    editCheckpoint(modelDir, dir, {});
+    (await CpuBackedEngine.open(dir, spec({ artifactCache: new ArtifactCache(cacheDir) }))).close();
+    editCheckpoint(modelDir, dir, { "model.norm.weight": () => bf16(1) });
+    const again = await CpuBackedEngine.open(dir, spec({ artifactCache: new ArtifactCache(cacheDir) }));
+    try {
+      expect(again.hashesFrom).toBe("hashed");
+      const fresh = await loadCheckpoint(dir);
+      expect(again.model.modelFingerprint).toBe(fresh.fingerprint);
+      fresh.tensors.close();
+    } finally {
+      await again.close();
+    }
+  });
+});

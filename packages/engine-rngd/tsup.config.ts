@@ -1,0 +1,3 @@
+import { defineConfig } from "tsup";
+
+export default defineConfig({ entry: ["src/index.ts"], format: ["esm"], dts: true, clean: true, target: "node20" });
