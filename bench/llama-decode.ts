@@ -1,0 +1,105 @@
+// Decode and prefill speed of the CPU reference model with the 135m preset shape, against a
+// bandwidth roofline measured in the same run: streaming the same weight bytes with the plainest
+// fast wasm read loop. Usage: pnpm bench llama-decode [--model DIR] [--threads 1|2] [--steps N]
+import { execFileSync } from "node:child_process";
+import { existsSync, renameSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { LlamaModel } from "../packages/llama/src/model/llama-model.ts";
+import type { Checkpoint } from "../packages/llama/src/checkpoint-types.ts";
+import { argValue, finalLine, fmt, progress, progressDone, summarize } from "./lib.ts";
+import { loadCheckpoint } from "../packages/llama/src/checkpoint/load-checkpoint.ts";
+
+const cli = fileURLToPath(new URL("../packages/llama/bin/airm-model.mjs", import.meta.url));
+
+const args = process.argv.slice(2);
+const modelDir = argValue(args, "model");
+const threads = Number(argValue(args, "threads", "1")) as 1 | 2;
+const steps = Number(argValue(args, "steps", "48"));
+const reps = Number(argValue(args, "reps", "3"));
+
+/** The model: --model DIR, else the generator's 135m preset, made once into the temp folder. */
+async function checkpoint(): Promise<{ ckpt: Checkpoint; source: string }> {
+  let dir = modelDir;
+  if (!dir) {
+    dir = join(tmpdir(), "airm-bench-135m-preset");
+    if (!existsSync(join(dir, "model.safetensors"))) {
+      progress("generating the 135m preset model (airm-model make-tiny --preset 135m)");
+      const partial = `${dir}.partial-${process.pid}`;
+      execFileSync(process.execPath, [cli, "make-tiny", "--arch", "llama", "--preset", "135m", "--out", partial], { stdio: "pipe" });
+      rmSync(dir, { recursive: true, force: true });
+      renameSync(partial, dir);
+      progressDone();
+    }
+  }
+  return { ckpt: await loadCheckpoint(dir), source: modelDir ? dir : `${dir} (airm-model make-tiny --preset 135m)` };
+}
+
+const { ckpt, source } = await checkpoint();
+progress("loading weights");
+const model = await LlamaModel.load(ckpt, { threads });
+progressDone();
+const c = model.config;
+console.log(`model: ${source} (${c.numLayers} layers, hidden ${c.hiddenSize}, vocab ${c.vocabSize}), threads ${threads}`);
+console.log(`weight bytes streamed per decode step: ${(model.weightBytesPerToken / 1e6).toFixed(1)} MB`);
+
+const S = 512;
+const prompt = Array.from({ length: 256 }, (_, i) => (i * 7919 + 13) % c.vocabSize);
+
+// Prefill of a 256-token prompt.
+const prefillMs: number[] = [];
+for (let r = 0; r < reps; r++) {
+  progress(`prefill ${r + 1}/${reps}`);
+  const cache = model.newCache(S);
+  const t0 = performance.now();
+  model.prefill(prompt, cache);
+  prefillMs.push(performance.now() - t0);
+  model.freeCache(cache);
+}
+
+// Decode at B=1 and B=4 and the roofline, interleaved step by step so that a change in machine
+// load hits all three alike (positions 16..16+steps).
+const one = model.newCache(S);
+model.prefill(prompt.slice(0, 16), one);
+const four = Array.from({ length: 4 }, (_, i) => {
+  const cache = model.newCache(S);
+  model.prefill(prompt.slice(i, i + 16), cache);
+  return cache;
+});
+const b1: number[] = [], b4: number[] = [], roof: number[] = [];
+model.streamWeights(); // warm
+for (let s = 0; s < steps; s++) {
+  progress(`decode step ${s + 1}/${steps}`);
+  let t0 = performance.now();
+  model.decode([{ cache: one, token: (s * 31) % c.vocabSize }]);
+  b1.push(performance.now() - t0);
+  t0 = performance.now();
+  model.streamWeights();
+  roof.push(performance.now() - t0);
+  t0 = performance.now();
+  model.decode(four.map((cache, i) => ({ cache, token: (s * 31 + i) % c.vocabSize })));
+  b4.push(performance.now() - t0);
+}
+progressDone();
+model.close();
+
+const step1 = summarize(b1), step4 = summarize(b4), roofS = summarize(roof), pre = summarize(prefillMs);
+const decodeTokS = 1000 / step1.median;
+const decodeB4TokS = 4000 / step4.median;
+const rooflineTokS = 1000 / roofS.median;
+const prefillTokS = (prompt.length * 1000) / pre.median;
+console.log(`decode B=1 step: ${fmt(step1)} -> ${decodeTokS.toFixed(1)} tok/s`);
+console.log(`decode B=4 step: ${fmt(step4)} -> ${decodeB4TokS.toFixed(1)} tok/s`);
+console.log(`roofline (stream ${(model.weightBytesPerToken / 1e6).toFixed(1)} MB): ${fmt(roofS)} -> ${rooflineTokS.toFixed(1)} tok/s, ${(model.weightBytesPerToken / roofS.median / 1e6).toFixed(2)} GB/s`);
+console.log(`prefill 256 tokens: ${fmt(pre)} -> ${prefillTokS.toFixed(1)} tok/s`);
+finalLine({
+  bench: "llama-decode",
+  threads,
+  decode_tok_s: decodeTokS,
+  decode_b4_tok_s: decodeB4TokS,
+  prefill_tok_s: prefillTokS,
+  roofline_tok_s: rooflineTokS,
+  ratio: decodeTokS / rooflineTokS,
+  b4_over_b1: decodeB4TokS / decodeTokS,
+});

@@ -1,0 +1,24 @@
+// @airm/llama: the CPU reference model. Each half adds its own exports below.
+
+// Checkpoint I/O: loading, tokenizers, the tiny-model generator, the model cache.
+export type { Architecture, Checkpoint, ChatMessage, GenerationDefaults, ModelConfig, RopeScaling, TensorInfo, TensorSource, Tokenizer } from "./checkpoint-types.ts";
+export { loadCheckpoint, checkTensors } from "./checkpoint/load-checkpoint.ts";
+export { ModelLoadError } from "./checkpoint/model-load-error.ts";
+export { expectedTensors, type ExpectedTensor } from "./checkpoint/expected-tensors.ts";
+export { modelFingerprint, canonicalJson } from "./checkpoint/fingerprint.ts";
+export { f32ToBf16, bf16ToF32, f16BitsToF32 } from "./checkpoint/bf16-convert.ts";
+export { HfTokenizer } from "./tokenizer/hf-tokenizer.ts";
+export { IncrementalDetokenizer, type IncrementalDetokenizerOptions } from "./tokenizer/incremental-detokenizer.ts";
+export { StopStringMatcher, type StopResult } from "./tokenizer/stop-strings.ts";
+export { makeTinyModel, type TinyModelOptions, type TinyModelResult } from "./tiny/make-tiny-model.ts";
+export { KNOWN_MODELS, ModelPullError, defaultCacheDir, listModels, pullModel, resolveCachedModel, type CachedModel, type PullOptions } from "./model-cache/model-cache.ts";
+
+// The model: wasm kernels, forward pass over explicit KV caches, sampling.
+export { LlamaModel, bf16Bits, type LlamaModelOptions, type PrefillOptions, type DecodeStep } from "./model/llama-model.ts";
+export { KV_LAYOUT, kvLayerBytes, type KVCache } from "./model/kv-cache.ts";
+export { generate, continueGeneration, continueFromToken, type GenerateOptions, type GenerateResult } from "./model/generate.ts";
+export { sample, argmax, counterUniform, type SamplingParams } from "./sampling/sample.ts";
+export { ropeInverseFrequencies } from "./model/rope.ts";
+export { KERNEL_VERSION, NUMERICS_CHOICES } from "./kernels/assemble.ts";
+export { KernelRuntime, type KernelRuntimeOptions } from "./kernels/kernel-runtime.ts";
+export { interleaveRows, imageIndex } from "./kernels/weight-image.ts";

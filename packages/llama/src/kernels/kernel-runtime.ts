@@ -1,0 +1,245 @@
+// One shared WasmMemory, the kernel instance on it, a bump allocator with a free list,
+// and an optional second thread that takes half of each matmul's rows. Knows pointers and
+// shapes; the model decides what the buffers mean.
+import { Worker } from "node:worker_threads";
+import { AirmError, ConfigError } from "@airm/rm-core";
+import { assembleKernels, type AssembledKernels } from "./assemble.ts";
+import { wasmApi, type WasmInstance, type WasmMemory, type WasmModule } from "./wasm-api.ts";
+
+const PAGE = 65536;
+const MAX_PAGES = 65536; // wasm32: 4 GiB
+const ALIGN = 64;
+/** Below this many output values a matmul stays on the calling thread (no effect on bits). */
+const SPLIT_MIN_OUTPUTS = 256;
+
+interface KernelExports {
+  matmul(w: number, x: number, y: number, T: number, cols: number, rows: number, r0: number, r1: number): void;
+  pack_x(src: number, dst: number, T: number, cols: number): void;
+  rmsnorm(x: number, w: number, out: number, n: number, eps: number): void;
+  attn_scores(q: number, k: number, S: number, D: number, n: number, out: number): void;
+  attn_values(p: number, v: number, D: number, n: number, out: number): void;
+  stream_read(p: number, bytes: number): number;
+}
+
+// Control words shared with the second thread.
+const C_SEQ = 0; // job counter, bumped by the caller
+const C_DONE = 1; // last job finished by the worker
+const C_QUIT = 2;
+const C_FAILED = 3;
+const C_ARGS = 4; // w, x, y, T, cols, rows, r0, r1
+const CTRL_WORDS = 16;
+
+// Plain script (eval) so the worker needs no TypeScript loader; it only runs matmul row ranges.
+const WORKER_SOURCE = `
+const { workerData, parentPort } = require("node:worker_threads");
+const { module, memory, ctrl: ctrlBuffer } = workerData;
+const ctrl = new Int32Array(ctrlBuffer);
+WebAssembly.instantiate(module, { env: { memory } }).then((instance) => {
+  const matmul = instance.exports.matmul;
+  parentPort.postMessage("ready");
+  let last = 0;
+  for (;;) {
+    let seq;
+    while ((seq = Atomics.load(ctrl, ${C_SEQ})) === last) Atomics.wait(ctrl, ${C_SEQ}, last);
+    last = seq;
+    if (Atomics.load(ctrl, ${C_QUIT}) === 1) break;
+    try {
+      const a = ${C_ARGS};
+      matmul(ctrl[a], ctrl[a + 1], ctrl[a + 2], ctrl[a + 3], ctrl[a + 4], ctrl[a + 5], ctrl[a + 6], ctrl[a + 7]);
+    } catch (e) {
+      Atomics.store(ctrl, ${C_FAILED}, 1);
+    }
+    Atomics.store(ctrl, ${C_DONE}, seq);
+    Atomics.notify(ctrl, ${C_DONE});
+  }
+  parentPort.close();
+});
+`;
+
+export interface KernelRuntimeOptions {
+  threads?: 1 | 2;
+  /** Bytes to reserve up front (weights); the memory grows later as needed. */
+  initialBytes?: number;
+}
+
+/** The kernels plus the memory they run on. Create with `KernelRuntime.create`. */
+export class KernelRuntime {
+  readonly memory: WasmMemory;
+  readonly threads: 1 | 2;
+  readonly kernelSourceSha256: string;
+  private readonly k: KernelExports;
+  private top = ALIGN; // address 0 stays unused
+  private highWater = ALIGN; // below this, memory may hold old data
+  private readonly freeBlocks: { ptr: number; bytes: number }[] = [];
+  private worker: Worker | undefined;
+  private readonly ctrl: Int32Array;
+  private seq = 0;
+  private closed = false;
+  u8!: Uint8Array;
+  u16!: Uint16Array;
+  u32!: Uint32Array;
+  f32!: Float32Array;
+
+  private constructor(memory: WasmMemory, instance: WasmInstance, kernels: AssembledKernels, threads: 1 | 2) {
+    this.memory = memory;
+    this.k = instance.exports as unknown as KernelExports;
+    this.threads = threads;
+    this.kernelSourceSha256 = kernels.sourceSha256;
+    this.ctrl = new Int32Array(new SharedArrayBuffer(CTRL_WORDS * 4));
+    this.refreshViews();
+  }
+
+  /** Assembles the kernels (once per process), creates the memory and, for threads 2, starts the worker. */
+  static async create(opts: KernelRuntimeOptions = {}): Promise<KernelRuntime> {
+    const threads = opts.threads ?? 1;
+    if (threads !== 1 && threads !== 2) throw new ConfigError("threads", `must be 1 or 2, got ${String(threads)}`);
+    const kernels = await assembleKernels();
+    const initialPages = Math.min(MAX_PAGES, Math.max(1, Math.ceil(((opts.initialBytes ?? 0) + 4 * PAGE) / PAGE)));
+    let memory: WasmMemory;
+    try {
+      memory = new wasmApi.Memory({ initial: initialPages, maximum: MAX_PAGES, shared: true });
+    } catch (e) {
+      throw new AirmError("MODEL_LOAD", `cannot reserve ${initialPages * PAGE} bytes of wasm memory (4 GiB cap): ${(e as Error).message}`);
+    }
+    const instance = await wasmApi.instantiate(kernels.module, { env: { memory } });
+    const rt = new KernelRuntime(memory, instance, kernels, threads);
+    if (threads === 2) await rt.startWorker(kernels.module);
+    return rt;
+  }
+
+  private async startWorker(module: WasmModule): Promise<void> {
+    const worker = new Worker(WORKER_SOURCE, { eval: true, workerData: { module, memory: this.memory, ctrl: this.ctrl.buffer } });
+    await new Promise<void>((resolve, reject) => {
+      worker.once("message", () => resolve());
+      worker.once("error", reject);
+    });
+    worker.unref();
+    this.worker = worker;
+  }
+
+  private refreshViews(): void {
+    const b = this.memory.buffer;
+    this.u8 = new Uint8Array(b);
+    this.u16 = new Uint16Array(b);
+    this.u32 = new Uint32Array(b);
+    this.f32 = new Float32Array(b);
+  }
+
+  /** The address the next allocation from the top would get (the end of everything allocated). */
+  get allocationTop(): number {
+    return this.top;
+  }
+
+  /** Current memory size in bytes. */
+  get byteLength(): number {
+    return this.memory.buffer.byteLength;
+  }
+
+  /** Allocates `bytes` (64-byte aligned, zeroed). Throws AirmError MODEL_LOAD past the 4 GiB cap. */
+  alloc(bytes: number): number {
+    const size = Math.ceil(Math.max(bytes, 1) / ALIGN) * ALIGN;
+    const i = this.freeBlocks.findIndex((b) => b.bytes >= size);
+    if (i >= 0) {
+      const block = this.freeBlocks[i];
+      const ptr = block.ptr;
+      if (block.bytes === size) this.freeBlocks.splice(i, 1);
+      else this.freeBlocks[i] = { ptr: ptr + size, bytes: block.bytes - size };
+      this.u8.fill(0, ptr, ptr + size);
+      return ptr;
+    }
+    const ptr = this.top;
+    const end = ptr + size;
+    if (end > MAX_PAGES * PAGE) {
+      throw new AirmError("MODEL_LOAD", `wasm memory exhausted: need ${end} bytes, the cap is 4 GiB; use a smaller context S or fewer caches`);
+    }
+    const have = this.memory.buffer.byteLength;
+    if (end > have) {
+      try {
+        this.memory.grow(Math.ceil((end - have) / PAGE));
+      } catch (e) {
+        throw new AirmError("MODEL_LOAD", `cannot grow wasm memory to ${end} bytes: ${(e as Error).message}`);
+      }
+      this.refreshViews();
+    }
+    this.top = end;
+    if (ptr < this.highWater) this.u8.fill(0, ptr, Math.min(end, this.highWater));
+    if (end > this.highWater) this.highWater = end;
+    return ptr;
+  }
+
+  /** Returns a block to the free list (it is zeroed again when reused). */
+  free(ptr: number, bytes: number): void {
+    const size = Math.ceil(Math.max(bytes, 1) / ALIGN) * ALIGN;
+    if (ptr + size === this.top) this.top = ptr;
+    else this.freeBlocks.push({ ptr, bytes: size });
+  }
+
+  /**
+   * Y[t][r] = W[r] . X[t] for t < T, r < rows. W: bf16 image at `w` (see weight-image.ts), X: f32
+   * [T][cols] packed by packX, Y: f32 [T][rows]. With two threads the rows are split (never the sum).
+   */
+  matmul(w: number, x: number, y: number, T: number, cols: number, rows: number): void {
+    if (this.worker === undefined || rows * T < SPLIT_MIN_OUTPUTS || rows < 8) {
+      this.k.matmul(w, x, y, T, cols, rows, 0, rows);
+      return;
+    }
+    const mid = (rows >> 3) << 2; // half the rows, a multiple of 4
+    const c = this.ctrl;
+    c[C_ARGS] = w;
+    c[C_ARGS + 1] = x;
+    c[C_ARGS + 2] = y;
+    c[C_ARGS + 3] = T;
+    c[C_ARGS + 4] = cols;
+    c[C_ARGS + 5] = rows;
+    c[C_ARGS + 6] = mid;
+    c[C_ARGS + 7] = rows;
+    const seq = ++this.seq;
+    Atomics.store(c, C_SEQ, seq);
+    Atomics.notify(c, C_SEQ);
+    this.k.matmul(w, x, y, T, cols, rows, 0, mid);
+    let done: number;
+    while ((done = Atomics.load(c, C_DONE)) !== seq) Atomics.wait(c, C_DONE, done);
+    if (Atomics.load(c, C_FAILED) === 1) throw new AirmError("MODEL_LOAD", "the second kernel thread failed; reload the model with threads: 1");
+  }
+
+  /**
+   * Packs f32 X [T][cols] at `src` into matmul input order at `dst` (same size): blocks of 8
+   * reordered [0 2 4 6 1 3 5 7], tokens grouped in quads; see pack_x in kernels.wat.
+   */
+  packX(src: number, dst: number, T: number, cols: number): void {
+    this.k.pack_x(src, dst, T, cols);
+  }
+
+  /** out = x / sqrt(mean(x^2) + eps) * w, all f32, n % 4 == 0. */
+  rmsnorm(x: number, w: number, out: number, n: number, eps: number): void {
+    this.k.rmsnorm(x, w, out, n, eps);
+  }
+
+  /** out[s] = sum_d q[d] K[d][s] for s < n (rounded up to 4); K bf16 [D][S]. */
+  attnScores(q: number, k: number, S: number, D: number, n: number, out: number): void {
+    this.k.attn_scores(q, k, S, D, n, out);
+  }
+
+  /** out[d] = sum_s p[s] V[s][d] for s < n; V bf16 [S][D]. */
+  attnValues(p: number, v: number, D: number, n: number, out: number): void {
+    this.k.attn_values(p, v, D, n, out);
+  }
+
+  /** Streams `bytes` (multiple of 128) from `p`; returns a fold of the data (keeps the loop alive). */
+  streamRead(p: number, bytes: number): number {
+    return this.k.stream_read(p, bytes);
+  }
+
+  /** Stops the second thread. The memory is released with the last reference. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.worker) {
+      Atomics.store(this.ctrl, C_QUIT, 1);
+      Atomics.store(this.ctrl, C_SEQ, ++this.seq);
+      Atomics.notify(this.ctrl, C_SEQ);
+      void this.worker.terminate();
+      this.worker = undefined;
+    }
+  }
+}

@@ -1,0 +1,619 @@
+// The Llama / Qwen2 forward pass over explicit KV caches: weights packed as bf16 into one wasm
+// memory, whole-prompt prefill, chunked prefill and batched decode sharing one code path (so they
+// agree bit for bit). Knows the architecture and the numerics; loading files and sampling are
+// done elsewhere.
+import { createHash } from "node:crypto";
+import { AirmError, ConfigError, ContextOverflowError } from "@airm/rm-core";
+import type { Checkpoint, ModelConfig, TensorSource } from "../checkpoint-types.ts";
+import { KERNEL_VERSION, NUMERICS_CHOICES } from "../kernels/assemble.ts";
+import { KernelRuntime } from "../kernels/kernel-runtime.ts";
+import { imageIndex, interleaveRows } from "../kernels/weight-image.ts";
+import { KV_LAYOUT, WasmKVCache, type KVCache } from "./kv-cache.ts";
+import { RopeTable } from "./rope.ts";
+
+const fr = Math.fround;
+/** Tokens per pass through a layer (bounds scratch memory; has no effect on results). */
+const TOKEN_BLOCK = 128;
+
+export interface LlamaModelOptions {
+  /** Kernel threads: 1 (default) or 2 (rows of each matmul split between two threads). */
+  threads?: 1 | 2;
+}
+
+export interface PrefillOptions {
+  /** Called when layer l's K and V for all prompt tokens are in the cache. */
+  onLayer?(layer: number): void;
+}
+
+export interface DecodeStep {
+  cache: KVCache;
+  token: number;
+}
+
+interface LayerWeights {
+  inNorm: number; // f32 [hidden]
+  postNorm: number; // f32 [hidden]
+  wqkv: number; // bf16 [(H + 2 KV) * D][hidden]
+  bqkv: number; // f32 [(H + 2 KV) * D] or 0
+  wo: number; // bf16 [hidden][H * D]
+  wgu: number; // bf16 [2 I][hidden]: gate rows, then up rows
+  wd: number; // bf16 [hidden][I]
+}
+
+/** Where one HF tensor lives in the packed weights. */
+type WeightSlot =
+  | { kind: "matrix"; ptr: number; rowsTotal: number; cols: number; row0: number; rows: number }
+  | { kind: "vector"; ptr: number; offset: number; n: number };
+
+interface Scratch {
+  tokens: number; // capacity in tokens (one block)
+  normed: number; // f32 [T][widest input]
+  xp: number; // f32 [T][widest input], permuted
+  qkv: number; // f32 [T][qkvRows]
+  attn: number; // f32 [T][H * D]
+  gu: number; // f32 [T][2 I]
+  act: number; // f32 [T][I]
+  out: number; // f32 [T][hidden]
+  bytes: number;
+}
+
+/** Numbers of the shape the kernels need, checked once. */
+function checkShape(c: ModelConfig): void {
+  const need = (ok: boolean, key: string, msg: string): void => {
+    if (!ok) throw new ConfigError(key, msg);
+  };
+  for (const [k, v] of Object.entries({
+    hiddenSize: c.hiddenSize,
+    intermediateSize: c.intermediateSize,
+    numLayers: c.numLayers,
+    numHeads: c.numHeads,
+    numKvHeads: c.numKvHeads,
+    headDim: c.headDim,
+    vocabSize: c.vocabSize,
+  })) {
+    need(Number.isInteger(v) && v > 0, k, `must be a positive integer, got ${v}`);
+  }
+  need(c.hiddenSize % 8 === 0, "hiddenSize", `must be a multiple of 8 for the wasm kernels, got ${c.hiddenSize}`);
+  need(c.intermediateSize % 8 === 0, "intermediateSize", `must be a multiple of 8, got ${c.intermediateSize}`);
+  need(c.headDim % 4 === 0, "headDim", `must be a multiple of 4, got ${c.headDim}`);
+  need((c.numHeads * c.headDim) % 8 === 0, "numHeads", `numHeads*headDim must be a multiple of 8, got ${c.numHeads * c.headDim}`);
+  need(c.numHeads % c.numKvHeads === 0, "numKvHeads", `numHeads (${c.numHeads}) must be a multiple of numKvHeads (${c.numKvHeads})`);
+}
+
+/** A loaded model. Create with `LlamaModel.load(checkpoint)`; not safe for concurrent calls. */
+export class LlamaModel {
+  readonly config: ModelConfig;
+  readonly checkpoint: Checkpoint;
+  /** sha-256 hex of the kernel source, kernel version and numerics choices: equal fingerprints give equal bits. */
+  readonly numericsFingerprint: string;
+  readonly threads: 1 | 2;
+  /** Bytes of bf16 matrix weights one decode step streams (all layers plus the LM head). */
+  readonly weightBytesPerToken: number;
+  /** KV layout written and read by this model. */
+  readonly kvLayout = KV_LAYOUT;
+
+  /** @internal */ readonly rt: KernelRuntime;
+  private readonly layers: LayerWeights[];
+  private readonly slots: Map<string, WeightSlot>;
+  private readonly weightsStart: number;
+  private readonly weightsEnd: number;
+  private readonly embed: number;
+  private readonly finalNorm: number;
+  private readonly lmHead: number;
+  private readonly rope: RopeTable;
+  private readonly qkvRows: number;
+  private readonly widest: number;
+  private scratch: Scratch | undefined;
+  private scores = 0;
+  private scoresCap = 0;
+  private logits = 0;
+  private logitsRows = 0;
+  private resid = 0;
+  private residTokens = 0;
+  private closed = false;
+
+  private constructor(
+    ckpt: Checkpoint,
+    rt: KernelRuntime,
+    layers: LayerWeights[],
+    embed: number,
+    finalNorm: number,
+    lmHead: number,
+    weightBytesPerToken: number,
+    slots: Map<string, WeightSlot>,
+    weightsStart: number,
+    weightsEnd: number,
+  ) {
+    this.slots = slots;
+    this.weightsStart = weightsStart;
+    this.weightsEnd = weightsEnd;
+    this.checkpoint = ckpt;
+    this.config = ckpt.config;
+    this.rt = rt;
+    this.threads = rt.threads;
+    this.layers = layers;
+    this.embed = embed;
+    this.finalNorm = finalNorm;
+    this.lmHead = lmHead;
+    this.weightBytesPerToken = weightBytesPerToken;
+    const c = ckpt.config;
+    this.rope = new RopeTable(c.headDim, c.ropeTheta, c.ropeScaling);
+    this.qkvRows = (c.numHeads + 2 * c.numKvHeads) * c.headDim;
+    this.widest = Math.max(c.hiddenSize, c.numHeads * c.headDim, c.intermediateSize);
+    this.numericsFingerprint = createHash("sha256")
+      .update(`${KERNEL_VERSION}\n${rt.kernelSourceSha256}\n${NUMERICS_CHOICES}`)
+      .digest("hex");
+  }
+
+  /** Id of the packed weight image layout (see `exportPackedWeights`); part of an artifact key. */
+  static readonly packedFormat = `${KERNEL_VERSION};weights=interleave4-bf16,fused=qkv+gate_up,norms+bias=f32;v1`;
+
+  /**
+   * Packs the checkpoint's weights as bf16 into one wasm memory (q/k/v and gate/up fused row-wise).
+   * Throws ConfigError for shapes the kernels cannot run, AirmError MODEL_LOAD for a tensor with the
+   * wrong shape or a missing tensor (the TensorSource names the file).
+   */
+  static async load(ckpt: Checkpoint, opts: LlamaModelOptions = {}): Promise<LlamaModel> {
+    return LlamaModel.build(ckpt, opts, undefined);
+  }
+
+  /**
+   * Builds the model from an image written by `exportPackedWeights` of a model of the same
+   * checkpoint and `packedFormat` (no tensor is read or converted). Throws AirmError MODEL_LOAD
+   * when the image does not have the size this config packs to.
+   */
+  static async loadPacked(ckpt: Checkpoint, image: Uint8Array, opts: LlamaModelOptions = {}): Promise<LlamaModel> {
+    return LlamaModel.build(ckpt, opts, image);
+  }
+
+  private static async build(ckpt: Checkpoint, opts: LlamaModelOptions, image: Uint8Array | undefined): Promise<LlamaModel> {
+    const c = ckpt.config;
+    checkShape(c);
+    const src = ckpt.tensors;
+    const H = c.numHeads, KV = c.numKvHeads, D = c.headDim, hidden = c.hiddenSize, I = c.intermediateSize, V = c.vocabSize;
+    const qkvRows = (H + 2 * KV) * D;
+    const perLayerBf16 = qkvRows * hidden + hidden * H * D + 2 * I * hidden + hidden * I;
+    const headBf16 = V * hidden * (c.tieWordEmbeddings ? 1 : 2);
+    const totalBytes = 2 * (c.numLayers * perLayerBf16 + headBf16) + 4 * (c.numLayers * (2 * hidden + qkvRows) + hidden) + 64 * 16 * c.numLayers;
+    const rt = await KernelRuntime.create({ threads: opts.threads ?? 1, initialBytes: totalBytes });
+    const slots = new Map<string, WeightSlot>();
+    const fill = image === undefined;
+    try {
+      const start = rt.allocationTop;
+      const loadMatrix = (names: { name: string; rows: number }[], cols: number): number => {
+        const rows = names.reduce((a, n) => a + n.rows, 0);
+        const ptr = rt.alloc(rows * cols * 2);
+        let at = 0;
+        for (const { name, rows: r } of names) {
+          slots.set(name, { kind: "matrix", ptr, rowsTotal: rows, cols, row0: at, rows: r });
+          at += r;
+        }
+        if (fill) {
+          const plain = new Uint16Array(rows * cols);
+          let off = 0;
+          for (const { name, rows: r } of names) {
+            expectShape(src, name, [r, cols]);
+            src.readBf16(name, plain.subarray(off, off + r * cols));
+            off += r * cols;
+          }
+          interleaveRows(plain, rt.u16, ptr >> 1, rows, cols);
+        }
+        return ptr;
+      };
+      const loadVectorF32 = (names: { name: string; n: number }[]): number => {
+        const total = names.reduce((a, n) => a + n.n, 0);
+        const ptr = rt.alloc(total * 4);
+        let at = 0;
+        for (const { name, n } of names) {
+          slots.set(name, { kind: "vector", ptr, offset: at, n });
+          if (fill) writeVectorF32(rt, src, name, (ptr >> 2) + at, n);
+          at += n;
+        }
+        return ptr;
+      };
+      const layers: LayerWeights[] = [];
+      for (let l = 0; l < c.numLayers; l++) {
+        const p = `model.layers.${l}.`;
+        layers.push({
+          inNorm: loadVectorF32([{ name: `${p}input_layernorm.weight`, n: hidden }]),
+          postNorm: loadVectorF32([{ name: `${p}post_attention_layernorm.weight`, n: hidden }]),
+          wqkv: loadMatrix(
+            [
+              { name: `${p}self_attn.q_proj.weight`, rows: H * D },
+              { name: `${p}self_attn.k_proj.weight`, rows: KV * D },
+              { name: `${p}self_attn.v_proj.weight`, rows: KV * D },
+            ],
+            hidden,
+          ),
+          bqkv: c.attentionBias
+            ? loadVectorF32([
+                { name: `${p}self_attn.q_proj.bias`, n: H * D },
+                { name: `${p}self_attn.k_proj.bias`, n: KV * D },
+                { name: `${p}self_attn.v_proj.bias`, n: KV * D },
+              ])
+            : 0,
+          wo: loadMatrix([{ name: `${p}self_attn.o_proj.weight`, rows: hidden }], H * D),
+          wgu: loadMatrix(
+            [
+              { name: `${p}mlp.gate_proj.weight`, rows: I },
+              { name: `${p}mlp.up_proj.weight`, rows: I },
+            ],
+            hidden,
+          ),
+          wd: loadMatrix([{ name: `${p}mlp.down_proj.weight`, rows: hidden }], I),
+        });
+      }
+      const embed = loadMatrix([{ name: "model.embed_tokens.weight", rows: V }], hidden);
+      const finalNorm = loadVectorF32([{ name: "model.norm.weight", n: hidden }]);
+      const lmHead = c.tieWordEmbeddings ? embed : loadMatrix([{ name: "lm_head.weight", rows: V }], hidden);
+      const end = rt.allocationTop;
+      if (image !== undefined) {
+        if (image.byteLength !== end - start) {
+          throw new AirmError(
+            "MODEL_LOAD",
+            `packed weight image has ${image.byteLength} bytes, this config (${ckpt.id}) packs to ${end - start} under ${LlamaModel.packedFormat}; rebuild the image from the checkpoint`,
+          );
+        }
+        rt.u8.set(image, start);
+      }
+      const weightBytesPerToken = 2 * (c.numLayers * perLayerBf16 + V * hidden);
+      return new LlamaModel(ckpt, rt, layers, embed, finalNorm, lmHead, weightBytesPerToken, slots, start, end);
+    } catch (e) {
+      rt.close();
+      throw e;
+    }
+  }
+
+  /**
+   * The packed weight image: the exact bytes this model keeps in its memory after converting and
+   * packing the checkpoint, as live views (no copy; do not keep them across calls that allocate).
+   * `LlamaModel.loadPacked` rebuilds an identical model from their concatenation.
+   */
+  exportPackedWeights(): { format: string; segments: Uint8Array[] } {
+    this.checkOpen();
+    return { format: LlamaModel.packedFormat, segments: [new Uint8Array(this.rt.memory.buffer, this.weightsStart, this.weightsEnd - this.weightsStart)] };
+  }
+
+  /**
+   * Re-reads one tensor (HF name) from `source` into the packed weights, in place; the model then
+   * computes exactly as if loaded from a checkpoint holding the new tensor. KV caches computed
+   * with the old weights are stale. Throws ConfigError for a name that is not a weight of this
+   * model, AirmError MODEL_LOAD for a wrong shape.
+   */
+  updateTensor(name: string, source: TensorSource): void {
+    this.checkOpen();
+    const slot = this.slots.get(name);
+    if (!slot) throw new ConfigError("tensor", `${name} is not a weight of this ${this.config.architecture} model`);
+    if (slot.kind === "vector") {
+      writeVectorF32(this.rt, source, name, (slot.ptr >> 2) + slot.offset, slot.n);
+      return;
+    }
+    const { ptr, rowsTotal, cols, row0, rows } = slot;
+    expectShape(source, name, [rows, cols]);
+    const plain = new Uint16Array(rows * cols);
+    source.readBf16(name, plain);
+    const u16 = this.rt.u16;
+    const base = ptr >> 1;
+    for (let r = 0; r < rows; r++) {
+      for (let col = 0; col < cols; col++) u16[base + imageIndex(row0 + r, col, rowsTotal, cols)] = plain[r * cols + col];
+    }
+  }
+
+  /** A zeroed cache for context S (n = 0), in this model's memory. Throws ConfigError for a bad S. */
+  newCache(S: number): KVCache {
+    this.checkOpen();
+    const c = this.config;
+    return new WasmKVCache(this.rt, this, c.numLayers, c.numKvHeads, c.headDim, S);
+  }
+
+  /** Returns a cache's memory for reuse; the cache must not be used afterwards. */
+  freeCache(cache: KVCache): void {
+    const w = this.own(cache);
+    if (w.freed) return;
+    w.freed = true;
+    this.rt.free(w.kPtr, w.totalBytes);
+  }
+
+  /**
+   * Runs the whole prompt at positions [cache.n, cache.n + tokens.length), writes its K/V into the
+   * cache and returns the logits (f32, vocab) of the last position. Throws ContextOverflowError
+   * when the prompt does not fit in the cache, ConfigError for an empty prompt or a bad token id.
+   */
+  prefill(tokens: number[], cache: KVCache, opts: PrefillOptions = {}): Float32Array {
+    const w = this.own(cache);
+    if (tokens.length === 0) throw new ConfigError("tokens", "the prompt is empty; pass at least one token");
+    if (w.n + tokens.length > w.S) throw new ContextOverflowError(w.n + tokens.length, w.S, "prefill");
+    const positions = tokens.map((_, i) => w.n + i);
+    const logits = this.forward(tokens, tokens.map(() => w), positions, [tokens.length - 1], opts.onLayer);
+    w.n += tokens.length;
+    return logits[0];
+  }
+
+  /**
+   * Prefill in chunks of `chunkSize` tokens against the live cache; gives the same KV bytes and
+   * logits as `prefill` (same kernels, same order). Throws as `prefill`.
+   */
+  prefillChunk(tokens: number[], cache: KVCache, chunkSize: number): Float32Array {
+    if (!Number.isInteger(chunkSize) || chunkSize < 1) throw new ConfigError("chunkSize", `must be a positive integer, got ${chunkSize}`);
+    const w = this.own(cache);
+    if (tokens.length === 0) throw new ConfigError("tokens", "the prompt is empty; pass at least one token");
+    if (w.n + tokens.length > w.S) throw new ContextOverflowError(w.n + tokens.length, w.S, "prefill");
+    let logits: Float32Array | undefined;
+    for (let i = 0; i < tokens.length; i += chunkSize) logits = this.prefill(tokens.slice(i, i + chunkSize), cache);
+    return logits!;
+  }
+
+  /**
+   * One step for B streams: each token goes in at its own cache's position n, its K/V are
+   * appended, and the logits of each stream are returned in order. Streams must use distinct
+   * caches. Throws ContextOverflowError for a full cache.
+   */
+  decode(steps: DecodeStep[]): Float32Array[] {
+    if (steps.length === 0) return [];
+    const caches = steps.map((s) => this.own(s.cache));
+    if (new Set(caches).size !== caches.length) throw new ConfigError("steps", "each decode stream needs its own cache");
+    for (const w of caches) if (w.n + 1 > w.S) throw new ContextOverflowError(w.n + 1, w.S, "decode");
+    const logits = this.forward(
+      steps.map((s) => s.token),
+      caches,
+      caches.map((w) => w.n),
+      steps.map((_, i) => i),
+    );
+    for (const w of caches) w.n += 1;
+    return logits;
+  }
+
+  /** Stops the kernel thread; the model must not be used afterwards. */
+  close(): void {
+    this.closed = true;
+    this.rt.close();
+  }
+
+  /** Streams this model's per-token weight bytes with the plain read loop (bench roofline). */
+  streamWeights(): number {
+    const c = this.config;
+    let acc = 0;
+    for (const L of this.layers) {
+      acc ^= this.rt.streamRead(L.wqkv, (this.qkvRows * c.hiddenSize * 2) & ~127);
+      acc ^= this.rt.streamRead(L.wo, (c.hiddenSize * c.numHeads * c.headDim * 2) & ~127);
+      acc ^= this.rt.streamRead(L.wgu, (2 * c.intermediateSize * c.hiddenSize * 2) & ~127);
+      acc ^= this.rt.streamRead(L.wd, (c.hiddenSize * c.intermediateSize * 2) & ~127);
+    }
+    acc ^= this.rt.streamRead(this.lmHead, (c.vocabSize * c.hiddenSize * 2) & ~127);
+    return acc;
+  }
+
+  // ------------------------------------------------------------------------------------------
+
+  private checkOpen(): void {
+    if (this.closed) throw new ConfigError("model", "the model was closed; load it again");
+  }
+
+  private own(cache: KVCache): WasmKVCache {
+    this.checkOpen();
+    if (!(cache instanceof WasmKVCache) || cache.owner !== this) {
+      throw new ConfigError("cache", "the KV cache belongs to another model; create it with this model's newCache(S)");
+    }
+    if (cache.freed) throw new ConfigError("cache", "this KV cache was freed; create a new one with model.newCache(S)");
+    if (!Number.isInteger(cache.n) || cache.n < 0 || cache.n > cache.S) {
+      throw new ConfigError("cache.n", `must be an integer in [0, ${cache.S}] (positions filled), got ${cache.n}`);
+    }
+    return cache;
+  }
+
+  private ensureScratch(T: number): Scratch {
+    if (this.scratch && this.scratch.tokens >= T) return this.scratch;
+    if (this.scratch) this.rt.free(this.scratch.normed, this.scratch.bytes);
+    const c = this.config;
+    const cap = Math.max(T, 4);
+    const sizes = {
+      normed: cap * this.widest,
+      xp: cap * this.widest,
+      qkv: cap * this.qkvRows,
+      attn: cap * c.numHeads * c.headDim,
+      gu: cap * 2 * c.intermediateSize,
+      act: cap * c.intermediateSize,
+      out: cap * c.hiddenSize,
+    };
+    const padded = (n: number): number => Math.ceil((n * 4) / 64) * 64;
+    const bytes = Object.values(sizes).reduce((a, n) => a + padded(n), 0);
+    let at = this.rt.alloc(bytes);
+    const s = { tokens: cap, bytes } as Scratch;
+    for (const [k, n] of Object.entries(sizes)) {
+      (s as unknown as Record<string, number>)[k] = at;
+      at += padded(n);
+    }
+    this.scratch = s;
+    return s;
+  }
+
+  /** f32 [T][hidden]: the residual stream of every token of a call. */
+  private ensureResidual(T: number): number {
+    if (T > this.residTokens) {
+      if (this.resid) this.rt.free(this.resid, this.residTokens * this.config.hiddenSize * 4);
+      this.residTokens = Math.max(T, 4);
+      this.resid = this.rt.alloc(this.residTokens * this.config.hiddenSize * 4);
+    }
+    return this.resid;
+  }
+
+  /** f32 [rows][vocab] for the LM head output (rows = streams in decode, 1 in prefill). */
+  private ensureLogits(rows: number): number {
+    if (rows > this.logitsRows) {
+      if (this.logits) this.rt.free(this.logits, this.logitsRows * this.config.vocabSize * 4);
+      this.logitsRows = Math.max(rows, 4);
+      this.logits = this.rt.alloc(this.logitsRows * this.config.vocabSize * 4);
+    }
+    return this.logits;
+  }
+
+  private ensureScores(S: number): number {
+    if (S > this.scoresCap) {
+      if (this.scores) this.rt.free(this.scores, this.scoresCap * 4 + 64);
+      this.scoresCap = Math.ceil(S / 64) * 64;
+      this.scores = this.rt.alloc(this.scoresCap * 4 + 64);
+    }
+    return this.scores;
+  }
+
+  /**
+   * The forward pass for T tokens, token t at positions[t] of caches[t]. Writes every token's
+   * K/V (bf16) into its cache layer by layer, attends over the cache, and returns logits for
+   * the token indices in `logitRows`.
+   */
+  private forward(tokens: number[], caches: WasmKVCache[], positions: number[], logitRows: number[], onLayer?: (l: number) => void): Float32Array[] {
+    const c = this.config;
+    const rt = this.rt;
+    const T = tokens.length;
+    const hidden = c.hiddenSize, H = c.numHeads, KV = c.numKvHeads, D = c.headDim, I = c.intermediateSize;
+    const HD = H * D;
+    const qkvRows = this.qkvRows;
+    for (const id of tokens) {
+      if (!Number.isInteger(id) || id < 0 || id >= c.vocabSize) throw new ConfigError("token", `token id ${id} is outside the vocabulary [0, ${c.vocabSize})`);
+    }
+    const maxS = caches.reduce((a, w) => Math.max(a, w.S), 0);
+    this.rope.ensure(positions.reduce((a, p) => Math.max(a, p), 0) + 1);
+    const scores = this.ensureScores(maxS);
+    const R = logitRows.length;
+    const logitsPtr = this.ensureLogits(R);
+    const resid = this.ensureResidual(T);
+    const s = this.ensureScratch(Math.min(Math.max(T, R), TOKEN_BLOCK));
+    // Views are taken after every allocation above (the memory may have grown).
+    const u16 = rt.u16, u32 = rt.u32, f32 = rt.f32;
+
+    // Embedding rows (read out of the interleaved image), widened exactly.
+    for (let t = 0; t < T; t++) {
+      const dst = (resid >> 2) + t * hidden;
+      const base = this.embed >> 1;
+      for (let i = 0; i < hidden; i++) u32[dst + i] = u16[base + imageIndex(tokens[t], i, c.vocabSize, hidden)] << 16;
+    }
+
+    const scale = fr(1 / Math.sqrt(D));
+    const group = H / KV;
+    const eps = c.rmsNormEps;
+    for (let l = 0; l < c.numLayers; l++) {
+      const L = this.layers[l];
+      // Tokens go through a layer in blocks; a block's attention only needs K/V of earlier
+      // positions, which earlier blocks (or earlier calls) have written. Per-token results do
+      // not depend on the blocking.
+      for (let t0 = 0; t0 < T; t0 += TOKEN_BLOCK) {
+        const n = Math.min(TOKEN_BLOCK, T - t0);
+        const res = resid + t0 * hidden * 4;
+        // --- attention block
+        for (let t = 0; t < n; t++) rt.rmsnorm(res + t * hidden * 4, L.inNorm, s.normed + t * hidden * 4, hidden, eps);
+        rt.packX(s.normed, s.xp, n, hidden);
+        rt.matmul(L.wqkv, s.xp, s.qkv, n, hidden, qkvRows);
+        if (L.bqkv) {
+          const b = L.bqkv >> 2;
+          for (let t = 0; t < n; t++) {
+            const q = (s.qkv >> 2) + t * qkvRows;
+            for (let r = 0; r < qkvRows; r++) f32[q + r] = f32[q + r] + f32[b + r];
+          }
+        }
+        for (let t = 0; t < n; t++) {
+          const q = (s.qkv >> 2) + t * qkvRows;
+          const pos = positions[t0 + t];
+          this.rope.apply(f32, q, H + KV, D, pos); // q heads then k heads are contiguous
+          const w = caches[t0 + t];
+          const S = w.S;
+          const kBase = (w.kPtr + l * w.layerBytes) >> 1;
+          const vBase = (w.vPtr + l * w.layerBytes) >> 1;
+          const kSrc = q + HD;
+          const vSrc = kSrc + KV * D;
+          for (let g = 0; g < KV; g++) {
+            for (let d = 0; d < D; d++) {
+              u16[kBase + (g * D + d) * S + pos] = bf16Bits(u32[kSrc + g * D + d]);
+              u16[vBase + (g * S + pos) * D + d] = bf16Bits(u32[vSrc + g * D + d]);
+            }
+          }
+        }
+        if (t0 + n >= T) onLayer?.(l);
+        for (let t = 0; t < n; t++) {
+          const w = caches[t0 + t];
+          const len = positions[t0 + t] + 1;
+          const S = w.S;
+          for (let h = 0; h < H; h++) {
+            const g = (h / group) | 0;
+            rt.attnScores(s.qkv + (t * qkvRows + h * D) * 4, w.kPtr + l * w.layerBytes + g * D * S * 2, S, D, len, scores);
+            softmaxInPlace(f32, scores >> 2, len, scale);
+            rt.attnValues(scores, w.vPtr + l * w.layerBytes + g * S * D * 2, D, len, s.attn + (t * HD + h * D) * 4);
+          }
+        }
+        rt.packX(s.attn, s.xp, n, HD);
+        rt.matmul(L.wo, s.xp, s.out, n, HD, hidden);
+        addInPlace(f32, res >> 2, s.out >> 2, n * hidden);
+        // --- MLP block
+        for (let t = 0; t < n; t++) rt.rmsnorm(res + t * hidden * 4, L.postNorm, s.normed + t * hidden * 4, hidden, eps);
+        rt.packX(s.normed, s.xp, n, hidden);
+        rt.matmul(L.wgu, s.xp, s.gu, n, hidden, 2 * I);
+        for (let t = 0; t < n; t++) {
+          const gate = (s.gu >> 2) + t * 2 * I;
+          const up = gate + I;
+          const out = (s.act >> 2) + t * I;
+          for (let i = 0; i < I; i++) {
+            const g = f32[gate + i];
+            f32[out + i] = fr(fr(g / (1 + Math.exp(-g))) * f32[up + i]);
+          }
+        }
+        rt.packX(s.act, s.xp, n, I);
+        rt.matmul(L.wd, s.xp, s.out, n, I, hidden);
+        addInPlace(f32, res >> 2, s.out >> 2, n * hidden);
+      }
+    }
+
+    // Final norm and LM head for the requested rows only.
+    for (let i0 = 0; i0 < R; i0 += TOKEN_BLOCK) {
+      const n = Math.min(TOKEN_BLOCK, R - i0);
+      for (let i = 0; i < n; i++) rt.rmsnorm(resid + logitRows[i0 + i] * hidden * 4, this.finalNorm, s.normed + i * hidden * 4, hidden, eps);
+      rt.packX(s.normed, s.xp, n, hidden);
+      rt.matmul(this.lmHead, s.xp, logitsPtr + i0 * c.vocabSize * 4, n, hidden, c.vocabSize);
+    }
+    const out: Float32Array[] = [];
+    for (let i = 0; i < R; i++) out.push(f32.slice((logitsPtr >> 2) + i * c.vocabSize, (logitsPtr >> 2) + (i + 1) * c.vocabSize));
+    return out;
+  }
+}
+
+function expectShape(src: TensorSource, name: string, shape: number[]): void {
+  const info = src.info(name);
+  if (info.shape.length !== shape.length || info.shape.some((v, i) => v !== shape[i])) {
+    throw new AirmError("MODEL_LOAD", `${info.file}: tensor ${name} has shape [${info.shape.join(", ")}], config.json implies [${shape.join(", ")}]`);
+  }
+}
+
+/** Reads a 1-D tensor and stores it widened to f32 at f32 index `at` of the runtime's memory. */
+function writeVectorF32(rt: KernelRuntime, src: TensorSource, name: string, at: number, n: number): void {
+  expectShape(src, name, [n]);
+  const tmp = new Uint16Array(n);
+  src.readBf16(name, tmp);
+  const u32 = rt.u32;
+  for (let i = 0; i < n; i++) u32[at + i] = tmp[i] << 16;
+}
+
+/** f32 bits -> bf16 bits, round to nearest even; NaN stays a quiet NaN. */
+export function bf16Bits(bits: number): number {
+  if ((bits & 0x7fffffff) > 0x7f800000) return ((bits >>> 16) | 0x40) & 0xffff;
+  return ((bits + 0x7fff + ((bits >>> 16) & 1)) >>> 16) & 0xffff;
+}
+
+/** x[i] = softmax(x[i] * scale) over [0, n), f32 values, sums in increasing i. */
+function softmaxInPlace(f32: Float32Array, off: number, n: number, scale: number): void {
+  let max = -Infinity;
+  for (let i = 0; i < n; i++) {
+    const z = fr(f32[off + i] * scale);
+    f32[off + i] = z;
+    if (z > max) max = z;
+  }
+  let sum = 0;
+  for (let i = 0; i < n; i++) {
+    const e = fr(Math.exp(f32[off + i] - max));
+    f32[off + i] = e;
+    sum = fr(sum + e);
+  }
+  const inv = fr(1 / sum);
+  for (let i = 0; i < n; i++) f32[off + i] = f32[off + i] * inv;
+}
+
+function addInPlace(f32: Float32Array, dst: number, src: number, n: number): void {
+  for (let i = 0; i < n; i++) f32[dst + i] = f32[dst + i] + f32[src + i];
+}

@@ -1,0 +1,151 @@
+// Next-token choice from logits: greedy (ties to the lowest id) or temperature / top-k / top-p
+// with a counter-based random draw keyed by (seed, position), so a sequence sampled across two
+// processes (prefill here, decode there) equals the one sampled in one process. Knows nothing
+// of the model or the tokenizer.
+import { ConfigError } from "@airm/rm-core";
+
+export interface SamplingParams {
+  /** 0 or undefined: greedy. */
+  temperature?: number;
+  /** Nucleus mass in (0, 1]; 1 or undefined keeps all. */
+  topP?: number;
+  /** Keep the k most likely ids; 0 or undefined keeps all. */
+  topK?: number;
+  /** Unsigned 32-bit seed of the counter-based draw; undefined means 0. */
+  seed?: number;
+}
+
+/** Index of the largest value, the lowest index among equals. NaN never wins. */
+export function argmax(logits: Float32Array): number {
+  let best = 0;
+  let bestValue = -Infinity;
+  let found = false;
+  for (let i = 0; i < logits.length; i++) {
+    const v = logits[i];
+    if (v > bestValue || (!found && v === bestValue)) {
+      best = i;
+      bestValue = v;
+      found = true;
+    }
+  }
+  return best;
+}
+
+function mix32(h: number): number {
+  h = Math.imul(h ^ (h >>> 16), 0x7feb352d);
+  h = Math.imul(h ^ (h >>> 15), 0x846ca68b);
+  return (h ^ (h >>> 16)) >>> 0;
+}
+
+/**
+ * Uniform double in [0, 1) that depends only on (seed, position, stream): a stateless hash,
+ * so any process computes the same draw for the same token position.
+ */
+export function counterUniform(seed: number, position: number, stream = 0): number {
+  const s = seed >>> 0;
+  const p = position >>> 0;
+  const a = mix32(mix32(s ^ 0x9e3779b9) ^ p ^ Math.imul(stream + 1, 0x85ebca6b));
+  const b = mix32(a ^ 0x632be5ab ^ mix32(p + 0x27d4eb2f));
+  return (a * 2 ** 21 + (b >>> 11)) / 2 ** 53;
+}
+
+function checkParams(p: SamplingParams): void {
+  if (p.temperature !== undefined && !(Number.isFinite(p.temperature) && p.temperature >= 0)) {
+    throw new ConfigError("temperature", `must be a finite number >= 0, got ${p.temperature}`);
+  }
+  if (p.topP !== undefined && !(p.topP > 0 && p.topP <= 1)) throw new ConfigError("top_p", `must be in (0, 1], got ${p.topP}`);
+  if (p.topK !== undefined && !(Number.isInteger(p.topK) && p.topK >= 0)) throw new ConfigError("top_k", `must be an integer >= 0, got ${p.topK}`);
+  if (p.seed !== undefined && !(Number.isInteger(p.seed) && p.seed >= 0 && p.seed <= 0xffffffff)) {
+    throw new ConfigError("seed", `must be an integer in [0, 2^32), got ${p.seed}`);
+  }
+}
+
+/** Orders ids by logit descending, then id ascending. */
+function byLogitThenId(logits: Float32Array): (a: number, b: number) => number {
+  return (a, b) => logits[b] - logits[a] || a - b;
+}
+
+/**
+ * Picks the next token id. `position` is the index the sampled token will have in the sequence
+ * (prompt length for the first generated token). Greedy when temperature is 0 or undefined.
+ * Otherwise: keep the top-k ids (logit desc, id asc), scale by 1/temperature, softmax (f64),
+ * keep the smallest prefix reaching top-p, and draw with `counterUniform(seed, position)`.
+ * Throws ConfigError for out-of-range parameters.
+ */
+export function sample(logits: Float32Array, p: SamplingParams, position: number): number {
+  checkParams(p);
+  if (!p.temperature) return argmax(logits);
+  const V = logits.length;
+  const invT = 1 / p.temperature;
+  const topK = p.topK && p.topK < V ? p.topK : 0;
+  const topP = p.topP ?? 1;
+
+  let cand: number[];
+  let sorted = false;
+  if (topK > 0) {
+    cand = selectTopK(logits, topK);
+    sorted = true;
+  } else {
+    cand = [];
+    for (let i = 0; i < V; i++) if (!Number.isNaN(logits[i])) cand.push(i);
+  }
+  if (cand.length === 0) return argmax(logits);
+  let max = -Infinity;
+  for (const i of cand) if (logits[i] > max) max = logits[i];
+  if (max === Infinity || max === -Infinity) return argmax(logits);
+  const weight = (i: number): number => Math.exp((logits[i] - max) * invT);
+
+  // Total mass, summed in candidate order (id order, or sorted order after top-k).
+  let total = 0;
+  for (const i of cand) total += weight(i);
+
+  if (topP < 1) {
+    if (!sorted) {
+      // Only ids near the top can be in the nucleus; sort them, fall back to all when short.
+      const near = cand.filter((i) => (logits[i] - max) * invT >= -40);
+      near.sort(byLogitThenId(logits));
+      let mass = 0;
+      for (const i of near) mass += weight(i);
+      if (mass / total >= topP) cand = near;
+      else cand.sort(byLogitThenId(logits));
+      sorted = true;
+    }
+    const kept: number[] = [];
+    let cum = 0;
+    for (const i of cand) {
+      kept.push(i);
+      cum += weight(i);
+      if (cum / total >= topP) break;
+    }
+    cand = kept;
+    total = 0;
+    for (const i of cand) total += weight(i);
+  }
+
+  const target = counterUniform(p.seed ?? 0, position) * total;
+  let cum = 0;
+  for (const i of cand) {
+    cum += weight(i);
+    if (cum > target) return i;
+  }
+  return cand[cand.length - 1];
+}
+
+/** The k largest ids by (logit desc, id asc), in that order. NaN logits are skipped. */
+function selectTopK(logits: Float32Array, k: number): number[] {
+  const cmp = byLogitThenId(logits);
+  const heap: number[] = []; // kept sorted, small k in practice
+  for (let i = 0; i < logits.length; i++) {
+    if (Number.isNaN(logits[i])) continue;
+    if (heap.length === k && cmp(i, heap[k - 1]) >= 0) continue;
+    let lo = 0, hi = heap.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (cmp(heap[mid], i) <= 0) lo = mid + 1;
+      else hi = mid;
+    }
+    heap.splice(lo, 0, i);
+    if (heap.length > k) heap.pop();
+  }
+  return heap;
+}

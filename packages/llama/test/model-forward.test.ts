@@ -1,0 +1,278 @@
+// The forward pass: agreement with an independent float64 reference, and the bit-exactness
+// properties PD serving relies on: chunked = whole prefill, B=1 = inside a batch, 1 = 2 threads.
+import { createHash } from "node:crypto";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { isAirmError } from "@airm/rm-core";
+import type { ModelConfig } from "../src/checkpoint-types.ts";
+import { LlamaModel } from "../src/model/llama-model.ts";
+import { generate } from "../src/model/generate.ts";
+import type { KVCache } from "../src/model/kv-cache.ts";
+import { randomCheckpoint, tinyConfig } from "./model-helpers/random-checkpoint.ts";
+import { referenceForward } from "./model-helpers/reference-math.ts";
+import { ropeInverseFrequencies } from "../src/model/rope.ts";
+
+const configs: Record<string, ModelConfig> = {
+  llama: tinyConfig(),
+  qwen2: tinyConfig({ architecture: "qwen2", attentionBias: true, tieWordEmbeddings: true, numKvHeads: 1, ropeTheta: 1000000 }),
+  llama31: tinyConfig({ ropeScaling: { type: "llama3", factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositionEmbeddings: 64 }, ropeTheta: 500000 }),
+};
+
+function kvDigest(m: LlamaModel, cache: KVCache): string {
+  const h = createHash("sha256");
+  for (let l = 0; l < m.config.numLayers; l++) h.update(cache.layerK(l)).update(cache.layerV(l));
+  return h.digest("hex");
+}
+
+function bits(x: Float32Array): Buffer {
+  return Buffer.from(x.buffer, x.byteOffset, x.byteLength);
+}
+
+const prompt = [1, 40, 41, 42, 99, 7, 250, 13, 13, 64, 200, 5, 77, 31, 18, 260, 3];
+
+const models: Record<string, LlamaModel> = {};
+beforeAll(async () => {
+  for (const [k, c] of Object.entries(configs)) models[k] = await LlamaModel.load(randomCheckpoint(c, 3));
+});
+afterAll(() => Object.values(models).forEach((m) => m.close()));
+
+describe.each(Object.keys(configs))("%s", (arch) => {
+  it("agrees with the float64 reference forward pass", () => {
+    const m = models[arch];
+    const ref = referenceForward(m.checkpoint, prompt);
+    const cache = m.newCache(32);
+    const logits = m.prefill(prompt, cache);
+    const last = ref[ref.length - 1];
+    let maxDiff = 0, maxRef = 0;
+    for (let i = 0; i < last.length; i++) {
+      maxDiff = Math.max(maxDiff, Math.abs(logits[i] - last[i]));
+      maxRef = Math.max(maxRef, Math.abs(last[i]));
+    }
+    expect(maxRef).toBeGreaterThan(0.5);
+    expect(maxDiff / maxRef).toBeLessThan(2e-2);
+    // and each decode step against the reference at that position
+    const d = m.decode([{ cache, token: 9 }])[0];
+    const ref2 = referenceForward(m.checkpoint, [...prompt, 9]).at(-1)!;
+    let md = 0;
+    for (let i = 0; i < d.length; i++) md = Math.max(md, Math.abs(d[i] - ref2[i]));
+    expect(md / maxRef).toBeLessThan(2e-2);
+    m.freeCache(cache);
+  });
+
+  it("(c) chunked prefill gives the same KV bytes and logits as whole-prompt prefill", () => {
+    const m = models[arch];
+    const whole = m.newCache(40);
+    const lw = m.prefill(prompt, whole);
+    for (const chunk of [1, 3, 4, 5, 16]) {
+      const c = m.newCache(40);
+      const lc = m.prefillChunk(prompt, c, chunk);
+      expect(c.n).toBe(prompt.length);
+      expect(kvDigest(m, c)).toBe(kvDigest(m, whole));
+      expect(bits(lc).equals(bits(lw))).toBe(true);
+      m.freeCache(c);
+    }
+    // the KV is not trivially zero
+    expect(whole.layerK(0).some((b) => b !== 0)).toBe(true);
+    m.freeCache(whole);
+  });
+
+  it("(c) a prompt longer than one internal token block: whole = chunked = token by token", () => {
+    const m = models[arch];
+    const long = Array.from({ length: 300 }, (_, i) => (i * 37 + 11) % m.config.vocabSize);
+    const whole = m.newCache(320);
+    const lw = m.prefill(long, whole);
+    for (const chunk of [7, 129]) {
+      const c = m.newCache(320);
+      const lc = m.prefillChunk(long, c, chunk);
+      expect(kvDigest(m, c)).toBe(kvDigest(m, whole));
+      expect(bits(lc).equals(bits(lw))).toBe(true);
+      m.freeCache(c);
+    }
+    // one prompt token per decode step fills the same cache too
+    const stepwise = m.newCache(320);
+    let last: Float32Array | undefined;
+    for (const t of long) last = m.decode([{ cache: stepwise, token: t }])[0];
+    expect(kvDigest(m, stepwise)).toBe(kvDigest(m, whole));
+    expect(bits(last!).equals(bits(lw))).toBe(true);
+    m.freeCache(stepwise);
+    m.freeCache(whole);
+  });
+
+  it("(b) a stream's tokens are identical at B=1 and inside a batch of 4 mixed streams", () => {
+    const m = models[arch];
+    const prompts = [prompt, [1, 5, 6], prompt.slice(0, 9).reverse(), [1, 80, 81, 82, 83, 84, 85, 86, 87, 88, 89, 90, 91, 92]];
+    const steps = 12;
+    const solo = prompts.map((p) => generate(m, p, { maxTokens: steps, S: 48 }).tokens);
+    // batch: stagger the starts so positions differ, then decode all four together
+    const caches = prompts.map(() => m.newCache(48));
+    const next = prompts.map((p, i) => {
+      const l = m.prefill(p, caches[i]);
+      return argmaxOf(l);
+    });
+    const got: number[][] = prompts.map((_, i) => [next[i]]);
+    for (let s = 1; s < steps; s++) {
+      const logits = m.decode(caches.map((cache, i) => ({ cache, token: got[i][s - 1] })));
+      logits.forEach((l, i) => got[i].push(argmaxOf(l)));
+    }
+    expect(got).toEqual(solo);
+    expect(new Set(got.map((g) => g.join())).size).toBeGreaterThan(1);
+    caches.forEach((c) => m.freeCache(c));
+  });
+});
+
+function argmaxOf(l: Float32Array): number {
+  let b = 0;
+  for (let i = 1; i < l.length; i++) if (l[i] > l[b]) b = i;
+  return b;
+}
+
+describe("threads", () => {
+  it("(d) 1 and 2 threads give identical logits and KV bytes", async () => {
+    const c = tinyConfig({ hiddenSize: 128, intermediateSize: 344, numHeads: 8, numKvHeads: 2, headDim: 16, vocabSize: 1000 });
+    const m1 = await LlamaModel.load(randomCheckpoint(c, 9), { threads: 1 });
+    const m2 = await LlamaModel.load(randomCheckpoint(c, 9), { threads: 2 });
+    try {
+      expect(m2.threads).toBe(2);
+      const a = m1.newCache(64), b = m2.newCache(64);
+      expect(bits(m1.prefill(prompt, a)).equals(bits(m2.prefill(prompt, b)))).toBe(true);
+      expect(kvDigest(m1, a)).toBe(kvDigest(m2, b));
+      for (let s = 0; s < 5; s++) {
+        const la = m1.decode([{ cache: a, token: 10 + s }])[0];
+        const lb = m2.decode([{ cache: b, token: 10 + s }])[0];
+        expect(bits(la).equals(bits(lb))).toBe(true);
+      }
+      expect(kvDigest(m1, a)).toBe(kvDigest(m2, b));
+      expect(m1.numericsFingerprint).toBe(m2.numericsFingerprint);
+      expect(m1.numericsFingerprint).toMatch(/^[0-9a-f]{64}$/);
+    } finally {
+      m1.close();
+      m2.close();
+    }
+  });
+});
+
+describe("errors and cache API", () => {
+  it("rejects a prompt + max_tokens beyond S with ContextOverflowError, never wraps", () => {
+    const m = models.llama;
+    const err = (() => {
+      try {
+        generate(m, prompt, { maxTokens: 20, S: 32 });
+      } catch (e) {
+        return e;
+      }
+    })();
+    expect(isAirmError(err, "CONTEXT_OVERFLOW")).toBe(true);
+    expect((err as { requested: number; limit: number }).requested).toBe(prompt.length + 20);
+    expect((err as { requested: number; limit: number }).limit).toBe(32);
+    const cache = m.newCache(4);
+    expect(() => m.prefill(prompt, cache)).toThrow(/exceeds the compiled context of 4/);
+    expect(cache.n).toBe(0);
+    m.prefill([1, 2, 3, 4], cache);
+    expect(() => m.decode([{ cache, token: 5 }])).toThrow(expect.objectContaining({ code: "CONTEXT_OVERFLOW" }));
+    expect(cache.n).toBe(4);
+    m.freeCache(cache);
+  });
+
+  it("types bad input: token ids, empty prompt, shared or foreign caches, freed caches", async () => {
+    const m = models.llama;
+    const cache = m.newCache(16);
+    expect(() => m.prefill([], cache)).toThrow(expect.objectContaining({ code: "CONFIG" }));
+    expect(() => m.prefill([1, 300], cache)).toThrow(/outside the vocabulary/);
+    expect(() => m.prefill([1, -1], cache)).toThrow(expect.objectContaining({ code: "CONFIG" }));
+    expect(() => m.decode([{ cache, token: 1 }, { cache, token: 2 }])).toThrow(/its own cache/);
+    expect(() => models.qwen2.prefill([1], cache)).toThrow(/another model/);
+    expect(() => m.newCache(0)).toThrow(expect.objectContaining({ code: "CONFIG" }));
+    cache.n = -1;
+    expect(() => m.decode([{ cache, token: 1 }])).toThrow(expect.objectContaining({ code: "CONFIG" }));
+    cache.n = 2.5;
+    expect(() => m.prefill([1], cache)).toThrow(/cache.n/);
+    cache.n = 0;
+    m.freeCache(cache);
+    expect(() => m.prefill([1], cache)).toThrow(/freed/);
+    expect(() => cache.layerK(0)).toThrow(/freed/);
+  });
+
+  it("a new cache is zeroed and sized by the rngd-pd/v1 layout, also when memory is reused", () => {
+    const m = models.llama;
+    const c = m.config;
+    const a = m.newCache(20);
+    m.prefill(prompt, a);
+    m.freeCache(a);
+    const b = m.newCache(20);
+    expect(b.n).toBe(0);
+    for (let l = 0; l < c.numLayers; l++) {
+      expect(b.layerK(l).byteLength).toBe(c.numKvHeads * c.headDim * 20 * 2);
+      expect(b.layerV(l).byteLength).toBe(c.numKvHeads * c.headDim * 20 * 2);
+      expect(b.layerK(l).every((x) => x === 0) && b.layerV(l).every((x) => x === 0)).toBe(true);
+    }
+    m.freeCache(b);
+  });
+
+  it("onLayer fires once per layer, in order, with that layer's K/V already written", () => {
+    const m = models.llama;
+    const cache = m.newCache(32);
+    const seen: number[] = [];
+    m.prefill(prompt, cache, {
+      onLayer(l) {
+        seen.push(l);
+        // position len-1 of layer l, head 0, d 0 is written (K layout [kvh][d][S])
+        const k = new Uint16Array(cache.layerK(l).slice().buffer);
+        expect(k.slice(0, prompt.length).some((x) => x !== 0)).toBe(true);
+        if (l + 1 < m.config.numLayers) expect(cache.layerK(l + 1).every((x) => x === 0)).toBe(true);
+      },
+    });
+    expect(seen).toEqual([0, 1]);
+    m.freeCache(cache);
+  });
+
+  it("K is stored [kv_heads][head_dim][S] and V [kv_heads][S][head_dim]", () => {
+    // A cache written one position at a time must fill exactly the layout's slots for that position.
+    const m = models.llama;
+    const c = m.config;
+    const S = 12;
+    const cache = m.newCache(S);
+    m.prefill([1, 2, 3], cache);
+    const k = new Uint16Array(cache.layerK(1).slice().buffer);
+    const v = new Uint16Array(cache.layerV(1).slice().buffer);
+    for (let g = 0; g < c.numKvHeads; g++) {
+      for (let d = 0; d < c.headDim; d++) {
+        for (let s = 0; s < S; s++) {
+          expect(k[(g * c.headDim + d) * S + s] !== 0).toBe(s < 3);
+          expect(v[(g * S + s) * c.headDim + d] !== 0).toBe(s < 3);
+        }
+      }
+    }
+    m.freeCache(cache);
+  });
+});
+
+describe("rope", () => {
+  it("llama3 scaling keeps high frequencies, divides low ones by factor and blends between (Llama 3.1 values)", () => {
+    const D = 128, theta = 500000;
+    const scaling = { type: "llama3" as const, factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositionEmbeddings: 8192 };
+    const plain = ropeInverseFrequencies(D, theta, null);
+    const scaled = ropeInverseFrequencies(D, theta, scaling);
+    let kept = 0, divided = 0, blended = 0;
+    for (let i = 0; i < D / 2; i++) {
+      const base = 1 / theta ** ((2 * i) / D);
+      expect(plain[i]).toBe(Math.fround(base));
+      const wavelen = (2 * Math.PI) / base;
+      if (wavelen < 8192 / 4) {
+        expect(scaled[i]).toBe(plain[i]);
+        kept++;
+      } else if (wavelen > 8192 / 1) {
+        expect(Math.abs(scaled[i] - base / 8) / (base / 8)).toBeLessThan(1e-6);
+        divided++;
+      } else {
+        const smooth = (8192 / wavelen - 1) / (4 - 1);
+        const want = (1 - smooth) * (base / 8) + smooth * base;
+        expect(Math.abs(scaled[i] - want) / want).toBeLessThan(1e-6);
+        expect(scaled[i]).toBeLessThan(plain[i]);
+        expect(scaled[i]).toBeGreaterThan(plain[i] / 8);
+        blended++;
+      }
+    }
+    expect(kept).toBeGreaterThan(0);
+    expect(divided).toBeGreaterThan(0);
+    expect(blended).toBeGreaterThan(0);
+  });
+});

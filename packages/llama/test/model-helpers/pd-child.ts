@@ -1,0 +1,60 @@
+// Child process for the prefill/decode split test. `prefill` loads the model, prefills the prompt,
+// picks the first token and writes {meta, K/V bytes} to a file; `decode` loads the model in a
+// fresh process, fills a cache from that file and continues. Prints a JSON line on stdout.
+import { readFileSync, writeFileSync } from "node:fs";
+import type { Checkpoint } from "../../src/checkpoint-types.ts";
+import { LlamaModel } from "../../src/model/llama-model.ts";
+import { continueFromToken } from "../../src/model/generate.ts";
+import { sample, type SamplingParams } from "../../src/sampling/sample.ts";
+import { randomCheckpoint } from "./random-checkpoint.ts";
+
+interface Job {
+  mode: "prefill" | "decode";
+  /** Either a generated model folder or an in-memory random config + seed. */
+  modelDir?: string;
+  config?: Checkpoint["config"];
+  seed?: number;
+  prompt: number[];
+  S: number;
+  maxTokens: number;
+  sampling: SamplingParams;
+  file: string;
+}
+
+async function checkpointFor(job: Job): Promise<Checkpoint> {
+  if (job.modelDir) {
+    const { loadCheckpoint } = await import("../../src/checkpoint/load-checkpoint.ts");
+    return loadCheckpoint(job.modelDir);
+  }
+  return randomCheckpoint(job.config!, job.seed!);
+}
+
+const job = JSON.parse(process.argv[2]) as Job;
+const model = await LlamaModel.load(await checkpointFor(job));
+const cache = model.newCache(job.S);
+if (job.mode === "prefill") {
+  const logits = model.prefill(job.prompt, cache);
+  const first = sample(logits, job.sampling, cache.n);
+  const meta = Buffer.from(JSON.stringify({ n: cache.n, S: cache.S, first, fingerprint: model.numericsFingerprint }) + "\n");
+  const parts: Uint8Array[] = [meta];
+  for (let l = 0; l < model.config.numLayers; l++) parts.push(cache.layerK(l).slice(), cache.layerV(l).slice());
+  writeFileSync(job.file, Buffer.concat(parts));
+  console.log(JSON.stringify({ pid: process.pid, first }));
+} else {
+  const buf = readFileSync(job.file);
+  const nl = buf.indexOf(10);
+  const meta = JSON.parse(buf.subarray(0, nl).toString()) as { n: number; S: number; first: number; fingerprint: string };
+  if (meta.fingerprint !== model.numericsFingerprint) throw new Error("numerics fingerprint mismatch");
+  let at = nl + 1;
+  for (let l = 0; l < model.config.numLayers; l++) {
+    const k = cache.layerK(l), v = cache.layerV(l);
+    k.set(buf.subarray(at, at + k.byteLength));
+    at += k.byteLength;
+    v.set(buf.subarray(at, at + v.byteLength));
+    at += v.byteLength;
+  }
+  cache.n = meta.n;
+  const r = continueFromToken(model, cache, meta.first, { maxTokens: job.maxTokens, sampling: job.sampling });
+  console.log(JSON.stringify({ pid: process.pid, tokens: r.tokens }));
+}
+model.close();

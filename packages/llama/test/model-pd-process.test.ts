@@ -1,0 +1,77 @@
+// (a) Prefill in one real child process, KV bytes through a file, decode in another real child:
+// the tokens equal those of one process doing both.
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { loadCheckpoint } from "../src/checkpoint/load-checkpoint.ts";
+import { LlamaModel } from "../src/model/llama-model.ts";
+import { generate } from "../src/model/generate.ts";
+import type { SamplingParams } from "../src/sampling/sample.ts";
+import { randomCheckpoint, tinyConfig } from "./model-helpers/random-checkpoint.ts";
+import { generateModels, type GeneratedModels } from "./model-helpers/generated-models.ts";
+
+const child = fileURLToPath(new URL("./model-helpers/pd-child.ts", import.meta.url));
+const dir = mkdtempSync(join(tmpdir(), "llama-pd-"));
+let gen: GeneratedModels;
+beforeAll(() => {
+  gen = generateModels();
+});
+afterAll(() => {
+  rmSync(dir, { recursive: true, force: true });
+  gen?.cleanup();
+});
+
+function run(job: object): { pid: number; first?: number; tokens?: number[] } {
+  const out = execFileSync(process.execPath, ["--import", "tsx", child, JSON.stringify(job)], { encoding: "utf8", timeout: 60_000 });
+  return JSON.parse(out.trim().split("\n").at(-1)!);
+}
+
+const cases: [string, ReturnType<typeof tinyConfig>, SamplingParams][] = [
+  ["llama greedy", tinyConfig(), {}],
+  ["qwen2 greedy", tinyConfig({ architecture: "qwen2", attentionBias: true, tieWordEmbeddings: true }), {}],
+  ["llama sampled (temperature, top-p, top-k, seed)", tinyConfig(), { temperature: 0.9, topP: 0.95, topK: 40, seed: 1234 }],
+];
+
+describe("(a) prefill in process A, decode in process B", () => {
+  it.each(cases)("%s: gives exactly the solo tokens", async (_name, config, sampling) => {
+    const prompt = [1, 17, 33, 250, 8, 8, 91, 140, 3, 66, 12];
+    const S = 40, maxTokens = 16, seed = 21;
+    const model = await LlamaModel.load(randomCheckpoint(config, seed));
+    const solo = generate(model, prompt, { maxTokens, S, sampling }).tokens;
+    model.close();
+    const file = join(dir, `kv-${Math.random().toString(16).slice(2)}.bin`);
+    const common = { config, seed, prompt, S, maxTokens, sampling, file };
+    const a = run({ ...common, mode: "prefill" });
+    const b = run({ ...common, mode: "decode" });
+    expect(a.pid).not.toBe(b.pid);
+    expect(a.pid).not.toBe(process.pid);
+    expect(b.tokens).toEqual(solo);
+    expect(b.tokens![0]).toBe(a.first);
+    expect(solo).toHaveLength(maxTokens);
+  });
+});
+
+describe("(a) on models made by airm-model make-tiny", () => {
+  it.each([
+    ["llama", {}],
+    ["qwen2", {}],
+    ["qwen2", { temperature: 0.7, topP: 0.9, seed: 77 }],
+  ] as [string, SamplingParams][])("%s %j: decode in process B gives exactly the solo tokens", async (arch, sampling) => {
+    const ckpt = await loadCheckpoint(gen.dirs[arch]);
+    const prompt = ckpt.tokenizer.encode("The morning train left the station", { addSpecialTokens: true });
+    const S = 64, maxTokens = 20;
+    const model = await LlamaModel.load(ckpt);
+    const solo = generate(model, prompt, { maxTokens, S, sampling }).tokens;
+    model.close();
+    const file = join(dir, `kv-${arch}-${Math.random().toString(16).slice(2)}.bin`);
+    const common = { modelDir: gen.dirs[arch], prompt, S, maxTokens, sampling, file };
+    const a = run({ ...common, mode: "prefill" });
+    const b = run({ ...common, mode: "decode" });
+    expect(a.pid).not.toBe(b.pid);
+    expect(b.tokens).toEqual(solo);
+    expect(solo).toHaveLength(maxTokens);
+  });
+});

@@ -1,0 +1,118 @@
+// Sampling: greedy ties, parameter checks, and the counter-based draw (same (seed, position) ->
+// same token in any process or call order; the distribution follows temperature/top-k/top-p).
+import { describe, expect, it } from "vitest";
+import { argmax, counterUniform, sample } from "../src/sampling/sample.ts";
+
+const logits = new Float32Array([1, 3, 3, 0.5, 2.9, -1, 3, 0]);
+
+describe("greedy", () => {
+  it("takes the largest logit and breaks ties to the lowest id", () => {
+    expect(argmax(logits)).toBe(1);
+    expect(sample(logits, {}, 0)).toBe(1);
+    expect(sample(logits, { temperature: 0, seed: 9 }, 5)).toBe(1);
+    expect(argmax(new Float32Array([-Infinity, -Infinity]))).toBe(0);
+    expect(argmax(new Float32Array([NaN, 1, NaN, 2]))).toBe(3);
+  });
+});
+
+describe("counter-based draw", () => {
+  it("depends only on (seed, position) and spreads over [0, 1)", () => {
+    expect(counterUniform(7, 100)).toBe(counterUniform(7, 100));
+    expect(counterUniform(7, 100)).not.toBe(counterUniform(7, 101));
+    expect(counterUniform(7, 100)).not.toBe(counterUniform(8, 100));
+    const xs = Array.from({ length: 20000 }, (_, i) => counterUniform(3, i));
+    expect(Math.min(...xs)).toBeGreaterThanOrEqual(0);
+    expect(Math.max(...xs)).toBeLessThan(1);
+    const mean = xs.reduce((a, b) => a + b, 0) / xs.length;
+    expect(Math.abs(mean - 0.5)).toBeLessThan(0.01);
+    const buckets = new Array(10).fill(0);
+    for (const x of xs) buckets[Math.floor(x * 10)]++;
+    for (const b of buckets) expect(Math.abs(b - 2000)).toBeLessThan(200);
+  });
+
+  it("gives the same token for the same (seed, position) regardless of call order", () => {
+    const p = { temperature: 1.3, topP: 0.9, topK: 5, seed: 42 };
+    const forward = Array.from({ length: 50 }, (_, pos) => sample(logits, p, pos));
+    const backward = Array.from({ length: 50 }, (_, i) => sample(logits, p, 49 - i)).reverse();
+    expect(backward).toEqual(forward);
+    expect(new Set(forward).size).toBeGreaterThan(1);
+    const other = Array.from({ length: 50 }, (_, pos) => sample(logits, { ...p, seed: 43 }, pos));
+    expect(other).not.toEqual(forward);
+  });
+});
+
+describe("filters", () => {
+  const draws = (p: Parameters<typeof sample>[1], n = 4000): Map<number, number> => {
+    const m = new Map<number, number>();
+    for (let pos = 0; pos < n; pos++) {
+      const t = sample(logits, p, pos);
+      m.set(t, (m.get(t) ?? 0) + 1);
+    }
+    return m;
+  };
+
+  it("top-k keeps the k best ids (ties by lowest id)", () => {
+    expect([...draws({ temperature: 1, topK: 2, seed: 1 }).keys()].sort()).toEqual([1, 2]);
+    expect([...draws({ temperature: 1, topK: 1, seed: 1 }).keys()]).toEqual([1]);
+    expect([...draws({ temperature: 5, topK: 4, seed: 2 }).keys()].sort()).toEqual([1, 2, 4, 6]);
+  });
+
+  it("top-p keeps the smallest prefix reaching the mass", () => {
+    // at T=1 the sorted masses are ids 1, 2, 6 (0.239 each), 4 (0.216), then the rest
+    expect([...draws({ temperature: 1, topP: 0.45, seed: 3 }).keys()].sort()).toEqual([1, 2]);
+    expect([...draws({ temperature: 1, topP: 0.5, seed: 3 }).keys()].sort()).toEqual([1, 2, 6]);
+    expect([...draws({ temperature: 1, topP: 0.9, seed: 3 }).keys()].sort()).toEqual([1, 2, 4, 6]);
+    const all = [...draws({ temperature: 1, topP: 1, seed: 3 }, 20000).keys()].sort();
+    expect(all).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+  });
+
+  it("follows the softmax at the given temperature", () => {
+    const l = new Float32Array([0, Math.log(3)]); // p = 1/4, 3/4 at T=1
+    let ones = 0;
+    for (let pos = 0; pos < 20000; pos++) ones += sample(l, { temperature: 1, seed: 11 }, pos);
+    expect(Math.abs(ones / 20000 - 0.75)).toBeLessThan(0.015);
+    let hot = 0;
+    for (let pos = 0; pos < 20000; pos++) hot += sample(l, { temperature: 1e6, seed: 11 }, pos);
+    expect(Math.abs(hot / 20000 - 0.5)).toBeLessThan(0.015);
+  });
+
+  it("handles a large vocabulary with top-p without sorting everything (same result as a full sort)", () => {
+    const V = 49152;
+    const big = new Float32Array(V).map((_, i) => Math.sin(i * 12.9898) * 8);
+    for (let pos = 0; pos < 20; pos++) {
+      const p = { temperature: 0.7, topP: 0.8, seed: 5 };
+      const t = sample(big, p, pos);
+      // full-sort reference
+      const ids = Array.from({ length: V }, (_, i) => i).sort((a, b) => big[b] - big[a] || a - b);
+      const max = big[ids[0]];
+      const w = (i: number): number => Math.exp((big[i] - max) / 0.7);
+      let total = 0;
+      for (let i = 0; i < V; i++) total += w(i);
+      const kept: number[] = [];
+      let cum = 0;
+      for (const i of ids) {
+        kept.push(i);
+        cum += w(i);
+        if (cum / total >= 0.8) break;
+      }
+      let kt = 0;
+      for (const i of kept) kt += w(i);
+      const target = counterUniform(5, pos) * kt;
+      let c2 = 0, ref = kept.at(-1)!;
+      for (const i of kept) {
+        c2 += w(i);
+        if (c2 > target) {
+          ref = i;
+          break;
+        }
+      }
+      expect(t).toBe(ref);
+    }
+  });
+
+  it("rejects out-of-range parameters with ConfigError", () => {
+    for (const bad of [{ temperature: -1 }, { temperature: NaN }, { topP: 0 }, { topP: 1.5 }, { topK: -2 }, { topK: 1.5 }, { seed: -1 }, { seed: 2 ** 32 }]) {
+      expect(() => sample(logits, { temperature: 1, ...bad }, 0)).toThrow(expect.objectContaining({ code: "CONFIG" }));
+    }
+  });
+});
