@@ -16,8 +16,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { loadCheckpoint, makeTinyModel } from "../packages/llama/src/index.ts";
-import type { EngineVariant } from "../packages/rm-core/src/index.ts";
-import { checkpointHashes, type EngineV2 } from "../packages/engine-kit/src/index.ts";
+import type { Engine, EngineVariant } from "../packages/rm-core/src/index.ts";
+import { checkpointHashes } from "../packages/engine-kit/src/index.ts";
 import { rngdEngine } from "../packages/engine-rngd/src/index.ts";
 import { editCheckpoint } from "../packages/engine-kit/test/checkpoint-edit.ts";
 import { argValue, finalLine, fmt, progress, progressDone, summarize } from "./lib.ts";
@@ -33,15 +33,15 @@ mkdirSync(env.AIRM_DEV_ROOT!, { recursive: true });
 const variants: EngineVariant[] = [{ batch: 4, seqLen: 256 }, { batch: 4, seqLen: 512 }, { batch: 8, seqLen: 512 }];
 const GREEDY = 8;
 
-async function load(model: string): Promise<EngineV2> {
+async function load(model: string): Promise<Engine> {
   return rngdEngine.load({ model, variants, seqLen: 512, batch: 4, env });
 }
 
-async function firstToken(engine: EngineV2, prompt: number[], seqLen: number): Promise<number> {
+async function firstToken(engine: Engine, prompt: number[], seqLen: number): Promise<number> {
   return (await engine.prefill(prompt, { seqLen })).firstToken;
 }
 
-async function greedy(engine: EngineV2, prompt: number[], seqLen: number): Promise<number[]> {
+async function greedy(engine: Engine, prompt: number[], seqLen: number): Promise<number[]> {
   const r = await engine.prefill(prompt, { seqLen, keepStream: true });
   const out = [r.firstToken];
   while (out.length < GREEDY) out.push((await engine.decode([{ stream: r.stream!, token: out[out.length - 1] }]))[0]);

@@ -13,7 +13,6 @@ import {
   decodeGraphFile,
   findRblnLibrary,
   loadVendorEngine,
-  type EnginePluginV2,
   type VendorEngineSpec,
 } from "@airm/engine-kit";
 
@@ -45,8 +44,8 @@ export const atomSpec: VendorEngineSpec = {
   },
 };
 
-/** airm.workloads "atom". `load` resolves to an EngineV2 (see @airm/engine-kit). */
-export const atomEngine: EnginePluginV2 = {
+/** airm.workloads "atom". `load` resolves to an Engine (see @airm/engine-kit). */
+export const atomEngine: EnginePlugin = {
   kind: "engine",
   name: "atom",
   load: (options) => loadVendorEngine(atomSpec, options),

@@ -9,7 +9,8 @@ import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Registry } from "@airm/rm-core";
 import { loadCheckpoint, makeTinyModel } from "@airm/llama";
-import { decodeGraphIO, layerBytes, referenceTokens, type EnginePluginV2, type EngineV2 } from "@airm/engine-kit";
+import { decodeGraphIO, layerBytes, referenceTokens } from "@airm/engine-kit";
+import type { Engine, EnginePlugin } from "@airm/rm-core";
 import { atomEngine } from "../src/index.ts";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -23,13 +24,13 @@ const STEPS = 10;
 let prompts: number[][];
 const reference: number[][] = [];
 
-type V2Plugin = EnginePluginV2;
+type V2Plugin = EnginePlugin;
 
 function env(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   return { AIRM_DEV_ROOT: noCards, AIRM_ARTIFACT_CACHE: join(root, "artifacts"), AIRM_ENGINE_LOG: "0", ...extra };
 }
 
-async function generate(engine: EngineV2, tokens: number[], steps: number): Promise<number[]> {
+async function generate(engine: Engine, tokens: number[], steps: number): Promise<number[]> {
   const r = await engine.prefill(tokens, { seqLen: S, keepStream: true });
   const out = [r.firstToken];
   while (out.length < steps) out.push((await engine.decode([{ stream: r.stream!, token: out[out.length - 1] }]))[0]);

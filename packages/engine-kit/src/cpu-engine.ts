@@ -18,12 +18,12 @@ import type {
   DeltaResult,
   EngineStats,
   EngineTokenizer,
-  EngineV2,
+  Engine,
   KVStream,
-  PrefillOptionsV2,
-  PrefillResultV2,
+  PrefillOptions,
+  PrefillResult,
   SwapResult,
-} from "./engine-contract.ts";
+} from "@airm/rm-core";
 import { checkKVBlobs, copyPosition, copyPrefix, layerBytes, requestKVBytes, type KVGeometry } from "./kv-layout.ts";
 import { appendColumn, type DecodeGraphShape, type HostDecodeResult } from "./native/rbln-decode-graph.ts";
 import { normalizeVariants, pickVariant, variantName } from "./variants.ts";
@@ -142,8 +142,8 @@ function defaultActive(variants: EngineVariant[]): EngineVariant {
   return variants.filter((v) => v.seqLen === S).sort((a, b) => b.batch - a.batch)[0];
 }
 
-/** An EngineV2 running on the CPU reference model. Create with `CpuBackedEngine.open`. */
-export class CpuBackedEngine implements EngineV2 {
+/** An Engine running on the CPU reference model. Create with `CpuBackedEngine.open`. */
+export class CpuBackedEngine implements Engine {
   readonly name: string;
   readonly backend: string;
   readonly device: DeviceInfo;
@@ -313,7 +313,7 @@ export class CpuBackedEngine implements EngineV2 {
 
   // --- prefill --------------------------------------------------------------------------------
 
-  async prefill(tokens: number[], options: PrefillOptionsV2): Promise<PrefillResultV2> {
+  async prefill(tokens: number[], options: PrefillOptions): Promise<PrefillResult> {
     this.live();
     if (!Array.isArray(tokens) || tokens.length === 0) throw new ConfigError("tokens", "prefill needs at least one token");
     this.checkTokens(tokens, "tokens");

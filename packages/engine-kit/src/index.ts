@@ -1,7 +1,6 @@
 // @airm/engine-kit: what the vendor engines share. Device discovery and chip selection, compiled
 // variants, the artifact cache, delta plans, the KV layout, the extended engine contract, the
 // engine mechanics on the CPU reference backend, and the native vendor runtime bindings.
-export * from "./engine-contract.ts";
 export * from "./device-errors.ts";
 export * from "./device-discovery.ts";
 export * from "./kubelet-checkpoint.ts";

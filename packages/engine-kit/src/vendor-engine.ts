@@ -9,7 +9,7 @@ import { ArtifactCache, artifactCacheDir } from "./artifact-cache.ts";
 import { selectChip, type ChipSelection } from "./chip-selection.ts";
 import { CpuBackedEngine, type NativeHostDecode } from "./cpu-engine.ts";
 import type { Vendor } from "./device-discovery.ts";
-import type { EngineLoadOptionsV2 } from "./engine-contract.ts";
+import type { EngineLoadOptions } from "@airm/rm-core";
 import { defaultVariants, normalizeVariants } from "./variants.ts";
 
 export interface BackendMode {
@@ -51,7 +51,7 @@ function intEnv(env: NodeJS.ProcessEnv, key: string, fallback: number, min: numb
  * bad variants, missing model), DeviceSelectionError (see selectChip), ModelLoadError (from
  * @airm/llama) and NativeRuntimeError (vendor library present but refusing).
  */
-export async function loadVendorEngine(spec: VendorEngineSpec, options: EngineLoadOptionsV2): Promise<CpuBackedEngine> {
+export async function loadVendorEngine(spec: VendorEngineSpec, options: EngineLoadOptions): Promise<CpuBackedEngine> {
   const env = options.env ?? process.env;
   const backend = options.backend ?? spec.defaultBackend;
   const mode = spec.backends[backend];

@@ -7,7 +7,8 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isAirmError } from "@airm/rm-core";
 import { LlamaModel, loadCheckpoint, makeTinyModel, sample } from "@airm/llama";
-import { ArtifactCache, CpuBackedEngine, supportsPackedImage, type CpuEngineSpec, type EngineV2, type KVStream } from "../src/index.ts";
+import { ArtifactCache, CpuBackedEngine, supportsPackedImage, type CpuEngineSpec } from "../src/index.ts";
+import type { Engine, KVStream } from "@airm/rm-core";
 import { bf16, editCheckpoint } from "./checkpoint-edit.ts";
 
 const root = mkdtempSync(join(tmpdir(), "airm-engine-"));
@@ -50,7 +51,7 @@ function spec(over: Partial<CpuEngineSpec> = {}): CpuEngineSpec {
   };
 }
 
-async function generate(engine: EngineV2, tokens: number[], steps: number, seqLen = S): Promise<number[]> {
+async function generate(engine: Engine, tokens: number[], steps: number, seqLen = S): Promise<number[]> {
   const r = await engine.prefill(tokens, { seqLen, keepStream: true });
   const out = [r.firstToken];
   while (out.length < steps) out.push((await engine.decode([{ stream: r.stream!, token: out[out.length - 1] }]))[0]);

@@ -6,7 +6,7 @@
 // such as uuids), so the execution model always runs on the CPU reference and says so.
 
 import type { EnginePlugin } from "@airm/rm-core";
-import { findFuriosaSmiLibrary, furiosaDeviceIdMap, listFuriosaDevices, loadVendorEngine, type EnginePluginV2, type VendorEngineSpec } from "@airm/engine-kit";
+import { findFuriosaSmiLibrary, furiosaDeviceIdMap, listFuriosaDevices, loadVendorEngine, type VendorEngineSpec } from "@airm/engine-kit";
 
 export const RNGD_BACKENDS = ["rngd", "rngd-chunk", "rngd-full"] as const;
 
@@ -32,8 +32,8 @@ export const rngdSpec: VendorEngineSpec = {
   },
 };
 
-/** airm.workloads "rngd". `load` resolves to an EngineV2 (see @airm/engine-kit). */
-export const rngdEngine: EnginePluginV2 = {
+/** airm.workloads "rngd". `load` resolves to an Engine (see @airm/engine-kit). */
+export const rngdEngine: EnginePlugin = {
   kind: "engine",
   name: "rngd",
   load: (options) => loadVendorEngine(rngdSpec, options),
