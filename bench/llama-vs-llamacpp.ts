@@ -1,0 +1,166 @@
+// Our CPU engine against llama.cpp (node-llama-cpp 3.21.1, prebuilt, CPU) on the same
+// SmolLM2-135M-Instruct Q4_1 GGUF in the same run, one thread each: decode tokens/s at B=1 (128
+// new greedy tokens) and prefill tokens/s (the parity text, about 520 tokens). Repetitions are
+// interleaved so both engines see the same machine load. Also prints our bf16 streaming roofline
+// (a plain read of every weight byte a decode step touches), the ceiling for bf16 weights.
+// Usage: pnpm bench llama-vs-llamacpp [--model FILE.gguf] [--reps N] [--new-tokens N]
+import { loadCheckpoint } from "../packages/llama/src/checkpoint/load-checkpoint.ts";
+import { LlamaModel } from "../packages/llama/src/model/llama-model.ts";
+import { argmax } from "../packages/llama/src/sampling/sample.ts";
+import type { TensorInfo } from "../packages/llama/src/checkpoint-types.ts";
+import { assertOneThread, openLlamaCpp, type LlamaCpp } from "../packages/llama/test/fixtures/parity/llamacpp-reference.ts";
+import { SKIP_REASON, cachedParityModel, parityText } from "../packages/llama/test/fixtures/parity/parity-model.ts";
+import { argValue, finalLine, fmt, progress, progressDone, summarize } from "./lib.ts";
+
+const args = process.argv.slice(2);
+const ggufPath = argValue(args, "model") ?? cachedParityModel();
+const reps = Number(argValue(args, "reps", "3"));
+const newTokens = Number(argValue(args, "new-tokens", "128"));
+if (!ggufPath) {
+  console.error(`no model: ${SKIP_REASON}, or pass --model FILE.gguf`);
+  process.exit(2);
+}
+if (!(Number.isInteger(reps) && reps >= 1 && Number.isInteger(newTokens) && newTokens >= 1)) {
+  console.error("--reps and --new-tokens must be positive integers");
+  process.exit(2);
+}
+
+/** Bytes of one tensor as stored in the GGUF (ggml block sizes: Q4_1 20 B / 32, Q8_0 34 B / 32). */
+function storedBytes(t: TensorInfo): number {
+  const n = t.shape.reduce((a, b) => a * b, 1);
+  const perElement: Record<string, number> = { F32: 4, F16: 2, BF16: 2, Q8_0: 34 / 32, Q4_0: 18 / 32, Q4_1: 20 / 32 };
+  const b = perElement[t.dtype];
+  if (b === undefined) throw new Error(`unknown stored type ${t.dtype} of ${t.name}`);
+  return n * b;
+}
+
+progress("loading our engine");
+const ckpt = await loadCheckpoint(ggufPath);
+const ours = await LlamaModel.load(ckpt, { threads: 1 });
+progress("loading llama.cpp");
+const cpp: LlamaCpp = await openLlamaCpp(ggufPath);
+progressDone();
+
+const text = ckpt.tokenizer.encode(parityText(), { addSpecialTokens: false });
+const decodePrompt = text.slice(0, 32);
+const cppBytes = ckpt.tensors.list().reduce((a, t) => a + (t.dtype === "F32" ? 0 : storedBytes(t)), 0);
+console.log(`model: ${ggufPath}`);
+console.log(`threads: 1 each; llama.cpp ${cpp.llama.buildType} binary, gpu ${String(cpp.llama.gpu)}, context threads 1`);
+console.log(`weight bytes per decode step: ours ${(ours.weightBytesPerToken / 1e6).toFixed(1)} MB (bf16), llama.cpp ~${(cppBytes / 1e6).toFixed(1)} MB (Q4_1 layers, Q8_0 embeddings/LM head)`);
+
+/** Ours: prefill the whole text into a fresh cache; ms. */
+function oursPrefill(): number {
+  const cache = ours.newCache(text.length);
+  const t0 = performance.now();
+  ours.prefill(text, cache);
+  const ms = performance.now() - t0;
+  ours.freeCache(cache);
+  return ms;
+}
+
+/** Ours: prefill all but the last prompt token (untimed), then `newTokens` greedy decode steps; ms per token. */
+function oursDecode(): { msPerToken: number; tokens: number[] } {
+  const cache = ours.newCache(decodePrompt.length + newTokens);
+  ours.prefill(decodePrompt.slice(0, -1), cache);
+  const tokens: number[] = [];
+  let next = decodePrompt[decodePrompt.length - 1];
+  const t0 = performance.now();
+  for (let i = 0; i < newTokens; i++) {
+    const [logits] = ours.decode([{ cache, token: next }]);
+    next = argmax(logits);
+    tokens.push(next);
+  }
+  const ms = performance.now() - t0;
+  ours.freeCache(cache);
+  return { msPerToken: ms / newTokens, tokens };
+}
+
+/** llama.cpp: evaluate the whole text in one batch into a fresh context; ms. */
+async function cppPrefill(): Promise<number> {
+  const context = await cpp.model.createContext({ contextSize: text.length + 16, batchSize: text.length, threads: 1, sequences: 1 });
+  try {
+    assertOneThread(context);
+    const sequence = context.getSequence();
+    const t0 = performance.now();
+    await sequence.evaluateWithoutGeneratingNewTokens(text as never[]);
+    return performance.now() - t0;
+  } finally {
+    await context.dispose();
+  }
+}
+
+/** llama.cpp: the same split as ours: all but the last prompt token untimed, then `newTokens` greedy steps. */
+async function cppDecode(): Promise<{ msPerToken: number; tokens: number[] }> {
+  const context = await cpp.model.createContext({ contextSize: decodePrompt.length + newTokens + 16, batchSize: decodePrompt.length, threads: 1, sequences: 1 });
+  try {
+    assertOneThread(context);
+    const sequence = context.getSequence();
+    await sequence.evaluateWithoutGeneratingNewTokens(decodePrompt.slice(0, -1) as never[]);
+    const tokens: number[] = [];
+    const t0 = performance.now();
+    for await (const token of sequence.evaluate([decodePrompt[decodePrompt.length - 1]] as never[], { temperature: 0 })) {
+      tokens.push(token);
+      if (tokens.length >= newTokens) break;
+    }
+    const ms = performance.now() - t0;
+    return { msPerToken: ms / newTokens, tokens };
+  } finally {
+    await context.dispose();
+  }
+}
+
+/** Our bandwidth roofline: one plain wasm read of every weight byte a decode step streams; ms. */
+function oursStream(): number {
+  const t0 = performance.now();
+  ours.streamWeights();
+  return performance.now() - t0;
+}
+
+const oursPrefillMs: number[] = [], cppPrefillMs: number[] = [], oursDecodeMs: number[] = [], cppDecodeMs: number[] = [], streamMs: number[] = [];
+let oursTokens: number[] = [], cppTokens: number[] = [];
+// One untimed warm-up of each path (JIT, page cache, llama.cpp's first-context allocations).
+oursDecode();
+await cppDecode();
+for (let r = 0; r < reps; r++) {
+  progress(`prefill ${r + 1}/${reps}`);
+  oursPrefillMs.push(oursPrefill());
+  cppPrefillMs.push(await cppPrefill());
+  progress(`decode ${r + 1}/${reps}`);
+  const o = oursDecode();
+  oursDecodeMs.push(o.msPerToken);
+  oursTokens = o.tokens;
+  const c = await cppDecode();
+  cppDecodeMs.push(c.msPerToken);
+  cppTokens = c.tokens;
+  for (let i = 0; i < 5; i++) streamMs.push(oursStream());
+}
+progressDone();
+
+const op = summarize(oursPrefillMs), cp = summarize(cppPrefillMs), od = summarize(oursDecodeMs), cd = summarize(cppDecodeMs), sm = summarize(streamMs);
+let common = 0;
+while (common < newTokens && oursTokens[common] === cppTokens[common]) common++;
+console.log(`prefill ${text.length} tokens: ours ${fmt(op)}, llama.cpp ${fmt(cp)}`);
+console.log(`decode B=1, ${newTokens} new tokens after ${decodePrompt.length - 1}: ours ${fmt(od, "ms/token")}, llama.cpp ${fmt(cd, "ms/token")}`);
+console.log(`our bf16 roofline (plain read of ${(ours.weightBytesPerToken / 1e6).toFixed(1)} MB): ${fmt(sm)} = ${(ours.weightBytesPerToken / sm.median / 1e6).toFixed(2)} GB/s, at most ${(1000 / sm.median).toFixed(1)} tok/s at bf16`);
+console.log(`greedy continuations identical for the first ${common} of ${newTokens} tokens`);
+const oursTokS = 1000 / od.median, cppTokS = 1000 / cd.median;
+const oursPrefillTokS = (1000 * text.length) / op.median, cppPrefillTokS = (1000 * text.length) / cp.median;
+console.log(`decode: ours ${oursTokS.toFixed(1)} tok/s, llama.cpp ${cppTokS.toFixed(1)} tok/s, ratio ${(oursTokS / cppTokS).toFixed(3)}; prefill: ours ${oursPrefillTokS.toFixed(0)} tok/s, llama.cpp ${cppPrefillTokS.toFixed(0)} tok/s, ratio ${(oursPrefillTokS / cppPrefillTokS).toFixed(3)}`);
+
+ours.close();
+ckpt.tensors.close();
+await cpp.model.dispose();
+await cpp.llama.dispose();
+finalLine({
+  bench: "llama-vs-llamacpp",
+  ours_tok_s: oursTokS,
+  llamacpp_tok_s: cppTokS,
+  ratio: oursTokS / cppTokS,
+  ours_prefill_tok_s: oursPrefillTokS,
+  llamacpp_prefill_tok_s: cppPrefillTokS,
+  prefill_ratio: oursPrefillTokS / cppPrefillTokS,
+  ours_bf16_roofline_tok_s: 1000 / sm.median,
+  new_tokens: newTokens,
+  prefill_tokens: text.length,
+  threads: 1,
+});
