@@ -1,0 +1,161 @@
+// pnpm bench pd-vs-solo [--model DIR] [--seq-len 512] [--prompts 12] [--max-tokens 32]
+//                       [--decode-backend atom] [--transport shm] [--warmup 2]
+// The same prompts through a PD cluster (prefill + decode workers, KV over the transport) and a
+// solo worker, each behind its own gateway, in one run, alternating which goes first. Measures
+// at the client over SSE: TTFT (request sent -> first token chunk) and TPOT ((last - first) /
+// (completion tokens - 1)); KV handoff ms from the PD gateway's airm_kv_transfer_ms. Without
+// --model it generates the 135m preset (SmolLM2-135M's shape) once into a temp folder.
+import { existsSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { spawnSync } from "node:child_process";
+import { argValue, finalLine, fmt, progress, progressDone, summarize } from "./lib.ts";
+import { MODEL_BIN, startCluster, type Cluster } from "../packages/gateway/test/cluster-harness.ts";
+
+const args = process.argv.slice(2);
+const seqLen = Number(argValue(args, "seq-len", "512"));
+const nPrompts = Number(argValue(args, "prompts", "12"));
+const maxTokens = Number(argValue(args, "max-tokens", "32"));
+const warmup = Number(argValue(args, "warmup", "2"));
+const decodeBackend = argValue(args, "decode-backend", "atom")!;
+const transport = argValue(args, "transport", "shm") as "shm" | "tcp";
+let model = argValue(args, "model");
+let madeModel = false;
+
+if (!model) {
+  model = join(tmpdir(), "airm-bench-135m");
+  if (!existsSync(join(model, "config.json"))) {
+    progress("generating the 135m preset model...");
+    const r = spawnSync(process.execPath, [MODEL_BIN, "make-tiny", "--arch", "llama", "--preset", "135m", "--out", model], { encoding: "utf8" });
+    progressDone();
+    if (r.status !== 0) throw new Error(`make-tiny failed: ${r.stderr}`);
+    madeModel = true;
+  }
+}
+
+/** Prompts of varied token lengths up to seqLen - maxTokens (token ids avoid the special tokens). */
+function prompts(): number[][] {
+  const maxLen = seqLen - maxTokens;
+  return Array.from({ length: nPrompts }, (_, i) => {
+    const len = Math.max(4, Math.round(((i + 1) / nPrompts) * maxLen));
+    return Array.from({ length: len }, (_, j) => 3 + ((j * 31 + i * 17) % 400));
+  });
+}
+
+interface Sample {
+  ttftMs: number;
+  tpotMs: number | null;
+  tokens: number;
+  text: string;
+}
+
+async function once(c: Cluster, modelId: string, prompt: number[]): Promise<Sample> {
+  const t0 = performance.now();
+  const r = await fetch(`${c.url}/v1/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: modelId, prompt, max_tokens: maxTokens, temperature: 0, stream: true, stream_options: { include_usage: true } }),
+  });
+  if (!r.ok) throw new Error(`gateway answered ${r.status}: ${await r.text()}`);
+  const reader = r.body!.getReader();
+  const dec = new TextDecoder();
+  let buf = "";
+  let first: number | null = null;
+  let last = 0;
+  let text = "";
+  let tokens = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    buf += dec.decode(value, { stream: true });
+    let i: number;
+    while ((i = buf.indexOf("\n\n")) >= 0) {
+      const ev = buf.slice(0, i).trim();
+      buf = buf.slice(i + 2);
+      if (!ev.startsWith("data: ") || ev === "data: [DONE]") continue;
+      const j = JSON.parse(ev.slice(6));
+      if (j.error) throw new Error(`stream error: ${j.error.message}`);
+      if (j.usage) tokens = j.usage.completion_tokens;
+      const ch = j.choices?.[0];
+      if (!ch) continue;
+      const now = performance.now();
+      first ??= now;
+      if (ch.finish_reason) last = now;
+      text += ch.text ?? "";
+    }
+  }
+  if (first === null) throw new Error("no token chunk arrived");
+  return { ttftMs: first - t0, tpotMs: tokens > 1 ? (last - first) / (tokens - 1) : null, tokens, text };
+}
+
+async function metricValue(url: string, name: string): Promise<number | null> {
+  const m = new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, "m").exec(await (await fetch(url)).text());
+  return m ? Number(m[1]) : null;
+}
+
+const pd = await startCluster({ mode: "pd", model, seqLen, decodeBackend, transport });
+let solo: Cluster | undefined;
+try {
+  solo = await startCluster({ mode: "solo", model, seqLen, soloBackend: "rngd" });
+  const modelId = ((await (await fetch(`${pd.url}/v1/models`)).json()) as { data: { id: string }[] }).data[0].id;
+  const ps = prompts();
+  for (let w = 0; w < warmup; w++) {
+    await once(pd, modelId, ps[w % ps.length]);
+    await once(solo, modelId, ps[w % ps.length]);
+  }
+  const pdS: Sample[] = [];
+  const soloS: Sample[] = [];
+  let mismatches = 0;
+  for (const [i, p] of ps.entries()) {
+    progress(`prompt ${i + 1}/${ps.length} (${p.length} tokens)`);
+    const order = i % 2 === 0 ? ([pd, solo] as const) : ([solo, pd] as const);
+    const a = await once(order[0], modelId, p);
+    const b = await once(order[1], modelId, p);
+    const [x, y] = order[0] === pd ? [a, b] : [b, a];
+    pdS.push(x);
+    soloS.push(y);
+    if (x.text !== y.text || x.tokens !== y.tokens) mismatches++;
+  }
+  progressDone();
+  const kvMs = await metricValue(pd.metricsUrl, "airm_kv_transfer_ms");
+  const q = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.ceil(p * xs.length) - 1)];
+  const stats = (ss: Sample[]) => {
+    const ttft = ss.map((s) => s.ttftMs);
+    const tpot = ss.flatMap((s) => (s.tpotMs === null ? [] : [s.tpotMs]));
+    return { ttft: summarize(ttft), ttftP90: q(ttft, 0.9), tpot: summarize(tpot), tpotP90: q(tpot, 0.9) };
+  };
+  const P = stats(pdS);
+  const R = stats(soloS);
+  console.log(`model ${model} S=${seqLen} prompts=${ps.length} max_tokens=${maxTokens} decode=${decodeBackend} transport=${transport}`);
+  console.log(`TTFT  PD   ${fmt(P.ttft)} p90 ${P.ttftP90.toFixed(2)} ms`);
+  console.log(`TTFT  solo ${fmt(R.ttft)} p90 ${R.ttftP90.toFixed(2)} ms`);
+  console.log(`TPOT  PD   ${fmt(P.tpot)} p90 ${P.tpotP90.toFixed(2)} ms`);
+  console.log(`TPOT  solo ${fmt(R.tpot)} p90 ${R.tpotP90.toFixed(2)} ms`);
+  console.log(`KV handoff (push + load, median) ${kvMs?.toFixed(2)} ms; token mismatches PD vs solo: ${mismatches}`);
+  finalLine({
+    bench: "pd-vs-solo",
+    median_ms: P.ttft.median,
+    ref_median_ms: R.ttft.median,
+    ratio: P.ttft.median / R.ttft.median,
+    ttft_ratio: P.ttft.median / R.ttft.median,
+    tpot_ratio: P.tpot.median / R.tpot.median,
+    pd_ttft_p50_ms: P.ttft.median,
+    pd_ttft_p90_ms: P.ttftP90,
+    solo_ttft_p50_ms: R.ttft.median,
+    solo_ttft_p90_ms: R.ttftP90,
+    pd_tpot_p50_ms: P.tpot.median,
+    pd_tpot_p90_ms: P.tpotP90,
+    solo_tpot_p50_ms: R.tpot.median,
+    solo_tpot_p90_ms: R.tpotP90,
+    kv_handoff_ms: kvMs,
+    mismatches,
+    seq_len: seqLen,
+    prompts: ps.length,
+    transport,
+    decode_backend: decodeBackend,
+  });
+} finally {
+  await solo?.stop();
+  await pd.stop();
+  if (madeModel && args.includes("--clean")) rmSync(model, { recursive: true, force: true });
+}

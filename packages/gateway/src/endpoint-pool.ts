@@ -1,0 +1,97 @@
+// A set of worker endpoints of one role: probes each one's /health on a period, and hands out
+// the healthy endpoint with the fewest outstanding requests. Knows nothing about the API.
+
+export interface WorkerHealth {
+  ready: boolean;
+  role?: string;
+  model?: { id: string };
+  seq_len?: number;
+  transport?: string | null;
+  [k: string]: unknown;
+}
+
+export interface Endpoint {
+  readonly url: string;
+  outstanding: number;
+  healthy: boolean;
+  /** Last /health body (null until one answered). */
+  health: WorkerHealth | null;
+  lastError: string | null;
+}
+
+export class EndpointPool {
+  readonly endpoints: Endpoint[];
+  private timer: NodeJS.Timeout | undefined;
+  private turn = 0;
+
+  constructor(
+    readonly role: string,
+    urls: string[],
+    private readonly probeTimeoutMs = 2000,
+  ) {
+    this.endpoints = urls.map((u) => ({ url: u.replace(/\/+$/, ""), outstanding: 0, healthy: false, health: null, lastError: "not probed yet" }));
+  }
+
+  /** Probes every endpoint now, then every `intervalMs`. */
+  async start(intervalMs: number): Promise<void> {
+    await this.probeAll();
+    this.timer = setInterval(() => void this.probeAll(), intervalMs);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+  }
+
+  async probeAll(): Promise<void> {
+    await Promise.all(this.endpoints.map((e) => this.probe(e)));
+  }
+
+  private async probe(e: Endpoint): Promise<void> {
+    try {
+      const r = await fetch(`${e.url}/health`, { signal: AbortSignal.timeout(this.probeTimeoutMs) });
+      const body = (await r.json().catch(() => null)) as WorkerHealth | null;
+      e.health = body ?? e.health;
+      e.healthy = r.ok && body?.ready === true;
+      e.lastError = e.healthy ? null : `health answered ${r.status}${body?.ready === false ? " (not ready)" : ""}`;
+    } catch (err) {
+      e.healthy = false;
+      e.lastError = `health probe failed: ${(err as Error).cause ? String(((err as Error).cause as Error).message ?? (err as Error).cause) : (err as Error).message}`;
+    }
+  }
+
+  /** Marks an endpoint down after a failed call (the next probe may bring it back). */
+  markDown(e: Endpoint, reason: string): void {
+    e.healthy = false;
+    e.lastError = reason;
+  }
+
+  /**
+   * The healthy endpoint with the fewest outstanding requests (ties rotate), skipping `exclude`.
+   * Returns undefined when none is healthy.
+   */
+  pick(exclude: Set<Endpoint> = new Set()): Endpoint | undefined {
+    const ok = this.endpoints.filter((e) => e.healthy && !exclude.has(e));
+    if (ok.length === 0) return undefined;
+    const least = Math.min(...ok.map((e) => e.outstanding));
+    const tied = ok.filter((e) => e.outstanding === least);
+    return tied[this.turn++ % tied.length];
+  }
+
+  /** Why no endpoint could be picked, for the 503 message. */
+  describeDown(): string {
+    return this.endpoints.map((e) => `${e.url}: ${e.lastError ?? "busy"}`).join("; ");
+  }
+
+  /** The healthy endpoints' model id and largest context, from their last /health. */
+  served(): { modelIds: string[]; maxContext: number | undefined } {
+    const ids = new Set<string>();
+    let ctx: number | undefined;
+    for (const e of this.endpoints) {
+      if (!e.health?.model?.id) continue;
+      ids.add(e.health.model.id);
+      if (typeof e.health.seq_len === "number") ctx = Math.max(ctx ?? 0, e.health.seq_len);
+    }
+    return { modelIds: [...ids], maxContext: ctx };
+  }
+}

@@ -1,0 +1,106 @@
+// The gateway's airm_* figures over the most recent 512 requests, exposed with prom-client:
+// airm_ttft_p90_ms, airm_tpot_p90_ms, airm_tok_s and airm_kv_transfer_ms{kv_transport}
+// (median per-request kv push + load). Knows nothing about how requests are served.
+
+import { Counter, Gauge, Registry } from "prom-client";
+
+export interface RequestRecord {
+  startMs: number;
+  endMs: number;
+  ttftMs: number;
+  /** Mean time per output token after the first (null with fewer than 2 tokens). */
+  tpotMs: number | null;
+  completionTokens: number;
+  kvTransferMs: number | null;
+  transport: string | null;
+}
+
+export const WINDOW = 512;
+
+/** The q-quantile (0-1) of `xs` by nearest rank; NaN when empty. */
+export function quantile(xs: number[], q: number): number {
+  if (xs.length === 0) return Number.NaN;
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))];
+}
+
+export class GatewayMetrics {
+  readonly registry = new Registry();
+  private readonly window: RequestRecord[] = [];
+  private readonly requests: Counter<"route" | "status">;
+
+  constructor() {
+    const self = this;
+    new Gauge({
+      name: "airm_ttft_p90_ms",
+      help: "p90 time to first token (ms) over the last 512 requests",
+      registers: [this.registry],
+      collect() {
+        this.set(self.orZero(quantile(self.window.map((r) => r.ttftMs), 0.9)));
+      },
+    });
+    new Gauge({
+      name: "airm_tpot_p90_ms",
+      help: "p90 time per output token after the first (ms) over the last 512 requests",
+      registers: [this.registry],
+      collect() {
+        this.set(self.orZero(quantile(self.window.flatMap((r) => (r.tpotMs === null ? [] : [r.tpotMs])), 0.9)));
+      },
+    });
+    new Gauge({
+      name: "airm_tok_s",
+      help: "output tokens per second over the wall-clock span of the last 512 requests",
+      registers: [this.registry],
+      collect() {
+        this.set(self.tokensPerSecond());
+      },
+    });
+    new Gauge({
+      name: "airm_kv_transfer_ms",
+      help: "median per-request KV push + load (ms) over the last 512 requests, by transport",
+      labelNames: ["kv_transport"],
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        const by = new Map<string, number[]>();
+        for (const r of self.window) {
+          if (r.kvTransferMs === null || r.transport === null) continue;
+          by.set(r.transport, [...(by.get(r.transport) ?? []), r.kvTransferMs]);
+        }
+        for (const [t, xs] of by) this.set({ kv_transport: t }, quantile(xs, 0.5));
+      },
+    });
+    this.requests = new Counter({
+      name: "airm_gateway_requests_total",
+      help: "requests answered by the gateway, by route and HTTP status",
+      labelNames: ["route", "status"],
+      registers: [this.registry],
+    });
+  }
+
+  private orZero(x: number): number {
+    return Number.isNaN(x) ? 0 : x;
+  }
+
+  /** Adds one finished request to the window. */
+  record(r: RequestRecord): void {
+    this.window.push(r);
+    if (this.window.length > WINDOW) this.window.shift();
+  }
+
+  countRequest(route: string, status: number): void {
+    this.requests.inc({ route, status: String(status) });
+  }
+
+  tokensPerSecond(): number {
+    if (this.window.length === 0) return 0;
+    const start = Math.min(...this.window.map((r) => r.startMs));
+    const end = Math.max(...this.window.map((r) => r.endMs));
+    const tokens = this.window.reduce((a, r) => a + r.completionTokens, 0);
+    return end > start ? (tokens * 1000) / (end - start) : 0;
+  }
+
+  snapshot(): RequestRecord[] {
+    return [...this.window];
+  }
+}

@@ -1,0 +1,46 @@
+import { describe, expect, it } from "vitest";
+import { parseGenerationRequest } from "./openai-requests.ts";
+import { ApiError } from "./openai-errors.ts";
+
+function err(kind: "completion" | "chat", body: unknown, ctx?: number): ApiError {
+  try {
+    parseGenerationRequest(kind, body, ctx);
+  } catch (e) {
+    return e as ApiError;
+  }
+  throw new Error("expected a rejection");
+}
+
+describe("parseGenerationRequest", () => {
+  it("normalises a completion request", () => {
+    const r = parseGenerationRequest("completion", { model: "m", prompt: "hi", max_tokens: 5, temperature: 0, seed: 3, stop: "x" }, 512);
+    expect(r).toMatchObject({ kind: "completion", model: "m", input: { prompt: "hi" }, maxTokens: 5, sampling: { temperature: 0, seed: 3 }, stop: ["x"], stream: false });
+  });
+  it("defaults completions to 16 tokens and chat to the rest of the context", () => {
+    expect(parseGenerationRequest("completion", { model: "m", prompt: "hi" }).maxTokens).toBe(16);
+    expect(parseGenerationRequest("chat", { model: "m", messages: [{ role: "user", content: "hi" }] }).maxTokens).toBeNull();
+  });
+  it("accepts token-id prompts and text content parts", () => {
+    expect(parseGenerationRequest("completion", { model: "m", prompt: [1, 2, 3] }).input).toEqual({ prompt_token_ids: [1, 2, 3] });
+    const chat = parseGenerationRequest("chat", { model: "m", messages: [{ role: "user", content: [{ type: "text", text: "a" }, { type: "text", text: "b" }] }] });
+    expect(chat.input).toEqual({ messages: [{ role: "user", content: "ab" }] });
+  });
+  it("rejects bad input with the parameter named", () => {
+    expect(err("completion", { model: "m" })).toMatchObject({ status: 400, param: "prompt" });
+    expect(err("completion", { model: "m", prompt: "" })).toMatchObject({ status: 400, param: "prompt" });
+    expect(err("completion", { model: "m", prompt: "x", max_tokens: "5" })).toMatchObject({ status: 400, param: "max_tokens" });
+    expect(err("completion", { model: "m", prompt: "x", max_tokens: 0 })).toMatchObject({ status: 400, param: "max_tokens" });
+    expect(err("completion", { model: "m", prompt: "x", max_tokens: 512 }, 512)).toMatchObject({ status: 400, code: "context_overflow" });
+    expect(err("completion", { model: "m", prompt: "x", max_tokens: 5_000_000 })).toMatchObject({ status: 400, param: "max_tokens" });
+    expect(err("completion", { model: "m", prompt: "x", n: 2 })).toMatchObject({ status: 400, param: "n" });
+    expect(err("completion", { model: "m", prompt: "x", best_of: 3 })).toMatchObject({ status: 400, param: "best_of" });
+    expect(err("completion", { model: "m", prompt: ["a", "b"] })).toMatchObject({ status: 400, param: "prompt" });
+    expect(err("chat", { model: "m", messages: [] })).toMatchObject({ status: 400, param: "messages" });
+    expect(err("chat", { model: "m", messages: [{ role: "wizard", content: "x" }] })).toMatchObject({ status: 400, param: "messages.0.role" });
+    expect(err("chat", { model: 7, messages: [{ role: "user", content: "x" }] })).toMatchObject({ status: 400, param: "model" });
+    expect(err("chat", [1, 2])).toMatchObject({ status: 400 });
+  });
+  it("says both numbers when max_tokens cannot fit the compiled context", () => {
+    expect(err("chat", { model: "m", messages: [{ role: "user", content: "x" }], max_tokens: 600 }, 512).message).toMatch(/600.*512/);
+  });
+});

@@ -1,0 +1,46 @@
+// Groups the decode steps of concurrently running requests into one engine.decode call of up to
+// B streams. A request awaits its own next token; requests that step in the same event-loop
+// turn share a call. Knows nothing about HTTP or the KV handoff.
+
+import type { SamplingParams } from "@airm/rm-core";
+import type { EngineStream, ServingEngine } from "./serving-engine.ts";
+
+interface Pending {
+  step: { stream: EngineStream; token: number; sampling?: SamplingParams };
+  resolve(next: number): void;
+  reject(err: unknown): void;
+}
+
+export class DecodeBatcher {
+  private readonly queue: Pending[] = [];
+  private scheduled = false;
+
+  constructor(
+    private readonly engine: Pick<ServingEngine, "decode">,
+    private readonly batch: number,
+  ) {}
+
+  /** Appends `token` to `stream` and resolves with the stream's next token. */
+  step(stream: EngineStream, token: number, sampling?: SamplingParams): Promise<number> {
+    return new Promise((resolve, reject) => {
+      this.queue.push({ step: { stream, token, sampling }, resolve, reject });
+      if (!this.scheduled) {
+        this.scheduled = true;
+        setImmediate(() => void this.drain());
+      }
+    });
+  }
+
+  private async drain(): Promise<void> {
+    while (this.queue.length) {
+      const group = this.queue.splice(0, this.batch);
+      try {
+        const next = await this.engine.decode(group.map((g) => g.step));
+        group.forEach((g, i) => g.resolve(next[i]));
+      } catch (err) {
+        group.forEach((g) => g.reject(err));
+      }
+    }
+    this.scheduled = false;
+  }
+}

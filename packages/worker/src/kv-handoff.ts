@@ -1,0 +1,158 @@
+// The two ends of one request's KV handoff over a KVTransport. Prefill side: push each layer's
+// K and V as the engine finishes it, then the manifest (CRC-32 per blob, fingerprints, first
+// token). Decode side: pull the manifest and the layers in order while the other side still
+// computes them (each pull waits for its blob: prefetch), check the manifest against this
+// engine, verify each blob's CRC. Knows nothing about HTTP, leases or decoding.
+
+import {
+  blobKey,
+  encodeManifest,
+  decodeManifest,
+  kvCrc32,
+  KVIntegrityError,
+  KV_LAYOUT,
+  manifestKey,
+  verifyBlob,
+  type KVBlobs,
+  type KVManifest,
+  type KVTransport,
+  type ModelInfo,
+  type EngineVariant,
+} from "@airm/rm-core";
+
+/** Collects one request's per-layer pushes and finishes with the manifest. */
+export class KVPusher {
+  private readonly pending: Promise<void>[] = [];
+  private readonly crcK: number[] = [];
+  private readonly crcV: number[] = [];
+  private failure: unknown;
+
+  constructor(
+    private readonly transport: KVTransport,
+    private readonly requestId: string,
+    private readonly timeoutMs: number,
+  ) {}
+
+  /** The engine's onLayer: computes both CRCs now, pushes in the background (errors surface in finish). */
+  onLayer = (layer: number, k: Uint8Array, v: Uint8Array): void => {
+    this.crcK[layer] = kvCrc32(k);
+    this.crcV[layer] = kvCrc32(v);
+    const opts = { dtype: "bf16" as const, layout: KV_LAYOUT, timeoutMs: this.timeoutMs };
+    const p = Promise.all([
+      this.transport.push(blobKey(this.requestId, layer, "k"), k, opts),
+      this.transport.push(blobKey(this.requestId, layer, "v"), v, opts),
+    ]).then(
+      () => undefined,
+      (e) => {
+        this.failure ??= e;
+      },
+    );
+    this.pending.push(p);
+  };
+
+  /**
+   * Waits for every layer push, then pushes the manifest. Returns its fields.
+   * Throws the first push error (TransportError...) or KVIntegrityError when a layer never came.
+   */
+  async finish(model: ModelInfo, kv: KVBlobs, firstToken: number): Promise<KVManifest> {
+    await Promise.all(this.pending);
+    if (this.failure) throw this.failure;
+    for (let l = 0; l < model.layers; l++) {
+      // An engine that did not call onLayer for some layer: push it now from the result.
+      if (this.crcK[l] === undefined) this.onLayer(l, kv.k[l], kv.v[l]);
+    }
+    await Promise.all(this.pending);
+    if (this.failure) throw this.failure;
+    const manifest: KVManifest = {
+      layout: KV_LAYOUT,
+      dtype: "bf16",
+      S: kv.seqLen,
+      n: kv.n,
+      layers: model.layers,
+      kvHeads: model.kvHeads,
+      headDim: model.headDim,
+      modelFingerprint: model.modelFingerprint,
+      numericsFingerprint: model.numericsFingerprint,
+      requestId: this.requestId,
+      firstToken,
+      crc: { k: this.crcK.slice(0, model.layers), v: this.crcV.slice(0, model.layers) },
+    };
+    await this.transport.push(manifestKey(this.requestId), encodeManifest(manifest), { timeoutMs: this.timeoutMs });
+    return manifest;
+  }
+}
+
+export interface PulledKV {
+  manifest: KVManifest;
+  kv: KVBlobs;
+  /** When the manifest and every blob had arrived (performance.now()). */
+  arrivedAt: number;
+}
+
+/**
+ * Pulls one request's manifest and, alongside, its layers in order (each pull waits up to
+ * `timeoutMs`), validates the
+ * manifest against this engine (layout, dtype, shape, S among `variants`, fingerprints) and every
+ * blob's CRC-32. With `manifestOnly` only the manifest is pulled and checked.
+ * Throws KVIntegrityError(field) on any mismatch, TransportTimeoutError / TransportError from pulls.
+ */
+export async function pullKV(
+  transport: KVTransport,
+  requestId: string,
+  model: ModelInfo,
+  variants: EngineVariant[],
+  timeoutMs: number,
+  manifestOnly = false,
+): Promise<PulledKV> {
+  const opts = { dtype: "bf16" as const, layout: KV_LAYOUT, timeoutMs };
+  const maxS = Math.max(...variants.map((v) => v.seqLen));
+  const manifestP = transport.pull(manifestKey(requestId), { timeoutMs }).then((bytes) => {
+    const m = decodeManifest(bytes, {
+      layout: KV_LAYOUT,
+      dtype: "bf16",
+      layers: model.layers,
+      kvHeads: model.kvHeads,
+      headDim: model.headDim,
+      modelFingerprint: model.modelFingerprint,
+      numericsFingerprint: model.numericsFingerprint,
+      maxN: maxS,
+    });
+    if (m.requestId !== requestId) throw new KVIntegrityError("requestId", `KV manifest is for ${m.requestId}, not ${requestId}`);
+    if (!variants.some((v) => v.seqLen === m.S)) {
+      throw new KVIntegrityError("S", `KV manifest S=${m.S} is not a context this engine compiled (${[...new Set(variants.map((v) => v.seqLen))].join(", ")})`);
+    }
+    if (!Number.isInteger(m.firstToken) || (m.firstToken as number) < 0 || (m.firstToken as number) >= model.vocabSize) {
+      throw new KVIntegrityError("firstToken", `KV manifest firstToken ${JSON.stringify(m.firstToken)} is not a token id of this model`);
+    }
+    return m;
+  });
+  if (manifestOnly) {
+    const manifest = await manifestP;
+    return { manifest, kv: { seqLen: manifest.S, n: manifest.n, k: [], v: [] }, arrivedAt: performance.now() };
+  }
+  // Layers arrive in order, so pulling them in order costs no latency, and only the manifest
+  // and one layer wait at a time (a transport that polls while waiting then polls 3 keys, not
+  // 2 x layers + 1, beside a prefill that needs the CPU).
+  const pullLayers = async (): Promise<[Uint8Array, Uint8Array][]> => {
+    const out: [Uint8Array, Uint8Array][] = [];
+    for (let l = 0; l < model.layers; l++) {
+      out.push(await Promise.all([transport.pull(blobKey(requestId, l, "k"), opts), transport.pull(blobKey(requestId, l, "v"), opts)]));
+    }
+    return out;
+  };
+  // A bad manifest fails the request at once, even while a layer pull still waits (the lease end
+  // releases the request, which frees it).
+  const layersP = pullLayers();
+  layersP.catch(() => {});
+  const [manifest, pairs] = await Promise.all([manifestP, layersP]);
+  const arrivedAt = performance.now();
+  const k: Uint8Array[] = [];
+  const v: Uint8Array[] = [];
+  pairs.forEach(([kb, vb], l) => {
+    verifyBlob(manifest, l, "k", kb);
+    verifyBlob(manifest, l, "v", vb);
+    k.push(kb);
+    v.push(vb);
+  });
+  return { manifest, kv: { seqLen: manifest.S, n: manifest.n, k, v }, arrivedAt };
+}

@@ -1,0 +1,36 @@
+// The airm-worker command line as a process: help, usage errors, and a load failure that exits
+// non-zero with its reason (what `airm up` reports when a worker cannot start).
+import { describe, expect, it } from "vitest";
+import { spawnSync } from "node:child_process";
+import { fileURLToPath } from "node:url";
+
+const BIN = fileURLToPath(new URL("../bin/airm-worker.mjs", import.meta.url));
+const run = (args: string[], env: NodeJS.ProcessEnv = {}) =>
+  spawnSync(process.execPath, [BIN, ...args], { encoding: "utf8", env: { ...process.env, MODEL: "", ...env }, timeout: 60_000 });
+
+describe("airm-worker CLI", () => {
+  it("prints every option with --help", () => {
+    const r = run(["--help"]);
+    expect(r.status).toBe(0);
+    for (const opt of ["--role", "--backend", "--chip", "--port", "--model", "--seq-len", "--B", "--kv-transport"]) expect(r.stdout).toContain(opt);
+  });
+  it("refuses a missing role, an unknown option and a missing model with exit 2", () => {
+    expect(run(["--backend", "atom", "--model", "/x"]).stderr).toContain("--role is required");
+    expect(run(["--role", "solo", "--backend", "atom", "--model", "/x", "--frobnicate"]).status).toBe(2);
+    const r = run(["--role", "solo", "--backend", "atom"]);
+    expect(r.status).toBe(2);
+    expect(r.stderr).toContain("--model is required");
+  });
+  it("exits 1 with the reason when the role, backend, transport or model is wrong", () => {
+    const role = run(["--role", "gateway", "--backend", "atom", "--model", "/x", "--port", "0"]);
+    expect([role.status, role.stderr]).toEqual([1, expect.stringContaining('unknown role "gateway"')]);
+    const backend = run(["--role", "solo", "--backend", "tpu", "--model", "/x", "--port", "0"]);
+    expect([backend.status, backend.stderr]).toEqual([1, expect.stringContaining("unknown backend")]);
+    const transport = run(["--role", "decode", "--backend", "atom", "--model", "/x", "--port", "0", "--kv-transport", "carrier-pigeon"]);
+    expect(transport.status).toBe(1);
+    expect(transport.stderr).toMatch(/UNKNOWN_PLUGIN.*carrier-pigeon.*installed: .*shm/);
+    const model = run(["--role", "solo", "--backend", "rngd", "--port", "0"], { MODEL: "/nonexistent-model-dir" });
+    expect(model.status).toBe(1);
+    expect(model.stderr).toContain("/nonexistent-model-dir");
+  });
+});
