@@ -1,0 +1,136 @@
+// `airm up` as a user runs it: a real child process that starts real workers and a gateway on
+// 127.0.0.1, serves a completion, and leaves nothing behind on SIGTERM.
+import { spawn, execFileSync, type ChildProcess } from "node:child_process";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { makeTinyModel } from "@airm/llama";
+
+const airm = fileURLToPath(new URL("../bin/airm.mjs", import.meta.url));
+let dir: string;
+let model: string;
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const s = createServer().listen(0, "127.0.0.1", () => {
+      const { port } = s.address() as { port: number };
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** Direct children of `pid` as [pid, command line]. */
+function children(pid: number): [number, string][] {
+  try {
+    return execFileSync("ps", ["-o", "pid=,args=", "--ppid", String(pid)], { encoding: "utf8" })
+      .split("\n")
+      .map((l) => /^\s*(\d+)\s+(.*)$/.exec(l))
+      .filter((m): m is RegExpExecArray => m !== null)
+      .map((m) => [Number(m[1]), m[2]] as [number, string]);
+  } catch {
+    return [];
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function startUp(args: string[]): { child: ChildProcess; out: () => string; err: () => string; exit: Promise<number | null> } {
+  const child = spawn(process.execPath, [airm, "up", ...args], { env: { ...process.env, AIRM_MODEL_CACHE: join(dir, "cache") }, stdio: ["ignore", "pipe", "pipe"] });
+  let out = "";
+  let err = "";
+  child.stdout!.on("data", (d) => (out += d));
+  child.stderr!.on("data", (d) => (err += d));
+  const exit = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+  return { child, out: () => out, err: () => err, exit };
+}
+
+async function waitFor(cond: () => boolean, ms: number, what: string): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), "airm-up-"));
+  model = join(dir, "tiny");
+  makeTinyModel({ arch: "llama", out: model });
+});
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+describe("airm up", () => {
+  test("reaches healthy, serves a completion, and on SIGTERM leaves no process and no shm folder", async () => {
+    const [port, pp, dp] = [await freePort(), await freePort(), await freePort()];
+    const up = startUp(["--model", model, "--port", String(port), "--prefill-port", String(pp), "--decode-port", String(dp), "--quiet"]);
+    try {
+      await waitFor(() => up.out().includes("rngd-pd is up") || up.child.exitCode !== null, 150_000, "airm up to be ready");
+      expect(up.out(), up.err()).toContain(`http://127.0.0.1:${port}`);
+      expect(up.out()).toContain("curl -s");
+      const models = (await (await fetch(`http://127.0.0.1:${port}/v1/models`)).json()) as { data: { id: string }[] };
+      const modelId = models.data[0].id;
+      expect(up.out()).toContain(`"model": "${modelId}"`);
+      const r = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model: modelId, prompt: "Hello there", max_tokens: 8, temperature: 0 }),
+      });
+      const body = (await r.json()) as { choices: { text: string }[]; usage: { completion_tokens: number } };
+      expect(r.status, JSON.stringify(body)).toBe(200);
+      expect(typeof body.choices[0].text).toBe("string");
+      expect(body.usage.completion_tokens).toBeGreaterThan(0);
+      const all = children(up.child.pid!);
+      const parts = all.filter(([, args]) => /airm-(worker|gateway)\.mjs/.test(args));
+      expect(parts.length, JSON.stringify(all)).toBe(3);
+      const kids = all.map(([pid]) => pid);
+      const shm = `/dev/shm/airm-up-${up.child.pid}`;
+      up.child.kill("SIGTERM");
+      expect(await up.exit).toBe(0);
+      for (const pid of kids) expect(alive(pid), `part ${pid} still running`).toBe(false);
+      expect(existsSync(shm)).toBe(false);
+    } finally {
+      up.child.kill("SIGKILL");
+    }
+  });
+
+  test("a worker that fails to start makes airm up exit non-zero with its reason", async () => {
+    const [port, pp, dp] = [await freePort(), await freePort(), await freePort()];
+    const missing = join(dir, "no-such-model");
+    const up = startUp(["--model", missing, "--port", String(port), "--prefill-port", String(pp), "--decode-port", String(dp), "--quiet"]);
+    const code = await up.exit;
+    expect(code).toBe(1);
+    expect(up.err()).toMatch(/the (prefill|decode) (exited with code \d+|was killed)/);
+    expect(up.err()).toContain("no-such-model");
+  });
+
+  test("a port in use is refused up front, naming it", async () => {
+    const busy = createServer().listen(0, "127.0.0.1");
+    await new Promise((r) => busy.once("listening", r));
+    const port = (busy.address() as { port: number }).port;
+    try {
+      const up = startUp(["--model", model, "--port", String(port), "--quiet"]);
+      expect(await up.exit).toBe(1);
+      expect(up.err()).toContain(`127.0.0.1:${port} is already in use`);
+    } finally {
+      busy.close();
+    }
+  });
+});
+
+test("airm --help and each subcommand's --help describe their options", () => {
+  const help = (args: string[]) => execFileSync(process.execPath, [airm, ...args], { encoding: "utf8" });
+  expect(help(["--help"])).toMatch(/up\s+start a whole PD cluster/);
+  const up = help(["up", "--help"]);
+  for (const opt of ["--model", "--kv-transport", "--port", "--decode-backend", "--seq-len", "--metrics-port"]) expect(up).toContain(opt);
+  expect(help(["run", "--help"])).toContain("--batch-hint");
+});
