@@ -115,7 +115,7 @@ export interface ClusterOptions {
   prefillBackend?: string;
   decodeBackend?: string;
   soloBackend?: string;
-  transport?: "shm" | "tcp";
+  transport?: "shm" | "tcp" | "nixl-ucx";
   seqLen?: number;
   env?: NodeJS.ProcessEnv;
   gatewayEnv?: NodeJS.ProcessEnv;
@@ -129,7 +129,7 @@ export interface Cluster {
   stop(): Promise<void>;
 }
 
-/** Starts relay (tcp), workers and a gateway; waits until all are healthy. Stops what started on failure. */
+/** Starts the KV relay (tcp, nixl-ucx), workers and a gateway; waits until all are healthy. Stops what started on failure. */
 export async function startCluster(o: ClusterOptions): Promise<Cluster> {
   const services: Record<string, Service> = {};
   const shmRoot = o.mode === "pd" && (o.transport ?? "shm") === "shm" ? newShmRoot() : null;
@@ -142,7 +142,7 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
   };
   try {
     const seq = o.seqLen ? ["--seq-len", String(o.seqLen)] : [];
-    if (o.transport === "tcp") {
+    if (o.transport === "tcp" || o.transport === "nixl-ucx") {
       const port = await freePort();
       env.AIRM_KV_TCP_ADDR = `127.0.0.1:${port}`;
       services.relay = spawnService("relay", RELAY_BIN, ["--listen", env.AIRM_KV_TCP_ADDR], env, "");
