@@ -1,0 +1,293 @@
+// pnpm bench kv-transport --transport tcp [--reps N] [--no-crc] [--connections N] [--no-pool] [--no-direct-reads] [--iperf-seconds S]
+// One 67.1 MB request (64 x 1 MiB) through airm-kv-relay: the relay, the producer and the consumer
+// are three processes on loopback. Push and pull are timed separately, with 1 and 8 requests in
+// flight; iperf3 over loopback (one stream, run between the reps and once after) is the reference,
+// medians on both sides. A plain Node socket moving 64 MiB into a 64 MiB destination is reported
+// beside it (what the platform allows with the same memory behaviour). Final line:
+// {"bench":"kv-transport","transport":"tcp","push_gbps",...,"iperf3_gbps","ratio"}.
+
+import { spawn, type ChildProcess } from "node:child_process";
+import { once } from "node:events";
+import { readFileSync } from "node:fs";
+import net from "node:net";
+import { createInterface } from "node:readline";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { argValue, finalLine, fmt, progress, progressDone, summarize } from "../lib.ts";
+
+const BLOBS = 64;
+const BLOB_BYTES = 1 << 20;
+const REQUEST_BYTES = BLOBS * BLOB_BYTES;
+const relayBin = fileURLToPath(new URL("../../packages/kv-tcp/bin/airm-kv-relay.mjs", import.meta.url));
+const self = fileURLToPath(import.meta.url);
+
+// ---------------------------------------------------------------------------------------------
+// Child roles: a producer or a consumer driven by JSON lines on stdin, answering on stdout.
+
+async function role(which: "producer" | "consumer", addr: string, crc: boolean, connections: number): Promise<void> {
+  const { createTcpTransport } = await import("../../packages/kv-tcp/src/index.ts");
+  const { blobKey, patternBytes } = await import("../../packages/rm-core/src/index.ts");
+  const t = createTcpTransport({ addr, crc, connections });
+  const blobs = which === "producer" ? Array.from({ length: BLOBS }, (_, i) => patternBytes(i + 1, BLOB_BYTES)) : [];
+  const dests: Uint8Array[][] = []; // per slot in flight: 64 pre-touched destinations (a decode worker's KV buffers)
+  const reply = (o: unknown) => process.stdout.write(`${JSON.stringify(o)}\n`);
+  for await (const line of createInterface({ input: process.stdin })) {
+    const cmd = JSON.parse(line) as { op: "push" | "pull" | "release" | "exit"; rids: string[] };
+    if (cmd.op === "exit") break;
+    const t0 = performance.now();
+    const c0 = process.cpuUsage();
+    if (cmd.op === "push") {
+      await Promise.all(cmd.rids.flatMap((rid) => blobs.map((b, i) => t.push(blobKey(rid, i >> 1, i & 1 ? "v" : "k"), b))));
+    } else if (cmd.op === "pull") {
+      while (dests.length < cmd.rids.length) dests.push(Array.from({ length: BLOBS }, () => new Uint8Array(BLOB_BYTES).fill(1)));
+      const got = await Promise.all(
+        cmd.rids.flatMap((rid, r) => dests[r].map((into, i) => t.pull(blobKey(rid, i >> 1, i & 1 ? "v" : "k"), { into, timeoutMs: 60_000 }))),
+      );
+      // Spot check outside the timed part is unnecessary: each blob's CRC-32 was checked on arrival unless --no-crc.
+      if (got.some((g) => g.byteLength !== BLOB_BYTES)) throw new Error("short blob");
+    } else if (cmd.op === "release") {
+      await Promise.all(cmd.rids.map((rid) => t.release(rid)));
+    }
+    const c = process.cpuUsage(c0);
+    reply({ ms: performance.now() - t0, cpuMs: (c.user + c.system) / 1000 });
+  }
+  await t.close();
+  process.stdin.destroy();
+}
+
+// A second reference: what plain Node sockets reach on this machine with the same memory behaviour
+// as the transport (64 MiB from a buffer, read straight into a pre-touched 64 MiB destination with
+// onread; no framing, no CRC). iperf3 copies from and into small cache-hot buffers.
+
+async function rawSender(): Promise<void> {
+  const src = Buffer.alloc(REQUEST_BYTES, 3);
+  const server = net.createServer({ noDelay: true });
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  process.stdout.write(`${JSON.stringify({ port: (server.address() as net.AddressInfo).port })}\n`);
+  const [sock] = (await once(server, "connection")) as [net.Socket];
+  sock.setNoDelay(true);
+  for await (const line of createInterface({ input: process.stdin })) {
+    if ((JSON.parse(line) as { op: string }).op !== "send") break;
+    const t0 = performance.now();
+    sock.write(src);
+    await once(sock, "data"); // the receiver's one-byte "got it all"
+    process.stdout.write(`${JSON.stringify({ ms: performance.now() - t0 })}\n`);
+  }
+  sock.destroy();
+  server.close();
+  process.stdin.destroy();
+}
+
+async function rawReceiver(port: number): Promise<void> {
+  const dest = Buffer.alloc(REQUEST_BYTES, 1);
+  const spare = Buffer.alloc(64);
+  let fill = 0;
+  const sock: net.Socket = net.connect({
+    port,
+    host: "127.0.0.1",
+    noDelay: true,
+    onread: {
+      buffer: () => (fill < REQUEST_BYTES ? dest.subarray(fill) : spare),
+      callback: (n: number) => {
+        fill += n;
+        if (fill === REQUEST_BYTES) {
+          fill = 0;
+          sock.write("k");
+        }
+        return true;
+      },
+    },
+  });
+  sock.on("error", () => {});
+  await once(sock, "close");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The driver.
+
+class Child {
+  private readonly lines: AsyncIterator<string>;
+  constructor(readonly proc: ChildProcess) {
+    this.lines = createInterface({ input: proc.stdout! })[Symbol.asyncIterator]();
+  }
+  /** The next line from the child, parsed. */
+  async line<T>(): Promise<T> {
+    const r = await this.lines.next();
+    if (r.done) throw new Error(`bench child exited (code ${this.proc.exitCode})`);
+    return JSON.parse(r.value) as T;
+  }
+  /** Runs one command in the child; resolves to its wall time (ms). Its CPU time is in `lastCpuMs`. */
+  async send(op: string, rids: string[] = []): Promise<number> {
+    this.proc.stdin!.write(`${JSON.stringify({ op, rids })}\n`);
+    const r = await this.line<{ ms: number; cpuMs?: number }>();
+    this.lastCpuMs = r.cpuMs ?? NaN;
+    return r.ms;
+  }
+  lastCpuMs = NaN;
+  async stop(): Promise<void> {
+    if (this.proc.exitCode !== null) return;
+    this.proc.stdin!.end(`${JSON.stringify({ op: "exit", rids: [] })}\n`);
+    const timer = setTimeout(() => this.proc.kill("SIGKILL"), 5000);
+    await once(this.proc, "exit");
+    clearTimeout(timer);
+  }
+}
+
+function spawnRole(which: string, addr: string, crc: boolean, connections: number): Child {
+  const args = ["--import", "tsx", self, "--role", which, "--addr", addr, "--connections", String(connections), ...(crc ? [] : ["--no-crc"])];
+  const p = spawn(process.execPath, args, { stdio: ["pipe", "pipe", "inherit"] });
+  return new Child(p);
+}
+
+async function startRelayProcess(maxMb: number, env: NodeJS.ProcessEnv): Promise<{ proc: ChildProcess; addr: string }> {
+  const proc = spawn(process.execPath, [relayBin, "--listen", "127.0.0.1:0", "--max-mb", String(maxMb)], {
+    stdio: ["ignore", "pipe", "inherit"],
+    env: { ...process.env, ...env },
+  });
+  const rl = createInterface({ input: proc.stdout! });
+  for await (const line of rl) {
+    const m = /listening on (\S+)/.exec(line);
+    if (m) return { proc, addr: m[1] };
+  }
+  throw new Error(`airm-kv-relay exited (code ${proc.exitCode}) before listening`);
+}
+
+/** CPU time (user + system, ms, 10 ms resolution) a process has used so far; NaN where /proc is missing. */
+function cpuMsOf(pid: number | undefined): number {
+  try {
+    const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
+    return ((Number(f[11]) + Number(f[12])) * 1000) / 100;
+  } catch {
+    return NaN;
+  }
+}
+
+async function freePort(): Promise<number> {
+  const s = net.createServer().listen(0, "127.0.0.1");
+  await once(s, "listening");
+  const port = (s.address() as net.AddressInfo).port;
+  await new Promise((r) => s.close(r));
+  return port;
+}
+
+/** One iperf3 run over loopback (one stream, `seconds` long); GB/s received. */
+async function iperf3(seconds: number): Promise<number> {
+  const port = await freePort();
+  const server = spawn("iperf3", ["-s", "-1", "--forceflush", "-p", String(port)], { stdio: ["ignore", "pipe", "inherit"] });
+  server.on("error", (e) => console.error(`iperf3 server: ${e.message} (install iperf3)`));
+  for await (const line of createInterface({ input: server.stdout! })) if (/Server listening/.test(line)) break;
+  server.stdout!.resume(); // keep draining so the server can exit
+  const client = spawn("iperf3", ["-c", "127.0.0.1", "-p", String(port), "-t", String(seconds), "-J"], { stdio: ["ignore", "pipe", "inherit"] });
+  let out = "";
+  client.stdout!.on("data", (d: Buffer) => (out += d.toString()));
+  await once(client, "close");
+  if (server.exitCode === null) await once(server, "exit");
+  const j = JSON.parse(out) as { end: { sum_received: { bits_per_second: number } } };
+  return j.end.sum_received.bits_per_second / 8 / 1e9;
+}
+
+export async function run(args: string[]): Promise<void> {
+  const reps = Number(argValue(args, "reps", "8"));
+  const crc = !args.includes("--no-crc");
+  const connections = Number(argValue(args, "connections", "2"));
+  const iperfSeconds = Number(argValue(args, "iperf-seconds", "1"));
+  // Ablations of the relay's memory path: fresh (untouched) buffers per push, chunk copies instead of direct reads.
+  const relayEnv = { AIRM_KV_TCP_POOL: args.includes("--no-pool") ? "0" : "1", AIRM_KV_TCP_DIRECT_READS: args.includes("--no-direct-reads") ? "0" : "1" };
+  const relay = await startRelayProcess(1024, relayEnv);
+  const producer = spawnRole("producer", relay.addr, crc, connections);
+  const consumer = spawnRole("consumer", relay.addr, crc, connections);
+  const gbps = (k: number, ms: number) => (k * REQUEST_BYTES) / 1e9 / (ms / 1000);
+  const res: Record<string, number[]> = { push1: [], pull1: [], push8: [], pull8: [] };
+  // CPU per request (ms), summed over the measured reps: where the time goes, robust to a busy machine.
+  const cpu = { pusher: 0, puller: 0, relayPush: 0, relayPull: 0, requests: 0 };
+  const iperf: number[] = [];
+  const raw: number[] = [];
+  const rawSend = new Child(spawn(process.execPath, ["--import", "tsx", self, "--role", "raw-sender"], { stdio: ["pipe", "pipe", "inherit"] }));
+  const { port: rawPort } = await rawSend.line<{ port: number }>();
+  const rawRecv = spawn(process.execPath, ["--import", "tsx", self, "--role", "raw-receiver", "--port", String(rawPort)], { stdio: ["ignore", "inherit", "inherit"] });
+  const rawRound = async () => {
+    for (let i = 0; i < 3; i++) raw.push(gbps(1, await rawSend.send("send")));
+  };
+  try {
+    let n = 0;
+    for (let rep = -1; rep < reps; rep++) {
+      // The reference runs between the reps, so both see the same (shared, noisy) machine.
+      if (rep >= 0) {
+        iperf.push(await iperf3(iperfSeconds));
+        await rawRound();
+      }
+      for (const k of [1, 8]) {
+        progress(`tcp: rep ${rep + 1}/${reps}, ${k} in flight`);
+        const rids = Array.from({ length: k }, () => `bench-${n++}`);
+        const r0 = cpuMsOf(relay.proc.pid);
+        const pushMs = await producer.send("push", rids);
+        const r1 = cpuMsOf(relay.proc.pid);
+        const pullMs = await consumer.send("pull", rids);
+        const r2 = cpuMsOf(relay.proc.pid);
+        const pullerCpu = consumer.lastCpuMs;
+        await consumer.send("release", rids);
+        if (rep < 0) continue; // warm-up: faults in the relay pool and the JIT
+        cpu.pusher += producer.lastCpuMs;
+        cpu.puller += pullerCpu;
+        cpu.relayPush += r1 - r0;
+        cpu.relayPull += r2 - r1;
+        cpu.requests += k;
+        res[`push${k}`].push(gbps(k, pushMs));
+        res[`pull${k}`].push(gbps(k, pullMs));
+      }
+    }
+    progressDone();
+    iperf.push(await iperf3(iperfSeconds));
+    await rawRound();
+  } finally {
+    await Promise.allSettled([producer.stop(), consumer.stop(), rawSend.stop()]);
+    rawRecv.kill("SIGTERM");
+    relay.proc.kill("SIGTERM");
+  }
+  const s = Object.fromEntries(Object.entries(res).map(([k, v]) => [k, summarize(v)]));
+  const ref = summarize(iperf).median;
+  for (const [k, v] of Object.entries(s)) {
+    console.log(`${k.padEnd(6)} ${fmt(v, "GB/s")}  (${(REQUEST_BYTES / 1e6).toFixed(1)} MB per request${crc ? ", CRC-32 on" : ", CRC off"}; reps: ${res[k].map((x) => x.toFixed(2)).join(" ")})`);
+  }
+  console.log(`iperf3 loopback, 1 stream, between reps: ${fmt(summarize(iperf), "GB/s")}`);
+  console.log(`plain Node socket, 64 MiB into a 64 MiB destination (no framing, no CRC): ${fmt(summarize(raw), "GB/s")}`);
+  const per = (x: number) => x / cpu.requests;
+  console.log(
+    `CPU per request: pusher ${per(cpu.pusher).toFixed(1)} ms, relay receiving ${per(cpu.relayPush).toFixed(1)} ms, ` +
+      `relay sending ${per(cpu.relayPull).toFixed(1)} ms, puller ${per(cpu.puller).toFixed(1)} ms`,
+  );
+  const push = s.push1.median;
+  const pull = s.pull1.median;
+  finalLine({
+    bench: "kv-transport",
+    transport: "tcp",
+    push_gbps: push,
+    pull_gbps: pull,
+    push_gbps_8: s.push8.median,
+    pull_gbps_8: s.pull8.median,
+    push_ms: (REQUEST_BYTES / 1e9 / push) * 1000,
+    pull_ms: (REQUEST_BYTES / 1e9 / pull) * 1000,
+    iperf3_gbps: ref,
+    ratio: Math.min(push, pull) / ref,
+    node_socket_gbps: summarize(raw).median,
+    cpu_ms_pusher: per(cpu.pusher),
+    cpu_ms_relay_receiving: per(cpu.relayPush),
+    cpu_ms_relay_sending: per(cpu.relayPull),
+    cpu_ms_puller: per(cpu.puller),
+    ratio_to_node_socket: Math.min(push, pull) / summarize(raw).median,
+    reps,
+    crc,
+    connections,
+    relay_pool: relayEnv.AIRM_KV_TCP_POOL === "1",
+    relay_direct_reads: relayEnv.AIRM_KV_TCP_DIRECT_READS === "1",
+  });
+}
+
+if (process.argv[1] && pathToFileURL(process.argv[1]).href === import.meta.url) {
+  const args = process.argv.slice(2);
+  const which = argValue(args, "role");
+  if (which === "producer" || which === "consumer") await role(which, argValue(args, "addr")!, !args.includes("--no-crc"), Number(argValue(args, "connections", "2")));
+  else if (which === "raw-sender") await rawSender();
+  else if (which === "raw-receiver") await rawReceiver(Number(argValue(args, "port")));
+  else await run(args);
+}

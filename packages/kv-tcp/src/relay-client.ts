@@ -1,0 +1,368 @@
+// The client side of the relay protocol: a per-process pool of connections per relay address,
+// each multiplexing exchanges by tag and reading every payload straight into its destination
+// (net.connect onread). Knows frames, sockets and reconnecting; the KVTransport semantics
+// (errors, accounting, CRC policy) live in tcp-transport.ts.
+
+import net from "node:net";
+import { crc32 } from "@node-rs/crc32";
+import { TransportError } from "@airm/rm-core";
+import { FLAG_CRC, HEADER_BYTES, MAGIC, Op, PROTOCOL_VERSION, RESPONSE_BIT, Status, decodeHeader, type FrameHeader } from "./frame.ts";
+import { formatHostPort } from "./tcp-config.ts";
+
+/** The connection carrying an exchange closed before its answer arrived (the exchange may be retried). */
+export class ConnectionLostError extends TransportError {
+  constructor(message: string) {
+    super(message, "TRANSPORT_ERROR");
+  }
+}
+
+export interface ExchangeResult {
+  status: number;
+  arg: number;
+  /** The error text the relay sent with a non-OK status. */
+  message: string;
+  /** The blob of a successful PULL: a view of `into` or a fresh buffer. */
+  payload?: Uint8Array;
+  /** Set when the blob's CRC-32 was checked and did not match. */
+  crcMismatch?: { sent: number; got: number };
+}
+
+export interface Exchange {
+  op: number;
+  key: string;
+  /** Who started it (a transport), so its close() can cancel it. */
+  owner: object;
+  /** Destination of a PULL's payload. */
+  into?: Uint8Array;
+  /** Check the CRC-32 of a PULL's payload when the relay sent one. */
+  checkCrc: boolean;
+  resolve(r: ExchangeResult): void;
+  reject(e: Error): void;
+  settled: boolean;
+  timer?: NodeJS.Timeout;
+  conn?: ClientConnection;
+  tag?: number;
+}
+
+/** Settles an exchange once (later answers are ignored). */
+export function settle(ex: Exchange, r: ExchangeResult | Error): void {
+  if (ex.settled) return;
+  ex.settled = true;
+  if (ex.timer) clearTimeout(ex.timer);
+  ex.conn?.forget(ex);
+  if (r instanceof Error) ex.reject(r);
+  else ex.resolve(r);
+}
+
+const DISCARD_BYTES = 64 * 1024;
+/** Error texts from the relay are short; anything longer is a broken stream. */
+const MAX_MESSAGE_BYTES = 64 * 1024;
+
+const enum BodyKind {
+  Blob,
+  Message,
+  Discard,
+}
+
+interface Body {
+  h: FrameHeader;
+  ex: Exchange | undefined;
+  kind: BodyKind;
+  target: Uint8Array;
+  fill: number;
+  left: number;
+  crcState: number;
+  checkCrc: boolean;
+  /** Why the blob is being thrown away (a destination too small). */
+  refusal?: Error;
+}
+
+/** One TCP connection to a relay. */
+export class ClientConnection {
+  readonly socket: net.Socket;
+  readonly ready: Promise<void>;
+  readonly pending = new Map<number, Exchange>();
+  closed = false;
+  /** Exchanges and payload bytes assigned to this connection and not finished (load balancing). */
+  load = 0;
+  loadBytes = 0;
+  private nextTag = 1;
+  private readonly hdr = Buffer.alloc(HEADER_BYTES);
+  private hdrFill = 0;
+  private body: Body | undefined;
+  private readonly scratch = Buffer.allocUnsafe(DISCARD_BYTES);
+  private lastError: Error | undefined;
+
+  constructor(
+    readonly host: string,
+    readonly port: number,
+    private readonly onClosed: (c: ClientConnection) => void,
+  ) {
+    this.socket = net.connect({
+      host,
+      port,
+      noDelay: true,
+      onread: {
+        buffer: () => this.nextBuffer(),
+        callback: (n: number) => {
+          this.onRead(n);
+          return true;
+        },
+      },
+    });
+    this.ready = new Promise<void>((resolve, reject) => {
+      this.socket.once("connect", () => {
+        if (!this.pending.size) this.socket.unref(); // an idle pooled connection does not keep the process alive
+        resolve();
+      });
+      this.socket.once("close", () => reject(this.lastError ?? new Error("closed before connecting")));
+    });
+    this.ready.catch(() => {});
+    this.socket.on("error", (e) => (this.lastError = e));
+    this.socket.on("drain", () => this.flushQueue());
+    this.socket.on("close", () => this.onClose());
+  }
+
+  get address(): string {
+    return formatHostPort(this.host, this.port);
+  }
+
+  /**
+   * Sends one request frame: the header+key and the payload in one corked write (a writev). While
+   * the socket has more queued than the kernel takes, frames wait here in order, and `head` (which
+   * may checksum the payload) runs only when its frame goes out: checksumming the next blob
+   * overlaps with the kernel draining the previous one.
+   */
+  send(ex: Exchange, head: (tag: number) => Buffer, payload?: Uint8Array): void {
+    if (this.sendQueue.length || this.socket.writableNeedDrain) {
+      this.sendQueue.push(() => this.sendNow(ex, head, payload));
+      return;
+    }
+    this.sendNow(ex, head, payload);
+  }
+
+  private readonly sendQueue: (() => void)[] = [];
+
+  private flushQueue(): void {
+    while (this.sendQueue.length && !this.socket.writableNeedDrain && !this.closed) this.sendQueue.shift()!();
+  }
+
+  private sendNow(ex: Exchange, head: (tag: number) => Buffer, payload?: Uint8Array): void {
+    if (ex.settled) return;
+    if (this.closed) {
+      settle(ex, new ConnectionLostError(`connection to relay ${this.address} is closed`));
+      return;
+    }
+    const tag = this.nextTag;
+    this.nextTag = this.nextTag >= 0xffff_ffff ? 1 : this.nextTag + 1;
+    ex.conn = this;
+    ex.tag = tag;
+    this.pending.set(tag, ex);
+    if (this.pending.size === 1) this.socket.ref();
+    const s = this.socket;
+    s.cork();
+    s.write(head(tag));
+    if (payload && payload.byteLength) s.write(payload);
+    s.uncork();
+  }
+
+  unassign(bytes: number): void {
+    this.load--;
+    this.loadBytes -= bytes;
+  }
+
+  forget(ex: Exchange): void {
+    if (ex.tag !== undefined && this.pending.get(ex.tag) === ex) {
+      this.pending.delete(ex.tag);
+      if (!this.pending.size) this.socket.unref();
+    }
+  }
+
+  close(): void {
+    this.socket.destroy();
+  }
+
+  /** Where the next read lands: header bytes, or the exact rest of the current payload. Never empty. */
+  private nextBuffer(): Uint8Array {
+    const b = this.body;
+    if (!b) return this.hdr.subarray(this.hdrFill);
+    if (b.kind === BodyKind.Discard) return this.scratch.subarray(0, Math.min(DISCARD_BYTES, b.left));
+    return b.target.subarray(b.fill);
+  }
+
+  private onRead(n: number): void {
+    const b = this.body;
+    if (!b) {
+      this.hdrFill += n;
+      if (this.hdrFill === HEADER_BYTES) {
+        this.hdrFill = 0;
+        this.onHeader();
+      }
+      return;
+    }
+    if (b.kind === BodyKind.Discard) {
+      b.left -= n;
+    } else {
+      if (b.checkCrc) b.crcState = crc32(b.target.subarray(b.fill, b.fill + n), b.crcState);
+      b.fill += n;
+      b.left -= n;
+    }
+    if (b.left === 0) this.finishBody(b);
+  }
+
+  private onHeader(): void {
+    const h = decodeHeader(this.hdr);
+    if (h.magic !== MAGIC || h.version !== PROTOCOL_VERSION || (h.op & RESPONSE_BIT) === 0) {
+      this.lastError = new Error(`relay ${this.address} sent a malformed frame (magic 0x${h.magic.toString(16)}, version ${h.version}, op ${h.op})`);
+      this.socket.destroy();
+      return;
+    }
+    const ex = this.pending.get(h.tag);
+    if (ex?.timer) {
+      clearTimeout(ex.timer);
+      ex.timer = undefined;
+    }
+    const body: Body = { h, ex, kind: BodyKind.Discard, target: this.scratch, fill: 0, left: h.payloadLength, crcState: 0, checkCrc: false };
+    if (ex && !ex.settled) {
+      if (h.status === Status.OK && (h.op & ~RESPONSE_BIT) === ex.op && ex.op === Op.PULL) {
+        if (ex.into && ex.into.byteLength < h.payloadLength) {
+          body.refusal = new TransportError(
+            `pull of ${ex.key}: the destination holds ${ex.into.byteLength} bytes but the blob is ${h.payloadLength}; pass a larger \`into\``,
+          );
+        } else {
+          body.kind = BodyKind.Blob;
+          body.target = ex.into ? ex.into.subarray(0, h.payloadLength) : Buffer.allocUnsafeSlow(h.payloadLength);
+          body.checkCrc = ex.checkCrc && (h.flags & FLAG_CRC) !== 0;
+        }
+      } else if (h.payloadLength <= MAX_MESSAGE_BYTES) {
+        body.kind = BodyKind.Message;
+        body.target = Buffer.allocUnsafe(h.payloadLength);
+      } else {
+        this.lastError = new Error(`relay ${this.address} sent a ${h.payloadLength}-byte answer where a short message was expected`);
+        this.socket.destroy();
+        return;
+      }
+    }
+    if (h.payloadLength === 0) this.finishBody(body);
+    else this.body = body;
+  }
+
+  private finishBody(b: Body): void {
+    this.body = undefined;
+    const ex = b.ex;
+    if (!ex) return;
+    if (b.refusal) {
+      settle(ex, b.refusal);
+      return;
+    }
+    const r: ExchangeResult = { status: b.h.status, arg: b.h.arg, message: "" };
+    if (b.kind === BodyKind.Message) r.message = Buffer.from(b.target.buffer, b.target.byteOffset, b.target.byteLength).toString("utf8");
+    else if (b.kind === BodyKind.Blob) {
+      r.payload = b.target;
+      if (b.checkCrc && b.crcState >>> 0 !== b.h.crc >>> 0) r.crcMismatch = { sent: b.h.crc >>> 0, got: b.crcState >>> 0 };
+    }
+    settle(ex, r);
+  }
+
+  private onClose(): void {
+    this.closed = true;
+    this.onClosed(this);
+    const why = this.lastError ? `: ${this.lastError.message}` : "";
+    const queued = this.sendQueue.splice(0);
+    for (const run of queued) run(); // each finds the connection closed and fails its exchange
+    for (const ex of [...this.pending.values()]) {
+      settle(ex, new ConnectionLostError(`connection to relay ${this.address} closed before it answered ${ex.key ? `(${ex.key})` : ""}${why}`));
+    }
+    this.pending.clear();
+  }
+}
+
+const CONNECT_ERRORS = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EHOSTUNREACH", "ENETUNREACH", "EAI_AGAIN", "EPIPE"]);
+
+/** The connections of this process to one relay address, shared by every transport pointed at it. */
+export class RelayPool {
+  users = 0;
+  private readonly conns: ClientConnection[] = [];
+
+  constructor(
+    readonly host: string,
+    readonly port: number,
+    readonly maxConnections: number,
+  ) {}
+
+  get address(): string {
+    return formatHostPort(this.host, this.port);
+  }
+
+  /**
+   * A connected connection with `bytes` assigned to it (give them back with conn.unassign): an idle
+   * one, a new one while fewer than maxConnections are open, else the least loaded. Retries refused
+   * connects (a relay restarting) until `deadline` (epoch ms).
+   * Throws TransportError when the relay cannot be reached in time.
+   */
+  async pick(deadline: number, bytes: number): Promise<ClientConnection> {
+    let delay = 25;
+    for (;;) {
+      let best: ClientConnection | undefined;
+      for (const c of this.conns) if (!best || c.loadBytes < best.loadBytes || (c.loadBytes === best.loadBytes && c.load < best.load)) best = c;
+      const conn = !best || (best.load > 0 && this.conns.length < this.maxConnections) ? this.open() : best;
+      conn.load++;
+      conn.loadBytes += bytes;
+      try {
+        await conn.ready;
+        return conn;
+      } catch (e) {
+        conn.unassign(bytes);
+        const code = (e as NodeJS.ErrnoException).code ?? "";
+        const left = deadline - Date.now();
+        if (!CONNECT_ERRORS.has(code) || left <= 0) {
+          throw new TransportError(
+            `cannot reach the KV relay at ${this.address} (${(e as Error).message}); start it with \`airm-kv-relay --listen ${this.address}\` ` +
+              `or point AIRM_KV_TCP_ADDR at the running relay`,
+            "TRANSPORT_ERROR",
+            { cause: e },
+          );
+        }
+        await new Promise((r) => setTimeout(r, Math.min(delay, left)));
+        delay = Math.min(delay * 2, 500);
+      }
+    }
+  }
+
+  private open(): ClientConnection {
+    const c = new ClientConnection(this.host, this.port, (gone) => {
+      const i = this.conns.indexOf(gone);
+      if (i >= 0) this.conns.splice(i, 1);
+    });
+    this.conns.push(c);
+    return c;
+  }
+
+  /** Cancels every exchange started by `owner` with `error`. */
+  cancel(owner: object, error: Error): void {
+    for (const c of this.conns) for (const ex of [...c.pending.values()]) if (ex.owner === owner) settle(ex, error);
+  }
+
+  destroy(): void {
+    for (const c of [...this.conns]) c.close();
+    this.conns.length = 0;
+  }
+}
+
+const pools = new Map<string, RelayPool>();
+
+/** The process-wide pool for host:port (created on first use); pair with releasePool(). */
+export function acquirePool(host: string, port: number, maxConnections: number): RelayPool {
+  const id = formatHostPort(host, port);
+  let p = pools.get(id);
+  if (!p) pools.set(id, (p = new RelayPool(host, port, maxConnections)));
+  p.users++;
+  return p;
+}
+
+/** Drops one user of a pool; the last one closes its connections. */
+export function releasePool(p: RelayPool): void {
+  if (--p.users > 0) return;
+  p.destroy();
+  if (pools.get(p.address) === p) pools.delete(p.address);
+}
