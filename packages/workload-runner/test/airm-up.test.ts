@@ -35,6 +35,14 @@ function children(pid: number): [number, string][] {
   }
 }
 
+function killGroup(child: ChildProcess): void {
+  try {
+    process.kill(-child.pid!, "SIGKILL");
+  } catch {
+    // already gone
+  }
+}
+
 function alive(pid: number): boolean {
   try {
     process.kill(pid, 0);
@@ -45,7 +53,8 @@ function alive(pid: number): boolean {
 }
 
 function startUp(args: string[]): { child: ChildProcess; out: () => string; err: () => string; exit: Promise<number | null> } {
-  const child = spawn(process.execPath, [airm, "up", ...args], { env: { ...process.env, AIRM_MODEL_CACHE: join(dir, "cache") }, stdio: ["ignore", "pipe", "pipe"] });
+  // its own process group, so a failing test can kill airm up and every part it started at once
+  const child = spawn(process.execPath, [airm, "up", ...args], { env: { ...process.env, AIRM_MODEL_CACHE: join(dir, "cache") }, stdio: ["ignore", "pipe", "pipe"], detached: true });
   let out = "";
   let err = "";
   child.stdout!.on("data", (d) => (out += d));
@@ -99,7 +108,7 @@ describe("airm up", () => {
       for (const pid of kids) expect(alive(pid), `part ${pid} still running`).toBe(false);
       expect(existsSync(shm)).toBe(false);
     } finally {
-      up.child.kill("SIGKILL");
+      killGroup(up.child);
     }
   });
 
@@ -107,10 +116,14 @@ describe("airm up", () => {
     const [port, pp, dp] = [await freePort(), await freePort(), await freePort()];
     const missing = join(dir, "no-such-model");
     const up = startUp(["--model", missing, "--port", String(port), "--prefill-port", String(pp), "--decode-port", String(dp), "--quiet"]);
-    const code = await up.exit;
-    expect(code).toBe(1);
-    expect(up.err()).toMatch(/the (prefill|decode) (exited with code \d+|was killed)/);
-    expect(up.err()).toContain("no-such-model");
+    try {
+      const code = await up.exit;
+      expect(code).toBe(1);
+      expect(up.err()).toMatch(/the (prefill|decode) (exited with code \d+|was killed)/);
+      expect(up.err()).toContain("no-such-model");
+    } finally {
+      killGroup(up.child);
+    }
   });
 
   test("a port in use is refused up front, naming it", async () => {
@@ -119,8 +132,12 @@ describe("airm up", () => {
     const port = (busy.address() as { port: number }).port;
     try {
       const up = startUp(["--model", model, "--port", String(port), "--quiet"]);
-      expect(await up.exit).toBe(1);
-      expect(up.err()).toContain(`127.0.0.1:${port} is already in use`);
+      try {
+        expect(await up.exit).toBe(1);
+        expect(up.err()).toContain(`127.0.0.1:${port} is already in use`);
+      } finally {
+        killGroup(up.child);
+      }
     } finally {
       busy.close();
     }
