@@ -67,19 +67,27 @@ const four = Array.from({ length: 4 }, (_, i) => {
   model.prefill(prompt.slice(i, i + 16), cache);
   return cache;
 });
+// Wall time is what tokens/s means; the process's CPU time per step (process.cpuUsage) is
+// recorded too, since on a shared machine other processes' load stretches wall time unevenly.
 const b1: number[] = [], b4: number[] = [], roof: number[] = [];
+const b1Cpu: number[] = [], b4Cpu: number[] = [], roofCpu: number[] = [];
+const cpuMs = (): number => {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1000;
+};
+const timed = (wall: number[], cpu: number[], run: () => unknown): void => {
+  const c0 = cpuMs();
+  const t0 = performance.now();
+  run();
+  wall.push(performance.now() - t0);
+  cpu.push(cpuMs() - c0);
+};
 model.streamWeights(); // warm
 for (let s = 0; s < steps; s++) {
   progress(`decode step ${s + 1}/${steps}`);
-  let t0 = performance.now();
-  model.decode([{ cache: one, token: (s * 31) % c.vocabSize }]);
-  b1.push(performance.now() - t0);
-  t0 = performance.now();
-  model.streamWeights();
-  roof.push(performance.now() - t0);
-  t0 = performance.now();
-  model.decode(four.map((cache, i) => ({ cache, token: (s * 31 + i) % c.vocabSize })));
-  b4.push(performance.now() - t0);
+  timed(b1, b1Cpu, () => model.decode([{ cache: one, token: (s * 31) % c.vocabSize }]));
+  timed(roof, roofCpu, () => model.streamWeights());
+  timed(b4, b4Cpu, () => model.decode(four.map((cache, i) => ({ cache, token: (s * 31 + i) % c.vocabSize }))));
 }
 progressDone();
 model.close();
@@ -93,6 +101,8 @@ console.log(`decode B=1 step: ${fmt(step1)} -> ${decodeTokS.toFixed(1)} tok/s`);
 console.log(`decode B=4 step: ${fmt(step4)} -> ${decodeB4TokS.toFixed(1)} tok/s`);
 console.log(`roofline (stream ${(model.weightBytesPerToken / 1e6).toFixed(1)} MB): ${fmt(roofS)} -> ${rooflineTokS.toFixed(1)} tok/s, ${(model.weightBytesPerToken / roofS.median / 1e6).toFixed(2)} GB/s`);
 console.log(`prefill 256 tokens: ${fmt(pre)} -> ${prefillTokS.toFixed(1)} tok/s`);
+const c1 = summarize(b1Cpu), c4 = summarize(b4Cpu), cr = summarize(roofCpu);
+console.log(`CPU time per step: B=1 ${fmt(c1)}, B=4 ${fmt(c4)}, roofline ${fmt(cr)}`);
 finalLine({
   bench: "llama-decode",
   threads,
@@ -102,4 +112,9 @@ finalLine({
   roofline_tok_s: rooflineTokS,
   ratio: decodeTokS / rooflineTokS,
   b4_over_b1: decodeB4TokS / decodeTokS,
+  // the same two ratios from the fastest step of each series and (one thread only: with two the
+  // process's CPU time counts both) from the median CPU time per step
+  ratio_fastest: roofS.min / step1.min,
+  b4_over_b1_fastest: (4 * step1.min) / step4.min,
+  ...(threads === 1 ? { ratio_cpu: cr.median / c1.median, b4_over_b1_cpu: (4 * c1.median) / c4.median } : {}),
 });

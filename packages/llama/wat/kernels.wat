@@ -15,12 +15,18 @@
 ;;   Per output:  acc = 0;  for each block of 8 columns, in order: acc += even*xe;  acc += odd*xo
 ;;   then result = (acc[0] + acc[1]) + (acc[2] + acc[3]).
 ;;   Every tile below repeats exactly these operations per output, so a row computed alone, in a
-;;   group of 4 rows, or in a 4-token x 2-row tile gives the same bits.
+;;   group of 4 rows, or in a 4-token x 4-row tile gives the same bits.
 ;; Attention scores sum over head_dim in increasing d, values over positions in increasing s.
+;; exp (softmax, SiLU) is computed here with fixed f32 operations (see $exp4), no FMA, so it is
+;; the same in every process and for every batch shape.
 ;; Columns must be a multiple of 8; head_dim a multiple of 4.
 
 (module
   (import "env" "memory" (memory 1 65536 shared))
+
+  ;; Where loads done only to bring cache lines in are folded, so they are not dead code. Never
+  ;; read by any result.
+  (global $sink (mut i32) (i32.const 0))
 
   ;; ---------------------------------------------------------------- horizontal sum, fixed order
   (func $hsum (param $a v128) (result f32)
@@ -45,66 +51,79 @@
     (f32.store (local.get $y) (call $hsum (local.get $acc))))
 
   ;; ---------------------------------------------------------------- four rows x one token
-  ;; $w is a 4-row group (64 bytes per block of 8 columns), $x a permuted row (32 bytes per block).
-  ;; Two blocks per trip, then the odd block if cols/8 is odd; blocks are taken in order.
-  (func $mv_4r (param $w i32) (param $x i32) (param $y i32) (param $cols i32)
+  ;; $groups consecutive 4-row groups from $w (64 bytes per block of 8 columns per group), one
+  ;; permuted x row (32 bytes per block); y[4g + r] for row r of group g. Two blocks per trip,
+  ;; then the odd block if cols/8 is odd; blocks in order; the horizontal sums written out inline.
+  (func $mv_4r (param $w i32) (param $x i32) (param $y i32) (param $cols i32) (param $groups i32)
     (local $a0 v128) (local $a1 v128) (local $a2 v128) (local $a3 v128)
     (local $v0 v128) (local $v1 v128) (local $v2 v128) (local $v3 v128)
-    (local $xe v128) (local $xo v128) (local $end i32) (local $end2 i32)
-    (local.set $end (i32.add (local.get $w) (i32.shl (local.get $cols) (i32.const 3))))
-    (local.set $end2 (i32.sub (local.get $end) (i32.const 64)))
-    (block $pairs_done (loop $pair
-      (br_if $pairs_done (i32.ge_u (local.get $w) (local.get $end2)))
-      (local.set $v0 (v128.load offset=0 (local.get $w)))
-      (local.set $v1 (v128.load offset=16 (local.get $w)))
-      (local.set $v2 (v128.load offset=32 (local.get $w)))
-      (local.set $v3 (v128.load offset=48 (local.get $w)))
-      (local.set $xe (v128.load offset=0 (local.get $x)))
-      (local.set $xo (v128.load offset=16 (local.get $x)))
-      (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (i32x4.shl (local.get $v0) (i32.const 16)) (local.get $xe))))
-      (local.set $a1 (f32x4.add (local.get $a1) (f32x4.mul (i32x4.shl (local.get $v1) (i32.const 16)) (local.get $xe))))
-      (local.set $a2 (f32x4.add (local.get $a2) (f32x4.mul (i32x4.shl (local.get $v2) (i32.const 16)) (local.get $xe))))
-      (local.set $a3 (f32x4.add (local.get $a3) (f32x4.mul (i32x4.shl (local.get $v3) (i32.const 16)) (local.get $xe))))
-      (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (v128.and (local.get $v0) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)) (local.get $xo))))
-      (local.set $a1 (f32x4.add (local.get $a1) (f32x4.mul (v128.and (local.get $v1) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)) (local.get $xo))))
-      (local.set $a2 (f32x4.add (local.get $a2) (f32x4.mul (v128.and (local.get $v2) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)) (local.get $xo))))
-      (local.set $a3 (f32x4.add (local.get $a3) (f32x4.mul (v128.and (local.get $v3) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)) (local.get $xo))))
-      (local.set $v0 (v128.load offset=64 (local.get $w)))
-      (local.set $v1 (v128.load offset=80 (local.get $w)))
-      (local.set $v2 (v128.load offset=96 (local.get $w)))
-      (local.set $v3 (v128.load offset=112 (local.get $w)))
-      (local.set $xe (v128.load offset=32 (local.get $x)))
-      (local.set $xo (v128.load offset=48 (local.get $x)))
-      (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (i32x4.shl (local.get $v0) (i32.const 16)) (local.get $xe))))
-      (local.set $a1 (f32x4.add (local.get $a1) (f32x4.mul (i32x4.shl (local.get $v1) (i32.const 16)) (local.get $xe))))
-      (local.set $a2 (f32x4.add (local.get $a2) (f32x4.mul (i32x4.shl (local.get $v2) (i32.const 16)) (local.get $xe))))
-      (local.set $a3 (f32x4.add (local.get $a3) (f32x4.mul (i32x4.shl (local.get $v3) (i32.const 16)) (local.get $xe))))
-      (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (v128.and (local.get $v0) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)) (local.get $xo))))
-      (local.set $a1 (f32x4.add (local.get $a1) (f32x4.mul (v128.and (local.get $v1) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)) (local.get $xo))))
-      (local.set $a2 (f32x4.add (local.get $a2) (f32x4.mul (v128.and (local.get $v2) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)) (local.get $xo))))
-      (local.set $a3 (f32x4.add (local.get $a3) (f32x4.mul (v128.and (local.get $v3) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)) (local.get $xo))))
-      (local.set $x (i32.add (local.get $x) (i32.const 64)))
-      (local.set $w (i32.add (local.get $w) (i32.const 128)))
-      (br $pair)))
-    (if (i32.lt_u (local.get $w) (local.get $end)) (then
-      (local.set $v0 (v128.load offset=0 (local.get $w)))
-      (local.set $v1 (v128.load offset=16 (local.get $w)))
-      (local.set $v2 (v128.load offset=32 (local.get $w)))
-      (local.set $v3 (v128.load offset=48 (local.get $w)))
-      (local.set $xe (v128.load offset=0 (local.get $x)))
-      (local.set $xo (v128.load offset=16 (local.get $x)))
-      (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (i32x4.shl (local.get $v0) (i32.const 16)) (local.get $xe))))
-      (local.set $a1 (f32x4.add (local.get $a1) (f32x4.mul (i32x4.shl (local.get $v1) (i32.const 16)) (local.get $xe))))
-      (local.set $a2 (f32x4.add (local.get $a2) (f32x4.mul (i32x4.shl (local.get $v2) (i32.const 16)) (local.get $xe))))
-      (local.set $a3 (f32x4.add (local.get $a3) (f32x4.mul (i32x4.shl (local.get $v3) (i32.const 16)) (local.get $xe))))
-      (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (v128.and (local.get $v0) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)) (local.get $xo))))
-      (local.set $a1 (f32x4.add (local.get $a1) (f32x4.mul (v128.and (local.get $v1) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)) (local.get $xo))))
-      (local.set $a2 (f32x4.add (local.get $a2) (f32x4.mul (v128.and (local.get $v2) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)) (local.get $xo))))
-      (local.set $a3 (f32x4.add (local.get $a3) (f32x4.mul (v128.and (local.get $v3) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)) (local.get $xo))))))
-    (f32.store offset=0 (local.get $y) (call $hsum (local.get $a0)))
-    (f32.store offset=4 (local.get $y) (call $hsum (local.get $a1)))
-    (f32.store offset=8 (local.get $y) (call $hsum (local.get $a2)))
-    (f32.store offset=12 (local.get $y) (call $hsum (local.get $a3))))
+    (local $xe v128) (local $xo v128) (local $end i32) (local $end2 i32) (local $x0 i32) (local $yend i32)
+    (local.set $x0 (local.get $x))
+    (local.set $yend (i32.add (local.get $y) (i32.shl (local.get $groups) (i32.const 4))))
+    (block $all_done (loop $group
+      (br_if $all_done (i32.ge_u (local.get $y) (local.get $yend)))
+      (local.set $a0 (v128.const i32x4 0 0 0 0))
+      (local.set $a1 (v128.const i32x4 0 0 0 0))
+      (local.set $a2 (v128.const i32x4 0 0 0 0))
+      (local.set $a3 (v128.const i32x4 0 0 0 0))
+      (local.set $x (local.get $x0))
+      (local.set $end (i32.add (local.get $w) (i32.shl (local.get $cols) (i32.const 3))))
+      (local.set $end2 (i32.sub (local.get $end) (i32.const 64)))
+      (block $pairs_done (loop $pair
+        (br_if $pairs_done (i32.ge_u (local.get $w) (local.get $end2)))
+        (local.set $v0 (v128.load offset=0 (local.get $w)))
+        (local.set $v1 (v128.load offset=16 (local.get $w)))
+        (local.set $v2 (v128.load offset=32 (local.get $w)))
+        (local.set $v3 (v128.load offset=48 (local.get $w)))
+        (local.set $xe (v128.load offset=0 (local.get $x)))
+        (local.set $xo (v128.load offset=16 (local.get $x)))
+        (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (i32x4.shl (local.get $v0) (i32.const 16)) (local.get $xe))))
+        (local.set $a1 (f32x4.add (local.get $a1) (f32x4.mul (i32x4.shl (local.get $v1) (i32.const 16)) (local.get $xe))))
+        (local.set $a2 (f32x4.add (local.get $a2) (f32x4.mul (i32x4.shl (local.get $v2) (i32.const 16)) (local.get $xe))))
+        (local.set $a3 (f32x4.add (local.get $a3) (f32x4.mul (i32x4.shl (local.get $v3) (i32.const 16)) (local.get $xe))))
+        (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (v128.and (local.get $v0) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)) (local.get $xo))))
+        (local.set $a1 (f32x4.add (local.get $a1) (f32x4.mul (v128.and (local.get $v1) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)) (local.get $xo))))
+        (local.set $a2 (f32x4.add (local.get $a2) (f32x4.mul (v128.and (local.get $v2) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)) (local.get $xo))))
+        (local.set $a3 (f32x4.add (local.get $a3) (f32x4.mul (v128.and (local.get $v3) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)) (local.get $xo))))
+        (local.set $v0 (v128.load offset=64 (local.get $w)))
+        (local.set $v1 (v128.load offset=80 (local.get $w)))
+        (local.set $v2 (v128.load offset=96 (local.get $w)))
+        (local.set $v3 (v128.load offset=112 (local.get $w)))
+        (local.set $xe (v128.load offset=32 (local.get $x)))
+        (local.set $xo (v128.load offset=48 (local.get $x)))
+        (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (i32x4.shl (local.get $v0) (i32.const 16)) (local.get $xe))))
+        (local.set $a1 (f32x4.add (local.get $a1) (f32x4.mul (i32x4.shl (local.get $v1) (i32.const 16)) (local.get $xe))))
+        (local.set $a2 (f32x4.add (local.get $a2) (f32x4.mul (i32x4.shl (local.get $v2) (i32.const 16)) (local.get $xe))))
+        (local.set $a3 (f32x4.add (local.get $a3) (f32x4.mul (i32x4.shl (local.get $v3) (i32.const 16)) (local.get $xe))))
+        (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (v128.and (local.get $v0) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)) (local.get $xo))))
+        (local.set $a1 (f32x4.add (local.get $a1) (f32x4.mul (v128.and (local.get $v1) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)) (local.get $xo))))
+        (local.set $a2 (f32x4.add (local.get $a2) (f32x4.mul (v128.and (local.get $v2) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)) (local.get $xo))))
+        (local.set $a3 (f32x4.add (local.get $a3) (f32x4.mul (v128.and (local.get $v3) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)) (local.get $xo))))
+        (local.set $x (i32.add (local.get $x) (i32.const 64)))
+        (local.set $w (i32.add (local.get $w) (i32.const 128)))
+        (br $pair)))
+      (if (i32.lt_u (local.get $w) (local.get $end)) (then
+        (local.set $v0 (v128.load offset=0 (local.get $w)))
+        (local.set $v1 (v128.load offset=16 (local.get $w)))
+        (local.set $v2 (v128.load offset=32 (local.get $w)))
+        (local.set $v3 (v128.load offset=48 (local.get $w)))
+        (local.set $xe (v128.load offset=0 (local.get $x)))
+        (local.set $xo (v128.load offset=16 (local.get $x)))
+        (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (i32x4.shl (local.get $v0) (i32.const 16)) (local.get $xe))))
+        (local.set $a1 (f32x4.add (local.get $a1) (f32x4.mul (i32x4.shl (local.get $v1) (i32.const 16)) (local.get $xe))))
+        (local.set $a2 (f32x4.add (local.get $a2) (f32x4.mul (i32x4.shl (local.get $v2) (i32.const 16)) (local.get $xe))))
+        (local.set $a3 (f32x4.add (local.get $a3) (f32x4.mul (i32x4.shl (local.get $v3) (i32.const 16)) (local.get $xe))))
+        (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (v128.and (local.get $v0) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)) (local.get $xo))))
+        (local.set $a1 (f32x4.add (local.get $a1) (f32x4.mul (v128.and (local.get $v1) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)) (local.get $xo))))
+        (local.set $a2 (f32x4.add (local.get $a2) (f32x4.mul (v128.and (local.get $v2) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)) (local.get $xo))))
+        (local.set $a3 (f32x4.add (local.get $a3) (f32x4.mul (v128.and (local.get $v3) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)) (local.get $xo))))
+        (local.set $w (local.get $end))))
+      (f32.store offset=0 (local.get $y) (f32.add (f32.add (f32x4.extract_lane 0 (local.get $a0)) (f32x4.extract_lane 1 (local.get $a0))) (f32.add (f32x4.extract_lane 2 (local.get $a0)) (f32x4.extract_lane 3 (local.get $a0)))))
+      (f32.store offset=4 (local.get $y) (f32.add (f32.add (f32x4.extract_lane 0 (local.get $a1)) (f32x4.extract_lane 1 (local.get $a1))) (f32.add (f32x4.extract_lane 2 (local.get $a1)) (f32x4.extract_lane 3 (local.get $a1)))))
+      (f32.store offset=8 (local.get $y) (f32.add (f32.add (f32x4.extract_lane 0 (local.get $a2)) (f32x4.extract_lane 1 (local.get $a2))) (f32.add (f32x4.extract_lane 2 (local.get $a2)) (f32x4.extract_lane 3 (local.get $a2)))))
+      (f32.store offset=12 (local.get $y) (f32.add (f32.add (f32x4.extract_lane 0 (local.get $a3)) (f32x4.extract_lane 1 (local.get $a3))) (f32.add (f32x4.extract_lane 2 (local.get $a3)) (f32x4.extract_lane 3 (local.get $a3)))))
+      (local.set $y (i32.add (local.get $y) (i32.const 16)))
+      (br $group))))
 
   ;; ---------------------------------------------------------------- one row x four tokens
   ;; $w: one plain row (a tail row after the last full group), 16 bytes per block; $x: a token quad.
@@ -134,70 +153,122 @@
     (local.set $y (i32.add (local.get $y) (local.get $ys)))
     (f32.store (local.get $y) (call $hsum (local.get $a3))))
 
-  ;; ---------------------------------------------------------------- two rows x four tokens
-  ;; $w: rows 0-1 (or 2-3, at +32) of a 4-row group, 64 bytes per block; $x: a token quad,
-  ;; 128 bytes per block (token t's even/odd halves at 32t, 32t+16). y[t][r] at y + t*ys + 4r.
-  (func $mm_4t2r (param $w i32) (param $x i32) (param $y i32) (param $cols i32) (param $ys i32)
-    (local $a00 v128) (local $a01 v128) (local $a10 v128) (local $a11 v128)
-    (local $a20 v128) (local $a21 v128) (local $a30 v128) (local $a31 v128)
-    (local $e0 v128) (local $o0 v128) (local $e1 v128) (local $o1 v128) (local $v v128)
-    (local $xe v128) (local $xo v128) (local $end i32)
-    (local.set $end (i32.add (local.get $w) (i32.shl (local.get $cols) (i32.const 3))))
-    (loop $next
-      (local.set $v (v128.load offset=0 (local.get $w)))
-      (local.set $e0 (i32x4.shl (local.get $v) (i32.const 16)))
-      (local.set $o0 (v128.and (local.get $v) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)))
-      (local.set $v (v128.load offset=16 (local.get $w)))
-      (local.set $e1 (i32x4.shl (local.get $v) (i32.const 16)))
-      (local.set $o1 (v128.and (local.get $v) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)))
-      ;; token 0
-      (local.set $xe (v128.load offset=0 (local.get $x)))
-      (local.set $xo (v128.load offset=16 (local.get $x)))
-      (local.set $a00 (f32x4.add (local.get $a00) (f32x4.mul (local.get $e0) (local.get $xe))))
-      (local.set $a00 (f32x4.add (local.get $a00) (f32x4.mul (local.get $o0) (local.get $xo))))
-      (local.set $a01 (f32x4.add (local.get $a01) (f32x4.mul (local.get $e1) (local.get $xe))))
-      (local.set $a01 (f32x4.add (local.get $a01) (f32x4.mul (local.get $o1) (local.get $xo))))
-      ;; token 1
-      (local.set $xe (v128.load offset=32 (local.get $x)))
-      (local.set $xo (v128.load offset=48 (local.get $x)))
-      (local.set $a10 (f32x4.add (local.get $a10) (f32x4.mul (local.get $e0) (local.get $xe))))
-      (local.set $a10 (f32x4.add (local.get $a10) (f32x4.mul (local.get $o0) (local.get $xo))))
-      (local.set $a11 (f32x4.add (local.get $a11) (f32x4.mul (local.get $e1) (local.get $xe))))
-      (local.set $a11 (f32x4.add (local.get $a11) (f32x4.mul (local.get $o1) (local.get $xo))))
-      ;; token 2
-      (local.set $xe (v128.load offset=64 (local.get $x)))
-      (local.set $xo (v128.load offset=80 (local.get $x)))
-      (local.set $a20 (f32x4.add (local.get $a20) (f32x4.mul (local.get $e0) (local.get $xe))))
-      (local.set $a20 (f32x4.add (local.get $a20) (f32x4.mul (local.get $o0) (local.get $xo))))
-      (local.set $a21 (f32x4.add (local.get $a21) (f32x4.mul (local.get $e1) (local.get $xe))))
-      (local.set $a21 (f32x4.add (local.get $a21) (f32x4.mul (local.get $o1) (local.get $xo))))
-      ;; token 3
-      (local.set $xe (v128.load offset=96 (local.get $x)))
-      (local.set $xo (v128.load offset=112 (local.get $x)))
-      (local.set $a30 (f32x4.add (local.get $a30) (f32x4.mul (local.get $e0) (local.get $xe))))
-      (local.set $a30 (f32x4.add (local.get $a30) (f32x4.mul (local.get $o0) (local.get $xo))))
-      (local.set $a31 (f32x4.add (local.get $a31) (f32x4.mul (local.get $e1) (local.get $xe))))
-      (local.set $a31 (f32x4.add (local.get $a31) (f32x4.mul (local.get $o1) (local.get $xo))))
-      (local.set $x (i32.add (local.get $x) (i32.const 128)))
-      (br_if $next (i32.lt_u (local.tee $w (i32.add (local.get $w) (i32.const 64))) (local.get $end))))
-    (f32.store offset=0 (local.get $y) (call $hsum (local.get $a00)))
-    (f32.store offset=4 (local.get $y) (call $hsum (local.get $a01)))
-    (local.set $y (i32.add (local.get $y) (local.get $ys)))
-    (f32.store offset=0 (local.get $y) (call $hsum (local.get $a10)))
-    (f32.store offset=4 (local.get $y) (call $hsum (local.get $a11)))
-    (local.set $y (i32.add (local.get $y) (local.get $ys)))
-    (f32.store offset=0 (local.get $y) (call $hsum (local.get $a20)))
-    (f32.store offset=4 (local.get $y) (call $hsum (local.get $a21)))
-    (local.set $y (i32.add (local.get $y) (local.get $ys)))
-    (f32.store offset=0 (local.get $y) (call $hsum (local.get $a30)))
-    (f32.store offset=4 (local.get $y) (call $hsum (local.get $a31))))
+  ;; ---------------------------------------------------------------- four rows x four tokens
+  ;; $groups consecutive 4-row groups from $w (64 bytes per block: one cache line feeds all 16
+  ;; outputs of a block), $x a token quad (128 bytes per block). Per block the quad's 8 input
+  ;; vectors are loaded once into registers; each row's 8 weights are widened once and used by
+  ;; the 4 tokens. The 16 accumulators live at $acc (256 bytes of per-thread scratch): each update
+  ;; is a load, the two adds of the fixed order and a store. (16 accumulators plus the inputs do
+  ;; not fit in 16 registers; V8 would spill them anyway, and the stores keep it from hoisting
+  ;; every load of the loop to its top.) y[t][4g + r] at y + t*ys + 16g + 4r.
+  (func $mm_4t4r (param $w i32) (param $x i32) (param $y i32) (param $cols i32) (param $ys i32) (param $acc i32) (param $groups i32)
+    (local $e v128) (local $o v128) (local $v v128) (local $xe0 v128) (local $xo0 v128) (local $xe1 v128) (local $xo1 v128) (local $xe2 v128) (local $xo2 v128) (local $xe3 v128) (local $xo3 v128) (local $end i32) (local $x0 i32) (local $yend i32) (local $yt i32)
+    (local.set $x0 (local.get $x))
+    (local.set $yend (i32.add (local.get $y) (i32.shl (local.get $groups) (i32.const 4))))
+    (block $all_done (loop $group
+      (br_if $all_done (i32.ge_u (local.get $y) (local.get $yend)))
+      (v128.store offset=0 (local.get $acc) (v128.const i32x4 0 0 0 0))
+      (v128.store offset=16 (local.get $acc) (v128.const i32x4 0 0 0 0))
+      (v128.store offset=32 (local.get $acc) (v128.const i32x4 0 0 0 0))
+      (v128.store offset=48 (local.get $acc) (v128.const i32x4 0 0 0 0))
+      (v128.store offset=64 (local.get $acc) (v128.const i32x4 0 0 0 0))
+      (v128.store offset=80 (local.get $acc) (v128.const i32x4 0 0 0 0))
+      (v128.store offset=96 (local.get $acc) (v128.const i32x4 0 0 0 0))
+      (v128.store offset=112 (local.get $acc) (v128.const i32x4 0 0 0 0))
+      (v128.store offset=128 (local.get $acc) (v128.const i32x4 0 0 0 0))
+      (v128.store offset=144 (local.get $acc) (v128.const i32x4 0 0 0 0))
+      (v128.store offset=160 (local.get $acc) (v128.const i32x4 0 0 0 0))
+      (v128.store offset=176 (local.get $acc) (v128.const i32x4 0 0 0 0))
+      (v128.store offset=192 (local.get $acc) (v128.const i32x4 0 0 0 0))
+      (v128.store offset=208 (local.get $acc) (v128.const i32x4 0 0 0 0))
+      (v128.store offset=224 (local.get $acc) (v128.const i32x4 0 0 0 0))
+      (v128.store offset=240 (local.get $acc) (v128.const i32x4 0 0 0 0))
+      (local.set $x (local.get $x0))
+      (local.set $end (i32.add (local.get $w) (i32.shl (local.get $cols) (i32.const 3))))
+      (loop $next
+        (local.set $xe0 (v128.load offset=0 (local.get $x)))
+        (local.set $xo0 (v128.load offset=16 (local.get $x)))
+        (local.set $xe1 (v128.load offset=32 (local.get $x)))
+        (local.set $xo1 (v128.load offset=48 (local.get $x)))
+        (local.set $xe2 (v128.load offset=64 (local.get $x)))
+        (local.set $xo2 (v128.load offset=80 (local.get $x)))
+        (local.set $xe3 (v128.load offset=96 (local.get $x)))
+        (local.set $xo3 (v128.load offset=112 (local.get $x)))
+        (local.set $v (v128.load offset=0 (local.get $w)))
+        (local.set $e (i32x4.shl (local.get $v) (i32.const 16)))
+        (local.set $o (v128.and (local.get $v) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)))
+        (v128.store offset=0 (local.get $acc) (f32x4.add (f32x4.add (v128.load offset=0 (local.get $acc))
+          (f32x4.mul (local.get $e) (local.get $xe0))) (f32x4.mul (local.get $o) (local.get $xo0))))
+        (v128.store offset=16 (local.get $acc) (f32x4.add (f32x4.add (v128.load offset=16 (local.get $acc))
+          (f32x4.mul (local.get $e) (local.get $xe1))) (f32x4.mul (local.get $o) (local.get $xo1))))
+        (v128.store offset=32 (local.get $acc) (f32x4.add (f32x4.add (v128.load offset=32 (local.get $acc))
+          (f32x4.mul (local.get $e) (local.get $xe2))) (f32x4.mul (local.get $o) (local.get $xo2))))
+        (v128.store offset=48 (local.get $acc) (f32x4.add (f32x4.add (v128.load offset=48 (local.get $acc))
+          (f32x4.mul (local.get $e) (local.get $xe3))) (f32x4.mul (local.get $o) (local.get $xo3))))
+        (local.set $v (v128.load offset=16 (local.get $w)))
+        (local.set $e (i32x4.shl (local.get $v) (i32.const 16)))
+        (local.set $o (v128.and (local.get $v) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)))
+        (v128.store offset=64 (local.get $acc) (f32x4.add (f32x4.add (v128.load offset=64 (local.get $acc))
+          (f32x4.mul (local.get $e) (local.get $xe0))) (f32x4.mul (local.get $o) (local.get $xo0))))
+        (v128.store offset=80 (local.get $acc) (f32x4.add (f32x4.add (v128.load offset=80 (local.get $acc))
+          (f32x4.mul (local.get $e) (local.get $xe1))) (f32x4.mul (local.get $o) (local.get $xo1))))
+        (v128.store offset=96 (local.get $acc) (f32x4.add (f32x4.add (v128.load offset=96 (local.get $acc))
+          (f32x4.mul (local.get $e) (local.get $xe2))) (f32x4.mul (local.get $o) (local.get $xo2))))
+        (v128.store offset=112 (local.get $acc) (f32x4.add (f32x4.add (v128.load offset=112 (local.get $acc))
+          (f32x4.mul (local.get $e) (local.get $xe3))) (f32x4.mul (local.get $o) (local.get $xo3))))
+        (local.set $v (v128.load offset=32 (local.get $w)))
+        (local.set $e (i32x4.shl (local.get $v) (i32.const 16)))
+        (local.set $o (v128.and (local.get $v) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)))
+        (v128.store offset=128 (local.get $acc) (f32x4.add (f32x4.add (v128.load offset=128 (local.get $acc))
+          (f32x4.mul (local.get $e) (local.get $xe0))) (f32x4.mul (local.get $o) (local.get $xo0))))
+        (v128.store offset=144 (local.get $acc) (f32x4.add (f32x4.add (v128.load offset=144 (local.get $acc))
+          (f32x4.mul (local.get $e) (local.get $xe1))) (f32x4.mul (local.get $o) (local.get $xo1))))
+        (v128.store offset=160 (local.get $acc) (f32x4.add (f32x4.add (v128.load offset=160 (local.get $acc))
+          (f32x4.mul (local.get $e) (local.get $xe2))) (f32x4.mul (local.get $o) (local.get $xo2))))
+        (v128.store offset=176 (local.get $acc) (f32x4.add (f32x4.add (v128.load offset=176 (local.get $acc))
+          (f32x4.mul (local.get $e) (local.get $xe3))) (f32x4.mul (local.get $o) (local.get $xo3))))
+        (local.set $v (v128.load offset=48 (local.get $w)))
+        (local.set $e (i32x4.shl (local.get $v) (i32.const 16)))
+        (local.set $o (v128.and (local.get $v) (v128.const i32x4 0xffff0000 0xffff0000 0xffff0000 0xffff0000)))
+        (v128.store offset=192 (local.get $acc) (f32x4.add (f32x4.add (v128.load offset=192 (local.get $acc))
+          (f32x4.mul (local.get $e) (local.get $xe0))) (f32x4.mul (local.get $o) (local.get $xo0))))
+        (v128.store offset=208 (local.get $acc) (f32x4.add (f32x4.add (v128.load offset=208 (local.get $acc))
+          (f32x4.mul (local.get $e) (local.get $xe1))) (f32x4.mul (local.get $o) (local.get $xo1))))
+        (v128.store offset=224 (local.get $acc) (f32x4.add (f32x4.add (v128.load offset=224 (local.get $acc))
+          (f32x4.mul (local.get $e) (local.get $xe2))) (f32x4.mul (local.get $o) (local.get $xo2))))
+        (v128.store offset=240 (local.get $acc) (f32x4.add (f32x4.add (v128.load offset=240 (local.get $acc))
+          (f32x4.mul (local.get $e) (local.get $xe3))) (f32x4.mul (local.get $o) (local.get $xo3))))
+        (local.set $x (i32.add (local.get $x) (i32.const 128)))
+        (br_if $next (i32.lt_u (local.tee $w (i32.add (local.get $w) (i32.const 64))) (local.get $end))))
+      (local.set $yt (i32.add (local.get $y) (i32.mul (local.get $ys) (i32.const 0))))
+      (f32.store offset=0 (local.get $yt) (f32.add (f32.add (f32x4.extract_lane 0 (v128.load offset=0 (local.get $acc))) (f32x4.extract_lane 1 (v128.load offset=0 (local.get $acc)))) (f32.add (f32x4.extract_lane 2 (v128.load offset=0 (local.get $acc))) (f32x4.extract_lane 3 (v128.load offset=0 (local.get $acc))))))
+      (f32.store offset=4 (local.get $yt) (f32.add (f32.add (f32x4.extract_lane 0 (v128.load offset=64 (local.get $acc))) (f32x4.extract_lane 1 (v128.load offset=64 (local.get $acc)))) (f32.add (f32x4.extract_lane 2 (v128.load offset=64 (local.get $acc))) (f32x4.extract_lane 3 (v128.load offset=64 (local.get $acc))))))
+      (f32.store offset=8 (local.get $yt) (f32.add (f32.add (f32x4.extract_lane 0 (v128.load offset=128 (local.get $acc))) (f32x4.extract_lane 1 (v128.load offset=128 (local.get $acc)))) (f32.add (f32x4.extract_lane 2 (v128.load offset=128 (local.get $acc))) (f32x4.extract_lane 3 (v128.load offset=128 (local.get $acc))))))
+      (f32.store offset=12 (local.get $yt) (f32.add (f32.add (f32x4.extract_lane 0 (v128.load offset=192 (local.get $acc))) (f32x4.extract_lane 1 (v128.load offset=192 (local.get $acc)))) (f32.add (f32x4.extract_lane 2 (v128.load offset=192 (local.get $acc))) (f32x4.extract_lane 3 (v128.load offset=192 (local.get $acc))))))
+      (local.set $yt (i32.add (local.get $y) (i32.mul (local.get $ys) (i32.const 1))))
+      (f32.store offset=0 (local.get $yt) (f32.add (f32.add (f32x4.extract_lane 0 (v128.load offset=16 (local.get $acc))) (f32x4.extract_lane 1 (v128.load offset=16 (local.get $acc)))) (f32.add (f32x4.extract_lane 2 (v128.load offset=16 (local.get $acc))) (f32x4.extract_lane 3 (v128.load offset=16 (local.get $acc))))))
+      (f32.store offset=4 (local.get $yt) (f32.add (f32.add (f32x4.extract_lane 0 (v128.load offset=80 (local.get $acc))) (f32x4.extract_lane 1 (v128.load offset=80 (local.get $acc)))) (f32.add (f32x4.extract_lane 2 (v128.load offset=80 (local.get $acc))) (f32x4.extract_lane 3 (v128.load offset=80 (local.get $acc))))))
+      (f32.store offset=8 (local.get $yt) (f32.add (f32.add (f32x4.extract_lane 0 (v128.load offset=144 (local.get $acc))) (f32x4.extract_lane 1 (v128.load offset=144 (local.get $acc)))) (f32.add (f32x4.extract_lane 2 (v128.load offset=144 (local.get $acc))) (f32x4.extract_lane 3 (v128.load offset=144 (local.get $acc))))))
+      (f32.store offset=12 (local.get $yt) (f32.add (f32.add (f32x4.extract_lane 0 (v128.load offset=208 (local.get $acc))) (f32x4.extract_lane 1 (v128.load offset=208 (local.get $acc)))) (f32.add (f32x4.extract_lane 2 (v128.load offset=208 (local.get $acc))) (f32x4.extract_lane 3 (v128.load offset=208 (local.get $acc))))))
+      (local.set $yt (i32.add (local.get $y) (i32.mul (local.get $ys) (i32.const 2))))
+      (f32.store offset=0 (local.get $yt) (f32.add (f32.add (f32x4.extract_lane 0 (v128.load offset=32 (local.get $acc))) (f32x4.extract_lane 1 (v128.load offset=32 (local.get $acc)))) (f32.add (f32x4.extract_lane 2 (v128.load offset=32 (local.get $acc))) (f32x4.extract_lane 3 (v128.load offset=32 (local.get $acc))))))
+      (f32.store offset=4 (local.get $yt) (f32.add (f32.add (f32x4.extract_lane 0 (v128.load offset=96 (local.get $acc))) (f32x4.extract_lane 1 (v128.load offset=96 (local.get $acc)))) (f32.add (f32x4.extract_lane 2 (v128.load offset=96 (local.get $acc))) (f32x4.extract_lane 3 (v128.load offset=96 (local.get $acc))))))
+      (f32.store offset=8 (local.get $yt) (f32.add (f32.add (f32x4.extract_lane 0 (v128.load offset=160 (local.get $acc))) (f32x4.extract_lane 1 (v128.load offset=160 (local.get $acc)))) (f32.add (f32x4.extract_lane 2 (v128.load offset=160 (local.get $acc))) (f32x4.extract_lane 3 (v128.load offset=160 (local.get $acc))))))
+      (f32.store offset=12 (local.get $yt) (f32.add (f32.add (f32x4.extract_lane 0 (v128.load offset=224 (local.get $acc))) (f32x4.extract_lane 1 (v128.load offset=224 (local.get $acc)))) (f32.add (f32x4.extract_lane 2 (v128.load offset=224 (local.get $acc))) (f32x4.extract_lane 3 (v128.load offset=224 (local.get $acc))))))
+      (local.set $yt (i32.add (local.get $y) (i32.mul (local.get $ys) (i32.const 3))))
+      (f32.store offset=0 (local.get $yt) (f32.add (f32.add (f32x4.extract_lane 0 (v128.load offset=48 (local.get $acc))) (f32x4.extract_lane 1 (v128.load offset=48 (local.get $acc)))) (f32.add (f32x4.extract_lane 2 (v128.load offset=48 (local.get $acc))) (f32x4.extract_lane 3 (v128.load offset=48 (local.get $acc))))))
+      (f32.store offset=4 (local.get $yt) (f32.add (f32.add (f32x4.extract_lane 0 (v128.load offset=112 (local.get $acc))) (f32x4.extract_lane 1 (v128.load offset=112 (local.get $acc)))) (f32.add (f32x4.extract_lane 2 (v128.load offset=112 (local.get $acc))) (f32x4.extract_lane 3 (v128.load offset=112 (local.get $acc))))))
+      (f32.store offset=8 (local.get $yt) (f32.add (f32.add (f32x4.extract_lane 0 (v128.load offset=176 (local.get $acc))) (f32x4.extract_lane 1 (v128.load offset=176 (local.get $acc)))) (f32.add (f32x4.extract_lane 2 (v128.load offset=176 (local.get $acc))) (f32x4.extract_lane 3 (v128.load offset=176 (local.get $acc))))))
+      (f32.store offset=12 (local.get $yt) (f32.add (f32.add (f32x4.extract_lane 0 (v128.load offset=240 (local.get $acc))) (f32x4.extract_lane 1 (v128.load offset=240 (local.get $acc)))) (f32.add (f32x4.extract_lane 2 (v128.load offset=240 (local.get $acc))) (f32x4.extract_lane 3 (v128.load offset=240 (local.get $acc))))))
+      (local.set $y (i32.add (local.get $y) (i32.const 16)))
+      (br $group))))
 
   ;; ---------------------------------------------------------------- matmul driver
   ;; Y[t][r] = dot(W[r], X[t]) for t in [0, T), r in [r0, r1); r0 is a multiple of 4, r1 is rows or
   ;; a multiple of 4. W: the interleaved image at $w; X: packed by pack_x for this T; Y: f32 [T][rows].
   ;; Rows are walked in chunks of 32 so a chunk of W stays in cache while every token passes.
   (func (export "matmul") (param $w i32) (param $x i32) (param $y i32) (param $T i32)
-        (param $cols i32) (param $rows i32) (param $r0 i32) (param $r1 i32)
+        (param $cols i32) (param $rows i32) (param $r0 i32) (param $r1 i32) (param $acc i32)
     (local $rb i32) (local $re i32) (local $r i32) (local $t i32) (local $tq i32)
     (local $rs i32) (local $xs i32) (local $ys i32) (local $xt i32) (local $yt i32) (local $g i32)
     (local.set $rs (i32.shl (local.get $cols) (i32.const 1)))
@@ -209,22 +280,17 @@
       (br_if $rows_done (i32.ge_u (local.get $rb) (local.get $r1)))
       (local.set $re (i32.add (local.get $rb) (i32.const 32)))
       (if (i32.gt_u (local.get $re) (local.get $r1)) (then (local.set $re (local.get $r1))))
-      ;; token quads: 4-token x 2-row tiles, then the tail rows one at a time
+      ;; token quads: 4-token x 4-row tiles, then the tail rows one at a time
       (local.set $t (i32.const 0))
       (block $quads_done (loop $quad
         (br_if $quads_done (i32.ge_u (local.get $t) (local.get $tq)))
         (local.set $xt (i32.add (local.get $x) (i32.mul (local.get $t) (local.get $xs))))
         (local.set $yt (i32.add (local.get $y) (i32.mul (local.get $t) (local.get $ys))))
-        (local.set $r (local.get $rb))
-        (block $groups_done (loop $group
-          (br_if $groups_done (i32.gt_u (i32.add (local.get $r) (i32.const 4)) (local.get $re)))
-          (local.set $g (i32.add (local.get $w) (i32.mul (local.get $r) (local.get $rs))))
-          (call $mm_4t2r (local.get $g) (local.get $xt)
-            (i32.add (local.get $yt) (i32.shl (local.get $r) (i32.const 2))) (local.get $cols) (local.get $ys))
-          (call $mm_4t2r (i32.add (local.get $g) (i32.const 32)) (local.get $xt)
-            (i32.add (local.get $yt) (i32.shl (i32.add (local.get $r) (i32.const 2)) (i32.const 2))) (local.get $cols) (local.get $ys))
-          (local.set $r (i32.add (local.get $r) (i32.const 4)))
-          (br $group)))
+        ;; the chunk's full 4-row groups in one call, then the tail rows one at a time
+        (local.set $g (i32.shr_u (i32.sub (local.get $re) (local.get $rb)) (i32.const 2)))
+        (call $mm_4t4r (i32.add (local.get $w) (i32.mul (local.get $rb) (local.get $rs))) (local.get $xt)
+          (i32.add (local.get $yt) (i32.shl (local.get $rb) (i32.const 2))) (local.get $cols) (local.get $ys) (local.get $acc) (local.get $g))
+        (local.set $r (i32.add (local.get $rb) (i32.shl (local.get $g) (i32.const 2))))
         (block $tail_done (loop $tail
           (br_if $tail_done (i32.ge_u (local.get $r) (local.get $re)))
           (call $mm_4t1r (i32.add (local.get $w) (i32.mul (local.get $r) (local.get $rs))) (local.get $xt)
@@ -238,13 +304,10 @@
         (br_if $singles_done (i32.ge_u (local.get $t) (local.get $T)))
         (local.set $xt (i32.add (local.get $x) (i32.mul (local.get $t) (local.get $xs))))
         (local.set $yt (i32.add (local.get $y) (i32.mul (local.get $t) (local.get $ys))))
-        (local.set $r (local.get $rb))
-        (block $fours_done (loop $four
-          (br_if $fours_done (i32.gt_u (i32.add (local.get $r) (i32.const 4)) (local.get $re)))
-          (call $mv_4r (i32.add (local.get $w) (i32.mul (local.get $r) (local.get $rs))) (local.get $xt)
-            (i32.add (local.get $yt) (i32.shl (local.get $r) (i32.const 2))) (local.get $cols))
-          (local.set $r (i32.add (local.get $r) (i32.const 4)))
-          (br $four)))
+        (local.set $g (i32.shr_u (i32.sub (local.get $re) (local.get $rb)) (i32.const 2)))
+        (call $mv_4r (i32.add (local.get $w) (i32.mul (local.get $rb) (local.get $rs))) (local.get $xt)
+          (i32.add (local.get $yt) (i32.shl (local.get $rb) (i32.const 2))) (local.get $cols) (local.get $g))
+        (local.set $r (i32.add (local.get $rb) (i32.shl (local.get $g) (i32.const 2))))
         (block $ones_done (loop $one
           (br_if $ones_done (i32.ge_u (local.get $r) (local.get $re)))
           (call $mv_1r (i32.add (local.get $w) (i32.mul (local.get $r) (local.get $rs))) (local.get $xt)
@@ -325,60 +388,338 @@
       (br $next2))))
 
   ;; ---------------------------------------------------------------- attention scores
-  ;; out[s] = sum_d q[d] * K[d][s] (d increasing) for s in [0, n rounded up to 4).
-  ;; K: bf16 [D][S] of one KV head (positions contiguous); q, out: f32.
-  (func (export "attn_scores") (param $q i32) (param $k i32) (param $S i32) (param $D i32) (param $n i32) (param $out i32)
-    (local $d i32) (local $s i32) (local $nb i32) (local $qd v128) (local $row i32) (local $o i32)
-    (local.set $nb (i32.shl (i32.and (i32.add (local.get $n) (i32.const 3)) (i32.const -4)) (i32.const 2)))
-    (local.set $s (i32.const 0))
-    (block $z_done (loop $z
-      (br_if $z_done (i32.ge_u (local.get $s) (local.get $nb)))
-      (v128.store (i32.add (local.get $out) (local.get $s)) (v128.const i32x4 0 0 0 0))
-      (local.set $s (i32.add (local.get $s) (i32.const 16)))
-      (br $z)))
-    (block $d_done (loop $each_d
-      (br_if $d_done (i32.ge_u (local.get $d) (local.get $D)))
-      (local.set $qd (f32x4.splat (f32.load (i32.add (local.get $q) (i32.shl (local.get $d) (i32.const 2))))))
-      (local.set $row (i32.add (local.get $k) (i32.shl (i32.mul (local.get $d) (local.get $S)) (i32.const 1))))
-      (local.set $o (local.get $out))
-      (local.set $s (i32.const 0))
-      (block $s_done (loop $each_s
-        (br_if $s_done (i32.ge_u (local.get $s) (local.get $nb)))
-        (v128.store (local.get $o)
-          (f32x4.add (v128.load (local.get $o))
-            (f32x4.mul (local.get $qd) (i32x4.shl (v128.load16x4_u (local.get $row)) (i32.const 16)))))
-        (local.set $o (i32.add (local.get $o) (i32.const 16)))
-        (local.set $row (i32.add (local.get $row) (i32.const 8)))
-        (local.set $s (i32.add (local.get $s) (i32.const 16)))
-        (br $each_s)))
-      (local.set $d (i32.add (local.get $d) (i32.const 1)))
-      (br $each_d))))
+  ;; out[s] = sum_d q[d] * K[d][s] (d increasing, from 0) for s in [0, n rounded up to 4).
+  ;; K: bf16 [D][S] of one KV head (positions contiguous); q, out: f32. Positions go in groups of
+  ;; 16 (four lane groups summed in registers over d), then one lane group at a time.
+  (func $attn_scores (export "attn_scores") (param $q i32) (param $k i32) (param $S i32) (param $D i32) (param $n i32) (param $out i32)
+    (local $d i32) (local $sb i32) (local $nb i32) (local $qd v128) (local $row i32) (local $o i32) (local $ks i32)
+    (local $a0 v128) (local $a1 v128) (local $a2 v128) (local $a3 v128)
+    (local.set $nb (i32.shl (i32.and (i32.add (local.get $n) (i32.const 3)) (i32.const -4)) (i32.const 1)))
+    (local.set $ks (i32.shl (local.get $S) (i32.const 1)))
+    (block $g_done (loop $group
+      (br_if $g_done (i32.gt_u (i32.add (local.get $sb) (i32.const 32)) (local.get $nb)))
+      (local.set $a0 (v128.const i32x4 0 0 0 0))
+      (local.set $a1 (v128.const i32x4 0 0 0 0))
+      (local.set $a2 (v128.const i32x4 0 0 0 0))
+      (local.set $a3 (v128.const i32x4 0 0 0 0))
+      (local.set $row (i32.add (local.get $k) (local.get $sb)))
+      (local.set $d (i32.const 0))
+      (block $d_done (loop $each_d
+        (br_if $d_done (i32.ge_u (local.get $d) (local.get $D)))
+        (local.set $qd (f32x4.splat (f32.load (i32.add (local.get $q) (i32.shl (local.get $d) (i32.const 2))))))
+          (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (local.get $qd) (i32x4.shl (v128.load16x4_u offset=0 (local.get $row)) (i32.const 16)))))
+          (local.set $a1 (f32x4.add (local.get $a1) (f32x4.mul (local.get $qd) (i32x4.shl (v128.load16x4_u offset=8 (local.get $row)) (i32.const 16)))))
+          (local.set $a2 (f32x4.add (local.get $a2) (f32x4.mul (local.get $qd) (i32x4.shl (v128.load16x4_u offset=16 (local.get $row)) (i32.const 16)))))
+          (local.set $a3 (f32x4.add (local.get $a3) (f32x4.mul (local.get $qd) (i32x4.shl (v128.load16x4_u offset=24 (local.get $row)) (i32.const 16)))))
+        (local.set $row (i32.add (local.get $row) (local.get $ks)))
+        (local.set $d (i32.add (local.get $d) (i32.const 1)))
+        (br $each_d)))
+      (local.set $o (i32.add (local.get $out) (i32.shl (local.get $sb) (i32.const 1))))
+      (v128.store offset=0 (local.get $o) (local.get $a0))
+      (v128.store offset=16 (local.get $o) (local.get $a1))
+      (v128.store offset=32 (local.get $o) (local.get $a2))
+      (v128.store offset=48 (local.get $o) (local.get $a3))
+      (local.set $sb (i32.add (local.get $sb) (i32.const 32)))
+      (br $group)))
+    (block $b_done (loop $block
+      (br_if $b_done (i32.ge_u (local.get $sb) (local.get $nb)))
+      (local.set $a0 (v128.const i32x4 0 0 0 0))
+      (local.set $row (i32.add (local.get $k) (local.get $sb)))
+      (local.set $d (i32.const 0))
+      (block $d1_done (loop $each_d1
+        (br_if $d1_done (i32.ge_u (local.get $d) (local.get $D)))
+        (local.set $qd (f32x4.splat (f32.load (i32.add (local.get $q) (i32.shl (local.get $d) (i32.const 2))))))
+        (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (local.get $qd) (i32x4.shl (v128.load16x4_u (local.get $row)) (i32.const 16)))))
+        (local.set $row (i32.add (local.get $row) (local.get $ks)))
+        (local.set $d (i32.add (local.get $d) (i32.const 1)))
+        (br $each_d1)))
+      (v128.store (i32.add (local.get $out) (i32.shl (local.get $sb) (i32.const 1))) (local.get $a0))
+      (local.set $sb (i32.add (local.get $sb) (i32.const 8)))
+      (br $block))))
 
   ;; ---------------------------------------------------------------- attention values
-  ;; out[d] = sum_s p[s] * V[s][d] (s increasing) for d in [0, D); V: bf16 [S][D] of one KV head.
-  (func (export "attn_values") (param $p i32) (param $v i32) (param $D i32) (param $n i32) (param $out i32)
-    (local $s i32) (local $i i32) (local $db i32) (local $ps v128) (local $row i32)
-    (local.set $db (i32.shl (local.get $D) (i32.const 2)))
-    (block $z_done (loop $z
-      (br_if $z_done (i32.ge_u (local.get $i) (local.get $db)))
-      (v128.store (i32.add (local.get $out) (local.get $i)) (v128.const i32x4 0 0 0 0))
+  ;; out[d] = sum_s p[s] * V[s][d] (s increasing, from 0) for d in [0, D); V: bf16 [S][D] of one
+  ;; KV head. Dimensions go in groups of 32 (eight lane groups summed in registers over s), then
+  ;; one lane group at a time.
+  (func $attn_values (export "attn_values") (param $p i32) (param $v i32) (param $D i32) (param $n i32) (param $out i32)
+    (local $s i32) (local $db i32) (local $ps v128) (local $row i32) (local $o i32) (local $vs i32) (local $dg i32)
+    (local $a0 v128) (local $a1 v128) (local $a2 v128) (local $a3 v128)
+    (local $a4 v128) (local $a5 v128) (local $a6 v128) (local $a7 v128)
+    (local.set $db (i32.shl (local.get $D) (i32.const 1)))
+    (local.set $vs (local.get $db))
+    (block $g_done (loop $group
+      (br_if $g_done (i32.gt_u (i32.add (local.get $dg) (i32.const 64)) (local.get $db)))
+      (local.set $a0 (v128.const i32x4 0 0 0 0))
+      (local.set $a1 (v128.const i32x4 0 0 0 0))
+      (local.set $a2 (v128.const i32x4 0 0 0 0))
+      (local.set $a3 (v128.const i32x4 0 0 0 0))
+      (local.set $a4 (v128.const i32x4 0 0 0 0))
+      (local.set $a5 (v128.const i32x4 0 0 0 0))
+      (local.set $a6 (v128.const i32x4 0 0 0 0))
+      (local.set $a7 (v128.const i32x4 0 0 0 0))
+      (local.set $row (i32.add (local.get $v) (local.get $dg)))
+      (local.set $s (i32.const 0))
+      (block $s_done (loop $each_s
+        (br_if $s_done (i32.ge_u (local.get $s) (local.get $n)))
+        (local.set $ps (f32x4.splat (f32.load (i32.add (local.get $p) (i32.shl (local.get $s) (i32.const 2))))))
+          (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (local.get $ps) (i32x4.shl (v128.load16x4_u offset=0 (local.get $row)) (i32.const 16)))))
+          (local.set $a1 (f32x4.add (local.get $a1) (f32x4.mul (local.get $ps) (i32x4.shl (v128.load16x4_u offset=8 (local.get $row)) (i32.const 16)))))
+          (local.set $a2 (f32x4.add (local.get $a2) (f32x4.mul (local.get $ps) (i32x4.shl (v128.load16x4_u offset=16 (local.get $row)) (i32.const 16)))))
+          (local.set $a3 (f32x4.add (local.get $a3) (f32x4.mul (local.get $ps) (i32x4.shl (v128.load16x4_u offset=24 (local.get $row)) (i32.const 16)))))
+          (local.set $a4 (f32x4.add (local.get $a4) (f32x4.mul (local.get $ps) (i32x4.shl (v128.load16x4_u offset=32 (local.get $row)) (i32.const 16)))))
+          (local.set $a5 (f32x4.add (local.get $a5) (f32x4.mul (local.get $ps) (i32x4.shl (v128.load16x4_u offset=40 (local.get $row)) (i32.const 16)))))
+          (local.set $a6 (f32x4.add (local.get $a6) (f32x4.mul (local.get $ps) (i32x4.shl (v128.load16x4_u offset=48 (local.get $row)) (i32.const 16)))))
+          (local.set $a7 (f32x4.add (local.get $a7) (f32x4.mul (local.get $ps) (i32x4.shl (v128.load16x4_u offset=56 (local.get $row)) (i32.const 16)))))
+        (local.set $row (i32.add (local.get $row) (local.get $vs)))
+        (local.set $s (i32.add (local.get $s) (i32.const 1)))
+        (br $each_s)))
+      (local.set $o (i32.add (local.get $out) (i32.shl (local.get $dg) (i32.const 1))))
+      (v128.store offset=0 (local.get $o) (local.get $a0))
+      (v128.store offset=16 (local.get $o) (local.get $a1))
+      (v128.store offset=32 (local.get $o) (local.get $a2))
+      (v128.store offset=48 (local.get $o) (local.get $a3))
+      (v128.store offset=64 (local.get $o) (local.get $a4))
+      (v128.store offset=80 (local.get $o) (local.get $a5))
+      (v128.store offset=96 (local.get $o) (local.get $a6))
+      (v128.store offset=112 (local.get $o) (local.get $a7))
+      (local.set $dg (i32.add (local.get $dg) (i32.const 64)))
+      (br $group)))
+    (block $b_done (loop $block
+      (br_if $b_done (i32.ge_u (local.get $dg) (local.get $db)))
+      (local.set $a0 (v128.const i32x4 0 0 0 0))
+      (local.set $row (i32.add (local.get $v) (local.get $dg)))
+      (local.set $s (i32.const 0))
+      (block $s1_done (loop $each_s1
+        (br_if $s1_done (i32.ge_u (local.get $s) (local.get $n)))
+        (local.set $ps (f32x4.splat (f32.load (i32.add (local.get $p) (i32.shl (local.get $s) (i32.const 2))))))
+        (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (local.get $ps) (i32x4.shl (v128.load16x4_u (local.get $row)) (i32.const 16)))))
+        (local.set $row (i32.add (local.get $row) (local.get $vs)))
+        (local.set $s (i32.add (local.get $s) (i32.const 1)))
+        (br $each_s1)))
+      (v128.store (i32.add (local.get $out) (i32.shl (local.get $dg) (i32.const 1))) (local.get $a0))
+      (local.set $dg (i32.add (local.get $dg) (i32.const 8)))
+      (br $block))))
+
+  ;; ---------------------------------------------------------------- exp, fixed operations
+  ;; e^x per lane with f32 operations only (no FMA, no relaxed SIMD), so every process and every
+  ;; call gives the same bits: x clamped to [-87, 88]; k = nearest(x * log2 e);
+  ;; r = (x - k*C1) - k*C2 (C1 + C2 = ln 2, C1 with few bits so k*C1 is exact);
+  ;; p = ((((((c6*r + c5)*r + c4)*r + c3)*r + c2)*r + c1) * (r*r) + r) + 1 (Cephes expf);
+  ;; result = p * 2^k (k in [-126, 127], the scale built in the exponent bits).
+  (func $exp4 (param $x v128) (result v128)
+    (local $k v128) (local $r v128) (local $p v128)
+    (local.set $x (f32x4.max (f32x4.min (local.get $x) (v128.const f32x4 88 88 88 88))
+                             (v128.const f32x4 -87 -87 -87 -87)))
+    (local.set $k (f32x4.nearest (f32x4.mul (local.get $x)
+      (v128.const f32x4 1.44269504088896341 1.44269504088896341 1.44269504088896341 1.44269504088896341))))
+    (local.set $r (f32x4.sub
+      (f32x4.sub (local.get $x) (f32x4.mul (local.get $k) (v128.const f32x4 0.693359375 0.693359375 0.693359375 0.693359375)))
+      (f32x4.mul (local.get $k) (v128.const f32x4 -2.12194440e-4 -2.12194440e-4 -2.12194440e-4 -2.12194440e-4))))
+    (local.set $p (v128.const f32x4 1.9875691500e-4 1.9875691500e-4 1.9875691500e-4 1.9875691500e-4))
+    (local.set $p (f32x4.add (f32x4.mul (local.get $p) (local.get $r)) (v128.const f32x4 1.3981999507e-3 1.3981999507e-3 1.3981999507e-3 1.3981999507e-3)))
+    (local.set $p (f32x4.add (f32x4.mul (local.get $p) (local.get $r)) (v128.const f32x4 8.3334519073e-3 8.3334519073e-3 8.3334519073e-3 8.3334519073e-3)))
+    (local.set $p (f32x4.add (f32x4.mul (local.get $p) (local.get $r)) (v128.const f32x4 4.1665795894e-2 4.1665795894e-2 4.1665795894e-2 4.1665795894e-2)))
+    (local.set $p (f32x4.add (f32x4.mul (local.get $p) (local.get $r)) (v128.const f32x4 1.6666665459e-1 1.6666665459e-1 1.6666665459e-1 1.6666665459e-1)))
+    (local.set $p (f32x4.add (f32x4.mul (local.get $p) (local.get $r)) (v128.const f32x4 5.0000001201e-1 5.0000001201e-1 5.0000001201e-1 5.0000001201e-1)))
+    (local.set $p (f32x4.add (f32x4.add (f32x4.mul (local.get $p) (f32x4.mul (local.get $r) (local.get $r))) (local.get $r))
+                             (v128.const f32x4 1 1 1 1)))
+    (f32x4.mul (local.get $p)
+      (i32x4.shl (i32x4.add (i32x4.trunc_sat_f32x4_s (local.get $k)) (v128.const i32x4 127 127 127 127)) (i32.const 23))))
+
+  ;; Exports exp4 over n values (n % 4 == 0) at $src into $dst: the kernel's exp, for tests.
+  (func (export "exp_f32") (param $src i32) (param $dst i32) (param $n i32)
+    (local $i i32) (local $end i32)
+    (local.set $end (i32.shl (local.get $n) (i32.const 2)))
+    (block $done (loop $next
+      (br_if $done (i32.ge_u (local.get $i) (local.get $end)))
+      (v128.store (i32.add (local.get $dst) (local.get $i)) (call $exp4 (v128.load (i32.add (local.get $src) (local.get $i)))))
       (local.set $i (i32.add (local.get $i) (i32.const 16)))
-      (br $z)))
-    (block $s_done (loop $each_s
-      (br_if $s_done (i32.ge_u (local.get $s) (local.get $n)))
-      (local.set $ps (f32x4.splat (f32.load (i32.add (local.get $p) (i32.shl (local.get $s) (i32.const 2))))))
-      (local.set $row (i32.add (local.get $v) (i32.mul (local.get $s) (i32.shl (local.get $D) (i32.const 1)))))
+      (br $next))))
+
+  ;; ---------------------------------------------------------------- SwiGLU
+  ;; For T tokens: act[t][i] = (g / (1 + exp(-g))) * up, g = gu[t][i], up = gu[t][I + i]
+  ;; (gu f32 [T][2I], act f32 [T][I]); I % 4 == 0. Per element the same lane operations.
+  (func (export "swiglu") (param $gu i32) (param $act i32) (param $I i32) (param $T i32)
+    (local $t i32) (local $i i32) (local $ib i32) (local $g v128) (local $gp i32) (local $up i32)
+    (local.set $ib (i32.shl (local.get $I) (i32.const 2)))
+    (block $t_done (loop $each_t
+      (br_if $t_done (i32.ge_u (local.get $t) (local.get $T)))
+      (local.set $gp (i32.add (local.get $gu) (i32.mul (local.get $t) (i32.shl (local.get $ib) (i32.const 1)))))
+      (local.set $up (i32.add (local.get $gp) (local.get $ib)))
       (local.set $i (i32.const 0))
-      (block $d_done (loop $each_d
-        (br_if $d_done (i32.ge_u (local.get $i) (local.get $db)))
-        (v128.store (i32.add (local.get $out) (local.get $i))
-          (f32x4.add (v128.load (i32.add (local.get $out) (local.get $i)))
-            (f32x4.mul (local.get $ps)
-              (i32x4.shl (v128.load16x4_u (i32.add (local.get $row) (i32.shr_u (local.get $i) (i32.const 1)))) (i32.const 16)))))
+      (block $i_done (loop $each_i
+        (br_if $i_done (i32.ge_u (local.get $i) (local.get $ib)))
+        (local.set $g (v128.load (i32.add (local.get $gp) (local.get $i))))
+        (v128.store (i32.add (local.get $act) (local.get $i))
+          (f32x4.mul
+            (f32x4.div (local.get $g)
+              (f32x4.add (v128.const f32x4 1 1 1 1) (call $exp4 (f32x4.neg (local.get $g)))))
+            (v128.load (i32.add (local.get $up) (local.get $i)))))
         (local.set $i (i32.add (local.get $i) (i32.const 16)))
+        (br $each_i)))
+      (local.set $act (i32.add (local.get $act) (local.get $ib)))
+      (local.set $t (i32.add (local.get $t) (i32.const 1)))
+      (br $each_t))))
+
+  ;; ---------------------------------------------------------------- softmax
+  ;; p[i] = e_i / sum, e_i = exp(z_i - max z), z_i = p[i] * scale, over i in [0, n); the sum in
+  ;; increasing i (f32), then each e_i * (1 / sum). p must have room for n rounded up to 4.
+  (func $softmax (export "softmax") (param $p i32) (param $n i32) (param $scale f32)
+    (local $i i32) (local $end i32) (local $end4 i32) (local $z f32) (local $max f32) (local $sum f32)
+    (local $mv v128) (local $inv v128)
+    (local.set $end (i32.shl (local.get $n) (i32.const 2)))
+    (local.set $end4 (i32.and (i32.add (local.get $end) (i32.const 15)) (i32.const -16)))
+    (local.set $max (f32.const -inf))
+    (block $m_done (loop $m
+      (br_if $m_done (i32.ge_u (local.get $i) (local.get $end)))
+      (local.set $z (f32.mul (f32.load (i32.add (local.get $p) (local.get $i))) (local.get $scale)))
+      (f32.store (i32.add (local.get $p) (local.get $i)) (local.get $z))
+      (if (f32.gt (local.get $z) (local.get $max)) (then (local.set $max (local.get $z))))
+      (local.set $i (i32.add (local.get $i) (i32.const 4)))
+      (br $m)))
+    (local.set $mv (f32x4.splat (local.get $max)))
+    (local.set $i (i32.const 0))
+    (block $e_done (loop $e
+      (br_if $e_done (i32.ge_u (local.get $i) (local.get $end4)))
+      (v128.store (i32.add (local.get $p) (local.get $i))
+        (call $exp4 (f32x4.sub (v128.load (i32.add (local.get $p) (local.get $i))) (local.get $mv))))
+      (local.set $i (i32.add (local.get $i) (i32.const 16)))
+      (br $e)))
+    (local.set $i (i32.const 0))
+    (block $s_done (loop $s
+      (br_if $s_done (i32.ge_u (local.get $i) (local.get $end)))
+      (local.set $sum (f32.add (local.get $sum) (f32.load (i32.add (local.get $p) (local.get $i)))))
+      (local.set $i (i32.add (local.get $i) (i32.const 4)))
+      (br $s)))
+    (local.set $inv (f32x4.splat (f32.div (f32.const 1) (local.get $sum))))
+    (local.set $i (i32.const 0))
+    (block $n_done (loop $nrm
+      (br_if $n_done (i32.ge_u (local.get $i) (local.get $end4)))
+      (v128.store (i32.add (local.get $p) (local.get $i))
+        (f32x4.mul (v128.load (i32.add (local.get $p) (local.get $i))) (local.get $inv)))
+      (local.set $i (i32.add (local.get $i) (i32.const 16)))
+      (br $nrm))))
+
+  ;; ---------------------------------------------------------------- attention of one token
+  ;; For each query head h in [0, H): scores over positions [0, n) against K of KV head
+  ;; h / group (attn_scores), softmax at `scale`, then the weighted sum of V (attn_values) into
+  ;; out + h*D*4. q: f32 [H][D]; k, v: one layer of one cache (K [KV][D][S], V [KV][S][D], bf16);
+  ;; p: f32 scratch for n rounded up to 4 scores.
+  (func (export "attention") (param $q i32) (param $k i32) (param $v i32) (param $S i32) (param $D i32)
+        (param $n i32) (param $H i32) (param $group i32) (param $scale f32) (param $p i32) (param $out i32)
+    (local $h i32) (local $g i32)
+    (block $done (loop $each_h
+      (br_if $done (i32.ge_u (local.get $h) (local.get $H)))
+      (local.set $g (i32.div_u (local.get $h) (local.get $group)))
+      (call $attn_scores (i32.add (local.get $q) (i32.shl (i32.mul (local.get $h) (local.get $D)) (i32.const 2)))
+        (i32.add (local.get $k) (i32.shl (i32.mul (i32.mul (local.get $g) (local.get $D)) (local.get $S)) (i32.const 1)))
+        (local.get $S) (local.get $D) (local.get $n) (local.get $p))
+      (call $softmax (local.get $p) (local.get $n) (local.get $scale))
+      (call $attn_values (local.get $p)
+        (i32.add (local.get $v) (i32.shl (i32.mul (i32.mul (local.get $g) (local.get $S)) (local.get $D)) (i32.const 1)))
+        (local.get $D) (local.get $n)
+        (i32.add (local.get $out) (i32.shl (i32.mul (local.get $h) (local.get $D)) (i32.const 2))))
+      (local.set $h (i32.add (local.get $h) (i32.const 1)))
+      (br $each_h))))
+
+  ;; ---------------------------------------------------------------- RoPE and the K/V append
+  ;; f32 bits -> bf16 bits, round to nearest even; a NaN stays a quiet NaN.
+  (func $bf16 (param $b i32) (result i32)
+    (if (result i32) (i32.gt_u (i32.and (local.get $b) (i32.const 0x7fffffff)) (i32.const 0x7f800000))
+      (then (i32.and (i32.or (i32.shr_u (local.get $b) (i32.const 16)) (i32.const 0x40)) (i32.const 0xffff)))
+      (else (i32.shr_u (i32.add (i32.add (local.get $b) (i32.const 0x7fff))
+                                (i32.and (i32.shr_u (local.get $b) (i32.const 16)) (i32.const 1)))
+                       (i32.const 16)))))
+
+  ;; One token: rotates $heads consecutive heads of D f32 at $x (rotate_half: for i < D/2,
+  ;; x[i] = a*c - b*s, x[i + D/2] = b*c + a*s with a = x[i], b = x[i + D/2], c/s the cos/sin
+  ;; row at $cs: D/2 cos then D/2 sin), then writes the KV heads' K (the $kv heads at $k, after
+  ;; rotation) and V (the $kv heads after them) as bf16 into the cache: K element (g, d) at
+  ;; $kDst + (g*D + d)*S*2 (K is [KV][D][S]; $kDst points at position pos of head 0), V element
+  ;; (g, d) at $vDst + (g*S*D + d)*2 (V is [KV][S][D]; $vDst points at position pos of head 0).
+  (func (export "rope_kv") (param $x i32) (param $cs i32) (param $heads i32) (param $D i32)
+        (param $k i32) (param $kv i32) (param $kDst i32) (param $vDst i32) (param $S i32)
+    (local $h i32) (local $i i32) (local $hb i32) (local $hb4 i32) (local $o i32) (local $sn i32)
+    (local $a v128) (local $b v128) (local $c v128) (local $s v128)
+    (local $fa f32) (local $fb f32) (local $fc f32) (local $fs f32)
+    (local $g i32) (local $d i32) (local $v i32) (local $kstep i32) (local $kd i32) (local $vd i32)
+    (local.set $hb (i32.shl (local.get $D) (i32.const 1)))        ;; bytes of half a head
+    (local.set $hb4 (i32.and (local.get $hb) (i32.const -16)))
+    (local.set $sn (i32.add (local.get $cs) (local.get $hb)))
+    (block $h_done (loop $each_h
+      (br_if $h_done (i32.ge_u (local.get $h) (local.get $heads)))
+      (local.set $o (i32.add (local.get $x) (i32.shl (i32.mul (local.get $h) (local.get $D)) (i32.const 2))))
+      (local.set $i (i32.const 0))
+      (block $v_done (loop $each_v
+        (br_if $v_done (i32.ge_u (local.get $i) (local.get $hb4)))
+        (local.set $a (v128.load (i32.add (local.get $o) (local.get $i))))
+        (local.set $b (v128.load (i32.add (i32.add (local.get $o) (local.get $hb)) (local.get $i))))
+        (local.set $c (v128.load (i32.add (local.get $cs) (local.get $i))))
+        (local.set $s (v128.load (i32.add (local.get $sn) (local.get $i))))
+        (v128.store (i32.add (local.get $o) (local.get $i))
+          (f32x4.sub (f32x4.mul (local.get $a) (local.get $c)) (f32x4.mul (local.get $b) (local.get $s))))
+        (v128.store (i32.add (i32.add (local.get $o) (local.get $hb)) (local.get $i))
+          (f32x4.add (f32x4.mul (local.get $b) (local.get $c)) (f32x4.mul (local.get $a) (local.get $s))))
+        (local.set $i (i32.add (local.get $i) (i32.const 16)))
+        (br $each_v)))
+      (block $t_done (loop $each_t
+        (br_if $t_done (i32.ge_u (local.get $i) (local.get $hb)))
+        (local.set $fa (f32.load (i32.add (local.get $o) (local.get $i))))
+        (local.set $fb (f32.load (i32.add (i32.add (local.get $o) (local.get $hb)) (local.get $i))))
+        (local.set $fc (f32.load (i32.add (local.get $cs) (local.get $i))))
+        (local.set $fs (f32.load (i32.add (local.get $sn) (local.get $i))))
+        (f32.store (i32.add (local.get $o) (local.get $i))
+          (f32.sub (f32.mul (local.get $fa) (local.get $fc)) (f32.mul (local.get $fb) (local.get $fs))))
+        (f32.store (i32.add (i32.add (local.get $o) (local.get $hb)) (local.get $i))
+          (f32.add (f32.mul (local.get $fb) (local.get $fc)) (f32.mul (local.get $fa) (local.get $fs))))
+        (local.set $i (i32.add (local.get $i) (i32.const 4)))
+        (br $each_t)))
+      (local.set $h (i32.add (local.get $h) (i32.const 1)))
+      (br $each_h)))
+    ;; K/V append, bf16. K's destinations are kv*D values S*2 bytes apart (one cache line each):
+    ;; they are read first, all together (independent loads overlap; stores that miss the cache
+    ;; would wait for their lines one after another), then written.
+    (local.set $v (i32.add (local.get $k) (i32.shl (i32.mul (local.get $kv) (local.get $D)) (i32.const 2))))
+    (local.set $kstep (i32.shl (local.get $S) (i32.const 1)))
+    (local.set $kd (local.get $kDst))
+    (local.set $d (i32.mul (local.get $kv) (local.get $D)))
+    (block $touch_done (loop $touch
+      (br_if $touch_done (i32.eqz (local.get $d)))
+      (local.set $g (i32.xor (local.get $g) (i32.load16_u (local.get $kd))))
+      (local.set $kd (i32.add (local.get $kd) (local.get $kstep)))
+      (local.set $d (i32.sub (local.get $d) (i32.const 1)))
+      (br $touch)))
+    (global.set $sink (i32.xor (global.get $sink) (local.get $g)))
+    (local.set $g (i32.const 0))
+    (block $g_done (loop $each_g
+      (br_if $g_done (i32.ge_u (local.get $g) (local.get $kv)))
+      (local.set $kd (i32.add (local.get $kDst) (i32.mul (i32.mul (local.get $g) (local.get $D)) (local.get $kstep))))
+      (local.set $vd (i32.add (local.get $vDst) (i32.shl (i32.mul (i32.mul (local.get $g) (local.get $S)) (local.get $D)) (i32.const 1))))
+      (local.set $d (i32.const 0))
+      (block $d_done (loop $each_d
+        (br_if $d_done (i32.ge_u (local.get $d) (local.get $D)))
+        (i32.store16 (local.get $kd) (call $bf16 (i32.load (local.get $k))))
+        (i32.store16 (local.get $vd) (call $bf16 (i32.load (local.get $v))))
+        (local.set $k (i32.add (local.get $k) (i32.const 4)))
+        (local.set $v (i32.add (local.get $v) (i32.const 4)))
+        (local.set $kd (i32.add (local.get $kd) (local.get $kstep)))
+        (local.set $vd (i32.add (local.get $vd) (i32.const 2)))
+        (local.set $d (i32.add (local.get $d) (i32.const 1)))
         (br $each_d)))
-      (local.set $s (i32.add (local.get $s) (i32.const 1)))
-      (br $each_s))))
+      (local.set $g (i32.add (local.get $g) (i32.const 1)))
+      (br $each_g))))
+
+  ;; ---------------------------------------------------------------- residual add
+  ;; dst[i] = dst[i] + src[i] for i < n (f32, n % 4 == 0): the residual stream update.
+  (func (export "add_f32") (param $dst i32) (param $src i32) (param $n i32)
+    (local $i i32) (local $end i32)
+    (local.set $end (i32.shl (local.get $n) (i32.const 2)))
+    (block $done (loop $next
+      (br_if $done (i32.ge_u (local.get $i) (local.get $end)))
+      (v128.store (i32.add (local.get $dst) (local.get $i))
+        (f32x4.add (v128.load (i32.add (local.get $dst) (local.get $i))) (v128.load (i32.add (local.get $src) (local.get $i)))))
+      (local.set $i (i32.add (local.get $i) (i32.const 16)))
+      (br $next))))
 
   ;; ---------------------------------------------------------------- bandwidth roofline
   ;; Streams `bytes` (a multiple of 128) from $p, eight 16-byte loads per trip into four

@@ -11,13 +11,21 @@ const MAX_PAGES = 65536; // wasm32: 4 GiB
 const ALIGN = 64;
 /** Below this many output values a matmul stays on the calling thread (no effect on bits). */
 const SPLIT_MIN_OUTPUTS = 256;
+/** Accumulators of the 4-token x 4-row matmul tile (16 v128), one block per thread. */
+const ACC_SCRATCH_BYTES = 256;
 
 interface KernelExports {
-  matmul(w: number, x: number, y: number, T: number, cols: number, rows: number, r0: number, r1: number): void;
+  matmul(w: number, x: number, y: number, T: number, cols: number, rows: number, r0: number, r1: number, acc: number): void;
   pack_x(src: number, dst: number, T: number, cols: number): void;
   rmsnorm(x: number, w: number, out: number, n: number, eps: number): void;
   attn_scores(q: number, k: number, S: number, D: number, n: number, out: number): void;
   attn_values(p: number, v: number, D: number, n: number, out: number): void;
+  attention(q: number, k: number, v: number, S: number, D: number, n: number, H: number, group: number, scale: number, p: number, out: number): void;
+  softmax(p: number, n: number, scale: number): void;
+  swiglu(gu: number, act: number, I: number, T: number): void;
+  rope_kv(x: number, cs: number, heads: number, D: number, k: number, kv: number, kDst: number, vDst: number, S: number): void;
+  exp_f32(src: number, dst: number, n: number): void;
+  add_f32(dst: number, src: number, n: number): void;
   stream_read(p: number, bytes: number): number;
 }
 
@@ -26,7 +34,7 @@ const C_SEQ = 0; // job counter, bumped by the caller
 const C_DONE = 1; // last job finished by the worker
 const C_QUIT = 2;
 const C_FAILED = 3;
-const C_ARGS = 4; // w, x, y, T, cols, rows, r0, r1
+const C_ARGS = 4; // w, x, y, T, cols, rows, r0, r1, acc
 const CTRL_WORDS = 16;
 
 // Plain script (eval) so the worker needs no TypeScript loader; it only runs matmul row ranges.
@@ -45,7 +53,7 @@ WebAssembly.instantiate(module, { env: { memory } }).then((instance) => {
     if (Atomics.load(ctrl, ${C_QUIT}) === 1) break;
     try {
       const a = ${C_ARGS};
-      matmul(ctrl[a], ctrl[a + 1], ctrl[a + 2], ctrl[a + 3], ctrl[a + 4], ctrl[a + 5], ctrl[a + 6], ctrl[a + 7]);
+      matmul(ctrl[a], ctrl[a + 1], ctrl[a + 2], ctrl[a + 3], ctrl[a + 4], ctrl[a + 5], ctrl[a + 6], ctrl[a + 7], ctrl[a + 8]);
     } catch (e) {
       Atomics.store(ctrl, ${C_FAILED}, 1);
     }
@@ -75,6 +83,8 @@ export class KernelRuntime {
   private readonly ctrl: Int32Array;
   private seq = 0;
   private closed = false;
+  /** 256 bytes of matmul accumulator scratch per thread (main, worker). */
+  private readonly accScratch: [number, number];
   u8!: Uint8Array;
   u16!: Uint16Array;
   u32!: Uint32Array;
@@ -87,6 +97,8 @@ export class KernelRuntime {
     this.kernelSourceSha256 = kernels.sourceSha256;
     this.ctrl = new Int32Array(new SharedArrayBuffer(CTRL_WORDS * 4));
     this.refreshViews();
+    const acc = this.alloc(2 * ACC_SCRATCH_BYTES);
+    this.accScratch = [acc, acc + ACC_SCRATCH_BYTES];
   }
 
   /** Assembles the kernels (once per process), creates the memory and, for threads 2, starts the worker. */
@@ -180,7 +192,7 @@ export class KernelRuntime {
    */
   matmul(w: number, x: number, y: number, T: number, cols: number, rows: number): void {
     if (this.worker === undefined || rows * T < SPLIT_MIN_OUTPUTS || rows < 8) {
-      this.k.matmul(w, x, y, T, cols, rows, 0, rows);
+      this.k.matmul(w, x, y, T, cols, rows, 0, rows, this.accScratch[0]);
       return;
     }
     const mid = (rows >> 3) << 2; // half the rows, a multiple of 4
@@ -193,10 +205,11 @@ export class KernelRuntime {
     c[C_ARGS + 5] = rows;
     c[C_ARGS + 6] = mid;
     c[C_ARGS + 7] = rows;
+    c[C_ARGS + 8] = this.accScratch[1];
     const seq = ++this.seq;
     Atomics.store(c, C_SEQ, seq);
     Atomics.notify(c, C_SEQ);
-    this.k.matmul(w, x, y, T, cols, rows, 0, mid);
+    this.k.matmul(w, x, y, T, cols, rows, 0, mid, this.accScratch[0]);
     let done: number;
     while ((done = Atomics.load(c, C_DONE)) !== seq) Atomics.wait(c, C_DONE, done);
     if (Atomics.load(c, C_FAILED) === 1) throw new AirmError("MODEL_LOAD", "the second kernel thread failed; reload the model with threads: 1");
@@ -223,6 +236,46 @@ export class KernelRuntime {
   /** out[d] = sum_s p[s] V[s][d] for s < n; V bf16 [S][D]. */
   attnValues(p: number, v: number, D: number, n: number, out: number): void {
     this.k.attn_values(p, v, D, n, out);
+  }
+
+  /**
+   * Attention of one token over positions [0, n) of one cache layer, all H query heads: for head h,
+   * scores against K of KV head floor(h / group), softmax at `scale`, weighted sum of V, into
+   * out[h*D..]. q f32 [H][D]; k/v the layer's K [KV][D][S] and V [KV][S][D] (bf16); p: f32 scratch
+   * with room for n rounded up to 4.
+   */
+  attention(q: number, k: number, v: number, S: number, D: number, n: number, H: number, group: number, scale: number, p: number, out: number): void {
+    this.k.attention(q, k, v, S, D, n, H, group, scale, p, out);
+  }
+
+  /** p[i] = softmax(p[i] * scale) over [0, n), the kernel's exp, sum in increasing i; room for n rounded up to 4. */
+  softmax(p: number, n: number, scale: number): void {
+    this.k.softmax(p, n, scale);
+  }
+
+  /** act[t][i] = silu(gu[t][i]) * gu[t][I + i] for t < T, i < I (I % 4 == 0), all f32. */
+  swiglu(gu: number, act: number, I: number, T: number): void {
+    this.k.swiglu(gu, act, I, T);
+  }
+
+  /**
+   * One token: rotates `heads` consecutive heads of D f32 at `x` (rotate_half) with the cos/sin row
+   * at `cs` (D/2 cos then D/2 sin, f32), then appends the `kv` heads of K at `k` (after rotation)
+   * and of V (right after them) to a cache layer as bf16 (round to nearest even): `kDst` and
+   * `vDst` are the addresses of position pos of head 0 in the layer's K [KV][D][S] and V [KV][S][D].
+   */
+  ropeKv(x: number, cs: number, heads: number, D: number, k: number, kv: number, kDst: number, vDst: number, S: number): void {
+    this.k.rope_kv(x, cs, heads, D, k, kv, kDst, vDst, S);
+  }
+
+  /** dst[i] += src[i] for i < n (f32, n % 4 == 0). */
+  addF32(dst: number, src: number, n: number): void {
+    this.k.add_f32(dst, src, n);
+  }
+
+  /** dst[i] = the kernel's exp(src[i]) for i < n (n % 4 == 0); f32. */
+  expF32(src: number, dst: number, n: number): void {
+    this.k.exp_f32(src, dst, n);
   }
 
   /** Streams `bytes` (multiple of 128) from `p`; returns a fold of the data (keeps the loop alive). */

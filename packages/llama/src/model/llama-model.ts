@@ -106,6 +106,8 @@ export class LlamaModel {
   private scratch: Scratch | undefined;
   private scores = 0;
   private scoresCap = 0;
+  private ropeRows = 0;
+  private ropeRowsTokens = 0;
   private logits = 0;
   private logitsRows = 0;
   private resid = 0;
@@ -447,6 +449,16 @@ export class LlamaModel {
     return this.logits;
   }
 
+  /** f32 [T][headDim]: per token the RoPE cos row then sin row of its position. */
+  private ensureRopeRows(T: number): number {
+    if (T > this.ropeRowsTokens) {
+      if (this.ropeRows) this.rt.free(this.ropeRows, this.ropeRowsTokens * this.config.headDim * 4);
+      this.ropeRowsTokens = Math.max(T, 4);
+      this.ropeRows = this.rt.alloc(this.ropeRowsTokens * this.config.headDim * 4);
+    }
+    return this.ropeRows;
+  }
+
   private ensureScores(S: number): number {
     if (S > this.scoresCap) {
       if (this.scores) this.rt.free(this.scores, this.scoresCap * 4 + 64);
@@ -478,8 +490,20 @@ export class LlamaModel {
     const logitsPtr = this.ensureLogits(R);
     const resid = this.ensureResidual(T);
     const s = this.ensureScratch(Math.min(Math.max(T, R), TOKEN_BLOCK));
+    const ropeRows = this.ensureRopeRows(T);
     // Views are taken after every allocation above (the memory may have grown).
     const u16 = rt.u16, u32 = rt.u32, f32 = rt.f32;
+
+    // Each token's cos/sin row (D/2 cos, D/2 sin) where the rope_kv kernel reads it.
+    const half = D >> 1;
+    for (let t = 0; t < T; t++) {
+      const at = (ropeRows >> 2) + t * D;
+      const from = positions[t] * half;
+      for (let i = 0; i < half; i++) {
+        f32[at + i] = this.rope.cos[from + i];
+        f32[at + half + i] = this.rope.sin[from + i];
+      }
+    }
 
     // Embedding rows (read out of the interleaved image), widened exactly.
     for (let t = 0; t < T; t++) {
@@ -511,53 +535,30 @@ export class LlamaModel {
           }
         }
         for (let t = 0; t < n; t++) {
-          const q = (s.qkv >> 2) + t * qkvRows;
+          // q heads then k heads are contiguous: rotate both, then append K/V (bf16) to the cache
+          const q = s.qkv + t * qkvRows * 4;
           const pos = positions[t0 + t];
-          this.rope.apply(f32, q, H + KV, D, pos); // q heads then k heads are contiguous
           const w = caches[t0 + t];
-          const S = w.S;
-          const kBase = (w.kPtr + l * w.layerBytes) >> 1;
-          const vBase = (w.vPtr + l * w.layerBytes) >> 1;
-          const kSrc = q + HD;
-          const vSrc = kSrc + KV * D;
-          for (let g = 0; g < KV; g++) {
-            for (let d = 0; d < D; d++) {
-              u16[kBase + (g * D + d) * S + pos] = bf16Bits(u32[kSrc + g * D + d]);
-              u16[vBase + (g * S + pos) * D + d] = bf16Bits(u32[vSrc + g * D + d]);
-            }
-          }
+          const lo = l * w.layerBytes;
+          rt.ropeKv(q, ropeRows + (t0 + t) * D * 4, H + KV, D, q + HD * 4, KV, w.kPtr + lo + pos * 2, w.vPtr + lo + pos * D * 2, w.S);
         }
         if (t0 + n >= T) onLayer?.(l);
         for (let t = 0; t < n; t++) {
           const w = caches[t0 + t];
-          const len = positions[t0 + t] + 1;
-          const S = w.S;
-          for (let h = 0; h < H; h++) {
-            const g = (h / group) | 0;
-            rt.attnScores(s.qkv + (t * qkvRows + h * D) * 4, w.kPtr + l * w.layerBytes + g * D * S * 2, S, D, len, scores);
-            softmaxInPlace(f32, scores >> 2, len, scale);
-            rt.attnValues(scores, w.vPtr + l * w.layerBytes + g * S * D * 2, D, len, s.attn + (t * HD + h * D) * 4);
-          }
+          const lo = l * w.layerBytes;
+          rt.attention(s.qkv + t * qkvRows * 4, w.kPtr + lo, w.vPtr + lo, w.S, D, positions[t0 + t] + 1, H, group, scale, scores, s.attn + t * HD * 4);
         }
         rt.packX(s.attn, s.xp, n, HD);
         rt.matmul(L.wo, s.xp, s.out, n, HD, hidden);
-        addInPlace(f32, res >> 2, s.out >> 2, n * hidden);
+        rt.addF32(res, s.out, n * hidden);
         // --- MLP block
         for (let t = 0; t < n; t++) rt.rmsnorm(res + t * hidden * 4, L.postNorm, s.normed + t * hidden * 4, hidden, eps);
         rt.packX(s.normed, s.xp, n, hidden);
         rt.matmul(L.wgu, s.xp, s.gu, n, hidden, 2 * I);
-        for (let t = 0; t < n; t++) {
-          const gate = (s.gu >> 2) + t * 2 * I;
-          const up = gate + I;
-          const out = (s.act >> 2) + t * I;
-          for (let i = 0; i < I; i++) {
-            const g = f32[gate + i];
-            f32[out + i] = fr(fr(g / (1 + Math.exp(-g))) * f32[up + i]);
-          }
-        }
+        rt.swiglu(s.gu, s.act, I, n);
         rt.packX(s.act, s.xp, n, I);
         rt.matmul(L.wd, s.xp, s.out, n, I, hidden);
-        addInPlace(f32, res >> 2, s.out >> 2, n * hidden);
+        rt.addF32(res, s.out, n * hidden);
       }
     }
 
@@ -596,24 +597,3 @@ export function bf16Bits(bits: number): number {
   return ((bits + 0x7fff + ((bits >>> 16) & 1)) >>> 16) & 0xffff;
 }
 
-/** x[i] = softmax(x[i] * scale) over [0, n), f32 values, sums in increasing i. */
-function softmaxInPlace(f32: Float32Array, off: number, n: number, scale: number): void {
-  let max = -Infinity;
-  for (let i = 0; i < n; i++) {
-    const z = fr(f32[off + i] * scale);
-    f32[off + i] = z;
-    if (z > max) max = z;
-  }
-  let sum = 0;
-  for (let i = 0; i < n; i++) {
-    const e = fr(Math.exp(f32[off + i] - max));
-    f32[off + i] = e;
-    sum = fr(sum + e);
-  }
-  const inv = fr(1 / sum);
-  for (let i = 0; i < n; i++) f32[off + i] = f32[off + i] * inv;
-}
-
-function addInPlace(f32: Float32Array, dst: number, src: number, n: number): void {
-  for (let i = 0; i < n; i++) f32[dst + i] = f32[dst + i] + f32[src + i];
-}
