@@ -519,7 +519,7 @@ export class CpuBackedEngine implements Engine {
       throw new UnsupportedError(`applyDelta with ${this.streams.size} live stream(s): their KV was computed with the old weights; release them first`);
     }
     const t0 = performance.now();
-    const next = await this.llama.loadCheckpoint(modelDir);
+    const next = await this.llama.loadCheckpoint(modelDir, { reuseTokenizerFrom: this.ckpt });
     let nextHashes: CheckpointHashes;
     try {
       nextHashes = checkpointHashes(next, this.spec.artifactCache?.dir ?? null);

@@ -78,7 +78,7 @@ export interface CpuModelClass {
 }
 
 export interface LlamaModule {
-  loadCheckpoint(path: string): Promise<CpuCheckpoint>;
+  loadCheckpoint(path: string, options?: { reuseTokenizerFrom?: CpuCheckpoint }): Promise<CpuCheckpoint>;
   LlamaModel: CpuModelClass;
   sample(logits: Float32Array, params: { temperature?: number; topP?: number; topK?: number; seed?: number }, position: number): number;
 }

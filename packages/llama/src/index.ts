@@ -2,7 +2,7 @@
 
 // Checkpoint I/O: loading, tokenizers, the tiny-model generator, the model cache.
 export type { Architecture, Checkpoint, ChatMessage, GenerationDefaults, ModelConfig, RopeScaling, TensorInfo, TensorSource, Tokenizer } from "./checkpoint-types.ts";
-export { loadCheckpoint, checkTensors } from "./checkpoint/load-checkpoint.ts";
+export { loadCheckpoint, checkTensors, type LoadCheckpointOptions } from "./checkpoint/load-checkpoint.ts";
 export { ModelLoadError } from "./checkpoint/model-load-error.ts";
 export { expectedTensors, type ExpectedTensor } from "./checkpoint/expected-tensors.ts";
 export { modelFingerprint, canonicalJson } from "./checkpoint/fingerprint.ts";
