@@ -322,13 +322,26 @@ export class LlamaModel {
    * when the prompt does not fit in the cache, ConfigError for an empty prompt or a bad token id.
    */
   prefill(tokens: number[], cache: KVCache, opts: PrefillOptions = {}): Float32Array {
+    return this.prefillRows(tokens, cache, [tokens.length - 1], opts)[0];
+  }
+
+  /**
+   * Like `prefill`, but returns the logits after every prompt position (teacher forcing,
+   * perplexity, parity checks): `result[i]` predicts token i + 1. Same kernels and order, so the
+   * last row equals what `prefill` returns. Throws as `prefill`.
+   */
+  prefillAllLogits(tokens: number[], cache: KVCache, opts: PrefillOptions = {}): Float32Array[] {
+    return this.prefillRows(tokens, cache, tokens.map((_, i) => i), opts);
+  }
+
+  private prefillRows(tokens: number[], cache: KVCache, rows: number[], opts: PrefillOptions): Float32Array[] {
     const w = this.own(cache);
     if (tokens.length === 0) throw new ConfigError("tokens", "the prompt is empty; pass at least one token");
     if (w.n + tokens.length > w.S) throw new ContextOverflowError(w.n + tokens.length, w.S, "prefill");
     const positions = tokens.map((_, i) => w.n + i);
-    const logits = this.forward(tokens, tokens.map(() => w), positions, [tokens.length - 1], opts.onLayer);
+    const logits = this.forward(tokens, tokens.map(() => w), positions, rows, opts.onLayer);
     w.n += tokens.length;
-    return logits[0];
+    return logits;
   }
 
   /**
