@@ -415,7 +415,7 @@ export class CpuBackedEngine implements Engine {
     return graph;
   }
 
-  /** ATOM's decode graph takes the whole cache as a host input each step and returns the new position. */
+  /** ATOM's decode graph is fed every cached position from host memory on each step and returns the new position's K/V. */
   private decodeHostInput(streams: EngineStream[], group: DecodeStep[]): Float32Array[] {
     const g = this.geometry;
     if (this.spec.nativeHostDecode) {
