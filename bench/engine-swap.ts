@@ -17,7 +17,7 @@ import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { loadCheckpoint, makeTinyModel } from "../packages/llama/src/index.ts";
 import type { Engine, EngineVariant } from "../packages/rm-core/src/index.ts";
-import { checkpointHashes } from "../packages/engine-kit/src/index.ts";
+import { checkpointHashes, engineTokens } from "../packages/engine-kit/src/index.ts";
 import { rngdEngine } from "../packages/engine-rngd/src/index.ts";
 import { editCheckpoint } from "../packages/engine-kit/test/checkpoint-edit.ts";
 import { argValue, finalLine, fmt, progress, progressDone, summarize } from "./lib.ts";
@@ -41,13 +41,7 @@ async function firstToken(engine: Engine, prompt: number[], seqLen: number): Pro
   return (await engine.prefill(prompt, { seqLen })).firstToken;
 }
 
-async function greedy(engine: Engine, prompt: number[], seqLen: number): Promise<number[]> {
-  const r = await engine.prefill(prompt, { seqLen, keepStream: true });
-  const out = [r.firstToken];
-  while (out.length < GREEDY) out.push((await engine.decode([{ stream: r.stream!, token: out[out.length - 1] }]))[0]);
-  engine.release(r.stream!);
-  return out;
-}
+const greedy = (engine: Engine, prompt: number[], seqLen: number): Promise<number[]> => engineTokens(engine, prompt, GREEDY, seqLen);
 
 try {
   if (!existsSync(join(modelDir, "config.json"))) {

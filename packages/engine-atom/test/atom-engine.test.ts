@@ -9,7 +9,7 @@ import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Registry } from "@airm/rm-core";
 import { loadCheckpoint, makeTinyModel } from "@airm/llama";
-import { decodeGraphIO, layerBytes, referenceTokens } from "@airm/engine-kit";
+import { decodeGraphIO, engineTokens, layerBytes, referenceTokens } from "@airm/engine-kit";
 import type { Engine, EnginePlugin } from "@airm/rm-core";
 import { atomEngine } from "../src/index.ts";
 
@@ -30,13 +30,7 @@ function env(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   return { AIRM_DEV_ROOT: noCards, AIRM_ARTIFACT_CACHE: join(root, "artifacts"), AIRM_ENGINE_LOG: "0", ...extra };
 }
 
-async function generate(engine: Engine, tokens: number[], steps: number): Promise<number[]> {
-  const r = await engine.prefill(tokens, { seqLen: S, keepStream: true });
-  const out = [r.firstToken];
-  while (out.length < steps) out.push((await engine.decode([{ stream: r.stream!, token: out[out.length - 1] }]))[0]);
-  engine.release(r.stream!);
-  return out;
-}
+const generate = (engine: Engine, tokens: number[], steps: number, seqLen = S) => engineTokens(engine, tokens, steps, seqLen);
 
 beforeAll(async () => {
   makeTinyModel({ arch: "llama", out: modelDir, layers: 2, seed: 11 });

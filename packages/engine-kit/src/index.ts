@@ -15,5 +15,5 @@ export { CpuBackedEngine, loadWeights, type CpuEngineSpec, type NativeHostDecode
 export { loadVendorEngine, type VendorEngineSpec, type BackendMode, type NativeProbe } from "./vendor-engine.ts";
 export { RblnRuntimeLibrary, RblnGraphSession, findRblnLibrary, DEFAULT_RBLN_LIBRARY, RBLN_SUCCESS } from "./native/rbln-runtime.ts";
 export { RblnDecodeGraph, decodeGraphFile, decodeGraphIO, appendColumn, type DecodeGraphShape, type HostDecodeResult } from "./native/rbln-decode-graph.ts";
-export { referenceTokens } from "./reference-run.ts";
+export { engineTokens, referenceTokens } from "./reference-run.ts";
 export { listFuriosaDevices, findFuriosaSmiLibrary, furiosaDeviceIdMap, type FuriosaSmiDevice } from "./native/furiosa-smi.ts";

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isAirmError } from "@airm/rm-core";
 import { LlamaModel, loadCheckpoint, makeTinyModel, sample } from "@airm/llama";
-import { ArtifactCache, CpuBackedEngine, supportsPackedImage, type CpuEngineSpec } from "../src/index.ts";
+import { ArtifactCache, CpuBackedEngine, engineTokens, supportsPackedImage, type CpuEngineSpec } from "../src/index.ts";
 import type { Engine, KVStream } from "@airm/rm-core";
 import { bf16, editCheckpoint } from "./checkpoint-edit.ts";
 
@@ -51,13 +51,7 @@ function spec(over: Partial<CpuEngineSpec> = {}): CpuEngineSpec {
   };
 }
 
-async function generate(engine: Engine, tokens: number[], steps: number, seqLen = S): Promise<number[]> {
-  const r = await engine.prefill(tokens, { seqLen, keepStream: true });
-  const out = [r.firstToken];
-  while (out.length < steps) out.push((await engine.decode([{ stream: r.stream!, token: out[out.length - 1] }]))[0]);
-  engine.release(r.stream!);
-  return out;
-}
+const generate = (engine: Engine, tokens: number[], steps: number, seqLen = S) => engineTokens(engine, tokens, steps, seqLen);
 
 beforeAll(async () => {
   makeTinyModel({ arch: "llama", out: modelDir, layers: 2, seed: 7 });

@@ -6,7 +6,7 @@ import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isAirmError } from "@airm/rm-core";
 import { loadCheckpoint, makeTinyModel } from "@airm/llama";
-import { referenceTokens } from "@airm/engine-kit";
+import { engineTokens, referenceTokens } from "@airm/engine-kit";
 import type { Engine } from "@airm/rm-core";
 import { RNGD_BACKENDS, rngdEngine } from "../src/index.ts";
 
@@ -22,13 +22,7 @@ function env(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   return { AIRM_DEV_ROOT: noCards, AIRM_ARTIFACT_CACHE: join(root, "artifacts"), AIRM_ENGINE_LOG: "0", ...extra };
 }
 
-async function generate(engine: Engine, tokens: number[], steps: number, seqLen: number): Promise<number[]> {
-  const r = await engine.prefill(tokens, { seqLen, keepStream: true });
-  const out = [r.firstToken];
-  while (out.length < steps) out.push((await engine.decode([{ stream: r.stream!, token: out[out.length - 1] }]))[0]);
-  engine.release(r.stream!);
-  return out;
-}
+const generate = engineTokens;
 
 beforeAll(async () => {
   makeTinyModel({ arch: "qwen2", out: modelDir, layers: 2, seed: 3 });
