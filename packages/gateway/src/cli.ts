@@ -2,7 +2,7 @@
 // gateway and stops it on SIGINT/SIGTERM.
 
 import { parseArgs } from "node:util";
-import { isAirmError } from "@airm/rm-core";
+import { isAirmError, untilStopSignal } from "@airm/rm-core";
 import { startGateway } from "./gateway-server.ts";
 
 const HELP = `airm-gateway: the OpenAI-compatible front door of rngd-pd
@@ -79,11 +79,7 @@ export async function main(argv = process.argv.slice(2), env = process.env): Pro
     return 2;
   }
   console.log(JSON.stringify({ msg: "airm-gateway listening", url: gw.url, metrics_port: gw.metricsPort }));
-  const g = gw;
-  await new Promise<void>((resolve) => {
-    const stop = () => void g.close().then(resolve);
-    process.once("SIGINT", stop);
-    process.once("SIGTERM", stop);
-  });
+  await untilStopSignal();
+  await gw.close();
   return 0;
 }

@@ -2,7 +2,7 @@
 // AIRM_KV_TCP_* variables), prints one "listening" line on stdout, and stops on SIGINT/SIGTERM.
 
 import { parseArgs } from "node:util";
-import { isAirmError } from "@airm/rm-core";
+import { isAirmError, untilStopSignal } from "@airm/rm-core";
 import { startRelay } from "./relay-server.ts";
 import { DEFAULT_ADDR, DEFAULT_MAX_MB, DEFAULT_TTL_S, ENV_VARS, envFlag, envNumber, parseHostPort } from "./tcp-config.ts";
 
@@ -71,15 +71,7 @@ export async function main(argv = process.argv.slice(2)): Promise<number> {
     return 2;
   }
   console.log(`airm-kv-relay listening on ${relay.address}${relay.metricsPort !== undefined ? ` (metrics on port ${relay.metricsPort})` : ""}`);
-  const r = relay;
-  await new Promise<void>((resolve) => {
-    const stop = () => {
-      process.off("SIGINT", stop);
-      process.off("SIGTERM", stop);
-      void r.close().then(resolve);
-    };
-    process.on("SIGINT", stop);
-    process.on("SIGTERM", stop);
-  });
+  await untilStopSignal();
+  await relay.close();
   return 0;
 }

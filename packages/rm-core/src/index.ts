@@ -9,3 +9,4 @@ export { selectTransport, transportName, DEFAULT_KV_TRANSPORT, type SelectTransp
 export { FencedTransport, DEFAULT_PULL_TIMEOUT_MS } from "./fenced-transport.ts";
 export { kvTransportCases, patternBytes, type KVCaseContext, type ConformanceCase } from "./conformance/kv-transport-cases.ts";
 export { kvTransportSuite, runKVTransportConformance, type CaseResult, type KVTransportSuiteOptions } from "./conformance/suite.ts";
+export { untilStopSignal } from "./stop-signal.ts";

@@ -2,7 +2,7 @@
 // and stops it on SIGINT/SIGTERM. Exits non-zero with the reason when the engine cannot load.
 
 import { parseArgs } from "node:util";
-import { isAirmError } from "@airm/rm-core";
+import { isAirmError, untilStopSignal } from "@airm/rm-core";
 import { startWorker } from "./worker-server.ts";
 import type { Role } from "./worker-app.ts";
 
@@ -94,11 +94,7 @@ export async function main(argv = process.argv.slice(2), env = process.env): Pro
     await w?.close().catch(() => {});
     return 1;
   }
-  const running = w;
-  await new Promise<void>((resolve) => {
-    const stop = () => void running.close().then(resolve);
-    process.once("SIGINT", stop);
-    process.once("SIGTERM", stop);
-  });
+  await untilStopSignal();
+  await w.close();
   return 0;
 }

@@ -81,7 +81,8 @@ async function portFree(port: number): Promise<boolean> {
 
 /** Starts the cluster; resolves once every part is healthy (or rejects with the reason). */
 export async function startLocalCluster(o: UpOptions): Promise<RunningCluster> {
-  const env: Record<string, string> = {};
+  // every part stops by itself if this process dies without stopping it (e.g. SIGKILL)
+  const env: Record<string, string> = { AIRM_PARENT_PID: String(process.pid) };
   let shmRoot: string | undefined;
   if (o.kvTransport === "shm") {
     shmRoot = `/dev/shm/airm-up-${process.pid}`;

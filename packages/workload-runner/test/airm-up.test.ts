@@ -112,6 +112,22 @@ describe("airm up", () => {
     }
   });
 
+  test("if airm up itself is SIGKILLed, its parts notice and stop", async () => {
+    const [port, pp, dp] = [await freePort(), await freePort(), await freePort()];
+    const up = startUp(["--model", model, "--port", String(port), "--prefill-port", String(pp), "--decode-port", String(dp), "--quiet"]);
+    try {
+      await waitFor(() => up.out().includes("rngd-pd is up") || up.child.exitCode !== null, 150_000, "airm up to be ready");
+      const parts = children(up.child.pid!)
+        .filter(([, args]) => /airm-(worker|gateway)\.mjs/.test(args))
+        .map(([pid]) => pid);
+      expect(parts.length).toBe(3);
+      up.child.kill("SIGKILL");
+      await waitFor(() => parts.every((pid) => !alive(pid)), 20_000, "the orphaned parts to stop");
+    } finally {
+      killGroup(up.child);
+    }
+  });
+
   test("a worker that fails to start makes airm up exit non-zero with its reason", async () => {
     const [port, pp, dp] = [await freePort(), await freePort(), await freePort()];
     const missing = join(dir, "no-such-model");

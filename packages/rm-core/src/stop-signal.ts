@@ -1,0 +1,30 @@
+// When a long-running rngd-pd process (worker, gateway, relay) should stop: SIGINT, SIGTERM, or,
+// for a process started by a supervisor that set AIRM_PARENT_PID, that supervisor being gone
+// (a SIGKILLed `airm up` must not leave its parts holding their ports).
+
+/**
+ * Resolves with the reason ("SIGINT", "SIGTERM" or "parent exited") once the process should stop.
+ * The parent check polls `process.ppid` every `pollMs` (it changes when the parent dies).
+ */
+export function untilStopSignal(env: NodeJS.ProcessEnv = process.env, pollMs = 500): Promise<string> {
+  return new Promise((resolve) => {
+    const parent = Number(env.AIRM_PARENT_PID);
+    let timer: NodeJS.Timeout | undefined;
+    const done = (why: string) => {
+      process.off("SIGINT", onInt);
+      process.off("SIGTERM", onTerm);
+      if (timer) clearInterval(timer);
+      resolve(why);
+    };
+    const onInt = () => done("SIGINT");
+    const onTerm = () => done("SIGTERM");
+    process.once("SIGINT", onInt);
+    process.once("SIGTERM", onTerm);
+    if (Number.isInteger(parent) && parent > 1) {
+      timer = setInterval(() => {
+        if (process.ppid !== parent) done("parent exited");
+      }, pollMs);
+      timer.unref();
+    }
+  });
+}
