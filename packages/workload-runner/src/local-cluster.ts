@@ -4,7 +4,7 @@
 // or a child's death stops the rest and removes the cluster's /dev/shm folder.
 
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, rmSync } from "node:fs";
+import { existsSync, readdirSync, rmSync } from "node:fs";
 import { connect } from "node:net";
 import { ConfigError } from "@airm/rm-core";
 import { buildCommand, type ProcessCommand } from "./rngd-pd-workload.ts";
@@ -79,13 +79,41 @@ async function portFree(port: number): Promise<boolean> {
   });
 }
 
+const SHM_PREFIX = "/dev/shm/airm-up-";
+
+/** Removes the shm folders of earlier `airm up` runs whose process is gone (killed without cleaning up). */
+export function sweepStaleShmFolders(): string[] {
+  const removed: string[] = [];
+  let names: string[] = [];
+  try {
+    names = readdirSync("/dev/shm");
+  } catch {
+    return removed;
+  }
+  for (const name of names) {
+    const m = /^airm-up-(\d+)$/.exec(name);
+    if (!m) continue;
+    const pid = Number(m[1]);
+    try {
+      process.kill(pid, 0);
+      continue; // still running
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "ESRCH") continue; // alive but not ours
+    }
+    rmSync(`/dev/shm/${name}`, { recursive: true, force: true });
+    removed.push(`/dev/shm/${name}`);
+  }
+  return removed;
+}
+
 /** Starts the cluster; resolves once every part is healthy (or rejects with the reason). */
 export async function startLocalCluster(o: UpOptions): Promise<RunningCluster> {
   // every part stops by itself if this process dies without stopping it (e.g. SIGKILL)
   const env: Record<string, string> = { AIRM_PARENT_PID: String(process.pid) };
   let shmRoot: string | undefined;
   if (o.kvTransport === "shm") {
-    shmRoot = `/dev/shm/airm-up-${process.pid}`;
+    for (const dir of sweepStaleShmFolders()) o.log(`airm up: removed ${dir}, left by an earlier airm up that was killed`);
+    shmRoot = `${SHM_PREFIX}${process.pid}`;
     env.PD_SHM_ROOT = shmRoot;
   } else {
     env.AIRM_KV_TCP_ADDR = `127.0.0.1:${o.relayPort}`;

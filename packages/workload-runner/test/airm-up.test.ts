@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { makeTinyModel } from "@airm/llama";
+import { sweepStaleShmFolders } from "../src/index.ts";
 
 const airm = fileURLToPath(new URL("../bin/airm.mjs", import.meta.url));
 let dir: string;
@@ -121,8 +122,14 @@ describe("airm up", () => {
         .filter(([, args]) => /airm-(worker|gateway)\.mjs/.test(args))
         .map(([pid]) => pid);
       expect(parts.length).toBe(3);
+      const shm = `/dev/shm/airm-up-${up.child.pid}`;
       up.child.kill("SIGKILL");
       await waitFor(() => parts.every((pid) => !alive(pid)), 20_000, "the orphaned parts to stop");
+      await up.exit;
+      // the killed airm up could not remove its folder; the next airm up sweeps it
+      expect(existsSync(shm)).toBe(true);
+      expect(sweepStaleShmFolders()).toContain(shm);
+      expect(existsSync(shm)).toBe(false);
     } finally {
       killGroup(up.child);
     }
