@@ -7,7 +7,7 @@ import { expect, test } from "vitest";
 
 const tsx = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
 const src = fileURLToPath(new URL("../src/stop-signal.ts", import.meta.url));
-const script = `const { untilStopSignal } = await import(${JSON.stringify(src)}); const keepAlive = setInterval(() => {}, 1000); console.log("waiting"); console.log(await untilStopSignal(process.env, 50)); clearInterval(keepAlive);`;
+const script = `const { untilStopSignal } = await import(${JSON.stringify(src)}); const keepAlive = setInterval(() => {}, 1000); const stop = untilStopSignal(process.env, 50); console.log("waiting"); console.log(await stop); clearInterval(keepAlive);`;
 
 function run(env: NodeJS.ProcessEnv) {
   const child = spawn(process.execPath, ["--import", tsx, "--input-type=module", "-e", script], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "inherit"] });
