@@ -108,6 +108,9 @@ describe("airm up", () => {
       expect(await up.exit).toBe(0);
       for (const pid of kids) expect(alive(pid), `part ${pid} still running`).toBe(false);
       expect(existsSync(shm)).toBe(false);
+    } catch (e) {
+      console.error(`airm up stdout:\n${up.out()}\nairm up stderr:\n${up.err()}`);
+      throw e;
     } finally {
       killGroup(up.child);
     }
@@ -130,6 +133,9 @@ describe("airm up", () => {
       expect(existsSync(shm)).toBe(true);
       expect(sweepStaleShmFolders()).toContain(shm);
       expect(existsSync(shm)).toBe(false);
+    } catch (e) {
+      console.error(`airm up stdout:\n${up.out()}\nairm up stderr:\n${up.err()}`);
+      throw e;
     } finally {
       killGroup(up.child);
     }
