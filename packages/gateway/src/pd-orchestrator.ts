@@ -79,6 +79,18 @@ async function readJson(r: Response): Promise<unknown> {
   }
 }
 
+/** The "first" event from a worker's first-token fields (/internal/prefill body or solo "first" event). */
+function firstEvent(b: Record<string, unknown>): GenEvent {
+  return {
+    type: "first",
+    token: b.first_token as number,
+    text: b.first_text as string,
+    promptTokens: b.prompt_tokens as number,
+    eos: b.eos as boolean,
+    maxTokens: b.max_tokens as number,
+  };
+}
+
 function eventError(ev: Record<string, unknown>, who: string): ApiError {
   const status = typeof ev.status === "number" ? ev.status : 502;
   return new ApiError(
@@ -161,14 +173,7 @@ export class Orchestrator {
       for await (const ev of readNdjson(r.body!, this.o.decodeIdleTimeoutMs)) {
         switch (ev.type) {
           case "first":
-            yield {
-              type: "first",
-              token: ev.first_token as number,
-              text: ev.first_text as string,
-              promptTokens: ev.prompt_tokens as number,
-              eos: ev.eos as boolean,
-              maxTokens: ev.max_tokens as number,
-            };
+            yield firstEvent(ev);
             break;
           case "ready":
             loadMs = typeof ev.kv_load_ms === "number" ? ev.kv_load_ms : null;
@@ -268,14 +273,7 @@ export class Orchestrator {
       }
       prefillSpan.setAttributes({ "airm.prompt_tokens": pbody.prompt_tokens as number, "airm.prefill_ms": pbody.prefill_ms as number });
       endSpan(prefillSpan);
-      yield {
-        type: "first",
-        token: pbody.first_token as number,
-        text: pbody.first_text as string,
-        promptTokens: pbody.prompt_tokens as number,
-        eos: pbody.eos as boolean,
-        maxTokens: pbody.max_tokens as number,
-      };
+      yield firstEvent(pbody);
       let dr: Response;
       try {
         dr = await decodeCall;

@@ -223,6 +223,19 @@ export function createWorkerApp(rt: WorkerRuntime): Hono {
 
   const isEos = (engine: ServingEngine, t: number) => engine.tokenizer.eosTokenIds.includes(t) || engine.model.eosTokenIds.includes(t);
   const newText = (engine: ServingEngine) => new TextStream((ids) => engine.tokenizer.decode(ids, { skipSpecialTokens: true }));
+  /** The first-token fields both /internal/prefill and the solo stream's "first" event carry. */
+  const firstFields = (engine: ServingEngine, firstToken: number, promptTokens: number, seqLen: number, maxTokens: number, prefillMs: number) => {
+    const eos = isEos(engine, firstToken);
+    return {
+      first_token: firstToken,
+      first_text: eos ? "" : newText(engine).push(firstToken),
+      prompt_tokens: promptTokens,
+      seq_len: seqLen,
+      max_tokens: maxTokens,
+      eos,
+      prefill_ms: round(prefillMs),
+    };
+  };
 
   /**
    * Decodes from `stream` until max_tokens, an end-of-sequence token or `aborted()`; writes token
@@ -325,16 +338,9 @@ export function createWorkerApp(rt: WorkerRuntime): Hono {
           rt.metrics.prefillMs.observe(prefillMs);
           rt.metrics.kvPushMs.observe(pushMs);
           rt.metrics.requests.inc({ route: "prefill", outcome: "ok" });
-          const eos = isEos(engine, res.firstToken);
           return c.json({
             request_id: rid,
-            first_token: res.firstToken,
-            first_text: eos ? "" : newText(engine).push(res.firstToken),
-            prompt_tokens: tokens.length,
-            seq_len: seqLen,
-            max_tokens: maxTokens,
-            eos,
-            prefill_ms: round(prefillMs),
+            ...firstFields(engine, res.firstToken, tokens.length, seqLen, maxTokens, prefillMs),
             kv_push_ms: round(pushMs),
             kv_bytes: res.kv.k.reduce((a, x) => a + x.byteLength, 0) * 2,
           });
@@ -443,17 +449,7 @@ export function createWorkerApp(rt: WorkerRuntime): Hono {
           stream = res.stream ?? engine.importKV(res.kv);
           const prefillMs = res.computeMs ?? performance.now() - t0;
           rt.metrics.prefillMs.observe(prefillMs);
-          const eos = isEos(engine, res.firstToken);
-          write({
-            type: "first",
-            first_token: res.firstToken,
-            first_text: eos ? "" : newText(engine).push(res.firstToken),
-            prompt_tokens: tokens.length,
-            seq_len: seqLen,
-            max_tokens: maxTokens,
-            eos,
-            prefill_ms: round(prefillMs),
-          });
+          write({ type: "first", ...firstFields(engine, res.firstToken, tokens.length, seqLen, maxTokens, prefillMs) });
           await nextTurn();
           const finish = await decodeLoop(engine, stream, res.firstToken, maxTokens, sampling, write, aborted, {});
           rt.metrics.requests.inc({ route: "generate", outcome: finish === "aborted" ? "client_gone" : "ok" });
