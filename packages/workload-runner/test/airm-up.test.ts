@@ -72,6 +72,31 @@ async function waitFor(cond: () => boolean, ms: number, what: string): Promise<v
   }
 }
 
+type Up = ReturnType<typeof startUp>;
+
+/** airm up on free ports with `modelPath`; `check` runs on it; airm up's output is printed if it fails, and its group is always killed. */
+async function withUp(modelPath: string, check: (up: Up, port: number) => Promise<void>): Promise<void> {
+  const [port, pp, dp] = [await freePort(), await freePort(), await freePort()];
+  const up = startUp(["--model", modelPath, "--port", String(port), "--prefill-port", String(pp), "--decode-port", String(dp), "--quiet"]);
+  try {
+    await check(up, port);
+  } catch (e) {
+    console.error(`airm up stdout:\n${up.out()}\nairm up stderr:\n${up.err()}`);
+    throw e;
+  } finally {
+    killGroup(up.child);
+  }
+}
+
+/** Waits until airm up says it is ready; returns the pids of its three parts (workers and gateway). */
+async function readyParts(up: Up): Promise<number[]> {
+  await waitFor(() => up.out().includes("rngd-pd is up") || up.child.exitCode !== null, 150_000, "airm up to be ready");
+  const all = children(up.child.pid!);
+  const parts = all.filter(([, args]) => /airm-(worker|gateway)\.mjs/.test(args)).map(([pid]) => pid);
+  expect(parts.length, JSON.stringify(all)).toBe(3);
+  return parts;
+}
+
 beforeAll(() => {
   dir = mkdtempSync(join(tmpdir(), "airm-up-"));
   model = join(dir, "tiny");
@@ -80,12 +105,10 @@ beforeAll(() => {
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 describe("airm up", () => {
-  test("reaches healthy, serves a completion, and on SIGTERM leaves no process and no shm folder", async () => {
-    const [port, pp, dp] = [await freePort(), await freePort(), await freePort()];
-    const up = startUp(["--model", model, "--port", String(port), "--prefill-port", String(pp), "--decode-port", String(dp), "--quiet"]);
-    try {
-      await waitFor(() => up.out().includes("rngd-pd is up") || up.child.exitCode !== null, 150_000, "airm up to be ready");
-      expect(up.out(), up.err()).toContain(`http://127.0.0.1:${port}`);
+  test("reaches healthy, serves a completion, and on SIGTERM leaves no process and no shm folder", () =>
+    withUp(model, async (up, port) => {
+      const parts = await readyParts(up);
+      expect(up.out()).toContain(`http://127.0.0.1:${port}`);
       expect(up.out()).toContain("curl -s");
       const models = (await (await fetch(`http://127.0.0.1:${port}/v1/models`)).json()) as { data: { id: string }[] };
       const modelId = models.data[0].id;
@@ -99,32 +122,18 @@ describe("airm up", () => {
       expect(r.status, JSON.stringify(body)).toBe(200);
       expect(typeof body.choices[0].text).toBe("string");
       expect(body.usage.completion_tokens).toBeGreaterThan(0);
-      const all = children(up.child.pid!);
-      const parts = all.filter(([, args]) => /airm-(worker|gateway)\.mjs/.test(args));
-      expect(parts.length, JSON.stringify(all)).toBe(3);
-      const kids = all.map(([pid]) => pid);
+      const kids = children(up.child.pid!).map(([pid]) => pid);
+      expect(kids).toEqual(expect.arrayContaining(parts));
       const shm = `/dev/shm/airm-up-${up.child.pid}`;
       up.child.kill("SIGTERM");
       expect(await up.exit).toBe(0);
       for (const pid of kids) expect(alive(pid), `part ${pid} still running`).toBe(false);
       expect(existsSync(shm)).toBe(false);
-    } catch (e) {
-      console.error(`airm up stdout:\n${up.out()}\nairm up stderr:\n${up.err()}`);
-      throw e;
-    } finally {
-      killGroup(up.child);
-    }
-  });
+    }));
 
-  test("if airm up itself is SIGKILLed, its parts notice and stop", async () => {
-    const [port, pp, dp] = [await freePort(), await freePort(), await freePort()];
-    const up = startUp(["--model", model, "--port", String(port), "--prefill-port", String(pp), "--decode-port", String(dp), "--quiet"]);
-    try {
-      await waitFor(() => up.out().includes("rngd-pd is up") || up.child.exitCode !== null, 150_000, "airm up to be ready");
-      const parts = children(up.child.pid!)
-        .filter(([, args]) => /airm-(worker|gateway)\.mjs/.test(args))
-        .map(([pid]) => pid);
-      expect(parts.length).toBe(3);
+  test("if airm up itself is SIGKILLed, its parts notice and stop", () =>
+    withUp(model, async (up) => {
+      const parts = await readyParts(up);
       const shm = `/dev/shm/airm-up-${up.child.pid}`;
       up.child.kill("SIGKILL");
       await waitFor(() => parts.every((pid) => !alive(pid)), 20_000, "the orphaned parts to stop");
@@ -133,27 +142,14 @@ describe("airm up", () => {
       expect(existsSync(shm)).toBe(true);
       expect(sweepStaleShmFolders()).toContain(shm);
       expect(existsSync(shm)).toBe(false);
-    } catch (e) {
-      console.error(`airm up stdout:\n${up.out()}\nairm up stderr:\n${up.err()}`);
-      throw e;
-    } finally {
-      killGroup(up.child);
-    }
-  });
+    }));
 
-  test("a worker that fails to start makes airm up exit non-zero with its reason", async () => {
-    const [port, pp, dp] = [await freePort(), await freePort(), await freePort()];
-    const missing = join(dir, "no-such-model");
-    const up = startUp(["--model", missing, "--port", String(port), "--prefill-port", String(pp), "--decode-port", String(dp), "--quiet"]);
-    try {
-      const code = await up.exit;
-      expect(code).toBe(1);
+  test("a worker that fails to start makes airm up exit non-zero with its reason", () =>
+    withUp(join(dir, "no-such-model"), async (up) => {
+      expect(await up.exit).toBe(1);
       expect(up.err()).toMatch(/the (prefill|decode) (exited with code \d+|was killed)/);
       expect(up.err()).toContain("no-such-model");
-    } finally {
-      killGroup(up.child);
-    }
-  });
+    }));
 
   test("a port in use is refused up front, naming it", async () => {
     const busy = createServer().listen(0, "127.0.0.1");
