@@ -61,14 +61,23 @@ export function attnValuesRef(p: Float32Array, v: Uint16Array, D: number, n: num
   return out;
 }
 
+export interface ReferenceForwardOptions {
+  /** The weights by HF name; default: the checkpoint's bf16 values. */
+  weight?(name: string): Float64Array;
+  /** Round K/V to bf16 as the cache does (default true); false keeps them in f64. */
+  roundKV?: boolean;
+}
+
 /**
- * A float64 Llama/Qwen2 forward over a whole sequence (causal), reading the same bf16 weights
- * and rounding K/V to bf16 like the cache. Returns the logits of every position.
+ * A float64 Llama/Qwen2 forward over a whole sequence (causal), by default reading the same bf16
+ * weights and rounding K/V to bf16 like the cache. Returns the logits of every position.
  */
-export function referenceForward(ckpt: Checkpoint, tokens: number[]): Float64Array<ArrayBufferLike>[] {
+export function referenceForward(ckpt: Pick<Checkpoint, "config"> & Partial<Pick<Checkpoint, "tensors">>, tokens: number[], options: ReferenceForwardOptions = {}): Float64Array<ArrayBufferLike>[] {
   const c = ckpt.config;
   const src = ckpt.tensors;
-  const get = (name: string): Float64Array => {
+  const roundKV = options.roundKV ?? true;
+  const bf16Weight = (name: string): Float64Array => {
+    if (!src) throw new Error(`referenceForward: no tensors and no weight() for ${name}`);
     const info = src.info(name);
     const n = info.shape.reduce((a, b) => a * b, 1);
     const raw = new Uint16Array(n);
@@ -77,6 +86,7 @@ export function referenceForward(ckpt: Checkpoint, tokens: number[]): Float64Arr
     for (let i = 0; i < n; i++) out[i] = bf16ToF32(raw[i]);
     return out;
   };
+  const get = options.weight ?? bf16Weight;
   const H = c.numHeads, KV = c.numKvHeads, D = c.headDim, hid = c.hiddenSize, I = c.intermediateSize, V = c.vocabSize;
   const T = tokens.length;
   const matvec = (w: Float64Array, x: Float64Array, rows: number, cols: number): Float64Array => {
@@ -123,8 +133,8 @@ export function referenceForward(ckpt: Checkpoint, tokens: number[]): Float64Arr
       for (let h2 = 0; h2 < H; h2++) rope(q, h2 * D, t);
       for (let g = 0; g < KV; g++) rope(k, g * D, t);
       qs.push(q);
-      ks.push(k.map((x) => bf16ToF32(f32ToBf16(x))));
-      vs.push(v.map((x) => bf16ToF32(f32ToBf16(x))));
+      ks.push(roundKV ? k.map((x) => bf16ToF32(f32ToBf16(x))) : k);
+      vs.push(roundKV ? v.map((x) => bf16ToF32(f32ToBf16(x))) : v);
     }
     const next: Float64Array<ArrayBufferLike>[] = [];
     for (let t = 0; t < T; t++) {
