@@ -127,7 +127,9 @@ describe("airm up", () => {
       const shm = `/dev/shm/airm-up-${up.child.pid}`;
       up.child.kill("SIGTERM");
       expect(await up.exit).toBe(0);
-      for (const pid of kids) expect(alive(pid), `part ${pid} still running`).toBe(false);
+      for (const pid of parts) expect(alive(pid), `part ${pid} still running`).toBe(false);
+      // other children (tsx's esbuild service) end when airm up's pipes close, a moment later
+      await waitFor(() => kids.every((pid) => !alive(pid)), 10_000, "airm up's other child processes to exit");
       expect(existsSync(shm)).toBe(false);
     }));
 
