@@ -8,6 +8,7 @@ import { crc32 } from "@node-rs/crc32";
 import { TransportError } from "@airm/rm-core";
 import { FLAG_CRC, HEADER_BYTES, MAGIC, Op, PROTOCOL_VERSION, RESPONSE_BIT, Status, decodeHeader, type FrameHeader } from "./frame.ts";
 import { formatHostPort } from "./tcp-config.ts";
+import { stagedOnRead } from "./staged-read.ts";
 
 /** The connection carrying an exchange closed before its answer arrived (the exchange may be retried). */
 export class ConnectionLostError extends TransportError {
@@ -102,13 +103,7 @@ export class ClientConnection {
       host,
       port,
       noDelay: true,
-      onread: {
-        buffer: () => this.nextBuffer(),
-        callback: (n: number) => {
-          this.onRead(n);
-          return true;
-        },
-      },
+      onread: stagedOnRead(this),
     });
     this.ready = new Promise<void>((resolve, reject) => {
       this.socket.once("connect", () => {
@@ -128,7 +123,8 @@ export class ClientConnection {
   }
 
   /**
-   * Sends one request frame: the header+key and the payload in one corked write (a writev). While
+   * Sends one request frame: the header+key and the payload in one corked write (a writev, shared
+   * with the other frames sent in the same tick). While
    * the socket has more queued than the kernel takes, frames wait here in order, and `head` (which
    * may checksum the payload) runs only when its frame goes out: checksumming the next blob
    * overlaps with the kernel draining the previous one.
@@ -160,11 +156,20 @@ export class ClientConnection {
     this.pending.set(tag, ex);
     if (this.pending.size === 1) this.socket.ref();
     const s = this.socket;
-    s.cork();
+    if (!this.corked) {
+      // Frames sent in the same tick (a burst of pulls) leave in one writev.
+      this.corked = true;
+      s.cork();
+      process.nextTick(() => {
+        this.corked = false;
+        s.uncork();
+      });
+    }
     s.write(head(tag));
     if (payload && payload.byteLength) s.write(payload);
-    s.uncork();
   }
+
+  private corked = false;
 
   unassign(bytes: number): void {
     this.load--;
@@ -182,15 +187,15 @@ export class ClientConnection {
     this.socket.destroy();
   }
 
-  /** Where the next read lands: header bytes, or the exact rest of the current payload. Never empty. */
-  private nextBuffer(): Uint8Array {
+  /** Where the next bytes go: header bytes, or the exact rest of the current payload. Never empty. */
+  nextBuffer(): Uint8Array {
     const b = this.body;
     if (!b) return this.hdr.subarray(this.hdrFill);
     if (b.kind === BodyKind.Discard) return this.scratch.subarray(0, Math.min(DISCARD_BYTES, b.left));
     return b.target.subarray(b.fill);
   }
 
-  private onRead(n: number): void {
+  onRead(n: number): void {
     const b = this.body;
     if (!b) {
       this.hdrFill += n;

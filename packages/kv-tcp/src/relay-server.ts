@@ -22,6 +22,7 @@ import {
   type StatusCode,
 } from "./frame.ts";
 import { RelayMetrics, startMetricsServer, type MetricsServer } from "./relay-metrics.ts";
+import { feed, stagedOnRead } from "./staged-read.ts";
 import { DEFAULT_MAX_MB, DEFAULT_TTL_S, envFlag, envNumber, formatHostPort } from "./tcp-config.ts";
 
 export interface RelayOptions {
@@ -104,7 +105,10 @@ const enum ReadState {
 /** The longest a pull or space wait may park in the relay (ms); a longer request is clamped. */
 const MAX_WAIT_MS = 3_600_000;
 
-/** One client connection: a request-frame parser that points each socket read at the exact rest of the header, key or payload slot. */
+/**
+ * One client connection: a request-frame parser that says where its next bytes go (the rest of
+ * the header, key or payload slot); staged-read.ts reads payloads straight into their slot.
+ */
 class RelayConnection {
   readonly pullWaits = new Set<PullWaiter>();
   readonly spaceWaits = new Set<SpaceWaiter>();
@@ -183,14 +187,7 @@ class RelayConnection {
 
   /** The fallback path (no direct reads): copies each chunk once into where nextBuffer() points. */
   onData(chunk: Buffer): void {
-    let off = 0;
-    while (off < chunk.length && !this.closed) {
-      const dst = this.nextBuffer();
-      const n = Math.min(dst.length, chunk.length - off);
-      chunk.copy(dst, 0, off, off + n);
-      off += n;
-      this.onRead(n);
-    }
+    feed(this, chunk, 0, chunk.length);
   }
 
   private onHeader(): void {
@@ -457,14 +454,18 @@ export class Relay implements RelayServer {
     if (this.directReads && handle) {
       (accepted as unknown as { _handle: unknown })._handle = null;
       accepted.destroy(); // only the wrapper: the handle now belongs to the socket below
+      const reader = stagedOnRead(conn);
       socket = new net.Socket({
         handle,
         readable: true,
         writable: true,
         onread: {
-          buffer: () => conn.nextBuffer(),
+          buffer: reader.buffer,
           callback: (n: number) => {
-            conn.onRead(n);
+            // Answers to a burst of small requests (descriptor pulls) leave in one writev.
+            socket.cork();
+            reader.callback(n);
+            socket.uncork();
             return true;
           },
         },
