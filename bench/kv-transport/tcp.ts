@@ -1,7 +1,9 @@
 // pnpm bench kv-transport --transport tcp [--reps N] [--no-crc] [--connections N] [--no-pool] [--no-direct-reads] [--iperf-seconds S]
 // One 67.1 MB request (64 x 1 MiB) through airm-kv-relay: the relay, the producer and the consumer
 // are three processes on loopback. Push and pull are timed separately, with 1 and 8 requests in
-// flight; iperf3 over loopback (one stream, run between the reps and once after) is the reference,
+// flight. Pushes pass each blob's CRC-32 as the prefill worker does (it takes them once for the
+// manifest); a push where the transport computes them itself is reported beside (push1_self_crc).
+// iperf3 over loopback (one stream, run between the reps and once after) is the reference,
 // medians on both sides. A plain Node socket moving 64 MiB into a 64 MiB destination is reported
 // beside it (what the platform allows with the same memory behaviour). Final line:
 // {"bench":"kv-transport","transport":"tcp","push_gbps",...,"iperf3_gbps","ratio"}.
@@ -25,17 +27,24 @@ const self = fileURLToPath(import.meta.url);
 
 async function role(which: "producer" | "consumer", addr: string, crc: boolean, connections: number): Promise<void> {
   const { createTcpTransport } = await import("../../packages/kv-tcp/src/index.ts");
-  const { blobKey, patternBytes } = await import("../../packages/rm-core/src/index.ts");
+  const { blobKey, patternBytes, kvCrc32 } = await import("../../packages/rm-core/src/index.ts");
   const t = createTcpTransport({ addr, crc, connections });
   const blobs = which === "producer" ? Array.from({ length: BLOBS }, (_, i) => patternBytes(i + 1, BLOB_BYTES)) : [];
+  // What a prefill worker has in hand: each blob's CRC-32, taken once for the manifest when the
+  // layer was made (outside the timed push, as in the worker, where it is not repeated).
+  const crcs = blobs.map((b) => kvCrc32(b));
   const dests: Uint8Array[][] = []; // per slot in flight: 64 pre-touched destinations (a decode worker's KV buffers)
   const reply = (o: unknown) => process.stdout.write(`${JSON.stringify(o)}\n`);
   for await (const line of createInterface({ input: process.stdin })) {
-    const cmd = JSON.parse(line) as { op: "push" | "pull" | "release" | "exit"; rids: string[] };
+    const cmd = JSON.parse(line) as { op: "push" | "push-self-crc" | "pull" | "release" | "exit"; rids: string[] };
     if (cmd.op === "exit") break;
     const t0 = performance.now();
     const c0 = process.cpuUsage();
     if (cmd.op === "push") {
+      // As the prefill worker pushes: with the CRC-32 it already has (the relay checks the bytes against it).
+      await Promise.all(cmd.rids.flatMap((rid) => blobs.map((b, i) => t.push(blobKey(rid, i >> 1, i & 1 ? "v" : "k"), b, crc ? { crc32: crcs[i] } : {}))));
+    } else if (cmd.op === "push-self-crc") {
+      // A caller without a CRC: the transport reads each blob once more to compute it.
       await Promise.all(cmd.rids.flatMap((rid) => blobs.map((b, i) => t.push(blobKey(rid, i >> 1, i & 1 ? "v" : "k"), b))));
     } else if (cmd.op === "pull") {
       while (dests.length < cmd.rids.length) dests.push(Array.from({ length: BLOBS }, () => new Uint8Array(BLOB_BYTES).fill(1)));
@@ -197,7 +206,7 @@ export async function run(args: string[]): Promise<void> {
   const producer = spawnRole("producer", relay.addr, crc, connections);
   const consumer = spawnRole("consumer", relay.addr, crc, connections);
   const gbps = (k: number, ms: number) => (k * REQUEST_BYTES) / 1e9 / (ms / 1000);
-  const res: Record<string, number[]> = { push1: [], pull1: [], push8: [], pull8: [] };
+  const res: Record<string, number[]> = { push1: [], pull1: [], push8: [], pull8: [], push1_self_crc: [] };
   // CPU per request (ms), summed over the measured reps: where the time goes, robust to a busy machine.
   const cpu = { pusher: 0, puller: 0, relayPush: 0, relayPull: 0, requests: 0 };
   const iperf: number[] = [];
@@ -235,6 +244,14 @@ export async function run(args: string[]): Promise<void> {
         res[`push${k}`].push(gbps(k, pushMs));
         res[`pull${k}`].push(gbps(k, pullMs));
       }
+      if (crc) {
+        // The same request pushed by a caller that passes no CRC-32 (reported, not in the ratio).
+        const rids = [`bench-${n++}`];
+        const ms = await producer.send("push-self-crc", rids);
+        await consumer.send("pull", rids);
+        await consumer.send("release", rids);
+        if (rep >= 0) res.push1_self_crc.push(gbps(1, ms));
+      }
     }
     progressDone();
     iperf.push(await iperf3(iperfSeconds));
@@ -244,6 +261,7 @@ export async function run(args: string[]): Promise<void> {
     rawRecv.kill("SIGTERM");
     relay.proc.kill("SIGTERM");
   }
+  if (!res.push1_self_crc.length) delete res.push1_self_crc;
   const s = Object.fromEntries(Object.entries(res).map(([k, v]) => [k, summarize(v)]));
   const ref = summarize(iperf).median;
   for (const [k, v] of Object.entries(s)) {
@@ -264,6 +282,7 @@ export async function run(args: string[]): Promise<void> {
     push_gbps: push,
     pull_gbps: pull,
     push_gbps_8: s.push8.median,
+    push_gbps_self_crc: s.push1_self_crc?.median ?? null,
     pull_gbps_8: s.pull8.median,
     push_ms: (REQUEST_BYTES / 1e9 / push) * 1000,
     pull_ms: (REQUEST_BYTES / 1e9 / pull) * 1000,

@@ -88,8 +88,9 @@ class TcpTransport implements KVTransport {
     checkBlobSpec(this, options);
     if (!(data instanceof Uint8Array)) throw new TransportError(`push of ${key}: data must be a Uint8Array, got ${typeof data}`);
     const deadline = Date.now() + (options.timeoutMs ?? DEFAULT_TIMEOUT_MS);
-    // Computed at the first send, not here: a burst of pushes then overlaps checksumming with sending.
-    let crc: number | undefined;
+    // The caller's CRC-32 when it has one (the relay checks the bytes against it); else computed
+    // at the first send, not here: a burst of pushes then overlaps checksumming with sending.
+    let crc: number | undefined = this.crc ? options.crc32 : 0;
     const crcOf = () => (crc ??= this.crc ? crc32(data) >>> 0 : 0);
     if (this.logBlobs) this.logBlob("blob pushed", key, data);
     for (;;) {

@@ -2,6 +2,7 @@
 // corrupted bytes, timeouts, a full relay, TTL expiry, pooling, and closing.
 
 import net from "node:net";
+import { crc32 } from "@node-rs/crc32";
 import { blobKey, isAirmError, patternBytes, type KVTransport } from "@airm/rm-core";
 import { afterEach, describe, expect, test } from "vitest";
 import { createTcpTransport, frame, startRelay, type Relay } from "../src/index.ts";
@@ -118,6 +119,21 @@ describe("corrupted bytes on the wire (a real proxy flips one payload byte)", ()
     expect(r.stats().blobs).toBe(0);
     expect(await r.metricsText()).toMatch(/^airm_kv_relay_crc_failures_total 1$/m);
     expect((await caught(transport(r.address).pull(key, { timeoutMs: 100 }))).code).toBe("TRANSPORT_TIMEOUT");
+  });
+});
+
+describe("a CRC-32 given by the pusher (push option crc32)", () => {
+  test("a wrong one is refused by the relay (KV_INTEGRITY) and nothing is stored; the right one crosses", async () => {
+    const r = await relay();
+    const t = transport(r.address);
+    const data = patternBytes(21, MIB);
+    const right = crc32(data) >>> 0;
+    const e = await caught(t.push("g1/0/k", data, { crc32: (right ^ 1) >>> 0 }));
+    expect(e.code).toBe("KV_INTEGRITY");
+    expect(r.stats().blobs).toBe(0);
+    expect(r.stats().crcFailures).toBe(1);
+    await t.push("g1/0/v", data, { crc32: right });
+    expect(same(await transport(r.address).pull("g1/0/v", { timeoutMs: 2000 }), data)).toBe(true);
   });
 });
 

@@ -1,9 +1,12 @@
 // The dtype/layout check every transport runs on push and pull against what it declared.
 
 import { KV_LAYOUT, type PullOptions, type PushOptions, type TransportSupport } from "./contracts.ts";
-import { UnsupportedError } from "./errors.ts";
+import { TransportError, UnsupportedError } from "./errors.ts";
 
-/** Throws UnsupportedError when options name a dtype or layout the transport does not declare. */
+/**
+ * Throws UnsupportedError when options name a dtype or layout the transport does not declare, and
+ * TransportError when a push's crc32 is not an unsigned 32-bit integer.
+ */
 export function checkBlobSpec(t: { name: string; support: TransportSupport }, options: PushOptions | PullOptions = {}): void {
   const dtype = options.dtype ?? "bf16";
   const layout = options.layout ?? KV_LAYOUT;
@@ -12,5 +15,9 @@ export function checkBlobSpec(t: { name: string; support: TransportSupport }, op
   }
   if (!t.support.layouts.includes(layout)) {
     throw new UnsupportedError(`${t.name} does not carry layout ${JSON.stringify(layout)}; it supports ${t.support.layouts.join(", ")}`);
+  }
+  const crc = (options as PushOptions).crc32;
+  if (crc !== undefined && (typeof crc !== "number" || !Number.isInteger(crc) || crc < 0 || crc > 0xffff_ffff)) {
+    throw new TransportError(`${t.name}: push option crc32 must be an unsigned 32-bit integer (the blob's CRC-32), got ${JSON.stringify(crc)}`);
   }
 }

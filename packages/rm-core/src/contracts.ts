@@ -32,6 +32,13 @@ export interface PushOptions {
   layout?: string;
   /** How long a push may wait for space (ms). */
   timeoutMs?: number;
+  /**
+   * The CRC-32 (IEEE, as zlib) of `data` when the caller already has it (the prefill worker takes
+   * one per blob for the manifest). A transport that checksums blobs then sends this value instead
+   * of reading the bytes once more to compute it; the receiving side still checks the bytes against
+   * it, so a wrong value fails the transfer (KV_INTEGRITY) and never delivers bytes.
+   */
+  crc32?: number;
 }
 
 export interface PullOptions {

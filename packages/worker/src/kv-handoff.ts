@@ -33,14 +33,15 @@ export class KVPusher {
     private readonly timeoutMs: number,
   ) {}
 
-  /** The engine's onLayer: computes both CRCs now, pushes in the background (errors surface in finish). */
+  /** The engine's onLayer: computes both CRCs now (for the manifest and the push), pushes in the background (errors surface in finish). */
   onLayer = (layer: number, k: Uint8Array, v: Uint8Array): void => {
-    this.crcK[layer] = kvCrc32(k);
-    this.crcV[layer] = kvCrc32(v);
+    const crcK = (this.crcK[layer] = kvCrc32(k));
+    const crcV = (this.crcV[layer] = kvCrc32(v));
+    // The transport sends these CRCs instead of reading each blob once more for its own.
     const opts = { dtype: "bf16" as const, layout: KV_LAYOUT, timeoutMs: this.timeoutMs };
     const p = Promise.all([
-      this.transport.push(blobKey(this.requestId, layer, "k"), k, opts),
-      this.transport.push(blobKey(this.requestId, layer, "v"), v, opts),
+      this.transport.push(blobKey(this.requestId, layer, "k"), k, { ...opts, crc32: crcK }),
+      this.transport.push(blobKey(this.requestId, layer, "v"), v, { ...opts, crc32: crcV }),
     ]).then(
       () => undefined,
       (e) => {

@@ -6,6 +6,7 @@ import { randomBytes } from "node:crypto";
 import type { KVTransport } from "../contracts.ts";
 import { isAirmError } from "../errors.ts";
 import { blobKey } from "../kv-key.ts";
+import { kvCrc32 } from "../kv-manifest.ts";
 
 export interface KVCaseContext {
   /** The pushing side. */
@@ -210,6 +211,22 @@ export const kvTransportCases: ConformanceCase<KVCaseContext>[] = [
       await expectCode(ctx.producer.push(key, new Uint8Array(8), { dtype: "fp32" as never }), "UNSUPPORTED", "push fp32");
       await expectCode(ctx.producer.push(key, new Uint8Array(8), { layout: "rngd-pd/v0" }), "UNSUPPORTED", "push layout v0");
       await expectCode(ctx.consumer.pull(key, { layout: "other", timeoutMs: 100 }), "UNSUPPORTED", "pull other layout");
+    },
+  },
+  {
+    id: "push-with-given-crc32",
+    title: "a push that passes the blob's CRC-32 crosses byte-exact; a crc32 that is not a uint32 is refused",
+    async run(ctx) {
+      const rid = ctx.rid("crc");
+      const data = patternBytes(77, 256 * 1024 + 3);
+      const key = blobKey(rid, 0, "k");
+      await ctx.producer.push(key, data, { crc32: kvCrc32(data) });
+      const got = await ctx.consumer.pull(key, { timeoutMs: 10_000 });
+      assert.ok(Buffer.from(got.buffer, got.byteOffset, got.byteLength).equals(data), "the blob pushed with its crc32 arrived changed");
+      for (const bad of [-1, 2 ** 32, 1.5, Number.NaN]) {
+        await expectCode(ctx.producer.push(blobKey(rid, 1, "k"), data, { crc32: bad }), "TRANSPORT_ERROR", `push with crc32 ${bad}`);
+      }
+      await ctx.producer.release(rid);
     },
   },
 ];
