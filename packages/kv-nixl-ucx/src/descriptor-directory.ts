@@ -17,7 +17,8 @@ export interface DescriptorDirectory {
 
 /** A directory in the kv-tcp relay at `addr` ("host:port"; undefined = AIRM_KV_TCP_ADDR). */
 export function relayDirectory(addr?: string): DescriptorDirectory {
-  const relay: KVTransport & { readonly address: string } = createTcpTransport({ addr });
+  // One connection: a burst of descriptor fetches then comes back in one batch.
+  const relay: KVTransport & { readonly address: string } = createTcpTransport({ addr, connections: 1 });
   return {
     address: relay.address,
     publish: (key, descriptor, timeoutMs) => relay.push(key, descriptor, { timeoutMs }),

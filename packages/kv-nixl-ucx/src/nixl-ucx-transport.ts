@@ -1,7 +1,8 @@
 // The `nixl-ucx` KV transport: push copies a blob into this endpoint's registered UCX arena and
 // publishes its descriptor in the relay under the blob's key; pull waits for the descriptor,
 // READs the bytes with ucp_get_nbx into its own arena, checks the CRC-32 and acks the producer,
-// whose slot is then freed. The UCX calls and the progress thread live in ucx-engine.ts.
+// whose slot is then freed; pulls take turns over its read lanes (one UCX engine each). The UCX
+// calls and the progress threads live in ucx-engine.ts.
 
 import { createHash, randomBytes } from "node:crypto";
 import { crc32 } from "@node-rs/crc32";
@@ -38,6 +39,7 @@ export const NIXL_UCX_SUPPORT: TransportSupport = {
 
 export const DEFAULT_POOL_MB = 1024;
 export const DEFAULT_TTL_S = 300;
+export const DEFAULT_READ_LANES = 2;
 const DEFAULT_PUSH_TIMEOUT_MS = 30_000;
 /** How often outstanding slots are checked for acks and expiry (ms). */
 const SWEEP_MS = 20;
@@ -48,6 +50,7 @@ export const ENV_VARS: Record<string, string> = {
   AIRM_KV_UCX_POOL_MB: `registered arena per endpoint in MiB (default ${DEFAULT_POOL_MB}); bounds the bytes pushed and not yet read, and the pulled arrays held until release`,
   AIRM_KV_TCP_TTL_S: `seconds an unread pushed slot lives before it is freed (default ${DEFAULT_TTL_S})`,
   AIRM_KV_UCX_LOG: "1 logs size and SHA-256 of every blob pushed or pulled (audits only: costs ~0.7 ms per MiB)",
+  AIRM_KV_UCX_READ_LANES: `UCX workers a consumer READs through in turn, each with its own progress thread and arena (default ${DEFAULT_READ_LANES}); over shared memory each copies and checks on its own core`,
   AIRM_KV_UCX_ERR_MODE: "auto | peer | none: UCX endpoint error handling (auto = peer unless a shared-memory transport is enabled)",
   UCX_TLS: "the wire UCX uses: tcp today; rc,ud,sm,self with UCX_NET_DEVICES on RoCE/InfiniBand; sm,self or posix,self on one host",
 };
@@ -69,6 +72,8 @@ export interface NixlUcxOptions {
   errMode?: "auto" | "peer" | "none";
   /** Polling window after the last UCX activity before the progress thread sleeps (ms, default 2). */
   spinMs?: number;
+  /** UCX workers (each with its own progress thread and arena) pulls READ through, in turn (default AIRM_KV_UCX_READ_LANES, else 2). */
+  readLanes?: number;
 }
 
 function envNumber(name: string, fallback: number, min: number): number {
@@ -112,7 +117,10 @@ class NixlUcxTransport implements KVTransport {
   private producedBytes = 0;
   private expired = 0;
   /** Slots holding pulled arrays, per request id, freed by release(). */
-  private readonly pulled = new Map<string, number[]>();
+  private readonly pulled = new Map<string, { eng: UcxEngine; offset: number }[]>();
+  /** Engines pulls READ with, in turn: this endpoint's own first, then its extra read lanes. */
+  private readonly readEngines: UcxEngine[];
+  private nextLane = 0;
   private sweeper: NodeJS.Timeout | undefined;
 
   constructor(
@@ -120,7 +128,22 @@ class NixlUcxTransport implements KVTransport {
     private readonly directory: DescriptorDirectory,
     private readonly ttlMs: number,
     private readonly logBlobs: boolean,
-  ) {}
+    readLanes: UcxEngine[],
+  ) {
+    this.readEngines = [engine, ...readLanes];
+  }
+
+  /** A slot for a pulled blob in the next read lane that has room; offset -1 when none has. */
+  private allocateRead(length: number): { eng: UcxEngine; offset: number } {
+    const n = this.readEngines.length;
+    const first = this.nextLane++ % n;
+    for (let i = 0; i < n; i++) {
+      const eng = this.readEngines[(first + i) % n];
+      const offset = eng.allocate(length);
+      if (offset >= 0) return { eng, offset };
+    }
+    return { eng: this.readEngines[first], offset: -1 };
+  }
 
   private checkOpen(): void {
     if (this.closed) throw new TransportError("nixl-ucx: this endpoint is closed; create a new one", "TRANSPORT_CLOSED");
@@ -136,7 +159,8 @@ class NixlUcxTransport implements KVTransport {
     const { offset, ack } = await this.reserve(key, data.byteLength, options.timeoutMs ?? DEFAULT_PUSH_TIMEOUT_MS);
     const slotView = this.engine.view(offset, data.byteLength);
     slotView.set(data);
-    const crc = crc32(Buffer.from(slotView.buffer, slotView.byteOffset, slotView.byteLength)) >>> 0;
+    // The caller's CRC-32 when it has one (the consumer checks the bytes it READs against it).
+    const crc = options.crc32 ?? crc32(Buffer.from(slotView.buffer, slotView.byteOffset, slotView.byteLength)) >>> 0;
     const slot: ProducedSlot = { key, offset, length: data.byteLength, ack, expiresAt: Date.now() + this.ttlMs };
     this.produced.set(key, slot);
     this.producedBytes += slot.length;
@@ -201,48 +225,48 @@ class NixlUcxTransport implements KVTransport {
       throw new TransportError(`nixl-ucx: pull of ${key}: \`into\` holds ${options.into.byteLength} bytes but the blob has ${d.length}`);
     }
     this.checkOpen();
-    const offset = this.engine.allocate(d.length);
+    const { eng, offset } = this.allocateRead(d.length);
     if (offset < 0) {
       throw new TransportError(
-        `nixl-ucx: no room for ${d.length} bytes of ${key} in this endpoint's UCX arena; release pulled requests or raise AIRM_KV_UCX_POOL_MB`,
+        `nixl-ucx: no room for ${d.length} bytes of ${key} in this endpoint's UCX read arenas; release pulled requests or raise AIRM_KV_UCX_POOL_MB`,
         "TRANSPORT_NO_SPACE",
       );
     }
-    if ((d.workerAddress[0] & 0x0f) !== (this.engine.address[0] & 0x0f)) {
-      this.engine.free(offset);
+    if ((d.workerAddress[0] & 0x0f) !== (eng.address[0] & 0x0f)) {
+      eng.free(offset);
       throw new TransportError(
-        `nixl-ucx: the producer of ${key} packs UCX worker addresses in format ${d.workerAddress[0] & 0x0f}, this process in ${this.engine.address[0] & 0x0f}; ` +
-          `run the same UCX version (this one is ${this.engine.version}) on both sides`,
+        `nixl-ucx: the producer of ${key} packs UCX worker addresses in format ${d.workerAddress[0] & 0x0f}, this process in ${eng.address[0] & 0x0f}; ` +
+          `run the same UCX version (this one is ${eng.version}) on both sides`,
       );
     }
     const peer: PeerRef = { id: d.producerId, address: d.workerAddress, rkey: d.rkey };
     const left = deadline - Date.now();
     if (left <= 0) {
-      this.engine.free(offset);
+      eng.free(offset);
       throw new TransportTimeoutError(`nixl-ucx: pull of ${key} ran out of its ${timeoutMs} ms before the READ could start`);
     }
-    const read = this.engine.read(peer, d.remoteAddr, d.length, offset, left);
+    const read = eng.read(peer, d.remoteAddr, d.length, offset, left);
     let threadCrc: number | undefined;
     try {
       threadCrc = await read.done;
     } catch (e) {
       // The slot is reused only once UCX is certainly done with it.
       void read.settled.then((stuck) => {
-        if (!stuck) this.engine.free(offset);
+        if (!stuck) eng.free(offset);
       });
       const why = isAirmError(e) ? e.message : String(e);
       if (isAirmError(e, "TRANSPORT_TIMEOUT")) throw new TransportTimeoutError(`pull of ${key}: ${why}`);
       throw new TransportError(`pull of ${key}: ${why}`, isAirmError(e, "TRANSPORT_CLOSED") ? "TRANSPORT_CLOSED" : "TRANSPORT_ERROR", { cause: e });
     }
     if (this.closed) {
-      this.engine.free(offset);
+      eng.free(offset);
       throw new TransportError(`nixl-ucx: pull of ${key}: the endpoint was closed during the READ`, "TRANSPORT_CLOSED");
     }
-    const view = this.engine.view(offset, d.length);
+    const view = eng.view(offset, d.length);
     const got = threadCrc ?? crc32(Buffer.from(view.buffer, view.byteOffset, view.byteLength)) >>> 0;
-    this.engine.ack(peer, d.ackAddr, d.ackValue);
+    eng.ack(peer, d.ackAddr, d.ackValue);
     if (got !== d.crc32) {
-      this.engine.free(offset);
+      eng.free(offset);
       throw new TransportError(
         `nixl-ucx: blob ${key} READ from producer ${d.producerId.slice(0, 8)} has CRC-32 0x${got.toString(16)} but was published with 0x${d.crc32.toString(16)}: ` +
           `the bytes were damaged or the slot was reused; they were not returned. Re-run the request.`,
@@ -252,13 +276,13 @@ class NixlUcxTransport implements KVTransport {
     if (this.logBlobs) this.logBlob("blob pulled", key, view, d.producerId);
     if (options.into) {
       options.into.set(view);
-      this.engine.free(offset);
+      eng.free(offset);
       return options.into.subarray(0, d.length);
     }
     const rid = requestIdOf(key);
     const list = this.pulled.get(rid);
-    if (list) list.push(offset);
-    else this.pulled.set(rid, [offset]);
+    if (list) list.push({ eng, offset });
+    else this.pulled.set(rid, [{ eng, offset }]);
     return view;
   }
 
@@ -269,7 +293,7 @@ class NixlUcxTransport implements KVTransport {
     const mine = this.pulled.get(requestId);
     if (mine) {
       this.pulled.delete(requestId);
-      for (const offset of mine) this.engine.free(offset);
+      for (const { eng, offset } of mine) eng.free(offset);
     }
     await this.directory.release(requestId);
   }
@@ -284,9 +308,9 @@ class NixlUcxTransport implements KVTransport {
     this.closed = true;
     if (this.sweeper) clearInterval(this.sweeper);
     for (const slot of [...this.produced.values()]) this.freeProduced(slot);
-    for (const list of this.pulled.values()) for (const offset of list) this.engine.free(offset);
+    for (const list of this.pulled.values()) for (const { eng, offset } of list) eng.free(offset);
     this.pulled.clear();
-    releaseEngine(this.engine);
+    for (const e of this.readEngines) releaseEngine(e);
     await this.directory.close();
   }
 
@@ -339,16 +363,20 @@ export async function createNixlUcxTransport(options: NixlUcxOptions = {}): Prom
   const poolMb = optNumber("poolMb", options.poolMb, envNumber("AIRM_KV_UCX_POOL_MB", DEFAULT_POOL_MB, 1), 1);
   const ttlS = optNumber("ttlS", options.ttlS, envNumber("AIRM_KV_TCP_TTL_S", DEFAULT_TTL_S, 0), 0);
   const spinMs = optNumber("spinMs", options.spinMs, 2, 0);
+  const readLanes = optNumber("readLanes", options.readLanes, envNumber("AIRM_KV_UCX_READ_LANES", DEFAULT_READ_LANES, 1), 1);
+  if (!Number.isInteger(readLanes) || readLanes > 8) throw new ConfigError("readLanes", `${readLanes} is not a whole number from 1 to 8 (AIRM_KV_UCX_READ_LANES)`);
   const errMode = options.errMode !== undefined ? errModeOf(options.errMode, "errMode") : errModeOf(process.env.AIRM_KV_UCX_ERR_MODE, "AIRM_KV_UCX_ERR_MODE");
   const logRaw = process.env.AIRM_KV_UCX_LOG;
   const log = options.log ?? (logRaw !== undefined && ["1", "true", "yes", "on"].includes(logRaw.trim().toLowerCase()));
   const directory = options.directory ?? relayDirectory(options.addr);
-  let engine: UcxEngine;
+  const config = { poolBytes: Math.round(poolMb * 1024 * 1024), tls: options.tls, errMode, spinMs };
+  const engines: UcxEngine[] = [];
   try {
-    engine = await acquireEngine({ poolBytes: Math.round(poolMb * 1024 * 1024), tls: options.tls, errMode, spinMs });
+    for (let i = 0; i < readLanes; i++) engines.push(await acquireEngine(config));
   } catch (e) {
+    for (const engine of engines) releaseEngine(engine);
     await directory.close();
     throw e;
   }
-  return new NixlUcxTransport(engine, directory, ttlS * 1000, log);
+  return new NixlUcxTransport(engines[0], directory, ttlS * 1000, log, engines.slice(1));
 }

@@ -48,6 +48,24 @@ function threadEntry(): { entry: string; tsx?: string } {
   return { entry: new URL("./ucx-thread.js", import.meta.url).href };
 }
 
+/** Engines with commands issued in this tick. */
+const toFlush: UcxEngine[] = [];
+
+/**
+ * Every engine's commands of one tick go out together: first all messages, then the wake-ups.
+ * (Waking a thread can hand it this CPU at once; posting first keeps the other lanes from
+ * waiting behind it.)
+ */
+function scheduleFlush(e: UcxEngine): void {
+  toFlush.push(e);
+  if (toFlush.length > 1) return;
+  process.nextTick(() => {
+    const engines = toFlush.splice(0);
+    const sleepers = engines.filter((x) => x.post());
+    for (const x of sleepers) x.wake();
+  });
+}
+
 const BOOTSTRAP = `
 const { workerData } = require("node:worker_threads");
 (async () => {
@@ -81,6 +99,7 @@ export class UcxEngine {
     private readonly worker: Worker,
     private readonly port: MessagePort,
     private readonly wakeFd: number,
+    private readonly sleeping: Int32Array,
     config: EngineConfig,
     ready: Extract<ThreadEvent, { type: "ready" }>,
   ) {
@@ -125,7 +144,8 @@ export class UcxEngine {
     if (config.poolBytes <= HEADER_BYTES) throw new TransportError(`the UCX arena must be larger than ${HEADER_BYTES} bytes`);
     const wakeFd = createEventFd();
     const { port1, port2 } = new MessageChannel();
-    const init: ThreadInit = { port: port2, wakeFd, poolBytes: config.poolBytes, tls: config.tls, errMode: config.errMode, spinMs: config.spinMs };
+    const sleeping = new SharedArrayBuffer(4);
+    const init: ThreadInit = { port: port2, wakeFd, poolBytes: config.poolBytes, tls: config.tls, errMode: config.errMode, spinMs: config.spinMs, sleeping };
     const { entry, tsx } = threadEntry();
     const worker = new Worker(BOOTSTRAP, { eval: true, workerData: { entry, tsx, init }, transferList: [port2] });
     const ready = await new Promise<ThreadEvent>((resolve, reject) => {
@@ -139,15 +159,41 @@ export class UcxEngine {
       const message = ready.type === "failed" ? ready.message : `unexpected ${ready.type}`;
       throw new TransportError(`nixl-ucx: UCX did not start: ${message}`);
     }
-    return new UcxEngine(worker, port1, wakeFd, config, ready);
+    return new UcxEngine(worker, port1, wakeFd, new Int32Array(sleeping), config, ready);
   }
 
+  /** Commands issued in this tick; they go to the thread in one message. */
+  private outbox: ThreadCommand[] = [];
+
   private send(c: ThreadCommand): void {
-    this.port.postMessage(c);
+    this.outbox.push(c);
+    if (this.outbox.length === 1) scheduleFlush(this);
+  }
+
+  /** Posts the outbox; returns whether the thread sleeps (then it needs wake()). */
+  post(): boolean {
+    const batch = this.outbox;
+    if (!batch.length) return false;
+    this.outbox = [];
+    this.port.postMessage(batch);
+    // A read-modify-write, so it is ordered after the postMessage on every CPU. A polling thread
+    // sees the message on its next pass; only a sleeping one needs the eventfd.
+    return Atomics.compareExchange(this.sleeping, 0, 1, 1) !== 0;
+  }
+
+  wake(): void {
     signalEventFd(this.wakeFd);
   }
 
+  private flush(): void {
+    if (this.post()) this.wake();
+  }
+
   private onEvent(e: ThreadEvent): void {
+    if (e.type === "batch") {
+      for (const x of e.events) this.onEvent(x);
+      return;
+    }
     if (e.type !== "done") return;
     const p = this.pending.get(e.id);
     if (!p) return;
@@ -265,6 +311,7 @@ export class UcxEngine {
     });
     this.port.ref();
     this.send({ type: "close" });
+    this.flush();
     const t = setTimeout(() => void this.worker.terminate(), 5000);
     await closedMsg;
     clearTimeout(t);

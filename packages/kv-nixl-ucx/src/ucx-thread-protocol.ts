@@ -13,6 +13,11 @@ export interface ThreadInit {
   errMode: "auto" | "peer" | "none";
   /** Keep polling this long after the last activity before sleeping on the event fd (ms). */
   spinMs: number;
+  /**
+   * One Int32 the thread sets to 1 while it sleeps on the event fd (0 while it polls): the main
+   * thread writes the wake-up eventfd only when it is 1, so commands to a busy thread cost no syscall.
+   */
+  sleeping: SharedArrayBuffer;
 }
 
 /** A producer as the thread connects to it; cached by id. */
@@ -43,4 +48,9 @@ export type ThreadEvent =
   | { type: "failed"; message: string }
   /** `crc`: CRC-32 of the destination, for READs the thread could check while copying. */
   | { type: "done"; id: number; status: number; message?: string; stuck?: boolean; crc?: number }
-  | { type: "closed" };
+  | { type: "closed" }
+  /** Several events in one message (one per loop pass of the thread). */
+  | { type: "batch"; events: ThreadEvent[] };
+
+/** Commands go to the thread in batches: all those issued in one tick of the main thread. */
+export type ThreadMessage = ThreadCommand[];

@@ -25,7 +25,7 @@ import {
   type RegisteredMemory,
 } from "./ucp-binding.ts";
 import { contextResources, pickErrMode } from "./ucx-resources.ts";
-import type { ThreadCommand, ThreadEvent, ThreadInit, PeerRef } from "./ucx-thread-protocol.ts";
+import type { ThreadCommand, ThreadEvent, ThreadInit, ThreadMessage, PeerRef } from "./ucx-thread-protocol.ts";
 
 interface Peer {
   ep: unknown;
@@ -52,7 +52,18 @@ const READ_PIECE = 256 * 1024;
 
 function runThread(init: ThreadInit): void {
   const port: MessagePort = init.port;
-  const send = (e: ThreadEvent) => port.postMessage(e);
+  const sleeping = new Int32Array(init.sleeping);
+  // Events of one loop pass leave in one message ("ready"/"failed"/"closed" at once).
+  let events: ThreadEvent[] = [];
+  const send = (e: ThreadEvent) => {
+    if (e.type === "done") events.push(e);
+    else port.postMessage(e);
+  };
+  const flushEvents = () => {
+    if (!events.length) return;
+    port.postMessage(events.length === 1 ? events[0] : { type: "batch", events });
+    events = [];
+  };
   let w: UcpWorker;
   let arena: RegisteredMemory;
   let errMode: number;
@@ -229,7 +240,7 @@ function runThread(init: ThreadInit): void {
   while (!closing) {
     let busy = false;
     for (let m = receiveMessageOnPort(port); m; m = receiveMessageOnPort(port)) {
-      handle(m.message as ThreadCommand);
+      for (const c of m.message as ThreadMessage) handle(c);
       busy = true;
     }
     if (closing) break;
@@ -242,6 +253,7 @@ function runThread(init: ThreadInit): void {
         busy = true;
       }
     }
+    flushEvents();
     const now = performance.now();
     if (busy) {
       lastBusy = now;
@@ -253,10 +265,25 @@ function runThread(init: ThreadInit): void {
     }
     // Quiet for spinMs: sleep until UCX or the main thread has something. With READs in flight,
     // wake at least every millisecond in case a transport signals no event for their progress.
-    if (w.arm() === UCS_ERR_BUSY) continue;
+    // Announce the sleep first, then look for messages once more: a command posted before the
+    // flag was set is seen here, one posted after it comes with an eventfd write.
+    Atomics.store(sleeping, 0, 1);
+    const raced = receiveMessageOnPort(port);
+    if (raced) {
+      Atomics.store(sleeping, 0, 0);
+      for (const c of raced.message as ThreadMessage) handle(c);
+      lastBusy = performance.now();
+      continue;
+    }
+    if (w.arm() === UCS_ERR_BUSY) {
+      Atomics.store(sleeping, 0, 0);
+      continue;
+    }
     waitReadable([efd, init.wakeFd], ops.size > 0 ? 1 : 1000);
+    Atomics.store(sleeping, 0, 0);
     drainEventFd(init.wakeFd);
   }
+  flushEvents();
 
   for (const id of [...peers.keys()]) dropPeer(id);
   w.unmap(arena);

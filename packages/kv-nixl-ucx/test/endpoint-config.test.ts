@@ -20,6 +20,9 @@ describe("endpoint configuration", () => {
       [{ poolMb: "big" }, "poolMb"],
       [{ ttlS: -1 }, "ttlS"],
       [{ errMode: "sometimes" }, "errMode"],
+      [{ readLanes: 0 }, "readLanes"],
+      [{ readLanes: 1.5 }, "readLanes"],
+      [{ readLanes: 9 }, "readLanes"],
     ] as const) {
       const e = await failure(createNixlUcxTransport({ addr: "127.0.0.1:1", ...(opts as object) }));
       expect(isAirmError(e, "CONFIG"), String(e)).toBe(true);

@@ -2,6 +2,7 @@
 // match the descriptor, a descriptor naming an unreachable worker. Each must surface as a
 // TransportError within the pull's timeout, never as wrong bytes, a hang or a crash.
 import { spawn, type ChildProcess } from "node:child_process";
+import { crc32 } from "@node-rs/crc32";
 import { once } from "node:events";
 import { fileURLToPath } from "node:url";
 import { createInterface } from "node:readline";
@@ -125,6 +126,20 @@ for (const tls of ["tcp", "posix,self"]) {
       await honest.push(blobKey(rid, 1, "k"), patternBytes(4, 65_536));
       const ok = await consumer.pull(blobKey(rid, 1, "k"), { timeoutMs: 5000 });
       expect(Buffer.from(ok).equals(patternBytes(4, 65_536))).toBe(true);
+    }, 60_000);
+
+    test("a wrong CRC-32 given on push (option crc32) makes the pull fail with KV_INTEGRITY, not return the bytes", async () => {
+      const rid = `gcrc-${tls.replace(/\W/g, "")}-${Date.now()}`;
+      const producer = await createNixlUcxTransport({ addr: relay.address, tls, poolMb: 8 });
+      const consumer = await createNixlUcxTransport({ addr: relay.address, tls, poolMb: 8 });
+      endpoints.push(producer, consumer);
+      const data = patternBytes(5, 65_536);
+      await producer.push(blobKey(rid, 0, "k"), data, { crc32: (crc32(data) ^ 0x80) >>> 0 });
+      const err = await expectTransportError(consumer.pull(blobKey(rid, 0, "k"), { timeoutMs: 5000 }), 5000);
+      expect(err.code).toBe("KV_INTEGRITY");
+      await producer.push(blobKey(rid, 1, "k"), data, { crc32: crc32(data) >>> 0 });
+      const ok = await consumer.pull(blobKey(rid, 1, "k"), { timeoutMs: 5000 });
+      expect(Buffer.from(ok).equals(data)).toBe(true);
     }, 60_000);
 
     test("a damaged descriptor (garbage worker address) is refused with a TransportError before UCX sees it", async () => {
