@@ -464,8 +464,11 @@ export class Relay implements RelayServer {
           callback: (n: number) => {
             // Answers to a burst of small requests (descriptor pulls) leave in one writev.
             socket.cork();
-            reader.callback(n);
-            socket.uncork();
+            try {
+              reader.callback(n);
+            } finally {
+              socket.uncork();
+            }
             return true;
           },
         },
