@@ -50,6 +50,18 @@ describe("the conformance kit can fail", () => {
   });
 });
 
+describe("a case the plugin declares it cannot run", () => {
+  const ran: string[] = [];
+  const skipped: string[] = [];
+  const declare = Object.assign((name: string) => void ran.push(name), { skip: (name: string) => void skipped.push(name) });
+  kvTransportSuite({ test: declare, factory: async () => mapTransport(new Map(), false), skip: { "roundtrip-1b": "no 1-byte blobs here" } });
+  test("is declared skipped with its reason, and only that one", () => {
+    expect(skipped).toEqual([expect.stringMatching(/^roundtrip-1b: .*\(skipped: no 1-byte blobs here\)$/)]);
+    expect(ran.some((n) => n.startsWith("roundtrip-1b:"))).toBe(false);
+    expect(ran.length).toBeGreaterThan(5);
+  });
+});
+
 describe("selectTransport", () => {
   const env = { ...process.env };
   afterEach(() => {
