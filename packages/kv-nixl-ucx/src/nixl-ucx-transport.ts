@@ -5,7 +5,6 @@
 // calls and the progress threads live in ucx-engine.ts.
 
 import { createHash, randomBytes } from "node:crypto";
-import { crc32 } from "@node-rs/crc32";
 import { pino, type Logger } from "pino";
 import {
   ConfigError,
@@ -15,6 +14,7 @@ import {
   TransportTimeoutError,
   checkBlobSpec,
   isAirmError,
+  kvCrc32,
   requestIdOf,
   validateKey,
   validateRequestId,
@@ -160,7 +160,7 @@ class NixlUcxTransport implements KVTransport {
     const slotView = this.engine.view(offset, data.byteLength);
     slotView.set(data);
     // The caller's CRC-32 when it has one (the consumer checks the bytes it READs against it).
-    const crc = options.crc32 ?? crc32(Buffer.from(slotView.buffer, slotView.byteOffset, slotView.byteLength)) >>> 0;
+    const crc = options.crc32 ?? kvCrc32(slotView);
     const slot: ProducedSlot = { key, offset, length: data.byteLength, ack, expiresAt: Date.now() + this.ttlMs };
     this.produced.set(key, slot);
     this.producedBytes += slot.length;
@@ -263,7 +263,7 @@ class NixlUcxTransport implements KVTransport {
       throw new TransportError(`nixl-ucx: pull of ${key}: the endpoint was closed during the READ`, "TRANSPORT_CLOSED");
     }
     const view = eng.view(offset, d.length);
-    const got = threadCrc ?? crc32(Buffer.from(view.buffer, view.byteOffset, view.byteLength)) >>> 0;
+    const got = threadCrc ?? kvCrc32(view);
     eng.ack(peer, d.ackAddr, d.ackValue);
     if (got !== d.crc32) {
       eng.free(offset);

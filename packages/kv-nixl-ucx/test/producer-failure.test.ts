@@ -2,13 +2,12 @@
 // match the descriptor, a descriptor naming an unreachable worker. Each must surface as a
 // TransportError within the pull's timeout, never as wrong bytes, a hang or a crash.
 import { spawn, type ChildProcess } from "node:child_process";
-import { crc32 } from "@node-rs/crc32";
 import { once } from "node:events";
 import { fileURLToPath } from "node:url";
 import { createInterface } from "node:readline";
 import { afterAll, afterEach, beforeAll, describe, expect, test } from "vitest";
 import { startRelay, type RelayServer } from "@airm/kv-tcp";
-import { TransportError, blobKey, isAirmError, patternBytes, type KVTransport } from "@airm/rm-core";
+import { TransportError, blobKey, isAirmError, kvCrc32, patternBytes, type KVTransport } from "@airm/rm-core";
 import { createNixlUcxTransport, decodeDescriptor, encodeDescriptor, relayDirectory, shutdownEngines, type DescriptorDirectory } from "../src/index.ts";
 
 const packageDir = fileURLToPath(new URL("..", import.meta.url));
@@ -134,10 +133,10 @@ for (const tls of ["tcp", "posix,self"]) {
       const consumer = await createNixlUcxTransport({ addr: relay.address, tls, poolMb: 8 });
       endpoints.push(producer, consumer);
       const data = patternBytes(5, 65_536);
-      await producer.push(blobKey(rid, 0, "k"), data, { crc32: (crc32(data) ^ 0x80) >>> 0 });
+      await producer.push(blobKey(rid, 0, "k"), data, { crc32: (kvCrc32(data) ^ 0x80) >>> 0 });
       const err = await expectTransportError(consumer.pull(blobKey(rid, 0, "k"), { timeoutMs: 5000 }), 5000);
       expect(err.code).toBe("KV_INTEGRITY");
-      await producer.push(blobKey(rid, 1, "k"), data, { crc32: crc32(data) >>> 0 });
+      await producer.push(blobKey(rid, 1, "k"), data, { crc32: kvCrc32(data) });
       const ok = await consumer.pull(blobKey(rid, 1, "k"), { timeoutMs: 5000 });
       expect(Buffer.from(ok).equals(data)).toBe(true);
     }, 60_000);

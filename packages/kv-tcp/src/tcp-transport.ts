@@ -3,7 +3,6 @@
 // framing live in relay-client.ts; the relay itself in relay-server.ts.
 
 import { createHash } from "node:crypto";
-import { crc32 } from "@node-rs/crc32";
 import {
   ConfigError,
   InvalidKeyError,
@@ -12,6 +11,7 @@ import {
   TransportError,
   TransportTimeoutError,
   checkBlobSpec,
+  kvCrc32,
   requestIdOf,
   validateKey,
   validateRequestId,
@@ -91,7 +91,7 @@ class TcpTransport implements KVTransport {
     // The caller's CRC-32 when it has one (the relay checks the bytes against it); else computed
     // at the first send, not here: a burst of pushes then overlaps checksumming with sending.
     let crc: number | undefined = this.crc ? options.crc32 : 0;
-    const crcOf = () => (crc ??= this.crc ? crc32(data) >>> 0 : 0);
+    const crcOf = () => (crc ??= this.crc ? kvCrc32(data) : 0);
     if (this.logBlobs) this.logBlob("blob pushed", key, data);
     for (;;) {
       const r = await this.exchange(Op.PUSH, key, data, { flags: this.crc ? FLAG_CRC : 0, crc: crcOf, guardMs: deadline - Date.now() });

@@ -2,8 +2,7 @@
 // corrupted bytes, timeouts, a full relay, TTL expiry, pooling, and closing.
 
 import net from "node:net";
-import { crc32 } from "@node-rs/crc32";
-import { blobKey, isAirmError, patternBytes, type KVTransport } from "@airm/rm-core";
+import { blobKey, isAirmError, kvCrc32, patternBytes, type KVTransport } from "@airm/rm-core";
 import { afterEach, describe, expect, test } from "vitest";
 import { createTcpTransport, frame, startRelay, type Relay } from "../src/index.ts";
 import { spawnRelay, startFlipProxy, type RelayProcess } from "./relay-process.ts";
@@ -127,7 +126,7 @@ describe("a CRC-32 given by the pusher (push option crc32)", () => {
     const r = await relay();
     const t = transport(r.address);
     const data = patternBytes(21, MIB);
-    const right = crc32(data) >>> 0;
+    const right = kvCrc32(data);
     const e = await caught(t.push("g1/0/k", data, { crc32: (right ^ 1) >>> 0 }));
     expect(e.code).toBe("KV_INTEGRITY");
     expect(r.stats().blobs).toBe(0);
