@@ -10,8 +10,7 @@ import { dirname, join } from "node:path";
 import { createRequire } from "node:module";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import koffi from "koffi";
-import { TransportError, TransportTimeoutError } from "@airm/rm-core";
-import { ArenaAllocator } from "./arena-allocator.ts";
+import { RangeAllocator, TransportError, TransportTimeoutError } from "@airm/rm-core";
 import { closeFd, createEventFd, pointerAt, signalEventFd } from "./ucp-binding.ts";
 import type { PeerRef, ThreadCommand, ThreadEvent, ThreadInit } from "./ucx-thread-protocol.ts";
 
@@ -85,7 +84,7 @@ export class UcxEngine {
   readonly errMode: "peer" | "none";
   /** The whole arena, mapped in this thread. */
   readonly memory: Uint8Array;
-  private readonly slots: ArenaAllocator;
+  private readonly slots: RangeAllocator;
   private readonly ackWords: Uint32Array;
   private readonly sourceWords: Uint32Array;
   private readonly ackGeneration = new Uint32Array(ACK_WORDS);
@@ -113,7 +112,7 @@ export class UcxEngine {
     this.memory = new Uint8Array(koffi.view(pointerAt(ready.base), ready.length));
     this.ackWords = new Uint32Array(this.memory.buffer, 0, ACK_WORDS);
     this.sourceWords = new Uint32Array(this.memory.buffer, ACK_WORDS * 4, SOURCE_WORDS);
-    this.slots = new ArenaAllocator(ready.length - HEADER_BYTES);
+    this.slots = new RangeAllocator(ready.length - HEADER_BYTES);
     for (let i = ACK_WORDS - 1; i >= 0; i--) this.freeAcks.push(i);
     port.on("message", (e: ThreadEvent) => this.onEvent(e));
     port.unref();

@@ -12,6 +12,7 @@ import {
   checkBlobSpec,
   DEFAULT_PULL_TIMEOUT_MS,
   KV_LAYOUT,
+  RangeAllocator,
   requestIdOf,
   TransportError,
   TransportTimeoutError,
@@ -24,7 +25,6 @@ import {
   type TransportSupport,
 } from "@airm/rm-core";
 import { ENOSPC, LibcError, mapShared, punchHole, reserve, tryLockExclusive, unmap, type Mapping } from "./libc-shm.ts";
-import { RegionAllocator, alignUp } from "./region-allocator.ts";
 import { encodeTarget, KEYS_DIR, linkPathOf, NEW_SLAB_PREFIX, parseTarget, SLAB_PREFIX, sweepLeftovers } from "./shm-layout.ts";
 
 export const SHM_SUPPORT: TransportSupport = {
@@ -51,6 +51,12 @@ const POLL_FIRST_MS = 1;
 const POLL_MAX_MS = 5;
 /** A slab created as a fallback under memory pressure is rounded to this (bytes). */
 const TIGHT_SLAB_ROUND = 64 * 1024;
+/** Every blob's region in a slab starts on this boundary (bytes); lengths are rounded up to it. */
+const REGION_ALIGN = 64;
+
+function alignUp(n: number, to: number): number {
+  return Math.ceil(n / to) * to;
+}
 
 interface Slab {
   name: string;
@@ -59,7 +65,7 @@ interface Slab {
   map: Mapping;
   /** The whole mapping as bytes, made once (copies go through `set(data, offset)`). */
   bytes: Uint8Array;
-  regions: RegionAllocator;
+  regions: RangeAllocator;
   /** Pages given back with punchHole; must be reserved again before use. */
   trimmed: boolean;
   emptySince: number;
@@ -163,7 +169,7 @@ export class ShmTransport implements KVTransport {
       slab.bytes.set(data, offset);
       this.publish(rid, key, { key, link: linkPathOf(this.root, rid, key), slab, offset, length, dirIno: 0 });
     } catch (e) {
-      this.freeRegion(slab, offset, length);
+      this.freeRegion(slab, offset);
       throw e;
     }
   }
@@ -312,7 +318,7 @@ export class ShmTransport implements KVTransport {
     const fromExisting = (): { slab: Slab; offset: number } | null => {
       for (const slab of this.slabs) {
         if (slab.trimmed) continue;
-        const offset = slab.regions.alloc(length);
+        const offset = slab.regions.allocate(length);
         if (offset >= 0) return { slab, offset };
       }
       return null;
@@ -322,12 +328,12 @@ export class ShmTransport implements KVTransport {
     this.reclaim(Date.now());
     place = fromExisting();
     if (place) return place;
-    const need = RegionAllocator.footprint(length);
+    const need = RangeAllocator.footprint(length, REGION_ALIGN);
     // A trimmed slab that is large enough: reserve its pages again.
     for (const slab of this.slabs) {
-      if (slab.trimmed && slab.regions.largestFree >= need && reserve(slab.fd, slab.map.size) === 0) {
+      if (slab.trimmed && slab.regions.largestFree() >= need && reserve(slab.fd, slab.map.size) === 0) {
         slab.trimmed = false;
-        const offset = slab.regions.alloc(length);
+        const offset = slab.regions.allocate(length);
         if (offset >= 0) return { slab, offset };
       }
     }
@@ -336,7 +342,7 @@ export class ShmTransport implements KVTransport {
       for (const size of sizes) {
         const slab = this.createSlab(size);
         if (slab) {
-          const offset = slab.regions.alloc(length);
+          const offset = slab.regions.allocate(length);
           return { slab, offset };
         }
       }
@@ -374,7 +380,7 @@ export class ShmTransport implements KVTransport {
       this.discard(tmp, fd);
       throw new TransportError(`cannot set up a slab of ${size} bytes in ${this.root}: ${(e as Error).message}`, "TRANSPORT_ERROR", { cause: e });
     }
-    const slab: Slab = { name, fd, map, bytes: new Uint8Array(map.bytes), regions: new RegionAllocator(size), trimmed: false, emptySince: Date.now() };
+    const slab: Slab = { name, fd, map, bytes: new Uint8Array(map.bytes), regions: new RangeAllocator(size, REGION_ALIGN), trimmed: false, emptySince: Date.now() };
     this.slabs.push(slab);
     return slab;
   }
@@ -393,7 +399,7 @@ export class ShmTransport implements KVTransport {
     const now = Date.now();
     let any = false;
     this.slabs.forEach((slab, i) => {
-      if (slab.trimmed || !slab.regions.empty) return;
+      if (slab.trimmed || slab.regions.allocations > 0) return;
       if (idleMs > 0 && (i === 0 || now - slab.emptySince < idleMs)) return;
       punchHole(slab.fd, slab.map.size);
       slab.trimmed = true;
@@ -443,14 +449,14 @@ export class ShmTransport implements KVTransport {
   }
 
   private dropBlob(b: Blob): void {
-    this.freeRegion(b.slab, b.offset, b.length);
+    this.freeRegion(b.slab, b.offset);
     this.liveBlobs--;
     this.liveBytes -= b.length;
   }
 
-  private freeRegion(slab: Slab, offset: number, length: number): void {
-    slab.regions.release(offset, length);
-    if (slab.regions.empty) slab.emptySince = Date.now();
+  private freeRegion(slab: Slab, offset: number): void {
+    slab.regions.release(offset);
+    if (slab.regions.allocations === 0) slab.emptySince = Date.now();
   }
 
   /** Removes a link if it still names this blob (a later push may have replaced it). */

@@ -4,6 +4,7 @@ export * from "./errors.ts";
 export * from "./kv-key.ts";
 export * from "./kv-manifest.ts";
 export * from "./blob-spec.ts";
+export * from "./range-allocator.ts";
 export { Registry, registry, findPackageRoot, dependencyPackageJson, type PluginFor } from "./registry.ts";
 export { selectTransport, transportName, DEFAULT_KV_TRANSPORT, type SelectTransportOptions } from "./select-transport.ts";
 export { FencedTransport, DEFAULT_PULL_TIMEOUT_MS } from "./fenced-transport.ts";

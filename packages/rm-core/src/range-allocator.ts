@@ -1,8 +1,9 @@
-// Offsets inside one fixed-size arena: first-fit allocation with neighbour coalescing on free.
-// It hands out byte ranges only; what lives in them and who may touch them is the caller's business.
+// Offsets inside one fixed-size region of memory (a shm slab, a registered UCX arena): first-fit
+// allocation with neighbour coalescing on free. It hands out byte ranges only; what lives in them
+// and who may touch them is the caller's business.
 
-/** Range allocator over [0, size). Sizes are rounded up to `align` bytes. */
-export class ArenaAllocator {
+/** Range allocator over [0, size). Sizes are rounded up to `align` bytes (at least one unit). */
+export class RangeAllocator {
   readonly size: number;
   readonly align: number;
   /** Free ranges sorted by offset, never adjacent (coalesced). */
@@ -17,9 +18,19 @@ export class ArenaAllocator {
     this.free = [{ offset: 0, length: size }];
   }
 
+  /** Bytes a range of `length` takes in an allocator with `align`-byte units. */
+  static footprint(length: number, align: number): number {
+    return Math.max(align, Math.ceil(length / align) * align);
+  }
+
+  /** Bytes a range of `length` takes here. */
+  footprint(length: number): number {
+    return RangeAllocator.footprint(length, this.align);
+  }
+
   /** Offset of a fresh range of at least `length` bytes, or -1 when no free range is big enough. */
   allocate(length: number): number {
-    const need = Math.max(this.align, Math.ceil(length / this.align) * this.align);
+    const need = this.footprint(length);
     for (let i = 0; i < this.free.length; i++) {
       const r = this.free[i];
       if (r.length < need) continue;
