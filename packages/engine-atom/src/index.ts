@@ -50,7 +50,3 @@ export const atomEngine: EnginePlugin = {
   name: "atom",
   load: (options) => loadVendorEngine(atomSpec, options),
 };
-
-// rm-core's registry hands this out as an EnginePlugin: the extended contract must stay assignable.
-const asEnginePlugin: EnginePlugin = atomEngine;
-void asEnginePlugin;

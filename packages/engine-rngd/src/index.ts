@@ -38,7 +38,3 @@ export const rngdEngine: EnginePlugin = {
   name: "rngd",
   load: (options) => loadVendorEngine(rngdSpec, options),
 };
-
-// rm-core's registry hands this out as an EnginePlugin: the extended contract must stay assignable.
-const asEnginePlugin: EnginePlugin = rngdEngine;
-void asEnginePlugin;
