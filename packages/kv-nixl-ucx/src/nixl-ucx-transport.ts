@@ -15,6 +15,7 @@ import {
   checkBlobSpec,
   isAirmError,
   kvCrc32,
+  noteBlobCrc32,
   requestIdOf,
   validateKey,
   validateRequestId,
@@ -283,6 +284,8 @@ class NixlUcxTransport implements KVTransport {
     const list = this.pulled.get(rid);
     if (list) list.push({ eng, offset });
     else this.pulled.set(rid, [{ eng, offset }]);
+    // `got` was measured over these very bytes (a copy into `into` above is not noted).
+    noteBlobCrc32(view, got);
     return view;
   }
 

@@ -26,6 +26,8 @@ export interface ExchangeResult {
   payload?: Uint8Array;
   /** Set when the blob's CRC-32 was checked and did not match. */
   crcMismatch?: { sent: number; got: number };
+  /** The CRC-32 computed over the payload as it arrived, when it was checked and matched. */
+  crc?: number;
 }
 
 export interface Exchange {
@@ -264,7 +266,10 @@ export class ClientConnection {
     if (b.kind === BodyKind.Message) r.message = Buffer.from(b.target.buffer, b.target.byteOffset, b.target.byteLength).toString("utf8");
     else if (b.kind === BodyKind.Blob) {
       r.payload = b.target;
-      if (b.checkCrc && b.crcState >>> 0 !== b.h.crc >>> 0) r.crcMismatch = { sent: b.h.crc >>> 0, got: b.crcState >>> 0 };
+      if (b.checkCrc) {
+        if (b.crcState >>> 0 !== b.h.crc >>> 0) r.crcMismatch = { sent: b.h.crc >>> 0, got: b.crcState >>> 0 };
+        else r.crc = b.crcState >>> 0;
+      }
     }
     settle(ex, r);
   }

@@ -12,6 +12,7 @@ import {
   TransportTimeoutError,
   checkBlobSpec,
   kvCrc32,
+  noteBlobCrc32,
   requestIdOf,
   validateKey,
   validateRequestId,
@@ -128,6 +129,7 @@ class TcpTransport implements KVTransport {
           `the bytes were damaged on the way; do not use them, pull again or re-run the request`,
       );
     }
+    if (r.crc !== undefined) noteBlobCrc32(data, r.crc);
     if (this.logBlobs) this.logBlob("blob pulled", key, data);
     return data;
   }
