@@ -373,13 +373,14 @@ export async function createNixlUcxTransport(options: NixlUcxOptions = {}): Prom
   const log = options.log ?? (logRaw !== undefined && ["1", "true", "yes", "on"].includes(logRaw.trim().toLowerCase()));
   const directory = options.directory ?? relayDirectory(options.addr);
   const config = { poolBytes: Math.round(poolMb * 1024 * 1024), tls: options.tls, errMode, spinMs };
-  const engines: UcxEngine[] = [];
-  try {
-    for (let i = 0; i < readLanes; i++) engines.push(await acquireEngine(config));
-  } catch (e) {
+  // The lanes start side by side (each is a thread bringing up its own UCX context).
+  const started = await Promise.allSettled(Array.from({ length: readLanes }, () => acquireEngine(config)));
+  const engines = started.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
+  const failed = started.find((r): r is PromiseRejectedResult => r.status === "rejected");
+  if (failed) {
     for (const engine of engines) releaseEngine(engine);
     await directory.close();
-    throw e;
+    throw failed.reason;
   }
   return new NixlUcxTransport(engines[0], directory, ttlS * 1000, log, engines.slice(1));
 }
