@@ -1,7 +1,7 @@
 import { defineConfig } from "tsup";
 
 export default defineConfig({
-  entry: { index: "src/index.ts", "relay-cli": "src/relay-cli.ts" },
+  entry: { index: "src/index.ts" },
   format: ["esm"],
   dts: true,
   clean: true,

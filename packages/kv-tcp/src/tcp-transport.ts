@@ -1,34 +1,33 @@
-// The `tcp` KV transport: push/pull/release against an airm-kv-relay, CRC-32 per blob (computed
-// here on push, checked here on pull), typed errors, local accounting for stats(). Connections and
-// framing live in relay-client.ts; the relay itself in relay-server.ts.
+// The `tcp` KV transport: push/pull/release of named blobs through an airm-kv-relay (the relay
+// client of @airm/kv-relay), the blob spec and key checks every transport runs, per-blob audit
+// logging, and local accounting for stats(). CRC-32s are computed (or taken from the caller) on
+// push and measured on arrival on pull, and the measured value is returned with the bytes.
 
 import { createHash } from "node:crypto";
 import {
   ConfigError,
-  InvalidKeyError,
-  KVIntegrityError,
-  KV_LAYOUT,
   TransportError,
-  TransportTimeoutError,
   checkBlobSpec,
-  kvCrc32,
-  noteBlobCrc32,
+  defineConfig,
+  flag,
+  int,
+  KV_LAYOUT,
+  opt,
   requestIdOf,
   validateKey,
   validateRequestId,
+  type ConfigValues,
   type ConformanceFixture,
   type KVTransport,
   type KVTransportPlugin,
+  type PulledBlob,
   type PullOptions,
   type PushOptions,
   type TransportStats,
   type TransportSupport,
 } from "@airm/rm-core";
+import { RELAY_CLIENT_CONFIG, RelayClient, parseHostPort, startRelay } from "@airm/kv-relay";
 import { pino, type Logger } from "pino";
-import { FLAG_CRC, Op, Status, encodeHead } from "./frame.ts";
-import { ConnectionLostError, acquirePool, releasePool, settle, type Exchange, type ExchangeResult, type RelayPool } from "./relay-client.ts";
-import { startRelay } from "./relay-server.ts";
-import { DEFAULT_ADDR, envFlag, parseHostPort } from "./tcp-config.ts";
 
 export const TCP_SUPPORT: TransportSupport = {
   scope: ["same-host", "cross-node"],
@@ -38,23 +37,14 @@ export const TCP_SUPPORT: TransportSupport = {
   copyOnly: false,
 };
 
-/** Default wait of a push for relay space, and of a pull for its blob (ms). */
-export const DEFAULT_TIMEOUT_MS = 30_000;
-/** How long past its own wait a pull gives a silent relay before giving up (ms). */
-const ANSWER_GRACE_MS = 5_000;
-const RELEASE_TIMEOUT_MS = 10_000;
-const MAX_WAIT_ARG = 0xffff_ffff;
+/** create()'s options: the relay's address, CRC and audit switches, connections per process. */
+export const TCP_CONFIG = defineConfig("@airm/kv-tcp", {
+  crc: opt(flag(), { env: "AIRM_KV_TCP_CRC", default: true, doc: "0 skips the per-blob CRC-32 (computed by the pusher, checked by the relay and the receiver)." }),
+  log: opt(flag(), { env: "AIRM_KV_TCP_LOG", default: false, doc: "1 logs size and SHA-256 of every blob pushed or pulled (costly: audits only)." }),
+  connections: opt(int({ min: 1, max: 64 }), { default: 2, doc: "Connections per relay address in this process (more did not help on loopback)." }),
+}).with(RELAY_CLIENT_CONFIG);
 
-export interface TcpTransportOptions {
-  /** Relay "host:port" (default AIRM_KV_TCP_ADDR, else 127.0.0.1:7400). */
-  addr?: string;
-  /** Compute and check CRC-32 per blob (default AIRM_KV_TCP_CRC, else true). */
-  crc?: boolean;
-  /** Log size and SHA-256 per blob (default AIRM_KV_TCP_LOG, else false). */
-  log?: boolean;
-  /** Connections per relay address in this process (default 2; more did not help on loopback). */
-  connections?: number;
-}
+export type TcpOptions = ConfigValues<typeof TCP_CONFIG.options>;
 
 let blobLogger: Logger | undefined;
 
@@ -62,7 +52,7 @@ class TcpTransport implements KVTransport {
   readonly name = "tcp";
   readonly support = TCP_SUPPORT;
   private closed = false;
-  private readonly pool: RelayPool;
+  private readonly client: RelayClient;
   /** Bytes pushed by this endpoint and not yet released, per request and key. */
   private readonly held = new Map<string, Map<string, number>>();
   private heldBlobs = 0;
@@ -72,15 +62,13 @@ class TcpTransport implements KVTransport {
   constructor(
     host: string,
     port: number,
-    private readonly crc: boolean,
-    private readonly logBlobs: boolean,
-    connections: number,
+    private readonly o: TcpOptions,
   ) {
-    this.pool = acquirePool(host, port, connections);
+    this.client = new RelayClient(host, port, { crc: o.crc, connections: o.connections });
   }
 
   get address(): string {
-    return this.pool.address;
+    return this.client.address;
   }
 
   async push(key: string, data: Uint8Array, options: PushOptions = {}): Promise<void> {
@@ -88,57 +76,26 @@ class TcpTransport implements KVTransport {
     validateKey(key);
     checkBlobSpec(this, options);
     if (!(data instanceof Uint8Array)) throw new TransportError(`push of ${key}: data must be a Uint8Array, got ${typeof data}`);
-    const deadline = Date.now() + (options.timeoutMs ?? DEFAULT_TIMEOUT_MS);
-    // The caller's CRC-32 when it has one (the relay checks the bytes against it); else computed
-    // at the first send, not here: a burst of pushes then overlaps checksumming with sending.
-    let crc: number | undefined = this.crc ? options.crc32 : 0;
-    const crcOf = () => (crc ??= this.crc ? kvCrc32(data) : 0);
-    if (this.logBlobs) this.logBlob("blob pushed", key, data);
-    for (;;) {
-      const r = await this.exchange(Op.PUSH, key, data, { flags: this.crc ? FLAG_CRC : 0, crc: crcOf, guardMs: deadline - Date.now() });
-      if (r.status === Status.OK) {
-        this.relayExpired = r.arg;
-        this.account(key, data.byteLength);
-        return;
-      }
-      if (r.status !== Status.NO_SPACE) throw this.errorFor(r, key);
-      const left = deadline - Date.now();
-      if (left <= 0) throw new TransportError(`push of ${key} gave up after its timeout: ${r.message}`, "TRANSPORT_NO_SPACE");
-      const wanted = Buffer.alloc(8);
-      wanted.writeUInt32LE(data.byteLength % 0x1_0000_0000, 0);
-      wanted.writeUInt32LE(Math.floor(data.byteLength / 0x1_0000_0000), 4);
-      const w = await this.exchange(Op.WAIT_SPACE, "", wanted, { arg: Math.min(left, MAX_WAIT_ARG), guardMs: left + ANSWER_GRACE_MS, connectMs: left });
-      if (w.status === Status.NO_SPACE) throw new TransportError(`push of ${key} waited ${options.timeoutMs ?? DEFAULT_TIMEOUT_MS} ms for space: ${w.message}`, "TRANSPORT_NO_SPACE");
-      if (w.status !== Status.OK) throw this.errorFor(w, key);
-    }
+    if (this.o.log) this.logBlob("blob pushed", key, data);
+    const { relayExpired } = await this.client.push(key, data, { timeoutMs: options.timeoutMs, crc32: options.crc32 });
+    this.relayExpired = relayExpired;
+    this.account(key, data.byteLength);
   }
 
-  async pull(key: string, options: PullOptions = {}): Promise<Uint8Array> {
+  async pull(key: string, options: PullOptions = {}): Promise<PulledBlob> {
     this.checkOpen();
     validateKey(key);
     checkBlobSpec(this, options);
     if (options.into !== undefined && !(options.into instanceof Uint8Array)) throw new TransportError(`pull of ${key}: \`into\` must be a Uint8Array`);
-    const waitMs = Math.min(Math.max(0, options.timeoutMs ?? DEFAULT_TIMEOUT_MS), MAX_WAIT_ARG);
-    const r = await this.exchange(Op.PULL, key, undefined, { arg: waitMs, guardMs: waitMs + ANSWER_GRACE_MS, connectMs: waitMs, into: options.into });
-    if (r.status !== Status.OK) throw this.errorFor(r, key);
-    const data = r.payload!;
-    if (r.crcMismatch) {
-      throw new KVIntegrityError(
-        "crc32",
-        `blob ${key} from relay ${this.address} has CRC-32 0x${r.crcMismatch.got.toString(16)} but was pushed with 0x${r.crcMismatch.sent.toString(16)}: ` +
-          `the bytes were damaged on the way; do not use them, pull again or re-run the request`,
-      );
-    }
-    if (r.crc !== undefined) noteBlobCrc32(data, r.crc);
-    if (this.logBlobs) this.logBlob("blob pulled", key, data);
-    return data;
+    const blob = await this.client.pull(key, { timeoutMs: options.timeoutMs, into: options.into });
+    if (this.o.log) this.logBlob("blob pulled", key, blob.bytes);
+    return blob;
   }
 
   async release(requestId: string): Promise<void> {
     this.checkOpen();
     validateRequestId(requestId);
-    const r = await this.exchange(Op.RELEASE, requestId, undefined, { guardMs: RELEASE_TIMEOUT_MS });
-    if (r.status !== Status.OK) throw this.errorFor(r, requestId);
+    await this.client.release(requestId);
     const mine = this.held.get(requestId);
     if (mine) {
       for (const bytes of mine.values()) {
@@ -152,8 +109,7 @@ class TcpTransport implements KVTransport {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    this.pool.cancel(this, new TransportError(`tcp transport to ${this.address} was closed while this call was in flight`, "TRANSPORT_CLOSED"));
-    releasePool(this.pool);
+    this.client.close(new TransportError(`tcp transport to ${this.address} was closed while this call was in flight`, "TRANSPORT_CLOSED"));
   }
 
   /** Blobs and bytes this endpoint pushed and has not released; `expired` is the relay's count as of the last push. */
@@ -179,60 +135,6 @@ class TcpTransport implements KVTransport {
     this.heldBytes += bytes;
   }
 
-  private errorFor(r: ExchangeResult, key: string): Error {
-    switch (r.status) {
-      case Status.TIMEOUT:
-        return new TransportTimeoutError(`${r.message}; check that the producer pushes ${key} to the same AIRM_KV_TCP_ADDR (${this.address})`);
-      case Status.NO_SPACE:
-      case Status.TOO_LARGE:
-        return new TransportError(r.message, "TRANSPORT_NO_SPACE");
-      case Status.CRC_MISMATCH:
-        return new KVIntegrityError("crc32", r.message);
-      case Status.INVALID_KEY:
-        return new InvalidKeyError(r.message);
-      default:
-        return new TransportError(`relay ${this.address} answered ${key} with unknown status ${r.status}: ${r.message}`);
-    }
-  }
-
-  /**
-   * One request/answer with the relay. A connection that dies before answering is retried once on a
-   * fresh connection (every op is idempotent). `guardMs` bounds the wait for the answer's header;
-   * `connectMs` (default guardMs) bounds retrying refused connects.
-   */
-  private async exchange(
-    op: number,
-    key: string,
-    payload: Uint8Array | undefined,
-    o: { flags?: number; crc?: number | (() => number); arg?: number; guardMs: number; connectMs?: number; into?: Uint8Array },
-  ): Promise<ExchangeResult> {
-    const { flags = 0, crc = 0, arg = 0, guardMs, into } = o;
-    const start = Date.now();
-    const deadline = start + Math.max(guardMs, 1000);
-    const connectDeadline = start + Math.max(o.connectMs ?? guardMs, 100);
-    const bytes = payload?.byteLength ?? 0;
-    for (let attempt = 0; ; attempt++) {
-      const conn = await this.pool.pick(Math.min(deadline, connectDeadline), bytes);
-      try {
-        this.checkOpen();
-        return await new Promise<ExchangeResult>((resolve, reject) => {
-          const ex: Exchange = { op, key, owner: this, into, checkCrc: this.crc, resolve, reject, settled: false };
-          ex.timer = setTimeout(
-            () => settle(ex, new TransportTimeoutError(`relay ${this.address} did not answer ${opName(op)} ${key} within ${guardMs} ms; is it overloaded or stuck?`)),
-            Math.max(1, deadline - Date.now()),
-          );
-          const head = (tag: number) => encodeHead({ op, flags, status: 0, tag, payloadLength: bytes, crc: typeof crc === "function" ? crc() : crc, arg }, key);
-          conn.send(ex, head, payload);
-        });
-      } catch (e) {
-        if (e instanceof ConnectionLostError && attempt === 0 && Date.now() < deadline && !this.closed) continue;
-        throw e;
-      } finally {
-        conn.unassign(bytes);
-      }
-    }
-  }
-
   private logBlob(what: string, key: string, data: Uint8Array): void {
     blobLogger ??= pino({ name: "airm-kv-tcp", base: undefined }, pino.destination(2));
     const sha256 = createHash("sha256").update(data).digest("hex");
@@ -240,51 +142,32 @@ class TcpTransport implements KVTransport {
   }
 }
 
-function opName(op: number): string {
-  return op === Op.PUSH ? "push of" : op === Op.PULL ? "pull of" : op === Op.RELEASE ? "release of" : "space wait for";
-}
-
-function readOptions(options: Record<string, unknown>): Required<TcpTransportOptions> {
-  const addr = options.addr ?? process.env.AIRM_KV_TCP_ADDR ?? DEFAULT_ADDR;
-  if (typeof addr !== "string" || addr.trim() === "") throw new ConfigError(options.addr !== undefined ? "addr" : "AIRM_KV_TCP_ADDR", `expected "host:port", got ${JSON.stringify(addr)}`);
-  for (const k of ["crc", "log"] as const) {
-    if (options[k] !== undefined && typeof options[k] !== "boolean") throw new ConfigError(k, `expected true or false, got ${JSON.stringify(options[k])}`);
-  }
-  const connections = options.connections ?? 2;
-  if (typeof connections !== "number" || !Number.isInteger(connections) || connections < 1 || connections > 64) {
-    throw new ConfigError("connections", `expected an integer 1..64, got ${JSON.stringify(connections)}`);
-  }
-  return {
-    addr,
-    crc: (options.crc as boolean | undefined) ?? envFlag("AIRM_KV_TCP_CRC", true),
-    log: (options.log as boolean | undefined) ?? envFlag("AIRM_KV_TCP_LOG", false),
-    connections,
-  };
-}
-
 /**
- * Opens a tcp transport endpoint (no connection is made until the first call).
- * Throws ConfigError for a bad address or option.
+ * Opens a tcp transport endpoint (no connection is made until the first call). `options` are
+ * TCP_CONFIG's; unset ones take their defaults (hosts resolve them from the environment through
+ * the plugin). Throws ConfigError for a bad address or option.
  */
-export function createTcpTransport(options: TcpTransportOptions = {}): KVTransport & { readonly address: string } {
-  const o = readOptions(options as Record<string, unknown>);
-  const { host, port } = parseHostPort(o.addr, options.addr !== undefined ? "addr" : "AIRM_KV_TCP_ADDR");
-  if (port === 0) throw new ConfigError("addr", `port 0 is not a relay address: give the port the relay listens on`);
-  return new TcpTransport(host, port, o.crc, o.log, o.connections);
+export function createTcpTransport(options: Partial<TcpOptions> = {}): KVTransport & { readonly address: string } {
+  const o = TCP_CONFIG.resolve({ options });
+  const { host, port } = parseHostPort(o.addr, "addr");
+  if (port === 0) throw new ConfigError("addr", "port 0 is not a relay address: give the port the relay listens on (AIRM_KV_TCP_ADDR)");
+  return new TcpTransport(host, port, o);
 }
 
-export const tcpTransport: KVTransportPlugin = {
+export const tcpTransport: KVTransportPlugin<typeof TCP_CONFIG.options> = {
   kind: "kv_transport",
   name: "tcp",
   support: TCP_SUPPORT,
-  async create(options: Record<string, unknown> = {}) {
-    return createTcpTransport(options as TcpTransportOptions);
+  config: TCP_CONFIG,
+  async create(options) {
+    return createTcpTransport(options);
   },
   /** An in-process relay on a free loopback port, closed by teardown. */
-  async conformance(): Promise<ConformanceFixture> {
+  async conformance(env = {}): Promise<ConformanceFixture> {
+    const o = TCP_CONFIG.resolve({ env });
     const relay = await startRelay({ host: "127.0.0.1", port: 0, maxBytes: 512 * 1024 * 1024, crc: true, log: false });
     return {
-      factory: async () => createTcpTransport({ addr: relay.address }),
+      factory: async () => createTcpTransport({ ...o, addr: relay.address }),
       teardown: () => relay.close(),
     };
   },

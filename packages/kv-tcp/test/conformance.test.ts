@@ -5,7 +5,7 @@ import { tcpTransport } from "../src/index.ts";
 
 let fixture: ConformanceFixture;
 beforeAll(async () => {
-  fixture = await tcpTransport.conformance!();
+  fixture = await tcpTransport.conformance!({});
 });
 afterAll(async () => {
   await fixture?.teardown();

@@ -2,10 +2,11 @@
 // corrupted bytes, timeouts, a full relay, TTL expiry, pooling, and closing.
 
 import net from "node:net";
-import { blobKey, isAirmError, kvCrc32, patternBytes, type KVTransport } from "@airm/rm-core";
+import { blobKey, isAirmError, kvCrc32, patternBytes, type KVTransport, type PulledBlob } from "@airm/rm-core";
+import { frame, spawnRelay, startRelay, type Relay, type RelayProcess } from "@airm/kv-relay";
+import { startFlipProxy } from "@airm/kv-relay/testing";
 import { afterEach, describe, expect, test } from "vitest";
-import { createTcpTransport, frame, startRelay, type Relay } from "../src/index.ts";
-import { spawnRelay, startFlipProxy, type RelayProcess } from "./relay-process.ts";
+import { createTcpTransport } from "../src/index.ts";
 
 const MIB = 1 << 20;
 const cleanups: (() => Promise<unknown>)[] = [];
@@ -37,7 +38,9 @@ async function caught(p: Promise<unknown>): Promise<{ code: string; message: str
   }
   throw new Error("expected an error, but the call succeeded");
 }
-const same = (a: Uint8Array, b: Uint8Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(b);
+/** True when a pulled blob holds exactly `b` (and its measured CRC-32, if any, is right). */
+const same = ({ bytes: a, crc32 }: PulledBlob, b: Uint8Array) =>
+  Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(b) && (crc32 === null || crc32 === kvCrc32(a));
 
 describe("relay restart", () => {
   test("a child-process relay restarted on the same port between requests: the next request works", async () => {
@@ -104,7 +107,8 @@ describe("corrupted bytes on the wire (a real proxy flips one payload byte)", ()
     await transport(r.address).push("c2/0/k", data);
     const got = await transport(proxy.address, { crc: false }).pull("c2/0/k", { timeoutMs: 2000 });
     expect(same(got, data)).toBe(false);
-    expect(got[1000]).toBe(data[1000] ^ 0xff);
+    expect(got.crc32).toBeNull();
+    expect(got.bytes[1000]).toBe(data[1000] ^ 0xff);
   });
 
   test("pusher to relay: the relay refuses the blob (KV_INTEGRITY), counts it, and stores nothing", async () => {
@@ -262,11 +266,11 @@ test("an empty blob crosses as an empty array (with and without `into`)", async 
   const r = await relay();
   const t = transport(r.address);
   await t.push("empty/0/k", new Uint8Array(0));
-  expect((await t.pull("empty/0/k")).byteLength).toBe(0);
+  expect((await t.pull("empty/0/k")).bytes.byteLength).toBe(0);
   const into = new Uint8Array(8);
   const got = await t.pull("empty/0/k", { into });
-  expect(got.byteLength).toBe(0);
-  expect(got.buffer).toBe(into.buffer);
+  expect(got.bytes.byteLength).toBe(0);
+  expect(got.bytes.buffer).toBe(into.buffer);
 });
 
 test("a puller that vanishes mid-transfer leaks no relay memory; a half-sent push is freed too", async () => {

@@ -6,7 +6,7 @@ import { execFileSync } from "node:child_process";
 import { blobKey, isAirmError, patternBytes } from "@airm/rm-core";
 import { afterAll, beforeAll, expect, test } from "vitest";
 import { createTcpTransport } from "../src/index.ts";
-import { spawnRelay, type RelayProcess } from "./relay-process.ts";
+import { spawnRelay, type RelayProcess } from "@airm/kv-relay";
 
 const id = process.pid % 10000;
 const ns = `airm-kvtcp-${id}`;
@@ -61,7 +61,7 @@ test("a 64-blob request crosses a veth link to a relay in another network namesp
     const blobs = Array.from({ length: 64 }, (_, i) => patternBytes(1000 + i, 1 << 20));
     await Promise.all(blobs.map((b, i) => producer.push(blobKey("ns-req", i >> 1, i & 1 ? "v" : "k"), b)));
     const got = await Promise.all(blobs.map((_, i) => consumer.pull(blobKey("ns-req", i >> 1, i & 1 ? "v" : "k"), { timeoutMs: 10_000 })));
-    got.forEach((g, i) => expect(Buffer.from(g.buffer, g.byteOffset, g.byteLength).equals(blobs[i]), `blob ${i}`).toBe(true));
+    got.forEach(({ bytes: g }, i) => expect(Buffer.from(g.buffer, g.byteOffset, g.byteLength).equals(blobs[i]), `blob ${i}`).toBe(true));
     await consumer.release("ns-req");
     // The relay is only reachable through the link: nothing listens on this port on our loopback.
     const local = createTcpTransport({ addr: "127.0.0.1:7400" });
@@ -93,7 +93,7 @@ test("the link goes down during a pull: a typed timeout, not a hang; back up, th
     expect(isAirmError(err, "TRANSPORT_TIMEOUT"), String(err)).toBe(true);
     ip("link", "set", hostIf, "up");
     const got = await t.pull("ns-cut/0/k", { timeoutMs: 5000 });
-    expect(Buffer.from(got).equals(patternBytes(7, 1000))).toBe(true);
+    expect(Buffer.from(got.bytes).equals(patternBytes(7, 1000))).toBe(true);
   } finally {
     try {
       ip("link", "set", hostIf, "up");

@@ -8,8 +8,6 @@ export { expectedTensors, type ExpectedTensor } from "./checkpoint/expected-tens
 export { modelFingerprint, canonicalJson } from "./checkpoint/fingerprint.ts";
 export { f32ToBf16, bf16ToF32, f16BitsToF32 } from "./checkpoint/bf16-convert.ts";
 export { HfTokenizer } from "./tokenizer/hf-tokenizer.ts";
-export { IncrementalDetokenizer, type IncrementalDetokenizerOptions } from "./tokenizer/incremental-detokenizer.ts";
-export { StopStringMatcher, type StopResult } from "./tokenizer/stop-strings.ts";
 export { makeTinyModel, type TinyModelOptions, type TinyModelResult } from "./tiny/make-tiny-model.ts";
 export { KNOWN_MODELS, ModelPullError, defaultCacheDir, listModels, pullModel, resolveCachedModel, type CachedModel, type PullOptions } from "./model-cache/model-cache.ts";
 

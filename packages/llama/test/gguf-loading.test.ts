@@ -10,7 +10,7 @@ import { loadCheckpoint } from "../src/checkpoint/load-checkpoint.ts";
 import { ModelLoadError } from "../src/checkpoint/model-load-error.ts";
 import type { Checkpoint } from "../src/checkpoint-types.ts";
 import { listModels } from "../src/model-cache/model-cache.ts";
-import { IncrementalDetokenizer } from "../src/tokenizer/incremental-detokenizer.ts";
+import { IncrementalDetokenizer } from "@airm/rm-core";
 import { makeTinyModel, CHATML_TEMPLATE } from "../src/tiny/make-tiny-model.ts";
 import { TYPE_IDS, f16Bits, f32, ggufBytes, i32s, lcg, permuteForGguf, quantQ4_0, quantQ4_1, quantQ8_0, str, strs, u32, type GgufTensor, type MetaValue } from "./fixtures/io/gguf-writer.ts";
 

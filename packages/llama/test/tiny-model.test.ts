@@ -9,7 +9,7 @@ import { isAirmError } from "@airm/rm-core";
 import { loadCheckpoint } from "../src/checkpoint/load-checkpoint.ts";
 import { makeTinyModel } from "../src/tiny/make-tiny-model.ts";
 import { trainByteLevelBpe, byteLevelWords } from "../src/tokenizer/byte-level-bpe.ts";
-import { IncrementalDetokenizer } from "../src/tokenizer/incremental-detokenizer.ts";
+import { IncrementalDetokenizer } from "@airm/rm-core";
 import { TRAINING_CORPUS } from "../src/tiny/training-corpus.ts";
 
 const root = mkdtempSync(join(tmpdir(), "llama-tiny-"));

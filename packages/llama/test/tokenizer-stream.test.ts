@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { HfTokenizer } from "../src/tokenizer/hf-tokenizer.ts";
-import { IncrementalDetokenizer } from "../src/tokenizer/incremental-detokenizer.ts";
-import { StopStringMatcher } from "../src/tokenizer/stop-strings.ts";
+import { IncrementalDetokenizer } from "@airm/rm-core";
+import { StopStringMatcher } from "@airm/rm-core";
 import { byteTokenizerJson } from "./fixtures/io/hf-folder.ts";
 
 const tok = new HfTokenizer(byteTokenizerJson(), { clean_up_tokenization_spaces: false }, { file: "tokenizer.json", bosTokenId: null, eosTokenIds: [2] });

@@ -1,6 +1,7 @@
 // The dtype/layout check every transport runs on push and pull against what it declared.
 
-import { KV_LAYOUT, type PullOptions, type PushOptions, type TransportSupport } from "./contracts.ts";
+import type { PullOptions, PushOptions, TransportSupport } from "./contracts.ts";
+import { KV_LAYOUT } from "./kv-layout.ts";
 import { TransportError, UnsupportedError } from "./errors.ts";
 
 /**

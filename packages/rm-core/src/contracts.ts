@@ -2,6 +2,9 @@
 // copy-only), engines and workloads. Plain types only; implementations live in their packages
 // and are checked by annotation (`export const shm: KVTransportPlugin = {...}`).
 
+import type { ConfigSpec, ConfigValues, OptionMap } from "./config/config-spec.ts";
+import type { KVDtype } from "./kv-layout.ts";
+
 /** The plugin groups hosts resolve by name. */
 export const GROUPS = ["airm.kv_transports", "airm.workloads"] as const;
 export type PluginGroup = (typeof GROUPS)[number];
@@ -9,9 +12,6 @@ export type PluginGroup = (typeof GROUPS)[number];
 // ---------------------------------------------------------------------------------------------
 // KV transports
 
-/** The only KV layout: K [layers, kv_heads, head_dim, S], V [layers, kv_heads, S, head_dim]. */
-export const KV_LAYOUT = "rngd-pd/v1";
-export type KVDtype = "bf16" | "fp16";
 /** Where a transport moves bytes: same machine only, or across nodes. */
 export type TransportScope = "same-host" | "cross-node";
 /** The memory kinds a transport reads from and writes to. */
@@ -110,14 +110,59 @@ export interface ConformanceFixture {
   skip?: string;
 }
 
-export interface KVTransportPlugin {
+export interface KVTransportPlugin<S extends OptionMap = OptionMap> {
   readonly kind: "kv_transport";
   readonly name: string;
   readonly support: TransportSupport;
-  /** Open an endpoint. Options are transport-specific; environment variables fill the rest. */
-  create(options?: Record<string, unknown>): Promise<KVTransport | CopyOnlyTransport>;
-  /** The set-up the conformance cases run against (a dedicated folder, an in-process relay...). */
-  conformance?(): Promise<ConformanceFixture>;
+  /** Every option create() takes, with its environment variable, default and meaning. */
+  readonly config: ConfigSpec<S>;
+  /**
+   * Opens an endpoint with resolved options. Hosts call `openTransport` (rm-core), which resolves
+   * them from explicit options and the host's environment and refuses unknown or bad ones.
+   */
+  create(options: ConfigValues<S>): Promise<KVTransport | CopyOnlyTransport>;
+  /**
+   * The set-up the conformance cases run against (a dedicated folder, an in-process relay...),
+   * configured from `env` as the host would configure create().
+   */
+  conformance?(env?: Record<string, string | undefined>): Promise<ConformanceFixture>;
+}
+
+/**
+ * A process a transport needs beside the workers, declared in the plugin's package.json entry
+ * (`"sidecar": {...}`) and started by `airm up` (or a chart's extra Deployment) before the workers.
+ * In `args` and `env`, "{host}", "{port}" and "{addr}" (host:port) are replaced.
+ */
+export interface SidecarSpec {
+  /** Transports that name the same sidecar share one process. */
+  name: string;
+  /** The package whose bin runs it (default: the plugin's own package). */
+  package?: string;
+  bin: string;
+  args: string[];
+  /** Port it listens on unless the launcher picks another. */
+  port: number;
+  /** Variables every worker (and the sidecar) gets so that they find it. */
+  env: Record<string, string>;
+  /** How a launcher tells it is up: a TCP connect, or an HTTP GET of a path answering 200. */
+  ready: "tcp" | { http: string };
+}
+
+/**
+ * A folder of the transport's own that one cluster's workers share (e.g. the shm root): the
+ * launcher creates `<under>/<prefix><launcher pid>`, passes it in `env`, removes it at the end and
+ * sweeps folders whose launcher is gone.
+ */
+export interface ClusterDirSpec {
+  env: string;
+  under: string;
+  prefix: string;
+}
+
+/** What a transport's package.json entry may declare besides its export. */
+export interface TransportEntryMeta {
+  sidecar?: SidecarSpec;
+  clusterDir?: ClusterDirSpec;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -160,15 +205,14 @@ export interface SamplingParams {
   seed?: number;
 }
 
+/** What to run: the model and the compiled shape. How (threads, caches, devices) is the engine's config. */
 export interface EngineLoadOptions {
   model: string;
   backend?: string;
   chip?: number;
   seqLen?: number;
   batch?: number;
-  threads?: number;
-  env?: NodeJS.ProcessEnv;
-  /** Compiled variants; default from AIRM_VARIANTS or every default batch at seqLen. */
+  /** Compiled variants; default from the engine's config (AIRM_VARIANTS) or every default batch at seqLen. */
   variants?: EngineVariant[];
 }
 
@@ -297,10 +341,21 @@ export interface Engine {
   close(): Promise<void>;
 }
 
-export interface EnginePlugin {
+export interface EnginePlugin<S extends OptionMap = OptionMap> {
   readonly kind: "engine";
   readonly name: string;
-  load(options: EngineLoadOptions): Promise<Engine>;
+  /** The engine's settings (threads, caches, device discovery...), with their variables. */
+  readonly config: ConfigSpec<S>;
+  /** Loads the model. `config` is the resolved config (default: every option at its default). */
+  load(options: EngineLoadOptions, config?: ConfigValues<S>): Promise<Engine>;
+}
+
+/** Roles a worker can run. */
+export type WorkerRole = "prefill" | "decode" | "solo";
+
+/** What an engine's package.json entry declares: the `--backend` names it runs and in which roles. */
+export interface EngineEntryMeta {
+  backends: Record<string, { roles: WorkerRole[] }>;
 }
 
 // ---------------------------------------------------------------------------------------------

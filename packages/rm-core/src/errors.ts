@@ -17,7 +17,8 @@ export type AirmErrorCode =
   | "CONTEXT_OVERFLOW"
   | "CONFIG"
   | "DEVICE"
-  | "MODEL_LOAD";
+  | "MODEL_LOAD"
+  | "USAGE";
 
 export class AirmError extends Error {
   readonly code: AirmErrorCode;
@@ -49,6 +50,23 @@ export class UnknownPluginError extends AirmError {
     this.group = group;
     this.pluginName = name;
     this.installed = installed;
+  }
+}
+
+/** Two packages declare the same plugin name in one group: the host cannot tell which is meant. */
+export class DuplicatePluginError extends AirmError {
+  readonly group: string;
+  readonly pluginName: string;
+  readonly packages: string[];
+  constructor(group: string, name: string, packages: string[]) {
+    super(
+      "PLUGIN_SHAPE",
+      `plugin "${name}" of group "${group}" is declared by ${packages.map((p) => `"${p}"`).join(" and ")}; ` +
+        `a name must come from one package: remove one of them from the host's dependencies (or AIRM_PLUGINS), or rename one plugin`,
+    );
+    this.group = group;
+    this.pluginName = name;
+    this.packages = packages;
   }
 }
 
@@ -126,5 +144,12 @@ export class ConfigError extends AirmError {
 export class DeviceError extends AirmError {
   constructor(message: string, options?: { cause?: unknown }) {
     super("DEVICE", message, options);
+  }
+}
+
+/** A command line that cannot be run as given (unknown flag, bad value): the bin exits 2. */
+export class UsageError extends AirmError {
+  constructor(message: string) {
+    super("USAGE", message);
   }
 }

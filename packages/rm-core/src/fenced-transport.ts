@@ -2,7 +2,7 @@
 // returns only once the completion fence (wait) reports every copy done. The handle lives in
 // this process, so a pull from another process times out with a message that says so.
 
-import type { CopyHandle, CopyOnlyTransport, KVTransport, PullOptions, PushOptions, TransportSupport } from "./contracts.ts";
+import type { CopyHandle, CopyOnlyTransport, KVTransport, PulledBlob, PullOptions, PushOptions, TransportSupport } from "./contracts.ts";
 import { TransportError, TransportTimeoutError } from "./errors.ts";
 import { requestIdOf, validateKey, validateRequestId } from "./kv-key.ts";
 import { checkBlobSpec } from "./blob-spec.ts";
@@ -32,7 +32,7 @@ export class FencedTransport implements KVTransport {
     this.waiters.delete(key);
   }
 
-  async pull(key: string, options: PullOptions = {}): Promise<Uint8Array> {
+  async pull(key: string, options: PullOptions = {}): Promise<PulledBlob> {
     this.ensureOpen();
     validateKey(key);
     checkBlobSpec(this.inner, options);
@@ -68,9 +68,9 @@ export class FencedTransport implements KVTransport {
         throw new TransportError(`${this.name}: destination of ${status.data.byteLength} bytes needed for ${key}, got ${options.into.byteLength}`);
       }
       options.into.set(status.data);
-      return options.into.subarray(0, status.data.byteLength);
+      return { bytes: options.into.subarray(0, status.data.byteLength), crc32: null };
     }
-    return status.data;
+    return { bytes: status.data, crc32: null };
   }
 
   async release(requestId: string): Promise<void> {

@@ -1,5 +1,5 @@
 import { describe, expect, test } from "vitest";
-import { blobBytes, decodeManifest, encodeManifest, kvCrc32, noteBlobCrc32, validateManifest, verifyBlob, type KVManifest } from "./kv-manifest.ts";
+import { blobBytes, decodeManifest, encodeManifest, kvCrc32, validateManifest, verifyBlob, type KVManifest } from "./kv-manifest.ts";
 import { KVIntegrityError } from "./errors.ts";
 
 function manifest(over: Partial<KVManifest> = {}): KVManifest {
@@ -78,18 +78,18 @@ describe("KV manifest", () => {
     expect(fieldOf(() => verifyBlob(m, 0, "k", bad))).toBe("crc");
     expect(fieldOf(() => verifyBlob(m, 0, "k", k0.subarray(1)))).toBe("bytes");
   });
-  test("verifyBlob compares the CRC a transport noted for the array with the manifest", () => {
+  test("verifyBlob compares the CRC a transport measured on arrival with the manifest", () => {
     const k0 = new Uint8Array(blobBytes(manifest())).map((_, i) => i);
     const m = manifest({ crc: { k: [kvCrc32(k0), 0], v: [0, 0] } });
     // A transport measured a different CRC on arrival than the manifest carries: refused.
-    const arrived = new Uint8Array(k0);
-    noteBlobCrc32(arrived, kvCrc32(k0) ^ 1);
-    expect(fieldOf(() => verifyBlob(m, 0, "k", arrived))).toBe("crc");
-    // The noted value is per array: another array with the same bytes is computed and passes.
-    expect(() => verifyBlob(m, 0, "k", new Uint8Array(k0))).not.toThrow();
-    const ok = new Uint8Array(k0);
-    noteBlobCrc32(ok, kvCrc32(k0));
-    expect(() => verifyBlob(m, 0, "k", ok)).not.toThrow();
+    expect(fieldOf(() => verifyBlob(m, 0, "k", { bytes: new Uint8Array(k0), crc32: kvCrc32(k0) ^ 1 }))).toBe("crc");
+    // The measured value is what is compared: right bytes with a wrong measurement fail, and
+    // bytes without a measurement are computed here and pass.
+    expect(() => verifyBlob(m, 0, "k", { bytes: new Uint8Array(k0), crc32: null })).not.toThrow();
+    expect(() => verifyBlob(m, 0, "k", { bytes: new Uint8Array(k0), crc32: kvCrc32(k0) })).not.toThrow();
+    const damaged = new Uint8Array(k0);
+    damaged[3] ^= 1;
+    expect(fieldOf(() => verifyBlob(m, 0, "k", { bytes: damaged, crc32: null }))).toBe("crc");
   });
   test("garbage bytes are a manifest error, not a crash", () => {
     expect(fieldOf(() => decodeManifest(new Uint8Array([0xff, 0xfe, 0x00])))).toBe("manifest");

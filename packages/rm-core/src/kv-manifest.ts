@@ -4,7 +4,8 @@
 
 import { crc32 } from "@node-rs/crc32";
 import { KVIntegrityError } from "./errors.ts";
-import { KV_LAYOUT, type KVDtype } from "./contracts.ts";
+import type { PulledBlob } from "./contracts.ts";
+import { KV_LAYOUT, layerBytes, type KVDtype } from "./kv-layout.ts";
 import { blobKey, validateRequestId } from "./kv-key.ts";
 
 export interface KVManifest {
@@ -30,11 +31,9 @@ export type ManifestExpectation = Partial<
   Pick<KVManifest, "layout" | "dtype" | "S" | "layers" | "kvHeads" | "headDim" | "modelFingerprint" | "numericsFingerprint">
 > & { maxN?: number };
 
-const DTYPE_BYTES: Record<KVDtype, number> = { bf16: 2, fp16: 2 };
-
-/** Bytes of one blob (one layer's K or V): kv_heads x head_dim x S x element size. */
+/** Bytes of one blob of the manifest's request (see layerBytes). */
 export function blobBytes(m: Pick<KVManifest, "kvHeads" | "headDim" | "S" | "dtype">): number {
-  return m.kvHeads * m.headDim * m.S * DTYPE_BYTES[m.dtype];
+  return layerBytes(m, m.S, m.dtype);
 }
 
 export function kvCrc32(data: Uint8Array): number {
@@ -87,28 +86,19 @@ export function validateManifest(input: unknown, expect: ManifestExpectation = {
   return m;
 }
 
-/** CRC-32s transports measured over the very arrays their pulls returned (see noteBlobCrc32). */
-const measuredCrc = new WeakMap<Uint8Array, number>();
-
 /**
- * For transports: `bytes`, the array a pull is about to return, has CRC-32 `crc`, computed over
- * these bytes as they arrived. verifyBlob then compares that value with the manifest instead of
- * reading the blob once more (a transport that checks CRCs on the way already read it).
+ * Throws KVIntegrityError("crc") unless the blob's length and CRC-32 match the manifest. A pulled
+ * blob whose transport measured its CRC-32 on arrival is compared by that value; otherwise (and
+ * for plain arrays) the CRC is computed here.
  */
-export function noteBlobCrc32(bytes: Uint8Array, crc: number): void {
-  measuredCrc.set(bytes, crc >>> 0);
-}
-
-/**
- * Throws KVIntegrityError("crc") unless the blob's length and CRC-32 match the manifest. The CRC
- * is the one the transport measured on arrival when it noted one, else computed here.
- */
-export function verifyBlob(m: KVManifest, layer: number, kind: "k" | "v", data: Uint8Array): void {
+export function verifyBlob(m: KVManifest, layer: number, kind: "k" | "v", blob: PulledBlob | Uint8Array): void {
+  const data = blob instanceof Uint8Array ? blob : blob.bytes;
+  const measured = blob instanceof Uint8Array ? null : blob.crc32;
   const want = blobBytes(m);
   if (data.byteLength !== want) {
     throw new KVIntegrityError("bytes", `KV blob ${blobKey(m.requestId, layer, kind)} has ${data.byteLength} bytes, expected ${want}`);
   }
-  const got = measuredCrc.get(data) ?? kvCrc32(data);
+  const got = measured ?? kvCrc32(data);
   const crc = m.crc[kind][layer];
   if (got !== crc) {
     throw new KVIntegrityError(

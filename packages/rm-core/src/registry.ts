@@ -1,13 +1,16 @@
-// The plugin registry: finds plugins declared in the `airm` field of the host's dependencies,
-// imports each lazily once per process, and hands them out by (group, name). Hosts never import
-// a plugin; they ask here. One registry per process, even when two copies of rm-core load.
+// The plugin registry: finds plugins declared in the `airm` field of the host's dependencies
+// (and of the folders AIRM_PLUGINS names), imports each lazily once per process, and hands them
+// out by (group, name), with what their package.json entry declares (an engine's backends, a
+// transport's sidecar). Hosts never import a plugin; they ask here. Two packages declaring one
+// name is an error naming both. One registry per process, even when two copies of rm-core load.
 
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readFileSync, realpathSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import type { AnyPlugin, EnginePlugin, KVTransportPlugin, PluginGroup, WorkloadPlugin } from "./contracts.ts";
-import { ConfigError, PluginShapeError, UnknownPluginError } from "./errors.ts";
+import { ConfigError, DuplicatePluginError, PluginShapeError, UnknownPluginError } from "./errors.ts";
+import { RM_CORE_CONFIG } from "./rm-core-config.ts";
 
 export type PluginFor<G extends string> = G extends "airm.kv_transports"
   ? KVTransportPlugin
@@ -15,12 +18,22 @@ export type PluginFor<G extends string> = G extends "airm.kv_transports"
     ? EnginePlugin | WorkloadPlugin
     : AnyPlugin;
 
-interface Entry {
+/** What the registry knows of a plugin before importing it. */
+export interface PluginEntry {
   group: string;
   name: string;
   /** The package that declared it, or "(registered)". */
   source: string;
+  /** The declaring package's folder (null for registered plugins). */
+  dir: string | null;
+  /** The package.json entry's other fields (e.g. `backends`, `sidecar`); {} for registered plugins. */
+  meta: Record<string, unknown>;
+}
+
+interface Entry extends PluginEntry {
   load(): Promise<unknown>;
+  /** Other packages declaring the same name (an error at use). */
+  clashes: string[];
 }
 
 interface PackageJson {
@@ -30,7 +43,7 @@ interface PackageJson {
   exports?: unknown;
   dependencies?: Record<string, string>;
   optionalDependencies?: Record<string, string>;
-  airm?: Record<string, Record<string, { export?: string; module?: string }>>;
+  airm?: Record<string, Record<string, { export?: string; module?: string; [k: string]: unknown }>>;
 }
 
 function readJson(file: string): PackageJson {
@@ -84,13 +97,16 @@ function checkShape(group: string, name: string, source: string, value: unknown)
   };
   if (typeof p !== "object" || p === null) fail(`export is ${p === null ? "null" : typeof p}, expected a plugin object`);
   if (p!.name !== name) fail(`plugin.name is ${JSON.stringify(p!.name)}, expected ${JSON.stringify(name)}`);
+  const config = p!.config as { resolve?: unknown } | undefined;
   if (group === "airm.kv_transports") {
     if (p!.kind !== "kv_transport") fail(`plugin.kind must be "kv_transport", got ${JSON.stringify(p!.kind)}`);
     if (typeof p!.create !== "function") fail("plugin.create must be a function");
     if (typeof p!.support !== "object" || p!.support === null) fail("plugin.support must describe scope, tiers, dtypes and copyOnly");
+    if (typeof config?.resolve !== "function") fail("plugin.config must be a ConfigSpec (defineConfig from @airm/rm-core) declaring create()'s options");
   } else if (group === "airm.workloads") {
     if (p!.kind === "engine") {
       if (typeof p!.load !== "function") fail("an engine plugin needs a load(options) function");
+      if (typeof config?.resolve !== "function") fail("an engine plugin needs a config (defineConfig from @airm/rm-core)");
     } else if (p!.kind === "workload") {
       if (typeof p!.run !== "function") fail("a workload plugin needs a run(workload, config) function");
     } else fail(`plugin.kind must be "engine" or "workload", got ${JSON.stringify(p!.kind)}`);
@@ -128,7 +144,7 @@ export class Registry {
   register(group: PluginGroup | string, plugin: AnyPlugin | { name: string; load(): Promise<AnyPlugin> }): void {
     const source = "(registered)";
     const load = "load" in plugin && !("kind" in plugin) ? () => plugin.load() : async () => plugin;
-    this.manual.set(`${group}\0${plugin.name}`, { group, name: plugin.name, source, load });
+    this.manual.set(`${group}\0${plugin.name}`, { group, name: plugin.name, source, dir: null, meta: {}, load, clashes: [] });
     this.loaded.delete(`${group}\0${plugin.name}`);
   }
 
@@ -141,8 +157,30 @@ export class Registry {
 
   /** Where a plugin comes from: its package name, or "(registered)". */
   sourceOf(group: string, name: string): string | undefined {
+    return this.find(group, name)?.source;
+  }
+
+  /**
+   * What `group` holds, without importing anything: name, package, folder and the declared
+   * metadata. Throws DuplicatePluginError when two packages declare one name.
+   */
+  entries(group: PluginGroup | string): PluginEntry[] {
+    return this.list(group).map((name) => this.entry(group, name)!);
+  }
+
+  /** One entry (see entries), or undefined when nothing declares it. Throws DuplicatePluginError. */
+  entry(group: PluginGroup | string, name: string): PluginEntry | undefined {
+    const e = this.find(group, name);
+    if (!e) return undefined;
+    const { load: _load, clashes: _clashes, ...rest } = e;
+    return rest;
+  }
+
+  private find(group: string, name: string): Entry | undefined {
     const id = `${group}\0${name}`;
-    return (this.manual.get(id) ?? this.scan().get(id))?.source;
+    const e = this.manual.get(id) ?? this.scan().get(id);
+    if (e && e.clashes.length) throw new DuplicatePluginError(group, name, [e.source, ...e.clashes]);
+    return e;
   }
 
   /**
@@ -153,7 +191,7 @@ export class Registry {
     const id = `${group}\0${name}`;
     let p = this.loaded.get(id);
     if (!p) {
-      const entry = this.manual.get(id) ?? this.scan().get(id);
+      const entry = this.find(group, name);
       if (!entry) throw new UnknownPluginError(group, name, this.list(group));
       p = entry.load().then((v) => checkShape(group, name, entry.source, v));
       p.catch(() => this.loaded.delete(id));
@@ -174,8 +212,22 @@ export class Registry {
     if (this.discovered) return this.discovered;
     const found = new Map<string, Entry>();
     if (!this.discover) return (this.discovered = found);
-    const hosts = this.hosts.length ? this.hosts : [process.env.AIRM_HOST_ROOT ?? findPackageRoot(process.cwd())].filter(Boolean);
-    for (const host of hosts as string[]) {
+    // The registry is the process's one view of what is installed, so it reads its own two
+    // variables from the process environment (see RM_CORE_CONFIG).
+    const cfg = RM_CORE_CONFIG.resolve({ env: process.env });
+    const base = this.hosts.length ? this.hosts : [cfg.hostRoot ?? findPackageRoot(process.cwd())].filter((h): h is string => Boolean(h));
+    const hosts = [...base, ...(cfg.plugins ?? []).map((p) => {
+      const root = findPackageRoot(p);
+      if (!root || !existsSync(join(p, "package.json"))) throw new ConfigError("AIRM_PLUGINS", `${p} is not a package folder (no package.json); list plugin package folders separated by ":"`);
+      return root;
+    })];
+    const realDirs = new Map<string, string>();
+    const real = (d: string) => {
+      let r = realDirs.get(d);
+      if (r === undefined) realDirs.set(d, (r = realpathSync(d)));
+      return r;
+    };
+    for (const host of hosts) {
       const hostPkgFile = join(host, "package.json");
       if (!existsSync(hostPkgFile)) continue;
       const hostPkg = readJson(hostPkgFile);
@@ -192,13 +244,22 @@ export class Registry {
           const group = `airm.${field}`;
           for (const [name, spec] of Object.entries(entries ?? {})) {
             const id = `${group}\0${name}`;
-            if (found.has(id)) continue;
+            const seen = found.get(id);
+            if (seen) {
+              // The same package reached through two hosts is one plugin; another package is a clash.
+              if (real(seen.dir!) !== real(dir) && !seen.clashes.includes(pkgName)) seen.clashes.push(pkgName);
+              continue;
+            }
             const file = spec.module ? join(dir, spec.module) : entryFile(dir, pkg);
             const exportName = spec.export ?? "default";
+            const { export: _e, module: _m, ...meta } = spec;
             found.set(id, {
               group,
               name,
               source: pkgName,
+              dir,
+              meta,
+              clashes: [],
               load: async () => {
                 let mod: Record<string, unknown>;
                 try {

@@ -2,13 +2,15 @@
 // for a process started by a supervisor that set AIRM_PARENT_PID, that supervisor being gone
 // (a SIGKILLed `airm up` must not leave its parts holding their ports).
 
+import { RM_CORE_CONFIG } from "./rm-core-config.ts";
+
 /**
  * Resolves with the reason ("SIGINT", "SIGTERM" or "parent exited") once the process should stop.
  * The parent check polls `process.ppid` every `pollMs` (it changes when the parent dies).
  */
-export function untilStopSignal(env: NodeJS.ProcessEnv = process.env, pollMs = 500): Promise<string> {
+export function untilStopSignal(env: NodeJS.ProcessEnv | Record<string, string | undefined>, pollMs = 500): Promise<string> {
   return new Promise((resolve) => {
-    const parent = Number(env.AIRM_PARENT_PID);
+    const parent = RM_CORE_CONFIG.resolve({ env }).parentPid ?? 0;
     let timer: NodeJS.Timeout | undefined;
     const done = (why: string) => {
       process.off("SIGINT", onInt);

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, test } from "vitest";
-import { FencedTransport, Registry, kvTransportSuite, selectTransport, transportName, isAirmError, type KVTransportPlugin } from "../src/index.ts";
+import { FencedTransport, Registry, defineConfig, flag, kvTransportSuite, opt, selectTransport, transportName, isAirmError, type KVTransportPlugin } from "../src/index.ts";
 import { HostCopyTransport, mapTransport } from "./fixtures/memory-transports.ts";
 
 describe("FencedTransport over a copy-only transport (one process)", () => {
@@ -73,8 +73,9 @@ describe("selectTransport", () => {
     return r;
   }
   const support = { scope: ["same-host" as const], tiers: ["host-dram" as const], dtypes: ["bf16" as const], layouts: ["rngd-pd/v1"], copyOnly: false };
-  const plain = (name: string): KVTransportPlugin => ({ kind: "kv_transport", name, support, create: async () => ({ ...mapTransport(), name }) });
-  const copyOnly: KVTransportPlugin = { kind: "kv_transport", name: "p2p", support: { ...support, copyOnly: true }, create: async () => new HostCopyTransport() };
+  const none = defineConfig("fixture", {});
+  const plain = (name: string): KVTransportPlugin => ({ kind: "kv_transport", name, support, config: none, create: async () => ({ ...mapTransport(), name }) });
+  const copyOnly: KVTransportPlugin = { kind: "kv_transport", name: "p2p", support: { ...support, copyOnly: true }, config: none, create: async () => new HostCopyTransport() };
 
   test("explicit name, else AIRM_KV_TRANSPORT, else shm", async () => {
     expect(transportName({ env: {} })).toBe("shm");
@@ -90,6 +91,30 @@ describe("selectTransport", () => {
     const t = await selectTransport({ registry: registryWith(copyOnly), name: "p2p" });
     expect(t).toBeInstanceOf(FencedTransport);
     expect(t.support.copyOnly).toBe(false);
+  });
+
+  test("the plugin's options come from its config: explicit options win over the environment; bad ones are named", async () => {
+    const seen: unknown[] = [];
+    const config = defineConfig("fixture opts", { fast: opt(flag(), { env: "FIXTURE_FAST", default: false, doc: "go fast" }) });
+    const p: KVTransportPlugin<typeof config.options> = {
+      kind: "kv_transport",
+      name: "opts",
+      support,
+      config,
+      create: async (o) => {
+        seen.push(o);
+        return mapTransport();
+      },
+    };
+    const r = registryWith(p as KVTransportPlugin);
+    await selectTransport({ registry: r, name: "opts", env: {} });
+    await selectTransport({ registry: r, name: "opts", env: { FIXTURE_FAST: "1" } });
+    await selectTransport({ registry: r, name: "opts", env: { FIXTURE_FAST: "1" }, options: { fast: false } });
+    expect(seen).toEqual([{ fast: false }, { fast: true }, { fast: false }]);
+    const bad = await selectTransport({ registry: r, name: "opts", env: { FIXTURE_FAST: "maybe" } }).catch((e) => e);
+    expect([bad.code, bad.key]).toEqual(["CONFIG", "FIXTURE_FAST"]);
+    const unknown = await selectTransport({ registry: r, name: "opts", options: { slow: true } }).catch((e) => e);
+    expect([unknown.code, unknown.key]).toEqual(["CONFIG", "slow"]);
   });
 
   test("an unknown name never falls back", async () => {

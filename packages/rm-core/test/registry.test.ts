@@ -25,18 +25,23 @@ beforeAll(() => {
   root = mkdtempSync(join(tmpdir(), "airm-registry-"));
   host = join(root, "host");
   const store = join(root, "store");
-  const transport = `export const demo = { kind: "kv_transport", name: "demo", support: { scope: ["same-host"], tiers: ["host-dram"], dtypes: ["bf16"], layouts: ["rngd-pd/v1"], copyOnly: false }, async create() { return { name: "demo" }; } };
+  const config = `{ resolve: () => ({}) }`;
+  const transport = `export const demo = { kind: "kv_transport", name: "demo", config: ${config}, support: { scope: ["same-host"], tiers: ["host-dram"], dtypes: ["bf16"], layouts: ["rngd-pd/v1"], copyOnly: false }, async create() { return { name: "demo" }; } };
 globalThis.__demoImports = (globalThis.__demoImports ?? 0) + 1;`;
   writePlugin(join(store, "demo-plugin"), "demo-plugin", { kv_transports: { demo: { export: "demo" } } }, transport);
   writePlugin(join(store, "bad-shape"), "bad-shape", { kv_transports: { broken: { export: "broken" } } }, `export const broken = { kind: "kv_transport", name: "broken" };`);
   writePlugin(join(store, "no-export"), "no-export", { workloads: { ghost: { export: "ghost" } } }, `export const other = 1;`);
-  writePlugin(join(store, "engine-x"), "engine-x", { workloads: { ex: { export: "ex" } } }, `export const ex = { kind: "engine", name: "ex", async load() { return {}; } };`);
+  writePlugin(join(store, "engine-x"), "engine-x", { workloads: { ex: { export: "ex", backends: { "ex-fast": { roles: ["decode"] } } } } }, `export const ex = { kind: "engine", name: "ex", config: ${config}, async load() { return {}; } };`);
+  writePlugin(join(store, "lazy-x"), "lazy-x", { workloads: { lazy: { export: "lazy", backends: { lz: { roles: ["solo"] } } } } }, `globalThis.__lazyImports = 1; export const lazy = {};`);
+  // a second package declaring "demo": refused where the clash is visible (AIRM_PLUGINS test below)
+  writePlugin(join(store, "demo-again"), "demo-again", { kv_transports: { demo: { export: "demo" } } }, transport);
+  writePlugin(join(store, "extra-plugin"), "extra-plugin", { kv_transports: { extra: { export: "extra", sidecar: { name: "x" } } } }, transport.replaceAll("demo", "extra"));
   writePlugin(join(store, "not-a-dep"), "not-a-dep", { kv_transports: { hidden: {} } }, `export default {};`);
   mkdirSync(join(host, "node_modules"), { recursive: true });
-  for (const p of ["demo-plugin", "bad-shape", "no-export", "engine-x"]) symlinkSync(join(store, p), join(host, "node_modules", p), "dir");
+  for (const p of ["demo-plugin", "bad-shape", "no-export", "engine-x", "lazy-x"]) symlinkSync(join(store, p), join(host, "node_modules", p), "dir");
   writeFileSync(
     join(host, "package.json"),
-    JSON.stringify({ name: "host", type: "module", dependencies: { "demo-plugin": "1", "bad-shape": "1", "no-export": "1", "engine-x": "1" }, optionalDependencies: { "absent-optional": "1" } }),
+    JSON.stringify({ name: "host", type: "module", dependencies: { "demo-plugin": "1", "bad-shape": "1", "no-export": "1", "engine-x": "1", "lazy-x": "1" }, optionalDependencies: { "absent-optional": "1" } }),
   );
 });
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -46,7 +51,7 @@ describe("registry discovery", () => {
     const r = new Registry();
     r.addHost(host);
     expect(r.list("airm.kv_transports")).toEqual(["broken", "demo"]);
-    expect(r.list("airm.workloads")).toEqual(["ex", "ghost"]);
+    expect(r.list("airm.workloads")).toEqual(["ex", "ghost", "lazy"]);
     expect(r.sourceOf("airm.kv_transports", "demo")).toBe("demo-plugin");
   });
 
@@ -97,10 +102,27 @@ describe("registry discovery", () => {
     expect(r.list("airm.kv_transports")).not.toContain("hidden");
   });
 
+  test("entries() tells what a package.json entry declares without importing the plugin", () => {
+    const r = new Registry();
+    r.addHost(host);
+    expect(r.entry("airm.workloads", "ex")).toEqual({ group: "airm.workloads", name: "ex", source: "engine-x", dir: expect.stringContaining("engine-x"), meta: { backends: { "ex-fast": { roles: ["decode"] } } } });
+    expect(r.entries("airm.kv_transports").map((e) => e.name)).toEqual(["broken", "demo"]);
+    expect(r.entry("airm.workloads", "lazy")?.meta).toEqual({ backends: { lz: { roles: ["solo"] } } });
+    expect((globalThis as { __lazyImports?: number }).__lazyImports).toBeUndefined();
+  });
+
+  test("a plugin without a config spec is refused with its package named", async () => {
+    const r = new Registry();
+    r.register("airm.kv_transports", { load: async () => ({ kind: "kv_transport", name: "noconf", support: {}, create: async () => ({}) }) as never, name: "noconf" });
+    const err = await r.load("airm.kv_transports", "noconf").catch((e) => e);
+    expect(err).toBeInstanceOf(PluginShapeError);
+    expect(err.message).toContain("plugin.config must be a ConfigSpec");
+  });
+
   test("register() adds a plugin by hand and wins over discovery", async () => {
     const r = new Registry();
     r.addHost(host);
-    const mine = { kind: "kv_transport" as const, name: "demo", support: { scope: [], tiers: [], dtypes: [], layouts: [], copyOnly: false }, create: async () => ({}) as never };
+    const mine = { kind: "kv_transport" as const, name: "demo", support: { scope: [], tiers: [], dtypes: [], layouts: [], copyOnly: false }, config: { resolve: () => ({}) } as never, create: async () => ({}) as never };
     r.register("airm.kv_transports", mine);
     expect(await r.load("airm.kv_transports", "demo")).toBe(mine);
     expect(r.sourceOf("airm.kv_transports", "demo")).toBe("(registered)");
@@ -126,6 +148,24 @@ describe("one registry per process", () => {
     `;
     const out = execFileSync(process.execPath, ["--import", tsxLoader, "--input-type=module", "-e", script], { cwd: host, encoding: "utf8" });
     expect(JSON.parse(out.trim().split("\n").pop()!)).toEqual({ same: true, plugin: true, crossBrand: true, imports: 1 });
+  });
+
+  test("AIRM_PLUGINS adds plugin folders; a name two packages declare is refused naming both (child process)", () => {
+    const script = `
+      const { registry } = await import(${JSON.stringify(join(rmCoreSrc, "index.ts"))});
+      registry.addHost(${JSON.stringify(host)});
+      const names = registry.list("airm.kv_transports");
+      const sidecar = registry.entry("airm.kv_transports", "extra").meta.sidecar;
+      const err = await registry.load("airm.kv_transports", "demo").catch((e) => e);
+      console.log(JSON.stringify({ names, sidecar, code: err.code, message: err.message }));
+    `;
+    const env = { ...process.env, AIRM_PLUGINS: [join(root, "store", "extra-plugin"), join(root, "store", "demo-again")].join(":") };
+    const out = execFileSync(process.execPath, ["--import", tsxLoader, "--input-type=module", "-e", script], { cwd: host, encoding: "utf8", env });
+    const r = JSON.parse(out.trim().split("\n").pop()!);
+    expect(r.names).toEqual(["broken", "demo", "extra"]);
+    expect(r.sidecar).toEqual({ name: "x" });
+    expect(r.code).toBe("PLUGIN_SHAPE");
+    expect(r.message).toContain('"demo-plugin" and "demo-again"');
   });
 
   test("with no host added, the package around the working directory is the host (child process)", () => {

@@ -1,46 +1,58 @@
 // airm-conformance <group> <name>: loads a plugin through the registry (from the current
 // package's dependencies) and runs its group's conformance cases. Ends with `N passed, N failed`.
 
-import { parseArgs } from "node:util";
+import { defineCommand } from "../config/command-line.ts";
 import { isAirmError } from "../errors.ts";
 import { registry } from "../registry.ts";
+import { RM_CORE_CONFIG } from "../rm-core-config.ts";
 import { runKVTransportConformance } from "./suite.ts";
 
-const USAGE = `usage: airm-conformance <group> <name>
-
-Runs the rm-core conformance cases against the plugin <name> of <group>, found through the
-dependencies of the package in the current directory (or AIRM_HOST_ROOT).
+const command = defineCommand({
+  name: "airm-conformance",
+  summary: "runs the rm-core conformance cases against one installed plugin",
+  usage: ["airm-conformance <group> <name>"],
+  flags: {},
+  positionals: { min: 2, max: 2 },
+  env: [RM_CORE_CONFIG],
+  notes: `The plugin <name> of <group> is found through the dependencies of the package in the current
+directory (or AIRM_HOST_ROOT, plus AIRM_PLUGINS), and configured from this environment as a
+worker would configure it.
 
   group   airm.kv_transports
   name    a transport name, e.g. shm, tcp, nixl-ucx
 
-Exit status is non-zero if any case fails or the plugin cannot be loaded.`;
+Exit status is non-zero if any case fails or the plugin cannot be loaded.`,
+});
 
-export async function main(argv = process.argv.slice(2)): Promise<number> {
-  const { positionals, values } = parseArgs({ args: argv, allowPositionals: true, options: { help: { type: "boolean", short: "h" } } });
-  if (values.help) {
-    console.log(USAGE);
-    return 0;
-  }
-  if (positionals.length !== 2) {
-    console.error(USAGE);
+export async function main(argv = process.argv.slice(2), env: Record<string, string | undefined> = process.env): Promise<number> {
+  let parsed;
+  try {
+    parsed = command.parse(argv);
+  } catch (e) {
+    console.error(`${(e as Error).message}\n\n${command.help()}`);
     return 2;
   }
-  const [group, name] = positionals;
+  if (parsed.help) {
+    process.stdout.write(command.help());
+    return 0;
+  }
+  const [group, name] = parsed.positionals;
   if (group !== "airm.kv_transports") {
     console.error(`airm-conformance: no conformance cases for group "${group}"; known: airm.kv_transports`);
     return 2;
   }
   let plugin;
+  let fixture;
   try {
     plugin = await registry.load(group, name);
+    const p = plugin;
+    fixture = p.conformance
+      ? await p.conformance(env)
+      : { factory: async () => (await p.create(p.config.resolve({ env }))) as never, teardown: async () => {} };
   } catch (e) {
     console.error(`airm-conformance: ${isAirmError(e) ? e.message : String(e)}`);
     return 2;
   }
-  const fixture = plugin.conformance
-    ? await plugin.conformance()
-    : { factory: async () => (await plugin.create()) as never, teardown: async () => {} };
   console.log(`conformance ${group} ${name} (${registry.sourceOf(group, name)})`);
   let results;
   try {

@@ -3,7 +3,7 @@
 
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import type { KVTransport } from "../contracts.ts";
+import type { KVTransport, PulledBlob } from "../contracts.ts";
 import { isAirmError } from "../errors.ts";
 import { blobKey } from "../kv-key.ts";
 import { kvCrc32 } from "../kv-manifest.ts";
@@ -54,14 +54,21 @@ async function expectCode(p: Promise<unknown>, code: string, what: string): Prom
   assert.ok(threw, `${what}: expected ${code}, but it succeeded`);
 }
 
+/** Asserts a pulled blob holds exactly `want` and that a CRC-32 it reports is the bytes' own. */
+function assertBlob(got: PulledBlob, want: Uint8Array, what: string): void {
+  const b = got.bytes;
+  assert.ok(b instanceof Uint8Array, `${what}: pull must resolve to {bytes: Uint8Array, crc32}`);
+  assert.equal(b.byteLength, want.byteLength, `${what}: length`);
+  assert.ok(Buffer.from(b.buffer, b.byteOffset, b.byteLength).equals(want), `${what}: bytes differ`);
+  if (got.crc32 !== null) assert.equal(got.crc32, kvCrc32(b), `${what}: the reported crc32 is not the CRC-32 of the returned bytes`);
+}
+
 async function roundTrip(ctx: KVCaseContext, sizes: number[], tag: string): Promise<void> {
   const rid = ctx.rid(tag);
   const blobs = sizes.map((n, i) => patternBytes(i + 1 + n, n));
   for (let i = 0; i < sizes.length; i++) await ctx.producer.push(blobKey(rid, i, "k"), blobs[i]);
   for (let i = 0; i < sizes.length; i++) {
-    const got = await ctx.consumer.pull(blobKey(rid, i, "k"), { timeoutMs: 5000 });
-    assert.equal(got.byteLength, sizes[i], `blob ${i} length`);
-    assert.ok(Buffer.from(got.buffer, got.byteOffset, got.byteLength).equals(blobs[i]), `blob ${i} of ${sizes[i]} bytes differs`);
+    assertBlob(await ctx.consumer.pull(blobKey(rid, i, "k"), { timeoutMs: 5000 }), blobs[i], `blob ${i} of ${sizes[i]} bytes`);
   }
   await ctx.consumer.release(rid);
   await ctx.producer.release(rid);
@@ -100,10 +107,8 @@ export const kvTransportCases: ConformanceCase<KVCaseContext>[] = [
       for (let l = 0; l < 32; l++) {
         for (const kind of ["k", "v"] as const) {
           const got = await ctx.consumer.pull(blobKey(rid, l, kind), { timeoutMs: 5000 });
-          assert.equal(got.byteLength, 1 << 20, `layer ${l} ${kind} length`);
-          const want = patternBytes(l * 2 + (kind === "v" ? 1 : 0) + 77, 1 << 20);
-          assert.ok(Buffer.from(got.buffer, got.byteOffset, got.byteLength).equals(want), `layer ${l} ${kind} differs`);
-          assert.ok(crcs[i++].equals(Buffer.from(got.subarray(0, 64))), `layer ${l} ${kind} head bytes differ`);
+          assertBlob(got, patternBytes(l * 2 + (kind === "v" ? 1 : 0) + 77, 1 << 20), `layer ${l} ${kind}`);
+          assert.ok(crcs[i++].equals(Buffer.from(got.bytes.subarray(0, 64))), `layer ${l} ${kind} head bytes differ`);
         }
       }
       await ctx.consumer.release(rid);
@@ -119,8 +124,8 @@ export const kvTransportCases: ConformanceCase<KVCaseContext>[] = [
       await ctx.producer.push(blobKey(rid, 0, "v"), data);
       const dest = new Uint8Array(400_000);
       const got = await ctx.consumer.pull(blobKey(rid, 0, "v"), { timeoutMs: 5000, into: dest });
-      assert.equal(got.byteLength, data.byteLength, "pulled length");
-      assert.ok(got.buffer === dest.buffer, "result must be a view of the destination");
+      assertBlob(got, data, "pulled into a destination");
+      assert.ok(got.bytes.buffer === dest.buffer, "result must be a view of the destination");
       assert.ok(Buffer.from(dest.subarray(0, data.byteLength)).equals(data), "destination bytes differ");
       await ctx.consumer.release(rid);
       await ctx.producer.release(rid);
@@ -135,8 +140,7 @@ export const kvTransportCases: ConformanceCase<KVCaseContext>[] = [
       const pulled = ctx.consumer.pull(blobKey(rid, 3, "k"), { timeoutMs: 10_000 });
       await new Promise((r) => setTimeout(r, 150));
       await ctx.producer.push(blobKey(rid, 3, "k"), data);
-      const got = await pulled;
-      assert.ok(Buffer.from(got.buffer, got.byteOffset, got.byteLength).equals(data), "late-pushed blob differs");
+      assertBlob(await pulled, data, "late-pushed blob");
       await ctx.consumer.release(rid);
       await ctx.producer.release(rid);
     },
@@ -180,9 +184,7 @@ export const kvTransportCases: ConformanceCase<KVCaseContext>[] = [
           await ctx.producer.push(blobKey(rid, 0, "k"), data[i][0]);
           await ctx.producer.push(blobKey(rid, 1, "k"), data[i][1]);
           const got = await Promise.all(pulls);
-          for (let l = 0; l < 2; l++) {
-            assert.ok(Buffer.from(got[l].buffer, got[l].byteOffset, got[l].byteLength).equals(data[i][l]), `request ${i} layer ${l} mixed up`);
-          }
+          for (let l = 0; l < 2; l++) assertBlob(got[l], data[i][l], `request ${i} layer ${l}`);
         }),
       );
       for (const rid of rids) {
@@ -221,8 +223,7 @@ export const kvTransportCases: ConformanceCase<KVCaseContext>[] = [
       const data = patternBytes(77, 256 * 1024 + 3);
       const key = blobKey(rid, 0, "k");
       await ctx.producer.push(key, data, { crc32: kvCrc32(data) });
-      const got = await ctx.consumer.pull(key, { timeoutMs: 10_000 });
-      assert.ok(Buffer.from(got.buffer, got.byteOffset, got.byteLength).equals(data), "the blob pushed with its crc32 arrived changed");
+      assertBlob(await ctx.consumer.pull(key, { timeoutMs: 10_000 }), data, "the blob pushed with its crc32");
       for (const bad of [-1, 2 ** 32, 1.5, Number.NaN]) {
         await expectCode(ctx.producer.push(blobKey(rid, 1, "k"), data, { crc32: bad }), "TRANSPORT_ERROR", `push with crc32 ${bad}`);
       }

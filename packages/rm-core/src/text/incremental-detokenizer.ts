@@ -1,8 +1,7 @@
 // Turns a stream of token ids into text pieces without ever emitting half a UTF-8 character: a
 // piece is released only when the decoded tail no longer ends in U+FFFD (an incomplete byte
-// sequence). The pieces concatenate to tokenizer.decode(all ids). Knows nothing about sampling.
-
-import type { Tokenizer } from "../checkpoint-types.ts";
+// sequence). The pieces concatenate to tokenizer.decode(all ids). Knows only a tokenizer's
+// decode; the worker uses it for completion text, @airm/llama's tools for their output.
 
 const REPLACEMENT = "\uFFFD";
 /** Tokens kept before the unread ones so the decoder sees context (leading spaces, merges). */
@@ -22,7 +21,10 @@ export class IncrementalDetokenizer {
   private readonly decodeOptions: { skipSpecialTokens?: boolean };
   private emitted = "";
 
-  constructor(private readonly tokenizer: Pick<Tokenizer, "decode">, options: IncrementalDetokenizerOptions = {}) {
+  constructor(
+    private readonly tokenizer: { decode(ids: number[], options?: { skipSpecialTokens?: boolean }): string },
+    options: IncrementalDetokenizerOptions = {},
+  ) {
     this.decodeOptions = { skipSpecialTokens: options.skipSpecialTokens ?? false };
   }
 

@@ -1,8 +1,17 @@
-// Byte geometry of layout rngd-pd/v1 for one layer: K [kv_heads, head_dim, S], V [kv_heads, S,
-// head_dim], bf16. Sizes, shape checks for imported KV, and copying one position between caches.
+// The one KV layout, rngd-pd/v1, and its byte geometry: per layer K [kv_heads, head_dim, S] and
+// V [kv_heads, S, head_dim], bf16. Blob sizes (what a transport moves per layer and K|V), shape
+// checks for imported KV, and copying positions between caches. Every package takes these from
+// here: the model's caches, the engines, the manifest and the transports.
 
-import { KVIntegrityError } from "@airm/rm-core";
-import type { KVBlobs } from "@airm/rm-core";
+import type { KVBlobs } from "./contracts.ts";
+import { KVIntegrityError } from "./errors.ts";
+
+/** The only KV layout: K [layers, kv_heads, head_dim, S], V [layers, kv_heads, S, head_dim]. */
+export const KV_LAYOUT = "rngd-pd/v1";
+export type KVDtype = "bf16" | "fp16";
+
+/** Bytes per element of each KV dtype. */
+export const KV_DTYPE_BYTES: Record<KVDtype, number> = { bf16: 2, fp16: 2 };
 
 export interface KVGeometry {
   layers: number;
@@ -10,9 +19,9 @@ export interface KVGeometry {
   headDim: number;
 }
 
-/** Bytes of one layer's K (or V) blob at context S. */
-export function layerBytes(g: KVGeometry, S: number): number {
-  return g.kvHeads * g.headDim * S * 2;
+/** Bytes of one blob (one layer's K or V) at context S: kv_heads x head_dim x S x element size. */
+export function layerBytes(g: Pick<KVGeometry, "kvHeads" | "headDim">, S: number, dtype: KVDtype = "bf16"): number {
+  return g.kvHeads * g.headDim * S * KV_DTYPE_BYTES[dtype];
 }
 
 /** Bytes of a whole request's KV (K and V, every layer) at context S. */

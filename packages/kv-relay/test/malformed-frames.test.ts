@@ -5,8 +5,7 @@ import { once } from "node:events";
 import net from "node:net";
 import { patternBytes } from "@airm/rm-core";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { createTcpTransport, frame, startRelay, type Relay } from "../src/index.ts";
-import { spawnRelay, type RelayProcess } from "./relay-process.ts";
+import { RelayClient, frame, spawnRelay, startRelay, type Relay, type RelayProcess } from "../src/index.ts";
 
 const { HEADER_BYTES, Op, encodeHead, encodeHeader } = frame;
 
@@ -65,7 +64,7 @@ describe("in-process relay", () => {
   afterAll(() => relay.close());
 
   test.each(cases)("$name closes that connection only ($reason)", async (c) => {
-    const good = createTcpTransport({ addr: relay.address });
+    const good = RelayClient.connect(relay.address);
     try {
       const key = `ok-${c.reason}/0/k`;
       await good.push(key, patternBytes(1, 50_000)); // connected before the bad frame
@@ -77,9 +76,9 @@ describe("in-process relay", () => {
       seen.set(c.reason, (seen.get(c.reason) ?? 0) + 1);
       expect(await relay.metricsText()).toMatch(new RegExp(`^airm_kv_relay_frames_rejected_total\\{reason="${c.reason}"\\} ${seen.get(c.reason)}$`, "m"));
       const got = await good.pull(key, { timeoutMs: 2000 }); // the same pooled connection still works
-      expect(Buffer.from(got).equals(patternBytes(1, 50_000))).toBe(true);
+      expect(Buffer.from(got.bytes).equals(patternBytes(1, 50_000))).toBe(true);
     } finally {
-      await good.close();
+      good.close();
     }
   });
 
@@ -104,21 +103,21 @@ describe("child-process relay", () => {
   afterAll(() => relay.stop());
 
   test("the reason for closing is logged on stderr and other clients keep being served", async () => {
-    const good = createTcpTransport({ addr: relay.address });
+    const good = RelayClient.connect(relay.address);
     try {
       await good.push("child/0/k", patternBytes(3, 4096));
       const h = header();
       h[4] = 2;
       await sendRaw(relay.port, h);
       await sendRaw(relay.port, header({ keyLength: 999 }));
-      expect(Buffer.from(await good.pull("child/0/k")).equals(patternBytes(3, 4096))).toBe(true);
+      expect(Buffer.from((await good.pull("child/0/k")).bytes).equals(patternBytes(3, 4096))).toBe(true);
       await new Promise((r) => setTimeout(r, 100));
       const lines = relay.stderr().trim().split("\n").map((l) => JSON.parse(l) as { reason?: string; msg: string });
       expect(lines.find((l) => l.reason === "unknown_version")?.msg).toMatch(/unknown protocol version 2/);
       expect(lines.find((l) => l.reason === "key_too_long")?.msg).toMatch(/key length 999 exceeds 200/);
       expect(relay.proc.exitCode).toBeNull();
     } finally {
-      await good.close();
+      good.close();
     }
   });
 });

@@ -23,23 +23,28 @@ import {
 } from "./frame.ts";
 import { RelayMetrics, startMetricsServer, type MetricsServer } from "./relay-metrics.ts";
 import { feed, stagedOnRead } from "./staged-read.ts";
-import { DEFAULT_MAX_MB, DEFAULT_TTL_S, envFlag, envNumber, formatHostPort } from "./tcp-config.ts";
+import { formatHostPort } from "./address.ts";
+import { RELAY_CONFIG } from "./relay-config.ts";
 
 export interface RelayOptions {
   /** Address to listen on (default 127.0.0.1). */
   host?: string;
   /** TCP port (default 7400; 0 picks a free one). */
   port?: number;
-  /** Byte cap on blob memory (default AIRM_KV_TCP_MAX_MB MiB, else 1024 MiB). */
+  /** Byte cap on blob memory (default 1024 MiB; the CLI reads AIRM_KV_TCP_MAX_MB). */
   maxBytes?: number;
-  /** Lifetime of an unreleased blob in ms (default AIRM_KV_TCP_TTL_S s, else 300 s). */
+  /** Lifetime of an unreleased blob in ms (default 300 s; the CLI reads AIRM_KV_TCP_TTL_S). */
   ttlMs?: number;
   /** Port of the /metrics and /health HTTP server (0 picks one; unset: none). */
   metricsPort?: number;
-  /** Check the pusher's CRC-32 on push (default AIRM_KV_TCP_CRC, else true). */
+  /** Check the pusher's CRC-32 on push (default true). */
   crc?: boolean;
-  /** Log size and SHA-256 of every blob stored (default AIRM_KV_TCP_LOG, else false). */
+  /** Log size and SHA-256 of every blob stored (default false). */
   log?: boolean;
+  /** Reuse pre-touched blob buffers (default true; measurements only). */
+  reusePool?: boolean;
+  /** Read payloads straight into their blob buffer (default true; measurements only). */
+  directReads?: boolean;
 }
 
 export interface RelayServer {
@@ -678,19 +683,18 @@ export class Relay implements RelayServer {
 }
 
 /**
- * Starts a relay. Options override the AIRM_KV_TCP_* variables (see tcp-config.ts).
- * Throws ConfigError for a bad variable, or the listen error (EADDRINUSE...) as is.
+ * Starts a relay; unset options take RELAY_CONFIG's defaults (the CLI resolves them from the
+ * AIRM_KV_TCP_* variables). Throws the listen error (EADDRINUSE...) as is.
  */
 export async function startRelay(opts: RelayOptions = {}): Promise<Relay> {
-  const maxBytes = opts.maxBytes ?? Math.floor(envNumber("AIRM_KV_TCP_MAX_MB", DEFAULT_MAX_MB) * 1024 * 1024);
-  const ttlMs = opts.ttlMs ?? envNumber("AIRM_KV_TCP_TTL_S", DEFAULT_TTL_S) * 1000;
+  const d = RELAY_CONFIG.resolve({});
   const relay = new Relay({
-    maxBytes,
-    ttlMs,
-    crc: opts.crc ?? envFlag("AIRM_KV_TCP_CRC", true),
-    log: opts.log ?? envFlag("AIRM_KV_TCP_LOG", false),
-    reusePool: envFlag("AIRM_KV_TCP_POOL", true),
-    directReads: envFlag("AIRM_KV_TCP_DIRECT_READS", true),
+    maxBytes: opts.maxBytes ?? Math.floor(d.maxMb * 1024 * 1024),
+    ttlMs: opts.ttlMs ?? d.ttlS * 1000,
+    crc: opts.crc ?? d.crc,
+    log: opts.log ?? d.log,
+    reusePool: opts.reusePool ?? d.reusePool,
+    directReads: opts.directReads ?? d.directReads,
   });
   await relay.listen(opts.host ?? "127.0.0.1", opts.port ?? 7400, opts.metricsPort);
   return relay;

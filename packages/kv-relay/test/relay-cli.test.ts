@@ -6,8 +6,7 @@ import { createHash } from "node:crypto";
 import { fileURLToPath } from "node:url";
 import { patternBytes } from "@airm/rm-core";
 import { afterEach, expect, test } from "vitest";
-import { ENV_VARS, createTcpTransport } from "../src/index.ts";
-import { spawnRelay, type RelayProcess } from "./relay-process.ts";
+import { RELAY_CONFIG, RelayClient, spawnRelay, type RelayProcess } from "../src/index.ts";
 
 const bin = fileURLToPath(new URL("../bin/airm-kv-relay.mjs", import.meta.url));
 const running: RelayProcess[] = [];
@@ -19,7 +18,7 @@ test("--help lists every option and every environment variable", () => {
   const r = spawnSync(process.execPath, [bin, "--help"], { encoding: "utf8" });
   expect(r.status).toBe(0);
   for (const opt of ["--listen", "--metrics-port", "--max-mb", "--ttl-s", "--no-crc", "--log", "--help"]) expect(r.stdout).toContain(opt);
-  for (const name of Object.keys(ENV_VARS)) expect(r.stdout).toContain(name);
+  for (const name of RELAY_CONFIG.envNames()) expect(r.stdout).toContain(name);
 });
 
 test("bad arguments exit 2 with a message naming the problem", () => {
@@ -27,7 +26,7 @@ test("bad arguments exit 2 with a message naming the problem", () => {
   for (const args of bad) {
     const r = spawnSync(process.execPath, [bin, ...args], { encoding: "utf8" });
     expect(r.status, args.join(" ")).toBe(2);
-    expect(r.stderr).toMatch(/airm-kv-relay: /);
+    expect(r.stderr).toMatch(/airm-kv-relay/);
   }
   const env = spawnSync(process.execPath, [bin, "--listen", "127.0.0.1:0"], { encoding: "utf8", env: { ...process.env, AIRM_KV_TCP_TTL_S: "soon" } });
   expect(env.status).toBe(2);
@@ -38,7 +37,7 @@ test("metrics and health over HTTP reflect what the relay holds; SIGTERM stops i
   const relay = await spawnRelay(["--listen", "127.0.0.1:0", "--metrics-port", "0", "--max-mb", "8"]);
   running.push(relay);
   const mport = Number(/metrics on port (\d+)/.exec(relay.stdout())![1]);
-  const t = createTcpTransport({ addr: relay.address });
+  const t = RelayClient.connect(relay.address);
   try {
     await t.push("m/0/k", patternBytes(1, 300_000));
     await t.push("m/0/v", patternBytes(2, 200_000));
@@ -50,7 +49,7 @@ test("metrics and health over HTTP reflect what the relay holds; SIGTERM stops i
     expect(text).toMatch(/^airm_kv_relay_connections [12]$/m);
     expect(text).toMatch(/^airm_kv_relay_crc_failures_total 0$/m);
   } finally {
-    await t.close();
+    t.close();
   }
   expect(await relay.stop()).toBe(0);
 });
@@ -59,11 +58,11 @@ test("--log writes size and SHA-256 of each stored blob", async () => {
   const relay = await spawnRelay(["--listen", "127.0.0.1:0", "--log"]);
   running.push(relay);
   const data = patternBytes(5, 123_457);
-  const t = createTcpTransport({ addr: relay.address });
+  const t = RelayClient.connect(relay.address);
   try {
     await t.push("audit/0/k", data);
   } finally {
-    await t.close();
+    t.close();
   }
   await new Promise((r) => setTimeout(r, 100));
   const line = relay

@@ -1,13 +1,14 @@
 // The client side of the relay protocol: a per-process pool of connections per relay address,
 // each multiplexing exchanges by tag and reading every payload straight into its destination
-// (net.connect onread). Knows frames, sockets and reconnecting; the KVTransport semantics
-// (errors, accounting, CRC policy) live in tcp-transport.ts.
+// (net.connect onread), and RelayClient, whose push/pull/release turn the relay's statuses into
+// rm-core's typed errors. Knows frames, sockets and reconnecting; what a blob means (a KV layer,
+// a UCX descriptor) is the caller's.
 
 import net from "node:net";
 import { crc32 } from "@node-rs/crc32";
-import { TransportError } from "@airm/rm-core";
-import { FLAG_CRC, HEADER_BYTES, MAGIC, Op, PROTOCOL_VERSION, RESPONSE_BIT, Status, decodeHeader, type FrameHeader } from "./frame.ts";
-import { formatHostPort } from "./tcp-config.ts";
+import { InvalidKeyError, KVIntegrityError, TransportError, TransportTimeoutError, kvCrc32 } from "@airm/rm-core";
+import { FLAG_CRC, HEADER_BYTES, MAGIC, Op, PROTOCOL_VERSION, RESPONSE_BIT, Status, decodeHeader, encodeHead, type FrameHeader } from "./frame.ts";
+import { formatHostPort, parseHostPort } from "./address.ts";
 import { stagedOnRead } from "./staged-read.ts";
 
 /** The connection carrying an exchange closed before its answer arrived (the exchange may be retried). */
@@ -375,4 +376,167 @@ export function releasePool(p: RelayPool): void {
   if (--p.users > 0) return;
   p.destroy();
   if (pools.get(p.address) === p) pools.delete(p.address);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The calls: push (waiting for space), pull (waiting for the blob), release, with the relay's
+// statuses turned into rm-core's typed errors.
+
+/** Default wait of a push for relay space, and of a pull for its blob (ms). */
+export const DEFAULT_TIMEOUT_MS = 30_000;
+/** How long past its own wait a call gives a silent relay before giving up (ms). */
+const ANSWER_GRACE_MS = 5_000;
+const RELEASE_TIMEOUT_MS = 10_000;
+const MAX_WAIT_ARG = 0xffff_ffff;
+
+export interface RelayClientOptions {
+  /** Send and check CRC-32s (a push computes one unless given; a pull checks the relay's). */
+  crc: boolean;
+  /** Connections per relay address in this process. */
+  connections: number;
+}
+
+/**
+ * One user of the relay at an address: push, pull and release over the process's shared pool of
+ * connections. A call whose connection dies before the answer is retried once on a fresh one
+ * (every op is idempotent); refused connects are retried until the call's own deadline.
+ */
+export class RelayClient {
+  private readonly pool: RelayPool;
+  private closed = false;
+
+  constructor(
+    host: string,
+    port: number,
+    private readonly o: RelayClientOptions,
+  ) {
+    this.pool = acquirePool(host, port, o.connections);
+  }
+
+  /** A client of the relay at "host:port" (CRC on, 2 connections unless given). Throws ConfigError. */
+  static connect(addr: string, options: Partial<RelayClientOptions> = {}): RelayClient {
+    const { host, port } = parseHostPort(addr, "addr");
+    return new RelayClient(host, port, { crc: options.crc ?? true, connections: options.connections ?? 2 });
+  }
+
+  get address(): string {
+    return this.pool.address;
+  }
+
+  /**
+   * Stores `data` under `key`, waiting up to `timeoutMs` for space. Returns the relay's count of
+   * expired blobs. Throws TransportError (NO_SPACE, unreachable), KVIntegrityError (the relay found
+   * the bytes did not match `crc32`), InvalidKeyError.
+   */
+  async push(key: string, data: Uint8Array, options: { timeoutMs?: number; crc32?: number } = {}): Promise<{ relayExpired: number }> {
+    const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    const deadline = Date.now() + timeoutMs;
+    // The caller's CRC-32 when it has one (the relay checks the bytes against it); else computed
+    // at the first send, not here: a burst of pushes then overlaps checksumming with sending.
+    let crc: number | undefined = this.o.crc ? options.crc32 : 0;
+    const crcOf = () => (crc ??= this.o.crc ? kvCrc32(data) : 0);
+    for (;;) {
+      const r = await this.exchange(Op.PUSH, key, data, { flags: this.o.crc ? FLAG_CRC : 0, crc: crcOf, guardMs: deadline - Date.now() });
+      if (r.status === Status.OK) return { relayExpired: r.arg };
+      if (r.status !== Status.NO_SPACE) throw this.errorFor(r, key);
+      const left = deadline - Date.now();
+      if (left <= 0) throw new TransportError(`push of ${key} gave up after its timeout: ${r.message}`, "TRANSPORT_NO_SPACE");
+      const wanted = Buffer.alloc(8);
+      wanted.writeUInt32LE(data.byteLength % 0x1_0000_0000, 0);
+      wanted.writeUInt32LE(Math.floor(data.byteLength / 0x1_0000_0000), 4);
+      const w = await this.exchange(Op.WAIT_SPACE, "", wanted, { arg: Math.min(left, MAX_WAIT_ARG), guardMs: left + ANSWER_GRACE_MS, connectMs: left });
+      if (w.status === Status.NO_SPACE) throw new TransportError(`push of ${key} waited ${timeoutMs} ms for space: ${w.message}`, "TRANSPORT_NO_SPACE");
+      if (w.status !== Status.OK) throw this.errorFor(w, key);
+    }
+  }
+
+  /**
+   * The blob under `key`, waiting up to `timeoutMs` for it to be pushed; into `into` when given.
+   * `crc32` is the CRC measured over the bytes as they arrived (null without CRCs). Throws
+   * TransportTimeoutError, KVIntegrityError (damaged on the way), TransportError.
+   */
+  async pull(key: string, options: { timeoutMs?: number; into?: Uint8Array } = {}): Promise<{ bytes: Uint8Array; crc32: number | null }> {
+    const waitMs = Math.min(Math.max(0, options.timeoutMs ?? DEFAULT_TIMEOUT_MS), MAX_WAIT_ARG);
+    const r = await this.exchange(Op.PULL, key, undefined, { arg: waitMs, guardMs: waitMs + ANSWER_GRACE_MS, connectMs: waitMs, into: options.into });
+    if (r.status !== Status.OK) throw this.errorFor(r, key);
+    if (r.crcMismatch) {
+      throw new KVIntegrityError(
+        "crc32",
+        `blob ${key} from relay ${this.address} has CRC-32 0x${r.crcMismatch.got.toString(16)} but was pushed with 0x${r.crcMismatch.sent.toString(16)}: ` +
+          `the bytes were damaged on the way; do not use them, pull again or re-run the request`,
+      );
+    }
+    return { bytes: r.payload!, crc32: r.crc ?? null };
+  }
+
+  /** Frees every blob of one request in the relay. Throws TransportError, InvalidKeyError. */
+  async release(requestId: string): Promise<void> {
+    const r = await this.exchange(Op.RELEASE, requestId, undefined, { guardMs: RELEASE_TIMEOUT_MS });
+    if (r.status !== Status.OK) throw this.errorFor(r, requestId);
+  }
+
+  /** Cancels this client's calls in flight with `error` and drops its share of the pool. */
+  close(error: Error = new TransportError(`relay client for ${this.address} was closed while this call was in flight`, "TRANSPORT_CLOSED")): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.pool.cancel(this, error);
+    releasePool(this.pool);
+  }
+
+  private errorFor(r: ExchangeResult, key: string): Error {
+    switch (r.status) {
+      case Status.TIMEOUT:
+        return new TransportTimeoutError(`${r.message}; check that the producer pushes ${key} to the same relay (${this.address}, AIRM_KV_TCP_ADDR)`);
+      case Status.NO_SPACE:
+      case Status.TOO_LARGE:
+        return new TransportError(r.message, "TRANSPORT_NO_SPACE");
+      case Status.CRC_MISMATCH:
+        return new KVIntegrityError("crc32", r.message);
+      case Status.INVALID_KEY:
+        return new InvalidKeyError(r.message);
+      default:
+        return new TransportError(`relay ${this.address} answered ${key} with unknown status ${r.status}: ${r.message}`);
+    }
+  }
+
+  /**
+   * One request/answer with the relay. `guardMs` bounds the wait for the answer's header;
+   * `connectMs` (default guardMs) bounds retrying refused connects.
+   */
+  private async exchange(
+    op: number,
+    key: string,
+    payload: Uint8Array | undefined,
+    o: { flags?: number; crc?: number | (() => number); arg?: number; guardMs: number; connectMs?: number; into?: Uint8Array },
+  ): Promise<ExchangeResult> {
+    const { flags = 0, crc = 0, arg = 0, guardMs, into } = o;
+    const start = Date.now();
+    const deadline = start + Math.max(guardMs, 1000);
+    const connectDeadline = start + Math.max(o.connectMs ?? guardMs, 100);
+    const bytes = payload?.byteLength ?? 0;
+    for (let attempt = 0; ; attempt++) {
+      const conn = await this.pool.pick(Math.min(deadline, connectDeadline), bytes);
+      try {
+        if (this.closed) throw new TransportError(`relay client for ${this.address} is closed`, "TRANSPORT_CLOSED");
+        return await new Promise<ExchangeResult>((resolve, reject) => {
+          const ex: Exchange = { op, key, owner: this, into, checkCrc: this.o.crc, resolve, reject, settled: false };
+          ex.timer = setTimeout(
+            () => settle(ex, new TransportTimeoutError(`relay ${this.address} did not answer ${opName(op)} ${key} within ${guardMs} ms; is it overloaded or stuck?`)),
+            Math.max(1, deadline - Date.now()),
+          );
+          const head = (tag: number) => encodeHead({ op, flags, status: 0, tag, payloadLength: bytes, crc: typeof crc === "function" ? crc() : crc, arg }, key);
+          conn.send(ex, head, payload);
+        });
+      } catch (e) {
+        if (e instanceof ConnectionLostError && attempt === 0 && Date.now() < deadline && !this.closed) continue;
+        throw e;
+      } finally {
+        conn.unassign(bytes);
+      }
+    }
+  }
+}
+
+function opName(op: number): string {
+  return op === Op.PUSH ? "push of" : op === Op.PULL ? "pull of" : op === Op.RELEASE ? "release of" : "space wait for";
 }

@@ -1,0 +1,32 @@
+// What configures rm-core itself: which KV transport a host opens by default, where the registry
+// looks for plugins, and the supervisor whose death stops a part. Hosts resolve it from their
+// environment; docs/configuration.md lists it with every other package's.
+
+import { defineConfig, opt } from "./config/config-spec.ts";
+import { int, list, text } from "./config/value-types.ts";
+
+/** The transport a host opens when none is named. */
+export const DEFAULT_KV_TRANSPORT = "shm";
+
+export const RM_CORE_CONFIG = defineConfig("@airm/rm-core", {
+  kvTransport: opt(text({ label: "name", pattern: /^[a-z0-9][a-z0-9-]*$/, hint: "a transport name such as shm, tcp or nixl-ucx" }), {
+    env: "AIRM_KV_TRANSPORT",
+    default: DEFAULT_KV_TRANSPORT,
+    doc: "The KV transport (airm.kv_transports plugin) the workers open; the chart's airm.kvTransport. Never falls back to another.",
+  }),
+  hostRoot: opt(text({ label: "path" }), {
+    env: "AIRM_HOST_ROOT",
+    defaultText: "the package around the working directory",
+    doc: "The host package whose dependencies the plugin registry scans when the process names none (the airm-conformance CLI).",
+  }),
+  plugins: opt(list(text({ label: "path" }), /[,:]/), {
+    env: "AIRM_PLUGINS",
+    defaultText: "none",
+    doc: "Extra plugin package folders, separated by ':' or ',', scanned like a host's dependencies (a plugin installed outside the workspace).",
+  }),
+  parentPid: opt(int({ min: 1 }), {
+    env: "AIRM_PARENT_PID",
+    defaultText: "none",
+    doc: "Set by `airm up` for its parts: a part stops by itself once this process is no longer its parent.",
+  }),
+});
