@@ -1,9 +1,8 @@
-// Where producers publish blob descriptors and consumers wait for them: the kv-tcp relay
-// (AIRM_KV_TCP_ADDR), with each descriptor stored under its blob's key. Only small descriptors
-// cross it; the blob bytes travel over UCX.
+// Where producers publish blob descriptors and consumers wait for them: the KV relay
+// (AIRM_KV_TCP_ADDR, @airm/kv-relay's client), with each descriptor stored under its blob's key.
+// Only small descriptors cross it; the blob bytes travel over UCX.
 
-import { createTcpTransport } from "@airm/kv-tcp";
-import type { KVTransport } from "@airm/rm-core";
+import { RelayClient } from "@airm/kv-relay";
 
 /** Publish/fetch/release of descriptors by blob key. */
 export interface DescriptorDirectory {
@@ -15,15 +14,17 @@ export interface DescriptorDirectory {
   close(): Promise<void>;
 }
 
-/** A directory in the kv-tcp relay at `addr` ("host:port"; undefined = AIRM_KV_TCP_ADDR). */
-export function relayDirectory(addr?: string): DescriptorDirectory {
+/** A directory in the relay at `addr` ("host:port"). */
+export function relayDirectory(addr: string): DescriptorDirectory {
   // One connection: a burst of descriptor fetches then comes back in one batch.
-  const relay: KVTransport & { readonly address: string } = createTcpTransport({ addr, connections: 1 });
+  const relay = RelayClient.connect(addr, { connections: 1 });
   return {
     address: relay.address,
-    publish: (key, descriptor, timeoutMs) => relay.push(key, descriptor, { timeoutMs }),
-    fetch: (key, timeoutMs) => relay.pull(key, { timeoutMs }),
+    publish: async (key, descriptor, timeoutMs) => {
+      await relay.push(key, descriptor, { timeoutMs });
+    },
+    fetch: async (key, timeoutMs) => (await relay.pull(key, { timeoutMs })).bytes,
     release: (requestId) => relay.release(requestId),
-    close: () => relay.close(),
+    close: async () => relay.close(),
   };
 }

@@ -6,20 +6,28 @@
 
 import { createHash, randomBytes } from "node:crypto";
 import { pino, type Logger } from "pino";
+import { RELAY_CLIENT_CONFIG } from "@airm/kv-relay";
 import {
-  ConfigError,
   DEFAULT_PULL_TIMEOUT_MS,
   KV_LAYOUT,
   TransportError,
   TransportTimeoutError,
   checkBlobSpec,
+  defineConfig,
+  flag,
+  int,
   isAirmError,
   kvCrc32,
-  noteBlobCrc32,
+  num,
+  oneOf,
+  opt,
   requestIdOf,
+  text,
   validateKey,
   validateRequestId,
+  type ConfigValues,
   type KVTransport,
+  type PulledBlob,
   type PullOptions,
   type PushOptions,
   type TransportStats,
@@ -45,57 +53,34 @@ const DEFAULT_PUSH_TIMEOUT_MS = 30_000;
 /** How often outstanding slots are checked for acks and expiry (ms). */
 const SWEEP_MS = 20;
 
-/** Environment variables this transport reads (UCX itself reads UCX_*). */
-export const ENV_VARS: Record<string, string> = {
-  AIRM_KV_TCP_ADDR: "relay host:port where descriptors are published (the kv-tcp relay; default 127.0.0.1:7400)",
-  AIRM_KV_UCX_POOL_MB: `registered arena per endpoint in MiB (default ${DEFAULT_POOL_MB}); bounds the bytes pushed and not yet read, and the pulled arrays held until release`,
-  AIRM_KV_TCP_TTL_S: `seconds an unread pushed slot lives before it is freed (default ${DEFAULT_TTL_S})`,
-  AIRM_KV_UCX_LOG: "1 logs size and SHA-256 of every blob pushed or pulled (audits only: costs ~0.7 ms per MiB)",
-  AIRM_KV_UCX_READ_LANES: `UCX workers a consumer READs through in turn, each with its own progress thread and arena (default ${DEFAULT_READ_LANES}); over shared memory each copies and checks on its own core`,
-  AIRM_KV_UCX_ERR_MODE: "auto | peer | none: UCX endpoint error handling (auto = peer unless a shared-memory transport is enabled)",
-  UCX_TLS: "the wire UCX uses: tcp today; rc,ud,sm,self with UCX_NET_DEVICES on RoCE/InfiniBand; sm,self or posix,self on one host",
-};
+/** create()'s options and their variables (UCX itself reads UCX_*: UCX_TLS picks the wire). */
+export const NIXL_UCX_CONFIG = defineConfig("@airm/kv-nixl-ucx", {
+  poolMb: opt(num({ min: 1 }), {
+    env: "AIRM_KV_UCX_POOL_MB",
+    default: DEFAULT_POOL_MB,
+    doc: "Registered arena per endpoint in MiB; bounds the bytes pushed and not yet read, and the pulled arrays held until release.",
+  }),
+  ttlS: opt(num({ min: 0 }), {
+    env: "AIRM_KV_TCP_TTL_S",
+    default: DEFAULT_TTL_S,
+    doc: "Seconds an unread pushed slot lives before it is freed and counted (the relay's blob lifetime for tcp).",
+  }),
+  log: opt(flag(), { env: "AIRM_KV_UCX_LOG", default: false, doc: "1 logs size and SHA-256 of every blob pushed or pulled (audits only: costs ~0.7 ms per MiB)." }),
+  readLanes: opt(int({ min: 1, max: 8 }), {
+    env: "AIRM_KV_UCX_READ_LANES",
+    default: DEFAULT_READ_LANES,
+    doc: "UCX workers a consumer READs through in turn, each with its own progress thread and arena; over shared memory each copies and checks on its own core.",
+  }),
+  errMode: opt(oneOf(["auto", "peer", "none"] as const), {
+    env: "AIRM_KV_UCX_ERR_MODE",
+    default: "auto",
+    doc: "UCX endpoint error handling: auto = peer unless a shared-memory transport is enabled (UCX 1.13 shm has no peer-failure support).",
+  }),
+  tls: opt(text({ label: "UCX_TLS list" }), { defaultText: "the environment's UCX_TLS", doc: "UCX_TLS for this endpoint only (tests that compare wires in one process)." }),
+  spinMs: opt(num({ min: 0 }), { default: 2, doc: "Polling window after the last UCX activity before a progress thread sleeps (ms)." }),
+}).with(RELAY_CLIENT_CONFIG);
 
-export interface NixlUcxOptions {
-  /** Relay "host:port" for descriptors (default AIRM_KV_TCP_ADDR). */
-  addr?: string;
-  /** A directory to use instead of the relay (tests that exercise only the UCX layer). */
-  directory?: DescriptorDirectory;
-  /** Arena size in MiB (default AIRM_KV_UCX_POOL_MB, else 1024). */
-  poolMb?: number;
-  /** Unread-slot lifetime in seconds (default AIRM_KV_TCP_TTL_S, else 300). */
-  ttlS?: number;
-  /** Log size and SHA-256 per blob (default AIRM_KV_UCX_LOG). */
-  log?: boolean;
-  /** UCX_TLS for this endpoint only (default: the environment's UCX_TLS). */
-  tls?: string;
-  /** UCX endpoint error handling (default AIRM_KV_UCX_ERR_MODE, else auto). */
-  errMode?: "auto" | "peer" | "none";
-  /** Polling window after the last UCX activity before the progress thread sleeps (ms, default 2). */
-  spinMs?: number;
-  /** UCX workers (each with its own progress thread and arena) pulls READ through, in turn (default AIRM_KV_UCX_READ_LANES, else 2). */
-  readLanes?: number;
-}
-
-function envNumber(name: string, fallback: number, min: number): number {
-  const raw = process.env[name];
-  if (raw === undefined || raw.trim() === "") return fallback;
-  const v = Number(raw);
-  if (!Number.isFinite(v) || v < min) throw new ConfigError(name, `${JSON.stringify(raw)} is not a number >= ${min}`);
-  return v;
-}
-
-function optNumber(name: string, value: unknown, fallback: number, min: number): number {
-  if (value === undefined) return fallback;
-  if (typeof value !== "number" || !Number.isFinite(value) || value < min) throw new ConfigError(name, `${JSON.stringify(value)} is not a number >= ${min}`);
-  return value;
-}
-
-function errModeOf(value: unknown, what: string): "auto" | "peer" | "none" {
-  if (value === undefined || value === "") return "auto";
-  if (value === "auto" || value === "peer" || value === "none") return value;
-  throw new ConfigError(what, `${JSON.stringify(value)} is not one of auto, peer, none`);
-}
+export type NixlUcxOptions = ConfigValues<typeof NIXL_UCX_CONFIG.options>;
 
 interface ProducedSlot {
   key: string;
@@ -213,7 +198,7 @@ class NixlUcxTransport implements KVTransport {
     }
   }
 
-  async pull(key: string, options: PullOptions = {}): Promise<Uint8Array> {
+  async pull(key: string, options: PullOptions = {}): Promise<PulledBlob> {
     this.checkOpen();
     validateKey(key);
     checkBlobSpec(this, options);
@@ -278,15 +263,15 @@ class NixlUcxTransport implements KVTransport {
     if (options.into) {
       options.into.set(view);
       eng.free(offset);
-      return options.into.subarray(0, d.length);
+      // `got` was measured over the arena's bytes, not over this copy.
+      return { bytes: options.into.subarray(0, d.length), crc32: null };
     }
     const rid = requestIdOf(key);
     const list = this.pulled.get(rid);
     if (list) list.push({ eng, offset });
     else this.pulled.set(rid, [{ eng, offset }]);
-    // `got` was measured over these very bytes (a copy into `into` above is not noted).
-    noteBlobCrc32(view, got);
-    return view;
+    // `got` was measured over these very bytes.
+    return { bytes: view, crc32: got };
   }
 
   async release(requestId: string): Promise<void> {
@@ -358,29 +343,24 @@ class NixlUcxTransport implements KVTransport {
 }
 
 /**
- * Opens a nixl-ucx endpoint: starts (or reuses) a UCX progress thread with its registered arena
- * and connects to the descriptor relay lazily. Throws ConfigError for bad options or variables,
- * TransportError when UCX cannot start (missing libucp, bad UCX_TLS, arena too large).
+ * Opens a nixl-ucx endpoint: starts (or reuses) UCX progress threads with their registered arenas
+ * and connects to the descriptor relay lazily. `options` are NIXL_UCX_CONFIG's (unset ones take
+ * their defaults); `directory` replaces the relay (tests of the UCX layer alone). Throws
+ * ConfigError for a bad option, TransportError when UCX cannot start (missing libucp, bad
+ * UCX_TLS, arena too large).
  */
-export async function createNixlUcxTransport(options: NixlUcxOptions = {}): Promise<KVTransport> {
-  const poolMb = optNumber("poolMb", options.poolMb, envNumber("AIRM_KV_UCX_POOL_MB", DEFAULT_POOL_MB, 1), 1);
-  const ttlS = optNumber("ttlS", options.ttlS, envNumber("AIRM_KV_TCP_TTL_S", DEFAULT_TTL_S, 0), 0);
-  const spinMs = optNumber("spinMs", options.spinMs, 2, 0);
-  const readLanes = optNumber("readLanes", options.readLanes, envNumber("AIRM_KV_UCX_READ_LANES", DEFAULT_READ_LANES, 1), 1);
-  if (!Number.isInteger(readLanes) || readLanes > 8) throw new ConfigError("readLanes", `${readLanes} is not a whole number from 1 to 8 (AIRM_KV_UCX_READ_LANES)`);
-  const errMode = options.errMode !== undefined ? errModeOf(options.errMode, "errMode") : errModeOf(process.env.AIRM_KV_UCX_ERR_MODE, "AIRM_KV_UCX_ERR_MODE");
-  const logRaw = process.env.AIRM_KV_UCX_LOG;
-  const log = options.log ?? (logRaw !== undefined && ["1", "true", "yes", "on"].includes(logRaw.trim().toLowerCase()));
-  const directory = options.directory ?? relayDirectory(options.addr);
-  const config = { poolBytes: Math.round(poolMb * 1024 * 1024), tls: options.tls, errMode, spinMs };
+export async function createNixlUcxTransport(options: Partial<NixlUcxOptions> = {}, directory?: DescriptorDirectory): Promise<KVTransport> {
+  const o = NIXL_UCX_CONFIG.resolve({ options });
+  const dir = directory ?? relayDirectory(o.addr);
+  const config = { poolBytes: Math.round(o.poolMb * 1024 * 1024), tls: o.tls, errMode: o.errMode, spinMs: o.spinMs };
   // The lanes start side by side (each is a thread bringing up its own UCX context).
-  const started = await Promise.allSettled(Array.from({ length: readLanes }, () => acquireEngine(config)));
+  const started = await Promise.allSettled(Array.from({ length: o.readLanes }, () => acquireEngine(config)));
   const engines = started.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
   const failed = started.find((r): r is PromiseRejectedResult => r.status === "rejected");
   if (failed) {
     for (const engine of engines) releaseEngine(engine);
-    await directory.close();
+    await dir.close();
     throw failed.reason;
   }
-  return new NixlUcxTransport(engines[0], directory, ttlS * 1000, log, engines.slice(1));
+  return new NixlUcxTransport(engines[0], dir, o.ttlS * 1000, o.log, engines.slice(1));
 }

@@ -24,9 +24,10 @@ export interface UcxHostInfo {
 
 /**
  * Opens a UCX context and worker like an endpoint would (same features, `tls` or UCX_TLS) and
- * reports what it found. Throws TransportError when libucp is missing or UCX_TLS matches nothing.
+ * reports what it found; `env` is the environment whose UCX_* variables it reports (UCX reads the
+ * process's own). Throws TransportError when libucp is missing or UCX_TLS matches nothing.
  */
-export function ucxHostInfo(options: { tls?: string; errMode?: "auto" | "peer" | "none" } = {}): UcxHostInfo {
+export function ucxHostInfo(options: { tls?: string; errMode?: "auto" | "peer" | "none"; env?: Record<string, string | undefined> } = {}): UcxHostInfo {
   const w = new UcpWorker({ tls: options.tls, wakeup: true });
   try {
     const resources = contextResources(w);
@@ -40,7 +41,7 @@ export function ucxHostInfo(options: { tls?: string; errMode?: "auto" | "peer" |
     } finally {
       rmSync(path, { force: true });
     }
-    const env = Object.fromEntries(Object.entries(process.env).filter(([k, v]) => k.startsWith("UCX_") && v !== undefined)) as Record<string, string>;
+    const env = Object.fromEntries(Object.entries(options.env ?? {}).filter(([k, v]) => k.startsWith("UCX_") && v !== undefined)) as Record<string, string>;
     return {
       version: ucxVersion(),
       resources,

@@ -1,42 +1,39 @@
 // airm-kv-ucx-info: prints the UCX version, transports and devices nixl-ucx would use on this host
 // under the current UCX_* environment (or --tls), and the endpoint error mode that follows.
 
-import { parseArgs } from "node:util";
-import { isAirmError } from "@airm/rm-core";
-import { ENV_VARS } from "./nixl-ucx-transport.ts";
+import { defineCommand, flagOf, isAirmError, switchOf, text } from "@airm/rm-core";
+import { NIXL_UCX_CONFIG } from "./nixl-ucx-transport.ts";
 import { ucxHostInfo } from "./ucx-host-info.ts";
 
-const USAGE = `usage: airm-kv-ucx-info [--tls LIST] [--json] [--raw]
+const COMMAND = defineCommand({
+  name: "airm-kv-ucx-info",
+  summary: "opens a UCX context and worker the way a nixl-ucx endpoint does and prints what UCX picked",
+  usage: ["airm-kv-ucx-info [--tls LIST] [--json] [--raw]"],
+  flags: {
+    tls: flagOf(text({ label: "list" }), { defaultText: "the environment's UCX_TLS", doc: "use this UCX_TLS instead (e.g. tcp, posix,self, rc,ud,sm,self)" }),
+    json: switchOf({ doc: "one JSON object instead of text" }),
+    raw: switchOf({ doc: "also print UCX's own context/worker report" }),
+  },
+  env: [NIXL_UCX_CONFIG],
+  notes: "UCX itself reads UCX_* (UCX_TLS picks the wire, UCX_NET_DEVICES the NIC).",
+});
 
-Opens a UCX context and worker the way a nixl-ucx endpoint does and prints what UCX picked.
-
-  --tls LIST   use this UCX_TLS instead of the environment's (e.g. tcp, posix,self, rc,ud,sm,self)
-  --json       one JSON object instead of text
-  --raw        also print UCX's own context/worker report
-
-Variables:
-${Object.entries(ENV_VARS)
-  .map(([k, v]) => `  ${k.padEnd(22)} ${v}`)
-  .join("\n")}`;
-
-export function main(argv = process.argv.slice(2)): number {
+export function main(argv = process.argv.slice(2), env: Record<string, string | undefined> = process.env): number {
   let values;
   try {
-    ({ values } = parseArgs({
-      args: argv,
-      options: { tls: { type: "string" }, json: { type: "boolean" }, raw: { type: "boolean" }, help: { type: "boolean", short: "h" } },
-    }));
+    const parsed = COMMAND.parse(argv);
+    if (parsed.help) {
+      process.stdout.write(COMMAND.help());
+      return 0;
+    }
+    values = parsed.values;
   } catch (e) {
-    console.error(`airm-kv-ucx-info: ${(e as Error).message}\n\n${USAGE}`);
+    console.error(`${(e as Error).message}\n\n${COMMAND.help()}`);
     return 2;
-  }
-  if (values.help) {
-    console.log(USAGE);
-    return 0;
   }
   let info;
   try {
-    info = ucxHostInfo({ tls: values.tls });
+    info = ucxHostInfo({ tls: values.tls, env });
   } catch (e) {
     console.error(`airm-kv-ucx-info: ${isAirmError(e) ? e.message : String(e)}`);
     return 1;

@@ -2,7 +2,8 @@
 // matches nothing on this host is a TransportError from UCX start-up; what the host would use.
 import { afterAll, describe, expect, test } from "vitest";
 import { isAirmError } from "@airm/rm-core";
-import { createNixlUcxTransport, shutdownEngines, ucxHostInfo } from "../src/index.ts";
+import { Registry, selectTransport } from "@airm/rm-core";
+import { createNixlUcxTransport, nixlUcxTransport, shutdownEngines, ucxHostInfo } from "../src/index.ts";
 
 afterAll(() => shutdownEngines());
 
@@ -30,15 +31,12 @@ describe("endpoint configuration", () => {
     }
   });
 
-  test("a bad AIRM_KV_UCX_POOL_MB is a ConfigError naming the variable", async () => {
-    process.env.AIRM_KV_UCX_POOL_MB = "lots";
-    try {
-      const e = await failure(createNixlUcxTransport({ addr: "127.0.0.1:1" }));
-      expect(isAirmError(e, "CONFIG")).toBe(true);
-      expect((e as Error).message).toMatch(/AIRM_KV_UCX_POOL_MB/);
-    } finally {
-      delete process.env.AIRM_KV_UCX_POOL_MB;
-    }
+  test("a bad AIRM_KV_UCX_POOL_MB is a ConfigError naming the variable, through the plugin as a worker opens it", async () => {
+    const r = new Registry({ discover: false });
+    r.register("airm.kv_transports", nixlUcxTransport);
+    const e = await failure(selectTransport({ registry: r, name: "nixl-ucx", env: { AIRM_KV_UCX_POOL_MB: "lots", AIRM_KV_TCP_ADDR: "127.0.0.1:1" } }));
+    expect(isAirmError(e, "CONFIG")).toBe(true);
+    expect((e as { key: string }).key).toBe("AIRM_KV_UCX_POOL_MB");
   });
 
   test("a UCX_TLS naming no transport of this host fails start-up with a TransportError", async () => {

@@ -6,7 +6,7 @@ import { once } from "node:events";
 import { fileURLToPath } from "node:url";
 import { createInterface } from "node:readline";
 import { afterAll, afterEach, beforeAll, describe, expect, test } from "vitest";
-import { startRelay, type RelayServer } from "@airm/kv-tcp";
+import { startRelay, type RelayServer } from "@airm/kv-relay";
 import { TransportError, blobKey, isAirmError, kvCrc32, patternBytes, type KVTransport } from "@airm/rm-core";
 import { createNixlUcxTransport, decodeDescriptor, encodeDescriptor, relayDirectory, shutdownEngines, type DescriptorDirectory } from "../src/index.ts";
 
@@ -69,7 +69,7 @@ for (const tls of ["tcp", "posix,self"]) {
       const live = await startProducer(tls, `${rid}-live`, 1, 100_000);
       const consumer = await createNixlUcxTransport({ addr: relay.address, tls, poolMb: 8 });
       endpoints.push(consumer);
-      const got = await consumer.pull(blobKey(`${rid}-live`, 0, "k"), { timeoutMs: 10_000 });
+      const { bytes: got } = await consumer.pull(blobKey(`${rid}-live`, 0, "k"), { timeoutMs: 10_000 });
       expect(Buffer.from(got).equals(patternBytes(1, 100_000))).toBe(true);
       live.stdin!.write("exit\n");
       await once(live, "exit");
@@ -92,7 +92,7 @@ for (const tls of ["tcp", "posix,self"]) {
       endpoints.push(consumer);
       // The pulls' deadline ends long before the producer's main thread runs again.
       for (let i = 0; i < 4; i++) {
-        const got = await consumer.pull(blobKey(rid, i, "k"), { timeoutMs: 8000 });
+        const { bytes: got } = await consumer.pull(blobKey(rid, i, "k"), { timeoutMs: 8000 });
         expect(Buffer.from(got.buffer, got.byteOffset, got.byteLength).equals(patternBytes(i + 1, 1 << 20)), `blob ${i}`).toBe(true);
       }
       expect(producer.exitCode).toBe(null);
@@ -111,7 +111,7 @@ for (const tls of ["tcp", "posix,self"]) {
           return real.publish(key, encodeDescriptor({ ...d, remoteAddr: d.remoteAddr + 1 }), timeoutMs);
         },
       };
-      const producer = await createNixlUcxTransport({ directory: skewing, tls, poolMb: 8 });
+      const producer = await createNixlUcxTransport({ tls, poolMb: 8 }, skewing);
       const consumer = await createNixlUcxTransport({ addr: relay.address, tls, poolMb: 8 });
       endpoints.push(producer, consumer);
       await producer.push(blobKey(rid, 0, "k"), patternBytes(3, 65_536));
@@ -124,7 +124,7 @@ for (const tls of ["tcp", "posix,self"]) {
       endpoints.push(honest);
       await honest.push(blobKey(rid, 1, "k"), patternBytes(4, 65_536));
       const ok = await consumer.pull(blobKey(rid, 1, "k"), { timeoutMs: 5000 });
-      expect(Buffer.from(ok).equals(patternBytes(4, 65_536))).toBe(true);
+      expect(Buffer.from(ok.bytes).equals(patternBytes(4, 65_536))).toBe(true);
     }, 60_000);
 
     test("a wrong CRC-32 given on push (option crc32) makes the pull fail with KV_INTEGRITY, not return the bytes", async () => {
@@ -138,7 +138,7 @@ for (const tls of ["tcp", "posix,self"]) {
       expect(err.code).toBe("KV_INTEGRITY");
       await producer.push(blobKey(rid, 1, "k"), data, { crc32: kvCrc32(data) });
       const ok = await consumer.pull(blobKey(rid, 1, "k"), { timeoutMs: 5000 });
-      expect(Buffer.from(ok).equals(data)).toBe(true);
+      expect(Buffer.from(ok.bytes).equals(data)).toBe(true);
     }, 60_000);
 
     test("a damaged descriptor (garbage worker address) is refused with a TransportError before UCX sees it", async () => {
@@ -153,7 +153,7 @@ for (const tls of ["tcp", "posix,self"]) {
           return real.publish(key, damaged, timeoutMs);
         },
       };
-      const producer = await createNixlUcxTransport({ directory: garbling, tls, poolMb: 8 });
+      const producer = await createNixlUcxTransport({ tls, poolMb: 8 }, garbling);
       const consumer = await createNixlUcxTransport({ addr: relay.address, tls, poolMb: 8 });
       endpoints.push(producer, consumer);
       await producer.push(blobKey(rid, 0, "k"), patternBytes(5, 4096));

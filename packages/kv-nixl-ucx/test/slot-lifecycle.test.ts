@@ -1,7 +1,7 @@
 // A producer slot lives until its consumer acks the READ (then it is freed at once), its request
 // is released, or its TTL passes unread (then it counts as expired).
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { startRelay, type RelayServer } from "@airm/kv-tcp";
+import { startRelay, type RelayServer } from "@airm/kv-relay";
 import { blobKey, patternBytes, type KVTransport } from "@airm/rm-core";
 import { createNixlUcxTransport, shutdownEngines } from "../src/index.ts";
 
@@ -32,7 +32,7 @@ for (const tls of ["tcp", "posix,self"]) {
         await producer.push(blobKey(rid, 0, "k"), patternBytes(1, 300_000));
         await producer.push(blobKey(rid, 0, "v"), patternBytes(2, 200_000));
         expect(producer.stats!()).toMatchObject({ blobs: 2, bytes: 500_000 });
-        const got = await consumer.pull(blobKey(rid, 0, "v"), { timeoutMs: 5000 });
+        const { bytes: got } = await consumer.pull(blobKey(rid, 0, "v"), { timeoutMs: 5000 });
         expect(Buffer.from(got).equals(patternBytes(2, 200_000))).toBe(true);
         await until("the ack", () => producer.stats!().blobs === 1);
         expect(producer.stats!()).toMatchObject({ blobs: 1, bytes: 300_000, expired: 0 });

@@ -3,27 +3,25 @@
 
 import { rmSync } from "node:fs";
 import type { ConformanceFixture, KVTransport, KVTransportPlugin } from "@airm/rm-core";
-import { resolveShmSettings } from "./shm-config.ts";
+import { SHM_CONFIG, shmSettings } from "./shm-config.ts";
 import { ShmTransport, SHM_SUPPORT } from "./shm-transport.ts";
 
 export { ShmTransport, SHM_SUPPORT, type ShmSettings } from "./shm-transport.ts";
-export { resolveShmSettings, DEFAULT_TTL_S, DEFAULT_SLAB_MB, type ShmOptions } from "./shm-config.ts";
+export { SHM_CONFIG, shmSettings, DEFAULT_TTL_S, DEFAULT_SLAB_MB, type ShmOptions } from "./shm-config.ts";
 export { DEFAULT_SHM_ROOT, sweepLeftovers, linkPathOf, parseTarget } from "./shm-layout.ts";
 
-export const shmTransport: KVTransportPlugin = {
+export const shmTransport: KVTransportPlugin<typeof SHM_CONFIG.options> = {
   kind: "kv_transport",
   name: "shm",
   support: SHM_SUPPORT,
-  /**
-   * Opens an endpoint on the shm root (options.root, else PD_SHM_ROOT, else
-   * /dev/shm/rngd_kv_cluster). Options: root, ttlMs, slabBytes. Throws ConfigError, TransportError.
-   */
-  async create(options: Record<string, unknown> = {}): Promise<KVTransport> {
-    return ShmTransport.open(resolveShmSettings(options));
+  config: SHM_CONFIG,
+  /** Opens an endpoint on the shm root. Throws ConfigError, TransportError. */
+  async create(options): Promise<KVTransport> {
+    return ShmTransport.open(shmSettings(options));
   },
   /** Endpoints on a dedicated folder next to the serving root, removed at teardown. */
-  async conformance(): Promise<ConformanceFixture> {
-    const base = resolveShmSettings();
+  async conformance(env = {}): Promise<ConformanceFixture> {
+    const base = shmSettings(SHM_CONFIG.resolve({ env }));
     const root = `${base.root}-conformance-${process.pid}`;
     const open: ShmTransport[] = [];
     return {

@@ -19,6 +19,7 @@ import {
   validateKey,
   validateRequestId,
   type KVTransport,
+  type PulledBlob,
   type PullOptions,
   type PushOptions,
   type TransportStats,
@@ -174,7 +175,7 @@ export class ShmTransport implements KVTransport {
     }
   }
 
-  async pull(key: string, options: PullOptions = {}): Promise<Uint8Array> {
+  async pull(key: string, options: PullOptions = {}): Promise<PulledBlob> {
     validateKey(key);
     checkBlobSpec(this, options);
     this.assertOpen("pull");
@@ -191,7 +192,8 @@ export class ShmTransport implements KVTransport {
         const code = errnoCode(e);
         if (code !== "ENOENT" && code !== "ENOTDIR") throw new TransportError(`pull ${key}: cannot read ${link}: ${(e as Error).message}`, "TRANSPORT_ERROR", { cause: e });
       }
-      if (target !== undefined) return this.resolve(key, target, options.into);
+      // A mapping of the producer's slab: no CRC was taken on the way (the KV handoff checks it).
+      if (target !== undefined) return { bytes: this.resolve(key, target, options.into), crc32: null };
       const left = deadline - Date.now();
       if (left <= 0) {
         throw new TransportTimeoutError(

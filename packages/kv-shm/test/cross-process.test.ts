@@ -49,10 +49,10 @@ describe("shm across processes", { timeout: 30_000 }, () => {
     expect(pushed.pushed).toBe(6);
     for (let i = 0; i < 6; i++) {
       const want = patternBytes(7 + i, size);
-      const view = await consumer.pull(blobKey(rid, i, "k"), { timeoutMs: 5000 });
+      const { bytes: view } = await consumer.pull(blobKey(rid, i, "k"), { timeoutMs: 5000 });
       expect(Buffer.from(view.buffer, view.byteOffset, view.byteLength).equals(want)).toBe(true);
       const dest = new Uint8Array(size + 10);
-      const copy = await consumer.pull(blobKey(rid, i, "k"), { timeoutMs: 5000, into: dest });
+      const { bytes: copy } = await consumer.pull(blobKey(rid, i, "k"), { timeoutMs: 5000, into: dest });
       expect(copy.buffer).toBe(dest.buffer);
       expect(Buffer.from(copy).equals(want)).toBe(true);
     }
@@ -85,6 +85,6 @@ describe("shm across processes", { timeout: 30_000 }, () => {
     await expect(next.pull(blobKey("req-k", 0, "k"), { timeoutMs: 50 })).rejects.toMatchObject({ code: "TRANSPORT_TIMEOUT" });
     // The new endpoint works on the swept root.
     await next.push(blobKey("req-n", 0, "k"), patternBytes(1, 100));
-    expect(Buffer.from(await bystander.pull(blobKey("req-n", 0, "k"), { timeoutMs: 1000 })).equals(patternBytes(1, 100))).toBe(true);
+    expect(Buffer.from((await bystander.pull(blobKey("req-n", 0, "k"), { timeoutMs: 1000 })).bytes).equals(patternBytes(1, 100))).toBe(true);
   });
 });

@@ -3,7 +3,7 @@ import { existsSync, lstatSync, mkdirSync, readdirSync, symlinkSync } from "node
 import { join } from "node:path";
 import { afterEach, describe, expect, test } from "vitest";
 import { blobKey, patternBytes } from "@airm/rm-core";
-import { resolveShmSettings, ShmTransport, shmTransport } from "../src/index.ts";
+import { SHM_CONFIG, ShmTransport, shmSettings, shmTransport } from "../src/index.ts";
 import { cleanupAll, freshRoot } from "./shm-roots.ts";
 
 const open: ShmTransport[] = [];
@@ -13,7 +13,7 @@ function endpoint(root: string, ttlMs = 300_000, slabBytes = 4 * 1024 * 1024): S
   return t;
 }
 const slabsIn = (root: string): string[] => readdirSync(root).filter((f) => f.startsWith("slab-"));
-const same = (a: Uint8Array, b: Uint8Array): boolean => Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(b);
+const same = ({ bytes: a }: { bytes: Uint8Array }, b: Uint8Array): boolean => Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(b);
 
 afterEach(async () => {
   await Promise.allSettled(open.splice(0).map((t) => t.close()));
@@ -51,13 +51,14 @@ describe("shm lifecycle", { timeout: 30_000 }, () => {
   });
 
   test("PD_SHM_TTL_S, PD_SHM_ROOT and PD_SHM_SLAB_MB set the defaults; bad values are ConfigErrors", () => {
-    const s = resolveShmSettings({}, { PD_SHM_TTL_S: "0.5", PD_SHM_ROOT: "/dev/shm/x", PD_SHM_SLAB_MB: "2" });
+    const resolve = (options: Record<string, unknown>, env: Record<string, string>) => shmSettings(SHM_CONFIG.resolve({ options, env }));
+    const s = resolve({}, { PD_SHM_TTL_S: "0.5", PD_SHM_ROOT: "/dev/shm/x", PD_SHM_SLAB_MB: "2" });
     expect(s).toEqual({ root: "/dev/shm/x", ttlMs: 500, slabBytes: 2 * 1024 * 1024 });
-    expect(resolveShmSettings({}, {})).toEqual({ root: "/dev/shm/rngd_kv_cluster", ttlMs: 300_000, slabBytes: 128 * 1024 * 1024 });
-    expect(resolveShmSettings({ ttlMs: 10, root: "/tmp/y" }, { PD_SHM_TTL_S: "9" })).toMatchObject({ root: "/tmp/y", ttlMs: 10 });
-    expect(() => resolveShmSettings({}, { PD_SHM_TTL_S: "soon" })).toThrow(expect.objectContaining({ code: "CONFIG", key: "PD_SHM_TTL_S" }));
-    expect(() => resolveShmSettings({ ttlMs: -1 })).toThrow(expect.objectContaining({ code: "CONFIG", key: "shm.ttlMs" }));
-    expect(() => resolveShmSettings({ rooot: "/x" })).toThrow(expect.objectContaining({ code: "CONFIG" }));
+    expect(resolve({}, {})).toEqual({ root: "/dev/shm/rngd_kv_cluster", ttlMs: 300_000, slabBytes: 128 * 1024 * 1024 });
+    expect(resolve({ ttlS: 0.01, root: "/tmp/y" }, { PD_SHM_TTL_S: "9" })).toMatchObject({ root: "/tmp/y", ttlMs: 10 });
+    expect(() => resolve({}, { PD_SHM_TTL_S: "soon" })).toThrow(expect.objectContaining({ code: "CONFIG", key: "PD_SHM_TTL_S" }));
+    expect(() => resolve({ ttlS: -1 }, {})).toThrow(expect.objectContaining({ code: "CONFIG", key: "ttlS" }));
+    expect(() => resolve({ rooot: "/x" }, {})).toThrow(expect.objectContaining({ code: "CONFIG", key: "rooot" }));
   });
 
   test("close removes the endpoint's slabs and links; other endpoints keep theirs", async () => {
@@ -116,8 +117,8 @@ describe("shm lifecycle", { timeout: 30_000 }, () => {
   });
 
   test("the conformance fixture uses its own folder next to the serving root and removes it", async () => {
-    const fixture = await shmTransport.conformance!();
-    const root = `${resolveShmSettings().root}-conformance-${process.pid}`;
+    const fixture = await shmTransport.conformance!({});
+    const root = `${SHM_CONFIG.resolve({}).root}-conformance-${process.pid}`;
     try {
       const t = await fixture.factory();
       await t.push(blobKey("cf", 0, "k"), new Uint8Array(10));

@@ -61,8 +61,8 @@ describe.skipIf(mountProblem !== null)(`shm on a full root${mountProblem ? ` (sk
     await t.push(blobKey("req-b", 0, "k"), b);
     const reader = ShmTransport.open({ root, ttlMs: 300_000, slabBytes: 1 << 20 });
     open.push(reader);
-    expect(Buffer.from(await reader.pull(blobKey("req-b", 0, "k"), { timeoutMs: 1000 })).equals(b)).toBe(true);
-    expect(Buffer.from(await reader.pull(blobKey("req-a", 0, "k"), { timeoutMs: 1000 })).equals(a)).toBe(true);
+    expect(Buffer.from((await reader.pull(blobKey("req-b", 0, "k"), { timeoutMs: 1000 })).bytes).equals(b)).toBe(true);
+    expect(Buffer.from((await reader.pull(blobKey("req-a", 0, "k"), { timeoutMs: 1000 })).bytes).equals(a)).toBe(true);
   });
 
   test("a push that waits for space (timeoutMs) gets it once another request is released", async () => {
@@ -77,7 +77,7 @@ describe.skipIf(mountProblem !== null)(`shm on a full root${mountProblem ? ` (sk
     await new Promise((r) => setTimeout(r, 100));
     await consumer.release("req-a"); // the consumer side frees it; the producer notices
     await waiting;
-    expect(Buffer.from(await consumer.pull(blobKey("req-c", 0, "k"), { timeoutMs: 1000 })).equals(c)).toBe(true);
+    expect(Buffer.from((await consumer.pull(blobKey("req-c", 0, "k"), { timeoutMs: 1000 })).bytes).equals(c)).toBe(true);
     expect(t.stats()).toMatchObject({ blobs: 1, bytes: c.byteLength });
     expect(readdirSync(root).filter((f) => f.startsWith(".new-"))).toEqual([]);
   });

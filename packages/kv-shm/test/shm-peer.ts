@@ -32,7 +32,7 @@ if (mode === "push") {
   say({ waiting: true });
   const sums: string[] = [];
   for (let i = 0; i < blobs; i++) {
-    const got = await t.pull(blobKey(rid, i, "k"), { timeoutMs });
+    const { bytes: got } = await t.pull(blobKey(rid, i, "k"), { timeoutMs });
     sums.push(createHash("sha256").update(got).digest("hex"));
   }
   if (a5 === "1") await t.release(rid);
