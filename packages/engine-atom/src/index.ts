@@ -5,29 +5,44 @@
 // present; otherwise the same execution model runs on the CPU reference and says so.
 
 import { existsSync } from "node:fs";
-import { ConfigError } from "@airm/rm-core";
-import type { EnginePlugin } from "@airm/rm-core";
+import { ConfigError, defineConfig, opt, text, type EnginePlugin } from "@airm/rm-core";
 import {
   RblnDecodeGraph,
   RblnRuntimeLibrary,
   decodeGraphFile,
   findRblnLibrary,
   loadVendorEngine,
+  vendorEngineConfig,
   type VendorEngineSpec,
 } from "@airm/engine-kit";
 
+/** What only the ATOM engine reads. */
+export const ATOM_VENDOR_CONFIG = defineConfig("@airm/engine-atom", {
+  rblnLib: opt(text({ label: "path" }), {
+    env: "AIRM_RBLN_LIB",
+    defaultText: "/usr/local/lib/librbln_runtime.so when present",
+    doc: "The Rebellions runtime library (librbln_runtime.so) of the native decode path.",
+  }),
+  rblnGraphs: opt(text({ label: "path" }), {
+    env: "AIRM_RBLN_GRAPHS",
+    defaultText: "unset",
+    doc: "Folder of compiled decode graphs (decode-B<b>xS<s>.rbln), compiled on the host beforehand; needed for the native path.",
+  }),
+});
+
 /** The vendor description loadVendorEngine works from. */
-export const atomSpec: VendorEngineSpec = {
+export const atomSpec: VendorEngineSpec<typeof ATOM_VENDOR_CONFIG.options> = {
   name: "atom",
   vendor: "rebellions",
   defaultBackend: "atom",
+  config: ATOM_VENDOR_CONFIG,
   backends: { atom: { prefillMode: "whole", residence: "host" } },
-  probeNative(selection, env) {
-    const lib = findRblnLibrary(env);
+  probeNative(selection, config) {
+    const lib = findRblnLibrary(config.rblnLib);
     if (!lib) return { detail: "librbln_runtime.so not found (install rbln-sdk or set AIRM_RBLN_LIB)" };
     if (!existsSync(lib)) throw new ConfigError("AIRM_RBLN_LIB", `${lib} does not exist; unset it or point it at librbln_runtime.so`);
     if (!selection.card || selection.ordinal === null) return { detail: `${lib} found but no ATOM card is visible` };
-    const graphs = env.AIRM_RBLN_GRAPHS;
+    const graphs = config.rblnGraphs;
     if (!graphs || !existsSync(graphs)) {
       throw new ConfigError(
         "AIRM_RBLN_GRAPHS",
@@ -44,9 +59,12 @@ export const atomSpec: VendorEngineSpec = {
   },
 };
 
+export const ATOM_CONFIG = vendorEngineConfig(atomSpec);
+
 /** airm.workloads "atom". `load` resolves to an Engine (see @airm/engine-kit). */
-export const atomEngine: EnginePlugin = {
+export const atomEngine: EnginePlugin<typeof ATOM_CONFIG.options> = {
   kind: "engine",
   name: "atom",
-  load: (options) => loadVendorEngine(atomSpec, options),
+  config: ATOM_CONFIG,
+  load: (options, config) => loadVendorEngine(atomSpec, options, config),
 };

@@ -7,11 +7,11 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Registry } from "@airm/rm-core";
+import { Registry, layerBytes, openEngine } from "@airm/rm-core";
 import { loadCheckpoint, makeTinyModel } from "@airm/llama";
-import { decodeGraphIO, engineTokens, layerBytes, referenceTokens } from "@airm/engine-kit";
+import { decodeGraphIO, engineTokens, referenceTokens } from "@airm/engine-kit";
 import type { Engine, EnginePlugin } from "@airm/rm-core";
-import { atomEngine } from "../src/index.ts";
+import { atomEngine, atomSpec } from "../src/index.ts";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const packages = join(here, "..", "..");
@@ -63,12 +63,15 @@ describe("registry host with both engines", () => {
     const atom = await registry.load("airm.workloads", "atom");
     expect(atom.kind).toBe("engine");
     expect(atom.name).toBe("atom");
+    // What package.json declares (the worker picks engines by it without importing them) is what the code runs.
+    expect(Object.keys(registry.entry("airm.workloads", "atom")!.meta.backends as object)).toEqual(Object.keys(atomSpec.backends));
+    expect(registry.entry("airm.workloads", "atom")!.meta.backends).toEqual({ atom: { roles: ["decode", "solo"] } });
   });
 
   for (const name of ["rngd", "atom"]) {
     it(`${name} generates the greedy tokens of @airm/llama solo`, async () => {
       const plugin = (await registry.load("airm.workloads", name)) as V2Plugin;
-      const engine = await plugin.load({ model: modelDir, seqLen: S, batch: 4, chip: 0, env: env() });
+      const engine = await openEngine(plugin, { model: modelDir, seqLen: S, batch: 4, chip: 0 }, { env: env() });
       try {
         expect(engine.name).toBe(name);
         for (const [i, p] of prompts.entries()) expect(await generate(engine, p, STEPS)).toEqual(reference[i]);
@@ -79,8 +82,8 @@ describe("registry host with both engines", () => {
   }
 
   it("RNGD prefill -> KV in layout rngd-pd/v1 -> ATOM decode (whole cache as host input) equals solo, batched", async () => {
-    const rngd = await ((await registry.load("airm.workloads", "rngd")) as V2Plugin).load({ model: modelDir, backend: "rngd-chunk", seqLen: S, env: env() });
-    const atom = await ((await registry.load("airm.workloads", "atom")) as V2Plugin).load({ model: modelDir, seqLen: S, batch: 4, env: env() });
+    const rngd = await openEngine(((await registry.load("airm.workloads", "rngd")) as V2Plugin), { model: modelDir, backend: "rngd-chunk", seqLen: S }, { env: env() });
+    const atom = await openEngine(((await registry.load("airm.workloads", "atom")) as V2Plugin), { model: modelDir, seqLen: S, batch: 4 }, { env: env() });
     try {
       expect(rngd.model.modelFingerprint).toBe(atom.model.modelFingerprint);
       expect(rngd.model.numericsFingerprint).toBe(atom.model.numericsFingerprint);
@@ -106,7 +109,7 @@ describe("ATOM native path (fake librbln_runtime.so)", () => {
   });
 
   it("stays on the CPU reference without a card, and says why", async () => {
-    const engine = await atomEngine.load({ model: modelDir, seqLen: S, env: env({ AIRM_RBLN_LIB: lib }) });
+    const engine = await openEngine(atomEngine, { model: modelDir, seqLen: S }, { env: env({ AIRM_RBLN_LIB: lib }) });
     try {
       expect(engine.device).toMatchObject({ path: "cpu-reference", device: null });
       expect(engine.device.detail).toContain("no ATOM card is visible");
@@ -116,8 +119,8 @@ describe("ATOM native path (fake librbln_runtime.so)", () => {
   });
 
   it("refuses a card + runtime without compiled graphs, and a runtime path that does not exist", async () => {
-    await expect(atomEngine.load({ model: modelDir, seqLen: S, env: env({ AIRM_RBLN_LIB: lib, AIRM_DEV_ROOT: oneAtom }) })).rejects.toMatchObject({ code: "CONFIG", key: "AIRM_RBLN_GRAPHS" });
-    await expect(atomEngine.load({ model: modelDir, seqLen: S, env: env({ AIRM_RBLN_LIB: join(root, "missing.so") }) })).rejects.toMatchObject({ code: "CONFIG", key: "AIRM_RBLN_LIB" });
+    await expect(openEngine(atomEngine, { model: modelDir, seqLen: S }, { env: env({ AIRM_RBLN_LIB: lib, AIRM_DEV_ROOT: oneAtom }) })).rejects.toMatchObject({ code: "CONFIG", key: "AIRM_RBLN_GRAPHS" });
+    await expect(openEngine(atomEngine, { model: modelDir, seqLen: S }, { env: env({ AIRM_RBLN_LIB: join(root, "missing.so") }) })).rejects.toMatchObject({ code: "CONFIG", key: "AIRM_RBLN_LIB" });
   });
 
   it("runs decode steps through the runtime: the whole host cache goes in, the graph's new position comes back", async () => {
@@ -128,7 +131,7 @@ describe("ATOM native path (fake librbln_runtime.so)", () => {
     const variant = { batch: 4, seqLen: S };
     const io = decodeGraphIO(shape, variant);
     writeFileSync(join(graphs, "decode-B4xS64.rbln"), `FAKE-RBLN 1\nin ${io.inputs.join(" ")}\nout ${io.outputs.join(" ")}\n`);
-    const engine = await atomEngine.load({ model: modelDir, seqLen: S, batch: 4, chip: 0, env: env({ AIRM_RBLN_LIB: lib, AIRM_DEV_ROOT: oneAtom, AIRM_RBLN_GRAPHS: graphs }) });
+    const engine = await openEngine(atomEngine, { model: modelDir, seqLen: S, batch: 4, chip: 0 }, { env: env({ AIRM_RBLN_LIB: lib, AIRM_DEV_ROOT: oneAtom, AIRM_RBLN_GRAPHS: graphs }) });
     try {
       expect(engine.device).toMatchObject({ vendor: "rebellions", path: "native", device: "rbln:0" });
       const r = await engine.prefill(prompts[0], { seqLen: S, keepStream: true });

@@ -5,7 +5,6 @@
 
 import { createHash } from "node:crypto";
 import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, readSync, renameSync, rmSync, statSync, writeSync } from "node:fs";
-import { homedir } from "node:os";
 import { join } from "node:path";
 import { crc32 } from "@node-rs/crc32";
 import type { EngineVariant } from "@airm/rm-core";
@@ -35,11 +34,6 @@ export function artifactKey(parts: ArtifactKeyParts): string {
     parts.kernelVersion,
   ]);
   return createHash("sha256").update(canon).digest("hex");
-}
-
-/** `AIRM_ARTIFACT_CACHE`, else ~/.cache/airm/artifacts. */
-export function artifactCacheDir(env: NodeJS.ProcessEnv = process.env): string {
-  return env.AIRM_ARTIFACT_CACHE && env.AIRM_ARTIFACT_CACHE.length > 0 ? env.AIRM_ARTIFACT_CACHE : join(homedir(), ".cache", "airm", "artifacts");
 }
 
 export interface ArtifactMeta {

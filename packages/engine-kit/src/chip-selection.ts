@@ -3,8 +3,9 @@
 // absent); -1 takes this pod's allocation and refuses to guess between several cards.
 
 import { DeviceSelectionError } from "./device-errors.ts";
-import { deviceRoot, devicePrefix, discoverCards, type Vendor, type VisibleCard } from "./device-discovery.ts";
-import { kubeletCheckpointPath, readPodAllocations } from "./kubelet-checkpoint.ts";
+import { devicePrefix, discoverCards, type Vendor, type VisibleCard } from "./device-discovery.ts";
+import type { DeviceConfig } from "./engine-config.ts";
+import { readPodAllocations } from "./kubelet-checkpoint.ts";
 
 /** Resource names the vendors' device plugins register. */
 export const RESOURCE_PREFIXES: Record<Vendor, string[]> = {
@@ -16,7 +17,8 @@ export interface ChipSelectionOptions {
   vendor: Vendor;
   /** `--chip`: an ordinal >= 0, or -1 for "the card the device plugin gave this pod". */
   chip: number;
-  env?: NodeJS.ProcessEnv;
+  /** Where cards are and how the pod's allocation is found (DEVICE_CONFIG, resolved). */
+  config: DeviceConfig;
   /** Device-plugin ids the vendor library resolved (uuid/serial/bdf -> kernel index). */
   deviceIds?: Map<string, number>;
 }
@@ -45,13 +47,12 @@ function describe(vendor: Vendor, cards: VisibleCard[]): string {
  * The kernel index a device-plugin id names: `npu3`, `/dev/rngd/npu3pe0-3`, `rbln3`, `3`, an id
  * the vendor library resolved, or an entry of AIRM_DEVICE_ID_MAP.
  */
-function indexOfDeviceId(vendor: Vendor, id: string, env: NodeJS.ProcessEnv, known?: Map<string, number>): number {
+function indexOfDeviceId(vendor: Vendor, id: string, mapText: string | undefined, known?: Map<string, number>): number {
   const pattern = vendor === "furiosa" ? /(?:^|\/)npu(\d+)(?:pe[\d-]+)?$/ : /(?:^|\/)rbln(\d+)$/;
   const m = pattern.exec(id) ?? /^(\d+)$/.exec(id);
   if (m) return Number(m[1]);
   const resolved = known?.get(id);
   if (resolved !== undefined) return resolved;
-  const mapText = env.AIRM_DEVICE_ID_MAP;
   if (mapText) {
     let map: unknown;
     try {
@@ -60,7 +61,7 @@ function indexOfDeviceId(vendor: Vendor, id: string, env: NodeJS.ProcessEnv, kno
       throw new DeviceSelectionError("UNKNOWN_DEVICE_ID", `AIRM_DEVICE_ID_MAP is not JSON; expected {"<device-plugin id>": "<npuN|rblnN|N>"}.`);
     }
     const target = (map as Record<string, unknown>)?.[id];
-    if (typeof target === "string" || typeof target === "number") return indexOfDeviceId(vendor, String(target), {});
+    if (typeof target === "string" || typeof target === "number") return indexOfDeviceId(vendor, String(target), undefined);
   }
   throw new DeviceSelectionError(
     "UNKNOWN_DEVICE_ID",
@@ -78,11 +79,11 @@ function indexOfDeviceId(vendor: Vendor, id: string, env: NodeJS.ProcessEnv, kno
  */
 export function selectChip(options: ChipSelectionOptions): ChipSelection {
   const { vendor, chip } = options;
-  const env = options.env ?? process.env;
+  const cfg = options.config;
   if (!Number.isInteger(chip) || chip < -1) {
     throw new DeviceSelectionError("BAD_CHIP", `--chip must be an integer >= -1 (an ordinal, or -1 for the pod's allocation), got ${chip}.`);
   }
-  const root = deviceRoot(env);
+  const root = cfg.devRoot;
   const visible = discoverCards(vendor, root);
   const prefix = devicePrefix(vendor);
   const pick = (ordinal: number, source: ChipSelection["source"], detail: string): ChipSelection => ({
@@ -109,12 +110,12 @@ export function selectChip(options: ChipSelectionOptions): ChipSelection {
   }
 
   // chip === -1: the pod's allocation from the kubelet checkpoint.
-  const podUid = env.POD_UID;
-  const file = kubeletCheckpointPath(env);
+  const podUid = cfg.podUid;
+  const file = cfg.kubeletCheckpoint;
   const allocations = podUid ? readPodAllocations(file, podUid, RESOURCE_PREFIXES[vendor]) : null;
   const ids = allocations?.flatMap((a) => a.deviceIds) ?? [];
   if (ids.length > 0) {
-    const indices = [...new Set(ids.map((id) => indexOfDeviceId(vendor, id, env, options.deviceIds)))].sort((a, b) => a - b);
+    const indices = [...new Set(ids.map((id) => indexOfDeviceId(vendor, id, cfg.deviceIdMap, options.deviceIds)))].sort((a, b) => a - b);
     const ordinals = indices.map((ix) => visible.findIndex((c) => c.index === ix));
     const missing = indices.filter((_, i) => ordinals[i] < 0);
     if (missing.length > 0) {

@@ -9,8 +9,7 @@ import { performance } from "node:perf_hooks";
 import { ConfigError, ContextOverflowError, KVIntegrityError, UnsupportedError } from "@airm/rm-core";
 import type { DeviceInfo, EngineVariant, KVBlobs, ModelInfo, SamplingParams } from "@airm/rm-core";
 import { ArtifactCache, artifactKey } from "./artifact-cache.ts";
-import { importLlama, supportsPackedImage, supportsTensorUpdate } from "./cpu-model.ts";
-import type { CpuCheckpoint, CpuKVCache, CpuModel, LlamaModule } from "./cpu-model.ts";
+import { LLAMA, type CpuCheckpoint, type CpuKVCache, type CpuModel, type LlamaModule } from "./cpu-model.ts";
 import { planTensorDelta } from "./delta-plan.ts";
 import { checkpointHashes, type CheckpointHashes } from "./tensor-hash-manifest.ts";
 import type {
@@ -24,7 +23,7 @@ import type {
   PrefillResult,
   SwapResult,
 } from "@airm/rm-core";
-import { checkKVBlobs, copyPosition, copyPrefix, layerBytes, requestKVBytes, type KVGeometry } from "./kv-layout.ts";
+import { checkKVBlobs, copyPosition, copyPrefix, layerBytes, requestKVBytes, type KVGeometry } from "@airm/rm-core";
 import { appendColumn, type DecodeGraphShape, type HostDecodeResult } from "./native/rbln-decode-graph.ts";
 import { normalizeVariants, pickVariant, variantName } from "./variants.ts";
 
@@ -48,8 +47,6 @@ export interface CpuEngineSpec {
   maxStreams: number;
   /** A vendor runtime that runs host-input decode steps instead of the CPU model (ATOM native). */
   nativeHostDecode?: NativeHostDecode;
-  /** The @airm/llama module to run on; imported lazily when absent. */
-  llama?: LlamaModule;
 }
 
 /** Opens the decode graph of a variant on the card; `step` runs one host-input decode step. */
@@ -68,8 +65,8 @@ interface LoadedWeights {
 const PACKED_KIND = "packed-weights";
 
 /**
- * Loads the model for `ckpt`: from the packed image in `cache` when the model supports it and
- * the image exists (warm), else by converting the checkpoint (cold), then stores the image.
+ * Loads the model for `ckpt`: from the packed image in `cache` when it exists (warm), else by
+ * converting the checkpoint (cold), then stores the image.
  */
 export async function loadWeights(
   llama: LlamaModule,
@@ -84,24 +81,14 @@ export async function loadWeights(
     const model = await cls.load(ckpt, { threads });
     return { model, weightsFrom: "converted", loadMs: performance.now() - t0, cacheNote: "artifact cache disabled" };
   }
-  if (!supportsPackedImage(cls)) {
-    const model = await cls.load(ckpt, { threads });
-    return {
-      model,
-      weightsFrom: "converted",
-      loadMs: performance.now() - t0,
-      cacheNote: "@airm/llama offers no packed weight image (LlamaModel.packedFormat/loadPacked/exportPackedWeights)",
-    };
-  }
-  const key = artifactKey({ kind: PACKED_KIND, weightsFingerprint, variant: null, kernelVersion: cls.packedFormat! });
+  const key = artifactKey({ kind: PACKED_KIND, weightsFingerprint, variant: null, kernelVersion: cls.packedFormat });
   const image = cache.read(key);
   if (image) {
-    const model = await cls.loadPacked!(ckpt, image, { threads });
+    const model = await cls.loadPacked(ckpt, image, { threads });
     return { model, weightsFrom: "artifact-cache", loadMs: performance.now() - t0, cacheNote: `warm: ${key.slice(0, 12)}` };
   }
   const model = await cls.load(ckpt, { threads });
   const loadMs = performance.now() - t0;
-  if (typeof model.exportPackedWeights !== "function") return { model, weightsFrom: "converted", loadMs, cacheNote: "the model cannot export its packed weights" };
   const packed = model.exportPackedWeights();
   if (packed.format !== cls.packedFormat) {
     return { model, weightsFrom: "converted", loadMs, cacheNote: `packed format ${packed.format} != LlamaModel.packedFormat ${cls.packedFormat}; not stored` };
@@ -187,7 +174,7 @@ export class CpuBackedEngine implements Engine {
 
   /** Loads the checkpoint at `modelPath` and the weights, then prepares the active variant's KV arena. */
   static async open(modelPath: string, spec: CpuEngineSpec): Promise<CpuBackedEngine> {
-    const llama = spec.llama ?? (await importLlama());
+    const llama = LLAMA;
     const ckpt = await llama.loadCheckpoint(modelPath);
     try {
       const hashes = checkpointHashes(ckpt, spec.artifactCache?.dir ?? null);
@@ -533,12 +520,11 @@ export class CpuBackedEngine implements Engine {
       return { mode: "none", changedTensors: [], uploadBytes: 0, totalBytes: plan.totalBytes, modelFingerprint: this.hashes.fingerprint, reason: null, ms: performance.now() - t0 };
     }
     let mode: DeltaResult["mode"];
-    let reason = plan.reason;
-    if (!plan.fullReloadRequired && supportsTensorUpdate(this.cpu)) {
-      for (const name of plan.changed) this.cpu.updateTensor!(name, next.tensors);
+    const reason = plan.reason;
+    if (!plan.fullReloadRequired) {
+      for (const name of plan.changed) this.cpu.updateTensor(name, next.tensors);
       mode = "tensors";
     } else {
-      if (!reason) reason = "@airm/llama offers no LlamaModel.updateTensor; reloaded everything";
       const weights = await loadWeights(this.llama, next, nextHashes.fingerprint, this.spec.threads, this.spec.artifactCache);
       for (const free of this.arena.values()) for (const c of free) this.cpu.freeCache(c);
       this.arena.clear();

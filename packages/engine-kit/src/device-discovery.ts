@@ -17,11 +17,6 @@ export interface VisibleCard {
   nodes: string[];
 }
 
-/** The device root: `AIRM_DEV_ROOT`, else /dev. Tests point it at fixture folders. */
-export function deviceRoot(env: NodeJS.ProcessEnv = process.env): string {
-  return env.AIRM_DEV_ROOT && env.AIRM_DEV_ROOT.length > 0 ? env.AIRM_DEV_ROOT : "/dev";
-}
-
 /** The address prefix the runtime uses for a card ordinal: `rngd:2`, `rbln:0`. */
 export function devicePrefix(vendor: Vendor): string {
   return vendor === "furiosa" ? "rngd" : "rbln";

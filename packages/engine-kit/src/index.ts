@@ -1,6 +1,6 @@
 // @airm/engine-kit: what the vendor engines share. Device discovery and chip selection, compiled
-// variants, the artifact cache, delta plans, the KV layout, the extended engine contract, the
-// engine mechanics on the CPU reference backend, and the native vendor runtime bindings.
+// variants, the artifact cache, delta plans, the engine config, the engine mechanics on the CPU
+// reference backend, and the native vendor runtime bindings. (The KV layout is rm-core's.)
 export * from "./device-errors.ts";
 export * from "./device-discovery.ts";
 export * from "./kubelet-checkpoint.ts";
@@ -8,12 +8,12 @@ export * from "./chip-selection.ts";
 export * from "./variants.ts";
 export * from "./artifact-cache.ts";
 export * from "./delta-plan.ts";
-export * from "./kv-layout.ts";
+export * from "./engine-config.ts";
 export * from "./cpu-model.ts";
 export * from "./tensor-hash-manifest.ts";
 export { CpuBackedEngine, loadWeights, type CpuEngineSpec, type NativeHostDecode } from "./cpu-engine.ts";
-export { loadVendorEngine, type VendorEngineSpec, type BackendMode, type NativeProbe } from "./vendor-engine.ts";
+export { loadVendorEngine, vendorEngineConfig, type VendorEngineSpec, type BackendMode, type NativeProbe } from "./vendor-engine.ts";
 export { RblnRuntimeLibrary, RblnGraphSession, findRblnLibrary, DEFAULT_RBLN_LIBRARY, RBLN_SUCCESS } from "./native/rbln-runtime.ts";
 export { RblnDecodeGraph, decodeGraphFile, decodeGraphIO, appendColumn, type DecodeGraphShape, type HostDecodeResult } from "./native/rbln-decode-graph.ts";
 export { engineTokens, referenceTokens } from "./reference-run.ts";
-export { listFuriosaDevices, findFuriosaSmiLibrary, furiosaDeviceIdMap, type FuriosaSmiDevice } from "./native/furiosa-smi.ts";
+export { listFuriosaDevices, furiosaDeviceIdMap, type FuriosaSmiDevice } from "./native/furiosa-smi.ts";

@@ -8,11 +8,6 @@ import { DeviceSelectionError } from "./device-errors.ts";
 
 export const DEFAULT_KUBELET_CHECKPOINT = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint";
 
-/** The checkpoint path: `AIRM_KUBELET_CHECKPOINT`, else the kubelet default. */
-export function kubeletCheckpointPath(env: NodeJS.ProcessEnv = process.env): string {
-  return env.AIRM_KUBELET_CHECKPOINT && env.AIRM_KUBELET_CHECKPOINT.length > 0 ? env.AIRM_KUBELET_CHECKPOINT : DEFAULT_KUBELET_CHECKPOINT;
-}
-
 /** One container's allocation of one resource. */
 export interface DeviceAllocation {
   podUid: string;

@@ -2,7 +2,7 @@
 // at a time, greedy unless sampling says otherwise), and the same loop through an Engine. Used by
 // the engines' tests and benches.
 
-import { importLlama } from "./cpu-model.ts";
+import { LLAMA } from "./cpu-model.ts";
 import type { Engine, SamplingParams } from "@airm/rm-core";
 
 /**
@@ -25,7 +25,7 @@ export async function engineTokens(engine: Engine, tokens: number[], steps: numb
  * cache of context `seqLen`. The first is the prefill's token (sampled at position tokens.length).
  */
 export async function referenceTokens(modelDir: string, tokens: number[], steps: number, seqLen: number, sampling: SamplingParams = {}): Promise<number[]> {
-  const llama = await importLlama();
+  const llama = LLAMA;
   const ckpt = await llama.loadCheckpoint(modelDir);
   const model = await llama.LlamaModel.load(ckpt);
   try {

@@ -50,13 +50,13 @@ export function variantName(v: EngineVariant): string {
 }
 
 /**
- * The variants an engine compiles by default: every batch of `batches` at `seqLen` (the load
- * option, else `AIRM_SEQ_LEN`, else the chart's 256), or the `AIRM_VARIANTS` list when set.
+ * The variants an engine compiles by default: `configured` (AIRM_VARIANTS) when given, else every
+ * batch of the defaults (and `batch`) at `seqLen` (the load option, else `configuredSeqLen`
+ * (AIRM_SEQ_LEN), else the chart's 256).
  */
-export function defaultVariants(options: { seqLen?: number; batch?: number; env?: NodeJS.ProcessEnv }): EngineVariant[] {
-  const env = options.env ?? process.env;
-  if (env.AIRM_VARIANTS) return parseVariants(env.AIRM_VARIANTS);
-  const seqLen = options.seqLen ?? (env.AIRM_SEQ_LEN ? Number(env.AIRM_SEQ_LEN) : CHART_SEQ_LEN);
+export function defaultVariants(options: { seqLen?: number; batch?: number; configured?: EngineVariant[]; configuredSeqLen?: number }): EngineVariant[] {
+  if (options.configured?.length) return normalizeVariants(options.configured);
+  const seqLen = options.seqLen ?? options.configuredSeqLen ?? CHART_SEQ_LEN;
   if (!Number.isInteger(seqLen) || seqLen < 8) throw new ConfigError("seqLen", `must be an integer >= 8, got ${seqLen}`);
   const batches = new Set([...DEFAULT_DECODE_BATCHES, options.batch ?? 1]);
   return normalizeVariants([...batches].map((batch) => ({ batch, seqLen })));

@@ -3,13 +3,12 @@
 // compiled graphs are all there), sizes variants, threads, chunking and the artifact cache, and
 // says at start-up which path it runs on. Vendors plug in their names and native probe.
 
-import { ConfigError } from "@airm/rm-core";
-import type { DeviceInfo, EngineVariant } from "@airm/rm-core";
-import { ArtifactCache, artifactCacheDir } from "./artifact-cache.ts";
+import { ConfigError, type ConfigSpec, type ConfigValues, type DeviceInfo, type EngineLoadOptions, type EngineVariant, type OptionMap } from "@airm/rm-core";
+import { ArtifactCache } from "./artifact-cache.ts";
 import { selectChip, type ChipSelection } from "./chip-selection.ts";
 import { CpuBackedEngine, type NativeHostDecode } from "./cpu-engine.ts";
 import type { Vendor } from "./device-discovery.ts";
-import type { EngineLoadOptions } from "@airm/rm-core";
+import { ENGINE_CONFIG, type EngineConfig } from "./engine-config.ts";
 import { defaultVariants, normalizeVariants } from "./variants.ts";
 
 export interface BackendMode {
@@ -27,53 +26,55 @@ export interface NativeProbe {
   detail: string;
 }
 
-export interface VendorEngineSpec {
+export interface VendorEngineSpec<V extends OptionMap = OptionMap> {
   name: string;
   vendor: Vendor;
   backends: Record<string, BackendMode>;
   defaultBackend: string;
+  /** The vendor's own settings (library paths...), added to ENGINE_CONFIG. */
+  config: ConfigSpec<V>;
   /** Device-plugin ids the vendor's own library resolves (uuid/serial/bdf -> kernel index), with a one-line note. */
-  deviceIdMap?(env: NodeJS.ProcessEnv): { map: Map<string, number>; detail: string } | null;
+  deviceIdMap?(config: ConfigValues<V>): { map: Map<string, number>; detail: string } | null;
   /** Decides the native path; called after the card is selected. Throws ConfigError on a half-installed runtime. */
-  probeNative(selection: ChipSelection, env: NodeJS.ProcessEnv): NativeProbe;
+  probeNative(selection: ChipSelection, config: ConfigValues<V>): NativeProbe;
 }
 
-function intEnv(env: NodeJS.ProcessEnv, key: string, fallback: number, min: number, max: number): number {
-  const raw = env[key];
-  if (raw === undefined || raw === "") return fallback;
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n < min || n > max) throw new ConfigError(key, `must be an integer in [${min}, ${max}], got "${raw}"`);
-  return n;
+/** The full config of a vendor engine: ENGINE_CONFIG plus the vendor's own entries (each row keeps its package). */
+export function vendorEngineConfig<V extends OptionMap>(spec: { config: ConfigSpec<V> }): ConfigSpec<typeof ENGINE_CONFIG.options & V> {
+  return ENGINE_CONFIG.with(spec.config);
 }
 
 /**
- * Loads an engine of `spec` for `options`. Throws ConfigError (unknown backend, bad threads,
- * bad variants, missing model), DeviceSelectionError (see selectChip), ModelLoadError (from
- * @airm/llama) and NativeRuntimeError (vendor library present but refusing).
+ * Loads an engine of `spec` for `options` with `config` (ENGINE_CONFIG plus the vendor's, resolved;
+ * default: all defaults). Throws ConfigError (unknown backend, bad variants, missing model),
+ * DeviceSelectionError (see selectChip), ModelLoadError (from @airm/llama) and NativeRuntimeError
+ * (vendor library present but refusing).
  */
-export async function loadVendorEngine(spec: VendorEngineSpec, options: EngineLoadOptions): Promise<CpuBackedEngine> {
-  const env = options.env ?? process.env;
+export async function loadVendorEngine<V extends OptionMap>(
+  spec: VendorEngineSpec<V>,
+  options: EngineLoadOptions,
+  config: EngineConfig & ConfigValues<V> = vendorEngineConfig(spec).resolve({}) as EngineConfig & ConfigValues<V>,
+): Promise<CpuBackedEngine> {
   const backend = options.backend ?? spec.defaultBackend;
   const mode = spec.backends[backend];
   if (!mode) throw new ConfigError("backend", `engine ${spec.name} runs ${Object.keys(spec.backends).join(", ")}; got "${backend}"`);
   if (typeof options.model !== "string" || options.model.length === 0) throw new ConfigError("model", "a model folder (or file) is required");
-  const threads = options.threads ?? intEnv(env, "AIRM_THREADS", 1, 1, 2);
-  if (threads !== 1 && threads !== 2) throw new ConfigError("threads", `must be 1 or 2, got ${threads}`);
-  const ids = spec.deviceIdMap?.(env) ?? null;
-  const selection = selectChip({ vendor: spec.vendor, chip: options.chip ?? 0, env, deviceIds: ids?.map });
+  const threads = config.threads as 1 | 2;
+  const ids = spec.deviceIdMap?.(config) ?? null;
+  const selection = selectChip({ vendor: spec.vendor, chip: options.chip ?? 0, config, deviceIds: ids?.map });
   if (ids) selection.detail = `${selection.detail}; ${ids.detail}`;
   const variants: EngineVariant[] = options.variants?.length
     ? normalizeVariants(options.variants)
-    : defaultVariants({ seqLen: options.seqLen, batch: options.batch, env });
+    : defaultVariants({ seqLen: options.seqLen, batch: options.batch, configured: config.variants, configuredSeqLen: config.seqLen });
   const active =
     options.seqLen !== undefined || options.batch !== undefined
       ? variants.find((v) => v.seqLen === (options.seqLen ?? v.seqLen) && v.batch === (options.batch ?? v.batch))
       : undefined;
-  const probe = spec.probeNative(selection, env);
+  const probe = spec.probeNative(selection, config);
   const device: DeviceInfo = probe.hostDecode
     ? { vendor: spec.vendor, path: "native", device: probe.device ?? selection.device, detail: `${probe.detail}; ${selection.detail}` }
     : { vendor: "cpu", path: "cpu-reference", device: null, detail: `${spec.name} execution model on the CPU reference (@airm/llama); ${probe.detail}; ${selection.detail}` };
-  const cacheOff = env.AIRM_ARTIFACT_CACHE === "off";
+  const cacheOff = config.artifactCache === "off";
   const engine = await CpuBackedEngine.open(options.model, {
     name: spec.name,
     backend,
@@ -82,13 +83,13 @@ export async function loadVendorEngine(spec: VendorEngineSpec, options: EngineLo
     device,
     variants,
     activeVariant: active,
-    chunkSize: intEnv(env, "AIRM_PREFILL_CHUNK", 64, 1, 65536),
+    chunkSize: config.prefillChunk,
     threads,
-    artifactCache: cacheOff ? null : new ArtifactCache(artifactCacheDir(env)),
-    maxStreams: intEnv(env, "AIRM_KV_STREAMS", 16, 1, 4096),
+    artifactCache: cacheOff ? null : new ArtifactCache(config.artifactCache),
+    maxStreams: config.kvStreams,
     nativeHostDecode: probe.hostDecode,
   });
-  if (env.AIRM_ENGINE_LOG !== "0") {
+  if (config.engineLog) {
     process.stderr.write(
       `[${spec.name}] backend ${backend}, path ${device.path}${device.device ? ` on ${device.device}` : ""}, ` +
         `weights ${engine.stats().weightsFrom} in ${engine.stats().loadMs.toFixed(0)} ms (${engine.cacheNote}); ${device.detail}\n`,

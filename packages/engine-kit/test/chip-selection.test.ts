@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { isAirmError } from "@airm/rm-core";
-import { DeviceSelectionError, discoverCards, parseKubeletCheckpoint, selectChip, type DeviceErrorReason } from "../src/index.ts";
+import { DEVICE_CONFIG, DeviceSelectionError, discoverCards, parseKubeletCheckpoint, selectChip, type DeviceErrorReason } from "../src/index.ts";
 
 const root = mkdtempSync(join(tmpdir(), "airm-chip-"));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -61,6 +61,8 @@ const rngd1 = devRoot("rngd1", rngdNodes([2]));
 const empty = devRoot("empty", ["null", "zero"]);
 const atom = devRoot("atom", ["rbln0", "rbln2", "rsd0", "rbln_ctl"]);
 
+const device = (env: Record<string, string | undefined>) => DEVICE_CONFIG.resolve({ env });
+
 describe("device discovery", () => {
   it("groups RNGD nodes per card, sorted by kernel index, skipping a missing npu2", () => {
     const cards = discoverCards("furiosa", rngd3);
@@ -78,31 +80,31 @@ describe("device discovery", () => {
 
 describe("--chip N", () => {
   it("is the ordinal among visible cards: rngd:2 is npu3 when npu2 is absent", () => {
-    const s = selectChip({ vendor: "furiosa", chip: 2, env: { AIRM_DEV_ROOT: rngd3 } });
+    const s = selectChip({ vendor: "furiosa", chip: 2, config: device({ AIRM_DEV_ROOT: rngd3 }) });
     expect(s.card?.name).toBe("npu3");
     expect(s.device).toBe("rngd:2");
     expect(s.source).toBe("flag");
   });
   it("refuses an ordinal past the visible cards, listing them", () => {
-    expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: 3, env: { AIRM_DEV_ROOT: rngd3 } }))).toBe("NO_SUCH_ORDINAL");
+    expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: 3, config: device({ AIRM_DEV_ROOT: rngd3 }) }))).toBe("NO_SUCH_ORDINAL");
     try {
-      selectChip({ vendor: "furiosa", chip: 3, env: { AIRM_DEV_ROOT: rngd3 } });
+      selectChip({ vendor: "furiosa", chip: 3, config: device({ AIRM_DEV_ROOT: rngd3 }) });
     } catch (e) {
       expect((e as Error).message).toContain("npu3 (rngd:2)");
     }
   });
   it("rejects chips that are not integers >= -1", () => {
-    expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: -2, env: { AIRM_DEV_ROOT: rngd3 } }))).toBe("BAD_CHIP");
-    expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: 1.5, env: { AIRM_DEV_ROOT: rngd3 } }))).toBe("BAD_CHIP");
+    expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: -2, config: device({ AIRM_DEV_ROOT: rngd3 }) }))).toBe("BAD_CHIP");
+    expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: 1.5, config: device({ AIRM_DEV_ROOT: rngd3 }) }))).toBe("BAD_CHIP");
   });
   it("with no card visible selects nothing and says so (CPU reference)", () => {
-    const s = selectChip({ vendor: "furiosa", chip: 0, env: { AIRM_DEV_ROOT: empty } });
+    const s = selectChip({ vendor: "furiosa", chip: 0, config: device({ AIRM_DEV_ROOT: empty }) });
     expect(s.card).toBeNull();
     expect(s.device).toBeNull();
     expect(s.detail).toContain("no furiosa card visible");
   });
   it("addresses ATOM cards by ordinal too (rbln:1 is rbln2)", () => {
-    const s = selectChip({ vendor: "rebellions", chip: 1, env: { AIRM_DEV_ROOT: atom } });
+    const s = selectChip({ vendor: "rebellions", chip: 1, config: device({ AIRM_DEV_ROOT: atom }) });
     expect([s.card?.name, s.device]).toEqual(["rbln2", "rbln:1"]);
   });
 });
@@ -117,37 +119,37 @@ describe("--chip -1 (kubelet device-plugin checkpoint)", () => {
   const list = checkpointFile("list", kubeletCheckpoint([{ uid, resource: "furiosa.ai/rngd", ids: ["/dev/rngd/npu1"] }]));
 
   it("takes this pod's card from a NUMA-keyed record and addresses it by ordinal", () => {
-    const s = selectChip({ vendor: "furiosa", chip: -1, env: { AIRM_DEV_ROOT: rngd3, POD_UID: uid, AIRM_KUBELET_CHECKPOINT: numa } });
+    const s = selectChip({ vendor: "furiosa", chip: -1, config: device({ AIRM_DEV_ROOT: rngd3, POD_UID: uid, AIRM_KUBELET_CHECKPOINT: numa }) });
     expect([s.card?.name, s.device, s.source]).toEqual(["npu3", "rngd:2", "checkpoint"]);
   });
   it("reads the older list form of DeviceIDs and device-path ids", () => {
-    const s = selectChip({ vendor: "furiosa", chip: -1, env: { AIRM_DEV_ROOT: rngd3, POD_UID: uid, AIRM_KUBELET_CHECKPOINT: list } });
+    const s = selectChip({ vendor: "furiosa", chip: -1, config: device({ AIRM_DEV_ROOT: rngd3, POD_UID: uid, AIRM_KUBELET_CHECKPOINT: list }) });
     expect([s.card?.name, s.device]).toEqual(["npu1", "rngd:1"]);
   });
   it("refuses to guess with several cards and no record for this pod", () => {
     const env = { AIRM_DEV_ROOT: rngd3, POD_UID: "nobody", AIRM_KUBELET_CHECKPOINT: numa };
-    expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: -1, env }))).toBe("AMBIGUOUS");
-    expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: -1, env: { AIRM_DEV_ROOT: rngd3 } }))).toBe("AMBIGUOUS");
-    expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: -1, env: { AIRM_DEV_ROOT: rngd3, POD_UID: uid, AIRM_KUBELET_CHECKPOINT: join(root, "absent") } }))).toBe("AMBIGUOUS");
+    expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: -1, config: device(env) }))).toBe("AMBIGUOUS");
+    expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: -1, config: device({ AIRM_DEV_ROOT: rngd3 }) }))).toBe("AMBIGUOUS");
+    expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: -1, config: device({ AIRM_DEV_ROOT: rngd3, POD_UID: uid, AIRM_KUBELET_CHECKPOINT: join(root, "absent") }) }))).toBe("AMBIGUOUS");
   });
   it("uses the only visible card when there is no record", () => {
-    const s = selectChip({ vendor: "furiosa", chip: -1, env: { AIRM_DEV_ROOT: rngd1, POD_UID: "nobody", AIRM_KUBELET_CHECKPOINT: numa } });
+    const s = selectChip({ vendor: "furiosa", chip: -1, config: device({ AIRM_DEV_ROOT: rngd1, POD_UID: "nobody", AIRM_KUBELET_CHECKPOINT: numa }) });
     expect([s.card?.name, s.device, s.source]).toEqual(["npu2", "rngd:0", "only-card"]);
   });
   it("refuses a record naming a card this process cannot see", () => {
     const f = checkpointFile("invisible", kubeletCheckpoint([{ uid, resource: "furiosa.ai/rngd", ids: { "0": ["npu2"] } }]));
-    expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: -1, env: { AIRM_DEV_ROOT: rngd3, POD_UID: uid, AIRM_KUBELET_CHECKPOINT: f } }))).toBe("ALLOCATION_NOT_VISIBLE");
+    expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: -1, config: device({ AIRM_DEV_ROOT: rngd3, POD_UID: uid, AIRM_KUBELET_CHECKPOINT: f }) }))).toBe("ALLOCATION_NOT_VISIBLE");
   });
   it("maps opaque device-plugin ids through AIRM_DEVICE_ID_MAP, and refuses them without it", () => {
     const f = checkpointFile("uuid", kubeletCheckpoint([{ uid, resource: "furiosa.ai/rngd", ids: { "0": ["A76AAD68-6855-40B1-9E86-D080852D1C80"] } }]));
     const env = { AIRM_DEV_ROOT: rngd3, POD_UID: uid, AIRM_KUBELET_CHECKPOINT: f };
-    expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: -1, env }))).toBe("UNKNOWN_DEVICE_ID");
-    const s = selectChip({ vendor: "furiosa", chip: -1, env: { ...env, AIRM_DEVICE_ID_MAP: JSON.stringify({ "A76AAD68-6855-40B1-9E86-D080852D1C80": "npu1" }) } });
+    expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: -1, config: device(env) }))).toBe("UNKNOWN_DEVICE_ID");
+    const s = selectChip({ vendor: "furiosa", chip: -1, config: device({ ...env, AIRM_DEVICE_ID_MAP: JSON.stringify({ "A76AAD68-6855-40B1-9E86-D080852D1C80": "npu1" }) }) });
     expect(s.device).toBe("rngd:1");
   });
   it("reads ATOM allocations under rebellions.ai/", () => {
     const f = checkpointFile("atom", kubeletCheckpoint([{ uid, resource: "rebellions.ai/ATOM", ids: { "0": ["rbln2"] } }]));
-    const s = selectChip({ vendor: "rebellions", chip: -1, env: { AIRM_DEV_ROOT: atom, POD_UID: uid, AIRM_KUBELET_CHECKPOINT: f } });
+    const s = selectChip({ vendor: "rebellions", chip: -1, config: device({ AIRM_DEV_ROOT: atom, POD_UID: uid, AIRM_KUBELET_CHECKPOINT: f }) });
     expect([s.card?.name, s.device]).toEqual(["rbln2", "rbln:1"]);
   });
 
@@ -164,13 +166,13 @@ describe("--chip -1 (kubelet device-plugin checkpoint)", () => {
   for (const [what, text] of malformed) {
     it(`stops on a malformed checkpoint: ${what}`, () => {
       const f = checkpointFile(`bad-${what.replace(/\W+/g, "-")}`, text);
-      expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: -1, env: { AIRM_DEV_ROOT: rngd1, POD_UID: uid, AIRM_KUBELET_CHECKPOINT: f } }))).toBe("CHECKPOINT_MALFORMED");
+      expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: -1, config: device({ AIRM_DEV_ROOT: rngd1, POD_UID: uid, AIRM_KUBELET_CHECKPOINT: f }) }))).toBe("CHECKPOINT_MALFORMED");
     });
   }
   it("stops on a checkpoint it cannot read", () => {
     const dirAsFile = join(root, "a-directory");
     mkdirSync(dirAsFile, { recursive: true });
-    expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: -1, env: { AIRM_DEV_ROOT: rngd1, POD_UID: uid, AIRM_KUBELET_CHECKPOINT: dirAsFile } }))).toBe("CHECKPOINT_UNREADABLE");
+    expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: -1, config: device({ AIRM_DEV_ROOT: rngd1, POD_UID: uid, AIRM_KUBELET_CHECKPOINT: dirAsFile }) }))).toBe("CHECKPOINT_UNREADABLE");
   });
   it("treats a null entry list (kubelet with no allocations) as no record", () => {
     expect(parseKubeletCheckpoint(JSON.stringify({ Data: { PodDeviceEntries: null, RegisteredDevices: {} }, Checksum: 1 }))).toEqual([]);

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isAirmError } from "@airm/rm-core";
 import { LlamaModel, loadCheckpoint, makeTinyModel, sample } from "@airm/llama";
-import { ArtifactCache, CpuBackedEngine, engineTokens, supportsPackedImage, type CpuEngineSpec } from "../src/index.ts";
+import { ArtifactCache, CpuBackedEngine, engineTokens, type CpuEngineSpec } from "../src/index.ts";
 import type { Engine, KVStream } from "@airm/rm-core";
 import { bf16, editCheckpoint } from "./checkpoint-edit.ts";
 
@@ -256,13 +256,8 @@ describe("swap and delta", () => {
       const fresh = await loadCheckpoint(newDir);
       expect(d.modelFingerprint).toBe(fresh.fingerprint);
       fresh.tensors.close();
-      if (typeof (LlamaModel.prototype as { updateTensor?: unknown }).updateTensor === "function") {
-        expect(d.mode).toBe("tensors");
-        expect(d.uploadBytes).toBeLessThan(d.totalBytes / 2);
-      } else {
-        expect(d.mode).toBe("full-reload");
-        expect(d.reason).toMatch(/updateTensor/);
-      }
+      expect(d.mode).toBe("tensors");
+      expect(d.uploadBytes).toBeLessThan(d.totalBytes / 2);
       expect((await engine.applyDelta(newDir)).mode).toBe("none");
       // Live streams block a delta: their KV belongs to the old weights.
       const r = await engine.prefill(prompts[0], { seqLen: S, keepStream: true });
@@ -277,7 +272,7 @@ describe("swap and delta", () => {
 });
 
 describe("artifact cache and hash records", () => {
-  it("a second load finds the checkpoint's hashes recorded, and the packed weights when the model offers them", async () => {
+  it("a second load finds the checkpoint's hashes recorded, and the packed weights", async () => {
     const cacheDir = join(root, "artifacts-warm");
     const first = await CpuBackedEngine.open(modelDir, spec({ artifactCache: new ArtifactCache(cacheDir) }));
     const second = await CpuBackedEngine.open(modelDir, spec({ artifactCache: new ArtifactCache(cacheDir) }));
@@ -286,8 +281,7 @@ describe("artifact cache and hash records", () => {
       expect(second.hashesFrom).toBe("record");
       expect(second.model.modelFingerprint).toBe(first.model.modelFingerprint);
       expect(first.stats().weightsFrom).toBe("converted");
-      const packed = supportsPackedImage(LlamaModel as never);
-      expect(second.stats().weightsFrom).toBe(packed ? "artifact-cache" : "converted");
+      expect(second.stats().weightsFrom).toBe("artifact-cache");
       expect(await generate(second, prompts[3], STEPS)).toEqual(reference.get("3"));
     } finally {
       await first.close();

@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { furiosaDeviceIdMap, listFuriosaDevices, selectChip } from "../src/index.ts";
+import { DEVICE_CONFIG, furiosaDeviceIdMap, listFuriosaDevices, selectChip } from "../src/index.ts";
 
 const source = fileURLToPath(new URL("./fixtures/fake-furiosa-smi.c", import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), "airm-smi-"));
@@ -57,9 +57,9 @@ describe("furiosa-smi binding (fake library)", () => {
     for (const i of [0, 1, 3]) writeFileSync(join(dev, "rngd", `npu${i}pe0`), "");
     const ckpt = join(dir, "checkpoint.json");
     writeFileSync(ckpt, JSON.stringify({ Data: { PodDeviceEntries: [{ PodUID: "p1", ContainerName: "w", ResourceName: "furiosa.ai/rngd", DeviceIDs: { "1": ["FAKE-UUID-3"] } }] }, Checksum: 1 }));
-    const env = { AIRM_DEV_ROOT: dev, POD_UID: "p1", AIRM_KUBELET_CHECKPOINT: ckpt };
-    expect(() => selectChip({ vendor: "furiosa", chip: -1, env })).toThrow(/does not name a furiosa card/);
-    const s = selectChip({ vendor: "furiosa", chip: -1, env, deviceIds: furiosaDeviceIdMap(listFuriosaDevices(lib)) });
+    const config = DEVICE_CONFIG.resolve({ env: { AIRM_DEV_ROOT: dev, POD_UID: "p1", AIRM_KUBELET_CHECKPOINT: ckpt } });
+    expect(() => selectChip({ vendor: "furiosa", chip: -1, config })).toThrow(/does not name a furiosa card/);
+    const s = selectChip({ vendor: "furiosa", chip: -1, config, deviceIds: furiosaDeviceIdMap(listFuriosaDevices(lib)) });
     expect([s.card?.name, s.device]).toEqual(["npu3", "rngd:2"]);
   });
 });

@@ -6,13 +6,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { isAirmError } from "@airm/rm-core";
+import { isAirmError, layerBytes } from "@airm/rm-core";
 import {
   appendColumn,
   decodeGraphFile,
   decodeGraphIO,
   findRblnLibrary,
-  layerBytes,
+
   NativeRuntimeError,
   RblnDecodeGraph,
   RblnGraphSession,
@@ -54,8 +54,8 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 describe("RBLN runtime binding (fake library)", () => {
   it("finds the library from AIRM_RBLN_LIB, and reports none without it on a host without the SDK", () => {
-    expect(findRblnLibrary({ AIRM_RBLN_LIB: libPath })).toBe(libPath);
-    expect(findRblnLibrary({})).toBeNull(); // this machine has no /usr/local/lib/librbln_runtime.so
+    expect(findRblnLibrary(libPath)).toBe(libPath);
+    expect(findRblnLibrary(undefined)).toBeNull(); // this machine has no /usr/local/lib/librbln_runtime.so
   });
 
   it("loads a graph, reports its layouts, runs it and returns the outputs byte for byte", () => {

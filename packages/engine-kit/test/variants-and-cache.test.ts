@@ -5,7 +5,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { isAirmError, type ContextOverflowError } from "@airm/rm-core";
 import {
   ArtifactCache,
-  artifactCacheDir,
+  ENGINE_CONFIG,
   artifactKey,
   defaultVariants,
   parseVariants,
@@ -20,9 +20,12 @@ afterAll(() => rmSync(root, { recursive: true, force: true }));
 
 describe("compiled variants", () => {
   it("default to the chart's S=256, or AIRM_SEQ_LEN (512 in the ai-rm deployment)", () => {
-    expect(defaultVariants({ env: {} })).toEqual([{ batch: 1, seqLen: 256 }, { batch: 4, seqLen: 256 }]);
-    expect(defaultVariants({ env: { AIRM_SEQ_LEN: "512" } }).map((v) => v.seqLen)).toEqual([512, 512]);
-    expect(defaultVariants({ seqLen: 512, batch: 8, env: {} })).toEqual([{ batch: 1, seqLen: 512 }, { batch: 4, seqLen: 512 }, { batch: 8, seqLen: 512 }]);
+    expect(defaultVariants({})).toEqual([{ batch: 1, seqLen: 256 }, { batch: 4, seqLen: 256 }]);
+    expect(defaultVariants({ configuredSeqLen: ENGINE_CONFIG.resolve({ env: { AIRM_SEQ_LEN: "512" } }).seqLen }).map((v) => v.seqLen)).toEqual([512, 512]);
+    expect(defaultVariants({ seqLen: 512, batch: 8 })).toEqual([{ batch: 1, seqLen: 512 }, { batch: 4, seqLen: 512 }, { batch: 8, seqLen: 512 }]);
+    const configured = ENGINE_CONFIG.resolve({ env: { AIRM_VARIANTS: "B8xS128,4x64" } }).variants;
+    expect(defaultVariants({ seqLen: 512, configured })).toEqual([{ batch: 4, seqLen: 64 }, { batch: 8, seqLen: 128 }]);
+    expect(() => ENGINE_CONFIG.resolve({ env: { AIRM_VARIANTS: "B8" } })).toThrow(expect.objectContaining({ code: "CONFIG", key: "AIRM_VARIANTS" }));
   });
   it("parse AIRM_VARIANTS and reject nonsense with a ConfigError naming the item", () => {
     expect(parseVariants("B4xS512, 1x256,B4xS512")).toEqual([{ batch: 1, seqLen: 256 }, { batch: 4, seqLen: 512 }]);
@@ -81,8 +84,8 @@ describe("artifact cache", () => {
     expect(keys.has(k)).toBe(false);
   });
   it("lives under AIRM_ARTIFACT_CACHE, else ~/.cache/airm/artifacts", () => {
-    expect(artifactCacheDir({ AIRM_ARTIFACT_CACHE: "/x/y" })).toBe("/x/y");
-    expect(artifactCacheDir({})).toBe(join(homedir(), ".cache", "airm", "artifacts"));
+    expect(ENGINE_CONFIG.resolve({ env: { AIRM_ARTIFACT_CACHE: "/x/y" } }).artifactCache).toBe("/x/y");
+    expect(ENGINE_CONFIG.resolve({}).artifactCache).toBe(join(homedir(), ".cache", "airm", "artifacts"));
   });
   it("round-trips segments and reports a miss for an unknown key", () => {
     const cache = new ArtifactCache(join(root, "rt"));

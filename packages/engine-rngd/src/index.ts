@@ -5,23 +5,33 @@
 // manages devices, and is used, when AIRM_FURIOSA_SMI_LIB names it, to resolve device-plugin ids
 // such as uuids), so the execution model always runs on the CPU reference and says so.
 
-import type { EnginePlugin } from "@airm/rm-core";
-import { findFuriosaSmiLibrary, furiosaDeviceIdMap, listFuriosaDevices, loadVendorEngine, type VendorEngineSpec } from "@airm/engine-kit";
+import { defineConfig, opt, text, type EnginePlugin } from "@airm/rm-core";
+import { furiosaDeviceIdMap, listFuriosaDevices, loadVendorEngine, vendorEngineConfig, type VendorEngineSpec } from "@airm/engine-kit";
 
 export const RNGD_BACKENDS = ["rngd", "rngd-chunk", "rngd-full"] as const;
 
+/** What only the RNGD engine reads. */
+export const RNGD_VENDOR_CONFIG = defineConfig("@airm/engine-rngd", {
+  furiosaSmiLib: opt(text({ label: "path" }), {
+    env: "AIRM_FURIOSA_SMI_LIB",
+    defaultText: "unset (device nodes under AIRM_DEV_ROOT suffice)",
+    doc: "furiosa-libsmi to resolve device-plugin ids (uuid, serial, bdf) to cards.",
+  }),
+});
+
 /** The vendor description loadVendorEngine works from. */
-export const rngdSpec: VendorEngineSpec = {
+export const rngdSpec: VendorEngineSpec<typeof RNGD_VENDOR_CONFIG.options> = {
   name: "rngd",
   vendor: "furiosa",
   defaultBackend: "rngd",
+  config: RNGD_VENDOR_CONFIG,
   backends: {
     rngd: { prefillMode: "whole", residence: "device" },
     "rngd-full": { prefillMode: "whole", residence: "device" },
     "rngd-chunk": { prefillMode: "chunked", residence: "device" },
   },
-  deviceIdMap(env) {
-    const lib = findFuriosaSmiLibrary(env);
+  deviceIdMap(config) {
+    const lib = config.furiosaSmiLib;
     if (!lib) return null;
     const devices = listFuriosaDevices(lib);
     return { map: furiosaDeviceIdMap(devices), detail: `furiosa-smi (${lib}) lists ${devices.map((d) => `npu${d.index ?? "?"}`).join(", ") || "no card"}` };
@@ -32,9 +42,12 @@ export const rngdSpec: VendorEngineSpec = {
   },
 };
 
+export const RNGD_CONFIG = vendorEngineConfig(rngdSpec);
+
 /** airm.workloads "rngd". `load` resolves to an Engine (see @airm/engine-kit). */
-export const rngdEngine: EnginePlugin = {
+export const rngdEngine: EnginePlugin<typeof RNGD_CONFIG.options> = {
   kind: "engine",
   name: "rngd",
-  load: (options) => loadVendorEngine(rngdSpec, options),
+  config: RNGD_CONFIG,
+  load: (options, config) => loadVendorEngine(rngdSpec, options, config),
 };

@@ -4,11 +4,11 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { isAirmError } from "@airm/rm-core";
+import { isAirmError, openEngine, registry } from "@airm/rm-core";
 import { loadCheckpoint, makeTinyModel } from "@airm/llama";
 import { engineTokens, referenceTokens } from "@airm/engine-kit";
 import type { Engine } from "@airm/rm-core";
-import { RNGD_BACKENDS, rngdEngine } from "../src/index.ts";
+import { RNGD_BACKENDS, rngdEngine, rngdSpec } from "../src/index.ts";
 
 const root = mkdtempSync(join(tmpdir(), "airm-rngd-"));
 const modelDir = join(root, "model");
@@ -37,9 +37,17 @@ beforeAll(async () => {
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
 describe("engine rngd", () => {
+  it("declares in package.json the backends its code runs, each in every role", () => {
+    registry.addHost(new URL("..", import.meta.url));
+    const meta = registry.entry("airm.workloads", "rngd")!.meta.backends as Record<string, { roles: string[] }>;
+    expect(Object.keys(meta).sort()).toEqual(Object.keys(rngdSpec.backends).sort());
+    expect(Object.keys(meta).sort()).toEqual([...RNGD_BACKENDS].sort());
+    for (const b of RNGD_BACKENDS) expect(meta[b].roles).toEqual(["prefill", "decode", "solo"]);
+  });
+
   for (const backend of RNGD_BACKENDS) {
     it(`backend ${backend} generates the greedy tokens of @airm/llama solo`, async () => {
-      const engine = await rngdEngine.load({ model: modelDir, backend, chip: 0, env: env() });
+      const engine = await openEngine(rngdEngine, { model: modelDir, backend, chip: 0 }, { env: env() });
       try {
         expect(engine.backend).toBe(backend);
         expect(engine.variants()).toEqual([{ batch: 1, seqLen: 256 }, { batch: 4, seqLen: 256 }]);
@@ -52,7 +60,7 @@ describe("engine rngd", () => {
   }
 
   it("runs on the CPU reference and never claims a card, even with cards visible", async () => {
-    const engine = await rngdEngine.load({ model: modelDir, chip: 2, env: env({ AIRM_DEV_ROOT: threeCards }) });
+    const engine = await openEngine(rngdEngine, { model: modelDir, chip: 2 }, { env: env({ AIRM_DEV_ROOT: threeCards }) });
     try {
       expect(engine.device).toMatchObject({ vendor: "cpu", path: "cpu-reference", device: null });
       expect(engine.device.detail).toContain("card npu3 (rngd:2) is visible but not driven");
@@ -69,10 +77,10 @@ describe("engine rngd", () => {
     const ckpt = join(root, "kubelet_internal_checkpoint");
     writeFileSync(ckpt, JSON.stringify({ Data: { PodDeviceEntries: [{ PodUID: "pod-1", ContainerName: "prefill", ResourceName: "furiosa.ai/rngd", DeviceIDs: { "0": ["FAKE-UUID-1"] } }], RegisteredDevices: {} }, Checksum: 7 }));
     const base = env({ AIRM_DEV_ROOT: threeCards, POD_UID: "pod-1", AIRM_KUBELET_CHECKPOINT: ckpt });
-    await expect(rngdEngine.load({ model: modelDir, chip: -1, env: base })).rejects.toMatchObject({ code: "DEVICE", reason: "UNKNOWN_DEVICE_ID" });
+    await expect(openEngine(rngdEngine, { model: modelDir, chip: -1 }, { env: base })).rejects.toMatchObject({ code: "DEVICE", reason: "UNKNOWN_DEVICE_ID" });
     process.env.FAKE_FURIOSA_DEVICES = "0,1,3";
     try {
-      const engine = await rngdEngine.load({ model: modelDir, chip: -1, env: { ...base, AIRM_FURIOSA_SMI_LIB: smi } });
+      const engine = await openEngine(rngdEngine, { model: modelDir, chip: -1 }, { env: { ...base, AIRM_FURIOSA_SMI_LIB: smi } });
       expect(engine.device.device).toBeNull();
       expect(engine.device.detail).toContain("--chip -1 -> npu1 (rngd:1)");
       expect(engine.device.detail).toContain("furiosa-smi");
@@ -83,15 +91,15 @@ describe("engine rngd", () => {
   });
 
   it("stops with typed errors for a bad backend, an ordinal past the cards, and an ambiguous --chip -1", async () => {
-    await expect(rngdEngine.load({ model: modelDir, backend: "atom", env: env() })).rejects.toMatchObject({ code: "CONFIG" });
-    await expect(rngdEngine.load({ model: modelDir, chip: 3, env: env({ AIRM_DEV_ROOT: threeCards }) })).rejects.toMatchObject({ code: "DEVICE", reason: "NO_SUCH_ORDINAL" });
-    await expect(rngdEngine.load({ model: modelDir, chip: -1, env: env({ AIRM_DEV_ROOT: threeCards }) })).rejects.toMatchObject({ code: "DEVICE", reason: "AMBIGUOUS" });
-    await expect(rngdEngine.load({ model: join(root, "nope"), env: env() })).rejects.toMatchObject({ code: "MODEL_LOAD" });
-    await expect(rngdEngine.load({ model: modelDir, threads: 3 as 1, env: env() })).rejects.toMatchObject({ code: "CONFIG" });
+    await expect(openEngine(rngdEngine, { model: modelDir, backend: "atom" }, { env: env() })).rejects.toMatchObject({ code: "CONFIG" });
+    await expect(openEngine(rngdEngine, { model: modelDir, chip: 3 }, { env: env({ AIRM_DEV_ROOT: threeCards }) })).rejects.toMatchObject({ code: "DEVICE", reason: "NO_SUCH_ORDINAL" });
+    await expect(openEngine(rngdEngine, { model: modelDir, chip: -1 }, { env: env({ AIRM_DEV_ROOT: threeCards }) })).rejects.toMatchObject({ code: "DEVICE", reason: "AMBIGUOUS" });
+    await expect(openEngine(rngdEngine, { model: join(root, "nope") }, { env: env() })).rejects.toMatchObject({ code: "MODEL_LOAD" });
+    await expect(openEngine(rngdEngine, { model: modelDir }, { env: env(), options: { threads: 3 } })).rejects.toMatchObject({ code: "CONFIG" });
   });
 
   it("compiles S from the deployment (512) and refuses requests past it, stating both numbers", async () => {
-    const engine = await rngdEngine.load({ model: modelDir, seqLen: 512, env: env() });
+    const engine = await openEngine(rngdEngine, { model: modelDir, seqLen: 512 }, { env: env() });
     try {
       expect(engine.activeVariant).toEqual({ batch: 1, seqLen: 512 });
       expect(engine.pickVariant(400, 112)).toEqual({ batch: 1, seqLen: 512 });

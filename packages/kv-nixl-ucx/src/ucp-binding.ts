@@ -2,7 +2,7 @@
 // transport makes, the struct layouts they take (x86_64, checked against ucp.h 1.13), the status
 // codes, and the libc calls the progress thread sleeps in. It knows nothing about blobs or arenas.
 
-import koffi from "koffi";
+import koffi, { type LibraryHandle } from "koffi";
 import { TransportError } from "@airm/rm-core";
 
 /** ucs_status_t values this package reacts to. */
@@ -106,7 +106,7 @@ export const UCX_PROCESS_DEFAULTS: Record<string, string> = {
   UCX_ERROR_SIGNALS: "",
 };
 
-function quietUcxProcessHooks(libc: koffi.IKoffiLib): void {
+function quietUcxProcessHooks(libc: LibraryHandle): void {
   const setenv = libc.func("int setenv(const char *name, const char *value, int overwrite)");
   for (const [name, value] of Object.entries(UCX_PROCESS_DEFAULTS)) setenv(name, value, 0);
 }
@@ -321,7 +321,7 @@ export class UcpWorker {
     this.lib.memUnmap(this.context, mem.memh);
   }
 
-  private errHandler: koffi.IKoffiRegisteredCallback | undefined;
+  private errHandler: bigint | undefined;
 
   /**
    * Calls `onError(ep, status)` (from inside progress()) when an endpoint created in PEER mode

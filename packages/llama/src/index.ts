@@ -13,7 +13,7 @@ export { KNOWN_MODELS, ModelPullError, defaultCacheDir, listModels, pullModel, r
 
 // The model: wasm kernels, forward pass over explicit KV caches, sampling.
 export { LlamaModel, bf16Bits, type LlamaModelOptions, type PrefillOptions, type DecodeStep } from "./model/llama-model.ts";
-export { KV_LAYOUT, kvLayerBytes, type KVCache } from "./model/kv-cache.ts";
+export type { KVCache } from "./model/kv-cache.ts";
 export { generate, continueGeneration, continueFromToken, type GenerateOptions, type GenerateResult } from "./model/generate.ts";
 export { sample, argmax, counterUniform, type SamplingParams } from "./sampling/sample.ts";
 export { ropeInverseFrequencies } from "./model/rope.ts";

@@ -57,17 +57,25 @@ export interface TransportStats {
   expired: number;
 }
 
-/**
- * A push/pull KV transport. Keys follow `kv-key.ts`. A pulled array stays valid until
- * `release(requestId)` of its request or `close()`; copy it to keep it longer.
- */
+/** What a pull returns: the bytes and, when the transport checked them on arrival, their CRC-32. */
+export interface PulledBlob {
+  /** The blob; valid until `release(requestId)` of its request or `close()` (copy it to keep it). */
+  bytes: Uint8Array;
+  /**
+   * The CRC-32 (IEEE) the transport measured over exactly these bytes as they arrived, or null
+   * when it took none. The KV handoff compares it with the manifest instead of reading the blob again.
+   */
+  crc32: number | null;
+}
+
+/** A push/pull KV transport. Keys follow `kv-key.ts`. */
 export interface KVTransport {
   readonly name: string;
   readonly support: TransportSupport;
   /** Store `data` under `key`. Throws TransportError (NO_SPACE, CLOSED...), InvalidKeyError, UnsupportedError. */
   push(key: string, data: Uint8Array, options?: PushOptions): Promise<void>;
-  /** The bytes under `key`, waiting up to `timeoutMs` for them. Throws TransportTimeoutError. */
-  pull(key: string, options?: PullOptions): Promise<Uint8Array>;
+  /** The blob under `key`, waiting up to `timeoutMs` for it. Throws TransportTimeoutError. */
+  pull(key: string, options?: PullOptions): Promise<PulledBlob>;
   /** Free every blob of one request, on any side. Idempotent. */
   release(requestId: string): Promise<void>;
   close(): Promise<void>;

@@ -19,3 +19,4 @@ export { kvTransportSuite, runKVTransportConformance, type CaseResult, type KVTr
 export { untilStopSignal } from "./stop-signal.ts";
 export { IncrementalDetokenizer, type IncrementalDetokenizerOptions } from "./text/incremental-detokenizer.ts";
 export { StopStringMatcher, type StopResult } from "./text/stop-strings.ts";
+export { openEngine } from "./open-engine.ts";

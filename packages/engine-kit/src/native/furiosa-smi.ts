@@ -122,11 +122,6 @@ export function listFuriosaDevices(libPath: string): FuriosaSmiDevice[] {
   return out;
 }
 
-/** `AIRM_FURIOSA_SMI_LIB` when set, else null (the library is optional; /dev discovery suffices). */
-export function findFuriosaSmiLibrary(env: NodeJS.ProcessEnv = process.env): string | null {
-  return env.AIRM_FURIOSA_SMI_LIB && env.AIRM_FURIOSA_SMI_LIB.length > 0 ? env.AIRM_FURIOSA_SMI_LIB : null;
-}
-
 /** Device-plugin id -> kernel index for every uuid, serial and bdf the library reports. */
 export function furiosaDeviceIdMap(devices: FuriosaSmiDevice[]): Map<string, number> {
   const map = new Map<string, number>();

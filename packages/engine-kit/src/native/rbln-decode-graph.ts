@@ -17,7 +17,7 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import type { EngineVariant, KVBlobs } from "@airm/rm-core";
 import { NativeRuntimeError } from "../device-errors.ts";
-import { layerBytes, type KVGeometry } from "../kv-layout.ts";
+import { layerBytes, type KVGeometry } from "@airm/rm-core";
 import { variantName } from "../variants.ts";
 import { RblnGraphSession, type RblnRuntimeLibrary } from "./rbln-runtime.ts";
 

@@ -13,9 +13,9 @@ import { NativeRuntimeError } from "../device-errors.ts";
 /** Where the SDK installs the runtime library. */
 export const DEFAULT_RBLN_LIBRARY = "/usr/local/lib/librbln_runtime.so";
 
-/** `AIRM_RBLN_LIB` when set (even if missing: the caller reports it), else the SDK path if it exists, else null. */
-export function findRblnLibrary(env: NodeJS.ProcessEnv = process.env): string | null {
-  if (env.AIRM_RBLN_LIB && env.AIRM_RBLN_LIB.length > 0) return env.AIRM_RBLN_LIB;
+/** `configured` (AIRM_RBLN_LIB) when set (even if missing: the caller reports it), else the SDK path if it exists, else null. */
+export function findRblnLibrary(configured: string | undefined): string | null {
+  if (configured) return configured;
   return existsSync(DEFAULT_RBLN_LIBRARY) ? DEFAULT_RBLN_LIBRARY : null;
 }
 

@@ -1,10 +1,8 @@
-// The explicit KV cache of one stream in layout rngd-pd/v1, living in the model's wasm memory.
-// Knows the layout and its byte offsets; filling it is the model's job, moving it the transport's.
-import { ConfigError } from "@airm/rm-core";
+// The explicit KV cache of one stream in layout rngd-pd/v1 (rm-core's KV_LAYOUT and blob
+// sizes), living in the model's wasm memory. Knows the byte offsets in that memory; filling it is
+// the model's job, moving it the transport's.
+import { ConfigError, layerBytes } from "@airm/rm-core";
 import type { KernelRuntime } from "../kernels/kernel-runtime.ts";
-
-/** Name of the KV byte layout this package reads and writes. */
-export const KV_LAYOUT = "rngd-pd/v1";
 
 /**
  * One stream's cache: bf16, for a fixed context S.
@@ -18,11 +16,6 @@ export interface KVCache {
   n: number;
   layerK(l: number): Uint8Array;
   layerV(l: number): Uint8Array;
-}
-
-/** Bytes of one layer's K (or V) blob. */
-export function kvLayerBytes(kvHeads: number, headDim: number, S: number): number {
-  return kvHeads * headDim * S * 2;
 }
 
 /** Slack after the V region: attention reads positions in groups of 4. */
@@ -47,7 +40,7 @@ export class WasmKVCache implements KVCache {
     this.owner = owner;
     this.S = S;
     this.layers = layers;
-    this.layerBytes = kvLayerBytes(kvHeads, headDim, S);
+    this.layerBytes = layerBytes({ kvHeads, headDim }, S);
     this.totalBytes = 2 * layers * this.layerBytes + READ_SLACK;
     this.kPtr = rt.alloc(this.totalBytes);
     this.vPtr = this.kPtr + layers * this.layerBytes;

@@ -3,12 +3,12 @@
 // agree bit for bit). Knows the architecture and the numerics; loading files and sampling are
 // done elsewhere.
 import { createHash } from "node:crypto";
-import { AirmError, ConfigError, ContextOverflowError } from "@airm/rm-core";
+import { AirmError, ConfigError, ContextOverflowError, KV_LAYOUT } from "@airm/rm-core";
 import type { Checkpoint, ModelConfig, TensorSource } from "../checkpoint-types.ts";
 import { KERNEL_VERSION, NUMERICS_CHOICES } from "../kernels/assemble.ts";
 import { KernelRuntime } from "../kernels/kernel-runtime.ts";
 import { imageIndex, interleaveRows } from "../kernels/weight-image.ts";
-import { KV_LAYOUT, WasmKVCache, type KVCache } from "./kv-cache.ts";
+import { WasmKVCache, type KVCache } from "./kv-cache.ts";
 import { RopeTable } from "./rope.ts";
 
 const fr = Math.fround;

@@ -22,7 +22,7 @@ export interface Flag<T, HasDefault extends boolean = boolean> {
 }
 
 /** A flag that takes a value and has a default. */
-export function flagOf<T>(type: ValueType<T>, spec: { default: T; doc: string; short?: string; name?: string; metavar?: string }): Flag<T, true>;
+export function flagOf<T>(type: ValueType<T>, spec: { default: NoInfer<T>; doc: string; short?: string; name?: string; metavar?: string }): Flag<T, true>;
 /** A flag that takes a value and may be left out. */
 export function flagOf<T>(type: ValueType<T>, spec: { default?: undefined; defaultText?: string; doc: string; short?: string; name?: string; metavar?: string }): Flag<T, false>;
 export function flagOf<T>(type: ValueType<T>, spec: { default?: T; defaultText?: string; doc: string; short?: string; name?: string; metavar?: string }): Flag<T, boolean> {

@@ -23,7 +23,7 @@ export interface Opt<T, HasDefault extends boolean = boolean> {
 }
 
 /** An option that always has a value (its default). */
-export function opt<T>(type: ValueType<T>, spec: { env?: string; default: T; doc: string; internal?: boolean }): Opt<T, true>;
+export function opt<T>(type: ValueType<T>, spec: { env?: string; default: NoInfer<T>; doc: string; internal?: boolean }): Opt<T, true>;
 /** An option that may stay unset (undefined). */
 export function opt<T>(type: ValueType<T>, spec: { env?: string; default?: undefined; defaultText?: string; doc: string; internal?: boolean }): Opt<T, false>;
 export function opt<T>(type: ValueType<T>, spec: { env?: string; default?: T; defaultText?: string; doc: string; internal?: boolean }): Opt<T, boolean> {
@@ -58,6 +58,9 @@ export interface ResolveInput {
 
 /** A package's (or a plugin's) configuration declaration. */
 export class ConfigSpec<S extends OptionMap> {
+  /** The package that declared each option (options merged with `with` keep their own). */
+  private readonly owners: Record<string, string>;
+
   /**
    * @param owner the package (or plugin) that reads these, e.g. "@airm/kv-tcp"
    * @param options the declarations, keyed by option name (camelCase)
@@ -65,7 +68,9 @@ export class ConfigSpec<S extends OptionMap> {
   constructor(
     readonly owner: string,
     readonly options: S,
+    owners: Record<string, string> = {},
   ) {
+    this.owners = Object.fromEntries(Object.keys(options).map((k) => [k, owners[k] ?? owner]));
     const seen = new Set<string>();
     for (const [k, o] of Object.entries(options)) {
       if (!o.env) continue;
@@ -121,7 +126,7 @@ export class ConfigSpec<S extends OptionMap> {
   /** Table rows, in declaration order. */
   rows(): ConfigRow[] {
     return Object.entries(this.options).map(([k, o]) => ({
-      owner: this.owner,
+      owner: this.owners[k],
       option: k,
       env: o.env ?? null,
       type: o.type.label,
@@ -131,9 +136,11 @@ export class ConfigSpec<S extends OptionMap> {
     }));
   }
 
-  /** A spec with the options of both (same owner); the other's entries win on a name clash. */
+  /** A spec with the options of both (this spec's owner; each row keeps its declaring package). */
   with<T extends OptionMap>(other: ConfigSpec<T>): ConfigSpec<S & T> {
-    return new ConfigSpec(this.owner, { ...this.options, ...other.options } as S & T);
+    const clash = Object.keys(other.options).find((k) => k in this.options);
+    if (clash) throw new ConfigError(clash, `declared by both ${this.owners[clash]} and ${other.owners[clash]}`);
+    return new ConfigSpec(this.owner, { ...this.options, ...other.options } as S & T, { ...this.owners, ...other.owners });
   }
 }
 

@@ -1,0 +1,83 @@
+// What configures an engine besides the model and the compiled shape it is asked for: CPU
+// threads, chunked-prefill size, how many KV streams it is sized for, the compiled variants, the
+// artifact cache, and how the card is found (device root, the pod's allocation). Vendor engines
+// add their own entries (library paths) with `.with()`. Resolved once by the worker from its
+// environment and passed to load(); nothing here reads the process environment.
+
+import { homedir } from "node:os";
+import { join } from "node:path";
+import { ConfigError, defineConfig, flag, int, opt, text, type ConfigValues, type EngineVariant, type ValueType } from "@airm/rm-core";
+import { DEFAULT_KUBELET_CHECKPOINT } from "./kubelet-checkpoint.ts";
+import { CHART_SEQ_LEN, parseVariants, variantName } from "./variants.ts";
+
+/** `B4xS512,B1xS256` (or an array of variants in code). */
+const variantList: ValueType<EngineVariant[]> = {
+  label: "B<batch>xS<seq>,...",
+  parse(raw) {
+    if (Array.isArray(raw)) return parseVariants(raw.map((v: EngineVariant) => variantName(v)).join(","));
+    if (typeof raw !== "string") throw new Error(`expected a list like B4xS512,B1xS256, got ${JSON.stringify(raw)}`);
+    try {
+      return parseVariants(raw);
+    } catch (e) {
+      throw new Error(e instanceof ConfigError ? e.message.replace(/^AIRM_VARIANTS: /, "") : String(e));
+    }
+  },
+  show: (v) => v.map(variantName).join(","),
+};
+
+/** Where cards are found and how `--chip -1` learns this pod's allocation. */
+export const DEVICE_CONFIG = defineConfig("@airm/engine-kit", {
+  devRoot: opt(text({ label: "path" }), { env: "AIRM_DEV_ROOT", default: "/dev", doc: "Where device nodes are looked for (tests point it at fixture folders)." }),
+  podUid: opt(text({ label: "uid" }), {
+    env: "POD_UID",
+    defaultText: "unset",
+    doc: "This pod's UID (the chart sets it from the downward API); with --chip -1 it selects the pod's record in the kubelet checkpoint.",
+  }),
+  kubeletCheckpoint: opt(text({ label: "path" }), {
+    env: "AIRM_KUBELET_CHECKPOINT",
+    default: DEFAULT_KUBELET_CHECKPOINT,
+    doc: "The kubelet device-plugin checkpoint (mounted read-only by the chart) that --chip -1 reads.",
+  }),
+  deviceIdMap: opt(text({ label: "JSON" }), {
+    env: "AIRM_DEVICE_ID_MAP",
+    defaultText: "unset",
+    doc: 'JSON map from a device-plugin id the vendor library cannot resolve to a card: {"<id>": "npu1"}.',
+  }),
+});
+
+export type DeviceConfig = ConfigValues<typeof DEVICE_CONFIG.options>;
+
+/** The engine's own settings (threads, chunking, KV sizing, variants, artifact cache, start-up line). */
+export const ENGINE_RUN_CONFIG = defineConfig("@airm/engine-kit", {
+  threads: opt(int({ min: 1, max: 2 }), {
+    env: "AIRM_THREADS",
+    default: 1,
+    doc: "CPU threads of the reference backend per engine (the worker's --threads wins).",
+  }),
+  prefillChunk: opt(int({ min: 1, max: 65536 }), { env: "AIRM_PREFILL_CHUNK", default: 64, doc: "Tokens per chunk of the rngd-chunk backend's prefill." }),
+  kvStreams: opt(int({ min: 1, max: 4096 }), {
+    env: "AIRM_KV_STREAMS",
+    default: 16,
+    doc: "KV streams the engine is sized for (the denominator of its KV usage).",
+  }),
+  variants: opt(variantList, {
+    env: "AIRM_VARIANTS",
+    defaultText: "batches 1 and 4 (and --B) at the seq len",
+    doc: "The compiled variants, e.g. B4xS512,B1xS512; wins over --seq-len and the default batches.",
+  }),
+  seqLen: opt(int({ min: 8, max: 131072 }), {
+    env: "AIRM_SEQ_LEN",
+    default: CHART_SEQ_LEN,
+    doc: "Compiled context S when the worker gives no --seq-len (the chart's seqLen).",
+  }),
+  artifactCache: opt(text({ label: "path|off" }), {
+    env: "AIRM_ARTIFACT_CACHE",
+    default: join(homedir(), ".cache", "airm", "artifacts"),
+    doc: "Folder of the packed-weights artifact cache (warm starts); `off` disables it.",
+  }),
+  engineLog: opt(flag(), { env: "AIRM_ENGINE_LOG", default: true, doc: "0 silences the engine's start-up line on stderr." }),
+});
+
+/** Every setting engine-kit reads. Vendor engines extend it with `.with()`. */
+export const ENGINE_CONFIG = ENGINE_RUN_CONFIG.with(DEVICE_CONFIG);
+export type EngineConfig = ConfigValues<typeof ENGINE_CONFIG.options>;
