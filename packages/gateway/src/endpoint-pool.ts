@@ -1,17 +1,12 @@
 // A set of worker endpoints of one role: probes each one's /health on a period, and hands out
-// the healthy endpoint with the fewest outstanding requests. Knows nothing about the API.
+// the healthy endpoint with the fewest outstanding requests. Knows nothing about the OpenAI API.
 
-export interface WorkerHealth {
-  ready: boolean;
-  role?: string;
-  model?: { id: string };
-  seq_len?: number;
-  transport?: string | null;
-  [k: string]: unknown;
-}
+import { WorkerClient, type WorkerHealth } from "@airm/internal-api";
+import { causeOf } from "./orchestrator/worker-calls.ts";
 
 export interface Endpoint {
   readonly url: string;
+  readonly client: WorkerClient;
   outstanding: number;
   healthy: boolean;
   /** Last /health body (null until one answered). */
@@ -29,7 +24,10 @@ export class EndpointPool {
     urls: string[],
     private readonly probeTimeoutMs = 2000,
   ) {
-    this.endpoints = urls.map((u) => ({ url: u.replace(/\/+$/, ""), outstanding: 0, healthy: false, health: null, lastError: "not probed yet" }));
+    this.endpoints = urls.map((u) => {
+      const client = new WorkerClient(u, `${role} worker ${u.replace(/\/+$/, "")}`);
+      return { url: client.url, client, outstanding: 0, healthy: false, health: null, lastError: "not probed yet" };
+    });
   }
 
   /** Probes every endpoint now, then every `intervalMs`. */
@@ -49,14 +47,13 @@ export class EndpointPool {
 
   private async probe(e: Endpoint): Promise<void> {
     try {
-      const r = await fetch(`${e.url}/health`, { signal: AbortSignal.timeout(this.probeTimeoutMs) });
-      const body = (await r.json().catch(() => null)) as WorkerHealth | null;
-      e.health = body ?? e.health;
-      e.healthy = r.ok && body?.ready === true;
-      e.lastError = e.healthy ? null : `health answered ${r.status}${body?.ready === false ? " (not ready)" : ""}`;
+      const { status, health } = await e.client.health({ signal: AbortSignal.timeout(this.probeTimeoutMs) });
+      e.health = health ?? e.health;
+      e.healthy = status === 200 && health?.ready === true;
+      e.lastError = e.healthy ? null : `health answered ${status}${health?.ready === false ? ` (${health.status}${health.error ? `: ${health.error}` : ""})` : ""}`;
     } catch (err) {
       e.healthy = false;
-      e.lastError = `health probe failed: ${(err as Error).cause ? String(((err as Error).cause as Error).message ?? (err as Error).cause) : (err as Error).message}`;
+      e.lastError = `health probe failed: ${causeOf(err)}`;
     }
   }
 
@@ -83,14 +80,14 @@ export class EndpointPool {
     return this.endpoints.map((e) => `${e.url}: ${e.lastError ?? "busy"}`).join("; ");
   }
 
-  /** The healthy endpoints' model id and largest context, from their last /health. */
+  /** The endpoints' model ids and largest context, from their last /health. */
   served(): { modelIds: string[]; maxContext: number | undefined } {
     const ids = new Set<string>();
     let ctx: number | undefined;
     for (const e of this.endpoints) {
       if (!e.health?.model?.id) continue;
       ids.add(e.health.model.id);
-      if (typeof e.health.seq_len === "number") ctx = Math.max(ctx ?? 0, e.health.seq_len);
+      if (typeof e.health.seqLen === "number") ctx = Math.max(ctx ?? 0, e.health.seqLen);
     }
     return { modelIds: [...ids], maxContext: ctx };
   }

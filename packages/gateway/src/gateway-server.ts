@@ -2,27 +2,21 @@
 // port and, when asked, the airm_* metrics on a separate port. Used by the CLI and by tests.
 
 import { serve } from "@hono/node-server";
-import type { AddressInfo } from "node:net";
 import type { Server } from "node:http";
+import type { AddressInfo } from "node:net";
 import { ConfigError } from "@airm/rm-core";
+import { createGatewayApp } from "./app.ts";
 import { EndpointPool } from "./endpoint-pool.ts";
-import { Orchestrator } from "./pd-orchestrator.ts";
-import { createGatewayApp } from "./gateway-app.ts";
+import { GATEWAY_CONFIG, type GatewayConfig } from "./gateway-config.ts";
 import { GatewayMetrics } from "./gateway-metrics.ts";
+import { Orchestrator } from "./orchestrator/index.ts";
 
-export interface GatewayOptions {
+export interface GatewayOptions extends Partial<GatewayConfig> {
   port: number;
   host?: string;
   prefill?: string[];
   decode?: string[];
   solo?: string[];
-  /** Port for airm_* metrics (AIRM_METRICS_PORT); none when undefined. */
-  metricsPort?: number;
-  maxBodyBytes?: number;
-  prefillTimeoutMs?: number;
-  decodeIdleTimeoutMs?: number;
-  kvTimeoutMs?: number;
-  healthIntervalMs?: number;
 }
 
 export interface RunningGateway {
@@ -48,49 +42,38 @@ function closeServer(s: Server): Promise<void> {
   });
 }
 
-/**
- * Starts the gateway. Throws ConfigError when neither --solo nor both --prefill and --decode are
- * given, or both are.
- */
-export async function startGateway(opts: GatewayOptions): Promise<RunningGateway> {
-  const host = opts.host ?? "127.0.0.1";
-  const solo = opts.solo?.length ? opts.solo : undefined;
-  const pd = opts.prefill?.length || opts.decode?.length;
+function workerPools(o: GatewayOptions): { solo?: EndpointPool; prefill?: EndpointPool; decode?: EndpointPool } {
+  const solo = o.solo?.length ? o.solo : undefined;
+  const pd = o.prefill?.length || o.decode?.length;
   if (solo && pd) throw new ConfigError("--solo", "give either --solo or --prefill with --decode, not both");
-  if (!solo && !(opts.prefill?.length && opts.decode?.length)) {
+  if (!solo && !(o.prefill?.length && o.decode?.length)) {
     throw new ConfigError("--prefill/--decode", "give at least one --prefill URL and one --decode URL (or --solo URL)");
   }
-  for (const u of [...(opts.prefill ?? []), ...(opts.decode ?? []), ...(opts.solo ?? [])]) {
+  for (const u of [...(o.prefill ?? []), ...(o.decode ?? []), ...(o.solo ?? [])]) {
     if (!/^https?:\/\/[^/]+/.test(u)) throw new ConfigError("worker URL", `${JSON.stringify(u)} is not an http(s) URL like http://127.0.0.1:8101`);
   }
-  const pools = solo
-    ? { solo: new EndpointPool("solo", solo) }
-    : { prefill: new EndpointPool("prefill", opts.prefill!), decode: new EndpointPool("decode", opts.decode!) };
-  const all = Object.values(pools);
-  await Promise.all(all.map((p) => p.start(opts.healthIntervalMs ?? 2000)));
-  const orchestrator = new Orchestrator({
-    ...pools,
-    prefillTimeoutMs: opts.prefillTimeoutMs ?? 120_000,
-    decodeIdleTimeoutMs: opts.decodeIdleTimeoutMs ?? 60_000,
-    kvTimeoutMs: opts.kvTimeoutMs ?? 60_000,
-  });
+  return solo ? { solo: new EndpointPool("solo", solo) } : { prefill: new EndpointPool("prefill", o.prefill!), decode: new EndpointPool("decode", o.decode!) };
+}
+
+/**
+ * Starts the gateway. Unset settings take GATEWAY_CONFIG's defaults. Throws ConfigError when
+ * neither --solo nor both --prefill and --decode are given, or both are.
+ */
+export async function startGateway(opts: GatewayOptions): Promise<RunningGateway> {
+  const { port: _p, host: _h, prefill: _pr, decode: _d, solo: _s, ...settings } = opts;
+  const cfg = GATEWAY_CONFIG.resolve({ options: settings });
+  const host = opts.host ?? "127.0.0.1";
+  const pools = workerPools(opts);
+  const all = Object.values(pools) as EndpointPool[];
+  await Promise.all(all.map((p) => p.start(cfg.healthIntervalMs)));
+  const orchestrator = new Orchestrator({ ...pools, prefillTimeoutMs: cfg.prefillTimeoutMs, decodeIdleTimeoutMs: cfg.decodeIdleTimeoutMs, kvTimeoutMs: cfg.kvTimeoutMs });
   const metrics = new GatewayMetrics();
-  const app = createGatewayApp({
-    orchestrator,
-    pools: all,
-    modelPool: pools.solo ?? pools.decode!,
-    metrics,
-    maxBodyBytes: opts.maxBodyBytes ?? 1 << 20,
-  });
+  const app = createGatewayApp({ orchestrator, pools: all, modelPool: pools.solo ?? pools.decode!, metrics, maxBodyBytes: cfg.maxBodyBytes });
   const server = await listen(app.fetch, opts.port, host);
   const port = (server.address() as AddressInfo).port;
   let metricsServer: Server | undefined;
-  if (opts.metricsPort !== undefined) {
-    metricsServer = await listen(
-      async () => new Response(await metrics.registry.metrics(), { headers: { "content-type": metrics.registry.contentType } }),
-      opts.metricsPort,
-      host,
-    );
+  if (cfg.metricsPort !== undefined) {
+    metricsServer = await listen(async () => new Response(await metrics.registry.metrics(), { headers: { "content-type": metrics.registry.contentType } }), cfg.metricsPort, host);
   }
   return {
     url: `http://${host}:${port}`,
@@ -98,7 +81,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     metricsPort: metricsServer ? (metricsServer.address() as AddressInfo).port : null,
     metrics,
     async close() {
-      all.forEach((p) => p.stop());
+      for (const p of all) p.stop();
       await Promise.all([closeServer(server), metricsServer ? closeServer(metricsServer) : undefined]);
     },
   };

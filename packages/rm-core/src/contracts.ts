@@ -4,6 +4,7 @@
 
 import type { ConfigSpec, ConfigValues, OptionMap } from "./config/config-spec.ts";
 import type { KVDtype } from "./kv-layout.ts";
+import type { SamplingParams } from "./sampling.ts";
 
 /** The plugin groups hosts resolve by name. */
 export const GROUPS = ["airm.kv_transports", "airm.workloads"] as const;
@@ -206,12 +207,6 @@ export interface ModelInfo {
   eosTokenIds: number[];
 }
 
-export interface SamplingParams {
-  temperature?: number;
-  topP?: number;
-  topK?: number;
-  seed?: number;
-}
 
 /** What to run: the model and the compiled shape. How (threads, caches, devices) is the engine's config. */
 export interface EngineLoadOptions {

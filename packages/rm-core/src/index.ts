@@ -20,3 +20,4 @@ export { untilStopSignal } from "./stop-signal.ts";
 export { IncrementalDetokenizer, type IncrementalDetokenizerOptions } from "./text/incremental-detokenizer.ts";
 export { StopStringMatcher, type StopResult } from "./text/stop-strings.ts";
 export { openEngine } from "./open-engine.ts";
+export { SamplingSchema, type SamplingParams } from "./sampling.ts";

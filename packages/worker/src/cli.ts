@@ -1,88 +1,51 @@
-// `airm-worker`: parses the command line (node:util parseArgs) and environment, starts a worker
-// and stops it on SIGINT/SIGTERM. Exits non-zero with the reason when the engine cannot load.
+// `airm-worker`: the command line (rm-core's defineCommand) and environment, starts a worker and
+// stops it on SIGINT/SIGTERM (or when the `airm up` that started it is gone). Exits 2 for a bad
+// command line, 1 with the reason when the engine or transport cannot load.
 
-import { parseArgs } from "node:util";
-import { isAirmError, untilStopSignal } from "@airm/rm-core";
+import { defineCommand, flagOf, int, isAirmError, oneOf, RM_CORE_CONFIG, text, untilStopSignal } from "@airm/rm-core";
+import { WORKER_CONFIG } from "./worker-config.ts";
 import { startWorker } from "./worker-server.ts";
-import type { Role } from "./worker-app.ts";
 
-const HELP = `airm-worker: an rngd-pd worker process (prefill, decode or solo)
-
-usage: airm-worker --role prefill|decode|solo --backend rngd|rngd-chunk|rngd-full|atom
-                   [--chip N] [--port P] [--model DIR] [--seq-len S] [--B n]
-
-  --role R          prefill: tokenizes, prefills, pushes KV layer by layer, answers the first token
-                    decode:  pulls KV (prefetching while prefill runs), checks it, decodes
-                    solo:    prefill and decode in one process, no transport (the reference)
-  --backend B       rngd-full (whole prompt), rngd-chunk (chunked prefill), rngd (resident cache),
-                    atom (cache as a host input each step)
-  --chip N          card ordinal among the visible cards; -1 reads this pod's allocation (default 0)
-  --port P          HTTP port (default 8101; 0 picks a free port)
-  --host H          address to listen on (default 127.0.0.1)
-  --model DIR       model folder (default: $MODEL)
-  --seq-len S       compiled context S (default: the engine's)
-  --B n             batch width (default: the engine's)
-  --threads n       CPU threads of the reference backend (default 1)
-  --kv-transport T  KV transport name (default: $AIRM_KV_TRANSPORT, else shm)
-  -h, --help        this text
-
-environment: MODEL, AIRM_KV_TRANSPORT, PD_SHM_ROOT, AIRM_KV_TCP_ADDR, AIRM_KV_LEASE_TTL_S (120),
-AIRM_LOG_LEVEL (info). API: docs/internal-api.md.
-`;
-
-function int(name: string, v: string | undefined, min: number): number | undefined {
-  if (v === undefined) return undefined;
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < min) throw new Error(`${name} must be an integer >= ${min}, got ${JSON.stringify(v)}`);
-  return n;
-}
+export const WORKER_COMMAND = defineCommand({
+  name: "airm-worker",
+  summary: "an rngd-pd worker process (prefill, decode or solo)",
+  usage: ["airm-worker --role prefill|decode|solo --backend NAME [--chip N] [--port P] [--model PATH] [--seq-len S] [--B n]"],
+  flags: {
+    role: flagOf(oneOf(["prefill", "decode", "solo"] as const), {
+      doc: "prefill: tokenizes, prefills, pushes KV layer by layer, answers the first token; decode: pulls KV (prefetching while prefill runs), checks it, decodes; solo: both in one process, no transport (the reference)",
+    }),
+    backend: flagOf(text({ label: "name" }), {
+      doc: "an engine backend the installed engines declare: rngd-full (whole prompt), rngd-chunk (chunked prefill), rngd (resident cache), atom (cache as a host input each step)",
+    }),
+    chip: flagOf(int({ min: -1 }), { default: 0, doc: "card ordinal among the visible cards; -1 reads this pod's allocation" }),
+    port: flagOf(int({ min: 0, max: 65535 }), { default: 8101, doc: "HTTP port (0 picks a free port)" }),
+    host: flagOf(text({ label: "address" }), { default: "127.0.0.1", doc: "address to listen on" }),
+    model: flagOf(text({ label: "path" }), { defaultText: "MODEL", doc: "model folder or .gguf file" }),
+    seqLen: flagOf(int({ min: 8 }), { defaultText: "the engine's", doc: "compiled context S" }),
+    B: flagOf(int({ min: 1 }), { name: "B", defaultText: "the engine's", doc: "batch width" }),
+    threads: flagOf(int({ min: 1, max: 2 }), { default: 1, doc: "CPU threads of the reference backend" }),
+    kvTransport: flagOf(text({ label: "name" }), { defaultText: "AIRM_KV_TRANSPORT, else shm", doc: "KV transport name (an installed airm.kv_transports plugin)" }),
+  },
+  env: [WORKER_CONFIG, RM_CORE_CONFIG],
+  notes: "The engine's and the transport's own variables are listed in docs/configuration.md. API: docs/internal-api.md.",
+});
 
 /** Runs the CLI; resolves with the exit code once the worker stopped (or failed). */
-export async function main(argv = process.argv.slice(2), env = process.env): Promise<number> {
+export async function main(argv = process.argv.slice(2), env: Record<string, string | undefined> = process.env): Promise<number> {
   let opts;
-  // `--chip -1` (as the seed writes it): parseArgs would read "-1" as an option.
-  const args = argv.flatMap((a, i) => (a === "--chip" && /^-\d+$/.test(argv[i + 1] ?? "") ? [] : i > 0 && argv[i - 1] === "--chip" && /^-\d+$/.test(a) ? [`--chip=${a}`] : [a]));
   try {
-    const { values } = parseArgs({
-      args,
-      options: {
-        role: { type: "string" },
-        backend: { type: "string" },
-        chip: { type: "string", default: "0" },
-        port: { type: "string", default: "8101" },
-        host: { type: "string", default: "127.0.0.1" },
-        model: { type: "string" },
-        "seq-len": { type: "string" },
-        B: { type: "string" },
-        threads: { type: "string" },
-        "kv-transport": { type: "string" },
-        help: { type: "boolean", short: "h" },
-      },
-      strict: true,
-    });
-    if (values.help) {
-      console.log(HELP);
+    const { values: f, help } = WORKER_COMMAND.parse(argv);
+    if (help) {
+      process.stdout.write(WORKER_COMMAND.help());
       return 0;
     }
-    if (!values.role) throw new Error("--role is required (prefill, decode or solo)");
-    if (!values.backend) throw new Error("--backend is required (rngd, rngd-chunk, rngd-full or atom)");
-    const model = values.model ?? env.MODEL;
+    if (!f.role) throw new Error("--role is required (prefill, decode or solo)");
+    if (!f.backend) throw new Error("--backend is required (e.g. rngd, rngd-chunk, rngd-full or atom)");
+    const model = f.model ?? WORKER_CONFIG.resolve({ env }).model;
     if (!model) throw new Error("--model is required (or set MODEL): a model folder, e.g. one written by `airm-model make-tiny`");
-    opts = {
-      role: values.role as Role,
-      backend: values.backend,
-      model,
-      chip: int("--chip", values.chip, -1),
-      port: int("--port", values.port, 0)!,
-      host: values.host,
-      seqLen: int("--seq-len", values["seq-len"], 1),
-      batch: int("--B", values.B, 1),
-      threads: int("--threads", values.threads, 1),
-      kvTransport: values["kv-transport"],
-      env,
-    };
+    opts = { role: f.role, backend: f.backend, model, chip: f.chip, port: f.port, host: f.host, seqLen: f.seqLen, batch: f.B, threads: f.threads, kvTransport: f.kvTransport, env };
   } catch (err) {
-    console.error(`airm-worker: ${(err as Error).message}\n\n${HELP}`);
+    console.error(`airm-worker: ${(err as Error).message.replace(/^airm-worker: /, "")}\n\n${WORKER_COMMAND.help()}`);
     return 2;
   }
   let w;
@@ -94,7 +57,7 @@ export async function main(argv = process.argv.slice(2), env = process.env): Pro
     await w?.close().catch(() => {});
     return 1;
   }
-  await untilStopSignal();
+  await untilStopSignal(env);
   await w.close();
   return 0;
 }

@@ -14,6 +14,7 @@ import {
   manifestKey,
   verifyBlob,
   type KVBlobs,
+  type PulledBlob,
   type KVManifest,
   type KVTransport,
   type ModelInfo,
@@ -107,7 +108,7 @@ export async function pullKV(
 ): Promise<PulledKV> {
   const opts = { dtype: "bf16" as const, layout: KV_LAYOUT, timeoutMs };
   const maxS = Math.max(...variants.map((v) => v.seqLen));
-  const manifestP = transport.pull(manifestKey(requestId), { timeoutMs }).then((bytes) => {
+  const manifestP = transport.pull(manifestKey(requestId), { timeoutMs }).then(({ bytes }) => {
     const m = decodeManifest(bytes, {
       layout: KV_LAYOUT,
       dtype: "bf16",
@@ -134,8 +135,8 @@ export async function pullKV(
   // Layers arrive in order, so pulling them in order costs no latency, and only the manifest
   // and one layer wait at a time (a transport that polls while waiting then polls 3 keys, not
   // 2 x layers + 1, beside a prefill that needs the CPU).
-  const pullLayers = async (): Promise<[Uint8Array, Uint8Array][]> => {
-    const out: [Uint8Array, Uint8Array][] = [];
+  const pullLayers = async (): Promise<[PulledBlob, PulledBlob][]> => {
+    const out: [PulledBlob, PulledBlob][] = [];
     for (let l = 0; l < model.layers; l++) {
       out.push(await Promise.all([transport.pull(blobKey(requestId, l, "k"), opts), transport.pull(blobKey(requestId, l, "v"), opts)]));
     }
@@ -152,8 +153,8 @@ export async function pullKV(
   pairs.forEach(([kb, vb], l) => {
     verifyBlob(manifest, l, "k", kb);
     verifyBlob(manifest, l, "v", vb);
-    k.push(kb);
-    v.push(vb);
+    k.push(kb.bytes);
+    v.push(vb.bytes);
   });
   return { manifest, kv: { seqLen: manifest.S, n: manifest.n, k, v }, arrivedAt };
 }

@@ -2,18 +2,9 @@
 // with a counter-based random draw keyed by (seed, position), so a sequence sampled across two
 // processes (prefill here, decode there) equals the one sampled in one process. Knows nothing
 // of the model or the tokenizer.
-import { ConfigError } from "@airm/rm-core";
+import { ConfigError, type SamplingParams } from "@airm/rm-core";
 
-export interface SamplingParams {
-  /** 0 or undefined: greedy. */
-  temperature?: number;
-  /** Nucleus mass in (0, 1]; 1 or undefined keeps all. */
-  topP?: number;
-  /** Keep the k most likely ids; 0 or undefined keeps all. */
-  topK?: number;
-  /** Unsigned 32-bit seed of the counter-based draw; undefined means 0. */
-  seed?: number;
-}
+export type { SamplingParams } from "@airm/rm-core";
 
 /** Index of the largest value, the lowest index among equals. NaN never wins. */
 export function argmax(logits: Float32Array): number {

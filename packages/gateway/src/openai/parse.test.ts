@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { parseGenerationRequest } from "./openai-requests.ts";
-import { ApiError } from "./openai-errors.ts";
+import type { ApiError } from "@airm/internal-api";
+import { parseGenerationRequest } from "./parse.ts";
 
 function err(kind: "completion" | "chat", body: unknown, ctx?: number): ApiError {
   try {
@@ -21,9 +21,14 @@ describe("parseGenerationRequest", () => {
     expect(parseGenerationRequest("chat", { model: "m", messages: [{ role: "user", content: "hi" }] }).maxTokens).toBeNull();
   });
   it("accepts token-id prompts and text content parts", () => {
-    expect(parseGenerationRequest("completion", { model: "m", prompt: [1, 2, 3] }).input).toEqual({ prompt_token_ids: [1, 2, 3] });
+    expect(parseGenerationRequest("completion", { model: "m", prompt: [1, 2, 3] }).input).toEqual({ promptTokenIds: [1, 2, 3] });
     const chat = parseGenerationRequest("chat", { model: "m", messages: [{ role: "user", content: [{ type: "text", text: "a" }, { type: "text", text: "b" }] }] });
     expect(chat.input).toEqual({ messages: [{ role: "user", content: "ab" }] });
+  });
+  it("converts OpenAI sampling names to the internal ones, once", () => {
+    const r = parseGenerationRequest("completion", { model: "m", prompt: "hi", top_p: 0.5, top_k: 7, seed: -1 });
+    expect(r.sampling).toEqual({ temperature: 1, topP: 0.5, topK: 7, seed: 0xffffffff });
+    expect(parseGenerationRequest("completion", { model: "m", prompt: "hi", top_k: -1 }).sampling.topK).toBeUndefined();
   });
   it("rejects bad input with the parameter named", () => {
     expect(err("completion", { model: "m" })).toMatchObject({ status: 400, param: "prompt" });

@@ -1,20 +1,11 @@
 // Parses and checks OpenAI /v1/completions and /v1/chat/completions bodies into one
-// GenerationRequest. Knows the wire schema and the limits a gateway can check without a
-// tokenizer; the prompt + max_tokens against the compiled context is the prefill worker's check.
+// GenerationRequest, converting the OpenAI names (snake_case) to the internal contract's types
+// here, once. Knows the wire schema and the limits a gateway can check without a tokenizer; the
+// prompt + max_tokens against the compiled context is the prefill worker's check.
 
+import { ApiError, type PromptInput } from "@airm/internal-api";
+import type { SamplingParams } from "@airm/rm-core";
 import { z } from "zod";
-import { ApiError } from "./openai-errors.ts";
-
-export type ChatMessage = { role: string; content: string };
-
-export type PromptInput = { prompt: string } | { prompt_token_ids: number[] } | { messages: ChatMessage[] };
-
-export interface SamplingParams {
-  temperature: number;
-  top_p?: number;
-  top_k?: number;
-  seed: number;
-}
 
 export interface GenerationRequest {
   kind: "completion" | "chat";
@@ -22,7 +13,8 @@ export interface GenerationRequest {
   input: PromptInput;
   /** null: fill the rest of the compiled context. */
   maxTokens: number | null;
-  sampling: SamplingParams;
+  /** Always carries a seed (the client's or a random one), so prefill and decode draw one sequence. */
+  sampling: SamplingParams & { seed: number };
   stop: string[];
   stream: boolean;
   includeUsage: boolean;
@@ -117,13 +109,13 @@ function maxTokensOf(value: number | null | undefined, param: string, fallback: 
   return v;
 }
 
-function samplingOf(b: { temperature?: number | null; top_p?: number | null; top_k?: number | null; seed?: number | null }): SamplingParams {
-  const s: SamplingParams = {
+function samplingOf(b: { temperature?: number | null; top_p?: number | null; top_k?: number | null; seed?: number | null }): SamplingParams & { seed: number } {
+  const s: SamplingParams & { seed: number } = {
     temperature: b.temperature ?? 1,
-    seed: b.seed ?? Math.floor(Math.random() * 2 ** 31),
+    seed: (b.seed ?? Math.floor(Math.random() * 2 ** 31)) >>> 0,
   };
-  if (b.top_p != null) s.top_p = b.top_p;
-  if (b.top_k != null && b.top_k > 0) s.top_k = b.top_k;
+  if (b.top_p != null) s.topP = b.top_p;
+  if (b.top_k != null && b.top_k > 0) s.topK = b.top_k;
   return s;
 }
 
@@ -150,10 +142,10 @@ export function parseGenerationRequest(kind: "completion" | "chat", body: unknow
     else if (typeof p[0] === "string") {
       if (p.length > 1) throw unsupported("prompt", `a batch of ${p.length} prompts in one request`);
       input = { prompt: p[0] as string };
-    } else if (typeof p[0] === "number") input = { prompt_token_ids: p as number[] };
+    } else if (typeof p[0] === "number") input = { promptTokenIds: p as number[] };
     else {
       if (p.length > 1) throw unsupported("prompt", `a batch of ${p.length} prompts in one request`);
-      input = { prompt_token_ids: p[0] as number[] };
+      input = { promptTokenIds: p[0] as number[] };
     }
     if ("prompt" in input && input.prompt.length === 0) throw new ApiError(400, "invalid_request", "prompt is empty", "prompt");
     return {

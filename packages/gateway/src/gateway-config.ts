@@ -1,0 +1,19 @@
+// What configures the gateway besides its command line: the airm_* metrics port and the timeouts
+// it applies to worker calls, each with its variable.
+
+import { defineConfig, int, opt, type ConfigValues } from "@airm/rm-core";
+
+export const GATEWAY_CONFIG = defineConfig("@airm/gateway", {
+  metricsPort: opt(int({ min: 0, max: 65535 }), {
+    env: "AIRM_METRICS_PORT",
+    defaultText: "none",
+    doc: "Port of the gateway's airm_* metrics (/metrics); the chart sets 9400 with airm.ai-computing.io/scrape.",
+  }),
+  prefillTimeoutMs: opt(int({ min: 1 }), { env: "AIRM_PREFILL_TIMEOUT_MS", default: 120_000, doc: "Longest a whole prefill call may take (ms)." }),
+  decodeIdleTimeoutMs: opt(int({ min: 1 }), { env: "AIRM_DECODE_IDLE_TIMEOUT_MS", default: 60_000, doc: "Longest gap between two events of a decode stream (ms)." }),
+  kvTimeoutMs: opt(int({ min: 1 }), { env: "AIRM_KV_TIMEOUT_MS", default: 60_000, doc: "Sent to decode as kvTimeoutMs: how long each KV pull waits for its blob (ms)." }),
+  healthIntervalMs: opt(int({ min: 10 }), { env: "AIRM_HEALTH_INTERVAL_MS", default: 2000, doc: "Period of the health probe of each worker (ms)." }),
+  maxBodyBytes: opt(int({ min: 1024 }), { default: 1 << 20, doc: "Largest request body (--max-body-bytes)." }),
+});
+
+export type GatewayConfig = ConfigValues<typeof GATEWAY_CONFIG.options>;

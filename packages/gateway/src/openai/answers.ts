@@ -1,0 +1,94 @@
+// The two ways a completion is answered: one JSON body, or an SSE stream of chunks
+// (hono/streaming's streamSSE, which tells us when the client has gone). The body shapes are
+// OpenAI's text_completion / chat.completion(.chunk) objects.
+
+import { ApiError, type FirstToken } from "@airm/internal-api";
+import type { Context } from "hono";
+import { streamSSE } from "hono/streaming";
+import type { GatewayMetrics } from "../gateway-metrics.ts";
+import type { GenEvent } from "../orchestrator/index.ts";
+import { collectCompletion, type Timing } from "./completion.ts";
+import type { GenerationRequest } from "./parse.ts";
+
+export interface AnswerContext {
+  kind: "completion" | "chat";
+  /** The OpenAI object id: `cmpl-...` or `chatcmpl-...`. */
+  id: string;
+  created: number;
+  req: GenerationRequest;
+  gen: AsyncGenerator<GenEvent>;
+  first: FirstToken;
+  timing: Timing;
+  metrics: GatewayMetrics;
+  /** Aborted when the SSE client leaves (its stream was cancelled). */
+  clientGone: AbortController;
+}
+
+/** The whole completion as one JSON body. */
+export async function jsonAnswer(c: Context, a: AnswerContext): Promise<Response> {
+  let out;
+  try {
+    out = await collectCompletion({ gen: a.gen, first: a.first, req: a.req, timing: a.timing, onText: () => {} });
+  } catch (err) {
+    await a.gen.return(undefined).catch(() => {});
+    throw err;
+  }
+  a.timing.record(a.metrics, out);
+  const choice =
+    a.kind === "chat"
+      ? { index: 0, message: { role: "assistant", content: out.text }, logprobs: null, finish_reason: out.finishReason }
+      : { index: 0, text: out.text, logprobs: null, finish_reason: out.finishReason };
+  return c.json({ id: a.id, object: a.kind === "chat" ? "chat.completion" : "text_completion", created: a.created, model: a.req.model, choices: [choice], usage: out.usage });
+}
+
+/** The completion as SSE chunks, then `data: [DONE]`; a failure after the first byte is an error chunk. */
+export function sseAnswer(c: Context, a: AnswerContext): Response {
+  const object = a.kind === "chat" ? "chat.completion.chunk" : "text_completion";
+  const base = { id: a.id, object, created: a.created, model: a.req.model };
+  const chunk = (delta: string | null, finish: string | null) => ({
+    ...base,
+    choices: [
+      a.kind === "chat"
+        ? { index: 0, delta: finish ? {} : { content: delta }, logprobs: null, finish_reason: finish }
+        : { index: 0, text: delta ?? "", logprobs: null, finish_reason: finish },
+    ],
+  });
+  return streamSSE(c, async (s) => {
+    s.onAbort(() => {
+      a.clientGone.abort();
+      void a.gen.return(undefined).catch(() => {});
+    });
+    const send = (obj: unknown) => s.writeSSE({ data: JSON.stringify(obj) });
+    try {
+      if (a.kind === "chat") await send({ ...base, choices: [{ index: 0, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }] });
+      // The first token is sent at once, even when its text is still "" (an incomplete character),
+      // so that clients see the time to first token.
+      let sentFirst = a.kind === "chat";
+      const out = await collectCompletion({
+        gen: a.gen,
+        first: a.first,
+        req: a.req,
+        timing: a.timing,
+        onText: async (delta) => {
+          sentFirst = true;
+          await send(chunk(delta, null));
+        },
+        afterFirst: async () => {
+          if (!sentFirst) await send(chunk("", null));
+          sentFirst = true;
+        },
+      });
+      await send(chunk(a.kind === "chat" ? null : "", out.finishReason));
+      if (a.req.includeUsage) await send({ ...base, choices: [], usage: out.usage });
+      await s.writeSSE({ data: "[DONE]" });
+      a.timing.record(a.metrics, out);
+    } catch (err) {
+      await a.gen.return(undefined).catch(() => {});
+      if (!s.aborted && !a.clientGone.signal.aborted) {
+        const e = err instanceof ApiError ? err : new ApiError(500, "internal_error", (err as Error).message);
+        await send(e.body());
+        await s.writeSSE({ data: "[DONE]" });
+      }
+    }
+  });
+}

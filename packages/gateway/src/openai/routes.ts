@@ -1,0 +1,106 @@
+// The OpenAI-compatible routes: /v1/completions and /v1/chat/completions (parse, run, then the
+// JSON or the SSE answer), /v1/models and /health. Worker calls, timeouts and releases are the
+// orchestrator's; the answer shapes are answers.ts's.
+
+import { ApiError } from "@airm/internal-api";
+import { SpanStatusCode, context, trace } from "@opentelemetry/api";
+import type { Context, Hono } from "hono";
+import { bodyLimit } from "hono/body-limit";
+import type { EndpointPool } from "../endpoint-pool.ts";
+import type { GatewayMetrics } from "../gateway-metrics.ts";
+import { newRequestId, type Orchestrator } from "../orchestrator/index.ts";
+import { jsonAnswer, sseAnswer } from "./answers.ts";
+import { Timing } from "./completion.ts";
+import { parseGenerationRequest, type GenerationRequest } from "./parse.ts";
+
+export interface GatewayAppOptions {
+  orchestrator: Orchestrator;
+  /** Pools whose /health decides the gateway's: prefill + decode, or solo. */
+  pools: EndpointPool[];
+  /** The pool whose /health names the served model and context (decode or solo). */
+  modelPool: EndpointPool;
+  metrics: GatewayMetrics;
+  /** Largest accepted request body (bytes). */
+  maxBodyBytes: number;
+}
+
+const tracer = trace.getTracer("@airm/gateway");
+
+/** The request body as a checked GenerationRequest for a model this gateway serves. Throws ApiError (4xx, 503). */
+async function parseRequest(c: Context, kind: "completion" | "chat", o: GatewayAppOptions): Promise<GenerationRequest> {
+  const raw = new Uint8Array(await c.req.arrayBuffer());
+  let text: string;
+  try {
+    text = new TextDecoder("utf-8", { fatal: true }).decode(raw);
+  } catch {
+    throw new ApiError(400, "invalid_encoding", "the request body is not valid UTF-8");
+  }
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch (err) {
+    throw new ApiError(400, "invalid_json", `the request body is not valid JSON: ${(err as Error).message}`);
+  }
+  const served = o.modelPool.served();
+  const req = parseGenerationRequest(kind, body, served.maxContext);
+  if (served.modelIds.length === 0) throw new ApiError(503, "no_healthy_worker", `no worker has reported its model yet: ${o.modelPool.describeDown()}`);
+  if (!served.modelIds.includes(req.model)) {
+    throw new ApiError(404, "model_not_found", `the model '${req.model}' does not exist; this server serves ${served.modelIds.join(", ")}`, "model");
+  }
+  return req;
+}
+
+/** Runs one completion request and answers it (JSON or SSE). */
+async function complete(c: Context, kind: "completion" | "chat", o: GatewayAppOptions): Promise<Response> {
+  const req = await parseRequest(c, kind, o);
+  const timing = new Timing();
+  const requestId = newRequestId();
+  trace.getActiveSpan()?.setAttribute("airm.request_id", requestId);
+  // Aborted when the client goes away: the request signal, or the SSE body being cancelled (which can come first).
+  const clientGone = new AbortController();
+  const gen = o.orchestrator.run(req, requestId, AbortSignal.any([c.req.raw.signal, clientGone.signal]));
+  const r = await gen.next();
+  if (r.done || r.value.type !== "first") throw new ApiError(502, "worker_stream_broken", "the worker answered without a first token");
+  const answer = { kind, id: kind === "chat" ? `chatcmpl-${requestId.slice(5)}` : requestId, created: Math.floor(Date.now() / 1000), req, gen, first: r.value.first, timing, metrics: o.metrics, clientGone };
+  return req.stream ? sseAnswer(c, answer) : jsonAnswer(c, answer);
+}
+
+export function openAIRoutes(app: Hono, o: GatewayAppOptions): void {
+  app.get("/health", (c) => {
+    const roles = o.pools.map((p) => ({ role: p.role, endpoints: p.endpoints.map((e) => ({ url: e.url, healthy: e.healthy, outstanding: e.outstanding, error: e.lastError })) }));
+    const ok = o.pools.every((p) => p.endpoints.some((e) => e.healthy));
+    return c.json({ status: ok ? "ok" : "degraded", mode: o.orchestrator.isSolo ? "solo" : "pd", roles }, ok ? 200 : 503);
+  });
+
+  app.get("/v1/models", (c) => {
+    const created = Math.floor(Date.now() / 1000);
+    const { modelIds, maxContext } = o.modelPool.served();
+    return c.json({ object: "list", data: modelIds.map((id) => ({ id, object: "model", created, owned_by: "rngd-pd", max_model_len: maxContext ?? null })) });
+  });
+
+  const limit = bodyLimit({
+    maxSize: o.maxBodyBytes,
+    // The rest of the body is not read, so the connection cannot be reused: say so to the client.
+    onError: () => new ApiError(413, "request_too_large", `the request body exceeds ${o.maxBodyBytes} bytes`).toResponse({ connection: "close" }),
+  });
+  for (const [path, kind] of [
+    ["/v1/completions", "completion"],
+    ["/v1/chat/completions", "chat"],
+  ] as const) {
+    app.post(path, limit, async (c) => {
+      const span = tracer.startSpan("gateway.request", { attributes: { "http.route": path } });
+      let status = 200;
+      try {
+        return await context.with(trace.setSpan(context.active(), span), () => complete(c, kind, o));
+      } catch (err) {
+        const e = err instanceof ApiError ? err : new ApiError(500, "internal_error", `gateway error: ${(err as Error).message}`);
+        status = e.status;
+        span.setStatus({ code: SpanStatusCode.ERROR, message: e.message });
+        return e.toResponse();
+      } finally {
+        o.metrics.countRequest(path, status);
+        span.end();
+      }
+    });
+  }
+}

@@ -1,0 +1,167 @@
+// One generation on a prefill and a decode worker. Decode is called first (it waits for the KV
+// while prefill computes it: prefetch), then prefill; a prefill endpoint that refuses the
+// connection is marked down and the next one gets the same request. The first token comes from
+// the prefill answer, the rest from decode's stream. Every terminal event releases the request
+// on the workers that hold it.
+
+import { ApiError, type PrefillResponse } from "@airm/internal-api";
+import { context, SpanStatusCode, trace, type Context, type Span } from "@opentelemetry/api";
+import type { Endpoint, EndpointPool } from "../endpoint-pool.ts";
+import type { GenerationRequest } from "../openai/parse.ts";
+import type { EndReason, GenEvent } from "./gen-events.ts";
+import { causeOf, relayEvents, releaseOn, traceHeaders } from "./worker-calls.ts";
+
+const tracer = trace.getTracer("@airm/gateway");
+
+export interface PdOptions {
+  prefill: EndpointPool;
+  decode: EndpointPool;
+  prefillTimeoutMs: number;
+  decodeIdleTimeoutMs: number;
+  kvTimeoutMs: number;
+}
+
+function pickOrFail(pool: EndpointPool): Endpoint {
+  const ep = pool.pick();
+  if (!ep) throw new ApiError(503, "no_healthy_worker", `no healthy ${pool.role} worker: ${pool.describeDown()}`);
+  return ep;
+}
+
+/** Ends a span once (the PD path ends some early and all of them in its cleanup). */
+function endOnce(span: Span, ended: Set<Span>): void {
+  if (ended.has(span)) return;
+  ended.add(span);
+  span.end();
+}
+
+/** One PD request's state: its endpoints, spans and how it ended. */
+class PdRequest {
+  pre: Endpoint;
+  readonly dec: Endpoint;
+  reason: EndReason = "aborted";
+  finished = false;
+  readonly decodeAbort = new AbortController();
+  readonly prefillAbort = new AbortController();
+  readonly parent: Context = context.active();
+  readonly spans: { prefill: Span; kv: Span; decode: Span };
+  readonly ended = new Set<Span>();
+
+  constructor(
+    readonly o: PdOptions,
+    readonly req: GenerationRequest,
+    readonly requestId: string,
+  ) {
+    this.pre = pickOrFail(o.prefill);
+    this.dec = pickOrFail(o.decode);
+    this.pre.outstanding++;
+    this.dec.outstanding++;
+    const attrs = { "airm.request_id": requestId };
+    this.spans = {
+      prefill: tracer.startSpan("prefill", { attributes: { ...attrs, "airm.worker": this.pre.url } }, this.parent),
+      kv: tracer.startSpan("kv", { attributes: attrs }, this.parent),
+      decode: tracer.startSpan("decode", { attributes: { ...attrs, "airm.worker": this.dec.url } }, this.parent),
+    };
+  }
+
+  /** Starts the decode call (it waits for the KV). */
+  startDecode(): Promise<ReadableStream<Uint8Array>> {
+    const { req, requestId } = this;
+    const call = context.with(trace.setSpan(this.parent, this.spans.decode), () =>
+      this.dec.client.decode({ requestId, maxTokens: req.maxTokens, sampling: req.sampling, kvTimeoutMs: this.o.kvTimeoutMs }, { headers: traceHeaders(), signal: this.decodeAbort.signal }),
+    );
+    call.catch(() => {});
+    return call;
+  }
+
+  /** Runs prefill, trying the next healthy endpoint when one refuses the connection. Null when the client left. */
+  async prefill(signal: AbortSignal): Promise<PrefillResponse | null> {
+    const tried = new Set<Endpoint>();
+    for (;;) {
+      tried.add(this.pre);
+      try {
+        return await context.with(trace.setSpan(this.parent, this.spans.prefill), () =>
+          this.pre.client.prefill(
+            { requestId: this.requestId, input: this.req.input, maxTokens: this.req.maxTokens, sampling: this.req.sampling },
+            { headers: traceHeaders(), signal: AbortSignal.any([this.prefillAbort.signal, AbortSignal.timeout(this.o.prefillTimeoutMs)]) },
+          ),
+        );
+      } catch (err) {
+        this.reason = "prefill_failed";
+        if (err instanceof ApiError) throw err;
+        if (signal.aborted) return null;
+        const timedOut = (err as Error).name === "TimeoutError";
+        if (!timedOut) this.o.prefill.markDown(this.pre, `unreachable: ${causeOf(err)}`);
+        const next = timedOut ? undefined : this.o.prefill.pick(tried);
+        if (!next) throw new ApiError(timedOut ? 504 : 502, "prefill_unreachable", `prefill worker ${this.pre.url} did not answer: ${causeOf(err)}`);
+        this.pre.outstanding--;
+        this.pre = next;
+        this.pre.outstanding++;
+        this.reason = "aborted";
+      }
+    }
+  }
+
+  /** Awaits the decode call's acceptance. Null when the client left. */
+  async decodeBody(call: Promise<ReadableStream<Uint8Array>>, signal: AbortSignal): Promise<ReadableStream<Uint8Array> | null> {
+    try {
+      return await call;
+    } catch (err) {
+      this.reason = "decode_rejected";
+      if (err instanceof ApiError) throw err;
+      if (signal.aborted) return null;
+      this.o.decode.markDown(this.dec, `unreachable: ${causeOf(err)}`);
+      throw new ApiError(502, "decode_unreachable", `decode worker ${this.dec.url} did not answer: ${causeOf(err)}`);
+    }
+  }
+
+  /** Releases what the workers hold (unless decode finished), frees the endpoints, ends the spans. */
+  cleanup(signal: AbortSignal): void {
+    if (!this.finished) {
+      if (this.reason === "aborted" && signal.aborted) this.reason = "client_gone";
+      this.decodeAbort.abort();
+      this.prefillAbort.abort();
+      void releaseOn(this.dec.client, this.requestId, this.reason);
+    }
+    void releaseOn(this.pre.client, this.requestId, this.reason);
+    this.pre.outstanding--;
+    this.dec.outstanding--;
+    for (const s of Object.values(this.spans)) endOnce(s, this.ended);
+  }
+}
+
+export async function* runPd(o: PdOptions, req: GenerationRequest, requestId: string, signal: AbortSignal): AsyncGenerator<GenEvent> {
+  const r = new PdRequest(o, req, requestId);
+  const onAbort = () => {
+    r.decodeAbort.abort();
+    r.prefillAbort.abort();
+  };
+  signal.addEventListener("abort", onAbort);
+  try {
+    const decodeCall = r.startDecode();
+    const answer = await r.prefill(signal);
+    if (!answer) return;
+    r.spans.prefill.setAttributes({ "airm.prompt_tokens": answer.first.promptTokens, "airm.prefill_ms": answer.first.prefillMs });
+    endOnce(r.spans.prefill, r.ended);
+    yield { type: "first", first: answer.first };
+    const body = await r.decodeBody(decodeCall, signal);
+    if (!body) return;
+    const kv = { pushMs: answer.kvPushMs, transport: answer.transport };
+    const onReady = (loadMs: number) => {
+      r.spans.kv.setAttributes({ "airm.kv_push_ms": kv.pushMs, "airm.kv_load_ms": loadMs, "airm.kv_transport": kv.transport });
+      endOnce(r.spans.kv, r.ended);
+    };
+    for await (const ev of relayEvents(body, { who: `decode worker ${r.dec.url}`, idleMs: o.decodeIdleTimeoutMs, kv, onReady })) {
+      if (ev.type === "done") {
+        r.finished = true;
+        r.reason = "done";
+      }
+      yield ev;
+    }
+  } catch (err) {
+    r.spans.decode.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error).message });
+    throw err;
+  } finally {
+    signal.removeEventListener("abort", onAbort);
+    r.cleanup(signal);
+  }
+}

@@ -1,0 +1,52 @@
+// One generation on a solo worker (prefill and decode in one process): pick the least loaded
+// healthy worker, call /internal/generate, relay its events. The worker ends its own request when
+// the call is aborted.
+
+import { ApiError } from "@airm/internal-api";
+import { context, SpanStatusCode, trace } from "@opentelemetry/api";
+import type { EndpointPool } from "../endpoint-pool.ts";
+import type { GenerationRequest } from "../openai/parse.ts";
+import type { GenEvent } from "./gen-events.ts";
+import { causeOf, relayEvents, traceHeaders } from "./worker-calls.ts";
+
+const tracer = trace.getTracer("@airm/gateway");
+
+export interface SoloTimeouts {
+  prefillTimeoutMs: number;
+  decodeIdleTimeoutMs: number;
+}
+
+export async function* runSolo(pool: EndpointPool, t: SoloTimeouts, req: GenerationRequest, requestId: string, signal: AbortSignal): AsyncGenerator<GenEvent> {
+  const ep = pool.pick();
+  if (!ep) throw new ApiError(503, "no_healthy_worker", `no healthy ${pool.role} worker: ${pool.describeDown()}`);
+  ep.outstanding++;
+  const abort = new AbortController();
+  const onAbort = () => abort.abort();
+  signal.addEventListener("abort", onAbort);
+  const span = tracer.startSpan("solo.generate", { attributes: { "airm.request_id": requestId, "airm.worker": ep.url } });
+  try {
+    let body: ReadableStream<Uint8Array>;
+    try {
+      body = await context.with(trace.setSpan(context.active(), span), () =>
+        ep.client.generate(
+          { requestId, input: req.input, maxTokens: req.maxTokens, sampling: req.sampling },
+          { headers: traceHeaders(), signal: AbortSignal.any([abort.signal, AbortSignal.timeout(t.prefillTimeoutMs)]) },
+        ),
+      );
+    } catch (err) {
+      if (err instanceof ApiError) throw err;
+      if (signal.aborted) return;
+      pool.markDown(ep, `unreachable: ${causeOf(err)}`);
+      throw new ApiError(502, "worker_unreachable", `solo worker ${ep.url} unreachable: ${causeOf(err)}`);
+    }
+    yield* relayEvents(body, { who: `solo worker ${ep.url}`, idleMs: t.decodeIdleTimeoutMs, kv: null });
+  } catch (err) {
+    span.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error).message });
+    throw err;
+  } finally {
+    signal.removeEventListener("abort", onAbort);
+    abort.abort();
+    ep.outstanding--;
+    span.end();
+  }
+}

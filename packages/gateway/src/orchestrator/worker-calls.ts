@@ -1,0 +1,75 @@
+// What both orchestrators need around a worker call: trace headers, describing a network failure,
+// relaying a worker's event stream as GenEvents with the right error for every way it can break,
+// and the fire-and-forget release.
+
+import { ApiError, readEvents, StreamIdleError, WorkerClient, type ReleaseReason } from "@airm/internal-api";
+import { context, propagation } from "@opentelemetry/api";
+import type { GenEvent } from "./gen-events.ts";
+
+/** W3C trace headers of the active span, for a worker call. */
+export function traceHeaders(): Record<string, string> {
+  const h: Record<string, string> = {};
+  propagation.inject(context.active(), h);
+  return h;
+}
+
+/** A short cause of a failed fetch: "timed out", ECONNREFUSED, or the message. */
+export function causeOf(err: unknown): string {
+  const e = err as Error & { cause?: { code?: string; message?: string } };
+  if (e?.name === "TimeoutError") return "timed out";
+  if (e?.cause) return e.cause.code ?? e.cause.message ?? String(e.cause);
+  return e?.message ?? String(err);
+}
+
+/** Tells a worker the request ended; never throws, never waits long (the lease TTL is the backstop). */
+export async function releaseOn(worker: WorkerClient, requestId: string, reason: ReleaseReason): Promise<void> {
+  try {
+    await worker.release({ requestId, reason }, { signal: AbortSignal.timeout(5000) });
+  } catch {
+    // The worker is gone: its lease TTL (or the other side's release) frees the blobs.
+  }
+}
+
+export interface RelayOptions {
+  who: string;
+  idleMs: number;
+  /** KV push time of the prefill (PD) or null (solo). */
+  kv: { pushMs: number; transport: string } | null;
+  onReady?(kvLoadMs: number): void;
+}
+
+/**
+ * Relays a worker's event stream (decode or generate) as GenEvents until `done`. Throws ApiError:
+ * the worker's error event, 504 when it went silent, 502 when the stream broke or ended early.
+ */
+export async function* relayEvents(body: ReadableStream<Uint8Array>, o: RelayOptions): AsyncGenerator<GenEvent> {
+  let tokens = 0;
+  let loadMs: number | null = null;
+  try {
+    for await (const ev of readEvents(body, o.idleMs)) {
+      switch (ev.type) {
+        case "first":
+          yield { type: "first", first: { token: ev.token, text: ev.text, eos: ev.eos, promptTokens: ev.promptTokens, seqLen: ev.seqLen, maxTokens: ev.maxTokens, prefillMs: ev.prefillMs } };
+          break;
+        case "ready":
+          loadMs = ev.kvLoadMs;
+          o.onReady?.(loadMs);
+          break;
+        case "token":
+          tokens++;
+          yield ev;
+          break;
+        case "done":
+          yield { ...ev, kvTransferMs: o.kv && loadMs !== null ? o.kv.pushMs + loadMs : null, transport: o.kv?.transport ?? null };
+          return;
+        case "error":
+          throw new ApiError(ev.status, ev.code, `${o.who}: ${ev.message}`, ev.param);
+      }
+    }
+  } catch (err) {
+    if (err instanceof ApiError) throw err;
+    if (err instanceof StreamIdleError) throw new ApiError(504, "worker_timeout", `${o.who} sent nothing for ${err.idleMs} ms after ${tokens} tokens; the request was abandoned`);
+    throw new ApiError(502, "worker_stream_broken", `${o.who} broke the stream after ${tokens} tokens: ${causeOf(err)}`);
+  }
+  throw new ApiError(502, "worker_stream_broken", `${o.who} closed the stream after ${tokens} tokens without finishing (did it crash?)`);
+}

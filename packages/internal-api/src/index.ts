@@ -1,0 +1,7 @@
+// @airm/internal-api: the gateway <-> worker contract (zod schemas and inferred types), the one
+// API error type, the NDJSON framing and a typed worker client. docs/internal-api.md is checked
+// against these schemas by a test.
+export * from "./schemas.ts";
+export { ApiError, ErrorBodySchema, toApiError, invalidRequest, type ErrorBody } from "./api-error.ts";
+export { WorkerClient, ROUTES, NDJSON, encodeEvent, readEvents, StreamIdleError, type CallOptions } from "./worker-client.ts";
+export { schemaTables, INTERNAL_API_SCHEMAS } from "./schema-docs.ts";

@@ -1,0 +1,179 @@
+// The gateway <-> worker contract as zod schemas, camelCase on the wire: request bodies of every
+// worker route, the prefill answer, the NDJSON events of decode and generate, /health and the
+// release answer. The worker builds its answers with these types; the gateway parses with them.
+
+import { SamplingSchema, validateRequestId } from "@airm/rm-core";
+import { z } from "zod";
+
+export const RequestIdSchema = z
+  .string()
+  .refine(
+    (s) => {
+      try {
+        validateRequestId(s);
+        return true;
+      } catch {
+        return false;
+      }
+    },
+    { message: "must be a valid request id ([A-Za-z0-9._-], no '/')" },
+  )
+  .describe("one per client request: `cmpl-` + 24 hex digits from the gateway");
+
+export const ChatMessageSchema = z.object({ role: z.string(), content: z.string() }).strict();
+export type ChatMessage = z.infer<typeof ChatMessageSchema>;
+
+/** Exactly one of a text prompt, token ids, or chat messages (rendered with the model's template). */
+export const PromptInputSchema = z.union([
+  z.object({ prompt: z.string().min(1).describe("text, encoded with the tokenizer's special tokens") }).strict(),
+  z.object({ promptTokenIds: z.array(z.number().int().min(0)).min(1).describe("token ids as they are") }).strict(),
+  z.object({ messages: z.array(ChatMessageSchema).min(1).describe("rendered with the chat template and the generation prompt") }).strict(),
+]);
+export type PromptInput = z.infer<typeof PromptInputSchema>;
+
+const maxTokens = z.number().int().min(1).nullable().describe("the whole completion, first token included; null: the rest of the largest compiled context");
+
+/** POST /internal/prefill (prefill role) and POST /internal/generate (solo role). */
+export const PrefillRequestSchema = z
+  .object({
+    requestId: RequestIdSchema,
+    input: PromptInputSchema.describe("the prompt: see PromptInput"),
+    maxTokens,
+    sampling: SamplingSchema.default({}).describe("how tokens are chosen; prefill samples the first, decode the rest"),
+    seqLen: z.number().int().min(1).optional().describe("pins the compiled context S of the variant"),
+  })
+  .strict();
+export type PrefillRequest = z.input<typeof PrefillRequestSchema>;
+export const GenerateRequestSchema = PrefillRequestSchema;
+export type GenerateRequest = PrefillRequest;
+
+/** POST /internal/decode (decode role). */
+export const DecodeRequestSchema = z
+  .object({
+    requestId: RequestIdSchema,
+    maxTokens,
+    sampling: SamplingSchema.default({}).describe("the same sampling prefill used (one seed: the token at position p is drawn with (seed, p))"),
+    kvTimeoutMs: z.number().int().min(1).optional().describe("how long each KV pull waits for its blob (default: the worker's)"),
+  })
+  .strict();
+export type DecodeRequest = z.input<typeof DecodeRequestSchema>;
+
+export const RELEASE_REASONS = ["done", "client_gone", "decode_rejected", "prefill_failed", "aborted"] as const;
+export type ReleaseReason = (typeof RELEASE_REASONS)[number];
+
+/** POST /internal/release (every role). */
+export const ReleaseRequestSchema = z.object({ requestId: RequestIdSchema, reason: z.enum(RELEASE_REASONS).default("done") }).strict();
+export type ReleaseRequest = z.input<typeof ReleaseRequestSchema>;
+export const ReleaseResponseSchema = z.object({ requestId: z.string(), released: z.boolean().describe("false when no lease was held here") }).strict();
+export type ReleaseResponse = z.infer<typeof ReleaseResponseSchema>;
+
+/** The first token, computed by prefill: in the prefill answer (PD) or the `first` event (solo). */
+export const FirstTokenSchema = z
+  .object({
+    token: z.number().int().min(0),
+    text: z.string().describe("what the detokenizer emits after it (may be \"\" inside a UTF-8 sequence)"),
+    eos: z.boolean().describe("it is an end-of-sequence token"),
+    promptTokens: z.number().int().min(1),
+    seqLen: z.number().int().min(1).describe("S of the variant that ran"),
+    maxTokens: z.number().int().min(1).describe("the effective max_tokens (resolved when null was sent)"),
+    prefillMs: z.number().min(0),
+  })
+  .strict();
+export type FirstToken = z.infer<typeof FirstTokenSchema>;
+
+/** The answer of POST /internal/prefill, sent after the manifest was pushed. */
+export const PrefillResponseSchema = z
+  .object({
+    requestId: z.string(),
+    first: FirstTokenSchema,
+    transport: z.string().describe("the KV transport the blobs went through"),
+    kvPushMs: z.number().min(0).describe("push time not hidden by the prefill"),
+    kvBytes: z.number().int().min(0),
+  })
+  .strict();
+export type PrefillResponse = z.infer<typeof PrefillResponseSchema>;
+
+/** One line of the NDJSON stream of /internal/decode and /internal/generate. */
+export const WorkerEventSchema = z.discriminatedUnion("type", [
+  FirstTokenSchema.extend({ type: z.literal("first") }).describe("solo only: the first token"),
+  z
+    .object({
+      type: z.literal("ready"),
+      promptTokens: z.number().int().min(1),
+      seqLen: z.number().int().min(1),
+      kvLoadMs: z.number().min(0).describe("pull + check + import after the last blob arrived"),
+      kvWaitMs: z.number().min(0).describe("waiting for prefill to push"),
+    })
+    .strict()
+    .describe("decode only: the KV is imported"),
+  z
+    .object({
+      type: z.literal("token"),
+      index: z.number().int().min(1).describe("position in the completion (0 is the first token)"),
+      token: z.number().int().min(0),
+      text: z.string().describe("the detokenizer's delta"),
+    })
+    .strict(),
+  z
+    .object({
+      type: z.literal("done"),
+      finishReason: z.enum(["stop", "length"]),
+      completionTokens: z.number().int().min(1).describe("first token and end-of-sequence token included"),
+      text: z.string().describe("what the detokenizer still held back"),
+      decodeMs: z.number().min(0),
+    })
+    .strict(),
+  z
+    .object({
+      type: z.literal("error"),
+      status: z.number().int(),
+      code: z.string(),
+      param: z.string().nullable(),
+      message: z.string(),
+    })
+    .strict()
+    .describe("the stream ends after it"),
+]);
+export type WorkerEvent = z.infer<typeof WorkerEventSchema>;
+export type FirstEvent = Extract<WorkerEvent, { type: "first" }>;
+export type TokenEvent = Extract<WorkerEvent, { type: "token" }>;
+export type DoneEvent = Extract<WorkerEvent, { type: "done" }>;
+export type ErrorEvent = Extract<WorkerEvent, { type: "error" }>;
+
+export const ROLES = ["prefill", "decode", "solo"] as const;
+
+export const ModelSummarySchema = z
+  .object({
+    id: z.string(),
+    architecture: z.string(),
+    layers: z.number().int(),
+    kvHeads: z.number().int(),
+    headDim: z.number().int(),
+    vocabSize: z.number().int(),
+    modelFingerprint: z.string(),
+    numericsFingerprint: z.string(),
+  })
+  .strict();
+
+/** GET /health: 200 when ready, 503 while loading or after a fatal load error. */
+export const WorkerHealthSchema = z
+  .object({
+    status: z.enum(["ok", "loading", "failed"]),
+    ready: z.boolean(),
+    role: z.enum(ROLES),
+    backend: z.string(),
+    engine: z.string(),
+    device: z
+      .object({ vendor: z.string(), path: z.string(), device: z.string().nullable(), detail: z.string() })
+      .strict()
+      .nullable(),
+    model: ModelSummarySchema.nullable(),
+    seqLen: z.number().int().nullable().describe("the largest compiled context"),
+    variants: z.array(z.object({ batch: z.number().int(), seqLen: z.number().int() }).strict()),
+    transport: z.string().nullable(),
+    leases: z.object({ outstanding: z.number().int(), expired: z.number().int() }).strict(),
+    requests: z.object({ waiting: z.number().int(), running: z.number().int() }).strict(),
+    error: z.string().nullable().describe("why the load failed"),
+  })
+  .strict();
+export type WorkerHealth = z.infer<typeof WorkerHealthSchema>;

@@ -1,0 +1,170 @@
+// The wire mechanics of the contract: route paths, NDJSON framing of worker events (each line
+// parsed with WorkerEventSchema, with an idle timeout between lines), and a typed client the
+// gateway (and tests and benches) call workers with. Raw network failures are thrown as they are
+// (the caller decides whether a worker is down); answers that break the contract are ApiErrors.
+
+import { ApiError } from "./api-error.ts";
+import {
+  DecodeRequestSchema,
+  GenerateRequestSchema,
+  PrefillRequestSchema,
+  PrefillResponseSchema,
+  ReleaseRequestSchema,
+  ReleaseResponseSchema,
+  WorkerEventSchema,
+  WorkerHealthSchema,
+  type DecodeRequest,
+  type GenerateRequest,
+  type PrefillRequest,
+  type PrefillResponse,
+  type ReleaseRequest,
+  type ReleaseResponse,
+  type WorkerEvent,
+  type WorkerHealth,
+} from "./schemas.ts";
+
+export const ROUTES = {
+  prefill: "/internal/prefill",
+  decode: "/internal/decode",
+  generate: "/internal/generate",
+  release: "/internal/release",
+  health: "/health",
+  metrics: "/metrics",
+} as const;
+
+export const NDJSON = "application/x-ndjson";
+
+/** One NDJSON line of an event. */
+export function encodeEvent(ev: WorkerEvent): string {
+  return `${JSON.stringify(ev)}\n`;
+}
+
+/** No event arrived within the idle timeout. */
+export class StreamIdleError extends Error {
+  constructor(readonly idleMs: number) {
+    super(`no event for ${idleMs} ms`);
+  }
+}
+
+/**
+ * Yields each event of a worker's NDJSON `body`. Throws StreamIdleError when no line arrives
+ * within `idleMs`, and ApiError(502, worker_stream_broken) for a line that is not a valid event.
+ */
+export async function* readEvents(body: ReadableStream<Uint8Array>, idleMs: number): AsyncGenerator<WorkerEvent> {
+  const reader = body.getReader();
+  const decoder = new TextDecoder();
+  let buf = "";
+  const parse = (line: string): WorkerEvent => {
+    let raw: unknown;
+    try {
+      raw = JSON.parse(line);
+    } catch {
+      throw new ApiError(502, "worker_stream_broken", `the worker sent a line that is not JSON: ${line.slice(0, 200)}`);
+    }
+    const r = WorkerEventSchema.safeParse(raw);
+    if (!r.success) throw new ApiError(502, "worker_stream_broken", `the worker sent an event outside the contract (${r.error.issues[0].message} at ${r.error.issues[0].path.join(".")}): ${line.slice(0, 200)}`);
+    return r.data;
+  };
+  try {
+    for (;;) {
+      let timer: NodeJS.Timeout | undefined;
+      const idle = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new StreamIdleError(idleMs)), idleMs);
+      });
+      let chunk: Awaited<ReturnType<typeof reader.read>>;
+      try {
+        chunk = await Promise.race([reader.read(), idle]);
+      } finally {
+        clearTimeout(timer);
+      }
+      if (chunk.done) break;
+      buf += decoder.decode(chunk.value, { stream: true });
+      let nl = buf.indexOf("\n");
+      while (nl >= 0) {
+        const line = buf.slice(0, nl).trim();
+        buf = buf.slice(nl + 1);
+        if (line) yield parse(line);
+        nl = buf.indexOf("\n");
+      }
+    }
+    const rest = (buf + decoder.decode()).trim();
+    if (rest) yield parse(rest);
+  } finally {
+    reader.cancel().catch(() => {});
+  }
+}
+
+export interface CallOptions {
+  signal?: AbortSignal;
+  /** Extra headers (trace context...). */
+  headers?: Record<string, string>;
+}
+
+async function bodyOf(r: Response): Promise<unknown> {
+  const text = await r.text();
+  try {
+    return JSON.parse(text);
+  } catch {
+    return { error: { message: text.slice(0, 500) } };
+  }
+}
+
+/** A worker's internal API at `url` (e.g. http://127.0.0.1:8101). */
+export class WorkerClient {
+  readonly url: string;
+
+  constructor(
+    url: string,
+    /** How this worker is named in error messages ("prefill worker http://..."). */
+    readonly who = `worker ${url}`,
+  ) {
+    this.url = url.replace(/\/+$/, "");
+  }
+
+  private async post(path: string, body: unknown, o: CallOptions): Promise<Response> {
+    const r = await fetch(`${this.url}${path}`, {
+      method: "POST",
+      headers: { "content-type": "application/json", ...o.headers },
+      body: JSON.stringify(body),
+      signal: o.signal,
+    });
+    if (!r.ok) throw ApiError.fromBody(r.status, await bodyOf(r), `${this.who} answered ${r.status}`);
+    return r;
+  }
+
+  private async json<T>(r: Response, schema: { safeParse(v: unknown): { success: true; data: T } | { success: false; error: { issues: { message: string; path: PropertyKey[] }[] } } }, what: string): Promise<T> {
+    const parsed = schema.safeParse(await bodyOf(r));
+    if (!parsed.success) {
+      const i = parsed.error.issues[0];
+      throw new ApiError(502, "worker_bad_answer", `${this.who} answered ${what} outside the contract: ${i.path.map(String).join(".")}: ${i.message}`);
+    }
+    return parsed.data;
+  }
+
+  /** POST /internal/prefill. Throws ApiError (the worker's error, or a malformed answer) or the fetch error. */
+  async prefill(body: PrefillRequest, o: CallOptions = {}): Promise<PrefillResponse> {
+    return this.json(await this.post(ROUTES.prefill, PrefillRequestSchema.parse(body), o), PrefillResponseSchema, "the prefill");
+  }
+
+  /** POST /internal/decode: the NDJSON body once the worker accepted the request. */
+  async decode(body: DecodeRequest, o: CallOptions = {}): Promise<ReadableStream<Uint8Array>> {
+    return (await this.post(ROUTES.decode, DecodeRequestSchema.parse(body), o)).body!;
+  }
+
+  /** POST /internal/generate (solo): the NDJSON body once the worker accepted the request. */
+  async generate(body: GenerateRequest, o: CallOptions = {}): Promise<ReadableStream<Uint8Array>> {
+    return (await this.post(ROUTES.generate, GenerateRequestSchema.parse(body), o)).body!;
+  }
+
+  /** POST /internal/release. */
+  async release(body: ReleaseRequest, o: CallOptions = {}): Promise<ReleaseResponse> {
+    return this.json(await this.post(ROUTES.release, ReleaseRequestSchema.parse(body), o), ReleaseResponseSchema, "the release");
+  }
+
+  /** GET /health: the status and the parsed body (null when it is not a health body). */
+  async health(o: CallOptions = {}): Promise<{ status: number; health: WorkerHealth | null }> {
+    const r = await fetch(`${this.url}${ROUTES.health}`, { signal: o.signal, headers: o.headers });
+    const parsed = WorkerHealthSchema.safeParse(await bodyOf(r));
+    return { status: r.status, health: parsed.success ? parsed.data : null };
+  }
+}

@@ -1,0 +1,59 @@
+// The routes every role has: /internal/release (ends a request's lease), /health (the contract's
+// WorkerHealth) and /metrics (Prometheus), plus the error and not-found answers.
+
+import { ApiError, ReleaseRequestSchema, ROUTES, toApiError, type ReleaseResponse, type WorkerHealth } from "@airm/internal-api";
+import type { Hono } from "hono";
+import type { WorkerRuntime } from "../runtime.ts";
+import { parseBody } from "./http.ts";
+
+export function commonRoutes(app: Hono, rt: WorkerRuntime): void {
+  app.onError((err) => {
+    const e = toApiError(err);
+    if (e.status >= 500) rt.log.error({ err: (err as Error).message }, "request failed");
+    return e.toResponse();
+  });
+  app.notFound((c) => new ApiError(404, "wrong_role", `no route ${c.req.method} ${c.req.path} on a ${rt.role} worker`).toResponse());
+
+  app.post(ROUTES.release, async (c) => {
+    const b = await parseBody(c, ReleaseRequestSchema);
+    const released = rt.serving?.transport ? await rt.endLease(b.requestId, b.reason) : false;
+    return c.json({ requestId: b.requestId, released } satisfies ReleaseResponse);
+  });
+
+  app.get(ROUTES.health, (c) => c.json(health(rt), rt.serving ? 200 : 503));
+
+  app.get(ROUTES.metrics, async () => new Response(await rt.metrics.registry.metrics(), { headers: { "content-type": rt.metrics.registry.contentType } }));
+}
+
+/** The worker's /health body. */
+export function health(rt: WorkerRuntime): WorkerHealth {
+  const s = rt.serving;
+  const e = s?.engine;
+  const leases = rt.leases.counters();
+  return {
+    status: e ? "ok" : rt.loadError ? "failed" : "loading",
+    ready: e !== undefined,
+    role: rt.role,
+    backend: rt.backend,
+    engine: rt.engineName,
+    device: e ? { ...e.device } : null,
+    model: e
+      ? {
+          id: e.model.id,
+          architecture: e.model.architecture,
+          layers: e.model.layers,
+          kvHeads: e.model.kvHeads,
+          headDim: e.model.headDim,
+          vocabSize: e.model.vocabSize,
+          modelFingerprint: e.model.modelFingerprint,
+          numericsFingerprint: e.model.numericsFingerprint,
+        }
+      : null,
+    seqLen: e ? Math.max(...e.variants().map((v) => v.seqLen)) : null,
+    variants: e?.variants() ?? [],
+    transport: s?.transport?.name ?? null,
+    leases: { outstanding: leases.outstanding, expired: leases.expired },
+    requests: { waiting: rt.slots.numWaiting + rt.kvWaiting, running: rt.slots.numRunning },
+    error: rt.loadError,
+  };
+}

@@ -1,0 +1,103 @@
+// POST /internal/decode (decode role): opens the request's lease, pulls and checks its KV (the
+// pulls wait while prefill still pushes), imports it, and streams token events until done. The
+// lease ends on every terminal event: done, error, the client leaving, a release from outside.
+
+import { ApiError, DecodeRequestSchema, ROUTES, toApiError } from "@airm/internal-api";
+import { ContextOverflowError } from "@airm/rm-core";
+import { SpanStatusCode, trace, type Span } from "@opentelemetry/api";
+import type { Context, Hono } from "hono";
+import type { z } from "zod";
+import { decodeLoop, round } from "../generation.ts";
+import { pullKV } from "../kv-handoff.ts";
+import type { LeaseEnd } from "../kv-leases.ts";
+import type { Serving, WorkerRuntime } from "../runtime.ts";
+import type { EngineStream } from "../serving-engine.ts";
+import { callerContext, eventStream, parseBody, tracer, type EventSink } from "./http.ts";
+
+export function decodeRoutes(app: Hono, rt: WorkerRuntime): void {
+  app.post(ROUTES.decode, async (c) => {
+    const serving = rt.ready();
+    const b = await parseBody(c, DecodeRequestSchema);
+    const rid = b.requestId;
+    const stopped = new AbortController();
+    let endedFromOutside = false;
+    const opened = rt.leases.open(rid, (reason) => {
+      endedFromOutside = true;
+      stopped.abort(new Error(`request ${rid} ended: ${reason}`));
+    });
+    if (!opened) throw new ApiError(409, "duplicate_request", `request ${rid} is already in flight on this worker`, "requestId");
+    const onClientGone = () => stopped.abort(new Error("the client disconnected"));
+    c.req.raw.signal.addEventListener("abort", onClientGone, { once: true });
+    const span = tracer.startSpan("worker.decode", { attributes: { "airm.request_id": rid } }, callerContext(c));
+    return eventStream(
+      c,
+      async (sink) => {
+        let reason: LeaseEnd = "done";
+        try {
+          reason = await serveDecode(rt, serving, b, c, sink, stopped.signal, span);
+        } finally {
+          c.req.raw.signal.removeEventListener("abort", onClientGone);
+          // A lease ended from outside (release, TTL) has already released the blobs.
+          if (!endedFromOutside) await rt.endLease(rid, reason);
+          span.end();
+        }
+      },
+      (e) => rt.log.error({ request_id: rid, err: e.message }, "decode stream failed"),
+    );
+  });
+}
+
+/** Runs one decode request on an open stream; returns how its lease should end. */
+async function serveDecode(rt: WorkerRuntime, s: Serving, b: z.output<typeof DecodeRequestSchema>, c: Context, sink: EventSink, stopped: AbortSignal, span: Span): Promise<LeaseEnd> {
+  const { engine } = s;
+  const rid = b.requestId;
+  const aborted = () => sink.gone || stopped.aborted;
+  let stream: EngineStream | undefined;
+  let freeSlot: (() => void) | undefined;
+  const t0 = performance.now();
+  rt.kvWaiting++;
+  let waiting = true;
+  try {
+    const pullSpan = tracer.startSpan("kv.pull", {}, trace.setSpan(callerContext(c), span));
+    const pulled = await raceAbort(pullKV(s.transport!, rid, engine.model, engine.variants(), b.kvTimeoutMs ?? rt.kvTimeoutMs), stopped).finally(() => pullSpan.end());
+    const m = pulled.manifest;
+    const maxTokens = b.maxTokens ?? m.S - m.n;
+    if (m.n + maxTokens > m.S) throw new ContextOverflowError(m.n + maxTokens, m.S, "KV manifest context");
+    rt.kvWaiting--;
+    waiting = false;
+    freeSlot = await rt.slots.acquire(stopped);
+    if (aborted()) return "client_gone";
+    stream = engine.importKV(pulled.kv);
+    const kvLoadMs = performance.now() - pulled.arrivedAt;
+    // The engine copied the KV: free the transport's copy now rather than at the end of the
+    // request (the lease stays open until a terminal event).
+    await s.transport!.release(rid).catch((err) => rt.log.warn({ request_id: rid, err: (err as Error).message }, "early KV release failed"));
+    rt.metrics.kvLoadMs.observe(kvLoadMs);
+    await sink.write({ type: "ready", promptTokens: m.n, seqLen: m.S, kvLoadMs: round(kvLoadMs), kvWaitMs: round(pulled.arrivedAt - t0) });
+    const { finish, decodeMs } = await decodeLoop({ engine, batcher: s.batcher, stream, first: m.firstToken as number, maxTokens, sampling: b.sampling, write: sink.write, aborted });
+    rt.metrics.requests.inc({ route: "decode", outcome: finish === "aborted" ? "client_gone" : "ok" });
+    if (finish !== "aborted") rt.metrics.decodeMs.observe(decodeMs);
+    return finish === "aborted" ? "client_gone" : "done";
+  } catch (err) {
+    const e = toApiError(err);
+    rt.log.warn({ request_id: rid, code: e.code, err: e.message }, "decode failed");
+    rt.metrics.requests.inc({ route: "decode", outcome: e.code });
+    span.setStatus({ code: SpanStatusCode.ERROR, message: e.message });
+    await sink.write({ type: "error", status: e.status, code: e.code, param: e.param, message: e.message });
+    return aborted() || c.req.raw.signal.aborted ? "client_gone" : "decode_rejected";
+  } finally {
+    if (waiting) rt.kvWaiting--;
+    if (stream) engine.release(stream);
+    freeSlot?.();
+  }
+}
+
+/** Rejects with the signal's reason as soon as it aborts. */
+function raceAbort<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    p.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
+}

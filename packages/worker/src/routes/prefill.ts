@@ -1,0 +1,60 @@
+// POST /internal/prefill (prefill role): tokenizes, opens the request's KV lease, prefills while
+// pushing each layer's K and V as it is computed, pushes the manifest, and answers the first
+// token. Any failure releases the request's blobs before the error answer.
+
+import { ApiError, PrefillRequestSchema, ROUTES, type PrefillResponse } from "@airm/internal-api";
+import { SpanStatusCode, trace } from "@opentelemetry/api";
+import type { Hono } from "hono";
+import { firstToken, planRequest, round, tokenize } from "../generation.ts";
+import { KVPusher } from "../kv-handoff.ts";
+import type { WorkerRuntime } from "../runtime.ts";
+import { callerContext, parseBody, tracer } from "./http.ts";
+
+export function prefillRoutes(app: Hono, rt: WorkerRuntime): void {
+  app.post(ROUTES.prefill, async (c) => {
+    const span = tracer.startSpan("worker.prefill", {}, callerContext(c));
+    try {
+      const { engine, transport } = rt.ready();
+      const b = await parseBody(c, PrefillRequestSchema);
+      const tokens = tokenize(engine, b.input);
+      const { maxTokens, seqLen } = planRequest(engine, tokens.length, b.maxTokens, b.seqLen);
+      const rid = b.requestId;
+      span.setAttribute("airm.request_id", rid);
+      if (!rt.leases.open(rid)) throw new ApiError(409, "duplicate_request", `request ${rid} is already in flight on this worker`, "requestId");
+      let freeSlot: (() => void) | undefined;
+      try {
+        freeSlot = await rt.slots.acquire();
+        const pusher = new KVPusher(transport!, rid, rt.kvTimeoutMs);
+        const t0 = performance.now();
+        const res = await engine.prefill(tokens, { seqLen, sampling: b.sampling, onLayer: pusher.onLayer });
+        const computed = performance.now();
+        freeSlot();
+        const pushSpan = tracer.startSpan("kv.push", {}, trace.setSpan(callerContext(c), span));
+        await pusher.finish(engine.model, res.kv, res.firstToken).finally(() => pushSpan.end());
+        const pushMs = performance.now() - computed;
+        const prefillMs = res.computeMs ?? computed - t0;
+        rt.metrics.prefillMs.observe(prefillMs);
+        rt.metrics.kvPushMs.observe(pushMs);
+        rt.metrics.requests.inc({ route: "prefill", outcome: "ok" });
+        const answer: PrefillResponse = {
+          requestId: rid,
+          first: firstToken(engine, res.firstToken, tokens.length, seqLen, maxTokens, prefillMs),
+          transport: transport!.name,
+          kvPushMs: round(pushMs),
+          kvBytes: res.kv.k.reduce((a, x) => a + x.byteLength, 0) * 2,
+        };
+        return c.json(answer);
+      } catch (err) {
+        freeSlot?.();
+        rt.metrics.requests.inc({ route: "prefill", outcome: "error" });
+        await rt.endLease(rid, "prefill_failed");
+        throw err;
+      }
+    } catch (err) {
+      span.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error).message });
+      throw err;
+    } finally {
+      span.end();
+    }
+  });
+}

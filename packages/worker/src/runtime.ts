@@ -1,0 +1,109 @@
+// The state every route of a worker shares, built whole at start-up: role, leases, admission
+// slots, metrics and log, plus what loading produces (engine, transport, batcher), which moves
+// from loading to ready or failed exactly once. Routes ask `ready()` and get a 503 while loading.
+
+import { ApiError } from "@airm/internal-api";
+import type { KVTransport, WorkerRole } from "@airm/rm-core";
+import type { Logger } from "pino";
+import { DecodeBatcher } from "./decode-batcher.ts";
+import { LeaseTable, type LeaseEnd } from "./kv-leases.ts";
+import { RequestSlots } from "./request-slots.ts";
+import type { ServingEngine } from "./serving-engine.ts";
+import { WorkerMetrics } from "./worker-metrics.ts";
+
+/** What a loaded worker serves with. */
+export interface Serving {
+  engine: ServingEngine;
+  /** Null for the solo role. */
+  transport: KVTransport | null;
+  batcher: DecodeBatcher;
+}
+
+export interface RuntimeOptions {
+  role: WorkerRole;
+  backend: string;
+  engineName: string;
+  /** Batch width before the engine says its own. */
+  batch: number;
+  leaseTtlMs: number;
+  kvTimeoutMs: number;
+  log: Logger;
+}
+
+export class WorkerRuntime {
+  readonly role: WorkerRole;
+  readonly backend: string;
+  readonly engineName: string;
+  readonly kvTimeoutMs: number;
+  readonly log: Logger;
+  readonly slots: RequestSlots;
+  readonly leases: LeaseTable;
+  readonly metrics: WorkerMetrics;
+  /** Requests waiting for their KV to arrive (decode role). */
+  kvWaiting = 0;
+  private state: { kind: "loading" } | ({ kind: "ready" } & Serving) | { kind: "failed"; error: string } = { kind: "loading" };
+
+  constructor(o: RuntimeOptions) {
+    this.role = o.role;
+    this.backend = o.backend;
+    this.engineName = o.engineName;
+    this.kvTimeoutMs = o.kvTimeoutMs;
+    this.log = o.log;
+    this.slots = new RequestSlots(o.batch);
+    this.leases = new LeaseTable(
+      o.leaseTtlMs,
+      async (rid) => {
+        await this.serving?.transport?.release(rid);
+      },
+      (reason, rid) => {
+        this.metrics.leaseEnds.inc({ reason });
+        if (reason === "expired") this.log.warn({ request_id: rid }, "KV lease expired; blobs released");
+      },
+    );
+    this.metrics = new WorkerMetrics(
+      {
+        waiting: () => this.slots.numWaiting + this.kvWaiting,
+        running: () => this.slots.numRunning,
+        kvUsage: () => {
+          const s = this.serving?.engine.stats?.();
+          if (s && s.kvCapacityBytes > 0) return s.kvBytes / s.kvCapacityBytes;
+          return this.slots.numRunning / this.slots.capacity;
+        },
+        leases: () => this.leases.counters(),
+      },
+      { role: o.role, backend: o.backend },
+    );
+  }
+
+  /** The loaded engine and transport, or null while loading or after a failed load. */
+  get serving(): Serving | null {
+    return this.state.kind === "ready" ? this.state : null;
+  }
+
+  /** Why the load failed, or null. */
+  get loadError(): string | null {
+    return this.state.kind === "failed" ? this.state.error : null;
+  }
+
+  /** The loaded engine and transport. Throws ApiError 503 (not_ready) while loading or after a failed load. */
+  ready(): Serving {
+    if (this.state.kind === "ready") return this.state;
+    const why = this.state.kind === "failed" ? `engine failed to load: ${this.state.error}` : "the engine is still loading; retry when /health says ready";
+    throw new ApiError(503, "not_ready", why);
+  }
+
+  markReady(s: Omit<Serving, "batcher">): void {
+    const b = s.engine.activeVariant?.batch ?? this.slots.capacity;
+    this.slots.capacity = b;
+    this.state = { kind: "ready", ...s, batcher: new DecodeBatcher(s.engine, b) };
+  }
+
+  markFailed(error: string): void {
+    this.state = { kind: "failed", error };
+  }
+
+  /** Ends a request's lease (releases its blobs); a failed release is logged, never thrown. */
+  endLease(rid: string, reason: LeaseEnd): Promise<boolean> {
+    return this.leases.end(rid, reason, (err) => this.log.warn({ request_id: rid, err: (err as Error).message }, "KV release failed"));
+  }
+}

@@ -1,0 +1,31 @@
+// What configures a worker process besides its command line: the model (the seed's MODEL), the
+// KV lease lifetime, how long a decode waits for KV by default, and the log level. Engines and
+// transports declare their own settings; the worker resolves those from the same environment
+// and passes them down.
+
+import { defineConfig, int, num, oneOf, opt, text, type ConfigValues } from "@airm/rm-core";
+
+export const WORKER_CONFIG = defineConfig("@airm/worker", {
+  model: opt(text({ label: "path" }), {
+    env: "MODEL",
+    defaultText: "none (--model is then required)",
+    doc: "The model folder or .gguf file a worker serves when --model is not given (the chart's model artifact path).",
+  }),
+  leaseTtlS: opt(num({ positive: true }), {
+    env: "AIRM_KV_LEASE_TTL_S",
+    default: 120,
+    doc: "Seconds a request's KV lease lives on a worker; past it the blobs are released and counted as expired.",
+  }),
+  kvTimeoutMs: opt(int({ min: 1 }), {
+    env: "AIRM_KV_TIMEOUT_MS",
+    default: 60_000,
+    doc: "How long a KV push waits for space and a decode's pull waits for each blob unless the request says (the gateway sends its own).",
+  }),
+  logLevel: opt(oneOf(["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const), {
+    env: "AIRM_LOG_LEVEL",
+    default: "info",
+    doc: "Log level of the worker's JSON logs (stderr).",
+  }),
+});
+
+export type WorkerConfig = ConfigValues<typeof WORKER_CONFIG.options>;
