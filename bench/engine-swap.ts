@@ -16,25 +16,28 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { loadCheckpoint, makeTinyModel } from "../packages/llama/src/index.ts";
-import type { Engine, EngineVariant } from "../packages/rm-core/src/index.ts";
+import { int, openEngine, text, type Engine, type EngineVariant, flagOf } from "../packages/rm-core/src/index.ts";
 import { checkpointHashes, engineTokens } from "../packages/engine-kit/src/index.ts";
 import { rngdEngine } from "../packages/engine-rngd/src/index.ts";
 import { editCheckpoint } from "../packages/engine-kit/test/checkpoint-edit.ts";
-import { argValue, finalLine, fmt, progress, progressDone, summarize } from "./lib.ts";
+import { benchArgs, finalLine, fmt, progress, progressDone, summarize } from "./lib.ts";
 
-const args = process.argv.slice(2);
-const reps = Number(argValue(args, "reps", "5"));
+const args = benchArgs("engine-swap", "variant swap, delta and full reload of the rngd engine in one run", {
+  reps: flagOf(int({ min: 1 }), { default: 5, doc: "repetitions of each operation" }),
+  model: flagOf(text({ label: "path" }), { defaultText: "the generated 135m preset", doc: "model folder" }),
+});
+const reps = args.reps;
 const work = mkdtempSync(join(tmpdir(), "airm-engine-swap-"));
-const modelDir = argValue(args, "model") ?? join(tmpdir(), "airm-bench-models", "llama-135m-preset");
+const modelDir = args.model ?? join(tmpdir(), "airm-bench-models", "llama-135m-preset");
 const deltaDir = join(work, "model-delta");
-const env: NodeJS.ProcessEnv = { AIRM_DEV_ROOT: join(work, "dev"), AIRM_ARTIFACT_CACHE: join(work, "artifacts"), AIRM_ENGINE_LOG: "0" };
+const env: Record<string, string> = { AIRM_DEV_ROOT: join(work, "dev"), AIRM_ARTIFACT_CACHE: join(work, "artifacts"), AIRM_ENGINE_LOG: "0" };
 mkdirSync(env.AIRM_DEV_ROOT!, { recursive: true });
 // The seed's RNGD variants: B4/B8 at S512 and B4 at S256.
 const variants: EngineVariant[] = [{ batch: 4, seqLen: 256 }, { batch: 4, seqLen: 512 }, { batch: 8, seqLen: 512 }];
 const GREEDY = 8;
 
 async function load(model: string): Promise<Engine> {
-  return rngdEngine.load({ model, variants, seqLen: 512, batch: 4, env });
+  return openEngine(rngdEngine, { model, variants, seqLen: 512, batch: 4 }, { env });
 }
 
 async function firstToken(engine: Engine, prompt: number[], seqLen: number): Promise<number> {

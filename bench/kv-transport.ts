@@ -1,11 +1,12 @@
-// pnpm bench kv-transport --transport shm|tcp|nixl-ucx [--reps N]
+// pnpm bench kv-transport --transport shm|tcp|nixl-ucx [options of that transport's bench]
 // One 67.1 MB request (64 x 1 MiB blobs: Llama-3.1-8B at S=512) through the named transport,
 // against that transport's reference measured in the same run. Each transport's procedure lives
-// in bench/kv-transport/<name>.ts and prints the final JSON line.
-import { argValue } from "./lib.ts";
+// in bench/kv-transport/<name>.ts, parses the whole command line strictly (its own flags plus
+// --transport) and prints the final JSON line.
 
 const args = process.argv.slice(2);
-const transport = argValue(args, "transport", "shm")!;
+const i = args.findIndex((a) => a === "--transport" || a.startsWith("--transport="));
+const transport = i < 0 ? "shm" : args[i].includes("=") ? args[i].slice("--transport=".length) : args[i + 1];
 const modules: Record<string, string> = {
   shm: "./kv-transport/shm.ts",
   tcp: "./kv-transport/tcp.ts",

@@ -1,4 +1,7 @@
-// Shared bench plumbing: repeat-and-summarise, the final JSON line, TTY-only progress.
+// Shared bench plumbing: strict command lines, repeat-and-summarise, the final JSON line,
+// TTY-only progress.
+
+import { defineCommand, type FlagMap, type FlagValues } from "@airm/rm-core";
 
 export interface Summary {
   median: number;
@@ -32,9 +35,21 @@ export function progressDone(): void {
   if (process.stderr.isTTY) process.stderr.write("\r\x1b[K");
 }
 
-export function argValue(args: string[], name: string, fallback?: string): string | undefined {
-  const i = args.indexOf(`--${name}`);
-  if (i >= 0 && i + 1 < args.length) return args[i + 1];
-  const eq = args.find((a) => a.startsWith(`--${name}=`));
-  return eq ? eq.slice(name.length + 3) : fallback;
+/**
+ * Parses a bench's command line with rm-core's command parser (strict: an unknown flag or a bad
+ * value is an error, not ignored). Prints the help and exits 0 for --help, 2 on a usage error.
+ */
+export function benchArgs<F extends FlagMap>(name: string, summary: string, flags: F, argv = process.argv.slice(2)): FlagValues<F> {
+  const cmd = defineCommand({ name: `pnpm bench ${name}`, summary, usage: [`pnpm bench ${name} [options]`], flags });
+  try {
+    const { values, help } = cmd.parse(argv);
+    if (help) {
+      process.stdout.write(cmd.help());
+      process.exit(0);
+    }
+    return values;
+  } catch (e) {
+    process.stderr.write(`${(e as Error).message}\n\n${cmd.help()}`);
+    process.exit(2);
+  }
 }

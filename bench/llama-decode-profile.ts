@@ -11,10 +11,15 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { LlamaModel } from "../packages/llama/src/model/llama-model.ts";
 import { loadCheckpoint } from "../packages/llama/src/checkpoint/load-checkpoint.ts";
-import { argValue, finalLine } from "./lib.ts";
+import { flagOf, int, switchOf, text } from "../packages/rm-core/src/index.ts";
+import { benchArgs, finalLine } from "./lib.ts";
 
-const args = process.argv.slice(2);
-const dir = argValue(args, "model") ?? join(tmpdir(), "airm-bench-135m-preset");
+const args = benchArgs("llama-decode-profile", "where one decode step's time goes, kernel by kernel", {
+  model: flagOf(text({ label: "path" }), { defaultText: "the generated 135m preset", doc: "model folder" }),
+  steps: flagOf(int({ min: 1 }), { default: 24, doc: "decode steps profiled" }),
+  raw: switchOf({ doc: "step totals only, no per-kernel wrappers" }),
+});
+const dir = args.model ?? join(tmpdir(), "airm-bench-135m-preset");
 if (!existsSync(join(dir, "model.safetensors"))) {
   // the same preset model bench/llama-decode.ts makes
   const cli = fileURLToPath(new URL("../packages/llama/bin/airm-model.mjs", import.meta.url));
@@ -23,7 +28,7 @@ if (!existsSync(join(dir, "model.safetensors"))) {
   rmSync(dir, { recursive: true, force: true });
   renameSync(partial, dir);
 }
-const steps = Number(argValue(args, "steps", "24"));
+const steps = args.steps;
 const model = await LlamaModel.load(await loadCheckpoint(dir), { threads: 1 });
 const c = model.config;
 const rt = model.rt as unknown as Record<string, (...a: number[]) => unknown>;
@@ -40,7 +45,7 @@ const names: Record<string, string> = {
   [`${c.hiddenSize}x${c.intermediateSize}`]: "matmul down",
   [`${c.vocabSize}x${c.hiddenSize}`]: "matmul lm_head",
 };
-const raw = args.includes("--raw"); // step totals only, no per-kernel wrappers
+const raw = args.raw; // step totals only, no per-kernel wrappers
 for (const k of raw ? [] : Object.getOwnPropertyNames(Object.getPrototypeOf(rt))) {
   const f = rt[k];
   if (typeof f !== "function" || k === "constructor" || k === "alloc" || k === "free" || k === "close") continue;

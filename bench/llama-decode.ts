@@ -8,16 +8,21 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { LlamaModel } from "../packages/llama/src/model/llama-model.ts";
 import type { Checkpoint } from "../packages/llama/src/checkpoint-types.ts";
-import { argValue, finalLine, fmt, progress, progressDone, summarize } from "./lib.ts";
+import { flagOf, int, text } from "../packages/rm-core/src/index.ts";
+import { benchArgs, finalLine, fmt, progress, progressDone, summarize } from "./lib.ts";
 import { loadCheckpoint } from "../packages/llama/src/checkpoint/load-checkpoint.ts";
 
 const cli = fileURLToPath(new URL("../packages/llama/bin/airm-model.mjs", import.meta.url));
 
-const args = process.argv.slice(2);
-const modelDir = argValue(args, "model");
-const threads = Number(argValue(args, "threads", "1")) as 1 | 2;
-const steps = Number(argValue(args, "steps", "48"));
-const reps = Number(argValue(args, "reps", "3"));
+const args = benchArgs("llama-decode", "decode tok/s of the CPU reference model against its bandwidth roofline", {
+  model: flagOf(text({ label: "path" }), { defaultText: "the generated 135m preset", doc: "model folder" }),
+  threads: flagOf(int({ min: 1, max: 2 }), { default: 1, doc: "kernel threads" }),
+  steps: flagOf(int({ min: 1 }), { default: 48, doc: "decode steps per repetition" }),
+  reps: flagOf(int({ min: 1 }), { default: 3, doc: "repetitions" }),
+});
+const modelDir = args.model;
+const threads = args.threads as 1 | 2;
+const { steps, reps } = args;
 
 /** The model: --model DIR, else the generator's 135m preset, made once into the temp folder. */
 async function checkpoint(): Promise<{ ckpt: Checkpoint; source: string }> {

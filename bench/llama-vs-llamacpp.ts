@@ -10,12 +10,16 @@ import { argmax } from "../packages/llama/src/sampling/sample.ts";
 import type { TensorInfo } from "../packages/llama/src/checkpoint-types.ts";
 import { assertOneThread, openLlamaCpp, type LlamaCpp } from "../packages/llama/test/fixtures/parity/llamacpp-reference.ts";
 import { SKIP_REASON, cachedParityModel, parityText } from "../packages/llama/test/fixtures/parity/parity-model.ts";
-import { argValue, finalLine, fmt, progress, progressDone, summarize } from "./lib.ts";
+import { flagOf, int, text as textType } from "../packages/rm-core/src/index.ts";
+import { benchArgs, finalLine, fmt, progress, progressDone, summarize } from "./lib.ts";
 
-const args = process.argv.slice(2);
-const ggufPath = argValue(args, "model") ?? cachedParityModel();
-const reps = Number(argValue(args, "reps", "3"));
-const newTokens = Number(argValue(args, "new-tokens", "128"));
+const args = benchArgs("llama-vs-llamacpp", "our CPU backend against llama.cpp on the same GGUF, one thread each", {
+  model: flagOf(textType({ label: "path" }), { defaultText: "the pulled SmolLM2-135M-Instruct Q4_1", doc: "a .gguf file" }),
+  reps: flagOf(int({ min: 1 }), { default: 3, doc: "repetitions" }),
+  newTokens: flagOf(int({ min: 1 }), { default: 128, doc: "decoded tokens per repetition" }),
+});
+const ggufPath = args.model ?? cachedParityModel();
+const { reps, newTokens } = args;
 if (!ggufPath) {
   console.error(`no model: ${SKIP_REASON}, or pass --model FILE.gguf`);
   process.exit(2);

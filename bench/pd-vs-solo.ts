@@ -1,5 +1,5 @@
 // pnpm bench pd-vs-solo [--model DIR] [--seq-len 512] [--prompts 12] [--max-tokens 32]
-//                       [--decode-backend atom] [--transport shm] [--warmup 2]
+//                       [--decode-backend atom] [--transport shm] [--warmup 2] [--clean]
 // The same prompts through a PD cluster (prefill + decode workers, KV over the transport) and a
 // solo worker, each behind its own gateway, in one run, alternating which goes first. Measures
 // at the client over SSE: TTFT (request sent -> first token chunk) and TPOT ((last - first) /
@@ -8,29 +8,40 @@
 import { existsSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { spawnSync } from "node:child_process";
-import { argValue, finalLine, fmt, progress, progressDone, summarize } from "./lib.ts";
-import { MODEL_BIN, startCluster, type Cluster } from "../packages/gateway/test/cluster-harness.ts";
+import { makeTinyModel } from "../packages/llama/src/index.ts";
+import { flagOf, int, switchOf, text } from "../packages/rm-core/src/index.ts";
+import { startLocalCluster, type ClusterOptions, type RunningCluster } from "../packages/workload-runner/src/index.ts";
+import { benchArgs, finalLine, fmt, progress, progressDone, summarize } from "./lib.ts";
 
-const args = process.argv.slice(2);
-const seqLen = Number(argValue(args, "seq-len", "512"));
-const nPrompts = Number(argValue(args, "prompts", "12"));
-const maxTokens = Number(argValue(args, "max-tokens", "32"));
-const warmup = Number(argValue(args, "warmup", "2"));
-const decodeBackend = argValue(args, "decode-backend", "atom")!;
-const transport = argValue(args, "transport", "shm") as "shm" | "tcp";
-let model = argValue(args, "model");
+const args = benchArgs("pd-vs-solo", "the same prompts through a PD cluster and a solo worker, each behind its own gateway, in one run", {
+  model: flagOf(text({ label: "path" }), { defaultText: "the generated 135m preset", doc: "model folder or .gguf" }),
+  seqLen: flagOf(int({ min: 8 }), { default: 512, doc: "compiled context" }),
+  prompts: flagOf(int({ min: 1 }), { default: 12, doc: "prompts, of lengths spread up to seq-len - max-tokens" }),
+  maxTokens: flagOf(int({ min: 2 }), { default: 32, doc: "tokens per completion" }),
+  warmup: flagOf(int({ min: 0 }), { default: 2, doc: "unmeasured requests first" }),
+  decodeBackend: flagOf(text({ label: "name" }), { default: "atom", doc: "decode engine backend" }),
+  transport: flagOf(text({ label: "name" }), { default: "shm", doc: "KV transport" }),
+  clean: switchOf({ doc: "remove the generated model afterwards" }),
+});
+const { seqLen, maxTokens, warmup, decodeBackend, transport } = args;
+const nPrompts = args.prompts;
+let model = args.model;
 let madeModel = false;
 
 if (!model) {
   model = join(tmpdir(), "airm-bench-135m");
   if (!existsSync(join(model, "config.json"))) {
     progress("generating the 135m preset model...");
-    const r = spawnSync(process.execPath, [MODEL_BIN, "make-tiny", "--arch", "llama", "--preset", "135m", "--out", model], { encoding: "utf8" });
+    makeTinyModel({ arch: "llama", preset: "135m", out: model });
     progressDone();
-    if (r.status !== 0) throw new Error(`make-tiny failed: ${r.stderr}`);
     madeModel = true;
   }
+}
+
+/** A cluster through the launcher on free ports (the gateway exports airm_* metrics). */
+function cluster(o: Partial<ClusterOptions>): Promise<RunningCluster> {
+  const free = [{ port: 0 }];
+  return startLocalCluster({ model: model!, seqLen, port: 0, metricsPort: 0, sidecarPort: 0, prefill: free, decode: free, solo: free, env: { AIRM_LOG_LEVEL: "warn", AIRM_ENGINE_LOG: "0" }, ...o });
 }
 
 /** Prompts of varied token lengths up to seqLen - maxTokens (token ids avoid the special tokens). */
@@ -49,7 +60,7 @@ interface Sample {
   text: string;
 }
 
-async function once(c: Cluster, modelId: string, prompt: number[]): Promise<Sample> {
+async function once(c: RunningCluster, modelId: string, prompt: number[]): Promise<Sample> {
   const t0 = performance.now();
   const r = await fetch(`${c.url}/v1/completions`, {
     method: "POST",
@@ -93,10 +104,10 @@ async function metricValue(url: string, name: string): Promise<number | null> {
   return m ? Number(m[1]) : null;
 }
 
-const pd = await startCluster({ mode: "pd", model, seqLen, decodeBackend, transport });
-let solo: Cluster | undefined;
+const pd = await cluster({ kvTransport: transport, decode: [{ port: 0, backend: decodeBackend }] });
+let solo: RunningCluster | undefined;
 try {
-  solo = await startCluster({ mode: "solo", model, seqLen, soloBackend: "rngd" });
+  solo = await cluster({ mode: "solo", solo: [{ port: 0, backend: "rngd" }] });
   const modelId = ((await (await fetch(`${pd.url}/v1/models`)).json()) as { data: { id: string }[] }).data[0].id;
   const ps = prompts();
   for (let w = 0; w < warmup; w++) {
@@ -117,7 +128,7 @@ try {
     if (x.text !== y.text || x.tokens !== y.tokens) mismatches++;
   }
   progressDone();
-  const kvMs = await metricValue(pd.metricsUrl, "airm_kv_transfer_ms");
+  const kvMs = await metricValue(pd.metricsUrl!, "airm_kv_transfer_ms");
   const q = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.ceil(p * xs.length) - 1)];
   const stats = (ss: Sample[]) => {
     const ttft = ss.map((s) => s.ttftMs);
@@ -157,5 +168,5 @@ try {
 } finally {
   await solo?.stop();
   await pd.stop();
-  if (madeModel && args.includes("--clean")) rmSync(model, { recursive: true, force: true });
+  if (madeModel && args.clean) rmSync(model, { recursive: true, force: true });
 }

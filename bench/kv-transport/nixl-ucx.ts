@@ -13,9 +13,10 @@ import { createServer } from "node:net";
 import { createInterface, type Interface } from "node:readline";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { dirname, join } from "node:path";
-import { blobKey, patternBytes, type KVTransport } from "../../packages/rm-core/src/index.ts";
+import { blobKey, flagOf, int, list, oneOf, patternBytes, text, type KVTransport } from "../../packages/rm-core/src/index.ts";
 import { createNixlUcxTransport, shutdownEngines } from "../../packages/kv-nixl-ucx/src/index.ts";
-import { argValue, finalLine, fmt, progress, progressDone, summarize } from "../lib.ts";
+import { spawnRelay } from "../../packages/kv-relay/src/index.ts";
+import { benchArgs, finalLine, fmt, progress, progressDone, summarize } from "../lib.ts";
 
 const BLOBS = 64;
 const BLOB_BYTES = 1 << 20;
@@ -28,26 +29,6 @@ const WIRES = [
 
 const here = dirname(fileURLToPath(import.meta.url));
 const packageDir = join(here, "..", "..", "packages", "kv-nixl-ucx");
-const relayBin = join(here, "..", "..", "packages", "kv-tcp", "bin", "airm-kv-relay.mjs");
-
-/** An airm-kv-relay process on a free loopback port. */
-async function startRelayProcess(): Promise<{ address: string; stop(): Promise<void> }> {
-  const child = spawn(process.execPath, [relayBin, "--listen", "127.0.0.1:0", "--max-mb", "64"], { stdio: ["ignore", "pipe", "inherit"] });
-  const rl = createInterface({ input: child.stdout! });
-  for await (const line of rl) {
-    const m = /listening on (\S+)/.exec(line);
-    if (m) {
-      return {
-        address: m[1],
-        async stop() {
-          child.kill("SIGTERM");
-          if (child.exitCode === null) await once(child, "exit");
-        },
-      };
-    }
-  }
-  throw new Error(`airm-kv-relay exited before listening (code ${child.exitCode})`);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Producer process: pushes a request whenever told, answers with its push time.
@@ -124,7 +105,8 @@ async function pullRequest(consumer: KVTransport, rid: string): Promise<number> 
   const ms = performance.now() - t0;
   // Spot-check content outside the timed region (the transport already checked every CRC-32).
   for (const { i, want } of SPOT) {
-    if (!Buffer.from(got[i].buffer, got[i].byteOffset, got[i].byteLength).equals(want)) throw new Error(`blob ${i} differs`);
+    const b = got[i].bytes;
+    if (!Buffer.from(b.buffer, b.byteOffset, b.byteLength).equals(want)) throw new Error(`blob ${i} differs`);
   }
   return ms;
 }
@@ -211,13 +193,19 @@ async function measureWire(addr: string, wire: (typeof WIRES)[number], reps: num
 }
 
 /** Entry from bench/kv-transport.ts. */
-export async function run(args: string[]): Promise<void> {
-  const reps = Number(argValue(args, "reps", "7"));
-  const perftestIters = Number(argValue(args, "perftest-iters", "20"));
-  const wires = (argValue(args, "wires", "tcp,shm") ?? "").split(",");
-  const unknown = wires.filter((w) => !WIRES.some((x) => x.name === w));
-  if (unknown.length || wires.length === 0) throw new Error(`--wires takes tcp, shm or tcp,shm; got ${wires.join(",")}`);
-  const relay = await startRelayProcess();
+export async function run(argv: string[]): Promise<void> {
+  const { reps, perftestIters, wires } = benchArgs(
+    "kv-transport --transport nixl-ucx",
+    "one 67.1 MB request READ over UCX against ucx_perftest ucp_get, per wire",
+    {
+      transport: flagOf(text({ label: "name" }), { default: "nixl-ucx", doc: "the transport" }),
+      reps: flagOf(int({ min: 1 }), { default: 7, doc: "measured repetitions per wire" }),
+      perftestIters: flagOf(int({ min: 1 }), { default: 20, doc: "ucx_perftest iterations per run" }),
+      wires: flagOf(list(oneOf(["tcp", "shm"] as const)), { default: ["tcp", "shm"], doc: "which UCX wires to measure" }),
+    },
+    argv,
+  );
+  const relay = await spawnRelay(["--listen", "127.0.0.1:0", "--max-mb", "64"]);
   try {
     const results: Record<string, Awaited<ReturnType<typeof measureWire>>> = {};
     for (const wire of WIRES) if (wires.includes(wire.name)) results[wire.name] = await measureWire(relay.address, wire, reps, perftestIters);

@@ -11,7 +11,8 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
 import { rmSync } from "node:fs";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { argValue, finalLine, fmt, progress, progressDone, summarize } from "../lib.ts";
+import { flagOf, int, text } from "../../packages/rm-core/src/index.ts";
+import { benchArgs, finalLine, fmt, progress, progressDone, summarize } from "../lib.ts";
 
 const BLOBS = 64;
 const BLOB_BYTES = 1 << 20;
@@ -29,7 +30,8 @@ type FromConsumer = { ready: true } | { viewMs: number; intoMs: number; verified
 async function consumer(root: string): Promise<void> {
   const { shmTransport } = await import("../../packages/kv-shm/src/index.ts");
   const { patternBytes } = await import("../../packages/rm-core/src/index.ts");
-  const t = (await shmTransport.create({ root })) as import("../../packages/rm-core/src/index.ts").KVTransport;
+  const { SHM_CONFIG } = await import("../../packages/kv-shm/src/index.ts");
+  const t = (await shmTransport.create(SHM_CONFIG.resolve({ options: { root } }))) as import("../../packages/rm-core/src/index.ts").KVTransport;
   const dest = new Uint8Array(REQUEST_BYTES).fill(1); // the decode worker's KV buffer, already touched
   const intos = Array.from({ length: BLOBS }, (_, i) => dest.subarray(i * BLOB_BYTES, (i + 1) * BLOB_BYTES));
   let expected: Uint8Array[] | undefined;
@@ -43,7 +45,7 @@ async function consumer(root: string): Promise<void> {
       }
       const views: Uint8Array[] = new Array(BLOBS);
       let t0 = performance.now();
-      for (let i = 0; i < BLOBS; i++) views[i] = await t.pull(keyOf(m.rid, i), { timeoutMs: 30_000 });
+      for (let i = 0; i < BLOBS; i++) views[i] = (await t.pull(keyOf(m.rid, i), { timeoutMs: 30_000 })).bytes;
       const viewMs = performance.now() - t0;
       t0 = performance.now();
       for (let i = 0; i < BLOBS; i++) await t.pull(keyOf(m.rid, i), { timeoutMs: 30_000, into: intos[i] });
@@ -86,16 +88,24 @@ function nextMessage(child: ChildProcess): Promise<FromConsumer> {
   });
 }
 
-/** Runs the bench; `args` as given to `pnpm bench kv-transport` (--reps, --warmup). */
-export async function run(args: string[]): Promise<void> {
-  const reps = Number(argValue(args, "reps", "15"));
-  const warmup = Number(argValue(args, "warmup", "3"));
-  const { shmTransport, resolveShmSettings } = await import("../../packages/kv-shm/src/index.ts");
+/** Runs the bench; `argv` as given to `pnpm bench kv-transport` (--reps, --warmup). */
+export async function run(argv: string[]): Promise<void> {
+  const { reps, warmup } = benchArgs(
+    "kv-transport",
+    "one 67.1 MB request through the shm transport against a memcpy",
+    {
+      transport: flagOf(text({ label: "name" }), { default: "shm", doc: "the transport" }),
+      reps: flagOf(int({ min: 1 }), { default: 15, doc: "measured repetitions" }),
+      warmup: flagOf(int({ min: 0 }), { default: 3, doc: "unmeasured repetitions first" }),
+    },
+    argv,
+  );
+  const { shmTransport, SHM_CONFIG } = await import("../../packages/kv-shm/src/index.ts");
   const { patternBytes } = await import("../../packages/rm-core/src/index.ts");
-  const root = `${resolveShmSettings().root}-bench-${process.pid}`;
+  const root = `${SHM_CONFIG.resolve({}).root}-bench-${process.pid}`;
   const blobs = Array.from({ length: BLOBS }, (_, i) => patternBytes(i + 1, BLOB_BYTES));
   const refDest = new Uint8Array(REQUEST_BYTES).fill(1);
-  const producer = (await shmTransport.create({ root })) as import("../../packages/rm-core/src/index.ts").KVTransport;
+  const producer = (await shmTransport.create(SHM_CONFIG.resolve({ options: { root } }))) as import("../../packages/rm-core/src/index.ts").KVTransport;
   const child = spawn(process.execPath, ["--import", "tsx", self, "--consumer", root], { stdio: ["ignore", "inherit", "inherit", "ipc"] });
   try {
     const hello = await nextMessage(child);

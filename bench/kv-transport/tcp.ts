@@ -14,12 +14,13 @@ import { readFileSync } from "node:fs";
 import net from "node:net";
 import { createInterface } from "node:readline";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { argValue, finalLine, fmt, progress, progressDone, summarize } from "../lib.ts";
+import { spawnRelay } from "../../packages/kv-relay/src/index.ts";
+import { flagOf, int, num, oneOf, switchOf, text } from "../../packages/rm-core/src/index.ts";
+import { benchArgs, finalLine, fmt, progress, progressDone, summarize } from "../lib.ts";
 
 const BLOBS = 64;
 const BLOB_BYTES = 1 << 20;
 const REQUEST_BYTES = BLOBS * BLOB_BYTES;
-const relayBin = fileURLToPath(new URL("../../packages/kv-tcp/bin/airm-kv-relay.mjs", import.meta.url));
 const self = fileURLToPath(import.meta.url);
 
 // ---------------------------------------------------------------------------------------------
@@ -52,7 +53,7 @@ async function role(which: "producer" | "consumer", addr: string, crc: boolean, 
         cmd.rids.flatMap((rid, r) => dests[r].map((into, i) => t.pull(blobKey(rid, i >> 1, i & 1 ? "v" : "k"), { into, timeoutMs: 60_000 }))),
       );
       // Spot check outside the timed part is unnecessary: each blob's CRC-32 was checked on arrival unless --no-crc.
-      if (got.some((g) => g.byteLength !== BLOB_BYTES)) throw new Error("short blob");
+      if (got.some((g) => g.bytes.byteLength !== BLOB_BYTES)) throw new Error("short blob");
     } else if (cmd.op === "release") {
       await Promise.all(cmd.rids.map((rid) => t.release(rid)));
     }
@@ -148,19 +149,6 @@ function spawnRole(which: string, addr: string, crc: boolean, connections: numbe
   return new Child(p);
 }
 
-async function startRelayProcess(maxMb: number, env: NodeJS.ProcessEnv): Promise<{ proc: ChildProcess; addr: string }> {
-  const proc = spawn(process.execPath, [relayBin, "--listen", "127.0.0.1:0", "--max-mb", String(maxMb)], {
-    stdio: ["ignore", "pipe", "inherit"],
-    env: { ...process.env, ...env },
-  });
-  const rl = createInterface({ input: proc.stdout! });
-  for await (const line of rl) {
-    const m = /listening on (\S+)/.exec(line);
-    if (m) return { proc, addr: m[1] };
-  }
-  throw new Error(`airm-kv-relay exited (code ${proc.exitCode}) before listening`);
-}
-
 /** CPU time (user + system, ms, 10 ms resolution) a process has used so far; NaN where /proc is missing. */
 function cpuMsOf(pid: number | undefined): number {
   try {
@@ -195,16 +183,15 @@ async function iperf3(seconds: number): Promise<number> {
   return j.end.sum_received.bits_per_second / 8 / 1e9;
 }
 
-export async function run(args: string[]): Promise<void> {
-  const reps = Number(argValue(args, "reps", "8"));
-  const crc = !args.includes("--no-crc");
-  const connections = Number(argValue(args, "connections", "2"));
-  const iperfSeconds = Number(argValue(args, "iperf-seconds", "1"));
+export async function run(argv: string[]): Promise<void> {
+  const a = args(argv);
+  const { reps, connections, iperfSeconds } = a;
+  const crc = !a.noCrc;
   // Ablations of the relay's memory path: fresh (untouched) buffers per push, chunk copies instead of direct reads.
-  const relayEnv = { AIRM_KV_TCP_POOL: args.includes("--no-pool") ? "0" : "1", AIRM_KV_TCP_DIRECT_READS: args.includes("--no-direct-reads") ? "0" : "1" };
-  const relay = await startRelayProcess(1024, relayEnv);
-  const producer = spawnRole("producer", relay.addr, crc, connections);
-  const consumer = spawnRole("consumer", relay.addr, crc, connections);
+  const relayEnv = { AIRM_KV_TCP_POOL: a.noPool ? "0" : "1", AIRM_KV_TCP_DIRECT_READS: a.noDirectReads ? "0" : "1" };
+  const relay = await spawnRelay(["--listen", "127.0.0.1:0", "--max-mb", "1024"], relayEnv);
+  const producer = spawnRole("producer", relay.address, crc, connections);
+  const consumer = spawnRole("consumer", relay.address, crc, connections);
   const gbps = (k: number, ms: number) => (k * REQUEST_BYTES) / 1e9 / (ms / 1000);
   const res: Record<string, number[]> = { push1: [], pull1: [], push8: [], pull8: [], push1_self_crc: [] };
   // CPU per request (ms), summed over the measured reps: where the time goes, robust to a busy machine.
@@ -302,11 +289,29 @@ export async function run(args: string[]): Promise<void> {
   });
 }
 
+/** The flags of this bench, and of its child roles (`--role`). */
+const FLAGS = {
+  transport: flagOf(text({ label: "name" }), { default: "tcp", doc: "the transport" }),
+  reps: flagOf(int({ min: 1 }), { default: 8, doc: "measured repetitions" }),
+  noCrc: switchOf({ doc: "no CRC-32 on the wire (pusher, relay, puller)" }),
+  connections: flagOf(int({ min: 1, max: 64 }), { default: 2, doc: "connections per process to the relay" }),
+  iperfSeconds: flagOf(num({ positive: true }), { default: 1, doc: "length of each iperf3 reference run" }),
+  noPool: switchOf({ doc: "ablation: the relay allocates every blob buffer afresh" }),
+  noDirectReads: switchOf({ doc: "ablation: the relay copies each chunk into place" }),
+  role: flagOf(oneOf(["producer", "consumer", "raw-sender", "raw-receiver"] as const), { doc: "internal: run as one of the bench's child processes" }),
+  addr: flagOf(text({ label: "host:port" }), { doc: "internal: the relay of a child role" }),
+  port: flagOf(int({ min: 1, max: 65535 }), { doc: "internal: the raw sender's port" }),
+};
+
+/** This bench's arguments (strict: an unknown flag is an error). */
+function args(argv: string[]) {
+  return benchArgs("kv-transport --transport tcp", "one 67.1 MB request through airm-kv-relay against iperf3", FLAGS, argv);
+}
+
 if (process.argv[1] && pathToFileURL(process.argv[1]).href === import.meta.url) {
-  const args = process.argv.slice(2);
-  const which = argValue(args, "role");
-  if (which === "producer" || which === "consumer") await role(which, argValue(args, "addr")!, !args.includes("--no-crc"), Number(argValue(args, "connections", "2")));
-  else if (which === "raw-sender") await rawSender();
-  else if (which === "raw-receiver") await rawReceiver(Number(argValue(args, "port")));
-  else await run(args);
+  const a = args(process.argv.slice(2));
+  if (a.role === "producer" || a.role === "consumer") await role(a.role, a.addr!, !a.noCrc, a.connections);
+  else if (a.role === "raw-sender") await rawSender();
+  else if (a.role === "raw-receiver") await rawReceiver(a.port!);
+  else await run(process.argv.slice(2));
 }

@@ -1,5 +1,7 @@
-// A set of worker endpoints of one role: probes each one's /health on a period, and hands out
-// the healthy endpoint with the fewest outstanding requests. Knows nothing about the OpenAI API.
+// A set of worker endpoints of one role: probes each one's /health on a period (an unhealthy one
+// every quarter second, so a worker that finished loading or came back is used at once), and
+// hands out the healthy endpoint with the fewest outstanding requests. Knows nothing about the
+// OpenAI API.
 
 import { WorkerClient, type WorkerHealth } from "@airm/internal-api";
 import { causeOf } from "./orchestrator/worker-calls.ts";
@@ -12,7 +14,12 @@ export interface Endpoint {
   /** Last /health body (null until one answered). */
   health: WorkerHealth | null;
   lastError: string | null;
+  /** When it was last probed (performance.now()). */
+  probedAt: number;
 }
+
+/** How often an unhealthy endpoint is probed (ms; the interval when that is shorter). */
+export const RECOVERY_PROBE_MS = 250;
 
 export class EndpointPool {
   readonly endpoints: Endpoint[];
@@ -26,14 +33,20 @@ export class EndpointPool {
   ) {
     this.endpoints = urls.map((u) => {
       const client = new WorkerClient(u, `${role} worker ${u.replace(/\/+$/, "")}`);
-      return { url: client.url, client, outstanding: 0, healthy: false, health: null, lastError: "not probed yet" };
+      return { url: client.url, client, outstanding: 0, healthy: false, health: null, lastError: "not probed yet", probedAt: 0 };
     });
   }
 
-  /** Probes every endpoint now, then every `intervalMs`. */
+  /** Probes every endpoint now, then healthy ones every `intervalMs` and unhealthy ones every RECOVERY_PROBE_MS. */
   async start(intervalMs: number): Promise<void> {
     await this.probeAll();
-    this.timer = setInterval(() => void this.probeAll(), intervalMs);
+    const tick = Math.min(intervalMs, RECOVERY_PROBE_MS);
+    this.timer = setInterval(() => {
+      const now = performance.now();
+      for (const e of this.endpoints) {
+        if (now - e.probedAt >= (e.healthy ? intervalMs : tick)) void this.probe(e);
+      }
+    }, tick);
     this.timer.unref();
   }
 
@@ -46,6 +59,7 @@ export class EndpointPool {
   }
 
   private async probe(e: Endpoint): Promise<void> {
+    e.probedAt = performance.now();
     try {
       const { status, health } = await e.client.health({ signal: AbortSignal.timeout(this.probeTimeoutMs) });
       e.health = health ?? e.health;

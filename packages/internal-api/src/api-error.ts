@@ -48,14 +48,15 @@ export class ApiError extends Error {
   }
 
   /**
-   * Rebuilds the error a peer answered with `status` and `body` (an OpenAI error body), or a
-   * generic one saying `fallback` when the body is not one.
+   * Rebuilds the error a peer answered with `status` and `body` (an OpenAI error body: message,
+   * type, param, code; extra fields stay behind), or a generic one saying `fallback` when the body
+   * is not one.
    */
   static fromBody(status: number, body: unknown, fallback: string): ApiError {
     const parsed = ErrorBodySchema.safeParse(body);
     if (parsed.success) {
-      const { message, type, param, code, ...extra } = parsed.data.error;
-      return new ApiError(status, code, message, param, extra, type);
+      const { message, type, param, code } = parsed.data.error;
+      return new ApiError(status, code, message, param, {}, type);
     }
     return new ApiError(status >= 400 ? status : 502, status >= 500 ? "worker_error" : "invalid_request", fallback);
   }

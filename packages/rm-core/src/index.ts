@@ -21,3 +21,4 @@ export { IncrementalDetokenizer, type IncrementalDetokenizerOptions } from "./te
 export { StopStringMatcher, type StopResult } from "./text/stop-strings.ts";
 export { openEngine } from "./open-engine.ts";
 export { SamplingSchema, type SamplingParams } from "./sampling.ts";
+export { declaredBackends, engineForBackend, transportNeeds, type TransportNeeds } from "./plugin-meta.ts";

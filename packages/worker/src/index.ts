@@ -5,7 +5,7 @@ export { createWorkerApp } from "./app.ts";
 export { WorkerRuntime, type Serving, type RuntimeOptions } from "./runtime.ts";
 export { WORKER_CONFIG, type WorkerConfig } from "./worker-config.ts";
 export { WORKER_COMMAND } from "./cli.ts";
-export { loadServingEngine, engineForBackend, declaredBackends, type ServingEngine, type EngineStream } from "./serving-engine.ts";
+export { loadServingEngine, type ServingEngine, type EngineStream } from "./serving-engine.ts";
 export { LeaseTable, LEASE_END_REASONS, type LeaseEnd, type LeaseCounters } from "./kv-leases.ts";
 export { RequestSlots } from "./request-slots.ts";
 export { DecodeBatcher } from "./decode-batcher.ts";

@@ -6,11 +6,11 @@
 import { serve } from "@hono/node-server";
 import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { ConfigError, registry, selectTransport, transportName, type KVTransport, type WorkerRole } from "@airm/rm-core";
+import { ConfigError, engineForBackend, registry, selectTransport, transportName, type KVTransport, type WorkerRole } from "@airm/rm-core";
 import pino, { type Logger } from "pino";
 import { createWorkerApp } from "./app.ts";
 import { WorkerRuntime } from "./runtime.ts";
-import { engineForBackend, loadServingEngine } from "./serving-engine.ts";
+import { loadServingEngine } from "./serving-engine.ts";
 import { WORKER_CONFIG } from "./worker-config.ts";
 
 registry.addHost(import.meta.url);

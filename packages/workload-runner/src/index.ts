@@ -1,5 +1,10 @@
-// @airm/workload-runner: the rngd-pd workload runner and the local cluster behind `airm up`.
-export { run, buildCommand, rngdPdWorkload, RunConfigSchema, type RunConfig, type ProcessCommand } from "./rngd-pd-workload.ts";
-export { binPath } from "./package-bins.ts";
-export { startLocalCluster, sweepStaleShmFolders, type UpOptions, type RunningCluster } from "./local-cluster.ts";
+// @airm/workload-runner: the rngd-pd workload runner, the launcher of local clusters (airm up,
+// end-to-end tests, benches) and the airm CLI.
+export { run, buildCommand, workerArgv, gatewayArgv, rngdPdWorkload, RunConfigSchema, type RunConfig, type ProcessCommand } from "./rngd-pd-workload.ts";
+export { binPath, binFrom, pluginRegistry } from "./package-bins.ts";
+export { startLocalCluster, sweepStaleClusterDirs, type ClusterOptions, type RunningCluster } from "./local-cluster.ts";
+export { planCluster, freePort, DEFAULT_BACKENDS, DEFAULT_PORTS, DEFAULT_SEQ_LEN, type ClusterShape, type ClusterPlan, type WorkerSpec } from "./cluster-plan.ts";
+export { ChildPart, type PartSpec } from "./child-part.ts";
 export { chooseDefaultModel, type ChosenModel } from "./default-model.ts";
+export { UP_COMMAND } from "./up-command.ts";
+export { RUN_COMMAND } from "./run-command.ts";

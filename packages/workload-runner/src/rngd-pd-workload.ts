@@ -1,11 +1,12 @@
 // The `rngd-pd` workload runner (airm.workloads): turns an ai-rm Workload plus config into the
 // command line and environment of one process (prefill worker, decode worker or gateway) and
-// starts it. Which engine or transport the process then loads is its own business.
+// starts it. Backends are checked against what the installed engines declare; which engine or
+// transport the process then loads is its own business.
 
 import { spawn, type ChildProcess } from "node:child_process";
+import { ConfigError, engineForBackend, type Workload, type WorkloadPlugin } from "@airm/rm-core";
 import { z } from "zod";
-import { ConfigError, type Workload, type WorkloadPlugin } from "@airm/rm-core";
-import { binPath } from "./package-bins.ts";
+import { binPath, pluginRegistry } from "./package-bins.ts";
 
 const port = z.number().int().min(0).max(65535);
 const url = z.string().regex(/^https?:\/\/[^\s/]+(\/[^\s]*)?$/, "must be an http(s) URL like http://127.0.0.1:8101");
@@ -16,8 +17,8 @@ export const RunConfigSchema = z
     kv_transport: z.string().regex(/^[a-z0-9][a-z0-9-]*$/, "must be a transport name such as shm, tcp, nixl-ucx").default("shm"),
     port: port.default(8000),
     host: z.string().min(1).default("0.0.0.0"),
-    seq_len: z.number().int().min(1).max(1 << 20).default(256),
-    backend: z.enum(["rngd", "rngd-chunk", "rngd-full", "atom"]).optional(),
+    seq_len: z.number().int().min(8).max(1 << 20).default(256),
+    backend: z.string().min(1).optional(),
     prefill_url: url.default("http://127.0.0.1:8101"),
     decode_url: url.default("http://127.0.0.1:8102"),
     metrics_port: port.optional(),
@@ -51,6 +52,21 @@ function parse<T>(schema: z.ZodType<T>, value: unknown, what: string): T {
   throw new ConfigError(key, msg);
 }
 
+/** argv of an airm-worker process. Throws ConfigError (key `backend`) for a backend no installed engine runs in `role`. */
+export function workerArgv(o: { role: "prefill" | "decode" | "solo"; backend: string; host: string; port: number; seqLen: number; batch?: number }): string[] {
+  engineForBackend(o.backend, o.role, pluginRegistry(), "backend");
+  const argv = [process.execPath, binPath("@airm/worker", "airm-worker"), "--role", o.role, "--backend", o.backend, "--host", o.host, "--port", String(o.port), "--seq-len", String(o.seqLen)];
+  if (o.batch !== undefined) argv.push("--B", String(o.batch));
+  return argv;
+}
+
+/** argv of an airm-gateway process in front of the given workers. */
+export function gatewayArgv(o: { host: string; port: number; prefill?: string[]; decode?: string[]; solo?: string[] }): string[] {
+  const argv = [process.execPath, binPath("@airm/gateway", "airm-gateway"), "--host", o.host, "--port", String(o.port)];
+  for (const role of ["prefill", "decode", "solo"] as const) if (o[role]?.length) argv.push(`--${role}`, o[role]!.join(","));
+  return argv;
+}
+
 /**
  * The argv and environment additions for one workload, as the seed's table describes:
  * prefill -> RNGD prefill worker (backend rngd-full), decode -> decode worker (backend atom,
@@ -65,14 +81,11 @@ export function buildCommand(workload: Workload, config: RunConfig = {}): Proces
   let argv: string[];
   if (w.kind === "serve") {
     if (c.backend) throw new ConfigError("backend", "applies to prefill and decode workloads, not serve");
-    argv = [process.execPath, binPath("@airm/gateway", "airm-gateway"), "--host", c.host, "--port", String(c.port), "--prefill", c.prefill_url, "--decode", c.decode_url];
+    argv = gatewayArgv({ host: c.host, port: c.port, prefill: [c.prefill_url], decode: [c.decode_url] });
     if (c.metrics_port !== undefined) env.AIRM_METRICS_PORT = String(c.metrics_port);
   } else {
-    const backend = c.backend ?? (w.kind === "prefill" ? "rngd-full" : "atom");
-    if (w.kind === "prefill" && backend === "atom") throw new ConfigError("backend", "atom decodes only; a prefill workload takes rngd-full or rngd-chunk");
-    argv = [process.execPath, binPath("@airm/worker", "airm-worker"), "--role", w.kind, "--backend", backend, "--host", c.host, "--port", String(c.port), "--seq-len", String(c.seq_len)];
-    if (w.kind === "decode" && w.batch_hint !== undefined) argv.push("--B", String(w.batch_hint));
     if (c.metrics_port !== undefined) throw new ConfigError("metrics_port", "is the gateway's airm_* port; workers serve /metrics on their own port");
+    argv = workerArgv({ role: w.kind, backend: c.backend ?? (w.kind === "prefill" ? "rngd-full" : "atom"), host: c.host, port: c.port, seqLen: c.seq_len, batch: w.kind === "decode" ? w.batch_hint : undefined });
   }
   argv.push(...c.args);
   Object.assign(env, c.env);

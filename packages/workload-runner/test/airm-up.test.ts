@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { makeTinyModel } from "@airm/llama";
-import { sweepStaleShmFolders } from "../src/index.ts";
+import { sweepStaleClusterDirs } from "../src/index.ts";
 
 const airm = fileURLToPath(new URL("../bin/airm.mjs", import.meta.url));
 let dir: string;
@@ -142,7 +142,7 @@ describe("airm up", () => {
       await up.exit;
       // the killed airm up could not remove its folder; the next airm up sweeps it
       expect(existsSync(shm)).toBe(true);
-      expect(sweepStaleShmFolders()).toContain(shm);
+      expect(sweepStaleClusterDirs("/dev/shm", "airm-up-")).toContain(shm);
       expect(existsSync(shm)).toBe(false);
     }));
 

@@ -3,7 +3,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { rmSync } from "node:fs";
 import OpenAI from "openai";
-import { settledLeftovers, makeTinyModel, pdTokens, readSse, soloTokens, startCluster, type Cluster } from "./cluster-harness.ts";
+import type { PrefillRequest } from "@airm/internal-api";
+import type { RunningCluster } from "../../src/index.ts";
+import { cluster, pdTokens, readSse, settledLeftovers, soloTokens, tinyModel, type TokenRun } from "../helpers/cluster.ts";
 
 const S = 128;
 const MAX = 12;
@@ -26,24 +28,27 @@ const ID_LENGTHS = [1, 2, 7, 16, 31, 50, 64, 90, 101, S - MAX];
 const idPrompt = (n: number, salt: number) => Array.from({ length: n }, (_, i) => 3 + ((i * 37 + salt * 11) % 400));
 
 let model: string;
-let solo: Cluster;
-const soloRuns = new Map<string, Awaited<ReturnType<typeof soloTokens>>>();
+let solo: RunningCluster;
+const soloRuns = new Map<string, TokenRun>();
 
-function bodies(): { key: string; body: Record<string, unknown> }[] {
-  const out: { key: string; body: Record<string, unknown> }[] = [];
-  TEXTS.forEach((t, i) => out.push({ key: `t${i}`, body: { prompt: t, max_tokens: MAX, sampling: { temperature: 0, seed: 1 } } }));
-  ID_LENGTHS.forEach((n, i) => out.push({ key: `ids${n}`, body: { prompt_token_ids: idPrompt(n, i), max_tokens: MAX, sampling: { temperature: 0, seed: 1 } } }));
-  out.push({ key: "chat", body: { messages: [{ role: "user", content: "Say something." }], max_tokens: MAX, sampling: { temperature: 0, seed: 1 } } });
-  out.push({ key: "sampled", body: { prompt: "Sampling with a seed", max_tokens: MAX, sampling: { temperature: 0.9, top_p: 0.95, seed: 1234 } } });
-  out.push({ key: "fill", body: { prompt_token_ids: idPrompt(S - 20, 99), max_tokens: null, sampling: { temperature: 0, seed: 1 } } });
+type Body = Omit<PrefillRequest, "requestId">;
+
+function bodies(): { key: string; body: Body }[] {
+  const greedy = { temperature: 0, seed: 1 };
+  const out: { key: string; body: Body }[] = [];
+  TEXTS.forEach((t, i) => out.push({ key: `t${i}`, body: { input: { prompt: t }, maxTokens: MAX, sampling: greedy } }));
+  ID_LENGTHS.forEach((n, i) => out.push({ key: `ids${n}`, body: { input: { promptTokenIds: idPrompt(n, i) }, maxTokens: MAX, sampling: greedy } }));
+  out.push({ key: "chat", body: { input: { messages: [{ role: "user", content: "Say something." }] }, maxTokens: MAX, sampling: greedy } });
+  out.push({ key: "sampled", body: { input: { prompt: "Sampling with a seed" }, maxTokens: MAX, sampling: { temperature: 0.9, topP: 0.95, seed: 1234 } } });
+  out.push({ key: "fill", body: { input: { promptTokenIds: idPrompt(S - 20, 99) }, maxTokens: null, sampling: greedy } });
   return out;
 }
 
 beforeAll(async () => {
-  model = makeTinyModel(["--arch", "llama"]);
-  solo = await startCluster({ mode: "solo", model, seqLen: S });
+  model = tinyModel();
+  solo = await cluster({ mode: "solo", model, seqLen: S, gateway: false });
   let i = 0;
-  for (const { key, body } of bodies()) soloRuns.set(key, await soloTokens(solo.services.solo.url, { request_id: `solo-${i++}`, ...body }));
+  for (const { key, body } of bodies()) soloRuns.set(key, await soloTokens(solo.part("solo").url, { requestId: `solo-${i++}`, ...body }));
   // The reference is not degenerate: prompts lead to different continuations of several tokens.
   const runs = [...soloRuns.values()];
   expect(new Set(runs.map((r) => r.tokens.join(","))).size).toBeGreaterThan(runs.length / 2);
@@ -56,9 +61,9 @@ afterAll(async () => {
 });
 
 describe.each(["atom", "rngd"])("PD over shm, decode on %s", (decodeBackend) => {
-  let pd: Cluster;
+  let pd: RunningCluster;
   beforeAll(async () => {
-    pd = await startCluster({ mode: "pd", model, seqLen: S, decodeBackend, transport: "shm" });
+    pd = await cluster({ model, seqLen: S, decode: [{ backend: decodeBackend }], kvTransport: "shm", metricsPort: 0 });
   });
   afterAll(async () => {
     await pd?.stop();
@@ -68,13 +73,13 @@ describe.each(["atom", "rngd"])("PD over shm, decode on %s", (decodeBackend) => 
     let i = 0;
     const lengths: number[] = [];
     for (const { key, body } of bodies()) {
-      const got = await pdTokens(pd.services.prefill.url, pd.services.decode.url, { request_id: `pd-${decodeBackend}-${i++}`, ...body });
+      const got = await pdTokens(pd.part("prefill").url, pd.part("decode").url, { requestId: `pd-${decodeBackend}-${i++}`, ...body });
       const want = soloRuns.get(key)!;
       expect({ key, ...got }).toEqual({ key, ...want });
       lengths.push(got.promptTokens + got.tokens.length);
     }
     expect(Math.max(...lengths)).toBe(S); // the "fill" request and the longest prompt reach S
-    expect(await settledLeftovers(pd.shmRoot!)).toEqual([]);
+    expect(await settledLeftovers(pd.clusterDir!)).toEqual([]);
   });
 
   it("answers the same text streaming and non-streaming, and the OpenAI client parses both", async () => {
@@ -152,16 +157,16 @@ describe.each(["atom", "rngd"])("PD over shm, decode on %s", (decodeBackend) => 
       expect(s.choices[0].finish_reason).toBe("stop");
     }
 
-    const metrics = await (await fetch(pd.metricsUrl)).text();
+    const metrics = await (await fetch(pd.metricsUrl!)).text();
     const value = (name: string) => Number(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, "m").exec(metrics)?.[1]);
     expect(value("airm_ttft_p90_ms")).toBeGreaterThan(0);
     expect(value("airm_tpot_p90_ms")).toBeGreaterThan(0);
     expect(value("airm_tok_s")).toBeGreaterThan(0);
     expect(metrics).toMatch(/^airm_kv_transfer_ms\{kv_transport="shm"\} \d/m);
-    const wm = await (await fetch(`${pd.services.decode.url}/metrics`)).text();
+    const wm = await (await fetch(`${pd.part("decode").url}/metrics`)).text();
     for (const name of ["vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc", "airm_kv_leases_outstanding", "airm_kv_leases_expired_total"]) {
       expect(wm).toMatch(new RegExp(`^${name}\\{`, "m"));
     }
-    expect(await settledLeftovers(pd.shmRoot!)).toEqual([]);
+    expect(await settledLeftovers(pd.clusterDir!)).toEqual([]);
   });
 });

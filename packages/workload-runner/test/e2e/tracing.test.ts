@@ -5,30 +5,28 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { rmSync } from "node:fs";
 import { NodeTracerProvider } from "@opentelemetry/sdk-trace-node";
 import { InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
-import { startGateway, type RunningGateway } from "../src/index.ts";
-import { makeTinyModel, newShmRoot, postJson, startWorkerProc, type Service } from "./cluster-harness.ts";
+import { startGateway, type RunningGateway } from "@airm/gateway";
+import type { RunningCluster } from "../../src/index.ts";
+import { cluster, postJson, tinyModel } from "../helpers/cluster.ts";
 
 const exporter = new InMemorySpanExporter();
 const provider = new NodeTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
 provider.register();
 
 let model: string;
-let shmRoot: string;
-let workers: Service[] = [];
+let workers: RunningCluster;
 let gw: RunningGateway;
 
 beforeAll(async () => {
-  model = makeTinyModel(["--arch", "llama"]);
-  shmRoot = newShmRoot();
-  const env = { PD_SHM_ROOT: shmRoot, AIRM_KV_TRANSPORT: "shm" };
-  workers = await Promise.all([startWorkerProc("prefill", "rngd-full", model, env, 128), startWorkerProc("decode", "atom", model, env, 128)]);
-  gw = await startGateway({ port: 0, prefill: [workers[0].url], decode: [workers[1].url], metricsPort: 0 });
+  model = tinyModel();
+  // the workers as processes; the gateway in this process, where the SDK is registered
+  workers = await cluster({ model, seqLen: 128, gateway: false });
+  gw = await startGateway({ port: 0, prefill: [workers.part("prefill").url], decode: [workers.part("decode").url], metricsPort: 0 });
 });
 afterAll(async () => {
   await gw?.close();
-  await Promise.all(workers.map((w) => w.stop()));
+  await workers?.stop();
   await provider.shutdown();
-  if (shmRoot) rmSync(shmRoot, { recursive: true, force: true });
   if (model) rmSync(model, { recursive: true, force: true });
 });
 

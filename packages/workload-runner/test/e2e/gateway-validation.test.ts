@@ -1,16 +1,17 @@
 // Bad input gets an OpenAI-style 4xx and the gateway keeps serving (real PD cluster over shm).
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { rmSync } from "node:fs";
-import { makeTinyModel, postJson, startCluster, type Cluster } from "./cluster-harness.ts";
+import type { RunningCluster } from "../../src/index.ts";
+import { cluster, postJson, tinyModel } from "../helpers/cluster.ts";
 
 const S = 128;
 let model: string;
-let pd: Cluster;
+let pd: RunningCluster;
 let modelId: string;
 
 beforeAll(async () => {
-  model = makeTinyModel(["--arch", "llama"]);
-  pd = await startCluster({ mode: "pd", model, seqLen: S });
+  model = tinyModel();
+  pd = await cluster({ model, seqLen: S });
   modelId = ((await (await fetch(`${pd.url}/v1/models`)).json()) as any).data[0].id;
 });
 afterAll(async () => {

@@ -1,0 +1,144 @@
+// Which processes a local cluster is made of, with their command lines, environment and ports:
+// the sidecar the KV transport declares (if any), the workers of each role, and the gateway. The
+// transport's needs come from its package.json declaration (rm-core transportNeeds); nothing here
+// names a transport or an engine except as a default.
+
+import { createServer } from "node:net";
+import { transportNeeds, type TransportNeeds } from "@airm/rm-core";
+import type { PartSpec } from "./child-part.ts";
+import { binFrom, pluginRegistry } from "./package-bins.ts";
+import { gatewayArgv, workerArgv } from "./rngd-pd-workload.ts";
+
+export interface WorkerSpec {
+  /** Engine backend (default: the role's, see DEFAULT_BACKENDS). */
+  backend?: string;
+  /** Port (default: the role's base port + 2 per replica; 0 picks a free one). */
+  port?: number;
+  /** Batch width (--B). */
+  batch?: number;
+  /** Another model than the cluster's (tests of mismatches). */
+  model?: string;
+  env?: Record<string, string>;
+}
+
+export interface ClusterShape {
+  model: string;
+  /** pd (default): prefill + decode workers and KV through the transport; solo: workers that do both. */
+  mode?: "pd" | "solo";
+  /** An installed airm.kv_transports name (default shm). */
+  kvTransport?: string;
+  prefill?: WorkerSpec[];
+  decode?: WorkerSpec[];
+  solo?: WorkerSpec[];
+  /** Start the gateway (default true). */
+  gateway?: boolean;
+  /** Gateway port (default 8000; 0 picks a free one). */
+  port?: number;
+  /** Gateway airm_* metrics port (default none; 0 picks a free one). */
+  metricsPort?: number;
+  /** Port of the transport's sidecar (default the one it declares; 0 picks a free one). */
+  sidecarPort?: number;
+  /** Compiled context S (default 512). */
+  seqLen?: number;
+  host?: string;
+  /** Extra variables for every part, and for the gateway only. */
+  env?: Record<string, string>;
+  gatewayEnv?: Record<string, string>;
+}
+
+export const DEFAULT_KV_TRANSPORT = "shm";
+export const DEFAULT_BACKENDS = { prefill: "rngd-full", decode: "atom", solo: "rngd" } as const;
+export const DEFAULT_PORTS = { gateway: 8000, prefill: 8101, decode: 8102, solo: 8101 } as const;
+export const DEFAULT_SEQ_LEN = 512;
+
+export interface ClusterPlan {
+  parts: PartSpec[];
+  transport: TransportNeeds | null;
+  /** The per-cluster folder the transport keeps its data in, and the variable naming it. */
+  clusterDir: { env: string; path: string; under: string; prefix: string } | null;
+  gatewayUrl: string | null;
+  metricsUrl: string | null;
+  /** Every port the plan binds, with what binds it (checked free before starting). */
+  ports: { what: string; port: number }[];
+}
+
+/** A free TCP port on `host` (bound and released). */
+export function freePort(host = "127.0.0.1"): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once("error", reject);
+    s.listen(0, host, () => {
+      const { port } = s.address() as { port: number };
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+const fill = (template: string, vars: Record<string, string>) => template.replace(/\{(host|port|addr)\}/g, (_, k: string) => vars[k]);
+
+/**
+ * Plans the cluster's processes. `launcherPid` names the cluster folder. Throws UnknownPluginError
+ * for a transport that is not installed, ConfigError for a bad declaration or backend.
+ */
+export async function planCluster(o: ClusterShape, launcherPid: number): Promise<ClusterPlan> {
+  const host = o.host ?? "127.0.0.1";
+  const mode = o.mode ?? "pd";
+  const seqLen = o.seqLen ?? DEFAULT_SEQ_LEN;
+  const portOf = async (p: number | undefined, dflt: number) => (p === 0 ? freePort(host) : (p ?? dflt));
+  const env: Record<string, string> = { ...o.env };
+  const parts: PartSpec[] = [];
+  const ports: ClusterPlan["ports"] = [];
+  let transport: TransportNeeds | null = null;
+  let clusterDir: ClusterPlan["clusterDir"] = null;
+  const kvName = o.kvTransport ?? DEFAULT_KV_TRANSPORT;
+  if (mode === "pd") {
+    transport = transportNeeds(kvName, pluginRegistry());
+    env.AIRM_KV_TRANSPORT = kvName;
+    if (transport.clusterDir) {
+      const d = transport.clusterDir;
+      clusterDir = { env: d.env, under: d.under, prefix: d.prefix, path: `${d.under}/${d.prefix}${launcherPid}` };
+      env[d.env] = clusterDir.path;
+    }
+    const s = transport.sidecar;
+    if (s) {
+      const port = await portOf(o.sidecarPort, s.port);
+      const vars = { host, port: String(port), addr: `${host}:${port}` };
+      for (const [k, v] of Object.entries(s.env)) env[k] = fill(v, vars);
+      const bin = binFrom(transport.dir!, s.package ?? ".", s.bin);
+      parts.push({ name: s.name, argv: [process.execPath, bin, ...s.args.map((a) => fill(a, vars))], env: {}, url: vars.addr, ready: s.ready === "tcp" ? "tcp" : { http: s.ready.http } });
+      ports.push({ what: `${s.name} port`, port });
+    }
+  }
+  const workerUrls: Record<string, string[]> = { prefill: [], decode: [], solo: [] };
+  const roles = mode === "pd" ? (["prefill", "decode"] as const) : (["solo"] as const);
+  for (const role of roles) {
+    const specs = o[role] ?? [{}];
+    for (const [i, w] of specs.entries()) {
+      const port = await portOf(w.port, DEFAULT_PORTS[role] + 2 * i);
+      const name = i === 0 ? role : `${role}-${i + 1}`;
+      const argv = workerArgv({ role, backend: w.backend ?? DEFAULT_BACKENDS[role], host, port, seqLen, batch: w.batch });
+      const url = `http://${host}:${port}`;
+      parts.push({ name, argv, env: { MODEL: w.model ?? o.model, ...w.env }, url, ready: { http: "/health" } });
+      ports.push({ what: `${name} port`, port });
+      workerUrls[role].push(url);
+    }
+  }
+  let gatewayUrl: string | null = null;
+  let metricsUrl: string | null = null;
+  if (o.gateway ?? true) {
+    const port = await portOf(o.port, DEFAULT_PORTS.gateway);
+    const metricsPort = o.metricsPort === undefined ? undefined : await portOf(o.metricsPort, 0);
+    const argv = gatewayArgv({ host, port, prefill: workerUrls.prefill, decode: workerUrls.decode, solo: workerUrls.solo });
+    gatewayUrl = `http://${host}:${port}`;
+    const genv: Record<string, string> = { ...o.gatewayEnv };
+    if (metricsPort !== undefined) {
+      genv.AIRM_METRICS_PORT = String(metricsPort);
+      metricsUrl = `http://${host}:${metricsPort}/metrics`;
+      ports.push({ what: "--metrics-port", port: metricsPort });
+    }
+    parts.push({ name: "gateway", argv, env: genv, url: gatewayUrl, ready: { http: "/health" } });
+    ports.push({ what: "--port", port });
+  }
+  for (const p of parts) p.env = { ...env, ...p.env };
+  return { parts, transport, clusterDir, gatewayUrl, metricsUrl, ports };
+}

@@ -1,0 +1,86 @@
+// `airm up`: a whole PD cluster on 127.0.0.1 through the launcher (local-cluster.ts), with a
+// ready-to-paste request printed once every part is healthy. Ctrl-C / SIGTERM stop it.
+
+import { defineCommand, flagOf, int, RM_CORE_CONFIG, switchOf, text } from "@airm/rm-core";
+import { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS, DEFAULT_SEQ_LEN } from "./cluster-plan.ts";
+import { chooseDefaultModel } from "./default-model.ts";
+import { startLocalCluster } from "./local-cluster.ts";
+
+export const UP_COMMAND = defineCommand({
+  name: "airm up",
+  summary: "a local PD cluster on 127.0.0.1, on the CPU reference backend unless NPUs are present",
+  usage: ["airm up [--model PATH] [--kv-transport NAME] [--port 8000] [--decode-backend NAME] [options]"],
+  flags: {
+    model: flagOf(text({ label: "path" }), {
+      defaultText: "SmolLM2-135M-Instruct from the model cache if `airm model pull smollm2-135m-instruct` was run, else a generated tiny Llama (random weights)",
+      doc: "Hugging Face Llama/Qwen2 folder or .gguf file",
+    }),
+    kvTransport: flagOf(text({ label: "name" }), {
+      default: DEFAULT_KV_TRANSPORT,
+      doc: "how KV crosses from prefill to decode: any installed transport (shm, tcp, nixl-ucx...); a sidecar it declares (the KV relay for tcp and nixl-ucx) is started too",
+    }),
+    port: flagOf(int({ min: 0, max: 65535 }), { default: DEFAULT_PORTS.gateway, doc: "the OpenAI API port (0 picks a free one)" }),
+    prefillBackend: flagOf(text({ label: "name" }), { default: DEFAULT_BACKENDS.prefill, doc: "prefill engine backend (rngd-full: whole prompt; rngd-chunk: chunked)" }),
+    decodeBackend: flagOf(text({ label: "name" }), { default: DEFAULT_BACKENDS.decode, doc: "decode engine backend (atom: cache as a host input each step; rngd: resident cache)" }),
+    seqLen: flagOf(int({ min: 8 }), { default: DEFAULT_SEQ_LEN, doc: "compiled context length" }),
+    prefillPort: flagOf(int({ min: 0, max: 65535 }), { default: DEFAULT_PORTS.prefill, doc: "prefill worker port" }),
+    decodePort: flagOf(int({ min: 0, max: 65535 }), { default: DEFAULT_PORTS.decode, doc: "decode worker port" }),
+    sidecarPort: flagOf(int({ min: 0, max: 65535 }), { defaultText: "the one the transport declares (7400 for the KV relay)", doc: "port of the transport's sidecar" }),
+    metricsPort: flagOf(int({ min: 0, max: 65535 }), { defaultText: "none", doc: "gateway airm_* metrics port" }),
+    readyTimeout: flagOf(int({ min: 1 }), { default: 300, doc: "seconds to wait for every part to be healthy" }),
+    quiet: switchOf({ doc: "do not echo the parts' own log lines" }),
+  },
+  env: [RM_CORE_CONFIG],
+  notes: "Stop with Ctrl-C (SIGINT) or SIGTERM: every part is stopped and the cluster's folder removed.\nIf a part dies, airm up says which and why, stops the rest and exits 1.",
+});
+
+function tryIt(url: string, modelId: string): string {
+  const chat = `{"model": "${modelId}", "messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 32, "temperature": 0}`;
+  return [
+    "try it:",
+    `  curl -s ${url}/v1/chat/completions -H 'content-type: application/json' \\`,
+    `    -d '${chat}'`,
+    "",
+    "or with the OpenAI client (pip install openai):",
+    `  python3 -c 'from openai import OpenAI; c = OpenAI(base_url="${url}/v1", api_key="none"); print(c.chat.completions.create(model="${modelId}", messages=[{"role": "user", "content": "What is the capital of France?"}], max_tokens=32, temperature=0).choices[0].message.content)'`,
+  ].join("\n");
+}
+
+/** Runs `airm up`; resolves with the exit code once the cluster stopped. */
+export async function up(argv: string[]): Promise<number> {
+  const { values: f, help } = UP_COMMAND.parse(argv);
+  if (help) {
+    process.stdout.write(UP_COMMAND.help());
+    return 0;
+  }
+  const log = (line: string) => process.stderr.write(`${line}\n`);
+  let model = f.model;
+  if (!model) {
+    const chosen = await chooseDefaultModel();
+    model = chosen.path;
+    log(`airm up: ${chosen.note}`);
+  }
+  const cluster = await startLocalCluster({
+    model,
+    kvTransport: f.kvTransport,
+    prefill: [{ backend: f.prefillBackend, port: f.prefillPort }],
+    decode: [{ backend: f.decodeBackend, port: f.decodePort }],
+    port: f.port,
+    sidecarPort: f.sidecarPort,
+    metricsPort: f.metricsPort,
+    seqLen: f.seqLen,
+    readyTimeoutMs: f.readyTimeout * 1000,
+    log,
+    childLog: f.quiet ? () => {} : (part, line) => process.stderr.write(`${part.padEnd(8)}| ${line}\n`),
+  });
+  const onSignal = (sig: string) => void cluster.stop(`airm up: ${sig}: stopping every part`);
+  process.once("SIGINT", () => onSignal("SIGINT"));
+  process.once("SIGTERM", () => onSignal("SIGTERM"));
+  const modelId = await fetch(`${cluster.url}/v1/models`)
+    .then((r) => r.json() as Promise<{ data?: { id: string }[] }>)
+    .then((b) => b.data?.[0]?.id ?? "default")
+    .catch(() => "default");
+  const sidecars = cluster.plan.transport?.sidecar ? `, ${cluster.plan.transport.sidecar.name} on ${cluster.part(cluster.plan.transport.sidecar.name).url}` : "";
+  process.stdout.write(["", `rngd-pd is up: ${cluster.url}  (KV transport ${f.kvTransport}${sidecars}, decode on ${f.decodeBackend})`, "", tryIt(cluster.url, modelId), "", "Ctrl-C stops the cluster.", ""].join("\n"));
+  return cluster.done;
+}

@@ -1,0 +1,127 @@
+// Helpers of the end-to-end tests: clusters through the one launcher on free ports with a
+// generated tiny model, calls to the workers' internal API through the contract's client, and
+// checks that no KV blob is left in a cluster folder.
+
+import { existsSync, mkdtempSync, readdirSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { readEvents, WorkerClient, type DecodeRequest, type GenerateRequest, type PrefillRequest, type WorkerEvent } from "@airm/internal-api";
+import { makeTinyModel, type TinyModelOptions } from "@airm/llama";
+import { startLocalCluster, type ClusterOptions, type RunningCluster, type WorkerSpec } from "../../src/index.ts";
+
+/** A generated tiny model (deterministic) in a new temp folder. */
+export function tinyModel(o: Omit<TinyModelOptions, "out"> = { arch: "llama" }): string {
+  const out = mkdtempSync(join(tmpdir(), "airm-model-"));
+  makeTinyModel({ ...o, out });
+  return out;
+}
+
+const freePorts = (specs: WorkerSpec[] | undefined) => (specs ?? [{}]).map((s) => ({ port: 0, ...s }));
+
+/**
+ * A cluster on free ports that keeps running when a part dies (tests kill parts on purpose), with
+ * quiet workers and a fast health probe. Its output is kept per part (part.logs()).
+ */
+export function cluster(o: ClusterOptions): Promise<RunningCluster> {
+  return startLocalCluster({
+    port: 0,
+    sidecarPort: 0,
+    onPartExit: "keep",
+    readyTimeoutMs: 180_000,
+    ...o,
+    prefill: freePorts(o.prefill),
+    decode: freePorts(o.decode),
+    solo: freePorts(o.solo),
+    env: { AIRM_LOG_LEVEL: "warn", AIRM_ENGINE_LOG: "0", ...o.env },
+    gatewayEnv: { AIRM_HEALTH_INTERVAL_MS: "500", ...o.gatewayEnv },
+  });
+}
+
+/** POSTs JSON and returns status + parsed body. */
+export async function postJson(url: string, body: unknown): Promise<{ status: number; body: any }> {
+  const r = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+  const text = await r.text();
+  try {
+    return { status: r.status, body: JSON.parse(text) };
+  } catch {
+    return { status: r.status, body: text };
+  }
+}
+
+/** Reads an SSE response into its data payloads (parsed JSON, or the raw "[DONE]"). */
+export async function readSse(r: Response): Promise<unknown[]> {
+  return (await r.text())
+    .split("\n\n")
+    .map((b) => b.trim())
+    .filter((b) => b.startsWith("data: "))
+    .map((b) => b.slice(6))
+    .map((d) => (d === "[DONE]" ? d : JSON.parse(d)));
+}
+
+export interface TokenRun {
+  promptTokens: number;
+  tokens: number[];
+  text: string;
+  finishReason: string;
+}
+
+async function collect(first: { token: number; text: string; promptTokens: number }, events: AsyncGenerator<WorkerEvent>): Promise<TokenRun> {
+  const tokens = [first.token];
+  let text = first.text;
+  for await (const ev of events) {
+    if (ev.type === "error") throw new Error(`worker error ${ev.code}: ${ev.message}`);
+    if (ev.type === "token") {
+      tokens.push(ev.token);
+      text += ev.text;
+    }
+    if (ev.type === "done") {
+      if (ev.finishReason === "stop" && ev.completionTokens === tokens.length + 1) tokens.push(-1); // the EOS, not shown
+      return { promptTokens: first.promptTokens, tokens, text: text + ev.text, finishReason: ev.finishReason };
+    }
+  }
+  throw new Error("the stream ended without a done event");
+}
+
+/** One request through a solo worker's internal API: the token ids it generates. */
+export async function soloTokens(soloUrl: string, body: GenerateRequest): Promise<TokenRun> {
+  const events = readEvents(await new WorkerClient(soloUrl).generate(body), 120_000);
+  const first = await events.next();
+  if (first.done || first.value.type !== "first") throw new Error(`no first event: ${JSON.stringify(first.value)}`);
+  return collect(first.value, events);
+}
+
+/** One request through a prefill and a decode worker's internal API (decode sent first: prefetch). */
+export async function pdTokens(prefillUrl: string, decodeUrl: string, body: PrefillRequest): Promise<TokenRun> {
+  const decodeBody: DecodeRequest = { requestId: body.requestId, maxTokens: body.maxTokens, sampling: body.sampling };
+  const decode = new WorkerClient(decodeUrl).decode(decodeBody);
+  decode.catch(() => {});
+  const prefill = new WorkerClient(prefillUrl);
+  const p = await prefill.prefill(body);
+  const run = await collect(p.first, readEvents(await decode, 120_000));
+  await prefill.release({ requestId: body.requestId });
+  return run;
+}
+
+/** Request folders (blob links) left under an shm root's keys/ folder. */
+export function leftoverBlobs(root: string): string[] {
+  const keys = join(root, "keys");
+  if (!existsSync(keys)) return [];
+  return readdirSync(keys).flatMap((rid) => {
+    try {
+      return readdirSync(join(keys, rid)).map((f) => `${rid}/${f}`);
+    } catch {
+      return [];
+    }
+  });
+}
+
+/** Waits (up to `limitMs`) for the shm root to hold no blob, then returns what is left (empty when clean). */
+export async function settledLeftovers(root: string, limitMs = 20_000): Promise<string[]> {
+  const until = Date.now() + limitMs;
+  let left = leftoverBlobs(root);
+  while (left.length && Date.now() < until) {
+    await new Promise((r) => setTimeout(r, 100));
+    left = leftoverBlobs(root);
+  }
+  return left;
+}
