@@ -21,9 +21,11 @@ describe("airm-worker CLI", () => {
     expect(r.status).toBe(2);
     expect(r.stderr).toContain("--model is required");
   });
-  it("exits 1 with the reason when the role, backend, transport or model is wrong", () => {
+  it("exits 2 for a role that does not exist, 1 with the reason when the backend, transport or model is wrong", () => {
     const role = run(["--role", "gateway", "--backend", "atom", "--model", "/x", "--port", "0"]);
-    expect([role.status, role.stderr]).toEqual([1, expect.stringContaining('unknown role "gateway"')]);
+    expect([role.status, role.stderr]).toEqual([2, expect.stringContaining('--role: expected one of prefill, decode, solo, got "gateway"')]);
+    const wrongRole = run(["--role", "prefill", "--backend", "atom", "--model", "/x", "--port", "0"]);
+    expect([wrongRole.status, wrongRole.stderr]).toEqual([1, expect.stringContaining("backend atom (engine atom) runs the decode, solo role(s), not prefill")]);
     const backend = run(["--role", "solo", "--backend", "tpu", "--model", "/x", "--port", "0"]);
     expect([backend.status, backend.stderr]).toEqual([1, expect.stringContaining("unknown backend")]);
     const transport = run(["--role", "decode", "--backend", "atom", "--model", "/x", "--port", "0", "--kv-transport", "carrier-pigeon"]);

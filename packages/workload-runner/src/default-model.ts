@@ -14,10 +14,11 @@ export interface ChosenModel {
   note: string;
 }
 
-/** Picks the default model, generating the tiny one if it is not there yet. */
-export async function chooseDefaultModel(): Promise<ChosenModel> {
+/** Picks the default model from the model cache `env` names (AIRM_MODEL_CACHE), generating the tiny one if it is not there yet. */
+export async function chooseDefaultModel(env: Record<string, string | undefined>): Promise<ChosenModel> {
   const llama = await import("@airm/llama");
-  const cached = await llama.resolveCachedModel(REAL_MODEL);
+  const cacheDir = llama.defaultCacheDir(env);
+  const cached = await llama.resolveCachedModel(REAL_MODEL, { cacheDir });
   if (cached) {
     return {
       path: cached.path,
@@ -25,7 +26,7 @@ export async function chooseDefaultModel(): Promise<ChosenModel> {
       note: `serving ${REAL_MODEL} from the model cache (${cached.path}); pass --model DIR to serve another model`,
     };
   }
-  const out = join(llama.defaultCacheDir(), "tiny-llama");
+  const out = join(cacheDir, "tiny-llama");
   if (!existsSync(join(out, "config.json")) || !existsSync(join(out, "tokenizer.json"))) llama.makeTinyModel({ arch: "llama", out });
   return {
     path: out,

@@ -56,8 +56,9 @@ function tcpOpen(hostPort: string): Promise<boolean> {
 async function healthy(p: ChildPart): Promise<boolean> {
   const r = p.spec.ready;
   if (r === "tcp") return tcpOpen(p.url);
+  const base = /^https?:\/\//.test(p.url) ? p.url : `http://${p.url}`;
   try {
-    return (await fetch(`${p.url}${r.http}`, { signal: AbortSignal.timeout(2000) })).status === 200;
+    return (await fetch(`${base}${r.http}`, { signal: AbortSignal.timeout(2000) })).status === 200;
   } catch {
     return false;
   }

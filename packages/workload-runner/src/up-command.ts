@@ -56,7 +56,7 @@ export async function up(argv: string[]): Promise<number> {
   const log = (line: string) => process.stderr.write(`${line}\n`);
   let model = f.model;
   if (!model) {
-    const chosen = await chooseDefaultModel();
+    const chosen = await chooseDefaultModel(process.env);
     model = chosen.path;
     log(`airm up: ${chosen.note}`);
   }

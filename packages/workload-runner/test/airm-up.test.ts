@@ -53,9 +53,9 @@ function alive(pid: number): boolean {
   }
 }
 
-function startUp(args: string[]): { child: ChildProcess; out: () => string; err: () => string; exit: Promise<number | null> } {
+function startUp(args: string[], env: Record<string, string> = {}): { child: ChildProcess; out: () => string; err: () => string; exit: Promise<number | null> } {
   // its own process group, so a failing test can kill airm up and every part it started at once
-  const child = spawn(process.execPath, [airm, "up", ...args], { env: { ...process.env, AIRM_MODEL_CACHE: join(dir, "cache") }, stdio: ["ignore", "pipe", "pipe"], detached: true });
+  const child = spawn(process.execPath, [airm, "up", ...args], { env: { ...process.env, AIRM_MODEL_CACHE: join(dir, "cache"), ...env }, stdio: ["ignore", "pipe", "pipe"], detached: true });
   let out = "";
   let err = "";
   child.stdout!.on("data", (d) => (out += d));
@@ -75,9 +75,9 @@ async function waitFor(cond: () => boolean, ms: number, what: string): Promise<v
 type Up = ReturnType<typeof startUp>;
 
 /** airm up on free ports with `modelPath`; `check` runs on it; airm up's output is printed if it fails, and its group is always killed. */
-async function withUp(modelPath: string, check: (up: Up, port: number) => Promise<void>): Promise<void> {
+async function withUp(modelPath: string, check: (up: Up, port: number) => Promise<void>, extra: string[] = [], env: Record<string, string> = {}): Promise<void> {
   const [port, pp, dp] = [await freePort(), await freePort(), await freePort()];
-  const up = startUp(["--model", modelPath, "--port", String(port), "--prefill-port", String(pp), "--decode-port", String(dp), "--quiet"]);
+  const up = startUp(["--model", modelPath, "--port", String(port), "--prefill-port", String(pp), "--decode-port", String(dp), "--quiet", ...extra], env);
   try {
     await check(up, port);
   } catch (e) {
@@ -145,6 +145,42 @@ describe("airm up", () => {
       expect(sweepStaleClusterDirs("/dev/shm", "airm-up-")).toContain(shm);
       expect(existsSync(shm)).toBe(false);
     }));
+
+  test("a transport plugin installed outside the workspace (AIRM_PLUGINS) gets the sidecar it declares, with no code change", async () => {
+    const completion = async (port: number) => {
+      const id = ((await (await fetch(`http://127.0.0.1:${port}/v1/models`)).json()) as { data: { id: string }[] }).data[0].id;
+      const r = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model: id, prompt: "through a plugin of its own", max_tokens: 8, temperature: 0 }),
+      });
+      expect(r.status).toBe(200);
+      return ((await r.json()) as { choices: { text: string }[] }).choices[0].text;
+    };
+    let viaShm = "";
+    await withUp(model, async (up, port) => {
+      await readyParts(up);
+      viaShm = await completion(port);
+    });
+    const plugin = fileURLToPath(new URL("./fixtures/memo-transport", import.meta.url));
+    await withUp(
+      model,
+      async (up, port) => {
+        await readyParts(up);
+        const m = /KV transport memo, memo-server on (\S+),/.exec(up.out());
+        expect(m, up.out()).not.toBeNull();
+        const sidecar = children(up.child.pid!).filter(([, args]) => args.includes("memo-transport/server.mjs"));
+        expect(sidecar.length).toBe(1);
+        expect(await completion(port)).toBe(viaShm);
+        // the KV crossed the plugin's own sidecar, and was released there
+        const stats = (await (await fetch(`http://${m![1]}/stats`)).json()) as { blobs: number; puts: number };
+        expect(stats.puts).toBeGreaterThan(0);
+        expect(stats.blobs).toBe(0);
+      },
+      ["--kv-transport", "memo", "--sidecar-port", "0"],
+      { AIRM_PLUGINS: plugin },
+    );
+  });
 
   test("a worker that fails to start makes airm up exit non-zero with its reason", () =>
     withUp(join(dir, "no-such-model"), async (up) => {

@@ -27,10 +27,8 @@ async function pullError(fn: () => Promise<unknown>): Promise<Error> {
 
 describe("model cache", () => {
   it("uses AIRM_MODEL_CACHE, else ~/.cache/airm/models", () => {
-    process.env.AIRM_MODEL_CACHE = join(root, "env-cache");
-    expect(defaultCacheDir()).toBe(join(root, "env-cache"));
-    delete process.env.AIRM_MODEL_CACHE;
-    expect(defaultCacheDir()).toMatch(/\.cache\/airm\/models$/);
+    expect(defaultCacheDir({ AIRM_MODEL_CACHE: join(root, "env-cache") })).toBe(join(root, "env-cache"));
+    expect(defaultCacheDir({})).toMatch(/\.cache\/airm\/models$/);
   });
 
   it("rejects an unknown model name with a ConfigError listing the known ones", async () => {

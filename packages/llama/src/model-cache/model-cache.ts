@@ -7,7 +7,7 @@ import { createHash } from "node:crypto";
 import { createReadStream, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";
-import { AirmError, ConfigError } from "@airm/rm-core";
+import { AirmError, ConfigError, defineConfig, opt, text } from "@airm/rm-core";
 
 /** A model the cache knows how to fetch. */
 export interface KnownModel {
@@ -57,9 +57,21 @@ interface Manifest {
 
 const MANIFEST = "manifest.json";
 
-/** AIRM_MODEL_CACHE, or ~/.cache/airm/models. */
-export function defaultCacheDir(): string {
-  return resolve(process.env.AIRM_MODEL_CACHE || join(homedir(), ".cache", "airm", "models"));
+/** What configures the model cache. */
+export const MODEL_CACHE_CONFIG = defineConfig("@airm/llama", {
+  modelCache: opt(text({ label: "path" }), {
+    env: "AIRM_MODEL_CACHE",
+    default: join(homedir(), ".cache", "airm", "models"),
+    doc: "Where `airm model pull` stores models and `airm up` looks for the pulled default model.",
+  }),
+});
+
+/**
+ * The model cache folder: AIRM_MODEL_CACHE of `env`, or ~/.cache/airm/models. The model tool and
+ * the runner pass their process environment; library callers pass theirs (none: the default).
+ */
+export function defaultCacheDir(env: Record<string, string | undefined> = {}): string {
+  return resolve(MODEL_CACHE_CONFIG.resolve({ env }).modelCache);
 }
 
 const LOCAL_HINT = "Alternatively pass --model a local Hugging Face model folder (config.json, *.safetensors, tokenizer.json) or a .gguf file.";

@@ -105,7 +105,7 @@ async function pull(args: string[]): Promise<number> {
   }
   if (positionals.length !== 1) throw new UsageError(`pull takes one model name: ${Object.keys(KNOWN_MODELS).join(", ")}`);
   const entry = await pullModel(positionals[0]!, {
-    cacheDir: values["cache-dir"] ?? defaultCacheDir(),
+    cacheDir: values["cache-dir"] ?? defaultCacheDir(process.env),
     onProgress: process.stderr.isTTY ? (msg) => progressLine(msg) : undefined,
   });
   progressLine("");
@@ -119,7 +119,7 @@ function list(args: string[]): number {
     process.stdout.write(USAGE);
     return 0;
   }
-  const cacheDir = values["cache-dir"] ?? defaultCacheDir();
+  const cacheDir = values["cache-dir"] ?? defaultCacheDir(process.env);
   const models = listModels({ cacheDir });
   if (models.length === 0) process.stdout.write(`no models cached in ${cacheDir}; fetch one with: airm-model pull ${Object.keys(KNOWN_MODELS)[0]}\n`);
   for (const m of models) process.stdout.write(`${m.name}\t${(m.size / 1e6).toFixed(1)} MB\t${m.sha256}\t${m.path}\n`);

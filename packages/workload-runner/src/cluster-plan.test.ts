@@ -1,0 +1,45 @@
+import { describe, expect, test } from "vitest";
+import { planCluster } from "./cluster-plan.ts";
+
+const flag = (argv: string[], name: string) => argv[argv.indexOf(name) + 1];
+
+describe("planCluster: what the transport declares decides the parts", () => {
+  test("shm: no sidecar, a per-cluster folder in PD_SHM_ROOT for every part, workers then gateway", async () => {
+    const plan = await planCluster({ model: "/m", kvTransport: "shm" }, 4242);
+    expect(plan.parts.map((p) => p.name)).toEqual(["prefill", "decode", "gateway"]);
+    expect(plan.clusterDir).toEqual({ env: "PD_SHM_ROOT", under: "/dev/shm", prefix: "airm-up-", path: "/dev/shm/airm-up-4242" });
+    for (const p of plan.parts) expect(p.env).toMatchObject({ PD_SHM_ROOT: "/dev/shm/airm-up-4242", AIRM_KV_TRANSPORT: "shm" });
+    expect(flag(plan.parts[0].argv, "--backend")).toBe("rngd-full");
+    expect(flag(plan.parts[1].argv, "--backend")).toBe("atom");
+    expect(flag(plan.parts[2].argv, "--prefill")).toBe("http://127.0.0.1:8101");
+  });
+
+  test("tcp and nixl-ucx: the kv-relay sidecar they declare, first, its address in AIRM_KV_TCP_ADDR", async () => {
+    for (const kv of ["tcp", "nixl-ucx"]) {
+      const plan = await planCluster({ model: "/m", kvTransport: kv, sidecarPort: 7411 }, 1);
+      const [relay, ...rest] = plan.parts;
+      expect(relay.name).toBe("kv-relay");
+      expect(relay.argv[1]).toMatch(/kv-relay\/bin\/airm-kv-relay\.mjs$/);
+      expect(relay.argv.slice(2)).toEqual(["--listen", "127.0.0.1:7411"]);
+      expect(relay.ready).toBe("tcp");
+      for (const p of rest) expect(p.env.AIRM_KV_TCP_ADDR).toBe("127.0.0.1:7411");
+      expect(plan.clusterDir).toBeNull();
+    }
+  });
+
+  test("replicas are named and get their own ports; solo mode has no transport", async () => {
+    const plan = await planCluster({ model: "/m", prefill: [{}, { backend: "rngd-chunk" }], decode: [{}, {}, { batch: 4 }] }, 1);
+    expect(plan.parts.map((p) => p.name)).toEqual(["prefill", "prefill-2", "decode", "decode-2", "decode-3", "gateway"]);
+    expect(plan.ports.map((p) => p.port)).toEqual([8101, 8103, 8102, 8104, 8106, 8000]);
+    expect(flag(plan.parts[4].argv, "--B")).toBe("4");
+    expect(flag(plan.parts[5].argv, "--decode")).toBe("http://127.0.0.1:8102,http://127.0.0.1:8104,http://127.0.0.1:8106");
+    const solo = await planCluster({ model: "/m", mode: "solo", gateway: false }, 1);
+    expect(solo.parts.map((p) => p.name)).toEqual(["solo"]);
+    expect(solo.transport).toBeNull();
+  });
+
+  test("a transport or backend that is not installed is refused with what is", async () => {
+    await expect(planCluster({ model: "/m", kvTransport: "carrier-pigeon" }, 1)).rejects.toMatchObject({ code: "UNKNOWN_PLUGIN", message: expect.stringMatching(/installed: .*shm/) });
+    await expect(planCluster({ model: "/m", decode: [{ backend: "tpu" }] }, 1)).rejects.toMatchObject({ code: "CONFIG", message: expect.stringContaining("unknown backend") });
+  });
+});
