@@ -33,7 +33,11 @@ const deltaDir = join(work, "model-delta");
 const env: Record<string, string> = { AIRM_DEV_ROOT: join(work, "dev"), AIRM_ARTIFACT_CACHE: join(work, "artifacts"), AIRM_ENGINE_LOG: "0" };
 mkdirSync(env.AIRM_DEV_ROOT!, { recursive: true });
 // The seed's RNGD variants: B4/B8 at S512 and B4 at S256.
-const variants: EngineVariant[] = [{ batch: 4, seqLen: 256 }, { batch: 4, seqLen: 512 }, { batch: 8, seqLen: 512 }];
+const variants: EngineVariant[] = [
+  { batch: 4, seqLen: 256 },
+  { batch: 4, seqLen: 512 },
+  { batch: 8, seqLen: 512 },
+];
 const GREEDY = 8;
 
 async function load(model: string): Promise<Engine> {
@@ -152,7 +156,9 @@ try {
   console.log(`cold start      ${coldMs.toFixed(0)} ms to first token (weights ${weightsCold})`);
   console.log(`full reload     ${fmt(sFull)}; to first token ${fmt(fFull)} (weights ${weightsWarm})`);
   console.log(`swap            ${fmt(sSwap)}; to first token ${fmt(fSwap)}`);
-  console.log(`delta           ${fmt(sDelta)}; to first token ${fmt(fDelta)} (mode ${deltaMode}, ${(uploadBytes / 1e6).toFixed(2)} MB uploaded, ${changed.length} tensors changed)`);
+  console.log(
+    `delta           ${fmt(sDelta)}; to first token ${fmt(fDelta)} (mode ${deltaMode}, ${(uploadBytes / 1e6).toFixed(2)} MB uploaded, ${changed.length} tensors changed)`,
+  );
   console.log(`hash new ckpt   ${hashNewMs.toFixed(0)} ms (delivery step, not in delta_ms)`);
   console.log(`tokens identical: ${tokensIdentical}; kv arena S=${stats.variant.seqLen}`);
   finalLine({

@@ -74,8 +74,12 @@ const four = Array.from({ length: 4 }, (_, i) => {
 });
 // Wall time is what tokens/s means; the process's CPU time per step (process.cpuUsage) is
 // recorded too, since on a shared machine other processes' load stretches wall time unevenly.
-const b1: number[] = [], b4: number[] = [], roof: number[] = [];
-const b1Cpu: number[] = [], b4Cpu: number[] = [], roofCpu: number[] = [];
+const b1: number[] = [],
+  b4: number[] = [],
+  roof: number[] = [];
+const b1Cpu: number[] = [],
+  b4Cpu: number[] = [],
+  roofCpu: number[] = [];
 const cpuMs = (): number => {
   const u = process.cpuUsage();
   return (u.user + u.system) / 1000;
@@ -97,16 +101,23 @@ for (let s = 0; s < steps; s++) {
 progressDone();
 model.close();
 
-const step1 = summarize(b1), step4 = summarize(b4), roofS = summarize(roof), pre = summarize(prefillMs);
+const step1 = summarize(b1),
+  step4 = summarize(b4),
+  roofS = summarize(roof),
+  pre = summarize(prefillMs);
 const decodeTokS = 1000 / step1.median;
 const decodeB4TokS = 4000 / step4.median;
 const rooflineTokS = 1000 / roofS.median;
 const prefillTokS = (prompt.length * 1000) / pre.median;
 console.log(`decode B=1 step: ${fmt(step1)} -> ${decodeTokS.toFixed(1)} tok/s`);
 console.log(`decode B=4 step: ${fmt(step4)} -> ${decodeB4TokS.toFixed(1)} tok/s`);
-console.log(`roofline (stream ${(model.weightBytesPerToken / 1e6).toFixed(1)} MB): ${fmt(roofS)} -> ${rooflineTokS.toFixed(1)} tok/s, ${(model.weightBytesPerToken / roofS.median / 1e6).toFixed(2)} GB/s`);
+console.log(
+  `roofline (stream ${(model.weightBytesPerToken / 1e6).toFixed(1)} MB): ${fmt(roofS)} -> ${rooflineTokS.toFixed(1)} tok/s, ${(model.weightBytesPerToken / roofS.median / 1e6).toFixed(2)} GB/s`,
+);
 console.log(`prefill 256 tokens: ${fmt(pre)} -> ${prefillTokS.toFixed(1)} tok/s`);
-const c1 = summarize(b1Cpu), c4 = summarize(b4Cpu), cr = summarize(roofCpu);
+const c1 = summarize(b1Cpu),
+  c4 = summarize(b4Cpu),
+  cr = summarize(roofCpu);
 console.log(`CPU time per step: B=1 ${fmt(c1)}, B=4 ${fmt(c4)}, roofline ${fmt(cr)}`);
 finalLine({
   bench: "llama-decode",

@@ -50,7 +50,9 @@ const decodePrompt = text.slice(0, 32);
 const cppBytes = ckpt.tensors.list().reduce((a, t) => a + (t.dtype === "F32" ? 0 : storedBytes(t)), 0);
 console.log(`model: ${ggufPath}`);
 console.log(`threads: 1 each; llama.cpp ${cpp.llama.buildType} binary, gpu ${String(cpp.llama.gpu)}, context threads 1`);
-console.log(`weight bytes per decode step: ours ${(ours.weightBytesPerToken / 1e6).toFixed(1)} MB (bf16), llama.cpp ~${(cppBytes / 1e6).toFixed(1)} MB (Q4_1 layers, Q8_0 embeddings/LM head)`);
+console.log(
+  `weight bytes per decode step: ours ${(ours.weightBytesPerToken / 1e6).toFixed(1)} MB (bf16), llama.cpp ~${(cppBytes / 1e6).toFixed(1)} MB (Q4_1 layers, Q8_0 embeddings/LM head)`,
+);
 
 /** Ours: prefill the whole text into a fresh cache; ms. */
 function oursPrefill(): number {
@@ -120,8 +122,13 @@ function oursStream(): number {
   return performance.now() - t0;
 }
 
-const oursPrefillMs: number[] = [], cppPrefillMs: number[] = [], oursDecodeMs: number[] = [], cppDecodeMs: number[] = [], streamMs: number[] = [];
-let oursTokens: number[] = [], cppTokens: number[] = [];
+const oursPrefillMs: number[] = [],
+  cppPrefillMs: number[] = [],
+  oursDecodeMs: number[] = [],
+  cppDecodeMs: number[] = [],
+  streamMs: number[] = [];
+let oursTokens: number[] = [],
+  cppTokens: number[] = [];
 // One untimed warm-up of each path (JIT, page cache, llama.cpp's first-context allocations).
 oursDecode();
 await cppDecode();
@@ -140,16 +147,26 @@ for (let r = 0; r < reps; r++) {
 }
 progressDone();
 
-const op = summarize(oursPrefillMs), cp = summarize(cppPrefillMs), od = summarize(oursDecodeMs), cd = summarize(cppDecodeMs), sm = summarize(streamMs);
+const op = summarize(oursPrefillMs),
+  cp = summarize(cppPrefillMs),
+  od = summarize(oursDecodeMs),
+  cd = summarize(cppDecodeMs),
+  sm = summarize(streamMs);
 let common = 0;
 while (common < newTokens && oursTokens[common] === cppTokens[common]) common++;
 console.log(`prefill ${text.length} tokens: ours ${fmt(op)}, llama.cpp ${fmt(cp)}`);
 console.log(`decode B=1, ${newTokens} new tokens after ${decodePrompt.length - 1}: ours ${fmt(od, "ms/token")}, llama.cpp ${fmt(cd, "ms/token")}`);
-console.log(`our bf16 roofline (plain read of ${(ours.weightBytesPerToken / 1e6).toFixed(1)} MB): ${fmt(sm)} = ${(ours.weightBytesPerToken / sm.median / 1e6).toFixed(2)} GB/s, at most ${(1000 / sm.median).toFixed(1)} tok/s at bf16`);
+console.log(
+  `our bf16 roofline (plain read of ${(ours.weightBytesPerToken / 1e6).toFixed(1)} MB): ${fmt(sm)} = ${(ours.weightBytesPerToken / sm.median / 1e6).toFixed(2)} GB/s, at most ${(1000 / sm.median).toFixed(1)} tok/s at bf16`,
+);
 console.log(`greedy continuations identical for the first ${common} of ${newTokens} tokens`);
-const oursTokS = 1000 / od.median, cppTokS = 1000 / cd.median;
-const oursPrefillTokS = (1000 * text.length) / op.median, cppPrefillTokS = (1000 * text.length) / cp.median;
-console.log(`decode: ours ${oursTokS.toFixed(1)} tok/s, llama.cpp ${cppTokS.toFixed(1)} tok/s, ratio ${(oursTokS / cppTokS).toFixed(3)}; prefill: ours ${oursPrefillTokS.toFixed(0)} tok/s, llama.cpp ${cppPrefillTokS.toFixed(0)} tok/s, ratio ${(oursPrefillTokS / cppPrefillTokS).toFixed(3)}`);
+const oursTokS = 1000 / od.median,
+  cppTokS = 1000 / cd.median;
+const oursPrefillTokS = (1000 * text.length) / op.median,
+  cppPrefillTokS = (1000 * text.length) / cp.median;
+console.log(
+  `decode: ours ${oursTokS.toFixed(1)} tok/s, llama.cpp ${cppTokS.toFixed(1)} tok/s, ratio ${(oursTokS / cppTokS).toFixed(3)}; prefill: ours ${oursPrefillTokS.toFixed(0)} tok/s, llama.cpp ${cppPrefillTokS.toFixed(0)} tok/s, ratio ${(oursPrefillTokS / cppPrefillTokS).toFixed(3)}`,
+);
 
 ours.close();
 ckpt.tensors.close();

@@ -41,7 +41,18 @@ if (!model) {
 /** A cluster through the launcher on free ports (the gateway exports airm_* metrics). */
 function cluster(o: Partial<ClusterOptions>): Promise<RunningCluster> {
   const free = [{ port: 0 }];
-  return startLocalCluster({ model: model!, seqLen, port: 0, metricsPort: 0, sidecarPort: 0, prefill: free, decode: free, solo: free, env: { AIRM_LOG_LEVEL: "warn", AIRM_ENGINE_LOG: "0" }, ...o });
+  return startLocalCluster({
+    model: model!,
+    seqLen,
+    port: 0,
+    metricsPort: 0,
+    sidecarPort: 0,
+    prefill: free,
+    decode: free,
+    solo: free,
+    env: { AIRM_LOG_LEVEL: "warn", AIRM_ENGINE_LOG: "0" },
+    ...o,
+  });
 }
 
 /** Prompts of varied token lengths up to seqLen - maxTokens (token ids avoid the special tokens). */

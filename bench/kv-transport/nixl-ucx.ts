@@ -99,9 +99,7 @@ const SPOT = [0, 31, 63].map((i) => ({ i, want: patternBytes(i + 1, BLOB_BYTES) 
 
 async function pullRequest(consumer: KVTransport, rid: string): Promise<number> {
   const t0 = performance.now();
-  const got = await Promise.all(
-    Array.from({ length: BLOBS }, (_, i) => consumer.pull(blobKey(rid, i >> 1, i & 1 ? "v" : "k"), { timeoutMs: 30_000 })),
-  );
+  const got = await Promise.all(Array.from({ length: BLOBS }, (_, i) => consumer.pull(blobKey(rid, i >> 1, i & 1 ? "v" : "k"), { timeoutMs: 30_000 })));
   const ms = performance.now() - t0;
   // Spot-check content outside the timed region (the transport already checked every CRC-32).
   for (const { i, want } of SPOT) {

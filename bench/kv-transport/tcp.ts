@@ -49,9 +49,7 @@ async function role(which: "producer" | "consumer", addr: string, crc: boolean, 
       await Promise.all(cmd.rids.flatMap((rid) => blobs.map((b, i) => t.push(blobKey(rid, i >> 1, i & 1 ? "v" : "k"), b))));
     } else if (cmd.op === "pull") {
       while (dests.length < cmd.rids.length) dests.push(Array.from({ length: BLOBS }, () => new Uint8Array(BLOB_BYTES).fill(1)));
-      const got = await Promise.all(
-        cmd.rids.flatMap((rid, r) => dests[r].map((into, i) => t.pull(blobKey(rid, i >> 1, i & 1 ? "v" : "k"), { into, timeoutMs: 60_000 }))),
-      );
+      const got = await Promise.all(cmd.rids.flatMap((rid, r) => dests[r].map((into, i) => t.pull(blobKey(rid, i >> 1, i & 1 ? "v" : "k"), { into, timeoutMs: 60_000 }))));
       // Spot check outside the timed part is unnecessary: each blob's CRC-32 was checked on arrival unless --no-crc.
       if (got.some((g) => g.bytes.byteLength !== BLOB_BYTES)) throw new Error("short blob");
     } else if (cmd.op === "release") {
@@ -252,7 +250,9 @@ export async function run(argv: string[]): Promise<void> {
   const s = Object.fromEntries(Object.entries(res).map(([k, v]) => [k, summarize(v)]));
   const ref = summarize(iperf).median;
   for (const [k, v] of Object.entries(s)) {
-    console.log(`${k.padEnd(6)} ${fmt(v, "GB/s")}  (${(REQUEST_BYTES / 1e6).toFixed(1)} MB per request${crc ? ", CRC-32 on" : ", CRC off"}; reps: ${res[k].map((x) => x.toFixed(2)).join(" ")})`);
+    console.log(
+      `${k.padEnd(6)} ${fmt(v, "GB/s")}  (${(REQUEST_BYTES / 1e6).toFixed(1)} MB per request${crc ? ", CRC-32 on" : ", CRC off"}; reps: ${res[k].map((x) => x.toFixed(2)).join(" ")})`,
+    );
   }
   console.log(`iperf3 loopback, 1 stream, between reps: ${fmt(summarize(iperf), "GB/s")}`);
   console.log(`plain Node socket, 64 MiB into a 64 MiB destination (no framing, no CRC): ${fmt(summarize(raw), "GB/s")}`);

@@ -6,15 +6,7 @@
 
 import { existsSync } from "node:fs";
 import { ConfigError, defineConfig, opt, text, type EnginePlugin } from "@airm/rm-core";
-import {
-  RblnDecodeGraph,
-  RblnRuntimeLibrary,
-  decodeGraphFile,
-  findRblnLibrary,
-  loadVendorEngine,
-  vendorEngineConfig,
-  type VendorEngineSpec,
-} from "@airm/engine-kit";
+import { RblnDecodeGraph, RblnRuntimeLibrary, decodeGraphFile, findRblnLibrary, loadVendorEngine, vendorEngineConfig, type VendorEngineSpec } from "@airm/engine-kit";
 
 /** What only the ATOM engine reads. */
 export const ATOM_VENDOR_CONFIG = defineConfig("@airm/engine-atom", {

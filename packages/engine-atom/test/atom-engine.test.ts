@@ -82,8 +82,8 @@ describe("registry host with both engines", () => {
   }
 
   it("RNGD prefill -> KV in layout rngd-pd/v1 -> ATOM decode (whole cache as host input) equals solo, batched", async () => {
-    const rngd = await openEngine(((await registry.load("airm.workloads", "rngd")) as V2Plugin), { model: modelDir, backend: "rngd-chunk", seqLen: S }, { env: env() });
-    const atom = await openEngine(((await registry.load("airm.workloads", "atom")) as V2Plugin), { model: modelDir, seqLen: S, batch: 4 }, { env: env() });
+    const rngd = await openEngine((await registry.load("airm.workloads", "rngd")) as V2Plugin, { model: modelDir, backend: "rngd-chunk", seqLen: S }, { env: env() });
+    const atom = await openEngine((await registry.load("airm.workloads", "atom")) as V2Plugin, { model: modelDir, seqLen: S, batch: 4 }, { env: env() });
     try {
       expect(rngd.model.modelFingerprint).toBe(atom.model.modelFingerprint);
       expect(rngd.model.numericsFingerprint).toBe(atom.model.numericsFingerprint);
@@ -119,8 +119,14 @@ describe("ATOM native path (fake librbln_runtime.so)", () => {
   });
 
   it("refuses a card + runtime without compiled graphs, and a runtime path that does not exist", async () => {
-    await expect(openEngine(atomEngine, { model: modelDir, seqLen: S }, { env: env({ AIRM_RBLN_LIB: lib, AIRM_DEV_ROOT: oneAtom }) })).rejects.toMatchObject({ code: "CONFIG", key: "AIRM_RBLN_GRAPHS" });
-    await expect(openEngine(atomEngine, { model: modelDir, seqLen: S }, { env: env({ AIRM_RBLN_LIB: join(root, "missing.so") }) })).rejects.toMatchObject({ code: "CONFIG", key: "AIRM_RBLN_LIB" });
+    await expect(openEngine(atomEngine, { model: modelDir, seqLen: S }, { env: env({ AIRM_RBLN_LIB: lib, AIRM_DEV_ROOT: oneAtom }) })).rejects.toMatchObject({
+      code: "CONFIG",
+      key: "AIRM_RBLN_GRAPHS",
+    });
+    await expect(openEngine(atomEngine, { model: modelDir, seqLen: S }, { env: env({ AIRM_RBLN_LIB: join(root, "missing.so") }) })).rejects.toMatchObject({
+      code: "CONFIG",
+      key: "AIRM_RBLN_LIB",
+    });
   });
 
   it("runs decode steps through the runtime: the whole host cache goes in, the graph's new position comes back", async () => {
@@ -131,7 +137,11 @@ describe("ATOM native path (fake librbln_runtime.so)", () => {
     const variant = { batch: 4, seqLen: S };
     const io = decodeGraphIO(shape, variant);
     writeFileSync(join(graphs, "decode-B4xS64.rbln"), `FAKE-RBLN 1\nin ${io.inputs.join(" ")}\nout ${io.outputs.join(" ")}\n`);
-    const engine = await openEngine(atomEngine, { model: modelDir, seqLen: S, batch: 4, chip: 0 }, { env: env({ AIRM_RBLN_LIB: lib, AIRM_DEV_ROOT: oneAtom, AIRM_RBLN_GRAPHS: graphs }) });
+    const engine = await openEngine(
+      atomEngine,
+      { model: modelDir, seqLen: S, batch: 4, chip: 0 },
+      { env: env({ AIRM_RBLN_LIB: lib, AIRM_DEV_ROOT: oneAtom, AIRM_RBLN_GRAPHS: graphs }) },
+    );
     try {
       expect(engine.device).toMatchObject({ vendor: "rebellions", path: "native", device: "rbln:0" });
       const r = await engine.prefill(prompts[0], { seqLen: S, keepStream: true });

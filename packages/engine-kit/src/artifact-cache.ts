@@ -26,13 +26,7 @@ export interface ArtifactKeyParts {
 
 /** sha-256 hex over the canonical form of `parts`. */
 export function artifactKey(parts: ArtifactKeyParts): string {
-  const canon = JSON.stringify([
-    "airm-artifact/1",
-    parts.kind,
-    parts.weightsFingerprint,
-    parts.variant ? [parts.variant.batch, parts.variant.seqLen] : null,
-    parts.kernelVersion,
-  ]);
+  const canon = JSON.stringify(["airm-artifact/1", parts.kind, parts.weightsFingerprint, parts.variant ? [parts.variant.batch, parts.variant.seqLen] : null, parts.kernelVersion]);
   return createHash("sha256").update(canon).digest("hex");
 }
 

@@ -8,21 +8,11 @@
 import { performance } from "node:perf_hooks";
 import { ConfigError, ContextOverflowError, KVIntegrityError, UnsupportedError } from "@airm/rm-core";
 import type { DeviceInfo, EngineVariant, KVBlobs, ModelInfo, SamplingParams } from "@airm/rm-core";
-import { ArtifactCache, artifactKey } from "./artifact-cache.ts";
+import { type ArtifactCache, artifactKey } from "./artifact-cache.ts";
 import { LLAMA, type CpuCheckpoint, type CpuKVCache, type CpuModel, type LlamaModule } from "./cpu-model.ts";
 import { planTensorDelta } from "./delta-plan.ts";
 import { checkpointHashes, type CheckpointHashes } from "./tensor-hash-manifest.ts";
-import type {
-  DecodeStep,
-  DeltaResult,
-  EngineStats,
-  EngineTokenizer,
-  Engine,
-  KVStream,
-  PrefillOptions,
-  PrefillResult,
-  SwapResult,
-} from "@airm/rm-core";
+import type { DecodeStep, DeltaResult, EngineStats, EngineTokenizer, Engine, KVStream, PrefillOptions, PrefillResult, SwapResult } from "@airm/rm-core";
 import { checkKVBlobs, copyPosition, copyPrefix, layerBytes, requestKVBytes, type KVGeometry } from "@airm/rm-core";
 import { appendColumn, type DecodeGraphShape, type HostDecodeResult } from "./native/rbln-decode-graph.ts";
 import { normalizeVariants, pickVariant, variantName } from "./variants.ts";
@@ -68,13 +58,7 @@ const PACKED_KIND = "packed-weights";
  * Loads the model for `ckpt`: from the packed image in `cache` when it exists (warm), else by
  * converting the checkpoint (cold), then stores the image.
  */
-export async function loadWeights(
-  llama: LlamaModule,
-  ckpt: CpuCheckpoint,
-  weightsFingerprint: string,
-  threads: 1 | 2,
-  cache: ArtifactCache | null,
-): Promise<LoadedWeights> {
+export async function loadWeights(llama: LlamaModule, ckpt: CpuCheckpoint, weightsFingerprint: string, threads: 1 | 2, cache: ArtifactCache | null): Promise<LoadedWeights> {
   const cls = llama.LlamaModel;
   const t0 = performance.now();
   if (!cache) {
@@ -244,7 +228,7 @@ export class CpuBackedEngine implements Engine {
   /** A cache of context S from the arena (or new). `zero` clears a reused one (exported KV stays deterministic). */
   private takeCache(S: number, zero = true): CpuKVCache {
     const free = this.arena.get(S);
-    const reused = free && free.length ? free.pop()! : null;
+    const reused = free?.length ? free.pop()! : null;
     const cache = reused ?? this.cpu.newCache(S);
     if (reused && zero) {
       for (let l = 0; l < this.geometry.layers; l++) {
@@ -367,7 +351,10 @@ export class CpuBackedEngine implements Engine {
     this.live();
     const own = steps.map((s) => this.own(s.stream));
     if (new Set(own).size !== own.length) throw new ConfigError("steps", "a stream appears twice in one decode step");
-    this.checkTokens(steps.map((s) => s.token), "token");
+    this.checkTokens(
+      steps.map((s) => s.token),
+      "token",
+    );
     for (const s of steps) this.checkSampling(s.sampling);
     for (const s of own) {
       if (s.length >= s.seqLen) throw new ContextOverflowError(s.length + 1, s.seqLen, `stream ${s.id} is full`);
@@ -409,8 +396,11 @@ export class CpuBackedEngine implements Engine {
       for (const s of streams) {
         if (s.seqLen !== this.active.seqLen) throw new ConfigError("variant", `stream ${s.id} has S=${s.seqLen}; swap to a variant with S=${s.seqLen} first`);
       }
-      const results = this.graphFor().step(streams.map((s) => s.host!), group.map((x) => x.token));
-      streams.forEach((s, i) => appendColumn(g, s.host!, results[i].k, results[i].v));
+      const results = this.graphFor().step(
+        streams.map((s) => s.host!),
+        group.map((x) => x.token),
+      );
+      for (const [i, s] of streams.entries()) appendColumn(g, s.host!, results[i].k, results[i].v);
       return results.map((r) => r.logits);
     }
     // The host cache is the input of the step: its valid positions go into a working cache

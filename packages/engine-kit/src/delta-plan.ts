@@ -48,10 +48,7 @@ function configDiff(a: object, b: object): string[] {
  * The upload plan from `current` to `next`. Reads only per-tensor hashes (a safetensors source
  * hashes each tensor's stored bytes once). Never throws for a difference; it reports it.
  */
-export function planTensorDelta(
-  current: { config: object; tensors: HashedTensors },
-  next: { config: object; tensors: HashedTensors },
-): TensorDeltaPlan {
+export function planTensorDelta(current: { config: object; tensors: HashedTensors }, next: { config: object; tensors: HashedTensors }): TensorDeltaPlan {
   const before = new Map(current.tensors.list().map((t) => [t.name, t]));
   const after = new Map(next.tensors.list().map((t) => [t.name, t]));
   const changed: string[] = [];

@@ -4,14 +4,7 @@
 import { DeviceError } from "@airm/rm-core";
 
 /** Which step of device selection failed; stable for tests and logs. */
-export type DeviceErrorReason =
-  | "NO_SUCH_ORDINAL"
-  | "AMBIGUOUS"
-  | "CHECKPOINT_UNREADABLE"
-  | "CHECKPOINT_MALFORMED"
-  | "ALLOCATION_NOT_VISIBLE"
-  | "UNKNOWN_DEVICE_ID"
-  | "BAD_CHIP";
+export type DeviceErrorReason = "NO_SUCH_ORDINAL" | "AMBIGUOUS" | "CHECKPOINT_UNREADABLE" | "CHECKPOINT_MALFORMED" | "ALLOCATION_NOT_VISIBLE" | "UNKNOWN_DEVICE_ID" | "BAD_CHIP";
 
 /** Device discovery or selection failed; the message says what to change. */
 export class DeviceSelectionError extends DeviceError {

@@ -73,6 +73,7 @@ export const ENGINE_RUN_CONFIG = defineConfig("@airm/engine-kit", {
   artifactCache: opt(text({ label: "path|off" }), {
     env: "AIRM_ARTIFACT_CACHE",
     default: join(homedir(), ".cache", "airm", "artifacts"),
+    defaultText: "~/.cache/airm/artifacts",
     doc: "Folder of the packed-weights artifact cache (warm starts); `off` disables it.",
   }),
   engineLog: opt(flag(), { env: "AIRM_ENGINE_LOG", default: true, doc: "0 silences the engine's start-up line on stderr." }),

@@ -98,7 +98,5 @@ export function readPodAllocations(file: string, podUid: string, resourcePrefixe
       { cause: e },
     );
   }
-  return parseKubeletCheckpoint(text, file).filter(
-    (a) => a.podUid === podUid && resourcePrefixes.some((p) => a.resourceName.startsWith(p)),
-  );
+  return parseKubeletCheckpoint(text, file).filter((a) => a.podUid === podUid && resourcePrefixes.some((p) => a.resourceName.startsWith(p)));
 }

@@ -18,7 +18,10 @@ export const DEFAULT_DECODE_BATCHES = [1, 4];
  */
 export function parseVariants(text: string, key = "AIRM_VARIANTS"): EngineVariant[] {
   const out: EngineVariant[] = [];
-  for (const raw of text.split(",").map((s) => s.trim()).filter(Boolean)) {
+  for (const raw of text
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean)) {
     const m = /^B?(\d+)\s*[xX]\s*S?(\d+)$/.exec(raw);
     if (!m) throw new ConfigError(key, `"${raw}" is not a variant; write B<batch>xS<seqLen>, e.g. B4xS512`);
     const batch = Number(m[1]);

@@ -16,7 +16,7 @@ export function editCheckpoint(from: string, to: string, edits: Record<string, (
   const base = 8 + headerLen;
   for (const [name, fn] of Object.entries(edits)) {
     const t = header[name];
-    if (!t || t.dtype !== "BF16") throw new Error(`editCheckpoint: no BF16 tensor ${name}`);
+    if (t?.dtype !== "BF16") throw new Error(`editCheckpoint: no BF16 tensor ${name}`);
     const view = new Uint16Array(bytes.buffer, base + t.data_offsets[0], (t.data_offsets[1] - t.data_offsets[0]) / 2);
     for (let i = 0; i < view.length; i++) view[i] = fn(i, view[i]) & 0xffff;
   }

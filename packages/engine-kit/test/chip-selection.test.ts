@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { isAirmError } from "@airm/rm-core";
-import { DEVICE_CONFIG, DeviceSelectionError, discoverCards, parseKubeletCheckpoint, selectChip, type DeviceErrorReason } from "../src/index.ts";
+import { DEVICE_CONFIG, type DeviceSelectionError, discoverCards, parseKubeletCheckpoint, selectChip, type DeviceErrorReason } from "../src/index.ts";
 
 const root = mkdtempSync(join(tmpdir(), "airm-chip-"));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -111,11 +111,14 @@ describe("--chip N", () => {
 
 describe("--chip -1 (kubelet device-plugin checkpoint)", () => {
   const uid = "3f1c8a52-2b7e-4f0e-9d4c-6a1b2c3d4e5f";
-  const numa = checkpointFile("numa", kubeletCheckpoint([
-    { uid: "another-pod", resource: "furiosa.ai/rngd", ids: { "0": ["npu0"] } },
-    { uid, resource: "furiosa.ai/rngd", ids: { "1": ["npu3"] } },
-    { uid, resource: "example.com/nic", ids: { "0": ["eth9"] } },
-  ]));
+  const numa = checkpointFile(
+    "numa",
+    kubeletCheckpoint([
+      { uid: "another-pod", resource: "furiosa.ai/rngd", ids: { "0": ["npu0"] } },
+      { uid, resource: "furiosa.ai/rngd", ids: { "1": ["npu3"] } },
+      { uid, resource: "example.com/nic", ids: { "0": ["eth9"] } },
+    ]),
+  );
   const list = checkpointFile("list", kubeletCheckpoint([{ uid, resource: "furiosa.ai/rngd", ids: ["/dev/rngd/npu1"] }]));
 
   it("takes this pod's card from a NUMA-keyed record and addresses it by ordinal", () => {
@@ -130,7 +133,9 @@ describe("--chip -1 (kubelet device-plugin checkpoint)", () => {
     const env = { AIRM_DEV_ROOT: rngd3, POD_UID: "nobody", AIRM_KUBELET_CHECKPOINT: numa };
     expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: -1, config: device(env) }))).toBe("AMBIGUOUS");
     expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: -1, config: device({ AIRM_DEV_ROOT: rngd3 }) }))).toBe("AMBIGUOUS");
-    expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: -1, config: device({ AIRM_DEV_ROOT: rngd3, POD_UID: uid, AIRM_KUBELET_CHECKPOINT: join(root, "absent") }) }))).toBe("AMBIGUOUS");
+    expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: -1, config: device({ AIRM_DEV_ROOT: rngd3, POD_UID: uid, AIRM_KUBELET_CHECKPOINT: join(root, "absent") }) }))).toBe(
+      "AMBIGUOUS",
+    );
   });
   it("uses the only visible card when there is no record", () => {
     const s = selectChip({ vendor: "furiosa", chip: -1, config: device({ AIRM_DEV_ROOT: rngd1, POD_UID: "nobody", AIRM_KUBELET_CHECKPOINT: numa }) });
@@ -138,7 +143,9 @@ describe("--chip -1 (kubelet device-plugin checkpoint)", () => {
   });
   it("refuses a record naming a card this process cannot see", () => {
     const f = checkpointFile("invisible", kubeletCheckpoint([{ uid, resource: "furiosa.ai/rngd", ids: { "0": ["npu2"] } }]));
-    expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: -1, config: device({ AIRM_DEV_ROOT: rngd3, POD_UID: uid, AIRM_KUBELET_CHECKPOINT: f }) }))).toBe("ALLOCATION_NOT_VISIBLE");
+    expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: -1, config: device({ AIRM_DEV_ROOT: rngd3, POD_UID: uid, AIRM_KUBELET_CHECKPOINT: f }) }))).toBe(
+      "ALLOCATION_NOT_VISIBLE",
+    );
   });
   it("maps opaque device-plugin ids through AIRM_DEVICE_ID_MAP, and refuses them without it", () => {
     const f = checkpointFile("uuid", kubeletCheckpoint([{ uid, resource: "furiosa.ai/rngd", ids: { "0": ["A76AAD68-6855-40B1-9E86-D080852D1C80"] } }]));
@@ -154,7 +161,7 @@ describe("--chip -1 (kubelet device-plugin checkpoint)", () => {
   });
 
   const malformed: [string, string][] = [
-    ["not JSON", "{\"Data\": {\"PodDeviceEntries\": ["],
+    ["not JSON", '{"Data": {"PodDeviceEntries": ['],
     ["a list at the top", "[]"],
     ["Data is a list", JSON.stringify({ Data: [] })],
     ["entries not a list", JSON.stringify({ Data: { PodDeviceEntries: { a: 1 } } })],
@@ -166,13 +173,17 @@ describe("--chip -1 (kubelet device-plugin checkpoint)", () => {
   for (const [what, text] of malformed) {
     it(`stops on a malformed checkpoint: ${what}`, () => {
       const f = checkpointFile(`bad-${what.replace(/\W+/g, "-")}`, text);
-      expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: -1, config: device({ AIRM_DEV_ROOT: rngd1, POD_UID: uid, AIRM_KUBELET_CHECKPOINT: f }) }))).toBe("CHECKPOINT_MALFORMED");
+      expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: -1, config: device({ AIRM_DEV_ROOT: rngd1, POD_UID: uid, AIRM_KUBELET_CHECKPOINT: f }) }))).toBe(
+        "CHECKPOINT_MALFORMED",
+      );
     });
   }
   it("stops on a checkpoint it cannot read", () => {
     const dirAsFile = join(root, "a-directory");
     mkdirSync(dirAsFile, { recursive: true });
-    expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: -1, config: device({ AIRM_DEV_ROOT: rngd1, POD_UID: uid, AIRM_KUBELET_CHECKPOINT: dirAsFile }) }))).toBe("CHECKPOINT_UNREADABLE");
+    expect(reasonOf(() => selectChip({ vendor: "furiosa", chip: -1, config: device({ AIRM_DEV_ROOT: rngd1, POD_UID: uid, AIRM_KUBELET_CHECKPOINT: dirAsFile }) }))).toBe(
+      "CHECKPOINT_UNREADABLE",
+    );
   });
   it("treats a null entry list (kubelet with no allocations) as no record", () => {
     expect(parseKubeletCheckpoint(JSON.stringify({ Data: { PodDeviceEntries: null, RegisteredDevices: {} }, Checksum: 1 }))).toEqual([]);

@@ -41,7 +41,11 @@ function spec(over: Partial<CpuEngineSpec> = {}): CpuEngineSpec {
     prefillMode: "whole",
     residence: "device",
     device: { vendor: "cpu", path: "cpu-reference", device: null, detail: "test" },
-    variants: [{ batch: 1, seqLen: S }, { batch: 4, seqLen: S }, { batch: 4, seqLen: 2 * S }],
+    variants: [
+      { batch: 1, seqLen: S },
+      { batch: 4, seqLen: S },
+      { batch: 4, seqLen: 2 * S },
+    ],
     activeVariant: { batch: 4, seqLen: S },
     chunkSize: 5,
     threads: 1,
@@ -112,7 +116,9 @@ describe("prefill and decode equal the model run solo", () => {
   it("a rejected onLayer promise fails the prefill and frees its stream", async () => {
     const engine = await CpuBackedEngine.open(modelDir, spec());
     try {
-      await expect(engine.prefill(prompts[0], { seqLen: S, keepStream: true, onLayer: (l) => (l === 1 ? Promise.reject(new Error("push failed")) : undefined) })).rejects.toThrow("push failed");
+      await expect(engine.prefill(prompts[0], { seqLen: S, keepStream: true, onLayer: (l) => (l === 1 ? Promise.reject(new Error("push failed")) : undefined) })).rejects.toThrow(
+        "push failed",
+      );
       expect(engine.stats().streams).toBe(0);
     } finally {
       await engine.close();
@@ -195,7 +201,12 @@ describe("KV handoff and batching", () => {
       expect(engine.stats().streams).toBe(live);
       await expect(engine.prefill([5], { seqLen: 96 })).rejects.toMatchObject({ code: "KV_INTEGRITY" });
       const twice = engine.importKV(r.kv);
-      await expect(engine.decode([{ stream: twice, token: 1 }, { stream: twice, token: 2 }])).rejects.toMatchObject({ code: "CONFIG" });
+      await expect(
+        engine.decode([
+          { stream: twice, token: 1 },
+          { stream: twice, token: 2 },
+        ]),
+      ).rejects.toMatchObject({ code: "CONFIG" });
       try {
         engine.pickVariant(100, 29);
         expect.unreachable();
@@ -239,7 +250,7 @@ describe("swap and delta", () => {
     const newDir = join(root, "model-v2");
     const changed = editCheckpoint(modelDir, newDir, {
       "model.norm.weight": (i) => bf16(i % 3 === 0 ? -2 : 1.5),
-      "model.layers.1.mlp.down_proj.weight": (i, old) => old ^ 0x0040,
+      "model.layers.1.mlp.down_proj.weight": (_i, old) => old ^ 0x0040,
       "lm_head.weight": (i, old) => (i % 7 === 0 ? bf16(0.5) : old),
     });
     const engine = await CpuBackedEngine.open(modelDir, spec());

@@ -56,7 +56,10 @@ describe("furiosa-smi binding (fake library)", () => {
     mkdirSync(join(dev, "rngd"), { recursive: true });
     for (const i of [0, 1, 3]) writeFileSync(join(dev, "rngd", `npu${i}pe0`), "");
     const ckpt = join(dir, "checkpoint.json");
-    writeFileSync(ckpt, JSON.stringify({ Data: { PodDeviceEntries: [{ PodUID: "p1", ContainerName: "w", ResourceName: "furiosa.ai/rngd", DeviceIDs: { "1": ["FAKE-UUID-3"] } }] }, Checksum: 1 }));
+    writeFileSync(
+      ckpt,
+      JSON.stringify({ Data: { PodDeviceEntries: [{ PodUID: "p1", ContainerName: "w", ResourceName: "furiosa.ai/rngd", DeviceIDs: { "1": ["FAKE-UUID-3"] } }] }, Checksum: 1 }),
+    );
     const config = DEVICE_CONFIG.resolve({ env: { AIRM_DEV_ROOT: dev, POD_UID: "p1", AIRM_KUBELET_CHECKPOINT: ckpt } });
     expect(() => selectChip({ vendor: "furiosa", chip: -1, config })).toThrow(/does not name a furiosa card/);
     const s = selectChip({ vendor: "furiosa", chip: -1, config, deviceIds: furiosaDeviceIdMap(listFuriosaDevices(lib)) });

@@ -7,17 +7,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isAirmError, layerBytes } from "@airm/rm-core";
-import {
-  appendColumn,
-  decodeGraphFile,
-  decodeGraphIO,
-  findRblnLibrary,
-
-  NativeRuntimeError,
-  RblnDecodeGraph,
-  RblnGraphSession,
-  RblnRuntimeLibrary,
-} from "../src/index.ts";
+import { appendColumn, decodeGraphFile, decodeGraphIO, findRblnLibrary, type NativeRuntimeError, RblnDecodeGraph, RblnGraphSession, RblnRuntimeLibrary } from "../src/index.ts";
 
 const source = fileURLToPath(new URL("./fixtures/fake-rbln-runtime.c", import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), "airm-rbln-"));

@@ -20,15 +20,28 @@ afterAll(() => rmSync(root, { recursive: true, force: true }));
 
 describe("compiled variants", () => {
   it("default to the chart's S=256, or AIRM_SEQ_LEN (512 in the ai-rm deployment)", () => {
-    expect(defaultVariants({})).toEqual([{ batch: 1, seqLen: 256 }, { batch: 4, seqLen: 256 }]);
+    expect(defaultVariants({})).toEqual([
+      { batch: 1, seqLen: 256 },
+      { batch: 4, seqLen: 256 },
+    ]);
     expect(defaultVariants({ configuredSeqLen: ENGINE_CONFIG.resolve({ env: { AIRM_SEQ_LEN: "512" } }).seqLen }).map((v) => v.seqLen)).toEqual([512, 512]);
-    expect(defaultVariants({ seqLen: 512, batch: 8 })).toEqual([{ batch: 1, seqLen: 512 }, { batch: 4, seqLen: 512 }, { batch: 8, seqLen: 512 }]);
+    expect(defaultVariants({ seqLen: 512, batch: 8 })).toEqual([
+      { batch: 1, seqLen: 512 },
+      { batch: 4, seqLen: 512 },
+      { batch: 8, seqLen: 512 },
+    ]);
     const configured = ENGINE_CONFIG.resolve({ env: { AIRM_VARIANTS: "B8xS128,4x64" } }).variants;
-    expect(defaultVariants({ seqLen: 512, configured })).toEqual([{ batch: 4, seqLen: 64 }, { batch: 8, seqLen: 128 }]);
+    expect(defaultVariants({ seqLen: 512, configured })).toEqual([
+      { batch: 4, seqLen: 64 },
+      { batch: 8, seqLen: 128 },
+    ]);
     expect(() => ENGINE_CONFIG.resolve({ env: { AIRM_VARIANTS: "B8" } })).toThrow(expect.objectContaining({ code: "CONFIG", key: "AIRM_VARIANTS" }));
   });
   it("parse AIRM_VARIANTS and reject nonsense with a ConfigError naming the item", () => {
-    expect(parseVariants("B4xS512, 1x256,B4xS512")).toEqual([{ batch: 1, seqLen: 256 }, { batch: 4, seqLen: 512 }]);
+    expect(parseVariants("B4xS512, 1x256,B4xS512")).toEqual([
+      { batch: 1, seqLen: 256 },
+      { batch: 4, seqLen: 512 },
+    ]);
     for (const bad of ["B4", "B0xS512", "B4xS4", "", "fourxS512"]) {
       try {
         parseVariants(bad);

@@ -7,7 +7,6 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isAirmError, openEngine, registry } from "@airm/rm-core";
 import { loadCheckpoint, makeTinyModel } from "@airm/llama";
 import { engineTokens, referenceTokens } from "@airm/engine-kit";
-import type { Engine } from "@airm/rm-core";
 import { RNGD_BACKENDS, rngdEngine, rngdSpec } from "../src/index.ts";
 
 const root = mkdtempSync(join(tmpdir(), "airm-rngd-"));
@@ -50,7 +49,10 @@ describe("engine rngd", () => {
       const engine = await openEngine(rngdEngine, { model: modelDir, backend, chip: 0 }, { env: env() });
       try {
         expect(engine.backend).toBe(backend);
-        expect(engine.variants()).toEqual([{ batch: 1, seqLen: 256 }, { batch: 4, seqLen: 256 }]);
+        expect(engine.variants()).toEqual([
+          { batch: 1, seqLen: 256 },
+          { batch: 4, seqLen: 256 },
+        ]);
         const v = engine.pickVariant(prompt.length, STEPS);
         expect(await generate(engine, prompt, STEPS, v.seqLen)).toEqual(reference);
       } finally {
@@ -75,7 +77,13 @@ describe("engine rngd", () => {
     const fixture = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "engine-kit", "test", "fixtures", "fake-furiosa-smi.c");
     execFileSync("gcc", ["-shared", "-fPIC", "-O1", "-o", smi, fixture]);
     const ckpt = join(root, "kubelet_internal_checkpoint");
-    writeFileSync(ckpt, JSON.stringify({ Data: { PodDeviceEntries: [{ PodUID: "pod-1", ContainerName: "prefill", ResourceName: "furiosa.ai/rngd", DeviceIDs: { "0": ["FAKE-UUID-1"] } }], RegisteredDevices: {} }, Checksum: 7 }));
+    writeFileSync(
+      ckpt,
+      JSON.stringify({
+        Data: { PodDeviceEntries: [{ PodUID: "pod-1", ContainerName: "prefill", ResourceName: "furiosa.ai/rngd", DeviceIDs: { "0": ["FAKE-UUID-1"] } }], RegisteredDevices: {} },
+        Checksum: 7,
+      }),
+    );
     const base = env({ AIRM_DEV_ROOT: threeCards, POD_UID: "pod-1", AIRM_KUBELET_CHECKPOINT: ckpt });
     await expect(openEngine(rngdEngine, { model: modelDir, chip: -1 }, { env: base })).rejects.toMatchObject({ code: "DEVICE", reason: "UNKNOWN_DEVICE_ID" });
     process.env.FAKE_FURIOSA_DEVICES = "0,1,3";
@@ -92,7 +100,10 @@ describe("engine rngd", () => {
 
   it("stops with typed errors for a bad backend, an ordinal past the cards, and an ambiguous --chip -1", async () => {
     await expect(openEngine(rngdEngine, { model: modelDir, backend: "atom" }, { env: env() })).rejects.toMatchObject({ code: "CONFIG" });
-    await expect(openEngine(rngdEngine, { model: modelDir, chip: 3 }, { env: env({ AIRM_DEV_ROOT: threeCards }) })).rejects.toMatchObject({ code: "DEVICE", reason: "NO_SUCH_ORDINAL" });
+    await expect(openEngine(rngdEngine, { model: modelDir, chip: 3 }, { env: env({ AIRM_DEV_ROOT: threeCards }) })).rejects.toMatchObject({
+      code: "DEVICE",
+      reason: "NO_SUCH_ORDINAL",
+    });
     await expect(openEngine(rngdEngine, { model: modelDir, chip: -1 }, { env: env({ AIRM_DEV_ROOT: threeCards }) })).rejects.toMatchObject({ code: "DEVICE", reason: "AMBIGUOUS" });
     await expect(openEngine(rngdEngine, { model: join(root, "nope") }, { env: env() })).rejects.toMatchObject({ code: "MODEL_LOAD" });
     await expect(openEngine(rngdEngine, { model: modelDir }, { env: env(), options: { threads: 3 } })).rejects.toMatchObject({ code: "CONFIG" });

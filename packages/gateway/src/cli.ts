@@ -26,7 +26,7 @@ export const GATEWAY_COMMAND = defineCommand({
 
 /** Runs the CLI; resolves with an exit code once the gateway has stopped (or failed to start). */
 export async function main(argv = process.argv.slice(2), env: Record<string, string | undefined> = process.env): Promise<number> {
-  let gw;
+  let gw: Awaited<ReturnType<typeof startGateway>>;
   try {
     const { values: f, help } = GATEWAY_COMMAND.parse(argv);
     if (help) {

@@ -36,7 +36,14 @@ export class GatewayMetrics {
       help: "p90 time to first token (ms) over the last 512 requests",
       registers: [this.registry],
       collect() {
-        this.set(self.orZero(quantile(self.window.map((r) => r.ttftMs), 0.9)));
+        this.set(
+          self.orZero(
+            quantile(
+              self.window.map((r) => r.ttftMs),
+              0.9,
+            ),
+          ),
+        );
       },
     });
     new Gauge({
@@ -44,7 +51,14 @@ export class GatewayMetrics {
       help: "p90 time per output token after the first (ms) over the last 512 requests",
       registers: [this.registry],
       collect() {
-        this.set(self.orZero(quantile(self.window.flatMap((r) => (r.tpotMs === null ? [] : [r.tpotMs])), 0.9)));
+        this.set(
+          self.orZero(
+            quantile(
+              self.window.flatMap((r) => (r.tpotMs === null ? [] : [r.tpotMs])),
+              0.9,
+            ),
+          ),
+        );
       },
     });
     new Gauge({

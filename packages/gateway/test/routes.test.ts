@@ -84,7 +84,12 @@ describe("gateway routes (in-process)", () => {
     expect(a.usage.total_tokens).toBe(a.usage.prompt_tokens + a.usage.completion_tokens);
     const chunks = await sse(await pd.post("/v1/completions", { ...body, stream: true, stream_options: { include_usage: true } }));
     expect(chunks.at(-1)).toBe("[DONE]");
-    expect(chunks.slice(0, -1).flatMap((c) => c.choices.map((x: any) => x.text)).join("")).toBe(a.choices[0].text);
+    expect(
+      chunks
+        .slice(0, -1)
+        .flatMap((c) => c.choices.map((x: any) => x.text))
+        .join(""),
+    ).toBe(a.choices[0].text);
     expect(chunks.at(-2).usage).toEqual(a.usage);
   });
 
@@ -94,7 +99,12 @@ describe("gateway routes (in-process)", () => {
     expect(j.choices[0].message.role).toBe("assistant");
     const chunks = await sse(await pd.post("/v1/chat/completions", { ...body, stream: true }));
     expect(chunks[0].choices[0].delta).toEqual({ role: "assistant", content: "" });
-    expect(chunks.slice(0, -1).map((c) => c.choices[0].delta.content ?? "").join("")).toBe(j.choices[0].message.content);
+    expect(
+      chunks
+        .slice(0, -1)
+        .map((c) => c.choices[0].delta.content ?? "")
+        .join(""),
+    ).toBe(j.choices[0].message.content);
     expect(chunks.at(-2).choices[0].finish_reason).toBe(j.choices[0].finish_reason);
   });
 
@@ -105,7 +115,12 @@ describe("gateway routes (in-process)", () => {
     const j = (await (await pd.post("/v1/completions", { ...completion, model: id, stop: [stop] })).json()) as any;
     expect(j.choices[0]).toMatchObject({ text: full.slice(0, full.indexOf(stop)), finish_reason: "stop" });
     const chunks = await sse(await pd.post("/v1/completions", { ...completion, model: id, stop: [stop], stream: true }));
-    expect(chunks.slice(0, -1).map((c) => c.choices[0].text).join("")).toBe(j.choices[0].text);
+    expect(
+      chunks
+        .slice(0, -1)
+        .map((c) => c.choices[0].text)
+        .join(""),
+    ).toBe(j.choices[0].text);
   });
 
   it("unknown models, bad bodies and unknown routes get OpenAI errors", async () => {

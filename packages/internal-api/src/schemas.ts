@@ -71,7 +71,7 @@ export type ReleaseResponse = z.infer<typeof ReleaseResponseSchema>;
 export const FirstTokenSchema = z
   .object({
     token: z.number().int().min(0),
-    text: z.string().describe("what the detokenizer emits after it (may be \"\" inside a UTF-8 sequence)"),
+    text: z.string().describe('what the detokenizer emits after it (may be "" inside a UTF-8 sequence)'),
     eos: z.boolean().describe("it is an end-of-sequence token"),
     promptTokens: z.number().int().min(1),
     seqLen: z.number().int().min(1).describe("S of the variant that ran"),
@@ -163,10 +163,7 @@ export const WorkerHealthSchema = z
     role: z.enum(ROLES),
     backend: z.string(),
     engine: z.string(),
-    device: z
-      .object({ vendor: z.string(), path: z.string(), device: z.string().nullable(), detail: z.string() })
-      .strict()
-      .nullable(),
+    device: z.object({ vendor: z.string(), path: z.string(), device: z.string().nullable(), detail: z.string() }).strict().nullable(),
     model: ModelSummarySchema.nullable(),
     seqLen: z.number().int().nullable().describe("the largest compiled context"),
     variants: z.array(z.object({ batch: z.number().int(), seqLen: z.number().int() }).strict()),

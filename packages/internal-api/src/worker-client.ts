@@ -62,7 +62,12 @@ export async function* readEvents(body: ReadableStream<Uint8Array>, idleMs: numb
       throw new ApiError(502, "worker_stream_broken", `the worker sent a line that is not JSON: ${line.slice(0, 200)}`);
     }
     const r = WorkerEventSchema.safeParse(raw);
-    if (!r.success) throw new ApiError(502, "worker_stream_broken", `the worker sent an event outside the contract (${r.error.issues[0].message} at ${r.error.issues[0].path.join(".")}): ${line.slice(0, 200)}`);
+    if (!r.success)
+      throw new ApiError(
+        502,
+        "worker_stream_broken",
+        `the worker sent an event outside the contract (${r.error.issues[0].message} at ${r.error.issues[0].path.join(".")}): ${line.slice(0, 200)}`,
+      );
     return r.data;
   };
   try {
@@ -132,7 +137,11 @@ export class WorkerClient {
     return r;
   }
 
-  private async json<T>(r: Response, schema: { safeParse(v: unknown): { success: true; data: T } | { success: false; error: { issues: { message: string; path: PropertyKey[] }[] } } }, what: string): Promise<T> {
+  private async json<T>(
+    r: Response,
+    schema: { safeParse(v: unknown): { success: true; data: T } | { success: false; error: { issues: { message: string; path: PropertyKey[] }[] } } },
+    what: string,
+  ): Promise<T> {
     const parsed = schema.safeParse(await bodyOf(r));
     if (!parsed.success) {
       const i = parsed.error.issues[0];

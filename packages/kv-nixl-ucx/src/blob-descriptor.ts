@@ -50,8 +50,7 @@ export function encodeDescriptor(d: BlobDescriptor): Uint8Array {
 
 /** Parses a descriptor. Throws TransportError for anything that is not a well-formed v1 descriptor. */
 export function decodeDescriptor(bytes: Uint8Array, key: string): BlobDescriptor {
-  const bad = (why: string) =>
-    new TransportError(`the relay entry under ${key} is not a nixl-ucx descriptor (${why}); was it pushed by another transport or a different version?`);
+  const bad = (why: string) => new TransportError(`the relay entry under ${key} is not a nixl-ucx descriptor (${why}); was it pushed by another transport or a different version?`);
   if (bytes.byteLength < FIXED) throw bad(`${bytes.byteLength} bytes`);
   const b = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   if (b.readUInt32LE(0) !== MAGIC) throw bad("wrong magic");
@@ -59,7 +58,7 @@ export function decodeDescriptor(bytes: Uint8Array, key: string): BlobDescriptor
   const sealed = b.readUInt32LE(SEAL_AT);
   const unsealed = Buffer.from(b);
   unsealed.writeUInt32LE(0, SEAL_AT);
-  if ((crc32(unsealed) >>> 0) !== sealed) throw bad("its own CRC-32 does not match: the descriptor was damaged");
+  if (crc32(unsealed) >>> 0 !== sealed) throw bad("its own CRC-32 does not match: the descriptor was damaged");
   const addrLen = b.readUInt16LE(6);
   const rkeyLen = b.readUInt16LE(8);
   if (addrLen === 0 || rkeyLen === 0 || addrLen + rkeyLen > MAX_VAR || FIXED + addrLen + rkeyLen !== b.byteLength) throw bad("inconsistent lengths");

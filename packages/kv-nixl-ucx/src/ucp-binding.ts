@@ -117,7 +117,9 @@ let loadError: Error | undefined;
 function load(): RawUcp {
   if (loaded) return loaded;
   if (loadError) throw loadError;
-  let ucp, ucs, libc;
+  let ucp: LibraryHandle;
+  let ucs: LibraryHandle;
+  let libc: LibraryHandle;
   try {
     libc = koffi.load("libc.so.6");
     quietUcxProcessHooks(libc);
@@ -361,7 +363,11 @@ export class UcpWorker {
 
   unpackRkey(ep: unknown, packed: Uint8Array): unknown {
     const out: Ptr[] = [null];
-    check("ucp_ep_rkey_unpack", this.lib.epRkeyUnpack(ep, Buffer.from(packed.buffer, packed.byteOffset, packed.byteLength), out), "the descriptor's rkey is corrupt or from another UCX version");
+    check(
+      "ucp_ep_rkey_unpack",
+      this.lib.epRkeyUnpack(ep, Buffer.from(packed.buffer, packed.byteOffset, packed.byteLength), out),
+      "the descriptor's rkey is corrupt or from another UCX version",
+    );
     return out[0];
   }
 

@@ -267,13 +267,22 @@ export class UcxEngine {
     let settle!: (stuck: boolean) => void;
     const settled = new Promise<boolean>((r) => (settle = r));
     const done = new Promise<number | undefined>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        reject(new TransportTimeoutError(`nixl-ucx: the READ of ${length} bytes did not complete within ${timeoutMs} ms; is the producer process alive?`));
-        this.send({ type: "abort", id });
-      }, Math.max(1, timeoutMs));
+      const timer = setTimeout(
+        () => {
+          reject(new TransportTimeoutError(`nixl-ucx: the READ of ${length} bytes did not complete within ${timeoutMs} ms; is the producer process alive?`));
+          this.send({ type: "abort", id });
+        },
+        Math.max(1, timeoutMs),
+      );
       this.pending.set(id, {
-        resolve: (crc) => (clearTimeout(timer), resolve(crc)),
-        reject: (e) => (clearTimeout(timer), reject(e)),
+        resolve: (crc) => {
+          clearTimeout(timer);
+          resolve(crc);
+        },
+        reject: (e) => {
+          clearTimeout(timer);
+          reject(e);
+        },
         settle,
       });
     });

@@ -19,7 +19,7 @@ const COMMAND = defineCommand({
 });
 
 export function main(argv = process.argv.slice(2), env: Record<string, string | undefined> = process.env): number {
-  let values;
+  let values: ReturnType<typeof COMMAND.parse>["values"];
   try {
     const parsed = COMMAND.parse(argv);
     if (parsed.help) {
@@ -31,7 +31,7 @@ export function main(argv = process.argv.slice(2), env: Record<string, string | 
     console.error(`${(e as Error).message}\n\n${COMMAND.help()}`);
     return 2;
   }
-  let info;
+  let info: ReturnType<typeof ucxHostInfo>;
   try {
     info = ucxHostInfo({ tls: values.tls, env });
   } catch (e) {

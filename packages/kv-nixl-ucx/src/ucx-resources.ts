@@ -27,4 +27,3 @@ export function pickErrMode(resources: string[], requested: "auto" | "peer" | "n
   const shm = resources.some((r) => SHARED_MEMORY_TRANSPORTS.has(r.split("/")[0]));
   return shm ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
 }
-

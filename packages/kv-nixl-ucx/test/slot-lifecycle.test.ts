@@ -63,7 +63,10 @@ for (const tls of ["tcp", "posix,self"]) {
       try {
         const rid = `full-${Date.now()}`;
         await producer.push(blobKey(rid, 0, "k"), patternBytes(4, 1 << 20));
-        const e = await producer.push(blobKey(rid, 1, "k"), patternBytes(5, 1 << 20), { timeoutMs: 200 }).then(() => undefined, (err: unknown) => err);
+        const e = await producer.push(blobKey(rid, 1, "k"), patternBytes(5, 1 << 20), { timeoutMs: 200 }).then(
+          () => undefined,
+          (err: unknown) => err,
+        );
         expect((e as { code?: string })?.code).toBe("TRANSPORT_NO_SPACE");
         // A push that waits gets the room a release frees meanwhile.
         const waiting = producer.push(blobKey(`${rid}b`, 1, "k"), patternBytes(5, 1 << 20), { timeoutMs: 10_000 });

@@ -25,7 +25,7 @@ export const RELAY_COMMAND = defineCommand({
 
 /** Runs the relay until SIGINT/SIGTERM; returns the exit code (2 for bad arguments or variables). */
 export async function main(argv = process.argv.slice(2), env: Record<string, string | undefined> = process.env): Promise<number> {
-  let relay;
+  let relay: Awaited<ReturnType<typeof startRelay>>;
   try {
     const { values: f, help } = RELAY_COMMAND.parse(argv);
     if (help) {

@@ -62,7 +62,7 @@ const DISCARD_BYTES = 64 * 1024;
 /** Error texts from the relay are short; anything longer is a broken stream. */
 const MAX_MESSAGE_BYTES = 64 * 1024;
 
-const enum BodyKind {
+enum BodyKind {
   Blob,
   Message,
   Discard,
@@ -169,7 +169,7 @@ export class ClientConnection {
       });
     }
     s.write(head(tag));
-    if (payload && payload.byteLength) s.write(payload);
+    if (payload?.byteLength) s.write(payload);
   }
 
   private corked = false;
@@ -234,9 +234,7 @@ export class ClientConnection {
     if (ex && !ex.settled) {
       if (h.status === Status.OK && (h.op & ~RESPONSE_BIT) === ex.op && ex.op === Op.PULL) {
         if (ex.into && ex.into.byteLength < h.payloadLength) {
-          body.refusal = new TransportError(
-            `pull of ${ex.key}: the destination holds ${ex.into.byteLength} bytes but the blob is ${h.payloadLength}; pass a larger \`into\``,
-          );
+          body.refusal = new TransportError(`pull of ${ex.key}: the destination holds ${ex.into.byteLength} bytes but the blob is ${h.payloadLength}; pass a larger \`into\``);
         } else {
           body.kind = BodyKind.Blob;
           body.target = ex.into ? ex.into.subarray(0, h.payloadLength) : Buffer.allocUnsafeSlow(h.payloadLength);

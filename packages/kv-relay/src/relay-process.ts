@@ -48,4 +48,3 @@ export async function spawnRelay(args: string[], env: NodeJS.ProcessEnv = {}, wr
     },
   };
 }
-

@@ -8,19 +8,7 @@ import { crc32 } from "@node-rs/crc32";
 import { isAirmError, requestIdOf, validateKey, validateRequestId } from "@airm/rm-core";
 import { pino, type Logger } from "pino";
 import { BlobPool, type PoolSlot } from "./blob-pool.ts";
-import {
-  FLAG_CRC,
-  HEADER_BYTES,
-  MAX_FRAME_KEY_BYTES,
-  Op,
-  RESPONSE_BIT,
-  Status,
-  checkRequestHeader,
-  decodeHeader,
-  encodeHead,
-  type FrameHeader,
-  type StatusCode,
-} from "./frame.ts";
+import { FLAG_CRC, HEADER_BYTES, MAX_FRAME_KEY_BYTES, Op, RESPONSE_BIT, Status, checkRequestHeader, decodeHeader, encodeHead, type FrameHeader, type StatusCode } from "./frame.ts";
 import { RelayMetrics, startMetricsServer, type MetricsServer } from "./relay-metrics.ts";
 import { feed, stagedOnRead } from "./staged-read.ts";
 import { formatHostPort } from "./address.ts";
@@ -99,7 +87,7 @@ interface SpaceWaiter {
   timer: NodeJS.Timeout;
 }
 
-const enum ReadState {
+enum ReadState {
   Header,
   Key,
   Small,

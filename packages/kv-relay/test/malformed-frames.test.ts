@@ -112,7 +112,11 @@ describe("child-process relay", () => {
       await sendRaw(relay.port, header({ keyLength: 999 }));
       expect(Buffer.from((await good.pull("child/0/k")).bytes).equals(patternBytes(3, 4096))).toBe(true);
       await new Promise((r) => setTimeout(r, 100));
-      const lines = relay.stderr().trim().split("\n").map((l) => JSON.parse(l) as { reason?: string; msg: string });
+      const lines = relay
+        .stderr()
+        .trim()
+        .split("\n")
+        .map((l) => JSON.parse(l) as { reason?: string; msg: string });
       expect(lines.find((l) => l.reason === "unknown_version")?.msg).toMatch(/unknown protocol version 2/);
       expect(lines.find((l) => l.reason === "key_too_long")?.msg).toMatch(/key length 999 exceeds 200/);
       expect(relay.proc.exitCode).toBeNull();

@@ -104,8 +104,7 @@ function sleep(ms: number): Promise<void> {
 
 function noSpace(root: string, bytes: number, detail: string): TransportError {
   return new TransportError(
-    `no space in ${root} for a blob of ${bytes} bytes (${detail}); release finished requests, lower PD_SHM_TTL_S, ` +
-      `or give /dev/shm more room`,
+    `no space in ${root} for a blob of ${bytes} bytes (${detail}); release finished requests, lower PD_SHM_TTL_S, ` + `or give /dev/shm more room`,
     "TRANSPORT_NO_SPACE",
   );
 }
@@ -197,8 +196,7 @@ export class ShmTransport implements KVTransport {
       const left = deadline - Date.now();
       if (left <= 0) {
         throw new TransportTimeoutError(
-          `pull ${key}: no blob under ${this.root} after ${timeoutMs} ms; check that the producer pushes to the same PD_SHM_ROOT ` +
-            `on this host, or raise timeoutMs`,
+          `pull ${key}: no blob under ${this.root} after ${timeoutMs} ms; check that the producer pushes to the same PD_SHM_ROOT ` + `on this host, or raise timeoutMs`,
         );
       }
       await sleep(Math.min(wait, left));
@@ -216,7 +214,8 @@ export class ShmTransport implements KVTransport {
         break;
       } catch (e) {
         // A producer adding a link while we remove the folder: try again.
-        if (errnoCode(e) !== "ENOTEMPTY" || attempt >= 5) throw new TransportError(`release ${requestId}: cannot remove ${dir}: ${(e as Error).message}`, "TRANSPORT_ERROR", { cause: e });
+        if (errnoCode(e) !== "ENOTEMPTY" || attempt >= 5)
+          throw new TransportError(`release ${requestId}: cannot remove ${dir}: ${(e as Error).message}`, "TRANSPORT_ERROR", { cause: e });
       }
     }
     const rec = this.requests.get(requestId);

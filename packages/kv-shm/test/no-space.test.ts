@@ -82,4 +82,3 @@ describe.skipIf(mountProblem !== null)(`shm on a full root${mountProblem ? ` (sk
     expect(readdirSync(root).filter((f) => f.startsWith(".new-"))).toEqual([]);
   });
 });
-

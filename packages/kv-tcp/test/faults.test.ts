@@ -39,8 +39,7 @@ async function caught(p: Promise<unknown>): Promise<{ code: string; message: str
   throw new Error("expected an error, but the call succeeded");
 }
 /** True when a pulled blob holds exactly `b` (and its measured CRC-32, if any, is right). */
-const same = ({ bytes: a, crc32 }: PulledBlob, b: Uint8Array) =>
-  Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(b) && (crc32 === null || crc32 === kvCrc32(a));
+const same = ({ bytes: a, crc32 }: PulledBlob, b: Uint8Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(b) && (crc32 === null || crc32 === kvCrc32(a));
 
 describe("relay restart", () => {
   test("a child-process relay restarted on the same port between requests: the next request works", async () => {

@@ -44,7 +44,10 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await relay?.stop();
-  for (const args of [["link", "del", hostIf], ["netns", "del", ns]]) {
+  for (const args of [
+    ["link", "del", hostIf],
+    ["netns", "del", ns],
+  ]) {
     try {
       ip(...args);
     } catch {

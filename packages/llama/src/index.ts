@@ -9,7 +9,17 @@ export { modelFingerprint, canonicalJson } from "./checkpoint/fingerprint.ts";
 export { f32ToBf16, bf16ToF32, f16BitsToF32 } from "./checkpoint/bf16-convert.ts";
 export { HfTokenizer } from "./tokenizer/hf-tokenizer.ts";
 export { makeTinyModel, type TinyModelOptions, type TinyModelResult } from "./tiny/make-tiny-model.ts";
-export { KNOWN_MODELS, MODEL_CACHE_CONFIG, ModelPullError, defaultCacheDir, listModels, pullModel, resolveCachedModel, type CachedModel, type PullOptions } from "./model-cache/model-cache.ts";
+export {
+  KNOWN_MODELS,
+  MODEL_CACHE_CONFIG,
+  ModelPullError,
+  defaultCacheDir,
+  listModels,
+  pullModel,
+  resolveCachedModel,
+  type CachedModel,
+  type PullOptions,
+} from "./model-cache/model-cache.ts";
 
 // The model: wasm kernels, forward pass over explicit KV caches, sampling.
 export { LlamaModel, bf16Bits, type LlamaModelOptions, type PrefillOptions, type DecodeStep } from "./model/llama-model.ts";

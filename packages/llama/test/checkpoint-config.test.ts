@@ -16,7 +16,13 @@ function configError(raw: unknown): ModelLoadError {
 describe("config.json parsing", () => {
   it("accepts rope_scaling with `type` as well as `rope_type`, and null / default as none", () => {
     const { rope_type: _drop, ...rest } = LLAMA_CONFIG.rope_scaling;
-    expect(parseHfConfig({ ...LLAMA_CONFIG, rope_scaling: { ...rest, type: "llama3" } }, "c").ropeScaling).toEqual({ type: "llama3", factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositionEmbeddings: 8192 });
+    expect(parseHfConfig({ ...LLAMA_CONFIG, rope_scaling: { ...rest, type: "llama3" } }, "c").ropeScaling).toEqual({
+      type: "llama3",
+      factor: 8,
+      lowFreqFactor: 1,
+      highFreqFactor: 4,
+      originalMaxPositionEmbeddings: 8192,
+    });
     expect(parseHfConfig({ ...LLAMA_CONFIG, rope_scaling: null }, "c").ropeScaling).toBeNull();
     expect(parseHfConfig({ ...LLAMA_CONFIG, rope_scaling: { rope_type: "default" } }, "c").ropeScaling).toBeNull();
   });

@@ -27,7 +27,10 @@ function refBf16(v: number): number {
 }
 
 async function expectLoadError(path: string, ...parts: string[]): Promise<ModelLoadError> {
-  const err = await loadCheckpoint(path).then(() => undefined, (e: unknown) => e);
+  const err = await loadCheckpoint(path).then(
+    () => undefined,
+    (e: unknown) => e,
+  );
   expect(err).toBeInstanceOf(ModelLoadError);
   expect(isAirmError(err, "MODEL_LOAD")).toBe(true);
   for (const p of parts) expect((err as Error).message).toContain(p);
@@ -64,8 +67,18 @@ describe("loadCheckpoint on Hugging Face folders", () => {
     const ck = await loadCheckpoint(dir);
     try {
       expect(ck.config).toMatchObject({
-        architecture: "llama", hiddenSize: 16, numHeads: 4, numKvHeads: 2, headDim: 4, numLayers: 2, vocabSize: 259,
-        ropeTheta: 500000, tieWordEmbeddings: false, attentionBias: false, bosTokenId: 1, eosTokenIds: [2],
+        architecture: "llama",
+        hiddenSize: 16,
+        numHeads: 4,
+        numKvHeads: 2,
+        headDim: 4,
+        numLayers: 2,
+        vocabSize: 259,
+        ropeTheta: 500000,
+        tieWordEmbeddings: false,
+        attentionBias: false,
+        bosTokenId: 1,
+        eosTokenIds: [2],
         ropeScaling: { type: "llama3", factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositionEmbeddings: 8192 },
       });
       expect(ck.generation).toEqual({ eosTokenIds: [2, 0], temperature: 0.6, topP: 0.9 });
@@ -196,7 +209,10 @@ describe("loadCheckpoint on Hugging Face folders", () => {
     const file = join(dir, "model.safetensors");
     const bytes = readFileSync(file);
     const headerLen = Number(bytes.readBigUInt64LE(0));
-    const header = bytes.subarray(8, 8 + headerLen).toString().replace('"model.norm.weight":{"dtype":"F32"', '"model.norm.weight":{"dtype":"I32"');
+    const header = bytes
+      .subarray(8, 8 + headerLen)
+      .toString()
+      .replace('"model.norm.weight":{"dtype":"F32"', '"model.norm.weight":{"dtype":"I32"');
     bytes.write(header, 8);
     writeFileSync(file, bytes);
     await expectLoadError(dir, "model.safetensors", "model.norm.weight", "I32");

@@ -12,7 +12,23 @@ import type { Checkpoint } from "../src/checkpoint-types.ts";
 import { listModels } from "../src/model-cache/model-cache.ts";
 import { IncrementalDetokenizer } from "@airm/rm-core";
 import { makeTinyModel, CHATML_TEMPLATE } from "../src/tiny/make-tiny-model.ts";
-import { TYPE_IDS, f16Bits, f32, ggufBytes, i32s, lcg, permuteForGguf, quantQ4_0, quantQ4_1, quantQ8_0, str, strs, u32, type GgufTensor, type MetaValue } from "./fixtures/io/gguf-writer.ts";
+import {
+  TYPE_IDS,
+  f16Bits,
+  f32,
+  ggufBytes,
+  i32s,
+  lcg,
+  permuteForGguf,
+  quantQ4_0,
+  quantQ4_1,
+  quantQ8_0,
+  str,
+  strs,
+  u32,
+  type GgufTensor,
+  type MetaValue,
+} from "./fixtures/io/gguf-writer.ts";
 
 const root = mkdtempSync(join(tmpdir(), "llama-gguf-"));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -69,7 +85,11 @@ describe("GGUF dequantisation", () => {
     "t.q4_1": Uint16Array.from(q41.expected, refBf16),
   };
 
-  for (const [version, alignment] of [[2, 32], [3, 32], [3, 64]] as const) {
+  for (const [version, alignment] of [
+    [2, 32],
+    [3, 32],
+    [3, 64],
+  ] as const) {
     it(`reads every supported type exactly (GGUF v${version}, alignment ${alignment})`, () => {
       const path = join(root, `types-v${version}-a${alignment}.gguf`);
       writeFileSync(path, ggufBytes({ version, alignment, metadata: { "general.architecture": str("llama"), "test.count": u32(7) }, tensors }));
@@ -131,7 +151,9 @@ describe("loadCheckpoint on a GGUF file converted from a generated model", () =>
     makeTinyModel({ arch: "llama", out: hfDir, layers: 2, hidden: 64, heads: 4, kvHeads: 2, vocab: 400 });
     hf = await loadCheckpoint(hfDir);
     const tok = JSON.parse(readFileSync(join(hfDir, "tokenizer.json"), "utf8"));
-    const vocab = Object.entries(tok.model.vocab as Record<string, number>).sort((a, b) => a[1] - b[1]).map(([t]) => t);
+    const vocab = Object.entries(tok.model.vocab as Record<string, number>)
+      .sort((a, b) => a[1] - b[1])
+      .map(([t]) => t);
     metadata = {
       "general.architecture": str("llama"),
       "general.name": str("tiny"),
@@ -155,7 +177,13 @@ describe("loadCheckpoint on a GGUF file converted from a generated model", () =>
       "tokenizer.chat_template": str(CHATML_TEMPLATE),
     };
     const ggufName: Record<string, string> = {};
-    for (const g of ["token_embd.weight", "output_norm.weight", "output.weight", ...[0, 1].flatMap((l) => ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"].map((p) => `blk.${l}.${p}.weight`))]) ggufName[hfTensorName(g)] = g;
+    for (const g of [
+      "token_embd.weight",
+      "output_norm.weight",
+      "output.weight",
+      ...[0, 1].flatMap((l) => ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"].map((p) => `blk.${l}.${p}.weight`)),
+    ])
+      ggufName[hfTensorName(g)] = g;
     tensors = hf.tensors.list().map((t, i) => {
       const n = t.shape.reduce((a, b) => a * b, 1);
       const bits = new Uint16Array(n);
@@ -216,21 +244,45 @@ describe("loadCheckpoint on a GGUF file converted from a generated model", () =>
     const without = (key: string) => Object.fromEntries(Object.entries(metadata).filter(([k]) => k !== key));
     const cases: Array<{ name: string; bytes: () => Buffer; parts: string[] }> = [
       { name: "nokey", bytes: () => ggufBytes({ metadata: without("llama.block_count"), tensors }), parts: ["llama.block_count", "missing"] },
-      { name: "noffn", bytes: () => ggufBytes({ metadata, tensors: tensors.filter((t) => t.name !== "blk.1.ffn_up.weight") }), parts: ["model.layers.1.mlp.up_proj.weight", "missing"] },
+      {
+        name: "noffn",
+        bytes: () => ggufBytes({ metadata, tensors: tensors.filter((t) => t.name !== "blk.1.ffn_up.weight") }),
+        parts: ["model.layers.1.mlp.up_proj.weight", "missing"],
+      },
       { name: "notok", bytes: () => ggufBytes({ metadata: without("tokenizer.ggml.merges"), tensors }), parts: ["tokenizer.ggml.merges"] },
       { name: "spm", bytes: () => ggufBytes({ metadata: { ...metadata, "tokenizer.ggml.model": str("llama") }, tensors }), parts: ["tokenizer.ggml.model", "llama"] },
       { name: "arch", bytes: () => ggufBytes({ metadata: { ...metadata, "general.architecture": str("falcon") }, tensors }), parts: ["falcon", "general.architecture"] },
-      { name: "q5k", bytes: () => ggufBytes({ metadata, tensors: tensors.map((t) => (t.name === "output_norm.weight" ? { ...t, dims: [256], typeId: TYPE_IDS.Q5_K, data: new Uint8Array(176) } : t)) }), parts: ["model.norm.weight"] },
-      { name: "unknown-type", bytes: () => ggufBytes({ metadata, tensors: tensors.map((t) => (t.name === "blk.0.ffn_up.weight" ? { ...t, typeId: 99 } : t)) }), parts: ["blk.0.ffn_up.weight", "unknown GGML type 99"] },
+      {
+        name: "q5k",
+        bytes: () =>
+          ggufBytes({ metadata, tensors: tensors.map((t) => (t.name === "output_norm.weight" ? { ...t, dims: [256], typeId: TYPE_IDS.Q5_K, data: new Uint8Array(176) } : t)) }),
+        parts: ["model.norm.weight"],
+      },
+      {
+        name: "unknown-type",
+        bytes: () => ggufBytes({ metadata, tensors: tensors.map((t) => (t.name === "blk.0.ffn_up.weight" ? { ...t, typeId: 99 } : t)) }),
+        parts: ["blk.0.ffn_up.weight", "unknown GGML type 99"],
+      },
       { name: "truncated", bytes: () => ggufBytes({ metadata, tensors }).subarray(0, -100), parts: ["truncated", tensors.at(-1)!.name] },
       { name: "truncated-meta", bytes: () => ggufBytes({ metadata, tensors }).subarray(0, 2000), parts: ["truncated"] },
       { name: "magic", bytes: () => Buffer.from("GGML0000000000000000"), parts: ["GGUF magic"] },
-      { name: "v1", bytes: () => { const b = ggufBytes({ metadata, tensors }); b.writeUInt32LE(1, 4); return b; }, parts: ["version 1"] },
+      {
+        name: "v1",
+        bytes: () => {
+          const b = ggufBytes({ metadata, tensors });
+          b.writeUInt32LE(1, 4);
+          return b;
+        },
+        parts: ["version 1"],
+      },
     ];
     for (const c of cases) {
       const path = join(root, `${c.name}.gguf`);
       writeFileSync(path, c.bytes());
-      const err = await loadCheckpoint(path).then(() => undefined, (e: unknown) => e);
+      const err = await loadCheckpoint(path).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
       expect(err, c.name).toBeInstanceOf(ModelLoadError);
       for (const p of [path, ...c.parts]) expect((err as Error).message, c.name).toContain(p);
     }
@@ -244,7 +296,19 @@ describe("the cached SmolLM2-135M-Instruct GGUF (when present)", () => {
   it.skipIf(!present)("loads with SmolLM2's shape, tokenizer and chat template", async () => {
     const ck = await loadCheckpoint(path);
     try {
-      expect(ck.config).toMatchObject({ architecture: "llama", numLayers: 30, hiddenSize: 576, numHeads: 9, numKvHeads: 3, headDim: 64, intermediateSize: 1536, vocabSize: 49152, tieWordEmbeddings: true, ropeTheta: 100000, eosTokenIds: [2] });
+      expect(ck.config).toMatchObject({
+        architecture: "llama",
+        numLayers: 30,
+        hiddenSize: 576,
+        numHeads: 9,
+        numKvHeads: 3,
+        headDim: 64,
+        intermediateSize: 1536,
+        vocabSize: 49152,
+        tieWordEmbeddings: true,
+        ropeTheta: 100000,
+        eosTokenIds: [2],
+      });
       const prompt = ck.renderChat!([{ role: "user", content: "What is the capital of France?" }], { addGenerationPrompt: true });
       expect(prompt.endsWith("<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n")).toBe(true);
       const ids = ck.tokenizer.encode(prompt);

@@ -42,7 +42,8 @@ describe.each(Object.keys(configs))("%s", (arch) => {
     const cache = m.newCache(32);
     const logits = m.prefill(prompt, cache);
     const last = ref[ref.length - 1];
-    let maxDiff = 0, maxRef = 0;
+    let maxDiff = 0,
+      maxRef = 0;
     for (let i = 0; i < last.length; i++) {
       maxDiff = Math.max(maxDiff, Math.abs(logits[i] - last[i]));
       maxRef = Math.max(maxRef, Math.abs(last[i]));
@@ -132,7 +133,8 @@ describe("threads", () => {
     const m2 = await LlamaModel.load(randomCheckpoint(c, 9), { threads: 2 });
     try {
       expect(m2.threads).toBe(2);
-      const a = m1.newCache(64), b = m2.newCache(64);
+      const a = m1.newCache(64),
+        b = m2.newCache(64);
       expect(bits(m1.prefill(prompt, a)).equals(bits(m2.prefill(prompt, b)))).toBe(true);
       expect(kvDigest(m1, a)).toBe(kvDigest(m2, b));
       for (let s = 0; s < 5; s++) {
@@ -178,7 +180,12 @@ describe("errors and cache API", () => {
     expect(() => m.prefill([], cache)).toThrow(expect.objectContaining({ code: "CONFIG" }));
     expect(() => m.prefill([1, 300], cache)).toThrow(/outside the vocabulary/);
     expect(() => m.prefill([1, -1], cache)).toThrow(expect.objectContaining({ code: "CONFIG" }));
-    expect(() => m.decode([{ cache, token: 1 }, { cache, token: 2 }])).toThrow(/its own cache/);
+    expect(() =>
+      m.decode([
+        { cache, token: 1 },
+        { cache, token: 2 },
+      ]),
+    ).toThrow(/its own cache/);
     expect(() => models.qwen2.prefill([1], cache)).toThrow(/another model/);
     expect(() => m.newCache(0)).toThrow(expect.objectContaining({ code: "CONFIG" }));
     cache.n = -1;
@@ -247,11 +254,14 @@ describe("errors and cache API", () => {
 
 describe("rope", () => {
   it("llama3 scaling keeps high frequencies, divides low ones by factor and blends between (Llama 3.1 values)", () => {
-    const D = 128, theta = 500000;
+    const D = 128,
+      theta = 500000;
     const scaling = { type: "llama3" as const, factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositionEmbeddings: 8192 };
     const plain = ropeInverseFrequencies(D, theta, null);
     const scaled = ropeInverseFrequencies(D, theta, scaling);
-    let kept = 0, divided = 0, blended = 0;
+    let kept = 0,
+      divided = 0,
+      blended = 0;
     for (let i = 0; i < D / 2; i++) {
       const base = 1 / theta ** ((2 * i) / D);
       expect(plain[i]).toBe(Math.fround(base));

@@ -36,7 +36,7 @@ afterAll(() => {
   if (update) {
     // one line per id list keeps diffs readable
     const text = JSON.stringify(actual, null, 1).replace(/\[\s+([-\d,\s]+?)\s+\]/g, (_m, inner: string) => `[${inner.split(/,\s*/).join(", ")}]`);
-    writeFileSync(goldenFile, text + "\n");
+    writeFileSync(goldenFile, `${text}\n`);
   }
 });
 

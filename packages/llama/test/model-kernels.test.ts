@@ -34,7 +34,9 @@ function put(rt: KernelRuntime, data: Float32Array | Uint16Array): number {
 function runMatmul(rt: KernelRuntime, w: Uint16Array, x: Float32Array, T: number, rows: number, cols: number): Float32Array {
   const wp = rt.alloc(w.byteLength);
   interleaveRows(w, rt.u16, wp >> 1, rows, cols);
-  const xp = put(rt, x), xq = rt.alloc(x.byteLength), yp = rt.alloc(T * rows * 4);
+  const xp = put(rt, x),
+    xq = rt.alloc(x.byteLength),
+    yp = rt.alloc(T * rows * 4);
   rt.packX(xp, xq, T, cols);
   rt.matmul(wp, xq, yp, T, cols, rows);
   return rt.f32.slice(yp >> 2, (yp >> 2) + T * rows);
@@ -49,7 +51,20 @@ function randomProblem(seed: number, T: number, rows: number, cols: number): { w
 
 describe("matmul kernel", () => {
   it("equals the scalar reference bit for bit for every tile shape", () => {
-    for (const [T, rows, cols] of [[1, 1, 8], [1, 5, 16], [1, 37, 24], [1, 8, 8], [2, 7, 64], [4, 2, 8], [4, 3, 40], [4, 4, 8], [5, 33, 72], [8, 36, 16], [9, 66, 96], [13, 70, 136]]) {
+    for (const [T, rows, cols] of [
+      [1, 1, 8],
+      [1, 5, 16],
+      [1, 37, 24],
+      [1, 8, 8],
+      [2, 7, 64],
+      [4, 2, 8],
+      [4, 3, 40],
+      [4, 4, 8],
+      [5, 33, 72],
+      [8, 36, 16],
+      [9, 66, 96],
+      [13, 70, 136],
+    ]) {
       const { w, x } = randomProblem(T * 1000 + rows * 10 + cols, T, rows, cols);
       const y = runMatmul(rt1, w, x, T, rows, cols);
       for (let t = 0; t < T; t++) {
@@ -62,7 +77,9 @@ describe("matmul kernel", () => {
   });
 
   it("gives each token the same bits alone as inside a multi-token matmul", () => {
-    const T = 11, rows = 45, cols = 128;
+    const T = 11,
+      rows = 45,
+      cols = 128;
     const { w, x } = randomProblem(7, T, rows, cols);
     const all = runMatmul(rt1, w, x, T, rows, cols);
     for (let t = 0; t < T; t++) {
@@ -72,7 +89,11 @@ describe("matmul kernel", () => {
   });
 
   it("gives the same bits on one and two threads", () => {
-    for (const [T, rows, cols] of [[1, 600, 64], [4, 301, 96], [7, 1000, 40]]) {
+    for (const [T, rows, cols] of [
+      [1, 600, 64],
+      [4, 301, 96],
+      [7, 1000, 40],
+    ]) {
       const { w, x } = randomProblem(T + rows, T, rows, cols);
       const a = runMatmul(rt1, w, x, T, rows, cols);
       const b = runMatmul(rt2, w, x, T, rows, cols);
@@ -117,9 +138,11 @@ describe("memory", () => {
 
 describe("other kernels", () => {
   it("packX reorders blocks of 8 as even then odd and groups tokens in quads", () => {
-    const T = 5, cols = 16;
+    const T = 5,
+      cols = 16;
     const x = new Float32Array(T * cols).map((_, i) => i);
-    const p = put(rt1, x), q = rt1.alloc(x.byteLength);
+    const p = put(rt1, x),
+      q = rt1.alloc(x.byteLength);
     rt1.packX(p, q, T, cols);
     const got = [...rt1.f32.slice(q >> 2, (q >> 2) + T * cols)];
     const perm = (t: number, b: number): number[] => [0, 2, 4, 6, 1, 3, 5, 7].map((k) => t * cols + b * 8 + k);
@@ -128,7 +151,8 @@ describe("other kernels", () => {
   });
 
   it("the weight image interleaves 4-row groups per 8-column block and keeps tail rows plain", () => {
-    const rows = 6, cols = 16;
+    const rows = 6,
+      cols = 16;
     const w = new Uint16Array(rows * cols).map((_, i) => i);
     const img = new Uint16Array(rows * cols);
     interleaveRows(w, img, 0, rows, cols);
@@ -141,21 +165,28 @@ describe("other kernels", () => {
     const r = rand(11);
     const x = new Float32Array(576).map(() => r() * 4);
     const w = new Float32Array(576).map(() => 1 + r());
-    const xp = put(rt1, x), wp = put(rt1, w), op = rt1.alloc(576 * 4);
+    const xp = put(rt1, x),
+      wp = put(rt1, w),
+      op = rt1.alloc(576 * 4);
     rt1.rmsnorm(xp, wp, op, 576, 1e-5);
     expect(Buffer.from(rt1.f32.slice(op >> 2, (op >> 2) + 576).buffer).equals(Buffer.from(rmsnormRef(x, w, 1e-5).buffer))).toBe(true);
   });
 
   it("attention scores and values read the cache layout and equal their references", () => {
     const r = rand(5);
-    const S = 23, D = 16;
+    const S = 23,
+      D = 16;
     for (const n of [1, 3, 4, 5, 17, 23]) {
       const q = new Float32Array(D).map(() => r());
       const k = new Uint16Array(D * S).map(() => f32ToBf16(r()));
       const v = new Uint16Array(S * D).map(() => f32ToBf16(r()));
       const p = new Float32Array(n).map(() => r() + 0.5);
-      const qp = put(rt1, q), kp = put(rt1, k), vp = put(rt1, v), pp = put(rt1, p);
-      const sp = rt1.alloc((S + 4) * 4), op = rt1.alloc(D * 4);
+      const qp = put(rt1, q),
+        kp = put(rt1, k),
+        vp = put(rt1, v),
+        pp = put(rt1, p);
+      const sp = rt1.alloc((S + 4) * 4),
+        op = rt1.alloc(D * 4);
       rt1.attnScores(qp, kp, S, D, n, sp);
       rt1.attnValues(pp, vp, D, n, op);
       expect(Buffer.from(rt1.f32.slice(sp >> 2, (sp >> 2) + n).buffer).equals(Buffer.from(attnScoresRef(q, k, S, D, n).buffer))).toBe(true);

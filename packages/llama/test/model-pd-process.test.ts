@@ -38,7 +38,9 @@ const cases: [string, ReturnType<typeof tinyConfig>, SamplingParams][] = [
 describe("(a) prefill in process A, decode in process B", () => {
   it.each(cases)("%s: gives exactly the solo tokens", async (_name, config, sampling) => {
     const prompt = [1, 17, 33, 250, 8, 8, 91, 140, 3, 66, 12];
-    const S = 40, maxTokens = 16, seed = 21;
+    const S = 40,
+      maxTokens = 16,
+      seed = 21;
     const model = await LlamaModel.load(randomCheckpoint(config, seed));
     const solo = generate(model, prompt, { maxTokens, S, sampling }).tokens;
     model.close();
@@ -62,7 +64,8 @@ describe("(a) on models made by airm-model make-tiny", () => {
   ] as [string, SamplingParams][])("%s %j: decode in process B gives exactly the solo tokens", async (arch, sampling) => {
     const ckpt = await loadCheckpoint(gen.dirs[arch]);
     const prompt = ckpt.tokenizer.encode("The morning train left the station", { addSpecialTokens: true });
-    const S = 64, maxTokens = 20;
+    const S = 64,
+      maxTokens = 20;
     const model = await LlamaModel.load(ckpt);
     const solo = generate(model, prompt, { maxTokens, S, sampling }).tokens;
     model.close();

@@ -98,7 +98,8 @@ describe("filters", () => {
       let kt = 0;
       for (const i of kept) kt += w(i);
       const target = counterUniform(5, pos) * kt;
-      let c2 = 0, ref = kept.at(-1)!;
+      let c2 = 0,
+        ref = kept.at(-1)!;
       for (const i of kept) {
         c2 += w(i);
         if (c2 > target) {

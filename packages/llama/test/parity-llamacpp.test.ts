@@ -40,7 +40,11 @@ interface Agreement {
 
 /** Compares our per-position logits with llama.cpp's centred top-k at every position. */
 function agreement(ours: Float32Array[], theirs: CentredTop[]): Agreement {
-  let strict = 0, nearTie = 0, maxAbsDiff = 0, sumAbs = 0, count = 0;
+  let strict = 0,
+    nearTie = 0,
+    maxAbsDiff = 0,
+    sumAbs = 0,
+    count = 0;
   const disagreements: Agreement["disagreements"] = [];
   for (let p = 0; p < theirs.length; p++) {
     const o = ours[p];
@@ -69,7 +73,8 @@ function agreement(ours: Float32Array[], theirs: CentredTop[]): Agreement {
 
 /** Argmax agreement of two llama.cpp runs (its own batch-size sensitivity, for context). */
 function selfAgreement(a: CentredTop[], b: CentredTop[]): { strict: number; maxAbsDiff: number } {
-  let same = 0, maxAbsDiff = 0;
+  let same = 0,
+    maxAbsDiff = 0;
   for (let p = 0; p < a.length; p++) {
     if (a[p][0][0] === b[p][0][0]) same++;
     const ref = a[p][0][0];
@@ -143,7 +148,14 @@ describe.skipIf(!ggufPath)(`parity with llama.cpp on ${ggufPath ?? SKIP_REASON}`
 
   const conversations: [string, ChatMessage[], boolean][] = [
     ["one user turn", [{ role: "user", content: "What is the capital of France?" }], true],
-    ["system prompt", [{ role: "system", content: "You answer in one short sentence." }, { role: "user", content: "Why is the sky blue?" }], true],
+    [
+      "system prompt",
+      [
+        { role: "system", content: "You answer in one short sentence." },
+        { role: "user", content: "Why is the sky blue?" },
+      ],
+      true,
+    ],
     [
       "several turns",
       [
@@ -154,7 +166,14 @@ describe.skipIf(!ggufPath)(`parity with llama.cpp on ${ggufPath ?? SKIP_REASON}`
       true,
     ],
     ["non-ASCII and newlines", [{ role: "user", content: "Traduis « bonjour » en coréen : 안녕하세요?\nRéponds avec un emoji 🙂." }], true],
-    ["no generation prompt", [{ role: "user", content: "Hello" }, { role: "assistant", content: "Hi! How can I help?" }], false],
+    [
+      "no generation prompt",
+      [
+        { role: "user", content: "Hello" },
+        { role: "assistant", content: "Hi! How can I help?" },
+      ],
+      false,
+    ],
   ];
 
   it.each(conversations)("chat template (%s): same prompt text and tokens as llama.cpp's Jinja renderer and tokenizer", (_name, messages, addGenerationPrompt) => {
@@ -180,7 +199,9 @@ describe.skipIf(!ggufPath)(`parity with llama.cpp on ${ggufPath ?? SKIP_REASON}`
     const theirsText = ckpt.tokenizer.decode(theirs, { skipSpecialTokens: true });
     let common = 0;
     while (common < Math.min(ours.tokens.length, theirs.length) && ours.tokens[common] === theirs[common]) common++;
-    console.log(`ours (${ours.finishReason}): ${JSON.stringify(oursText)}\nllama.cpp: ${JSON.stringify(theirsText)}\nidentical leading tokens: ${common} of ${ours.tokens.length}/${theirs.length}`);
+    console.log(
+      `ours (${ours.finishReason}): ${JSON.stringify(oursText)}\nllama.cpp: ${JSON.stringify(theirsText)}\nidentical leading tokens: ${common} of ${ours.tokens.length}/${theirs.length}`,
+    );
     expect(oursText).toMatch(/Paris/);
   });
 });

@@ -17,7 +17,11 @@ afterAll(() => rmSync(root, { recursive: true, force: true }));
 const bin = new URL("../bin/airm-model.mjs", import.meta.url).pathname;
 
 function folderBytes(dir: string): Map<string, Buffer> {
-  return new Map(readdirSync(dir).sort().map((f) => [f, readFileSync(join(dir, f))]));
+  return new Map(
+    readdirSync(dir)
+      .sort()
+      .map((f) => [f, readFileSync(join(dir, f))]),
+  );
 }
 
 describe("airm-model make-tiny", () => {
@@ -54,7 +58,23 @@ describe("airm-model make-tiny", () => {
         (e: { code: number; stderr: string }) => ({ code: e.code, stderr: e.stderr }),
       ),
     ]);
-    for (const flag of ["--arch", "--out", "--preset", "--layers", "--hidden", "--heads", "--kv-heads", "--intermediate", "--vocab", "--seed", "--shards", "--dtype", "--tie-embeddings", "--max-position"]) expect(help.stdout).toContain(flag);
+    for (const flag of [
+      "--arch",
+      "--out",
+      "--preset",
+      "--layers",
+      "--hidden",
+      "--heads",
+      "--kv-heads",
+      "--intermediate",
+      "--vocab",
+      "--seed",
+      "--shards",
+      "--dtype",
+      "--tie-embeddings",
+      "--max-position",
+    ])
+      expect(help.stdout).toContain(flag);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain("--arch");
   });
@@ -65,7 +85,20 @@ describe("airm-model make-tiny", () => {
       makeTinyModel({ arch, out: dir, shards: arch === "qwen2" ? 3 : 1 });
       const ck = await loadCheckpoint(dir);
       try {
-        expect(ck.config).toMatchObject({ architecture: arch, numLayers: 2, hiddenSize: 64, numHeads: 4, numKvHeads: 2, headDim: 16, intermediateSize: 128, vocabSize: 512, tieWordEmbeddings: arch === "qwen2", attentionBias: arch === "qwen2", bosTokenId: 1, eosTokenIds: [2] });
+        expect(ck.config).toMatchObject({
+          architecture: arch,
+          numLayers: 2,
+          hiddenSize: 64,
+          numHeads: 4,
+          numKvHeads: 2,
+          headDim: 16,
+          intermediateSize: 128,
+          vocabSize: 512,
+          tieWordEmbeddings: arch === "qwen2",
+          attentionBias: arch === "qwen2",
+          bosTokenId: 1,
+          eosTokenIds: [2],
+        });
         expect(ck.generation.eosTokenIds).toEqual([2, 0]);
         expect(ck.tokenizer.vocabSize).toBe(512);
         if (arch === "qwen2") {
@@ -131,7 +164,11 @@ describe("airm-model make-tiny", () => {
     const dir = join(root, "regen");
     makeTinyModel({ arch: "llama", out: dir, shards: 4 });
     makeTinyModel({ arch: "llama", out: dir, shards: 2 });
-    expect(readdirSync(dir).filter((f) => f.endsWith(".safetensors")).sort()).toEqual(["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]);
+    expect(
+      readdirSync(dir)
+        .filter((f) => f.endsWith(".safetensors"))
+        .sort(),
+    ).toEqual(["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]);
   });
 
   it("--preset 135m has SmolLM2-135M's shape and a full 49152-token vocabulary", async () => {
@@ -139,7 +176,18 @@ describe("airm-model make-tiny", () => {
     makeTinyModel({ arch: "llama", out: dir, preset: "135m", layers: 1 });
     const ck = await loadCheckpoint(dir);
     try {
-      expect(ck.config).toMatchObject({ numLayers: 1, hiddenSize: 576, numHeads: 9, numKvHeads: 3, headDim: 64, intermediateSize: 1536, vocabSize: 49152, tieWordEmbeddings: true, ropeTheta: 100000, maxPositionEmbeddings: 8192 });
+      expect(ck.config).toMatchObject({
+        numLayers: 1,
+        hiddenSize: 576,
+        numHeads: 9,
+        numKvHeads: 3,
+        headDim: 64,
+        intermediateSize: 1536,
+        vocabSize: 49152,
+        tieWordEmbeddings: true,
+        ropeTheta: 100000,
+        maxPositionEmbeddings: 8192,
+      });
       expect(ck.tokenizer.vocabSize).toBe(49152);
       const high = [40000, 45000, 49151];
       for (const id of high) expect(ck.tokenizer.idToToken(id)).toBeDefined();

@@ -153,8 +153,8 @@ export interface SidecarSpec {
   port: number;
   /** Variables every worker (and the sidecar) gets so that they find it. */
   env: Record<string, string>;
-  /** How a launcher tells it is up: a TCP connect, or an HTTP GET of a path answering 200. */
-  ready: "tcp" | { http: string };
+  /** How a launcher tells it is up: a TCP connect (`"connect"`), or an HTTP GET of a path answering 200. */
+  ready: "connect" | { http: string };
 }
 
 /**
@@ -206,7 +206,6 @@ export interface ModelInfo {
   numericsFingerprint: string;
   eosTokenIds: number[];
 }
-
 
 /** What to run: the model and the compiled shape. How (threads, caches, devices) is the engine's config. */
 export interface EngineLoadOptions {

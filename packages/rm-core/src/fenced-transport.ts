@@ -43,7 +43,10 @@ export class FencedTransport implements KVTransport {
       await new Promise<void>((resolve, reject) => {
         const timer = setTimeout(() => {
           const list = this.waiters.get(key) ?? [];
-          this.waiters.set(key, list.filter((w) => w !== done));
+          this.waiters.set(
+            key,
+            list.filter((w) => w !== done),
+          );
           reject(
             new TransportTimeoutError(
               `${this.name}: no copy of ${key} was submitted in this process within ${timeoutMs} ms; ` +

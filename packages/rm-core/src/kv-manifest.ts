@@ -27,9 +27,9 @@ export interface KVManifest {
 }
 
 /** What the receiving side expects; any field left out is not checked. */
-export type ManifestExpectation = Partial<
-  Pick<KVManifest, "layout" | "dtype" | "S" | "layers" | "kvHeads" | "headDim" | "modelFingerprint" | "numericsFingerprint">
-> & { maxN?: number };
+export type ManifestExpectation = Partial<Pick<KVManifest, "layout" | "dtype" | "S" | "layers" | "kvHeads" | "headDim" | "modelFingerprint" | "numericsFingerprint">> & {
+  maxN?: number;
+};
 
 /** Bytes of one blob of the manifest's request (see layerBytes). */
 export function blobBytes(m: Pick<KVManifest, "kvHeads" | "headDim" | "S" | "dtype">): number {

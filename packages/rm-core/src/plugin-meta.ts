@@ -8,9 +8,9 @@ import { registry as defaultRegistry, type Registry } from "./registry.ts";
 
 /** Every backend the installed engines declare, with its engine and roles. */
 export function declaredBackends(r: Registry = defaultRegistry): { backend: string; engine: string; roles: WorkerRole[] }[] {
-  return r.entries("airm.workloads").flatMap((e) =>
-    Object.entries((e.meta as Partial<EngineEntryMeta>).backends ?? {}).map(([backend, d]) => ({ backend, engine: e.name, roles: d.roles })),
-  );
+  return r
+    .entries("airm.workloads")
+    .flatMap((e) => Object.entries((e.meta as Partial<EngineEntryMeta>).backends ?? {}).map(([backend, d]) => ({ backend, engine: e.name, roles: d.roles })));
 }
 
 /**
@@ -47,7 +47,13 @@ export function transportNeeds(name: string, r: Registry = defaultRegistry): Tra
   const bad = (what: string) => new ConfigError(`${e.source} airm.kv_transports.${name}.${what}`, "is malformed; see SidecarSpec / ClusterDirSpec in @airm/rm-core's contracts");
   const s = meta.sidecar;
   if (s !== undefined) {
-    const ok = typeof s.name === "string" && typeof s.bin === "string" && Array.isArray(s.args) && Number.isInteger(s.port) && typeof s.env === "object" && (s.ready === "tcp" || typeof (s.ready as { http?: unknown })?.http === "string");
+    const ok =
+      typeof s.name === "string" &&
+      typeof s.bin === "string" &&
+      Array.isArray(s.args) &&
+      Number.isInteger(s.port) &&
+      typeof s.env === "object" &&
+      (s.ready === "connect" || typeof (s.ready as { http?: unknown })?.http === "string");
     if (!ok) throw bad("sidecar");
   }
   const d = meta.clusterDir;

@@ -12,11 +12,7 @@ import type { AnyPlugin, EnginePlugin, KVTransportPlugin, PluginGroup, WorkloadP
 import { ConfigError, DuplicatePluginError, PluginShapeError, UnknownPluginError } from "./errors.ts";
 import { RM_CORE_CONFIG } from "./rm-core-config.ts";
 
-export type PluginFor<G extends string> = G extends "airm.kv_transports"
-  ? KVTransportPlugin
-  : G extends "airm.workloads"
-    ? EnginePlugin | WorkloadPlugin
-    : AnyPlugin;
+export type PluginFor<G extends string> = G extends "airm.kv_transports" ? KVTransportPlugin : G extends "airm.workloads" ? EnginePlugin | WorkloadPlugin : AnyPlugin;
 
 /** What the registry knows of a plugin before importing it. */
 export interface PluginEntry {
@@ -179,7 +175,7 @@ export class Registry {
   private find(group: string, name: string): Entry | undefined {
     const id = `${group}\0${name}`;
     const e = this.manual.get(id) ?? this.scan().get(id);
-    if (e && e.clashes.length) throw new DuplicatePluginError(group, name, [e.source, ...e.clashes]);
+    if (e?.clashes.length) throw new DuplicatePluginError(group, name, [e.source, ...e.clashes]);
     return e;
   }
 
@@ -216,11 +212,15 @@ export class Registry {
     // variables from the process environment (see RM_CORE_CONFIG).
     const cfg = RM_CORE_CONFIG.resolve({ env: process.env });
     const base = this.hosts.length ? this.hosts : [cfg.hostRoot ?? findPackageRoot(process.cwd())].filter((h): h is string => Boolean(h));
-    const hosts = [...base, ...(cfg.plugins ?? []).map((p) => {
-      const root = findPackageRoot(p);
-      if (!root || !existsSync(join(p, "package.json"))) throw new ConfigError("AIRM_PLUGINS", `${p} is not a package folder (no package.json); list plugin package folders separated by ":"`);
-      return root;
-    })];
+    const hosts = [
+      ...base,
+      ...(cfg.plugins ?? []).map((p) => {
+        const root = findPackageRoot(p);
+        if (!root || !existsSync(join(p, "package.json")))
+          throw new ConfigError("AIRM_PLUGINS", `${p} is not a package folder (no package.json); list plugin package folders separated by ":"`);
+        return root;
+      }),
+    ];
     const realDirs = new Map<string, string>();
     const real = (d: string) => {
       let r = realDirs.get(d);

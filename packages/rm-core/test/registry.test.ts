@@ -31,8 +31,18 @@ globalThis.__demoImports = (globalThis.__demoImports ?? 0) + 1;`;
   writePlugin(join(store, "demo-plugin"), "demo-plugin", { kv_transports: { demo: { export: "demo" } } }, transport);
   writePlugin(join(store, "bad-shape"), "bad-shape", { kv_transports: { broken: { export: "broken" } } }, `export const broken = { kind: "kv_transport", name: "broken" };`);
   writePlugin(join(store, "no-export"), "no-export", { workloads: { ghost: { export: "ghost" } } }, `export const other = 1;`);
-  writePlugin(join(store, "engine-x"), "engine-x", { workloads: { ex: { export: "ex", backends: { "ex-fast": { roles: ["decode"] } } } } }, `export const ex = { kind: "engine", name: "ex", config: ${config}, async load() { return {}; } };`);
-  writePlugin(join(store, "lazy-x"), "lazy-x", { workloads: { lazy: { export: "lazy", backends: { lz: { roles: ["solo"] } } } } }, `globalThis.__lazyImports = 1; export const lazy = {};`);
+  writePlugin(
+    join(store, "engine-x"),
+    "engine-x",
+    { workloads: { ex: { export: "ex", backends: { "ex-fast": { roles: ["decode"] } } } } },
+    `export const ex = { kind: "engine", name: "ex", config: ${config}, async load() { return {}; } };`,
+  );
+  writePlugin(
+    join(store, "lazy-x"),
+    "lazy-x",
+    { workloads: { lazy: { export: "lazy", backends: { lz: { roles: ["solo"] } } } } },
+    `globalThis.__lazyImports = 1; export const lazy = {};`,
+  );
   // a second package declaring "demo": refused where the clash is visible (AIRM_PLUGINS test below)
   writePlugin(join(store, "demo-again"), "demo-again", { kv_transports: { demo: { export: "demo" } } }, transport);
   writePlugin(join(store, "extra-plugin"), "extra-plugin", { kv_transports: { extra: { export: "extra", sidecar: { name: "x" } } } }, transport.replaceAll("demo", "extra"));
@@ -41,7 +51,12 @@ globalThis.__demoImports = (globalThis.__demoImports ?? 0) + 1;`;
   for (const p of ["demo-plugin", "bad-shape", "no-export", "engine-x", "lazy-x"]) symlinkSync(join(store, p), join(host, "node_modules", p), "dir");
   writeFileSync(
     join(host, "package.json"),
-    JSON.stringify({ name: "host", type: "module", dependencies: { "demo-plugin": "1", "bad-shape": "1", "no-export": "1", "engine-x": "1", "lazy-x": "1" }, optionalDependencies: { "absent-optional": "1" } }),
+    JSON.stringify({
+      name: "host",
+      type: "module",
+      dependencies: { "demo-plugin": "1", "bad-shape": "1", "no-export": "1", "engine-x": "1", "lazy-x": "1" },
+      optionalDependencies: { "absent-optional": "1" },
+    }),
   );
 });
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -105,7 +120,13 @@ describe("registry discovery", () => {
   test("entries() tells what a package.json entry declares without importing the plugin", () => {
     const r = new Registry();
     r.addHost(host);
-    expect(r.entry("airm.workloads", "ex")).toEqual({ group: "airm.workloads", name: "ex", source: "engine-x", dir: expect.stringContaining("engine-x"), meta: { backends: { "ex-fast": { roles: ["decode"] } } } });
+    expect(r.entry("airm.workloads", "ex")).toEqual({
+      group: "airm.workloads",
+      name: "ex",
+      source: "engine-x",
+      dir: expect.stringContaining("engine-x"),
+      meta: { backends: { "ex-fast": { roles: ["decode"] } } },
+    });
     expect(r.entries("airm.kv_transports").map((e) => e.name)).toEqual(["broken", "demo"]);
     expect(r.entry("airm.workloads", "lazy")?.meta).toEqual({ backends: { lz: { roles: ["solo"] } } });
     expect((globalThis as { __lazyImports?: number }).__lazyImports).toBeUndefined();
@@ -122,7 +143,13 @@ describe("registry discovery", () => {
   test("register() adds a plugin by hand and wins over discovery", async () => {
     const r = new Registry();
     r.addHost(host);
-    const mine = { kind: "kv_transport" as const, name: "demo", support: { scope: [], tiers: [], dtypes: [], layouts: [], copyOnly: false }, config: { resolve: () => ({}) } as never, create: async () => ({}) as never };
+    const mine = {
+      kind: "kv_transport" as const,
+      name: "demo",
+      support: { scope: [], tiers: [], dtypes: [], layouts: [], copyOnly: false },
+      config: { resolve: () => ({}) } as never,
+      create: async () => ({}) as never,
+    };
     r.register("airm.kv_transports", mine);
     expect(await r.load("airm.kv_transports", "demo")).toBe(mine);
     expect(r.sourceOf("airm.kv_transports", "demo")).toBe("(registered)");

@@ -4,7 +4,7 @@
 
 import { defineCommand, flagOf, int, isAirmError, oneOf, RM_CORE_CONFIG, text, untilStopSignal } from "@airm/rm-core";
 import { WORKER_CONFIG } from "./worker-config.ts";
-import { startWorker } from "./worker-server.ts";
+import { type RunningWorker, startWorker, type WorkerOptions } from "./worker-server.ts";
 
 export const WORKER_COMMAND = defineCommand({
   name: "airm-worker",
@@ -32,7 +32,7 @@ export const WORKER_COMMAND = defineCommand({
 
 /** Runs the CLI; resolves with the exit code once the worker stopped (or failed). */
 export async function main(argv = process.argv.slice(2), env: Record<string, string | undefined> = process.env): Promise<number> {
-  let opts;
+  let opts: WorkerOptions;
   try {
     const { values: f, help } = WORKER_COMMAND.parse(argv);
     if (help) {
@@ -48,7 +48,7 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
     console.error(`airm-worker: ${(err as Error).message.replace(/^airm-worker: /, "")}\n\n${WORKER_COMMAND.help()}`);
     return 2;
   }
-  let w;
+  let w: RunningWorker | undefined;
   try {
     w = await startWorker(opts);
     await w.ready;

@@ -36,9 +36,9 @@ export class DecodeBatcher {
       const group = this.queue.splice(0, this.batch);
       try {
         const next = await this.engine.decode(group.map((g) => g.step));
-        group.forEach((g, i) => g.resolve(next[i]));
+        for (const [i, g] of group.entries()) g.resolve(next[i]);
       } catch (err) {
-        group.forEach((g) => g.reject(err));
+        for (const g of group) g.reject(err);
       }
     }
     this.scheduled = false;

@@ -98,14 +98,7 @@ export interface PulledKV {
  * blob's CRC-32. With `manifestOnly` only the manifest is pulled and checked.
  * Throws KVIntegrityError(field) on any mismatch, TransportTimeoutError / TransportError from pulls.
  */
-export async function pullKV(
-  transport: KVTransport,
-  requestId: string,
-  model: ModelInfo,
-  variants: EngineVariant[],
-  timeoutMs: number,
-  manifestOnly = false,
-): Promise<PulledKV> {
+export async function pullKV(transport: KVTransport, requestId: string, model: ModelInfo, variants: EngineVariant[], timeoutMs: number, manifestOnly = false): Promise<PulledKV> {
   const opts = { dtype: "bf16" as const, layout: KV_LAYOUT, timeoutMs };
   const maxS = Math.max(...variants.map((v) => v.seqLen));
   const manifestP = transport.pull(manifestKey(requestId), { timeoutMs }).then(({ bytes }) => {

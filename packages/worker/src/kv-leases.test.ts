@@ -6,7 +6,11 @@ describe("LeaseTable", () => {
   it("releases once per terminal event and counts the reason", async () => {
     const released: string[] = [];
     const ends: string[] = [];
-    const t = new LeaseTable(60_000, async (id) => void released.push(id), (r) => ends.push(r));
+    const t = new LeaseTable(
+      60_000,
+      async (id) => void released.push(id),
+      (r) => ends.push(r),
+    );
     expect(t.open("a")).toBe(true);
     expect(t.open("a")).toBe(false);
     expect(t.counters().outstanding).toBe(1);
@@ -42,8 +46,14 @@ describe("RequestSlots", () => {
     const s = new RequestSlots(1);
     const free1 = await s.acquire();
     const order: number[] = [];
-    const p2 = s.acquire().then((f) => (order.push(2), f));
-    const p3 = s.acquire().then((f) => (order.push(3), f));
+    const p2 = s.acquire().then((f) => {
+      order.push(2);
+      return f;
+    });
+    const p3 = s.acquire().then((f) => {
+      order.push(3);
+      return f;
+    });
     expect([s.numRunning, s.numWaiting]).toEqual([1, 2]);
     free1();
     (await p2)();

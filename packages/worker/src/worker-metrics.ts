@@ -28,10 +28,38 @@ export class WorkerMetrics {
     this.registry.setDefaultLabels(labels);
     collectDefaultMetrics({ register: this.registry });
     const r = [this.registry];
-    new Gauge({ name: "vllm:num_requests_waiting", help: "requests waiting for an engine slot", registers: r, collect() { this.set(state.waiting()); } });
-    new Gauge({ name: "vllm:num_requests_running", help: "requests holding an engine slot", registers: r, collect() { this.set(state.running()); } });
-    new Gauge({ name: "vllm:kv_cache_usage_perc", help: "share of the engine's KV slots in use (0-1)", registers: r, collect() { this.set(state.kvUsage()); } });
-    new Gauge({ name: "airm_kv_leases_outstanding", help: "KV leases open on this worker", registers: r, collect() { this.set(state.leases().outstanding); } });
+    new Gauge({
+      name: "vllm:num_requests_waiting",
+      help: "requests waiting for an engine slot",
+      registers: r,
+      collect() {
+        this.set(state.waiting());
+      },
+    });
+    new Gauge({
+      name: "vllm:num_requests_running",
+      help: "requests holding an engine slot",
+      registers: r,
+      collect() {
+        this.set(state.running());
+      },
+    });
+    new Gauge({
+      name: "vllm:kv_cache_usage_perc",
+      help: "share of the engine's KV slots in use (0-1)",
+      registers: r,
+      collect() {
+        this.set(state.kvUsage());
+      },
+    });
+    new Gauge({
+      name: "airm_kv_leases_outstanding",
+      help: "KV leases open on this worker",
+      registers: r,
+      collect() {
+        this.set(state.leases().outstanding);
+      },
+    });
     new Counter({
       name: "airm_kv_leases_expired_total",
       help: "KV leases that reached their TTL and were released by expiry",
@@ -45,7 +73,12 @@ export class WorkerMetrics {
     this.prefillMs = new Histogram({ name: "airm_worker_prefill_ms", help: "engine prefill time per request (ms)", buckets: MS_BUCKETS, registers: r });
     this.decodeMs = new Histogram({ name: "airm_worker_decode_ms", help: "decode time per request after the KV import (ms)", buckets: MS_BUCKETS, registers: r });
     this.kvPushMs = new Histogram({ name: "airm_worker_kv_push_ms", help: "KV push time per request not hidden by prefill (ms)", buckets: MS_BUCKETS, registers: r });
-    this.kvLoadMs = new Histogram({ name: "airm_worker_kv_load_ms", help: "KV pull + check + import per request after the last blob arrived (ms)", buckets: MS_BUCKETS, registers: r });
+    this.kvLoadMs = new Histogram({
+      name: "airm_worker_kv_load_ms",
+      help: "KV pull + check + import per request after the last blob arrived (ms)",
+      buckets: MS_BUCKETS,
+      registers: r,
+    });
     this.requests = new Counter({ name: "airm_worker_requests_total", help: "internal requests by route and outcome", labelNames: ["route", "outcome"], registers: r });
   }
 }

@@ -81,7 +81,10 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
       );
       rt.markReady({ engine, transport });
       const info = { role: o.role, backend: o.backend, engine: engineName, device: engine.device, model: engine.model.id, variants: engine.variants(), transport: kvName };
-      log.info({ ...info, load_ms: Math.round(performance.now() - t0), url: `http://${host}:${port}` }, `worker ready on ${engine.device.path === "native" ? `native ${engine.device.device}` : "the CPU reference path"}`);
+      log.info(
+        { ...info, load_ms: Math.round(performance.now() - t0), url: `http://${host}:${port}` },
+        `worker ready on ${engine.device.path === "native" ? `native ${engine.device.device}` : "the CPU reference path"}`,
+      );
     } catch (err) {
       await transport?.close().catch(() => {});
       throw err;

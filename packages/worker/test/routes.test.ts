@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ErrorBodySchema, PrefillResponseSchema, ReleaseResponseSchema, WorkerEventSchema, WorkerHealthSchema, type WorkerEvent } from "@airm/internal-api";
 import { makeTinyModel } from "@airm/llama";
-import { engineForBackend, selectTransport, type KVTransport, type WorkerRole } from "@airm/rm-core";
+import { engineForBackend, selectTransport, type KVTransport, type SamplingParams, type WorkerRole } from "@airm/rm-core";
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createWorkerApp, loadServingEngine, WorkerRuntime, type ServingEngine } from "../src/index.ts";
@@ -28,7 +28,8 @@ async function worker(role: WorkerRole, backend: string, ready = true) {
     rt.markReady({ engine, transport });
   }
   const app = createWorkerApp(rt);
-  const post = (path: string, body: unknown) => app.request(path, { method: "POST", headers: { "content-type": "application/json" }, body: typeof body === "string" ? body : JSON.stringify(body) });
+  const post = (path: string, body: unknown) =>
+    app.request(path, { method: "POST", headers: { "content-type": "application/json" }, body: typeof body === "string" ? body : JSON.stringify(body) });
   return { rt, app, post };
 }
 
@@ -64,7 +65,7 @@ afterAll(async () => {
 });
 
 describe("worker routes (in-process)", () => {
-  const body = (requestId: string, sampling: Record<string, number> = { temperature: 0 }) => ({ requestId, input: { prompt: "routes in process" }, maxTokens: 12, sampling });
+  const body = (requestId: string, sampling: SamplingParams = { temperature: 0 }) => ({ requestId, input: { prompt: "routes in process" }, maxTokens: 12, sampling });
 
   it("solo: a first event, token events and done, every line an event of the contract", async () => {
     const evs = await events(await solo.post("/internal/generate", body("solo-1")));
@@ -75,7 +76,7 @@ describe("worker routes (in-process)", () => {
   });
 
   it("PD through a real shm transport between two runtimes gives the solo tokens, greedy and seeded", async () => {
-    for (const [i, sampling] of [{ temperature: 0 }, { temperature: 0.9, seed: 77 }].entries()) {
+    for (const [i, sampling] of ([{ temperature: 0 }, { temperature: 0.9, seed: 77 }] as SamplingParams[]).entries()) {
       const want = tokensOf(null, await events(await solo.post("/internal/generate", body(`s-${i}`, sampling))));
       const d = decode.post("/internal/decode", { requestId: `pd-${i}`, maxTokens: 12, sampling });
       const p = await prefill.post("/internal/prefill", body(`pd-${i}`, sampling));

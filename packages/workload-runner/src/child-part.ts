@@ -12,7 +12,7 @@ export interface PartSpec {
   /** http://host:port of a worker or the gateway; host:port of a sidecar. */
   url: string;
   /** How to tell it is up: GET <url><path> answers 200, or a TCP connect to host:port. */
-  ready: { http: string } | "tcp";
+  ready: { http: string } | "connect";
 }
 
 export class ChildPart {

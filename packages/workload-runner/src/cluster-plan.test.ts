@@ -21,7 +21,7 @@ describe("planCluster: what the transport declares decides the parts", () => {
       expect(relay.name).toBe("kv-relay");
       expect(relay.argv[1]).toMatch(/kv-relay\/bin\/airm-kv-relay\.mjs$/);
       expect(relay.argv.slice(2)).toEqual(["--listen", "127.0.0.1:7411"]);
-      expect(relay.ready).toBe("tcp");
+      expect(relay.ready).toBe("connect");
       for (const p of rest) expect(p.env.AIRM_KV_TCP_ADDR).toBe("127.0.0.1:7411");
       expect(plan.clusterDir).toBeNull();
     }
@@ -39,7 +39,10 @@ describe("planCluster: what the transport declares decides the parts", () => {
   });
 
   test("a transport or backend that is not installed is refused with what is", async () => {
-    await expect(planCluster({ model: "/m", kvTransport: "carrier-pigeon" }, 1)).rejects.toMatchObject({ code: "UNKNOWN_PLUGIN", message: expect.stringMatching(/installed: .*shm/) });
+    await expect(planCluster({ model: "/m", kvTransport: "carrier-pigeon" }, 1)).rejects.toMatchObject({
+      code: "UNKNOWN_PLUGIN",
+      message: expect.stringMatching(/installed: .*shm/),
+    });
     await expect(planCluster({ model: "/m", decode: [{ backend: "tpu" }] }, 1)).rejects.toMatchObject({ code: "CONFIG", message: expect.stringContaining("unknown backend") });
   });
 });

@@ -6,6 +6,7 @@
 import { createServer } from "node:net";
 import { transportNeeds, type TransportNeeds } from "@airm/rm-core";
 import type { PartSpec } from "./child-part.ts";
+import { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS, DEFAULT_SEQ_LEN } from "./defaults.ts";
 import { binFrom, pluginRegistry } from "./package-bins.ts";
 import { gatewayArgv, workerArgv } from "./rngd-pd-workload.ts";
 
@@ -45,11 +46,6 @@ export interface ClusterShape {
   env?: Record<string, string>;
   gatewayEnv?: Record<string, string>;
 }
-
-export const DEFAULT_KV_TRANSPORT = "shm";
-export const DEFAULT_BACKENDS = { prefill: "rngd-full", decode: "atom", solo: "rngd" } as const;
-export const DEFAULT_PORTS = { gateway: 8000, prefill: 8101, decode: 8102, solo: 8101 } as const;
-export const DEFAULT_SEQ_LEN = 512;
 
 export interface ClusterPlan {
   parts: PartSpec[];
@@ -105,7 +101,13 @@ export async function planCluster(o: ClusterShape, launcherPid: number): Promise
       const vars = { host, port: String(port), addr: `${host}:${port}` };
       for (const [k, v] of Object.entries(s.env)) env[k] = fill(v, vars);
       const bin = binFrom(transport.dir!, s.package ?? ".", s.bin);
-      parts.push({ name: s.name, argv: [process.execPath, bin, ...s.args.map((a) => fill(a, vars))], env: {}, url: vars.addr, ready: s.ready === "tcp" ? "tcp" : { http: s.ready.http } });
+      parts.push({
+        name: s.name,
+        argv: [process.execPath, bin, ...s.args.map((a) => fill(a, vars))],
+        env: {},
+        url: vars.addr,
+        ready: s.ready === "connect" ? "connect" : { http: s.ready.http },
+      });
       ports.push({ what: `${s.name} port`, port });
     }
   }

@@ -3,7 +3,8 @@
 export { run, buildCommand, workerArgv, gatewayArgv, rngdPdWorkload, RunConfigSchema, type RunConfig, type ProcessCommand } from "./rngd-pd-workload.ts";
 export { binPath, binFrom, pluginRegistry } from "./package-bins.ts";
 export { startLocalCluster, sweepStaleClusterDirs, type ClusterOptions, type RunningCluster } from "./local-cluster.ts";
-export { planCluster, freePort, DEFAULT_BACKENDS, DEFAULT_PORTS, DEFAULT_SEQ_LEN, type ClusterShape, type ClusterPlan, type WorkerSpec } from "./cluster-plan.ts";
+export { planCluster, freePort, type ClusterShape, type ClusterPlan, type WorkerSpec } from "./cluster-plan.ts";
+export { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS, DEFAULT_SEQ_LEN } from "./defaults.ts";
 export { ChildPart, type PartSpec } from "./child-part.ts";
 export { chooseDefaultModel, type ChosenModel } from "./default-model.ts";
 export { UP_COMMAND } from "./up-command.ts";

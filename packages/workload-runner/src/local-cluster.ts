@@ -55,7 +55,7 @@ function tcpOpen(hostPort: string): Promise<boolean> {
 
 async function healthy(p: ChildPart): Promise<boolean> {
   const r = p.spec.ready;
-  if (r === "tcp") return tcpOpen(p.url);
+  if (r === "connect") return tcpOpen(p.url);
   const base = /^https?:\/\//.test(p.url) ? p.url : `http://${p.url}`;
   try {
     return (await fetch(`${base}${r.http}`, { signal: AbortSignal.timeout(2000) })).status === 200;
@@ -137,7 +137,12 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
     parts.push(p);
     void p.exited.then(() => {
       if (stopping || o.onPartExit === "keep") return;
-      const tail = p.logs(12).split("\n").filter(Boolean).map((l) => `  ${p.name}| ${l}`).join("\n");
+      const tail = p
+        .logs(12)
+        .split("\n")
+        .filter(Boolean)
+        .map((l) => `  ${p.name}| ${l}`)
+        .join("\n");
       void stop(`airm up: the ${p.name} ${p.howItEnded}; stopping the cluster.${tail ? `\nits last output:\n${tail}` : ""}`).then(() => resolveDone(1));
     });
   }

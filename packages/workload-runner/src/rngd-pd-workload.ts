@@ -6,6 +6,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { ConfigError, engineForBackend, type Workload, type WorkloadPlugin } from "@airm/rm-core";
 import { z } from "zod";
+import { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT } from "./defaults.ts";
 import { binPath, pluginRegistry } from "./package-bins.ts";
 
 const port = z.number().int().min(0).max(65535);
@@ -14,10 +15,18 @@ const url = z.string().regex(/^https?:\/\/[^\s/]+(\/[^\s]*)?$/, "must be an http
 /** The config keys of run(); anything else is an error naming the key. */
 export const RunConfigSchema = z
   .object({
-    kv_transport: z.string().regex(/^[a-z0-9][a-z0-9-]*$/, "must be a transport name such as shm, tcp, nixl-ucx").default("shm"),
+    kv_transport: z
+      .string()
+      .regex(/^[a-z0-9][a-z0-9-]*$/, "must be a transport name (an installed airm.kv_transports plugin)")
+      .default(DEFAULT_KV_TRANSPORT),
     port: port.default(8000),
     host: z.string().min(1).default("0.0.0.0"),
-    seq_len: z.number().int().min(8).max(1 << 20).default(256),
+    seq_len: z
+      .number()
+      .int()
+      .min(8)
+      .max(1 << 20)
+      .default(256),
     backend: z.string().min(1).optional(),
     prefill_url: url.default("http://127.0.0.1:8101"),
     decode_url: url.default("http://127.0.0.1:8102"),
@@ -55,7 +64,20 @@ function parse<T>(schema: z.ZodType<T>, value: unknown, what: string): T {
 /** argv of an airm-worker process. Throws ConfigError (key `backend`) for a backend no installed engine runs in `role`. */
 export function workerArgv(o: { role: "prefill" | "decode" | "solo"; backend: string; host: string; port: number; seqLen: number; batch?: number }): string[] {
   engineForBackend(o.backend, o.role, pluginRegistry(), "backend");
-  const argv = [process.execPath, binPath("@airm/worker", "airm-worker"), "--role", o.role, "--backend", o.backend, "--host", o.host, "--port", String(o.port), "--seq-len", String(o.seqLen)];
+  const argv = [
+    process.execPath,
+    binPath("@airm/worker", "airm-worker"),
+    "--role",
+    o.role,
+    "--backend",
+    o.backend,
+    "--host",
+    o.host,
+    "--port",
+    String(o.port),
+    "--seq-len",
+    String(o.seqLen),
+  ];
   if (o.batch !== undefined) argv.push("--B", String(o.batch));
   return argv;
 }
@@ -85,7 +107,14 @@ export function buildCommand(workload: Workload, config: RunConfig = {}): Proces
     if (c.metrics_port !== undefined) env.AIRM_METRICS_PORT = String(c.metrics_port);
   } else {
     if (c.metrics_port !== undefined) throw new ConfigError("metrics_port", "is the gateway's airm_* port; workers serve /metrics on their own port");
-    argv = workerArgv({ role: w.kind, backend: c.backend ?? (w.kind === "prefill" ? "rngd-full" : "atom"), host: c.host, port: c.port, seqLen: c.seq_len, batch: w.kind === "decode" ? w.batch_hint : undefined });
+    argv = workerArgv({
+      role: w.kind,
+      backend: c.backend ?? DEFAULT_BACKENDS[w.kind],
+      host: c.host,
+      port: c.port,
+      seqLen: c.seq_len,
+      batch: w.kind === "decode" ? w.batch_hint : undefined,
+    });
   }
   argv.push(...c.args);
   Object.assign(env, c.env);

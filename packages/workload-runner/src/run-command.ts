@@ -2,6 +2,7 @@
 // runs it (the workload runner's buildCommand), or its command line with --dry-run.
 
 import { defineCommand, flagOf, int, switchOf, text, UsageError } from "@airm/rm-core";
+import { DEFAULT_KV_TRANSPORT } from "./defaults.ts";
 import { run, type RunConfig } from "./rngd-pd-workload.ts";
 
 export const RUN_COMMAND = defineCommand({
@@ -12,7 +13,7 @@ export const RUN_COMMAND = defineCommand({
   flags: {
     model: flagOf(text({ label: "path" }), { doc: "model folder or .gguf (becomes MODEL)" }),
     batchHint: flagOf(int({ min: 1, max: 1024 }), { doc: "decode only: batch width (becomes --B)" }),
-    kvTransport: flagOf(text({ label: "name" }), { defaultText: "shm", doc: "AIRM_KV_TRANSPORT" }),
+    kvTransport: flagOf(text({ label: "name" }), { defaultText: DEFAULT_KV_TRANSPORT, doc: "AIRM_KV_TRANSPORT: an installed KV transport" }),
     port: flagOf(int({ min: 0, max: 65535 }), { defaultText: "8000", doc: "HTTP port" }),
     host: flagOf(text({ label: "address" }), { defaultText: "0.0.0.0", doc: "listen address" }),
     seqLen: flagOf(int({ min: 8 }), { defaultText: "256 (the chart's seqLen)", doc: "compiled context" }),

@@ -2,7 +2,7 @@
 // ready-to-paste request printed once every part is healthy. Ctrl-C / SIGTERM stop it.
 
 import { defineCommand, flagOf, int, RM_CORE_CONFIG, switchOf, text } from "@airm/rm-core";
-import { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS, DEFAULT_SEQ_LEN } from "./cluster-plan.ts";
+import { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS, DEFAULT_SEQ_LEN } from "./defaults.ts";
 import { chooseDefaultModel } from "./default-model.ts";
 import { startLocalCluster } from "./local-cluster.ts";
 
@@ -21,7 +21,10 @@ export const UP_COMMAND = defineCommand({
     }),
     port: flagOf(int({ min: 0, max: 65535 }), { default: DEFAULT_PORTS.gateway, doc: "the OpenAI API port (0 picks a free one)" }),
     prefillBackend: flagOf(text({ label: "name" }), { default: DEFAULT_BACKENDS.prefill, doc: "prefill engine backend (rngd-full: whole prompt; rngd-chunk: chunked)" }),
-    decodeBackend: flagOf(text({ label: "name" }), { default: DEFAULT_BACKENDS.decode, doc: "decode engine backend (atom: cache as a host input each step; rngd: resident cache)" }),
+    decodeBackend: flagOf(text({ label: "name" }), {
+      default: DEFAULT_BACKENDS.decode,
+      doc: "decode engine backend (atom: cache as a host input each step; rngd: resident cache)",
+    }),
     seqLen: flagOf(int({ min: 8 }), { default: DEFAULT_SEQ_LEN, doc: "compiled context length" }),
     prefillPort: flagOf(int({ min: 0, max: 65535 }), { default: DEFAULT_PORTS.prefill, doc: "prefill worker port" }),
     decodePort: flagOf(int({ min: 0, max: 65535 }), { default: DEFAULT_PORTS.decode, doc: "decode worker port" }),
@@ -81,6 +84,16 @@ export async function up(argv: string[]): Promise<number> {
     .then((b) => b.data?.[0]?.id ?? "default")
     .catch(() => "default");
   const sidecars = cluster.plan.transport?.sidecar ? `, ${cluster.plan.transport.sidecar.name} on ${cluster.part(cluster.plan.transport.sidecar.name).url}` : "";
-  process.stdout.write(["", `rngd-pd is up: ${cluster.url}  (KV transport ${f.kvTransport}${sidecars}, decode on ${f.decodeBackend})`, "", tryIt(cluster.url, modelId), "", "Ctrl-C stops the cluster.", ""].join("\n"));
+  process.stdout.write(
+    [
+      "",
+      `rngd-pd is up: ${cluster.url}  (KV transport ${f.kvTransport}${sidecars}, decode on ${f.decodeBackend})`,
+      "",
+      tryIt(cluster.url, modelId),
+      "",
+      "Ctrl-C stops the cluster.",
+      "",
+    ].join("\n"),
+  );
   return cluster.done;
 }

@@ -55,7 +55,11 @@ function alive(pid: number): boolean {
 
 function startUp(args: string[], env: Record<string, string> = {}): { child: ChildProcess; out: () => string; err: () => string; exit: Promise<number | null> } {
   // its own process group, so a failing test can kill airm up and every part it started at once
-  const child = spawn(process.execPath, [airm, "up", ...args], { env: { ...process.env, AIRM_MODEL_CACHE: join(dir, "cache"), ...env }, stdio: ["ignore", "pipe", "pipe"], detached: true });
+  const child = spawn(process.execPath, [airm, "up", ...args], {
+    env: { ...process.env, AIRM_MODEL_CACHE: join(dir, "cache"), ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+    detached: true,
+  });
   let out = "";
   let err = "";
   child.stdout!.on("data", (d) => (out += d));

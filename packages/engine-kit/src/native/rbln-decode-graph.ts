@@ -106,10 +106,10 @@ export class RblnDecodeGraph {
     const staging = new Uint8Array(B * lb);
     for (let l = 0; l < g.layers; l++) {
       staging.fill(0);
-      host.forEach((h, i) => staging.set(h.k[l], i * lb));
+      for (const [i, h] of host.entries()) staging.set(h.k[l], i * lb);
       this.session.setInput(2 + 2 * l, staging);
       staging.fill(0);
-      host.forEach((h, i) => staging.set(h.v[l], i * lb));
+      for (const [i, h] of host.entries()) staging.set(h.v[l], i * lb);
       this.session.setInput(3 + 2 * l, staging);
     }
     this.session.run();

@@ -26,7 +26,7 @@ export interface AnswerContext {
 
 /** The whole completion as one JSON body. */
 export async function jsonAnswer(c: Context, a: AnswerContext): Promise<Response> {
-  let out;
+  let out: Awaited<ReturnType<typeof collectCompletion>>;
   try {
     out = await collectCompletion({ gen: a.gen, first: a.first, req: a.req, timing: a.timing, onText: () => {} });
   } catch (err) {

@@ -22,7 +22,18 @@ describe("parseGenerationRequest", () => {
   });
   it("accepts token-id prompts and text content parts", () => {
     expect(parseGenerationRequest("completion", { model: "m", prompt: [1, 2, 3] }).input).toEqual({ promptTokenIds: [1, 2, 3] });
-    const chat = parseGenerationRequest("chat", { model: "m", messages: [{ role: "user", content: [{ type: "text", text: "a" }, { type: "text", text: "b" }] }] });
+    const chat = parseGenerationRequest("chat", {
+      model: "m",
+      messages: [
+        {
+          role: "user",
+          content: [
+            { type: "text", text: "a" },
+            { type: "text", text: "b" },
+          ],
+        },
+      ],
+    });
     expect(chat.input).toEqual({ messages: [{ role: "user", content: "ab" }] });
   });
   it("converts OpenAI sampling names to the internal ones, once", () => {

@@ -99,12 +99,7 @@ function maxTokensOf(value: number | null | undefined, param: string, fallback: 
   if (v <= 0) throw new ApiError(400, "invalid_request", `${param} must be at least 1, got ${v}`, param);
   const limit = maxContext ?? MAX_TOKENS_CEILING;
   if (v >= limit) {
-    throw new ApiError(
-      400,
-      "context_overflow",
-      `${param}=${v} leaves no room for a prompt in the compiled context of ${limit} tokens; ask for at most ${limit - 1}`,
-      param,
-    );
+    throw new ApiError(400, "context_overflow", `${param}=${v} leaves no room for a prompt in the compiled context of ${limit} tokens; ask for at most ${limit - 1}`, param);
   }
   return v;
 }

@@ -61,7 +61,17 @@ async function complete(c: Context, kind: "completion" | "chat", o: GatewayAppOp
   const gen = o.orchestrator.run(req, requestId, AbortSignal.any([c.req.raw.signal, clientGone.signal]));
   const r = await gen.next();
   if (r.done || r.value.type !== "first") throw new ApiError(502, "worker_stream_broken", "the worker answered without a first token");
-  const answer = { kind, id: kind === "chat" ? `chatcmpl-${requestId.slice(5)}` : requestId, created: Math.floor(Date.now() / 1000), req, gen, first: r.value.first, timing, metrics: o.metrics, clientGone };
+  const answer = {
+    kind,
+    id: kind === "chat" ? `chatcmpl-${requestId.slice(5)}` : requestId,
+    created: Math.floor(Date.now() / 1000),
+    req,
+    gen,
+    first: r.value.first,
+    timing,
+    metrics: o.metrics,
+    clientGone,
+  };
   return req.stream ? sseAnswer(c, answer) : jsonAnswer(c, answer);
 }
 

@@ -67,7 +67,10 @@ class PdRequest {
   startDecode(): Promise<ReadableStream<Uint8Array>> {
     const { req, requestId } = this;
     const call = context.with(trace.setSpan(this.parent, this.spans.decode), () =>
-      this.dec.client.decode({ requestId, maxTokens: req.maxTokens, sampling: req.sampling, kvTimeoutMs: this.o.kvTimeoutMs }, { headers: traceHeaders(), signal: this.decodeAbort.signal }),
+      this.dec.client.decode(
+        { requestId, maxTokens: req.maxTokens, sampling: req.sampling, kvTimeoutMs: this.o.kvTimeoutMs },
+        { headers: traceHeaders(), signal: this.decodeAbort.signal },
+      ),
     );
     call.catch(() => {});
     return call;

@@ -2,7 +2,7 @@
 // relaying a worker's event stream as GenEvents with the right error for every way it can break,
 // and the fire-and-forget release.
 
-import { ApiError, readEvents, StreamIdleError, WorkerClient, type ReleaseReason } from "@airm/internal-api";
+import { ApiError, readEvents, StreamIdleError, type WorkerClient, type ReleaseReason } from "@airm/internal-api";
 import { context, propagation } from "@opentelemetry/api";
 import type { GenEvent } from "./gen-events.ts";
 
@@ -49,7 +49,10 @@ export async function* relayEvents(body: ReadableStream<Uint8Array>, o: RelayOpt
     for await (const ev of readEvents(body, o.idleMs)) {
       switch (ev.type) {
         case "first":
-          yield { type: "first", first: { token: ev.token, text: ev.text, eos: ev.eos, promptTokens: ev.promptTokens, seqLen: ev.seqLen, maxTokens: ev.maxTokens, prefillMs: ev.prefillMs } };
+          yield {
+            type: "first",
+            first: { token: ev.token, text: ev.text, eos: ev.eos, promptTokens: ev.promptTokens, seqLen: ev.seqLen, maxTokens: ev.maxTokens, prefillMs: ev.prefillMs },
+          };
           break;
         case "ready":
           loadMs = ev.kvLoadMs;

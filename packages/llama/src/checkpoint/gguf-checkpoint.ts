@@ -56,7 +56,8 @@ export class GgufMetadata {
     const v = this.file.metadata.get(key);
     if (v === undefined) return fallback ?? this.missing(key);
     const n = typeof v === "bigint" ? Number(v) : v;
-    if (typeof n !== "number" || !Number.isSafeInteger(n) || n < 0) throw new ModelLoadError(this.file.path, `metadata key "${key}" must be a non-negative integer, got ${String(v)}`, { item: key });
+    if (typeof n !== "number" || !Number.isSafeInteger(n) || n < 0)
+      throw new ModelLoadError(this.file.path, `metadata key "${key}" must be a non-negative integer, got ${String(v)}`, { item: key });
     return n;
   }
   num(key: string, fallback?: number): number {
@@ -97,16 +98,24 @@ export function ggufModelConfig(file: GgufFile): ModelConfig {
   const md = new GgufMetadata(file);
   const archName = md.str("general.architecture");
   const architecture = ARCHITECTURES[archName];
-  if (!architecture) throw new ModelLoadError(file.path, `architecture "${archName}" (general.architecture) is not supported; supported are ${Object.keys(ARCHITECTURES).join(", ")}`, { item: "general.architecture" });
+  if (!architecture)
+    throw new ModelLoadError(file.path, `architecture "${archName}" (general.architecture) is not supported; supported are ${Object.keys(ARCHITECTURES).join(", ")}`, {
+      item: "general.architecture",
+    });
   const a = archName;
   const hiddenSize = md.int(`${a}.embedding_length`);
   const numHeads = md.int(`${a}.attention.head_count`);
   const numKvHeads = md.int(`${a}.attention.head_count_kv`, numHeads);
   const headDim = md.int(`${a}.attention.key_length`, hiddenSize / numHeads);
-  if (!Number.isInteger(headDim) || numKvHeads === 0 || numHeads % numKvHeads !== 0) throw new ModelLoadError(file.path, `head counts ${numHeads}/${numKvHeads} do not fit embedding_length ${hiddenSize}`, { item: `${a}.attention.head_count` });
+  if (!Number.isInteger(headDim) || numKvHeads === 0 || numHeads % numKvHeads !== 0)
+    throw new ModelLoadError(file.path, `head counts ${numHeads}/${numKvHeads} do not fit embedding_length ${hiddenSize}`, { item: `${a}.attention.head_count` });
   const scaling = md.raw(`${a}.rope.scaling.type`);
-  if (scaling !== undefined && scaling !== "none") throw new ModelLoadError(file.path, `rope scaling "${String(scaling)}" (${a}.rope.scaling.type) is not supported`, { item: `${a}.rope.scaling.type` });
-  if (file.tensors.some((t) => t.name === "rope_freqs.weight")) throw new ModelLoadError(file.path, `tensor "rope_freqs.weight" (Llama 3.1 rope scaling in GGUF) is not supported; use the Hugging Face folder of this model`, { item: "rope_freqs.weight" });
+  if (scaling !== undefined && scaling !== "none")
+    throw new ModelLoadError(file.path, `rope scaling "${String(scaling)}" (${a}.rope.scaling.type) is not supported`, { item: `${a}.rope.scaling.type` });
+  if (file.tensors.some((t) => t.name === "rope_freqs.weight"))
+    throw new ModelLoadError(file.path, `tensor "rope_freqs.weight" (Llama 3.1 rope scaling in GGUF) is not supported; use the Hugging Face folder of this model`, {
+      item: "rope_freqs.weight",
+    });
   const tokens = md.has("tokenizer.ggml.tokens") ? (md.raw("tokenizer.ggml.tokens") as unknown[]).length : undefined;
   const vocabSize = md.int(`${a}.vocab_size`, tokens ?? file.tensors.find((t) => t.name === "token_embd.weight")?.dims[1] ?? 0);
   if (vocabSize === 0) throw new ModelLoadError(file.path, `metadata key "${a}.vocab_size" is missing and there is no tokenizer.ggml.tokens`, { item: `${a}.vocab_size` });
@@ -145,7 +154,10 @@ export class GgufTensorSource implements TensorSource {
   private closed = false;
 
   /** `permuteHeads` maps HF q/k weight names to the head count llama.cpp permuted them with. */
-  constructor(private readonly file: GgufFile, private readonly permuteHeads: Map<string, number>) {
+  constructor(
+    private readonly file: GgufFile,
+    private readonly permuteHeads: Map<string, number>,
+  ) {
     for (const t of file.tensors) {
       const hfName = hfTensorName(t.name);
       if (this.byName.has(hfName)) throw new ModelLoadError(file.path, `tensor "${t.name}" maps to "${hfName}", which another tensor already has`, { item: t.name });
@@ -180,7 +192,7 @@ export class GgufTensorSource implements TensorSource {
     const target = heads === undefined ? dst : new Uint16Array(count);
     const info = GGML_TYPES[t.typeId]!;
     const perChunk = CHUNK_BLOCKS * info.blockSize;
-    const buf = new Uint8Array(Math.min(count, perChunk) / info.blockSize * info.typeSize);
+    const buf = new Uint8Array((Math.min(count, perChunk) / info.blockSize) * info.typeSize);
     for (let done = 0; done < count; done += perChunk) {
       const n = Math.min(perChunk, count - done);
       const bytes = (n / info.blockSize) * info.typeSize;
@@ -251,7 +263,15 @@ export function loadGgufCheckpoint(path: string): Checkpoint {
     const { tokenizer, chatTemplate, bosToken, eosToken } = ggufTokenizer(file, config);
     const renderChat = chatTemplate === undefined ? undefined : compileChatTemplate(chatTemplate, { bosToken, eosToken }, path);
     const eos = config.eosTokenIds.length ? config.eosTokenIds : tokenizer.eosTokenIds;
-    return makeCheckpoint({ path, id: basename(path).replace(/\.gguf$/i, ""), config: { ...config, eosTokenIds: [...eos] }, tensors, tokenizer, renderChat, generation: { eosTokenIds: [...eos] } });
+    return makeCheckpoint({
+      path,
+      id: basename(path).replace(/\.gguf$/i, ""),
+      config: { ...config, eosTokenIds: [...eos] },
+      tensors,
+      tokenizer,
+      renderChat,
+      generation: { eosTokenIds: [...eos] },
+    });
   } catch (e) {
     closeGguf(file);
     throw e;

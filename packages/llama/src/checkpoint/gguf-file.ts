@@ -31,8 +31,19 @@ export const GGML_TYPES: Record<number, { name: string; blockSize: number; typeS
 
 /** GGUF metadata value types. */
 export const GgufValueType = {
-  UINT8: 0, INT8: 1, UINT16: 2, INT16: 3, UINT32: 4, INT32: 5, FLOAT32: 6, BOOL: 7,
-  STRING: 8, ARRAY: 9, UINT64: 10, INT64: 11, FLOAT64: 12,
+  UINT8: 0,
+  INT8: 1,
+  UINT16: 2,
+  INT16: 3,
+  UINT32: 4,
+  INT32: 5,
+  FLOAT32: 6,
+  BOOL: 7,
+  STRING: 8,
+  ARRAY: 9,
+  UINT64: 10,
+  INT64: 11,
+  FLOAT64: 12,
 } as const;
 
 export type GgufValue = number | bigint | boolean | string | GgufValue[];
@@ -72,7 +83,11 @@ class FileCursor {
   private bufStart = 0;
   private bufLen = 0;
   pos = 0;
-  constructor(private readonly fd: number, private readonly path: string, readonly size: number) {}
+  constructor(
+    private readonly fd: number,
+    private readonly path: string,
+    readonly size: number,
+  ) {}
 
   private ensure(n: number, what: string): void {
     if (this.pos + n > this.size) throw new ModelLoadError(this.path, `file ends while reading ${what} at offset ${this.pos}; the file is truncated`, { item: what });
@@ -95,16 +110,36 @@ class FileCursor {
     return off;
   }
 
-  u8(what: string): number { return this.buf.readUInt8(this.at(1, what)); }
-  i8(what: string): number { return this.buf.readInt8(this.at(1, what)); }
-  u16(what: string): number { return this.buf.readUInt16LE(this.at(2, what)); }
-  i16(what: string): number { return this.buf.readInt16LE(this.at(2, what)); }
-  u32(what: string): number { return this.buf.readUInt32LE(this.at(4, what)); }
-  i32(what: string): number { return this.buf.readInt32LE(this.at(4, what)); }
-  f32(what: string): number { return this.buf.readFloatLE(this.at(4, what)); }
-  f64(what: string): number { return this.buf.readDoubleLE(this.at(8, what)); }
-  u64(what: string): bigint { return this.buf.readBigUInt64LE(this.at(8, what)); }
-  i64(what: string): bigint { return this.buf.readBigInt64LE(this.at(8, what)); }
+  u8(what: string): number {
+    return this.buf.readUInt8(this.at(1, what));
+  }
+  i8(what: string): number {
+    return this.buf.readInt8(this.at(1, what));
+  }
+  u16(what: string): number {
+    return this.buf.readUInt16LE(this.at(2, what));
+  }
+  i16(what: string): number {
+    return this.buf.readInt16LE(this.at(2, what));
+  }
+  u32(what: string): number {
+    return this.buf.readUInt32LE(this.at(4, what));
+  }
+  i32(what: string): number {
+    return this.buf.readInt32LE(this.at(4, what));
+  }
+  f32(what: string): number {
+    return this.buf.readFloatLE(this.at(4, what));
+  }
+  f64(what: string): number {
+    return this.buf.readDoubleLE(this.at(8, what));
+  }
+  u64(what: string): bigint {
+    return this.buf.readBigUInt64LE(this.at(8, what));
+  }
+  i64(what: string): bigint {
+    return this.buf.readBigInt64LE(this.at(8, what));
+  }
   /** A u64 that must fit a safe JS number and be at most `max`. */
   count(what: string, max: number): number {
     const v = this.u64(what);
@@ -120,18 +155,30 @@ class FileCursor {
 
 function readValue(c: FileCursor, type: number, key: string, path: string): GgufValue {
   switch (type) {
-    case GgufValueType.UINT8: return c.u8(key);
-    case GgufValueType.INT8: return c.i8(key);
-    case GgufValueType.UINT16: return c.u16(key);
-    case GgufValueType.INT16: return c.i16(key);
-    case GgufValueType.UINT32: return c.u32(key);
-    case GgufValueType.INT32: return c.i32(key);
-    case GgufValueType.FLOAT32: return c.f32(key);
-    case GgufValueType.BOOL: return c.u8(key) !== 0;
-    case GgufValueType.STRING: return c.string(key);
-    case GgufValueType.UINT64: return c.u64(key);
-    case GgufValueType.INT64: return c.i64(key);
-    case GgufValueType.FLOAT64: return c.f64(key);
+    case GgufValueType.UINT8:
+      return c.u8(key);
+    case GgufValueType.INT8:
+      return c.i8(key);
+    case GgufValueType.UINT16:
+      return c.u16(key);
+    case GgufValueType.INT16:
+      return c.i16(key);
+    case GgufValueType.UINT32:
+      return c.u32(key);
+    case GgufValueType.INT32:
+      return c.i32(key);
+    case GgufValueType.FLOAT32:
+      return c.f32(key);
+    case GgufValueType.BOOL:
+      return c.u8(key) !== 0;
+    case GgufValueType.STRING:
+      return c.string(key);
+    case GgufValueType.UINT64:
+      return c.u64(key);
+    case GgufValueType.INT64:
+      return c.i64(key);
+    case GgufValueType.FLOAT64:
+      return c.f64(key);
     case GgufValueType.ARRAY: {
       const elemType = c.u32(key);
       if (elemType === GgufValueType.ARRAY) throw new ModelLoadError(path, `metadata key "${key}" is a nested array, which is not supported`, { item: key });
@@ -176,7 +223,8 @@ export function openGguf(path: string): GgufFile {
     }
     const alignmentRaw = metadata.get("general.alignment") ?? 32;
     const alignment = Number(alignmentRaw);
-    if (!Number.isInteger(alignment) || alignment <= 0 || alignment % 8 !== 0) throw new ModelLoadError(path, `general.alignment ${String(alignmentRaw)} must be a positive multiple of 8`, { item: "general.alignment" });
+    if (!Number.isInteger(alignment) || alignment <= 0 || alignment % 8 !== 0)
+      throw new ModelLoadError(path, `general.alignment ${String(alignmentRaw)} must be a positive multiple of 8`, { item: "general.alignment" });
     const raw: Array<Omit<GgufTensorInfo, "start" | "byteLength"> & { offset: number }> = [];
     for (let i = 0; i < tensorCount; i++) {
       const name = c.string(`tensor info #${i} name`);
@@ -194,12 +242,15 @@ export function openGguf(path: string): GgufFile {
     const tensors: GgufTensorInfo[] = raw.map(({ offset, ...t }) => {
       const info = GGML_TYPES[t.typeId]!;
       const elements = t.dims.reduce((a, b) => a * b, 1);
-      if (t.dims[0]! % info.blockSize !== 0) throw new ModelLoadError(path, `tensor "${t.name}" row length ${t.dims[0]} is not a multiple of the ${t.type} block size ${info.blockSize}`, { item: t.name });
+      if (t.dims[0]! % info.blockSize !== 0)
+        throw new ModelLoadError(path, `tensor "${t.name}" row length ${t.dims[0]} is not a multiple of the ${t.type} block size ${info.blockSize}`, { item: t.name });
       if (offset % alignment !== 0) throw new ModelLoadError(path, `tensor "${t.name}" offset ${offset} is not aligned to ${alignment}`, { item: t.name });
       const byteLength = (elements / info.blockSize) * info.typeSize;
       const start = dataStart + offset;
       if (start + byteLength > size) {
-        throw new ModelLoadError(path, `tensor "${t.name}" data [${start}, ${start + byteLength}) runs past the end of the file (${size} bytes); the file is truncated`, { item: t.name });
+        throw new ModelLoadError(path, `tensor "${t.name}" data [${start}, ${start + byteLength}) runs past the end of the file (${size} bytes); the file is truncated`, {
+          item: t.name,
+        });
       }
       return { ...t, start, byteLength };
     });

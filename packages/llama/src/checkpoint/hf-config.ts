@@ -33,7 +33,8 @@ export function tokenIdList(v: unknown, file: string, key: string): number[] {
   if (v === undefined || v === null) return [];
   const list = Array.isArray(v) ? v : [v];
   for (const id of list) {
-    if (typeof id !== "number" || !Number.isInteger(id) || id < 0) throw new ModelLoadError(file, `"${key}" must be a token id or a list of them, got ${JSON.stringify(v)}`, { item: key });
+    if (typeof id !== "number" || !Number.isInteger(id) || id < 0)
+      throw new ModelLoadError(file, `"${key}" must be a token id or a list of them, got ${JSON.stringify(v)}`, { item: key });
   }
   return list as number[];
 }
@@ -54,7 +55,11 @@ function ropeScaling(raw: unknown, file: string): RopeScaling | null {
     highFreqFactor: num(r, "high_freq_factor", file, NaN),
     originalMaxPositionEmbeddings: int(r, "original_max_position_embeddings", file),
   };
-  for (const [key, value] of [["factor", scaling.factor], ["low_freq_factor", scaling.lowFreqFactor], ["high_freq_factor", scaling.highFreqFactor]] as const) {
+  for (const [key, value] of [
+    ["factor", scaling.factor],
+    ["low_freq_factor", scaling.lowFreqFactor],
+    ["high_freq_factor", scaling.highFreqFactor],
+  ] as const) {
     if (!Number.isFinite(value) || value <= 0) throw new ModelLoadError(file, `rope_scaling.${key} must be a positive number`, { item: `rope_scaling.${key}` });
   }
   return scaling;
@@ -74,13 +79,17 @@ export function parseHfConfig(raw: unknown, file: string): ModelConfig {
   if (archName !== undefined) architecture = ARCHITECTURES[archName];
   else if (c.model_type === "llama" || c.model_type === "qwen2") architecture = c.model_type;
   if (!architecture) {
-    throw new ModelLoadError(file, `architecture ${JSON.stringify(archName ?? c.model_type ?? null)} is not supported; supported are ${Object.keys(ARCHITECTURES).join(", ")}`, { item: "architectures" });
+    throw new ModelLoadError(file, `architecture ${JSON.stringify(archName ?? c.model_type ?? null)} is not supported; supported are ${Object.keys(ARCHITECTURES).join(", ")}`, {
+      item: "architectures",
+    });
   }
   const hiddenSize = int(c, "hidden_size", file);
   const numHeads = int(c, "num_attention_heads", file);
   const numKvHeads = int(c, "num_key_value_heads", file, numHeads);
-  if (numHeads % numKvHeads !== 0) throw new ModelLoadError(file, `num_attention_heads ${numHeads} is not a multiple of num_key_value_heads ${numKvHeads}`, { item: "num_key_value_heads" });
-  if (c.head_dim === undefined && hiddenSize % numHeads !== 0) throw new ModelLoadError(file, `hidden_size ${hiddenSize} is not a multiple of num_attention_heads ${numHeads} and there is no head_dim`, { item: "head_dim" });
+  if (numHeads % numKvHeads !== 0)
+    throw new ModelLoadError(file, `num_attention_heads ${numHeads} is not a multiple of num_key_value_heads ${numKvHeads}`, { item: "num_key_value_heads" });
+  if (c.head_dim === undefined && hiddenSize % numHeads !== 0)
+    throw new ModelLoadError(file, `hidden_size ${hiddenSize} is not a multiple of num_attention_heads ${numHeads} and there is no head_dim`, { item: "head_dim" });
   const headDim = int(c, "head_dim", file, hiddenSize / numHeads);
   if (headDim % 2 !== 0) throw new ModelLoadError(file, `head_dim ${headDim} must be even for rotary embeddings`, { item: "head_dim" });
   const maxPositionEmbeddings = int(c, "max_position_embeddings", file, 2048);

@@ -52,7 +52,8 @@ function safetensorsFiles(dir: string): string[] {
     if (!index || typeof index.weight_map !== "object" || index.weight_map === null) throw new ModelLoadError(indexFile, `has no "weight_map" object`, { item: "weight_map" });
     const shards = [...new Set(Object.values(index.weight_map))];
     for (const shard of shards) {
-      if (typeof shard !== "string" || shard.includes("/") || shard.includes("\\") || shard.startsWith(".")) throw new ModelLoadError(indexFile, `weight_map names an invalid shard ${JSON.stringify(shard)}`, { item: "weight_map" });
+      if (typeof shard !== "string" || shard.includes("/") || shard.includes("\\") || shard.startsWith("."))
+        throw new ModelLoadError(indexFile, `weight_map names an invalid shard ${JSON.stringify(shard)}`, { item: "weight_map" });
       if (!existsSync(join(dir, shard))) throw new ModelLoadError(join(dir, shard), `is missing (listed in ${basename(indexFile)})`);
     }
     return (shards as string[]).sort().map((s) => join(dir, s));
@@ -105,7 +106,11 @@ function loadHfFolder(dir: string, reuse?: Checkpoint): Checkpoint {
       ? { tokenizer: reuse.tokenizer as HfTokenizer, renderChat: reuse.renderChat }
       : loadFolderTokenizer(dir, config, generation.eosTokenIds);
     if (generation.eosTokenIds.length === 0) generation.eosTokenIds.push(...tokenizer.eosTokenIds);
-    const finalConfig: ModelConfig = { ...config, eosTokenIds: config.eosTokenIds.length ? config.eosTokenIds : [...generation.eosTokenIds], bosTokenId: config.bosTokenId ?? tokenizer.bosTokenId };
+    const finalConfig: ModelConfig = {
+      ...config,
+      eosTokenIds: config.eosTokenIds.length ? config.eosTokenIds : [...generation.eosTokenIds],
+      bosTokenId: config.bosTokenId ?? tokenizer.bosTokenId,
+    };
     return makeCheckpoint({ path: dir, id: basename(dir), config: finalConfig, tensors, tokenizer, renderChat, generation });
   } catch (e) {
     tensors.close();

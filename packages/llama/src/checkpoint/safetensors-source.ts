@@ -70,13 +70,21 @@ export function readSafetensorsHeader(fd: number, file: string): SafetensorsHead
     }
     const entry = value as { dtype?: unknown; shape?: unknown; data_offsets?: unknown };
     const { dtype, shape, data_offsets: offsets } = entry ?? {};
-    if (typeof dtype !== "string" || !Array.isArray(shape) || !shape.every((d) => Number.isInteger(d) && d >= 0) ||
-        !Array.isArray(offsets) || offsets.length !== 2 || !offsets.every((o) => Number.isInteger(o) && o >= 0)) {
+    if (
+      typeof dtype !== "string" ||
+      !Array.isArray(shape) ||
+      !shape.every((d) => Number.isInteger(d) && d >= 0) ||
+      !Array.isArray(offsets) ||
+      offsets.length !== 2 ||
+      !offsets.every((o) => Number.isInteger(o) && o >= 0)
+    ) {
       throw new ModelLoadError(file, `tensor "${name}" has a malformed header entry (needs dtype, shape, data_offsets)`, { item: name });
     }
     const [begin, end] = offsets as [number, number];
     if (end < begin || end > dataBytes) {
-      throw new ModelLoadError(file, `tensor "${name}" data_offsets [${begin}, ${end}] run past the ${dataBytes} data bytes in the file; the file is truncated or corrupt`, { item: name });
+      throw new ModelLoadError(file, `tensor "${name}" data_offsets [${begin}, ${end}] run past the ${dataBytes} data bytes in the file; the file is truncated or corrupt`, {
+        item: name,
+      });
     }
     const elementBytes = ELEMENT_BYTES[dtype];
     if (elementBytes !== undefined) {
@@ -189,4 +197,3 @@ export class SafetensorsSource implements TensorSource {
     for (const fd of this.fds.splice(0)) closeSync(fd);
   }
 }
-

@@ -28,7 +28,7 @@ function nearestEven(v: number): number {
 function expRef(x0: number): number {
   const x = f(Math.max(Math.min(f(x0), 88), -87));
   if (Number.isNaN(x)) return NaN;
-  const k = nearestEven(f(x * f(1.44269504088896341)));
+  const k = nearestEven(f(x * f(Math.LOG2E)));
   const r = f(f(x - f(k * f(0.693359375))) - f(k * f(-2.1219444e-4)));
   let p = f(1.98756915e-4);
   p = f(f(p * r) + f(1.3981999507e-3));
@@ -92,9 +92,11 @@ describe("element-wise kernels", () => {
 
   it("swiglu equals silu(gate) * up per token", () => {
     const r = rand(2);
-    const I = 20, T = 3;
+    const I = 20,
+      T = 3;
     const gu = new Float32Array(T * 2 * I).map(() => r() * 30);
-    const gp = put(gu), ap = rt.alloc(T * I * 4);
+    const gp = put(gu),
+      ap = rt.alloc(T * I * 4);
     rt.swiglu(gp, ap, I, T);
     const want = new Float32Array(T * I);
     for (let t = 0; t < T; t++) {
@@ -119,7 +121,10 @@ describe("element-wise kernels", () => {
   it("rope_kv rotates like RopeTable.apply and appends K/V rounded to bf16 at the layout's places", () => {
     const r = rand(4);
     for (const D of [4, 8, 12, 64]) {
-      for (const [H, KV] of [[4, 2], [9, 3]]) {
+      for (const [H, KV] of [
+        [4, 2],
+        [9, 3],
+      ]) {
         for (const pos of [0, 5, 40]) {
           const S = 48;
           const rope = new RopeTable(D, 10000, null);
@@ -135,7 +140,8 @@ describe("element-wise kernels", () => {
             cs[half + i] = rope.sin[pos * half + i];
           }
           const csp = put(cs);
-          const kL = rt.alloc(KV * D * S * 2), vL = rt.alloc(KV * D * S * 2);
+          const kL = rt.alloc(KV * D * S * 2),
+            vL = rt.alloc(KV * D * S * 2);
           rt.ropeKv(xp, csp, H + KV, D, xp + H * D * 4, KV, kL + pos * 2, vL + pos * D * 2, S);
           const want = Float32Array.from(x);
           rope.apply(want, 0, H + KV, D, pos);
@@ -154,13 +160,20 @@ describe("element-wise kernels", () => {
 
   it("attention equals scores, softmax and values head by head (GQA)", () => {
     const r = rand(5);
-    const S = 40, H = 6, KV = 2, group = 3;
+    const S = 40,
+      H = 6,
+      KV = 2,
+      group = 3;
     for (const D of [4, 36, 64]) {
       for (const n of [1, 7, 16, 33, 40]) {
         const q = new Float32Array(H * D).map(() => r() * 2);
         const k = new Uint16Array(KV * D * S).map(() => bf16Bits(new Uint32Array(Float32Array.of(r()).buffer)[0]));
         const v = new Uint16Array(KV * S * D).map(() => bf16Bits(new Uint32Array(Float32Array.of(r()).buffer)[0]));
-        const qp = put(q), kp = put(k), vp = put(v), sp = rt.alloc((S + 4) * 4), op = rt.alloc(H * D * 4);
+        const qp = put(q),
+          kp = put(k),
+          vp = put(v),
+          sp = rt.alloc((S + 4) * 4),
+          op = rt.alloc(H * D * 4);
         const scale = f(1 / Math.sqrt(D));
         rt.attention(qp, kp, vp, S, D, n, H, group, scale, sp, op);
         const want = new Float32Array(H * D);

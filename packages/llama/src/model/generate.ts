@@ -60,12 +60,7 @@ export function continueGeneration(
  * process returned with the KV): that token is the first returned id (unless it is a stop id),
  * then decode steps follow until a stop id or maxTokens.
  */
-export function continueFromToken(
-  model: LlamaModel,
-  cache: KVCache,
-  token: number,
-  opts: Pick<GenerateOptions, "maxTokens" | "sampling" | "stopTokenIds">,
-): GenerateResult {
+export function continueFromToken(model: LlamaModel, cache: KVCache, token: number, opts: Pick<GenerateOptions, "maxTokens" | "sampling" | "stopTokenIds">): GenerateResult {
   const stop = new Set(opts.stopTokenIds ?? []);
   const sampling = opts.sampling ?? {};
   const out: number[] = [];

@@ -41,9 +41,7 @@ interface LayerWeights {
 }
 
 /** Where one HF tensor lives in the packed weights. */
-type WeightSlot =
-  | { kind: "matrix"; ptr: number; rowsTotal: number; cols: number; row0: number; rows: number }
-  | { kind: "vector"; ptr: number; offset: number; n: number };
+type WeightSlot = { kind: "matrix"; ptr: number; rowsTotal: number; cols: number; row0: number; rows: number } | { kind: "vector"; ptr: number; offset: number; n: number };
 
 interface Scratch {
   tokens: number; // capacity in tokens (one block)
@@ -142,9 +140,7 @@ export class LlamaModel {
     this.rope = new RopeTable(c.headDim, c.ropeTheta, c.ropeScaling);
     this.qkvRows = (c.numHeads + 2 * c.numKvHeads) * c.headDim;
     this.widest = Math.max(c.hiddenSize, c.numHeads * c.headDim, c.intermediateSize);
-    this.numericsFingerprint = createHash("sha256")
-      .update(`${KERNEL_VERSION}\n${rt.kernelSourceSha256}\n${NUMERICS_CHOICES}`)
-      .digest("hex");
+    this.numericsFingerprint = createHash("sha256").update(`${KERNEL_VERSION}\n${rt.kernelSourceSha256}\n${NUMERICS_CHOICES}`).digest("hex");
   }
 
   /** Id of the packed weight image layout (see `exportPackedWeights`); part of an artifact key. */
@@ -172,7 +168,12 @@ export class LlamaModel {
     const c = ckpt.config;
     checkShape(c);
     const src = ckpt.tensors;
-    const H = c.numHeads, KV = c.numKvHeads, D = c.headDim, hidden = c.hiddenSize, I = c.intermediateSize, V = c.vocabSize;
+    const H = c.numHeads,
+      KV = c.numKvHeads,
+      D = c.headDim,
+      hidden = c.hiddenSize,
+      I = c.intermediateSize,
+      V = c.vocabSize;
     const qkvRows = (H + 2 * KV) * D;
     const perLayerBf16 = qkvRows * hidden + hidden * H * D + 2 * I * hidden + hidden * I;
     const headBf16 = V * hidden * (c.tieWordEmbeddings ? 1 : 2);
@@ -331,7 +332,12 @@ export class LlamaModel {
    * last row equals what `prefill` returns. Throws as `prefill`.
    */
   prefillAllLogits(tokens: number[], cache: KVCache, opts: PrefillOptions = {}): Float32Array[] {
-    return this.prefillRows(tokens, cache, tokens.map((_, i) => i), opts);
+    return this.prefillRows(
+      tokens,
+      cache,
+      tokens.map((_, i) => i),
+      opts,
+    );
   }
 
   private prefillRows(tokens: number[], cache: KVCache, rows: number[], opts: PrefillOptions): Float32Array[] {
@@ -339,7 +345,13 @@ export class LlamaModel {
     if (tokens.length === 0) throw new ConfigError("tokens", "the prompt is empty; pass at least one token");
     if (w.n + tokens.length > w.S) throw new ContextOverflowError(w.n + tokens.length, w.S, "prefill");
     const positions = tokens.map((_, i) => w.n + i);
-    const logits = this.forward(tokens, tokens.map(() => w), positions, rows, opts.onLayer);
+    const logits = this.forward(
+      tokens,
+      tokens.map(() => w),
+      positions,
+      rows,
+      opts.onLayer,
+    );
     w.n += tokens.length;
     return logits;
   }
@@ -490,7 +502,11 @@ export class LlamaModel {
     const c = this.config;
     const rt = this.rt;
     const T = tokens.length;
-    const hidden = c.hiddenSize, H = c.numHeads, KV = c.numKvHeads, D = c.headDim, I = c.intermediateSize;
+    const hidden = c.hiddenSize,
+      H = c.numHeads,
+      KV = c.numKvHeads,
+      D = c.headDim,
+      I = c.intermediateSize;
     const HD = H * D;
     const qkvRows = this.qkvRows;
     for (const id of tokens) {
@@ -505,7 +521,9 @@ export class LlamaModel {
     const s = this.ensureScratch(Math.min(Math.max(T, R), TOKEN_BLOCK));
     const ropeRows = this.ensureRopeRows(T);
     // Views are taken after every allocation above (the memory may have grown).
-    const u16 = rt.u16, u32 = rt.u32, f32 = rt.f32;
+    const u16 = rt.u16,
+      u32 = rt.u32,
+      f32 = rt.f32;
 
     // Each token's cos/sin row (D/2 cos, D/2 sin) where the rope_kv kernel reads it.
     const half = D >> 1;
@@ -609,4 +627,3 @@ export function bf16Bits(bits: number): number {
   if ((bits & 0x7fffffff) > 0x7f800000) return ((bits >>> 16) | 0x40) & 0xffff;
   return ((bits + 0x7fff + ((bits >>> 16) & 1)) >>> 16) & 0xffff;
 }
-

@@ -8,7 +8,7 @@ const f = Math.fround;
 export function ropeInverseFrequencies(headDim: number, theta: number, scaling: RopeScaling | null): Float32Array {
   const half = headDim >> 1;
   const inv = new Float32Array(half);
-  for (let i = 0; i < half; i++) inv[i] = 1 / Math.pow(theta, (2 * i) / headDim);
+  for (let i = 0; i < half; i++) inv[i] = 1 / theta ** ((2 * i) / headDim);
   if (scaling) {
     const { factor, lowFreqFactor, highFreqFactor, originalMaxPositionEmbeddings: old } = scaling;
     const lowWavelen = old / lowFreqFactor;

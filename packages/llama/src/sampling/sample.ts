@@ -129,7 +129,8 @@ function selectTopK(logits: Float32Array, k: number): number[] {
   for (let i = 0; i < logits.length; i++) {
     if (Number.isNaN(logits[i])) continue;
     if (heap.length === k && cmp(i, heap[k - 1]) >= 0) continue;
-    let lo = 0, hi = heap.length;
+    let lo = 0,
+      hi = heap.length;
     while (lo < hi) {
       const mid = (lo + hi) >> 1;
       if (cmp(heap[mid], i) <= 0) lo = mid + 1;

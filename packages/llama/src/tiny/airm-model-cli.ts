@@ -63,10 +63,20 @@ async function makeTiny(args: string[]): Promise<number> {
   const { values } = parseArgs({
     args,
     options: {
-      arch: { type: "string" }, out: { type: "string" }, preset: { type: "string" },
-      layers: { type: "string" }, hidden: { type: "string" }, heads: { type: "string" }, "kv-heads": { type: "string" },
-      intermediate: { type: "string" }, vocab: { type: "string" }, seed: { type: "string" }, shards: { type: "string" },
-      dtype: { type: "string" }, "tie-embeddings": { type: "string" }, "max-position": { type: "string" },
+      arch: { type: "string" },
+      out: { type: "string" },
+      preset: { type: "string" },
+      layers: { type: "string" },
+      hidden: { type: "string" },
+      heads: { type: "string" },
+      "kv-heads": { type: "string" },
+      intermediate: { type: "string" },
+      vocab: { type: "string" },
+      seed: { type: "string" },
+      shards: { type: "string" },
+      dtype: { type: "string" },
+      "tie-embeddings": { type: "string" },
+      "max-position": { type: "string" },
       help: { type: "boolean", short: "h" },
     },
     strict: true,
@@ -82,7 +92,17 @@ async function makeTiny(args: string[]): Promise<number> {
   const tie = values["tie-embeddings"];
   if (tie !== undefined && tie !== "yes" && tie !== "no") throw new UsageError(`--tie-embeddings must be yes or no`);
   const options: TinyModelOptions = { arch: values.arch as Architecture, out: values.out };
-  const ints: Array<[keyof TinyModelOptions, string]> = [["layers", "layers"], ["hidden", "hidden"], ["heads", "heads"], ["kvHeads", "kv-heads"], ["intermediate", "intermediate"], ["vocab", "vocab"], ["seed", "seed"], ["shards", "shards"], ["maxPositionEmbeddings", "max-position"]];
+  const ints: Array<[keyof TinyModelOptions, string]> = [
+    ["layers", "layers"],
+    ["hidden", "hidden"],
+    ["heads", "heads"],
+    ["kvHeads", "kv-heads"],
+    ["intermediate", "intermediate"],
+    ["vocab", "vocab"],
+    ["seed", "seed"],
+    ["shards", "shards"],
+    ["maxPositionEmbeddings", "max-position"],
+  ];
   for (const [key, flag] of ints) {
     const v = positiveInt(flag, values[flag as keyof typeof values] as string | undefined);
     if (v !== undefined) (options as unknown as Record<string, unknown>)[key] = v;
@@ -147,7 +167,12 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
         throw new UsageError(`unknown command ${JSON.stringify(command)}`);
     }
   } catch (e) {
-    if (e instanceof UsageError || (e as { code?: string }).code === "ERR_PARSE_ARGS_UNKNOWN_OPTION" || (e as { code?: string }).code === "ERR_PARSE_ARGS_INVALID_OPTION_VALUE" || (e as { code?: string }).code === "ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL") {
+    if (
+      e instanceof UsageError ||
+      (e as { code?: string }).code === "ERR_PARSE_ARGS_UNKNOWN_OPTION" ||
+      (e as { code?: string }).code === "ERR_PARSE_ARGS_INVALID_OPTION_VALUE" ||
+      (e as { code?: string }).code === "ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL"
+    ) {
       process.stderr.write(`airm-model: ${(e as Error).message}\nRun "airm-model --help" for the options.\n`);
       return 2;
     }

@@ -83,7 +83,15 @@ function resolveShape(o: TinyModelOptions): Shape {
     ropeTheta: preset?.ropeTheta ?? (o.arch === "qwen2" ? 1000000 : 10000),
     maxPositions: o.maxPositionEmbeddings ?? preset?.maxPositions ?? 2048,
   };
-  for (const [key, v] of Object.entries({ layers: shape.layers, hidden: shape.hidden, heads: shape.heads, "kv-heads": shape.kvHeads, intermediate: shape.intermediate, vocab: shape.vocab, "max-position": shape.maxPositions })) {
+  for (const [key, v] of Object.entries({
+    layers: shape.layers,
+    hidden: shape.hidden,
+    heads: shape.heads,
+    "kv-heads": shape.kvHeads,
+    intermediate: shape.intermediate,
+    vocab: shape.vocab,
+    "max-position": shape.maxPositions,
+  })) {
     if (!Number.isInteger(v) || v <= 0) throw new ConfigError(key, `must be a positive integer, got ${v}`);
   }
   if (shape.hidden % shape.heads !== 0) throw new ConfigError("hidden", `${shape.hidden} is not a multiple of heads ${shape.heads}`);
@@ -194,7 +202,8 @@ function tensorBytes(spec: WeightSpec, seed: number, dtype: "bf16" | "f32"): Uin
   return new Uint8Array(f32.buffer);
 }
 
-const GENERATED = /^(config\.json|generation_config\.json|tokenizer\.json|tokenizer_config\.json|model\.safetensors|model\.safetensors\.index\.json|model-\d{5}-of-\d{5}\.safetensors)$/;
+const GENERATED =
+  /^(config\.json|generation_config\.json|tokenizer\.json|tokenizer_config\.json|model\.safetensors|model\.safetensors\.index\.json|model-\d{5}-of-\d{5}\.safetensors)$/;
 
 /**
  * Writes a deterministic tiny model into `options.out` (see TinyModelOptions for defaults: 2 layers,
@@ -231,7 +240,9 @@ export function makeTinyModel(options: TinyModelOptions): TinyModelResult {
   writeJson("tokenizer_config.json", {
     add_bos_token: false,
     add_eos_token: false,
-    added_tokens_decoder: Object.fromEntries(TINY_SPECIAL_TOKENS.map((content, id) => [String(id), { content, lstrip: false, normalized: false, rstrip: false, single_word: false, special: true }])),
+    added_tokens_decoder: Object.fromEntries(
+      TINY_SPECIAL_TOKENS.map((content, id) => [String(id), { content, lstrip: false, normalized: false, rstrip: false, single_word: false, special: true }]),
+    ),
     additional_special_tokens: ["<|im_start|>", "<|im_end|>"],
     bos_token: "<|im_start|>",
     chat_template: CHATML_TEMPLATE,

@@ -25,7 +25,10 @@ export function nameHash(name: string): number {
 /** A xoshiro128** generator of unsigned 32-bit integers. */
 export function xoshiro128(seed: number): () => number {
   const init = splitmix32(seed);
-  let a = init(), b = init(), c = init(), d = init();
+  let a = init(),
+    b = init(),
+    c = init(),
+    d = init();
   if ((a | b | c | d) === 0) a = 1;
   return () => {
     const result = Math.imul(rotl(Math.imul(b, 5), 7), 9) >>> 0;

@@ -117,7 +117,7 @@ export function trainByteLevelBpe(corpus: string, options: TrainBpeOptions): Tra
 /** A tokenizer.json object (Hugging Face format) for a trained byte-level BPE. */
 export function byteLevelTokenizerJson(bpe: TrainedBpe): Record<string, unknown> {
   const vocab: Record<string, number> = {};
-  bpe.vocab.forEach((t, id) => (vocab[t] = id));
+  for (const [id, t] of bpe.vocab.entries()) vocab[t] = id;
   return {
     version: "1.0",
     truncation: null,

@@ -50,11 +50,15 @@ export interface GgufTokenizerParts {
 export function ggufTokenizer(file: GgufFile, config: ModelConfig): GgufTokenizerParts {
   const md = new GgufMetadata(file);
   const model = md.str("tokenizer.ggml.model");
-  if (model !== "gpt2") throw new ModelLoadError(file.path, `tokenizer model "${model}" (tokenizer.ggml.model) is not supported; supported is "gpt2" (byte-level BPE)`, { item: "tokenizer.ggml.model" });
+  if (model !== "gpt2")
+    throw new ModelLoadError(file.path, `tokenizer model "${model}" (tokenizer.ggml.model) is not supported; supported is "gpt2" (byte-level BPE)`, {
+      item: "tokenizer.ggml.model",
+    });
   const tokens = md.strings("tokenizer.ggml.tokens");
   const merges = md.strings("tokenizer.ggml.merges");
   const types = md.ints("tokenizer.ggml.token_type") ?? [];
-  if (types.length !== 0 && types.length !== tokens.length) throw new ModelLoadError(file.path, `tokenizer.ggml.token_type has ${types.length} entries for ${tokens.length} tokens`, { item: "tokenizer.ggml.token_type" });
+  if (types.length !== 0 && types.length !== tokens.length)
+    throw new ModelLoadError(file.path, `tokenizer.ggml.token_type has ${types.length} entries for ${tokens.length} tokens`, { item: "tokenizer.ggml.token_type" });
   const vocab: Record<string, number> = {};
   const added: object[] = [];
   tokens.forEach((t, id) => {
@@ -75,13 +79,29 @@ export function ggufTokenizer(file: GgufFile, config: ModelConfig): GgufTokenize
     normalizer: null,
     pre_tokenizer: preTokenizerFor(pre),
     post_processor: addBos
-      ? { type: "TemplateProcessing", single: [{ SpecialToken: { id: tokens[bosId!], type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } }], pair: [{ SpecialToken: { id: tokens[bosId!], type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } }, { Sequence: { id: "B", type_id: 1 } }], special_tokens: {} }
+      ? {
+          type: "TemplateProcessing",
+          single: [{ SpecialToken: { id: tokens[bosId!], type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } }],
+          pair: [{ SpecialToken: { id: tokens[bosId!], type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } }, { Sequence: { id: "B", type_id: 1 } }],
+          special_tokens: {},
+        }
       : null,
     decoder: { type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true },
-    model: { type: "BPE", dropout: null, unk_token: null, continuing_subword_prefix: null, end_of_word_suffix: null, fuse_unk: false, byte_fallback: false, ignore_merges: pre === "llama3" || pre === "llama-bpe", vocab, merges },
+    model: {
+      type: "BPE",
+      dropout: null,
+      unk_token: null,
+      continuing_subword_prefix: null,
+      end_of_word_suffix: null,
+      fuse_unk: false,
+      byte_fallback: false,
+      ignore_merges: pre === "llama3" || pre === "llama-bpe",
+      vocab,
+      merges,
+    },
   };
   const tokenizer = new HfTokenizer(json, { clean_up_tokenization_spaces: false }, { file: file.path, bosTokenId: bosId, eosTokenIds: config.eosTokenIds });
   const chatTemplate = md.has("tokenizer.chat_template") ? md.str("tokenizer.chat_template") : undefined;
-  const name = (id: number | null | undefined) => (id === null || id === undefined ? "" : tokens[id] ?? "");
+  const name = (id: number | null | undefined) => (id === null || id === undefined ? "" : (tokens[id] ?? ""));
   return { tokenizer, chatTemplate, bosToken: name(bosId), eosToken: name(config.eosTokenIds[0]) };
 }

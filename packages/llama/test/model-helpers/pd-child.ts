@@ -35,7 +35,7 @@ const cache = model.newCache(job.S);
 if (job.mode === "prefill") {
   const logits = model.prefill(job.prompt, cache);
   const first = sample(logits, job.sampling, cache.n);
-  const meta = Buffer.from(JSON.stringify({ n: cache.n, S: cache.S, first, fingerprint: model.numericsFingerprint }) + "\n");
+  const meta = Buffer.from(`${JSON.stringify({ n: cache.n, S: cache.S, first, fingerprint: model.numericsFingerprint })}\n`);
   const parts: Uint8Array[] = [meta];
   for (let l = 0; l < model.config.numLayers; l++) parts.push(cache.layerK(l).slice(), cache.layerV(l).slice());
   writeFileSync(job.file, Buffer.concat(parts));
@@ -47,7 +47,8 @@ if (job.mode === "prefill") {
   if (meta.fingerprint !== model.numericsFingerprint) throw new Error("numerics fingerprint mismatch");
   let at = nl + 1;
   for (let l = 0; l < model.config.numLayers; l++) {
-    const k = cache.layerK(l), v = cache.layerV(l);
+    const k = cache.layerK(l),
+      v = cache.layerV(l);
     k.set(buf.subarray(at, at + k.byteLength));
     at += k.byteLength;
     v.set(buf.subarray(at, at + v.byteLength));

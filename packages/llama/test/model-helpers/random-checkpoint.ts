@@ -47,14 +47,19 @@ export function tinyConfig(over: Partial<ModelConfig> = {}): ModelConfig {
 
 function tensorShapes(c: ModelConfig): [string, number[]][] {
   const out: [string, number[]][] = [["model.embed_tokens.weight", [c.vocabSize, c.hiddenSize]]];
-  const HD = c.numHeads * c.headDim, KD = c.numKvHeads * c.headDim;
+  const HD = c.numHeads * c.headDim,
+    KD = c.numKvHeads * c.headDim;
   for (let l = 0; l < c.numLayers; l++) {
     const p = `model.layers.${l}.`;
     out.push([`${p}input_layernorm.weight`, [c.hiddenSize]], [`${p}post_attention_layernorm.weight`, [c.hiddenSize]]);
     out.push([`${p}self_attn.q_proj.weight`, [HD, c.hiddenSize]], [`${p}self_attn.k_proj.weight`, [KD, c.hiddenSize]], [`${p}self_attn.v_proj.weight`, [KD, c.hiddenSize]]);
     if (c.attentionBias) out.push([`${p}self_attn.q_proj.bias`, [HD]], [`${p}self_attn.k_proj.bias`, [KD]], [`${p}self_attn.v_proj.bias`, [KD]]);
     out.push([`${p}self_attn.o_proj.weight`, [c.hiddenSize, HD]]);
-    out.push([`${p}mlp.gate_proj.weight`, [c.intermediateSize, c.hiddenSize]], [`${p}mlp.up_proj.weight`, [c.intermediateSize, c.hiddenSize]], [`${p}mlp.down_proj.weight`, [c.hiddenSize, c.intermediateSize]]);
+    out.push(
+      [`${p}mlp.gate_proj.weight`, [c.intermediateSize, c.hiddenSize]],
+      [`${p}mlp.up_proj.weight`, [c.intermediateSize, c.hiddenSize]],
+      [`${p}mlp.down_proj.weight`, [c.hiddenSize, c.intermediateSize]],
+    );
   }
   out.push(["model.norm.weight", [c.hiddenSize]]);
   if (!c.tieWordEmbeddings) out.push(["lm_head.weight", [c.vocabSize, c.hiddenSize]]);
@@ -119,6 +124,8 @@ export function randomCheckpoint(c: ModelConfig, seed = 1): Checkpoint {
     tensors: randomTensorSource(c, seed),
     tokenizer: byteTokenizer,
     generation: { eosTokenIds: c.eosTokenIds },
-    fingerprint: createHash("sha256").update(JSON.stringify(c) + seed).digest("hex"),
+    fingerprint: createHash("sha256")
+      .update(JSON.stringify(c) + seed)
+      .digest("hex"),
   };
 }

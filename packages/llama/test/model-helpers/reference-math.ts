@@ -72,7 +72,11 @@ export interface ReferenceForwardOptions {
  * A float64 Llama/Qwen2 forward over a whole sequence (causal), by default reading the same bf16
  * weights and rounding K/V to bf16 like the cache. Returns the logits of every position.
  */
-export function referenceForward(ckpt: Pick<Checkpoint, "config"> & Partial<Pick<Checkpoint, "tensors">>, tokens: number[], options: ReferenceForwardOptions = {}): Float64Array<ArrayBufferLike>[] {
+export function referenceForward(
+  ckpt: Pick<Checkpoint, "config"> & Partial<Pick<Checkpoint, "tensors">>,
+  tokens: number[],
+  options: ReferenceForwardOptions = {},
+): Float64Array<ArrayBufferLike>[] {
   const c = ckpt.config;
   const src = ckpt.tensors;
   const roundKV = options.roundKV ?? true;
@@ -87,7 +91,12 @@ export function referenceForward(ckpt: Pick<Checkpoint, "config"> & Partial<Pick
     return out;
   };
   const get = options.weight ?? bf16Weight;
-  const H = c.numHeads, KV = c.numKvHeads, D = c.headDim, hid = c.hiddenSize, I = c.intermediateSize, V = c.vocabSize;
+  const H = c.numHeads,
+    KV = c.numKvHeads,
+    D = c.headDim,
+    hid = c.hiddenSize,
+    I = c.intermediateSize,
+    V = c.vocabSize;
   const T = tokens.length;
   const matvec = (w: Float64Array, x: Float64Array, rows: number, cols: number): Float64Array => {
     const y = new Float64Array(rows);
@@ -108,7 +117,8 @@ export function referenceForward(ckpt: Pick<Checkpoint, "config"> & Partial<Pick
   const rope = (x: Float64Array, off: number, pos: number): void => {
     const half = D / 2;
     for (let i = 0; i < half; i++) {
-      const a = x[off + i], b = x[off + i + half];
+      const a = x[off + i],
+        b = x[off + i + half];
       const ang = pos * inv[i];
       x[off + i] = a * Math.cos(ang) - b * Math.sin(ang);
       x[off + i + half] = b * Math.cos(ang) + a * Math.sin(ang);
@@ -118,13 +128,19 @@ export function referenceForward(ckpt: Pick<Checkpoint, "config"> & Partial<Pick
   let xs: Float64Array<ArrayBufferLike>[] = tokens.map((t) => emb.slice(t * hid, (t + 1) * hid));
   for (let l = 0; l < c.numLayers; l++) {
     const p = `model.layers.${l}.`;
-    const wq = get(`${p}self_attn.q_proj.weight`), wk = get(`${p}self_attn.k_proj.weight`), wv = get(`${p}self_attn.v_proj.weight`);
+    const wq = get(`${p}self_attn.q_proj.weight`),
+      wk = get(`${p}self_attn.k_proj.weight`),
+      wv = get(`${p}self_attn.v_proj.weight`);
     const wo = get(`${p}self_attn.o_proj.weight`);
     const bias = c.attentionBias ? [get(`${p}self_attn.q_proj.bias`), get(`${p}self_attn.k_proj.bias`), get(`${p}self_attn.v_proj.bias`)] : null;
-    const qs: Float64Array[] = [], ks: Float64Array[] = [], vs: Float64Array[] = [];
+    const qs: Float64Array[] = [],
+      ks: Float64Array[] = [],
+      vs: Float64Array[] = [];
     for (let t = 0; t < T; t++) {
       const h = norm(xs[t], get(`${p}input_layernorm.weight`));
-      const q = matvec(wq, h, H * D, hid), k = matvec(wk, h, KV * D, hid), v = matvec(wv, h, KV * D, hid);
+      const q = matvec(wq, h, H * D, hid),
+        k = matvec(wk, h, KV * D, hid),
+        v = matvec(wv, h, KV * D, hid);
       if (bias) {
         q.forEach((_, i) => (q[i] += bias[0][i]));
         k.forEach((_, i) => (k[i] += bias[1][i]));
@@ -149,13 +165,14 @@ export function referenceForward(ckpt: Pick<Checkpoint, "config"> & Partial<Pick
         }
         const m = Math.max(...sc);
         let sum = 0;
-        for (let s = 0; s <= t; s++) sum += (sc[s] = Math.exp(sc[s] - m));
+        for (let s = 0; s <= t; s++) sum += sc[s] = Math.exp(sc[s] - m);
         for (let s = 0; s <= t; s++) for (let d = 0; d < D; d++) att[h2 * D + d] += (sc[s] / sum) * vs[s][g * D + d];
       }
       const o = matvec(wo, att, hid, H * D);
       const x1 = xs[t].map((v, i) => v + o[i]);
       const h = norm(x1, get(`${p}post_attention_layernorm.weight`));
-      const gate = matvec(get(`${p}mlp.gate_proj.weight`), h, I, hid), up = matvec(get(`${p}mlp.up_proj.weight`), h, I, hid);
+      const gate = matvec(get(`${p}mlp.gate_proj.weight`), h, I, hid),
+        up = matvec(get(`${p}mlp.up_proj.weight`), h, I, hid);
       const act = gate.map((g, i) => (g / (1 + Math.exp(-g))) * up[i]);
       const down = matvec(get(`${p}mlp.down_proj.weight`), act, hid, I);
       next.push(x1.map((v, i) => v + down[i]));

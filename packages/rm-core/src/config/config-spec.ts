@@ -23,7 +23,7 @@ export interface Opt<T, HasDefault extends boolean = boolean> {
 }
 
 /** An option that always has a value (its default). */
-export function opt<T>(type: ValueType<T>, spec: { env?: string; default: NoInfer<T>; doc: string; internal?: boolean }): Opt<T, true>;
+export function opt<T>(type: ValueType<T>, spec: { env?: string; default: NoInfer<T>; defaultText?: string; doc: string; internal?: boolean }): Opt<T, true>;
 /** An option that may stay unset (undefined). */
 export function opt<T>(type: ValueType<T>, spec: { env?: string; default?: undefined; defaultText?: string; doc: string; internal?: boolean }): Opt<T, false>;
 export function opt<T>(type: ValueType<T>, spec: { env?: string; default?: T; defaultText?: string; doc: string; internal?: boolean }): Opt<T, boolean> {
@@ -130,7 +130,7 @@ export class ConfigSpec<S extends OptionMap> {
       option: k,
       env: o.env ?? null,
       type: o.type.label,
-      default: o.default !== undefined ? o.type.show(o.default) : (o.defaultText ?? "unset"),
+      default: o.defaultText ?? (o.default !== undefined ? o.type.show(o.default) : "unset"),
       doc: o.doc,
       internal: o.internal ?? false,
     }));

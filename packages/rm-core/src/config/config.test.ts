@@ -113,7 +113,17 @@ describe("command lines", () => {
 
   it("help lists every flag with its type and default, then the environment table", () => {
     const h = cmd.help();
-    for (const s of ["--role PREFILL|DECODE", "--port INTEGER_0..65535", "(default 8101)", "--B INTEGER_>=_1", "(the engine's)", "--quiet", "environment:", "EX_LANES", "-h, --help"]) {
+    for (const s of [
+      "--role PREFILL|DECODE",
+      "--port INTEGER_0..65535",
+      "(default 8101)",
+      "--B INTEGER_>=_1",
+      "(the engine's)",
+      "--quiet",
+      "environment:",
+      "EX_LANES",
+      "-h, --help",
+    ]) {
       expect(h).toContain(s);
     }
   });

@@ -139,7 +139,14 @@ export function list<T>(item: ValueType<T>, separator: RegExp = /,/): ValueType<
   return {
     label: `${item.label},...`,
     parse(raw) {
-      const parts = Array.isArray(raw) ? raw : typeof raw === "string" ? raw.split(separator).map((s) => s.trim()).filter(Boolean) : null;
+      const parts = Array.isArray(raw)
+        ? raw
+        : typeof raw === "string"
+          ? raw
+              .split(separator)
+              .map((s) => s.trim())
+              .filter(Boolean)
+          : null;
       if (parts === null) throw new Error(`expected a comma-separated list of ${item.label}, got ${JSON.stringify(raw)}`);
       return parts.map((p, i) => {
         try {

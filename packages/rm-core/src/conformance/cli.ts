@@ -5,7 +5,8 @@ import { defineCommand } from "../config/command-line.ts";
 import { isAirmError } from "../errors.ts";
 import { registry } from "../registry.ts";
 import { RM_CORE_CONFIG } from "../rm-core-config.ts";
-import { runKVTransportConformance } from "./suite.ts";
+import type { ConformanceFixture } from "../contracts.ts";
+import { type CaseResult, runKVTransportConformance } from "./suite.ts";
 
 const command = defineCommand({
   name: "airm-conformance",
@@ -25,7 +26,7 @@ Exit status is non-zero if any case fails or the plugin cannot be loaded.`,
 });
 
 export async function main(argv = process.argv.slice(2), env: Record<string, string | undefined> = process.env): Promise<number> {
-  let parsed;
+  let parsed: ReturnType<typeof command.parse>;
   try {
     parsed = command.parse(argv);
   } catch (e) {
@@ -41,20 +42,16 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
     console.error(`airm-conformance: no conformance cases for group "${group}"; known: airm.kv_transports`);
     return 2;
   }
-  let plugin;
-  let fixture;
+  let fixture: ConformanceFixture;
   try {
-    plugin = await registry.load(group, name);
-    const p = plugin;
-    fixture = p.conformance
-      ? await p.conformance(env)
-      : { factory: async () => (await p.create(p.config.resolve({ env }))) as never, teardown: async () => {} };
+    const p = await registry.load(group, name);
+    fixture = p.conformance ? await p.conformance(env) : { factory: async () => (await p.create(p.config.resolve({ env }))) as never, teardown: async () => {} };
   } catch (e) {
     console.error(`airm-conformance: ${isAirmError(e) ? e.message : String(e)}`);
     return 2;
   }
   console.log(`conformance ${group} ${name} (${registry.sourceOf(group, name)})`);
-  let results;
+  let results: CaseResult[];
   try {
     results = await runKVTransportConformance(fixture);
   } finally {

@@ -48,7 +48,15 @@ export function decodeRoutes(app: Hono, rt: WorkerRuntime): void {
 }
 
 /** Runs one decode request on an open stream; returns how its lease should end. */
-async function serveDecode(rt: WorkerRuntime, s: Serving, b: z.output<typeof DecodeRequestSchema>, c: Context, sink: EventSink, stopped: AbortSignal, span: Span): Promise<LeaseEnd> {
+async function serveDecode(
+  rt: WorkerRuntime,
+  s: Serving,
+  b: z.output<typeof DecodeRequestSchema>,
+  c: Context,
+  sink: EventSink,
+  stopped: AbortSignal,
+  span: Span,
+): Promise<LeaseEnd> {
   const { engine } = s;
   const rid = b.requestId;
   const aborted = () => sink.gone || stopped.aborted;
@@ -74,7 +82,16 @@ async function serveDecode(rt: WorkerRuntime, s: Serving, b: z.output<typeof Dec
     await s.transport!.release(rid).catch((err) => rt.log.warn({ request_id: rid, err: (err as Error).message }, "early KV release failed"));
     rt.metrics.kvLoadMs.observe(kvLoadMs);
     await sink.write({ type: "ready", promptTokens: m.n, seqLen: m.S, kvLoadMs: round(kvLoadMs), kvWaitMs: round(pulled.arrivedAt - t0) });
-    const { finish, decodeMs } = await decodeLoop({ engine, batcher: s.batcher, stream, first: m.firstToken as number, maxTokens, sampling: b.sampling, write: sink.write, aborted });
+    const { finish, decodeMs } = await decodeLoop({
+      engine,
+      batcher: s.batcher,
+      stream,
+      first: m.firstToken as number,
+      maxTokens,
+      sampling: b.sampling,
+      write: sink.write,
+      aborted,
+    });
     rt.metrics.requests.inc({ route: "decode", outcome: finish === "aborted" ? "client_gone" : "ok" });
     if (finish !== "aborted") rt.metrics.decodeMs.observe(decodeMs);
     return finish === "aborted" ? "client_gone" : "done";

@@ -29,7 +29,16 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
           const prefillMs = res.computeMs ?? performance.now() - t0;
           rt.metrics.prefillMs.observe(prefillMs);
           await sink.write({ type: "first", ...firstToken(engine, res.firstToken, tokens.length, seqLen, maxTokens, prefillMs) });
-          const { finish, decodeMs } = await decodeLoop({ engine, batcher, stream, first: res.firstToken, maxTokens, sampling: b.sampling, write: sink.write, aborted: () => sink.gone });
+          const { finish, decodeMs } = await decodeLoop({
+            engine,
+            batcher,
+            stream,
+            first: res.firstToken,
+            maxTokens,
+            sampling: b.sampling,
+            write: sink.write,
+            aborted: () => sink.gone,
+          });
           if (finish !== "aborted") rt.metrics.decodeMs.observe(decodeMs);
           rt.metrics.requests.inc({ route: "generate", outcome: finish === "aborted" ? "client_gone" : "ok" });
         } catch (err) {

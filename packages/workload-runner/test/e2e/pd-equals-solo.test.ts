@@ -141,7 +141,12 @@ describe.each(["atom", "rngd"])("PD over shm, decode on %s", (decodeBackend) => 
     expect(ok.headers.get("content-type")).toMatch(/text\/event-stream/);
     const events = await readSse(ok);
     expect(events.at(-1)).toBe("[DONE]");
-    expect((events as any[]).slice(0, -1).map((e) => e.choices[0].text).join("")).toBe(want.text);
+    expect(
+      (events as any[])
+        .slice(0, -1)
+        .map((e) => e.choices[0].text)
+        .join(""),
+    ).toBe(want.text);
 
     // a stop string cut: the text up to (not including) the first occurrence
     const cut = want.text.length > 4 ? want.text.slice(2, 4) : null;

@@ -93,7 +93,10 @@ describe("PD faults", () => {
     const decode = new WorkerClient(pd.part("decode").url).decode({ requestId: rid, maxTokens: 4 });
     const p = await postJson(`${pd.part("prefill").url}/internal/prefill`, { requestId: rid, input: { prompt: "hello" }, maxTokens: 4 });
     expect(p.status).toBe(200);
-    const lines = (await new Response(await decode).text()).trim().split("\n").map((l) => JSON.parse(l));
+    const lines = (await new Response(await decode).text())
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l));
     expect(lines.at(-1)).toMatchObject({ type: "error", status: 502, code: "kv_integrity_error", param: "modelFingerprint" });
     await postJson(`${pd.part("prefill").url}/internal/release`, { requestId: rid, reason: "decode_rejected" });
     expect(await settledLeftovers(pd.clusterDir!)).toEqual([]);
@@ -125,7 +128,10 @@ describe("PD faults", () => {
       headers: { "content-type": "application/json" },
       body: JSON.stringify({ requestId: rid, maxTokens: 4 }),
     });
-    const lines = (await d.text()).trim().split("\n").map((l) => JSON.parse(l));
+    const lines = (await d.text())
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l));
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatchObject({ type: "error", status: 502, code: "kv_integrity_error", param: "crc" });
     expect(lines[0].message).toContain(`${rid}/1/v`);

@@ -1,0 +1,78 @@
+import { ContextOverflowError, KVIntegrityError, TransportError, TransportTimeoutError } from "@airm/rm-core";
+import { describe, expect, it } from "vitest";
+import { ApiError, toApiError } from "./api-error.ts";
+import { DecodeRequestSchema, PrefillRequestSchema, PromptInputSchema, WorkerEventSchema } from "./schemas.ts";
+import { encodeEvent, readEvents, StreamIdleError } from "./worker-client.ts";
+
+const streamOf = (...chunks: string[]) =>
+  new ReadableStream<Uint8Array>({
+    start(c) {
+      for (const ch of chunks) c.enqueue(new TextEncoder().encode(ch));
+      c.close();
+    },
+  });
+
+async function all<T>(g: AsyncGenerator<T>): Promise<T[]> {
+  const out: T[] = [];
+  for await (const x of g) out.push(x);
+  return out;
+}
+
+describe("request schemas", () => {
+  it("take exactly one prompt form, defaults for sampling, and refuse unknown fields", () => {
+    expect(PrefillRequestSchema.parse({ requestId: "r1", input: { prompt: "hi" }, maxTokens: null })).toEqual({
+      requestId: "r1",
+      input: { prompt: "hi" },
+      maxTokens: null,
+      sampling: {},
+    });
+    expect(PromptInputSchema.safeParse({ prompt: "a", promptTokenIds: [1] }).success).toBe(false);
+    expect(PromptInputSchema.safeParse({}).success).toBe(false);
+    expect(PromptInputSchema.safeParse({ promptTokenIds: [] }).success).toBe(false);
+    expect(DecodeRequestSchema.safeParse({ requestId: "r1", maxTokens: 4, max_tokens: 4 }).success).toBe(false);
+    expect(DecodeRequestSchema.safeParse({ requestId: "../x", maxTokens: 4 }).success).toBe(false);
+    expect(PrefillRequestSchema.safeParse({ requestId: "r", input: { prompt: "x" }, maxTokens: 2, sampling: { temperature: 3 } }).success).toBe(false);
+  });
+});
+
+describe("NDJSON events", () => {
+  it("round-trip through encodeEvent and readEvents, split anywhere", async () => {
+    const evs = [
+      { type: "ready", promptTokens: 3, seqLen: 64, kvLoadMs: 1.5, kvWaitMs: 2 },
+      { type: "token", index: 1, token: 42, text: " é" },
+      { type: "done", finishReason: "length", completionTokens: 2, text: "", decodeMs: 3 },
+    ] as const;
+    const text = evs.map((e) => encodeEvent(e)).join("");
+    for (const cut of [1, 7, 40, text.length - 1]) {
+      expect(await all(readEvents(streamOf(text.slice(0, cut), text.slice(cut)), 1000))).toEqual(evs);
+    }
+  });
+
+  it("a line outside the contract is a 502 worker_stream_broken, not a crash", async () => {
+    await expect(all(readEvents(streamOf('{"type":"token","index":1}\n'), 1000))).rejects.toMatchObject({ status: 502, code: "worker_stream_broken" });
+    await expect(all(readEvents(streamOf("not json\n"), 1000))).rejects.toMatchObject({ status: 502, code: "worker_stream_broken" });
+    expect(WorkerEventSchema.safeParse({ type: "bogus" }).success).toBe(false);
+  });
+
+  it("a silent stream ends with StreamIdleError after the idle time", async () => {
+    const silent = new ReadableStream<Uint8Array>({ start() {} });
+    await expect(all(readEvents(silent, 50))).rejects.toBeInstanceOf(StreamIdleError);
+  });
+});
+
+describe("API errors", () => {
+  it("map rm-core's typed errors to statuses and codes", () => {
+    expect(toApiError(new ContextOverflowError(600, 512)).body().error).toMatchObject({ code: "context_overflow", param: "max_tokens", requested: 600, limit: 512 });
+    expect(toApiError(new KVIntegrityError("crc", "bad")).status).toBe(502);
+    expect(toApiError(new KVIntegrityError("crc", "bad")).param).toBe("crc");
+    expect(toApiError(new TransportTimeoutError("late")).status).toBe(504);
+    expect(toApiError(new TransportError("down")).code).toBe("kv_transport_error");
+    expect(toApiError(new Error("boom"))).toMatchObject({ status: 500, code: "engine_error", type: "server_error" });
+  });
+
+  it("rebuild a peer's OpenAI error body (its four fields), or say what came back", () => {
+    const e = ApiError.fromBody(400, { error: { message: "m", type: "invalid_request_error", param: "x", code: "c", requested: 1 } }, "fallback");
+    expect(e.body()).toEqual({ error: { message: "m", type: "invalid_request_error", param: "x", code: "c" } });
+    expect(ApiError.fromBody(503, "<html>", "worker answered 503")).toMatchObject({ status: 503, code: "worker_error", message: "worker answered 503" });
+  });
+});

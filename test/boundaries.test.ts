@@ -1,0 +1,56 @@
+// Package boundaries: hosts (worker, gateway, workload-runner) import only the contracts
+// (rm-core, internal-api) and name no engine or transport except as a default; no transport
+// imports another (shared parts live in kv-relay); plugins are found by name.
+import { describe, expect, test } from "vitest";
+import { packageSources } from "./source-files.ts";
+
+const HOSTS = ["worker", "gateway", "workload-runner"];
+const TRANSPORTS = ["kv-shm", "kv-tcp", "kv-nixl-ucx"];
+const PLUGIN_NAMES = ["shm", "tcp", "nixl-ucx", "rngd", "rngd-full", "rngd-chunk", "atom"];
+
+/** Where a host may name a plugin: its defaults. */
+const DEFAULTS = [/export const DEFAULT_KV_TRANSPORT = "shm";/, /export const DEFAULT_BACKENDS = \{ prefill: "rngd-full", decode: "atom", solo: "rngd" \} as const;/];
+
+const importsOf = (text: string) =>
+  [...text.matchAll(/^\s*(?:import|export)\b[^"']*?from\s+["']([^"']+)["']/gm), ...text.matchAll(/import\(\s*["']([^"']+)["']\s*\)/g)].map((m) => m[1]);
+
+describe("package boundaries", () => {
+  test("hosts import no @airm package but the contracts (rm-core, internal-api)", () => {
+    const bad: string[] = [];
+    for (const pkg of HOSTS) {
+      for (const [file, text] of packageSources(pkg)) {
+        for (const spec of importsOf(text)) {
+          if (!spec.startsWith("@airm/") || spec === "@airm/rm-core" || spec === "@airm/internal-api") continue;
+          // The runner picks its default model with the model cache's rules (docs/decisions.md).
+          if (file === "packages/workload-runner/src/default-model.ts" && spec === "@airm/llama") continue;
+          bad.push(`${file} imports ${spec}`);
+        }
+      }
+    }
+    expect(bad).toEqual([]);
+  });
+
+  test("hosts name no engine or transport outside their defaults (the registry says what is installed)", () => {
+    const bad: string[] = [];
+    for (const pkg of HOSTS) {
+      for (const [file, text] of packageSources(pkg)) {
+        text.split("\n").forEach((line, i) => {
+          if (DEFAULTS.some((d) => d.test(line))) return;
+          for (const m of line.matchAll(/["'`]([a-z-]+)["'`]/g)) if (PLUGIN_NAMES.includes(m[1])) bad.push(`${file}:${i + 1}: ${line.trim()}`);
+          if (/PD_SHM_ROOT|AIRM_KV_TCP_|AIRM_KV_UCX_/.test(line)) bad.push(`${file}:${i + 1}: ${line.trim()}`);
+        });
+      }
+    }
+    expect(bad).toEqual([]);
+  });
+
+  test("no transport imports another transport", () => {
+    const bad: string[] = [];
+    for (const pkg of TRANSPORTS) {
+      for (const [file, text] of packageSources(pkg)) {
+        for (const spec of importsOf(text)) if (TRANSPORTS.some((t) => spec === `@airm/${t}` && t !== pkg)) bad.push(`${file} imports ${spec}`);
+      }
+    }
+    expect(bad).toEqual([]);
+  });
+});
