@@ -9,10 +9,10 @@ import { pino, type Logger } from "pino";
 import { RELAY_CLIENT_CONFIG } from "@airm/kv-relay";
 import {
   DEFAULT_PULL_TIMEOUT_MS,
-  KV_LAYOUT,
   TransportError,
   TransportTimeoutError,
   checkBlobSpec,
+  hostStagingSupport,
   defineConfig,
   flag,
   int,
@@ -38,13 +38,7 @@ import { relayDirectory, type DescriptorDirectory } from "./descriptor-directory
 import { ACK_WORDS_PER_ENDPOINT, acquireEngine, releaseEngine, type AckTicket, type UcxEngine } from "./ucx-engine.ts";
 import type { PeerRef } from "./ucx-thread-protocol.ts";
 
-export const NIXL_UCX_SUPPORT: TransportSupport = {
-  scope: ["same-host", "cross-node"],
-  tiers: ["host-dram"],
-  dtypes: ["bf16", "fp16"],
-  layouts: [KV_LAYOUT],
-  copyOnly: false,
-};
+export const NIXL_UCX_SUPPORT: TransportSupport = hostStagingSupport(["same-host", "cross-node"]);
 
 export const DEFAULT_POOL_MB = 1024;
 export const DEFAULT_TTL_S = 300;

@@ -10,8 +10,8 @@ import { closeSync, constants, fstatSync, lstatSync, mkdirSync, openSync, readli
 import { basename, dirname, join } from "node:path";
 import {
   checkBlobSpec,
+  hostStagingSupport,
   DEFAULT_PULL_TIMEOUT_MS,
-  KV_LAYOUT,
   RangeAllocator,
   requestIdOf,
   TransportError,
@@ -28,13 +28,7 @@ import {
 import { ENOSPC, LibcError, mapShared, punchHole, reserve, tryLockExclusive, unmap, type Mapping } from "./libc-shm.ts";
 import { encodeTarget, KEYS_DIR, linkPathOf, NEW_SLAB_PREFIX, parseTarget, SLAB_PREFIX, sweepLeftovers } from "./shm-layout.ts";
 
-export const SHM_SUPPORT: TransportSupport = {
-  scope: ["same-host"],
-  tiers: ["host-dram"],
-  dtypes: ["bf16", "fp16"],
-  layouts: [KV_LAYOUT],
-  copyOnly: false,
-};
+export const SHM_SUPPORT: TransportSupport = hostStagingSupport(["same-host"]);
 
 /** Resolved settings of one endpoint (see config.ts for where they come from). */
 export interface ShmSettings {
@@ -104,7 +98,7 @@ function sleep(ms: number): Promise<void> {
 
 function noSpace(root: string, bytes: number, detail: string): TransportError {
   return new TransportError(
-    `no space in ${root} for a blob of ${bytes} bytes (${detail}); release finished requests, lower PD_SHM_TTL_S, ` + `or give /dev/shm more room`,
+    `no space in ${root} for a blob of ${bytes} bytes (${detail}); release finished requests, lower PD_SHM_TTL_S, or give /dev/shm more room`,
     "TRANSPORT_NO_SPACE",
   );
 }
@@ -196,7 +190,7 @@ export class ShmTransport implements KVTransport {
       const left = deadline - Date.now();
       if (left <= 0) {
         throw new TransportTimeoutError(
-          `pull ${key}: no blob under ${this.root} after ${timeoutMs} ms; check that the producer pushes to the same PD_SHM_ROOT ` + `on this host, or raise timeoutMs`,
+          `pull ${key}: no blob under ${this.root} after ${timeoutMs} ms; check that the producer pushes to the same PD_SHM_ROOT on this host, or raise timeoutMs`,
         );
       }
       await sleep(Math.min(wait, left));

@@ -8,10 +8,10 @@ import {
   ConfigError,
   TransportError,
   checkBlobSpec,
+  hostStagingSupport,
   defineConfig,
   flag,
   int,
-  KV_LAYOUT,
   opt,
   requestIdOf,
   validateKey,
@@ -29,13 +29,7 @@ import {
 import { RELAY_CLIENT_CONFIG, RelayClient, parseHostPort, startRelay } from "@airm/kv-relay";
 import { pino, type Logger } from "pino";
 
-export const TCP_SUPPORT: TransportSupport = {
-  scope: ["same-host", "cross-node"],
-  tiers: ["host-dram"],
-  dtypes: ["bf16", "fp16"],
-  layouts: [KV_LAYOUT],
-  copyOnly: false,
-};
+export const TCP_SUPPORT: TransportSupport = hostStagingSupport(["same-host", "cross-node"]);
 
 /** create()'s options: the relay's address, CRC and audit switches, connections per process. */
 export const TCP_CONFIG = defineConfig("@airm/kv-tcp", {

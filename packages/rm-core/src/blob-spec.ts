@@ -1,6 +1,7 @@
-// The dtype/layout check every transport runs on push and pull against what it declared.
+// The dtype/layout check every transport runs on push and pull against what it declared, and the
+// support declaration the host-staging transports share.
 
-import type { PullOptions, PushOptions, TransportSupport } from "./contracts.ts";
+import type { PullOptions, PushOptions, TransportScope, TransportSupport } from "./contracts.ts";
 import { KV_LAYOUT } from "./kv-layout.ts";
 import { TransportError, UnsupportedError } from "./errors.ts";
 
@@ -21,4 +22,9 @@ export function checkBlobSpec(t: { name: string; support: TransportSupport }, op
   if (crc !== undefined && (typeof crc !== "number" || !Number.isInteger(crc) || crc < 0 || crc > 0xffff_ffff)) {
     throw new TransportError(`${t.name}: push option crc32 must be an unsigned 32-bit integer (the blob's CRC-32), got ${JSON.stringify(crc)}`);
   }
+}
+
+/** What a host-staging transport supports: host DRAM to host DRAM, bf16/fp16, layout rngd-pd/v1, push/pull. */
+export function hostStagingSupport(scope: TransportScope[]): TransportSupport {
+  return { scope, tiers: ["host-dram"], dtypes: ["bf16", "fp16"], layouts: [KV_LAYOUT], copyOnly: false };
 }

@@ -123,7 +123,7 @@ export class ContextOverflowError extends AirmError {
   constructor(requested: number, limit: number, detail = "") {
     super(
       "CONTEXT_OVERFLOW",
-      `prompt + max_tokens = ${requested} tokens exceeds the compiled context of ${limit} tokens${detail ? ` (${detail})` : ""}; ` + `shorten the prompt or lower max_tokens.`,
+      `prompt + max_tokens = ${requested} tokens exceeds the compiled context of ${limit} tokens${detail ? ` (${detail})` : ""}; shorten the prompt or lower max_tokens.`,
     );
     this.requested = requested;
     this.limit = limit;

