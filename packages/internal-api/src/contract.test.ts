@@ -1,8 +1,12 @@
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
 import { ContextOverflowError, KVIntegrityError, TransportError, TransportTimeoutError } from "@airm/rm-core";
 import { describe, expect, it } from "vitest";
 import { ApiError, toApiError } from "./api-error.ts";
-import { DecodeRequestSchema, PrefillRequestSchema, PromptInputSchema, WorkerEventSchema } from "./schemas.ts";
-import { encodeEvent, readEvents, StreamIdleError } from "./worker-client.ts";
+import { DecodeRequestSchema, PrefillRequestSchema, PromptInputSchema, WorkerEventSchema, type WorkerEvent } from "./schemas.ts";
+import { encodeEvent, readEvents, StreamIdleError, WorkerClient } from "./worker-client.ts";
 
 const streamOf = (...chunks: string[]) =>
   new ReadableStream<Uint8Array>({
@@ -74,5 +78,35 @@ describe("API errors", () => {
     const e = ApiError.fromBody(400, { error: { message: "m", type: "invalid_request_error", param: "x", code: "c", requested: 1 } }, "fallback");
     expect(e.body()).toEqual({ error: { message: "m", type: "invalid_request_error", param: "x", code: "c" } });
     expect(ApiError.fromBody(503, "<html>", "worker answered 503")).toMatchObject({ status: 503, code: "worker_error", message: "worker answered 503" });
+  });
+});
+
+describe("WorkerClient event answers", () => {
+  it("keep every event when a garbage collection runs while the answer waits unread (as decode waits for prefill)", async () => {
+    // undici cancels the body of a fetch Response that is collected before the body is read; the
+    // client must hold the Response, not hand out only its body.
+    setFlagsFromString("--expose_gc");
+    const gc = runInNewContext("gc") as () => void;
+    const events: WorkerEvent[] = [
+      { type: "ready", promptTokens: 3, seqLen: 64, kvLoadMs: 1, kvWaitMs: 2 },
+      { type: "token", index: 1, token: 7, text: "a" },
+    ];
+    const server = createServer((_req, res) => {
+      res.writeHead(200, { "content-type": "application/x-ndjson" });
+      res.flushHeaders();
+      setTimeout(() => res.end(events.map(encodeEvent).join("")), 300);
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    try {
+      const { port } = server.address() as AddressInfo;
+      const answer = await new WorkerClient(`http://127.0.0.1:${port}`).decode({ requestId: "r-gc", maxTokens: 4 });
+      for (let i = 0; i < 5; i++) {
+        gc();
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      expect(await all(answer.events(5000))).toEqual(events);
+    } finally {
+      server.close();
+    }
   });
 });

@@ -3,5 +3,5 @@
 // against these schemas by a test.
 export * from "./schemas.ts";
 export { ApiError, ErrorBodySchema, toApiError, invalidRequest, type ErrorBody } from "./api-error.ts";
-export { WorkerClient, ROUTES, NDJSON, encodeEvent, readEvents, StreamIdleError, type CallOptions } from "./worker-client.ts";
+export { WorkerClient, WorkerEventStream, ROUTES, NDJSON, encodeEvent, readEvents, StreamIdleError, type CallOptions } from "./worker-client.ts";
 export { schemaTables, INTERNAL_API_SCHEMAS } from "./schema-docs.ts";

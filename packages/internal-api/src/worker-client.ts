@@ -99,6 +99,31 @@ export async function* readEvents(body: ReadableStream<Uint8Array>, idleMs: numb
   }
 }
 
+/**
+ * A worker's accepted NDJSON answer (decode, generate). It holds the HTTP response until its
+ * events are read: undici cancels the body of a fetch Response that is garbage collected before
+ * its body is locked, and a decode answer waits unread while prefill runs (seconds), so handing
+ * out only `response.body` let a collection cut the stream to zero events.
+ */
+export class WorkerEventStream {
+  constructor(private readonly response: Response) {}
+
+  /** The events, as readEvents parses them (the response stays referenced while they are read). */
+  async *events(idleMs: number): AsyncGenerator<WorkerEvent> {
+    yield* readEvents(this.response.body!, idleMs);
+  }
+
+  /** The raw NDJSON text (tests). */
+  text(): Promise<string> {
+    return this.response.text();
+  }
+
+  /** Drops the answer without reading it. */
+  async cancel(): Promise<void> {
+    await this.response.body?.cancel().catch(() => {});
+  }
+}
+
 export interface CallOptions {
   signal?: AbortSignal;
   /** Extra headers (trace context...). */
@@ -155,14 +180,14 @@ export class WorkerClient {
     return this.json(await this.post(ROUTES.prefill, PrefillRequestSchema.parse(body), o), PrefillResponseSchema, "the prefill");
   }
 
-  /** POST /internal/decode: the NDJSON body once the worker accepted the request. */
-  async decode(body: DecodeRequest, o: CallOptions = {}): Promise<ReadableStream<Uint8Array>> {
-    return (await this.post(ROUTES.decode, DecodeRequestSchema.parse(body), o)).body!;
+  /** POST /internal/decode: the event stream once the worker accepted the request. */
+  async decode(body: DecodeRequest, o: CallOptions = {}): Promise<WorkerEventStream> {
+    return new WorkerEventStream(await this.post(ROUTES.decode, DecodeRequestSchema.parse(body), o));
   }
 
-  /** POST /internal/generate (solo): the NDJSON body once the worker accepted the request. */
-  async generate(body: GenerateRequest, o: CallOptions = {}): Promise<ReadableStream<Uint8Array>> {
-    return (await this.post(ROUTES.generate, GenerateRequestSchema.parse(body), o)).body!;
+  /** POST /internal/generate (solo): the event stream once the worker accepted the request. */
+  async generate(body: GenerateRequest, o: CallOptions = {}): Promise<WorkerEventStream> {
+    return new WorkerEventStream(await this.post(ROUTES.generate, GenerateRequestSchema.parse(body), o));
   }
 
   /** POST /internal/release. */

@@ -4,7 +4,7 @@
 // the prefill answer, the rest from decode's stream. Every terminal event releases the request
 // on the workers that hold it.
 
-import { ApiError, type PrefillResponse } from "@airm/internal-api";
+import { ApiError, type PrefillResponse, type WorkerEventStream } from "@airm/internal-api";
 import { context, SpanStatusCode, trace, type Context, type Span } from "@opentelemetry/api";
 import type { Endpoint, EndpointPool } from "../endpoint-pool.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
@@ -64,7 +64,7 @@ class PdRequest {
   }
 
   /** Starts the decode call (it waits for the KV). */
-  startDecode(): Promise<ReadableStream<Uint8Array>> {
+  startDecode(): Promise<WorkerEventStream> {
     const { req, requestId } = this;
     const call = context.with(trace.setSpan(this.parent, this.spans.decode), () =>
       this.dec.client.decode(
@@ -105,7 +105,7 @@ class PdRequest {
   }
 
   /** Awaits the decode call's acceptance. Null when the client left. */
-  async decodeBody(call: Promise<ReadableStream<Uint8Array>>, signal: AbortSignal): Promise<ReadableStream<Uint8Array> | null> {
+  async decodeBody(call: Promise<WorkerEventStream>, signal: AbortSignal): Promise<WorkerEventStream | null> {
     try {
       return await call;
     } catch (err) {

@@ -2,7 +2,7 @@
 // healthy worker, call /internal/generate, relay its events. The worker ends its own request when
 // the call is aborted.
 
-import { ApiError } from "@airm/internal-api";
+import { ApiError, type WorkerEventStream } from "@airm/internal-api";
 import { context, SpanStatusCode, trace } from "@opentelemetry/api";
 import type { EndpointPool } from "../endpoint-pool.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
@@ -22,28 +22,41 @@ export async function* runSolo(pool: EndpointPool, t: SoloTimeouts, req: Generat
   ep.outstanding++;
   const abort = new AbortController();
   const onAbort = () => abort.abort();
+  // The prefill timeout covers the call until the first event, not the whole generation.
+  let prefillTimedOut = false;
+  const prefillTimer = setTimeout(() => {
+    prefillTimedOut = true;
+    abort.abort(new DOMException(`no first token within ${t.prefillTimeoutMs} ms`, "TimeoutError"));
+  }, t.prefillTimeoutMs);
   signal.addEventListener("abort", onAbort);
   const span = tracer.startSpan("solo.generate", { attributes: { "airm.request_id": requestId, "airm.worker": ep.url } });
   try {
-    let body: ReadableStream<Uint8Array>;
+    let answer: WorkerEventStream;
     try {
-      body = await context.with(trace.setSpan(context.active(), span), () =>
-        ep.client.generate(
-          { requestId, input: req.input, maxTokens: req.maxTokens, sampling: req.sampling },
-          { headers: traceHeaders(), signal: AbortSignal.any([abort.signal, AbortSignal.timeout(t.prefillTimeoutMs)]) },
-        ),
+      answer = await context.with(trace.setSpan(context.active(), span), () =>
+        ep.client.generate({ requestId, input: req.input, maxTokens: req.maxTokens, sampling: req.sampling }, { headers: traceHeaders(), signal: abort.signal }),
       );
     } catch (err) {
       if (err instanceof ApiError) throw err;
       if (signal.aborted) return;
+      if (prefillTimedOut) throw new ApiError(504, "prefill_timeout", `solo worker ${ep.url} gave no first token within ${t.prefillTimeoutMs} ms`);
       pool.markDown(ep, `unreachable: ${causeOf(err)}`);
       throw new ApiError(502, "worker_unreachable", `solo worker ${ep.url} unreachable: ${causeOf(err)}`);
     }
-    yield* relayEvents(body, { who: `solo worker ${ep.url}`, idleMs: t.decodeIdleTimeoutMs, kv: null });
+    try {
+      for await (const ev of relayEvents(answer, { who: `solo worker ${ep.url}`, idleMs: t.decodeIdleTimeoutMs, kv: null })) {
+        if (ev.type === "first") clearTimeout(prefillTimer);
+        yield ev;
+      }
+    } catch (err) {
+      if (prefillTimedOut && !signal.aborted) throw new ApiError(504, "prefill_timeout", `solo worker ${ep.url} gave no first token within ${t.prefillTimeoutMs} ms`);
+      throw err;
+    }
   } catch (err) {
     span.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error).message });
     throw err;
   } finally {
+    clearTimeout(prefillTimer);
     signal.removeEventListener("abort", onAbort);
     abort.abort();
     ep.outstanding--;

@@ -2,7 +2,7 @@
 // relaying a worker's event stream as GenEvents with the right error for every way it can break,
 // and the fire-and-forget release.
 
-import { ApiError, readEvents, StreamIdleError, type WorkerClient, type ReleaseReason } from "@airm/internal-api";
+import { ApiError, StreamIdleError, type ReleaseReason, type WorkerClient, type WorkerEventStream } from "@airm/internal-api";
 import { context, propagation } from "@opentelemetry/api";
 import type { GenEvent } from "./gen-events.ts";
 
@@ -42,11 +42,11 @@ export interface RelayOptions {
  * Relays a worker's event stream (decode or generate) as GenEvents until `done`. Throws ApiError:
  * the worker's error event, 504 when it went silent, 502 when the stream broke or ended early.
  */
-export async function* relayEvents(body: ReadableStream<Uint8Array>, o: RelayOptions): AsyncGenerator<GenEvent> {
+export async function* relayEvents(answer: WorkerEventStream, o: RelayOptions): AsyncGenerator<GenEvent> {
   let tokens = 0;
   let loadMs: number | null = null;
   try {
-    for await (const ev of readEvents(body, o.idleMs)) {
+    for await (const ev of answer.events(o.idleMs)) {
       switch (ev.type) {
         case "first":
           yield {

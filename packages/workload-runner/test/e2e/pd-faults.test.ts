@@ -93,7 +93,7 @@ describe("PD faults", () => {
     const decode = new WorkerClient(pd.part("decode").url).decode({ requestId: rid, maxTokens: 4 });
     const p = await postJson(`${pd.part("prefill").url}/internal/prefill`, { requestId: rid, input: { prompt: "hello" }, maxTokens: 4 });
     expect(p.status).toBe(200);
-    const lines = (await new Response(await decode).text())
+    const lines = (await (await decode).text())
       .trim()
       .split("\n")
       .map((l) => JSON.parse(l));

@@ -5,7 +5,7 @@
 import { existsSync, mkdtempSync, readdirSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { readEvents, WorkerClient, type DecodeRequest, type GenerateRequest, type PrefillRequest, type WorkerEvent } from "@airm/internal-api";
+import { WorkerClient, type DecodeRequest, type GenerateRequest, type PrefillRequest, type WorkerEvent } from "@airm/internal-api";
 import { makeTinyModel, type TinyModelOptions } from "@airm/llama";
 import { startLocalCluster, type ClusterOptions, type RunningCluster, type WorkerSpec } from "../../src/index.ts";
 
@@ -84,7 +84,7 @@ async function collect(first: { token: number; text: string; promptTokens: numbe
 
 /** One request through a solo worker's internal API: the token ids it generates. */
 export async function soloTokens(soloUrl: string, body: GenerateRequest): Promise<TokenRun> {
-  const events = readEvents(await new WorkerClient(soloUrl).generate(body), 120_000);
+  const events = (await new WorkerClient(soloUrl).generate(body)).events(120_000);
   const first = await events.next();
   if (first.done || first.value.type !== "first") throw new Error(`no first event: ${JSON.stringify(first.value)}`);
   return collect(first.value, events);
@@ -97,7 +97,7 @@ export async function pdTokens(prefillUrl: string, decodeUrl: string, body: Pref
   decode.catch(() => {});
   const prefill = new WorkerClient(prefillUrl);
   const p = await prefill.prefill(body);
-  const run = await collect(p.first, readEvents(await decode, 120_000));
+  const run = await collect(p.first, (await decode).events(120_000));
   await prefill.release({ requestId: body.requestId });
   return run;
 }
