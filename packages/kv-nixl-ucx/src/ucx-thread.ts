@@ -50,83 +50,100 @@ interface Op {
  */
 const READ_PIECE = 256 * 1024;
 
-function runThread(init: ThreadInit): void {
-  const port: MessagePort = init.port;
-  const sleeping = new Int32Array(init.sleeping);
-  // Events of one loop pass leave in one message ("ready"/"failed"/"closed" at once).
-  let events: ThreadEvent[] = [];
-  const send = (e: ThreadEvent) => {
-    if (e.type === "done") events.push(e);
-    else port.postMessage(e);
-  };
-  const flushEvents = () => {
-    if (!events.length) return;
-    port.postMessage(events.length === 1 ? events[0] : { type: "batch", events });
-    events = [];
-  };
-  let w: UcpWorker;
-  let arena: RegisteredMemory;
-  let errMode: number;
-  let efd: number;
-  let resources: string[];
-  try {
-    w = new UcpWorker({ tls: init.tls, config: init.config, wakeup: true });
-    resources = contextResources(w);
-    errMode = pickErrMode(resources, init.errMode);
-    arena = w.allocate(init.poolBytes);
-    efd = w.eventFd();
-    send({
-      type: "ready",
-      version: ucxVersion(),
-      address: w.address(),
-      rkey: arena.rkey,
-      base: arena.base,
-      length: arena.length,
-      resources,
-      errMode: errMode === UCP_ERR_HANDLING_MODE_PEER ? "peer" : "none",
-    });
-  } catch (e) {
-    send({ type: "failed", message: (e as Error).message });
-    return;
+/** One UCX context, worker and arena on this thread, and the READs and acks in flight on them. */
+class ProgressThread {
+  private readonly port: MessagePort;
+  private readonly sleeping: Int32Array;
+  /** Events of one loop pass leave in one message ("ready"/"failed"/"closed" at once). */
+  private events: ThreadEvent[] = [];
+  private readonly peers = new Map<string, Peer>();
+  private readonly ops = new Map<number, Op>();
+  /** Endpoints UCX reported as failed (from inside progress); dropped right after it returns. */
+  private readonly failedEps: unknown[] = [];
+  private closing = false;
+
+  private constructor(
+    private readonly init: ThreadInit,
+    private readonly w: UcpWorker,
+    private readonly arena: RegisteredMemory,
+    private readonly arenaBytes: Buffer,
+    private readonly errMode: number,
+    private readonly efd: number,
+  ) {
+    this.port = init.port;
+    this.sleeping = new Int32Array(init.sleeping);
+    w.onEndpointError((ep) => this.failedEps.push(ep));
   }
 
-  const arenaBytes = Buffer.from(koffi.view(pointerAt(arena.base), arena.length));
-  const peers = new Map<string, Peer>();
-  const ops = new Map<number, Op>();
-  let closing = false;
-  // Endpoints UCX reported as failed (from inside progress); dropped right after it returns.
-  const failedEps: unknown[] = [];
-  w.onEndpointError((ep) => failedEps.push(ep));
-  const dropFailedPeers = () => {
-    while (failedEps.length) {
-      const ep = failedEps.pop();
-      for (const [id, p] of peers) {
-        if (koffi.address(p.ep) === koffi.address(ep)) dropPeer(id);
+  /** Opens UCX and says "ready" (or "failed", returning null). */
+  static open(init: ThreadInit): ProgressThread | null {
+    try {
+      const w = new UcpWorker({ tls: init.tls, config: init.config, wakeup: true });
+      const resources = contextResources(w);
+      const errMode = pickErrMode(resources, init.errMode);
+      const arena = w.allocate(init.poolBytes);
+      const t = new ProgressThread(init, w, arena, Buffer.from(koffi.view(pointerAt(arena.base), arena.length)), errMode, w.eventFd());
+      t.send({
+        type: "ready",
+        version: ucxVersion(),
+        address: w.address(),
+        rkey: arena.rkey,
+        base: arena.base,
+        length: arena.length,
+        resources,
+        errMode: errMode === UCP_ERR_HANDLING_MODE_PEER ? "peer" : "none",
+      });
+      return t;
+    } catch (e) {
+      init.port.postMessage({ type: "failed", message: (e as Error).message } satisfies ThreadEvent);
+      return null;
+    }
+  }
+
+  private send(e: ThreadEvent): void {
+    if (e.type === "done") this.events.push(e);
+    else this.port.postMessage(e);
+  }
+
+  private flushEvents(): void {
+    if (!this.events.length) return;
+    this.port.postMessage(this.events.length === 1 ? this.events[0] : { type: "batch", events: this.events });
+    this.events = [];
+  }
+
+  private dropFailedPeers(): void {
+    while (this.failedEps.length) {
+      const ep = this.failedEps.pop();
+      for (const [id, p] of this.peers) {
+        if (koffi.address(p.ep) === koffi.address(ep)) this.dropPeer(id);
       }
     }
-  };
+  }
 
-  const peerFor = (ref: PeerRef): Peer => {
-    let p = peers.get(ref.id);
+  private peerFor(ref: PeerRef): Peer {
+    let p = this.peers.get(ref.id);
     if (!p) {
-      p = { ep: w.connect(ref.address, errMode), rkeys: new Map(), inFlight: false };
-      peers.set(ref.id, p);
+      p = { ep: this.w.connect(ref.address, this.errMode), rkeys: new Map(), inFlight: false };
+      this.peers.set(ref.id, p);
     }
     return p;
-  };
-  const rkeyFor = (p: Peer, packed: Uint8Array): unknown => {
+  }
+
+  private rkeyFor(p: Peer, packed: Uint8Array): unknown {
     const k = Buffer.from(packed.buffer, packed.byteOffset, packed.byteLength).toString("base64");
     let r = p.rkeys.get(k);
     if (!r) {
-      r = w.unpackRkey(p.ep, packed);
+      r = this.w.unpackRkey(p.ep, packed);
       p.rkeys.set(k, r);
     }
     return r;
-  };
-  const dropPeer = (peerId: string) => {
-    const p = peers.get(peerId);
+  }
+
+  private dropPeer(peerId: string): void {
+    const { w } = this;
+    const p = this.peers.get(peerId);
     if (!p) return;
-    peers.delete(peerId);
+    this.peers.delete(peerId);
     const closeReq = w.closeEndpoint(p.ep);
     // A forced close completes the peer's outstanding requests with an error; wait a bounded time.
     const until = performance.now() + 2000;
@@ -136,17 +153,19 @@ function runThread(init: ThreadInit): void {
         if (w.poll(closeReq) !== UCS_INPROGRESS) break;
       }
     }
-    for (const op of ops.values()) {
+    for (const op of this.ops.values()) {
       if (op.peerId !== peerId) continue;
       op.requests = op.requests.filter((r) => w.poll(r) === UCS_INPROGRESS);
       const stuck = op.requests.length > 0; // those stay with UCX: the caller must never reuse the slot
-      ops.delete(op.id);
-      if (op.report) send({ type: "done", id: op.id, status: -16, stuck, message: `the READ was cancelled: ${statusText(-16)}` });
+      this.ops.delete(op.id);
+      if (op.report) this.send({ type: "done", id: op.id, status: -16, stuck, message: `the READ was cancelled: ${statusText(-16)}` });
     }
     for (const r of p.rkeys.values()) w.destroyRkey(r);
-  };
+  }
+
   /** Polls an op's requests; returns the final status once all finished, else UCS_INPROGRESS. */
-  const pollOp = (op: Op): number => {
+  private pollOp(op: Op): number {
+    const { w } = this;
     let failed = UCS_OK;
     op.requests = op.requests.filter((r) => {
       const s = w.poll(r);
@@ -158,32 +177,36 @@ function runThread(init: ThreadInit): void {
       return op.requests.length ? UCS_INPROGRESS : failed;
     }
     return op.requests.length ? UCS_INPROGRESS : UCS_OK;
-  };
-  const finish = (op: Op, status: number) => {
-    ops.delete(op.id);
+  }
+
+  private finish(op: Op, status: number): void {
+    this.ops.delete(op.id);
     if (!op.report) return;
-    if (status === UCS_OK) send({ type: "done", id: op.id, status });
+    if (status === UCS_OK) this.send({ type: "done", id: op.id, status });
     else {
-      send({ type: "done", id: op.id, status, message: `the READ from the producer failed: ${statusText(status)}` });
-      dropPeer(op.peerId);
+      this.send({ type: "done", id: op.id, status, message: `the READ from the producer failed: ${statusText(status)}` });
+      this.dropPeer(op.peerId);
     }
-  };
-  const fail = (id: number, peerId: string, report: boolean, e: unknown) => {
+  }
+
+  private fail(id: number, peerId: string, report: boolean, e: unknown): void {
     const status = e instanceof UcxStatusError ? e.status : -1;
-    if (report) send({ type: "done", id, status, message: (e as Error).message });
-    dropPeer(peerId);
-  };
-  const startRead = (c: Extract<ThreadCommand, { type: "get" }>) => {
+    if (report) this.send({ type: "done", id, status, message: (e as Error).message });
+    this.dropPeer(peerId);
+  }
+
+  private startRead(c: Extract<ThreadCommand, { type: "get" }>): void {
+    const { w, arena } = this;
     try {
-      const p = peerFor(c.peer);
-      const rkey = rkeyFor(p, c.peer.rkey);
+      const p = this.peerFor(c.peer);
+      const rkey = this.rkeyFor(p, c.peer.rkey);
       let crc = 0;
       let done = 0;
       while (done < c.length) {
         const n = p.inFlight ? c.length : Math.min(READ_PIECE, c.length - done);
         const r = w.get(p.ep, arena.base + c.localOffset + done, n, c.remoteAddr + done, rkey, arena.memh);
         if (r === 0) {
-          crc = crc32(arenaBytes.subarray(c.localOffset + done, c.localOffset + done + n), crc);
+          crc = crc32(this.arenaBytes.subarray(c.localOffset + done, c.localOffset + done + n), crc);
           done += n;
           continue;
         }
@@ -196,99 +219,117 @@ function runThread(init: ThreadInit): void {
           const r2 = w.get(p.ep, arena.base + c.localOffset + done + n, rest, c.remoteAddr + done + n, rkey, arena.memh);
           if (r2 !== 0) requests.push(r2);
         }
-        ops.set(c.id, { id: c.id, requests, peerId: c.peer.id, report: true });
+        this.ops.set(c.id, { id: c.id, requests, peerId: c.peer.id, report: true });
         return;
       }
-      send({ type: "done", id: c.id, status: UCS_OK, crc: crc >>> 0 });
+      this.send({ type: "done", id: c.id, status: UCS_OK, crc: crc >>> 0 });
     } catch (e) {
-      fail(c.id, c.peer.id, true, e);
+      this.fail(c.id, c.peer.id, true, e);
     }
-  };
-  const startAck = (c: Extract<ThreadCommand, { type: "ack" }>) => {
+  }
+
+  private startAck(c: Extract<ThreadCommand, { type: "ack" }>): void {
+    const { w, arena } = this;
     try {
-      const p = peerFor(c.peer);
-      const r = w.put(p.ep, arena.base + c.localOffset, 4, c.ackAddr, rkeyFor(p, c.peer.rkey), arena.memh);
-      if (r !== 0) ops.set(c.id, { id: c.id, requests: [r], peerId: c.peer.id, report: false });
+      const p = this.peerFor(c.peer);
+      const r = w.put(p.ep, arena.base + c.localOffset, 4, c.ackAddr, this.rkeyFor(p, c.peer.rkey), arena.memh);
+      if (r !== 0) this.ops.set(c.id, { id: c.id, requests: [r], peerId: c.peer.id, report: false });
     } catch (e) {
-      fail(c.id, c.peer.id, false, e);
+      this.fail(c.id, c.peer.id, false, e);
     }
-  };
-  const handle = (c: ThreadCommand) => {
+  }
+
+  private handle(c: ThreadCommand): void {
     switch (c.type) {
       case "get":
-        startRead(c);
+        this.startRead(c);
         break;
       case "ack":
-        startAck(c);
+        this.startAck(c);
         break;
       case "abort": {
-        const op = ops.get(c.id);
-        if (op) dropPeer(op.peerId);
+        const op = this.ops.get(c.id);
+        if (op) this.dropPeer(op.peerId);
         break;
       }
       case "forget-peer":
-        dropPeer(c.peerId);
+        this.dropPeer(c.peerId);
         break;
       case "close":
-        closing = true;
+        this.closing = true;
         break;
     }
-  };
+  }
 
-  let lastBusy = performance.now();
-  const spinMs = init.spinMs;
-  while (!closing) {
+  /** One pass: commands, progress, completions. True when anything happened. */
+  private pass(): boolean {
     let busy = false;
-    for (let m = receiveMessageOnPort(port); m; m = receiveMessageOnPort(port)) {
-      for (const c of m.message as ThreadMessage) handle(c);
+    for (let m = receiveMessageOnPort(this.port); m; m = receiveMessageOnPort(this.port)) {
+      for (const c of m.message as ThreadMessage) this.handle(c);
       busy = true;
     }
-    if (closing) break;
-    if (w.progress() > 0) busy = true;
-    if (failedEps.length) dropFailedPeers();
-    for (const op of ops.values()) {
-      const s = pollOp(op);
+    if (this.closing) return busy;
+    if (this.w.progress() > 0) busy = true;
+    if (this.failedEps.length) this.dropFailedPeers();
+    for (const op of this.ops.values()) {
+      const s = this.pollOp(op);
       if (s !== UCS_INPROGRESS) {
-        finish(op, s);
+        this.finish(op, s);
         busy = true;
       }
     }
-    flushEvents();
-    const now = performance.now();
-    if (busy) {
-      lastBusy = now;
-      continue;
-    }
-    if (now - lastBusy < spinMs) {
-      schedYield();
-      continue;
-    }
-    // Quiet for spinMs: sleep until UCX or the main thread has something. With READs in flight,
-    // wake at least every millisecond in case a transport signals no event for their progress.
-    // Announce the sleep first, then look for messages once more: a command posted before the
-    // flag was set is seen here, one posted after it comes with an eventfd write.
-    Atomics.store(sleeping, 0, 1);
-    const raced = receiveMessageOnPort(port);
-    if (raced) {
-      Atomics.store(sleeping, 0, 0);
-      for (const c of raced.message as ThreadMessage) handle(c);
-      lastBusy = performance.now();
-      continue;
-    }
-    if (w.arm() === UCS_ERR_BUSY) {
-      Atomics.store(sleeping, 0, 0);
-      continue;
-    }
-    waitReadable([efd, init.wakeFd], ops.size > 0 ? 1 : 1000);
-    Atomics.store(sleeping, 0, 0);
-    drainEventFd(init.wakeFd);
+    this.flushEvents();
+    return busy;
   }
-  flushEvents();
 
-  for (const id of [...peers.keys()]) dropPeer(id);
-  w.unmap(arena);
-  w.destroy();
-  send({ type: "closed" });
+  /**
+   * Sleeps until UCX or the main thread has something. With READs in flight it wakes at least
+   * every millisecond in case a transport signals no event for their progress. The sleep is
+   * announced first, then messages are looked for once more: a command posted before the flag
+   * was set is seen here, one posted after it comes with an eventfd write. Returns true when a
+   * command was found instead of sleeping.
+   */
+  private sleepUntilWork(): boolean {
+    Atomics.store(this.sleeping, 0, 1);
+    const raced = receiveMessageOnPort(this.port);
+    if (raced) {
+      Atomics.store(this.sleeping, 0, 0);
+      for (const c of raced.message as ThreadMessage) this.handle(c);
+      return true;
+    }
+    if (this.w.arm() === UCS_ERR_BUSY) {
+      Atomics.store(this.sleeping, 0, 0);
+      return false;
+    }
+    waitReadable([this.efd, this.init.wakeFd], this.ops.size > 0 ? 1 : 1000);
+    Atomics.store(this.sleeping, 0, 0);
+    drainEventFd(this.init.wakeFd);
+    return false;
+  }
+
+  /** Runs until "close": polls while busy and for spinMs after, then sleeps on the event fds. */
+  run(): void {
+    let lastBusy = performance.now();
+    while (!this.closing) {
+      const busy = this.pass();
+      if (this.closing) break;
+      const now = performance.now();
+      if (busy) {
+        lastBusy = now;
+        continue;
+      }
+      if (now - lastBusy < this.init.spinMs) {
+        schedYield();
+        continue;
+      }
+      if (this.sleepUntilWork()) lastBusy = performance.now();
+    }
+    this.flushEvents();
+    for (const id of [...this.peers.keys()]) this.dropPeer(id);
+    this.w.unmap(this.arena);
+    this.w.destroy();
+    this.send({ type: "closed" });
+  }
 }
 
-runThread((workerData as { init: ThreadInit }).init);
+ProgressThread.open((workerData as { init: ThreadInit }).init)?.run();
