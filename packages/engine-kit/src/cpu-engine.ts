@@ -134,6 +134,10 @@ export class CpuBackedEngine implements Engine {
   private weightsFrom: EngineStats["weightsFrom"];
   private loadMs: number;
   readonly cacheNote: string;
+  /** config.json keys the checkpoint took from its architecture's defaults (empty for GGUF). */
+  get configDefaults(): string[] {
+    return this.ckpt.configDefaults ?? [];
+  }
   private closed = false;
   private nativeGraph: { variant: EngineVariant; graph: ReturnType<NativeHostDecode["open"]> } | null = null;
 

@@ -90,9 +90,10 @@ export async function loadVendorEngine<V extends OptionMap>(
     nativeHostDecode: probe.hostDecode,
   });
   if (config.engineLog) {
+    const defaults = engine.configDefaults.length ? `; config.json lacks ${engine.configDefaults.join(", ")}: architecture defaults used` : "";
     process.stderr.write(
       `[${spec.name}] backend ${backend}, path ${device.path}${device.device ? ` on ${device.device}` : ""}, ` +
-        `weights ${engine.stats().weightsFrom} in ${engine.stats().loadMs.toFixed(0)} ms (${engine.cacheNote}); ${device.detail}\n`,
+        `weights ${engine.stats().weightsFrom} in ${engine.stats().loadMs.toFixed(0)} ms (${engine.cacheNote}); ${device.detail}${defaults}\n`,
     );
   }
   return engine;

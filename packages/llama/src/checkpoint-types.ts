@@ -31,6 +31,8 @@ export interface ModelConfig {
   attentionBias: boolean;
   bosTokenId: number | null;
   eosTokenIds: number[];
+  /** The dtype config.json says the weights were saved in (`dtype` / `torch_dtype`), when it says. Weights run as bf16 regardless. */
+  storedDtype?: "bfloat16" | "float16" | "float32";
 }
 
 export interface TensorInfo {
@@ -92,4 +94,6 @@ export interface Checkpoint {
   generation: GenerationDefaults;
   /** sha-256 hex over config and every tensor's bytes. */
   fingerprint: string;
+  /** config.json keys that were absent and took the architecture's documented default (e.g. "rms_norm_eps"). */
+  configDefaults?: string[];
 }

@@ -60,3 +60,173 @@ describe("config.json parsing", () => {
     expect(parseGenerationConfig(undefined, "g", config)).toEqual({ eosTokenIds: [2, 7] });
   });
 });
+
+/** SmolLM2-135M-Instruct's config.json as transformers 4.42 saved it (published with the model). */
+const SMOLLM2_4X = {
+  architectures: ["LlamaForCausalLM"],
+  attention_bias: false,
+  attention_dropout: 0.0,
+  bos_token_id: 1,
+  eos_token_id: 2,
+  hidden_act: "silu",
+  hidden_size: 576,
+  initializer_range: 0.041666666666666664,
+  intermediate_size: 1536,
+  is_llama_config: true,
+  max_position_embeddings: 8192,
+  mlp_bias: false,
+  model_type: "llama",
+  num_attention_heads: 9,
+  num_hidden_layers: 30,
+  num_key_value_heads: 3,
+  pad_token_id: 2,
+  pretraining_tp: 1,
+  rms_norm_eps: 1e-5,
+  rope_interleaved: false,
+  rope_scaling: null,
+  rope_theta: 100000,
+  tie_word_embeddings: true,
+  torch_dtype: "bfloat16",
+  transformers_version: "4.42.3",
+  use_cache: true,
+  vocab_size: 49152,
+};
+
+/** The same model re-saved by transformers 5.24 (LlamaConfig.save_pretrained): rope_parameters, dtype, no top-level rope_theta. */
+const SMOLLM2_5X = {
+  architectures: ["LlamaForCausalLM"],
+  attention_bias: false,
+  attention_dropout: 0.0,
+  bos_token_id: 1,
+  dtype: "bfloat16",
+  eos_token_id: 2,
+  head_dim: 64,
+  hidden_act: "silu",
+  hidden_size: 576,
+  initializer_range: 0.041666666666666664,
+  intermediate_size: 1536,
+  max_position_embeddings: 8192,
+  mlp_bias: false,
+  model_type: "llama",
+  num_attention_heads: 9,
+  num_hidden_layers: 30,
+  num_key_value_heads: 3,
+  pad_token_id: 2,
+  pretraining_tp: 1,
+  rms_norm_eps: 1e-5,
+  rope_parameters: { rope_theta: 100000.0, rope_type: "default" },
+  tie_word_embeddings: true,
+  transformers_version: "5.24.0",
+  use_cache: true,
+  vocab_size: 49152,
+};
+
+/** Qwen2.5-0.5B-Instruct's config.json (transformers 4.43) and its transformers-5 form. */
+const QWEN25_4X = {
+  architectures: ["Qwen2ForCausalLM"],
+  attention_dropout: 0.0,
+  bos_token_id: 151643,
+  eos_token_id: 151645,
+  hidden_act: "silu",
+  hidden_size: 896,
+  initializer_range: 0.02,
+  intermediate_size: 4864,
+  max_position_embeddings: 32768,
+  max_window_layers: 21,
+  model_type: "qwen2",
+  num_attention_heads: 14,
+  num_hidden_layers: 24,
+  num_key_value_heads: 2,
+  rms_norm_eps: 1e-6,
+  rope_theta: 1000000.0,
+  sliding_window: 131072,
+  tie_word_embeddings: true,
+  torch_dtype: "bfloat16",
+  transformers_version: "4.43.1",
+  use_cache: true,
+  use_sliding_window: false,
+  vocab_size: 151936,
+};
+const { rope_theta: _qt, torch_dtype: _qd, ...qwenRest } = QWEN25_4X;
+const QWEN25_5X = {
+  ...qwenRest,
+  dtype: "bfloat16",
+  layer_types: Array.from({ length: 24 }, () => "full_attention"),
+  rope_parameters: { rope_theta: 1000000.0, rope_type: "default" },
+  sliding_window: null,
+  transformers_version: "5.24.0",
+};
+
+/** Llama 3.1's rope scaling, as 4.x (rope_scaling + rope_theta) and 5.x (rope_parameters) write it. */
+const LLAMA31_4X = {
+  ...LLAMA_CONFIG,
+  rope_theta: 500000.0,
+  rope_scaling: { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position_embeddings: 8192, rope_type: "llama3" },
+};
+const { rope_theta: _lt, rope_scaling: _ls, ...llamaRest } = LLAMA31_4X;
+const LLAMA31_5X = { ...llamaRest, rope_parameters: { ...LLAMA31_4X.rope_scaling, rope_theta: 500000.0 } };
+
+describe("transformers 4.x and 5.x configs", () => {
+  it.each([
+    ["SmolLM2 (llama, default rope)", SMOLLM2_4X, SMOLLM2_5X],
+    ["Qwen2.5 (qwen2)", QWEN25_4X, QWEN25_5X],
+    ["Llama 3.1 rope scaling", LLAMA31_4X, LLAMA31_5X],
+  ])("%s: both forms resolve to the same values and default the same keys", (_name, v4, v5) => {
+    const d4: string[] = [];
+    const d5: string[] = [];
+    const a = parseHfConfig(v4, "4.x/config.json", d4);
+    const b = parseHfConfig(v5, "5.x/config.json", d5);
+    expect(b).toEqual(a);
+    // the small Llama fixture has no attention_bias key; the published configs name every key
+    const expected = "attention_bias" in v4 || v4 === QWEN25_4X ? [] : ["attention_bias"];
+    expect(d4).toEqual(expected);
+    expect(d5).toEqual(expected);
+  });
+
+  it("resolves the SmolLM2 values a transformers-5 folder used to lose (rope theta 100000, not 10000)", () => {
+    expect(parseHfConfig(SMOLLM2_5X, "c")).toMatchObject({
+      ropeTheta: 100000,
+      ropeScaling: null,
+      rmsNormEps: 1e-5,
+      tieWordEmbeddings: true,
+      attentionBias: false,
+      headDim: 64,
+      numKvHeads: 3,
+      maxPositionEmbeddings: 8192,
+      storedDtype: "bfloat16",
+    });
+    expect(parseHfConfig(QWEN25_5X, "c")).toMatchObject({ ropeTheta: 1000000, attentionBias: true, tieWordEmbeddings: true, headDim: 64 });
+    expect(parseHfConfig(LLAMA31_5X, "c").ropeScaling).toEqual({ type: "llama3", factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositionEmbeddings: 8192 });
+  });
+
+  it("takes what a config leaves out from the architecture's documented defaults and lists those keys", () => {
+    const { rms_norm_eps: _e, rope_parameters: _r, tie_word_embeddings: _t, max_position_embeddings: _m, attention_bias: _b, ...bare } = SMOLLM2_5X;
+    const defaulted: string[] = [];
+    expect(parseHfConfig(bare, "c", defaulted)).toMatchObject({ rmsNormEps: 1e-6, ropeTheta: 10000, tieWordEmbeddings: false, maxPositionEmbeddings: 2048, attentionBias: false });
+    expect(defaulted.sort()).toEqual(["attention_bias", "max_position_embeddings", "rms_norm_eps", "rope_theta", "tie_word_embeddings"]);
+    const q: string[] = [];
+    const { max_position_embeddings: _qm, ...qBare } = QWEN25_5X;
+    expect(parseHfConfig(qBare, "c", q).maxPositionEmbeddings).toBe(32768);
+    expect(q).toEqual(["max_position_embeddings"]);
+  });
+
+  it.each([
+    ["an unknown rope type (5.x)", { ...SMOLLM2_5X, rope_parameters: { rope_type: "yarn", rope_theta: 1e5, factor: 4 } }, "rope_parameters.rope_type"],
+    ["an unknown rope type (4.x)", { ...SMOLLM2_4X, rope_scaling: { type: "dynamic", factor: 2 } }, "rope_scaling.type"],
+    ["a rope key the type does not read", { ...SMOLLM2_5X, rope_parameters: { rope_type: "default", rope_theta: 1e5, factor: 2 } }, "rope_parameters.factor"],
+    ["a partial rotary factor", { ...SMOLLM2_5X, partial_rotary_factor: 0.5 }, "partial_rotary_factor"],
+    ["interleaved rope pairs", { ...SMOLLM2_4X, rope_interleaved: true }, "rope_interleaved"],
+    ["another activation", { ...SMOLLM2_5X, hidden_act: "gelu" }, "hidden_act"],
+    ["an MLP bias", { ...SMOLLM2_5X, mlp_bias: true }, "mlp_bias"],
+    ["a quantization config", { ...SMOLLM2_5X, quantization_config: { quant_method: "gptq", bits: 4 } }, "quantization_config"],
+    ["a sliding window (qwen2)", { ...QWEN25_4X, use_sliding_window: true }, "use_sliding_window"],
+    ["sliding layers (5.x layer_types)", { ...QWEN25_5X, layer_types: ["full_attention", "sliding_attention"] }, "layer_types"],
+    ["a dtype that is not a float", { ...SMOLLM2_5X, dtype: "int8" }, "dtype"],
+    ["a rope theta that is not a number", { ...SMOLLM2_4X, rope_theta: "1e5" }, "config.rope_theta"],
+    ["qwen2 without num_key_value_heads (its class default would be a guess)", (({ num_key_value_heads: _k, ...r }) => r)(QWEN25_4X), "num_key_value_heads"],
+  ])("refuses %s, naming the key", (_what, raw, key) => {
+    const e = configError(raw);
+    expect(e.item).toBe(key);
+    expect(e.message).toContain("/m/config.json");
+  });
+});

@@ -150,6 +150,31 @@ describe("loadCheckpoint on Hugging Face folders", () => {
     }
   });
 
+  it("reads a transformers-5 folder: chat_template.jinja only, rope_parameters, dtype; and prefers the .jinja file over tokenizer_config.json", async () => {
+    const { rope_theta: _t, rope_scaling: _s, ...rest } = LLAMA_CONFIG;
+    const config5 = { ...rest, dtype: "bfloat16", rope_parameters: { ...LLAMA_CONFIG.rope_scaling, rope_theta: LLAMA_CONFIG.rope_theta } };
+    const d5 = folder();
+    writeHfFolder(d5, { config: config5, templateIn: "jinja" });
+    const d4 = folder();
+    writeHfFolder(d4, { config: LLAMA_CONFIG });
+    const [c5, c4] = [await loadCheckpoint(d5), await loadCheckpoint(d4)];
+    try {
+      const chat = [{ role: "user", content: "hi" }];
+      expect(c5.renderChat?.(chat, { addGenerationPrompt: true })).toBe("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+      const { storedDtype, ...same5 } = c5.config;
+      expect(storedDtype).toBe("bfloat16");
+      expect(same5).toEqual(c4.config);
+      // both present: the .jinja file wins, as in transformers
+      writeFileSync(join(d4, "chat_template.jinja"), "{{ messages[0]['content'] }}!");
+      const both = await loadCheckpoint(d4);
+      expect(both.renderChat?.(chat)).toBe("hi!");
+      both.tensors.close();
+    } finally {
+      c5.tensors.close();
+      c4.tensors.close();
+    }
+  });
+
   it("f16 conversion matches the neighbour rule on stored values", async () => {
     const dir = folder();
     writeHfFolder(dir, { config: QWEN2_CONFIG, dtype: "F16" });

@@ -1,5 +1,7 @@
-// Turns a Hugging Face config.json (+ generation_config.json) into our ModelConfig. Knows the
-// Llama and Qwen2 field names; leaves tensors and tokenizers to others.
+// Turns a Hugging Face config.json (+ generation_config.json) into our ModelConfig, as
+// transformers 4.x and 5.x write them (rope_scaling / rope_parameters, torch_dtype / dtype). Knows
+// the Llama and Qwen2 field names and their documented defaults; refuses what it does not
+// implement. Leaves tensors and tokenizers to others.
 
 import type { Architecture, GenerationDefaults, ModelConfig, RopeScaling } from "../checkpoint-types.ts";
 import { ModelLoadError } from "./model-load-error.ts";
@@ -21,13 +23,6 @@ function int(raw: Json, key: string, file: string, fallback?: number): number {
   return v;
 }
 
-function num(raw: Json, key: string, file: string, fallback: number): number {
-  const v = raw[key];
-  if (v === undefined || v === null) return fallback;
-  if (typeof v !== "number" || !Number.isFinite(v)) throw new ModelLoadError(file, `"${key}" must be a number, got ${JSON.stringify(v)}`, { item: key });
-  return v;
-}
-
 /** Token ids from an int, a list of ints, or null/absent (empty list). */
 export function tokenIdList(v: unknown, file: string, key: string): number[] {
   if (v === undefined || v === null) return [];
@@ -39,38 +34,150 @@ export function tokenIdList(v: unknown, file: string, key: string): number[] {
   return list as number[];
 }
 
-function ropeScaling(raw: unknown, file: string): RopeScaling | null {
-  if (raw === undefined || raw === null) return null;
-  if (typeof raw !== "object") throw new ModelLoadError(file, `"rope_scaling" must be an object or null`, { item: "rope_scaling" });
-  const r = raw as Json;
-  const kind = r.rope_type ?? r.type;
-  if (kind === "default") return null;
-  if (kind !== "llama3") {
-    throw new ModelLoadError(file, `rope_scaling type ${JSON.stringify(kind)} is not supported; supported is "llama3" (or none)`, { item: "rope_scaling" });
-  }
-  const scaling: RopeScaling = {
-    type: "llama3",
-    factor: num(r, "factor", file, NaN),
-    lowFreqFactor: num(r, "low_freq_factor", file, NaN),
-    highFreqFactor: num(r, "high_freq_factor", file, NaN),
-    originalMaxPositionEmbeddings: int(r, "original_max_position_embeddings", file),
-  };
-  for (const [key, value] of [
-    ["factor", scaling.factor],
-    ["low_freq_factor", scaling.lowFreqFactor],
-    ["high_freq_factor", scaling.highFreqFactor],
-  ] as const) {
-    if (!Number.isFinite(value) || value <= 0) throw new ModelLoadError(file, `rope_scaling.${key} must be a positive number`, { item: `rope_scaling.${key}` });
-  }
-  return scaling;
+/**
+ * What each architecture takes for a key its config.json leaves out: transformers' own defaults
+ * (LlamaConfig, Qwen2Config and the RoPE mixin of transformers 5; the same values as 4.x). Keys
+ * that set a shape (hidden_size, heads, layers, vocab) have no default here: they are required.
+ */
+export const ARCHITECTURE_DEFAULTS: Record<Architecture, { rms_norm_eps: number; rope_theta: number; max_position_embeddings: number; tie_word_embeddings: boolean }> = {
+  llama: { rms_norm_eps: 1e-6, rope_theta: 10000, max_position_embeddings: 2048, tie_word_embeddings: false },
+  qwen2: { rms_norm_eps: 1e-6, rope_theta: 10000, max_position_embeddings: 32768, tie_word_embeddings: false },
+};
+
+/** RoPE types this engine computes; anything else in a config is refused. */
+export const SUPPORTED_ROPE_TYPES = ["default", "llama3"] as const;
+
+/** Keys of a rope dict each type reads (besides the type itself); any other key is refused. */
+const ROPE_KEYS: Record<(typeof SUPPORTED_ROPE_TYPES)[number], string[]> = {
+  default: ["rope_theta"],
+  llama3: ["rope_theta", "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"],
+};
+
+/** A positive finite number at `where.key`; anything else is refused naming it. */
+function positive(r: Json, key: string, file: string, where: string): number {
+  const v = r[key];
+  if (typeof v !== "number" || !Number.isFinite(v) || v <= 0)
+    throw new ModelLoadError(file, `${where}.${key} must be a positive number, got ${JSON.stringify(v)}`, { item: `${where}.${key}` });
+  return v;
 }
 
 /**
- * Parses a config.json object. Architecture comes from `architectures[0]` (falling back to
- * `model_type`). Throws ModelLoadError naming `file` and the key for anything missing, malformed or
- * unsupported (an architecture other than LlamaForCausalLM / Qwen2ForCausalLM).
+ * RoPE as transformers 5 resolves it: `rope_parameters` (5.x) or `rope_scaling` (4.x) gives the
+ * type (`rope_type`, or the older `type`; "default" when absent) and its parameters; the theta is
+ * the dict's `rope_theta`, else the top-level `rope_theta` (4.x), else the architecture's default.
  */
-export function parseHfConfig(raw: unknown, file: string): ModelConfig {
+function resolveRope(c: Json, file: string, architecture: Architecture, defaulted: string[]): { ropeTheta: number; ropeScaling: RopeScaling | null } {
+  const key = c.rope_parameters !== undefined && c.rope_parameters !== null ? "rope_parameters" : "rope_scaling";
+  const raw = c[key];
+  if (raw !== undefined && raw !== null && (typeof raw !== "object" || Array.isArray(raw))) throw new ModelLoadError(file, `"${key}" must be an object or null`, { item: key });
+  const r = (raw ?? {}) as Json;
+  const typeKey = r.rope_type !== undefined ? "rope_type" : "type";
+  const kind = r[typeKey] ?? "default";
+  if (!SUPPORTED_ROPE_TYPES.includes(kind as never)) {
+    throw new ModelLoadError(file, `${key}.${typeKey} ${JSON.stringify(kind)} is not supported; supported are ${SUPPORTED_ROPE_TYPES.map((t) => `"${t}"`).join(", ")}`, {
+      item: `${key}.${typeKey}`,
+    });
+  }
+  const type = kind as (typeof SUPPORTED_ROPE_TYPES)[number];
+  for (const k of Object.keys(r)) {
+    if (k === "rope_type" || k === "type" || ROPE_KEYS[type].includes(k)) continue;
+    throw new ModelLoadError(file, `${key}.${k} is not read by this engine for rope type "${type}" (it would change the rotary frequencies); remove it or use a supported model`, {
+      item: `${key}.${k}`,
+    });
+  }
+  if (c.partial_rotary_factor !== undefined && c.partial_rotary_factor !== null && c.partial_rotary_factor !== 1) {
+    throw new ModelLoadError(file, `partial_rotary_factor ${JSON.stringify(c.partial_rotary_factor)} is not supported (every head dimension is rotated here)`, {
+      item: "partial_rotary_factor",
+    });
+  }
+  let ropeTheta: number;
+  if (r.rope_theta !== undefined) ropeTheta = positive(r, "rope_theta", file, key);
+  else if (c.rope_theta !== undefined && c.rope_theta !== null) ropeTheta = positive(c, "rope_theta", file, "config");
+  else {
+    ropeTheta = ARCHITECTURE_DEFAULTS[architecture].rope_theta;
+    defaulted.push("rope_theta");
+  }
+  if (type === "default") return { ropeTheta, ropeScaling: null };
+  const orig = r.original_max_position_embeddings;
+  if (typeof orig !== "number" || !Number.isInteger(orig) || orig <= 0) {
+    throw new ModelLoadError(file, `${key}.original_max_position_embeddings must be a positive integer, got ${JSON.stringify(orig)}`, {
+      item: `${key}.original_max_position_embeddings`,
+    });
+  }
+  return {
+    ropeTheta,
+    ropeScaling: {
+      type: "llama3",
+      factor: positive(r, "factor", file, key),
+      lowFreqFactor: positive(r, "low_freq_factor", file, key),
+      highFreqFactor: positive(r, "high_freq_factor", file, key),
+      originalMaxPositionEmbeddings: orig,
+    },
+  };
+}
+
+/** A number key, or the architecture's default (noted in `defaulted`). */
+function numOrDefault(c: Json, key: "rms_norm_eps", file: string, architecture: Architecture, defaulted: string[]): number {
+  if (c[key] === undefined || c[key] === null) {
+    defaulted.push(key);
+    return ARCHITECTURE_DEFAULTS[architecture][key];
+  }
+  return positive(c, key, file, "config");
+}
+
+function bool(c: Json, key: string, file: string, fallback: boolean, defaulted: string[]): boolean {
+  const v = c[key];
+  if (v === undefined || v === null) {
+    defaulted.push(key);
+    return fallback;
+  }
+  if (typeof v !== "boolean") throw new ModelLoadError(file, `"${key}" must be true or false, got ${JSON.stringify(v)}`, { item: key });
+  return v;
+}
+
+/** Refuses what changes the arithmetic and is not implemented here: other activations, MLP bias, sliding windows, quantized weights. */
+function refuseUnimplemented(c: Json, file: string, architecture: Architecture): void {
+  const act = c.hidden_act ?? c.hidden_activation;
+  if (act !== undefined && act !== "silu")
+    throw new ModelLoadError(file, `hidden_act ${JSON.stringify(act)} is not supported; this engine computes SiLU (silu)`, { item: "hidden_act" });
+  // nanotron-exported configs (SmolLM2) say how q/k pairs are laid out; only the rotate-half layout is computed here.
+  if (c.rope_interleaved === true)
+    throw new ModelLoadError(file, `rope_interleaved true is not supported (rotary pairs are the two halves of a head here)`, { item: "rope_interleaved" });
+  if (c.mlp_bias === true) throw new ModelLoadError(file, `mlp_bias true is not supported (the MLP projections here have no bias)`, { item: "mlp_bias" });
+  if (c.quantization_config !== undefined && c.quantization_config !== null) {
+    throw new ModelLoadError(file, `quantization_config is not read by this loader (it reads bf16/f16/f32 safetensors); dequantise the model or use its GGUF file`, {
+      item: "quantization_config",
+    });
+  }
+  if (c.use_sliding_window === true)
+    throw new ModelLoadError(file, `use_sliding_window true is not supported (every layer attends to the whole context here)`, { item: "use_sliding_window" });
+  if (Array.isArray(c.layer_types)) {
+    const other = (c.layer_types as unknown[]).find((t) => t !== "full_attention");
+    if (other !== undefined) throw new ModelLoadError(file, `layer_types contains ${JSON.stringify(other)}; only "full_attention" layers are supported`, { item: "layer_types" });
+  }
+  if (architecture === "llama" && typeof c.sliding_window === "number") {
+    throw new ModelLoadError(file, `sliding_window is not supported for llama (every layer attends to the whole context here)`, { item: "sliding_window" });
+  }
+}
+
+/** The stored dtype the config names (`dtype` in transformers 5, `torch_dtype` in 4.x), or null. */
+function storedDtype(c: Json, file: string): ModelConfig["storedDtype"] | null {
+  const key = c.dtype !== undefined && c.dtype !== null ? "dtype" : "torch_dtype";
+  const v = c[key];
+  if (v === undefined || v === null) return null;
+  if (v !== "bfloat16" && v !== "float16" && v !== "float32")
+    throw new ModelLoadError(file, `${key} ${JSON.stringify(v)} is not supported; supported are bfloat16, float16, float32`, { item: key });
+  return v;
+}
+
+/**
+ * Parses a config.json object as transformers 4.x or 5.x writes it. Architecture comes from
+ * `architectures[0]` (else `model_type`). Every field that changes the arithmetic is read or taken
+ * from the architecture's documented default (ARCHITECTURE_DEFAULTS; the keys taken so are pushed
+ * onto `defaulted`), and what is not implemented is refused. Throws ModelLoadError naming `file`
+ * and the key for anything missing, malformed or unsupported.
+ */
+export function parseHfConfig(raw: unknown, file: string, defaulted: string[] = []): ModelConfig {
   if (typeof raw !== "object" || raw === null || Array.isArray(raw)) throw new ModelLoadError(file, `is not a JSON object`);
   const c = raw as Json;
   const archNames = Array.isArray(c.architectures) ? (c.architectures as unknown[]) : [];
@@ -83,17 +190,27 @@ export function parseHfConfig(raw: unknown, file: string): ModelConfig {
       item: "architectures",
     });
   }
+  refuseUnimplemented(c, file, architecture);
   const hiddenSize = int(c, "hidden_size", file);
   const numHeads = int(c, "num_attention_heads", file);
-  const numKvHeads = int(c, "num_key_value_heads", file, numHeads);
+  // Llama's default is the head count; Qwen2Config's dataclass default (32) would be a guess: required.
+  const numKvHeads = architecture === "qwen2" ? int(c, "num_key_value_heads", file) : int(c, "num_key_value_heads", file, numHeads);
   if (numHeads % numKvHeads !== 0)
     throw new ModelLoadError(file, `num_attention_heads ${numHeads} is not a multiple of num_key_value_heads ${numKvHeads}`, { item: "num_key_value_heads" });
-  if (c.head_dim === undefined && hiddenSize % numHeads !== 0)
+  if ((c.head_dim === undefined || c.head_dim === null) && hiddenSize % numHeads !== 0)
     throw new ModelLoadError(file, `hidden_size ${hiddenSize} is not a multiple of num_attention_heads ${numHeads} and there is no head_dim`, { item: "head_dim" });
   const headDim = int(c, "head_dim", file, hiddenSize / numHeads);
   if (headDim % 2 !== 0) throw new ModelLoadError(file, `head_dim ${headDim} must be even for rotary embeddings`, { item: "head_dim" });
-  const maxPositionEmbeddings = int(c, "max_position_embeddings", file, 2048);
+  const defaults = ARCHITECTURE_DEFAULTS[architecture];
+  if (c.max_position_embeddings === undefined || c.max_position_embeddings === null) defaulted.push("max_position_embeddings");
+  const maxPositionEmbeddings = int(c, "max_position_embeddings", file, defaults.max_position_embeddings);
+  const rmsNormEps = numOrDefault(c, "rms_norm_eps", file, architecture, defaulted);
+  const { ropeTheta, ropeScaling } = resolveRope(c, file, architecture, defaulted);
+  const tieWordEmbeddings = bool(c, "tie_word_embeddings", file, defaults.tie_word_embeddings, defaulted);
+  // Qwen2 always has q/k/v biases (no key); Llama reads attention_bias (default false).
+  const attentionBias = architecture === "qwen2" ? true : bool(c, "attention_bias", file, false, defaulted);
   const bos = tokenIdList(c.bos_token_id, file, "bos_token_id");
+  const dtype = storedDtype(c, file);
   return {
     architecture,
     hiddenSize,
@@ -103,14 +220,15 @@ export function parseHfConfig(raw: unknown, file: string): ModelConfig {
     numKvHeads,
     headDim,
     vocabSize: int(c, "vocab_size", file),
-    rmsNormEps: num(c, "rms_norm_eps", file, 1e-6),
-    ropeTheta: num(c, "rope_theta", file, 10000),
-    ropeScaling: ropeScaling(c.rope_scaling, file),
+    rmsNormEps,
+    ropeTheta,
+    ropeScaling,
     maxPositionEmbeddings,
-    tieWordEmbeddings: c.tie_word_embeddings === true,
-    attentionBias: architecture === "qwen2" ? true : c.attention_bias === true,
+    tieWordEmbeddings,
+    attentionBias,
     bosTokenId: bos[0] ?? null,
     eosTokenIds: tokenIdList(c.eos_token_id, file, "eos_token_id"),
+    ...(dtype ? { storedDtype: dtype } : {}),
   };
 }
 

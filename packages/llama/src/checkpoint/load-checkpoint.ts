@@ -75,14 +75,18 @@ function loadFolderTokenizer(dir: string, config: ModelConfig, eosTokenIds: numb
   if (tokenizer.bosTokenId === null && bosToken) tokenizer.bosTokenId = tokenizer.tokenToId(bosToken) ?? null;
   const eosFromConfig = eosToken ? tokenizer.tokenToId(eosToken) : undefined;
   if (tokenizer.eosTokenIds.length === 0 && eosFromConfig !== undefined) tokenizer.eosTokenIds.push(eosFromConfig);
-  const source = chatTemplateSource(tokConfig.chat_template);
-  const renderChat = source === undefined ? undefined : compileChatTemplate(source, { bosToken, eosToken }, cfgFile);
+  // transformers 5 writes the template to chat_template.jinja only; 4.x into tokenizer_config.json.
+  // The .jinja file wins when both exist, as in transformers.
+  const jinjaFile = join(dir, "chat_template.jinja");
+  const fromJinja = existsSync(jinjaFile) ? readFileSync(jinjaFile, "utf8") : undefined;
+  const source = fromJinja ?? chatTemplateSource(tokConfig.chat_template);
+  const renderChat = source === undefined ? undefined : compileChatTemplate(source, { bosToken, eosToken }, fromJinja !== undefined ? jinjaFile : cfgFile);
   return renderChat ? { tokenizer, renderChat } : { tokenizer };
 }
 
 /** True when `a` and `b` hold byte-identical tokenizer files (both present or both absent). */
 function sameTokenizerFiles(a: string, b: string): boolean {
-  for (const f of ["tokenizer.json", "tokenizer_config.json"]) {
+  for (const f of ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja"]) {
     const [fa, fb] = [join(a, f), join(b, f)];
     const [ea, eb] = [existsSync(fa), existsSync(fb)];
     if (ea !== eb) return false;
@@ -93,7 +97,8 @@ function sameTokenizerFiles(a: string, b: string): boolean {
 
 function loadHfFolder(dir: string, reuse?: Checkpoint): Checkpoint {
   const configFile = join(dir, "config.json");
-  const config = parseHfConfig(readJson(configFile, true), configFile);
+  const configDefaults: string[] = [];
+  const config = parseHfConfig(readJson(configFile, true), configFile, configDefaults);
   const genFile = join(dir, "generation_config.json");
   const generation = parseGenerationConfig(readJson(genFile, false), genFile, config);
   const tensors = new SafetensorsSource(safetensorsFiles(dir), dir);
@@ -111,7 +116,7 @@ function loadHfFolder(dir: string, reuse?: Checkpoint): Checkpoint {
       eosTokenIds: config.eosTokenIds.length ? config.eosTokenIds : [...generation.eosTokenIds],
       bosTokenId: config.bosTokenId ?? tokenizer.bosTokenId,
     };
-    return makeCheckpoint({ path: dir, id: basename(dir), config: finalConfig, tensors, tokenizer, renderChat, generation });
+    return makeCheckpoint({ path: dir, id: basename(dir), config: finalConfig, tensors, tokenizer, renderChat, generation, configDefaults });
   } catch (e) {
     tensors.close();
     throw e;
