@@ -1,7 +1,7 @@
 // Sampling: greedy ties, parameter checks, and the counter-based draw (same (seed, position) ->
 // same token in any process or call order; the distribution follows temperature/top-k/top-p).
 import { describe, expect, it } from "vitest";
-import { argmax, counterUniform, sample } from "../src/sampling/sample.ts";
+import { argmax, counterUniform, sample, tokenLogprobs } from "../src/sampling/sample.ts";
 
 const logits = new Float32Array([1, 3, 3, 0.5, 2.9, -1, 3, 0]);
 
@@ -115,5 +115,30 @@ describe("filters", () => {
     for (const bad of [{ temperature: -1 }, { temperature: NaN }, { topP: 0 }, { topP: 1.5 }, { topK: -2 }, { topK: 1.5 }, { seed: -1 }, { seed: 2 ** 32 }]) {
       expect(() => sample(logits, { temperature: 1, ...bad }, 0)).toThrow(expect.objectContaining({ code: "CONFIG" }));
     }
+  });
+});
+
+describe("tokenLogprobs", () => {
+  it("is the log-softmax of the raw logits at the token and the top ids (ties to the lower id), computed in f64", () => {
+    const logits = Float32Array.from([1, 3, 3, -2, 0.5]);
+    const lse = Math.log([1, 3, 3, -2, 0.5].reduce((s, v) => s + Math.exp(v), 0));
+    const r = tokenLogprobs(logits, 4, 3);
+    expect(r.token).toBe(4);
+    expect(r.logprob).toBeCloseTo(0.5 - lse, 12);
+    expect(r.top.map((t) => t.token)).toEqual([1, 2, 0]);
+    expect(r.top[0].logprob).toBeCloseTo(3 - lse, 12);
+    expect(r.top.reduce((s, t) => s + Math.exp(t.logprob), 0) + Math.exp(-2 - lse) + Math.exp(0.5 - lse)).toBeCloseTo(1, 12);
+    expect(tokenLogprobs(logits, 0, 0).top).toEqual([]);
+    expect(tokenLogprobs(logits, 0, 99).top).toHaveLength(5);
+  });
+
+  it("does not overflow on large logits and treats NaN as impossible; refuses a token outside the vocabulary", () => {
+    const big = Float32Array.from([1e30, 1e30 - 1e24, Number.NaN]);
+    const r = tokenLogprobs(big, 2, 2);
+    expect(r.logprob).toBe(-Infinity);
+    expect(r.top.map((t) => t.token)).toEqual([0, 1]);
+    expect(Number.isFinite(r.top[0].logprob)).toBe(true);
+    expect(tokenLogprobs(Float32Array.from([Number.POSITIVE_INFINITY, 0]), 0, 1).logprob).toBe(0);
+    expect(() => tokenLogprobs(big, 3, 1)).toThrow(/not an id/);
   });
 });

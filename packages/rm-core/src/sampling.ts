@@ -14,3 +14,23 @@ export const SamplingSchema = z
 
 /** How the next token is chosen. */
 export type SamplingParams = z.infer<typeof SamplingSchema>;
+
+/** One candidate and its log-probability (natural log) under the model's distribution. */
+export interface TopLogprob {
+  token: number;
+  logprob: number;
+}
+
+/**
+ * The log-probability of a chosen token and of the most likely ones, from the raw logits the
+ * sampler saw (before temperature, top-k or top-p), as OpenAI and vLLM report them.
+ */
+export interface TokenLogprobs {
+  token: number;
+  logprob: number;
+  /** The `n` most likely ids, best first (ties: lower id first); empty when 0 were asked for. */
+  top: TopLogprob[];
+}
+
+/** The most alternatives a request may ask for per position (OpenAI's top_logprobs limit). */
+export const MAX_TOP_LOGPROBS = 20;

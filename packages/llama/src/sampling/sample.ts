@@ -2,9 +2,9 @@
 // with a counter-based random draw keyed by (seed, position), so a sequence sampled across two
 // processes (prefill here, decode there) equals the one sampled in one process. Knows nothing
 // of the model or the tokenizer.
-import { ConfigError, type SamplingParams } from "@airm/rm-core";
+import { ConfigError, type SamplingParams, type TokenLogprobs } from "@airm/rm-core";
 
-export type { SamplingParams } from "@airm/rm-core";
+export type { SamplingParams, TokenLogprobs } from "@airm/rm-core";
 
 /** Index of the largest value, the lowest index among equals. NaN never wins. */
 export function argmax(logits: Float32Array): number {
@@ -123,7 +123,7 @@ export function sample(logits: Float32Array, p: SamplingParams, position: number
 }
 
 /** The k largest ids by (logit desc, id asc), in that order. NaN logits are skipped. */
-function selectTopK(logits: Float32Array, k: number): number[] {
+export function selectTopK(logits: Float32Array, k: number): number[] {
   const cmp = byLogitThenId(logits);
   const heap: number[] = []; // kept sorted, small k in practice
   for (let i = 0; i < logits.length; i++) {
@@ -140,4 +140,34 @@ function selectTopK(logits: Float32Array, k: number): number[] {
     if (heap.length > k) heap.pop();
   }
   return heap;
+}
+
+/**
+ * Log-softmax of `logits` at `token` and at the `top` most likely ids (logit desc, id asc): the
+ * raw distribution before temperature, top-k and top-p. The log-sum-exp runs in f64 over the f32
+ * logits (max first, so no overflow); NaN logits count as impossible. Throws ConfigError for a
+ * token outside the vocabulary or a negative `top`.
+ */
+export function tokenLogprobs(logits: Float32Array, token: number, top: number): TokenLogprobs {
+  if (!Number.isInteger(token) || token < 0 || token >= logits.length) throw new ConfigError("token", `${token} is not an id in [0, ${logits.length})`);
+  if (!Number.isInteger(top) || top < 0) throw new ConfigError("top_logprobs", `must be an integer >= 0, got ${top}`);
+  let max = -Infinity;
+  for (let i = 0; i < logits.length; i++) if (logits[i] > max) max = logits[i];
+  let sum = 0;
+  for (let i = 0; i < logits.length; i++) {
+    const v = logits[i];
+    if (!Number.isNaN(v)) sum += Math.exp(v - max);
+  }
+  const lse = max + Math.log(sum);
+  // With an infinite logit the distribution is a point mass on it (on all of them, evenly).
+  const lp = Number.isFinite(max)
+    ? (i: number): number => (Number.isNaN(logits[i]) ? -Infinity : logits[i] - lse)
+    : (i: number): number => (logits[i] === max ? 0 - Math.log(countOf(logits, max)) : -Infinity);
+  return { token, logprob: lp(token), top: top > 0 ? selectTopK(logits, Math.min(top, logits.length)).map((t) => ({ token: t, logprob: lp(t) })) : [] };
+}
+
+function countOf(values: Float32Array, v: number): number {
+  let n = 0;
+  for (const x of values) if (x === v) n++;
+  return n;
 }
