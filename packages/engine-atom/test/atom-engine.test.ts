@@ -91,7 +91,7 @@ describe("registry host with both engines", () => {
       const streams = handoffs.map((h) => atom.importKV({ seqLen: h.kv.seqLen, n: h.kv.n, k: h.kv.k.map((x) => x.slice()), v: h.kv.v.map((x) => x.slice()) }));
       expect(streams.every((s) => s.residence === "host")).toBe(true);
       const outs = handoffs.map((h) => [h.firstToken]);
-      while (outs[0].length < STEPS) (await atom.decode(streams.map((stream, i) => ({ stream, token: outs[i][outs[i].length - 1] })))).forEach((t, i) => outs[i].push(t));
+      while (outs[0].length < STEPS) (await atom.decode(streams.map((stream, i) => ({ stream, token: outs[i][outs[i].length - 1] })))).forEach((r, i) => outs[i].push(r.token));
       outs.forEach((o, i) => expect(o).toEqual(reference[i]));
     } finally {
       await rngd.close();

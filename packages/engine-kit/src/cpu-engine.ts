@@ -12,7 +12,7 @@ import { type ArtifactCache, artifactKey } from "./artifact-cache.ts";
 import { LLAMA, type CpuCheckpoint, type CpuKVCache, type CpuModel, type LlamaModule } from "./cpu-model.ts";
 import { planTensorDelta } from "./delta-plan.ts";
 import { checkpointHashes, type CheckpointHashes } from "./tensor-hash-manifest.ts";
-import type { DecodeStep, DeltaResult, EngineStats, EngineTokenizer, Engine, KVStream, PrefillOptions, PrefillResult, SwapResult } from "@airm/rm-core";
+import type { DecodeResult, DecodeStep, DeltaResult, EngineStats, EngineTokenizer, Engine, KVStream, PrefillOptions, PrefillResult, SwapResult } from "@airm/rm-core";
 import { checkKVBlobs, copyPosition, copyPrefix, layerBytes, requestKVBytes, type KVGeometry } from "@airm/rm-core";
 import { appendColumn, type DecodeGraphShape, type HostDecodeResult } from "./native/rbln-decode-graph.ts";
 import { normalizeVariants, pickVariant, variantName } from "./variants.ts";
@@ -204,6 +204,7 @@ export class CpuBackedEngine implements Engine {
       encode: (text, options) => ckpt.tokenizer.encode(text, options),
       decode: (ids, options) => ckpt.tokenizer.decode(ids, options),
       renderChat: ckpt.renderChat ? (messages, options) => ckpt.renderChat!(messages, options) : undefined,
+      tokenBytes: ckpt.tokenizer.tokenBytes ? (id) => ckpt.tokenizer.tokenBytes!(id) : undefined,
     };
   }
 
@@ -293,6 +294,9 @@ export class CpuBackedEngine implements Engine {
     if (!Array.isArray(tokens) || tokens.length === 0) throw new ConfigError("tokens", "prefill needs at least one token");
     this.checkTokens(tokens, "tokens");
     this.checkSampling(options.sampling);
+    if (options.logprobs !== undefined && !(Number.isInteger(options.logprobs) && options.logprobs >= 0)) {
+      throw new ConfigError("logprobs", `must be an integer >= 0, got ${options.logprobs}`);
+    }
     const S = options.seqLen;
     this.checkSeqLen(S, "prefill requested");
     if (tokens.length > S) throw new ContextOverflowError(tokens.length, S, "prompt alone");
@@ -313,15 +317,10 @@ export class CpuBackedEngine implements Engine {
         }
       }
     };
-    let logits: Float32Array;
+    let rows: Float32Array[];
     const t0 = performance.now();
     try {
-      if (this.spec.prefillMode === "whole") {
-        logits = this.cpu.prefill(tokens, cache, { onLayer: emit });
-      } else {
-        // Chunked prefill finishes a layer only with the last chunk: layers are emitted then.
-        logits = this.cpu.prefillChunk(tokens, cache, this.spec.chunkSize);
-      }
+      rows = this.prefillRows(tokens, cache, emit, options.promptLogprobs === true);
       if (cache.n !== tokens.length) cache.n = tokens.length;
       for (let l = 0; l < g.layers; l++) if (!k[l]) emit(l);
     } catch (e) {
@@ -329,7 +328,12 @@ export class CpuBackedEngine implements Engine {
       throw e;
     }
     const computeMs = performance.now() - t0;
+    const logits = rows[rows.length - 1];
     const firstToken = this.sample(logits, options.sampling, tokens.length);
+    const top = options.logprobs ?? 0;
+    const logprobs: Pick<PrefillResult, "firstLogprobs" | "promptLogprobs"> = {};
+    if (options.logprobs !== undefined) logprobs.firstLogprobs = this.llama.tokenLogprobs(logits, firstToken, top);
+    if (options.promptLogprobs) logprobs.promptLogprobs = tokens.slice(1).map((t, i) => this.llama.tokenLogprobs(rows[i], t, top));
     let stream: EngineStream | undefined;
     if (options.keepStream) {
       stream = new EngineStream(this, S, this.spec.residence);
@@ -346,12 +350,28 @@ export class CpuBackedEngine implements Engine {
       if (stream) this.release(stream);
       throw e;
     }
-    return { firstToken, kv: { seqLen: S, n: tokens.length, k, v }, stream, computeMs };
+    return { firstToken, ...logprobs, kv: { seqLen: S, n: tokens.length, k, v }, stream, computeMs };
+  }
+
+  /**
+   * Runs the prompt into `cache` the backend's way (whole, or in chunks against the live cache)
+   * and returns the logits of the last position, or of every position when `all` (same kernels
+   * and order, so the last row is the same either way).
+   */
+  private prefillRows(tokens: number[], cache: CpuKVCache, emit: (layer: number) => void, all: boolean): Float32Array[] {
+    if (this.spec.prefillMode === "whole") {
+      return all ? this.cpu.prefillAllLogits(tokens, cache, { onLayer: emit }) : [this.cpu.prefill(tokens, cache, { onLayer: emit })];
+    }
+    // Chunked prefill finishes a layer only with the last chunk: layers are emitted by the caller then.
+    if (!all) return [this.cpu.prefillChunk(tokens, cache, this.spec.chunkSize)];
+    const rows: Float32Array[] = [];
+    for (let i = 0; i < tokens.length; i += this.spec.chunkSize) rows.push(...this.cpu.prefillAllLogits(tokens.slice(i, i + this.spec.chunkSize), cache));
+    return rows;
   }
 
   // --- decode ---------------------------------------------------------------------------------
 
-  async decode(steps: DecodeStep[]): Promise<number[]> {
+  async decode(steps: DecodeStep[]): Promise<DecodeResult[]> {
     this.live();
     const own = steps.map((s) => this.own(s.stream));
     if (new Set(own).size !== own.length) throw new ConfigError("steps", "a stream appears twice in one decode step");
@@ -359,17 +379,24 @@ export class CpuBackedEngine implements Engine {
       steps.map((s) => s.token),
       "token",
     );
-    for (const s of steps) this.checkSampling(s.sampling);
+    for (const s of steps) {
+      this.checkSampling(s.sampling);
+      if (s.logprobs !== undefined && !(Number.isInteger(s.logprobs) && s.logprobs >= 0)) throw new ConfigError("logprobs", `must be an integer >= 0, got ${s.logprobs}`);
+    }
     for (const s of own) {
       if (s.length >= s.seqLen) throw new ContextOverflowError(s.length + 1, s.seqLen, `stream ${s.id} is full`);
     }
-    const out: number[] = new Array(steps.length);
+    const out: DecodeResult[] = new Array(steps.length);
     const B = Math.max(1, this.active.batch);
     for (let at = 0; at < steps.length; at += B) {
       const group = steps.slice(at, at + B);
       const streams = own.slice(at, at + B);
       const logits = this.spec.residence === "device" ? this.decodeResident(streams, group) : this.decodeHostInput(streams, group);
-      for (let i = 0; i < group.length; i++) out[at + i] = this.sample(logits[i], group[i].sampling, streams[i].length);
+      for (let i = 0; i < group.length; i++) {
+        const token = this.sample(logits[i], group[i].sampling, streams[i].length);
+        const lp = group[i].logprobs;
+        out[at + i] = lp === undefined ? { token } : { token, logprobs: this.llama.tokenLogprobs(logits[i], token, lp) };
+      }
     }
     return out;
   }

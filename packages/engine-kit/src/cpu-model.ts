@@ -2,7 +2,7 @@
 // model with its KV caches, packed weight images (artifact cache, warm start), per-tensor updates
 // (delta load) and the sampler. Knows nothing about devices or variants.
 
-import { LlamaModel, loadCheckpoint, sample, type Checkpoint, type KVCache, type TensorSource } from "@airm/llama";
+import { LlamaModel, loadCheckpoint, sample, tokenLogprobs, type Checkpoint, type KVCache, type TensorSource } from "@airm/llama";
 
 export type CpuCheckpoint = Checkpoint;
 export type CpuKVCache = KVCache;
@@ -17,6 +17,7 @@ export interface LlamaModule {
   loadCheckpoint: typeof loadCheckpoint;
   LlamaModel: typeof LlamaModel;
   sample: typeof sample;
+  tokenLogprobs: typeof tokenLogprobs;
 }
 
-export const LLAMA: LlamaModule = { loadCheckpoint, LlamaModel, sample };
+export const LLAMA: LlamaModule = { loadCheckpoint, LlamaModel, sample, tokenLogprobs };

@@ -13,7 +13,7 @@ export async function engineTokens(engine: Engine, tokens: number[], steps: numb
   const r = await engine.prefill(tokens, { seqLen, keepStream: true });
   try {
     const out = [r.firstToken];
-    while (out.length < steps) out.push((await engine.decode([{ stream: r.stream!, token: out[out.length - 1] }]))[0]);
+    while (out.length < steps) out.push((await engine.decode([{ stream: r.stream!, token: out[out.length - 1] }]))[0].token);
     return out;
   } finally {
     engine.release(r.stream!);

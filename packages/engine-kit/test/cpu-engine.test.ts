@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isAirmError } from "@airm/rm-core";
-import { LlamaModel, loadCheckpoint, makeTinyModel, sample } from "@airm/llama";
+import { LlamaModel, loadCheckpoint, makeTinyModel, sample, tokenLogprobs } from "@airm/llama";
 import { ArtifactCache, CpuBackedEngine, engineTokens, type CpuEngineSpec } from "../src/index.ts";
 import type { Engine, KVStream } from "@airm/rm-core";
 import { bf16, editCheckpoint } from "./checkpoint-edit.ts";
@@ -126,6 +126,58 @@ describe("prefill and decode equal the model run solo", () => {
   });
 });
 
+describe("log-probabilities", () => {
+  it("prefill and decode return the log-softmax of the logits the model gives solo, prompt ones too, in every prefill mode and residence", async () => {
+    const p = prompts[2]!;
+    const steps = 5;
+    // the reference: the model alone, teacher-forced over the prompt, then greedy decode
+    const ckpt = await loadCheckpoint(modelDir);
+    const model = await LlamaModel.load(ckpt);
+    const want: { prompt: ReturnType<typeof tokenLogprobs>[]; generated: ReturnType<typeof tokenLogprobs>[] } = { prompt: [], generated: [] };
+    try {
+      const cache = model.newCache(S);
+      const rows = model.prefillAllLogits(p, cache);
+      want.prompt = p.slice(1).map((t, i) => tokenLogprobs(rows[i]!, t, 3));
+      let logits = rows[rows.length - 1]!;
+      for (let i = 0; i < steps; i++) {
+        const t = sample(logits, {}, cache.n);
+        want.generated.push(tokenLogprobs(logits, t, 3));
+        logits = model.decode([{ cache, token: t }])[0]!;
+      }
+    } finally {
+      model.close();
+      ckpt.tensors.close();
+    }
+    for (const [prefillMode, residence] of [
+      ["whole", "device"],
+      ["chunked", "device"],
+      ["whole", "host"],
+    ] as const) {
+      const engine = await CpuBackedEngine.open(modelDir, spec({ prefillMode, residence }));
+      try {
+        const r = await engine.prefill(p, { seqLen: S, keepStream: true, logprobs: 3, promptLogprobs: true });
+        expect(r.promptLogprobs, `${prefillMode}/${residence}`).toEqual(want.prompt);
+        const got = [r.firstLogprobs];
+        let token = r.firstToken;
+        while (got.length < steps) {
+          const [next] = await engine.decode([{ stream: r.stream!, token, logprobs: 3 }]);
+          got.push(next!.logprobs);
+          token = next!.token;
+        }
+        expect(got, `${prefillMode}/${residence}`).toEqual(want.generated);
+        engine.release(r.stream!);
+        // none asked for: none computed
+        const plain = await engine.prefill(p, { seqLen: S });
+        expect(plain.firstLogprobs).toBeUndefined();
+        expect(plain.promptLogprobs).toBeUndefined();
+        await expect(engine.prefill(p, { seqLen: S, logprobs: -1 })).rejects.toMatchObject({ code: "CONFIG" });
+      } finally {
+        await engine.close();
+      }
+    }
+  });
+});
+
 describe("KV handoff and batching", () => {
   it("prefill in one engine, export, import into another (either residence) continues exactly", async () => {
     const prefill = await CpuBackedEngine.open(modelDir, spec({ prefillMode: "chunked" }));
@@ -138,7 +190,7 @@ describe("KV handoff and batching", () => {
         for (const d of decoders) {
           const stream = d.importKV(wire);
           const out = [r.firstToken];
-          while (out.length < STEPS) out.push((await d.decode([{ stream, token: out[out.length - 1] }]))[0]);
+          while (out.length < STEPS) out.push((await d.decode([{ stream, token: out[out.length - 1] }]))[0].token);
           expect(out).toEqual(reference.get(String(i)));
           const back = d.exportKV(stream);
           expect(back.n).toBe(p.length + STEPS - 1);
@@ -159,7 +211,7 @@ describe("KV handoff and batching", () => {
         const outs = started.map((r) => [r.firstToken]);
         while (outs[0].length < STEPS) {
           const next = await engine.decode(started.map((r, i) => ({ stream: r.stream!, token: outs[i][outs[i].length - 1] })));
-          next.forEach((t, i) => outs[i].push(t));
+          next.forEach((r, i) => outs[i].push(r.token));
         }
         outs.forEach((o, i) => expect(o).toEqual(reference.get(String(i))));
         expect(engine.stats().streams).toBe(prompts.length);
@@ -239,7 +291,7 @@ describe("swap and delta", () => {
       const r = await engine.prefill(prompts[1], { seqLen: 96, keepStream: true });
       await engine.swap({ batch: 4, seqLen: S });
       const out = [r.firstToken];
-      while (out.length < STEPS) out.push((await engine.decode([{ stream: r.stream!, token: out[out.length - 1] }]))[0]);
+      while (out.length < STEPS) out.push((await engine.decode([{ stream: r.stream!, token: out[out.length - 1] }]))[0].token);
       expect(out).toEqual(reference.get("1"));
     } finally {
       await engine.close();

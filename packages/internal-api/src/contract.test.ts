@@ -29,6 +29,8 @@ describe("request schemas", () => {
       input: { prompt: "hi" },
       maxTokens: null,
       sampling: {},
+      logprobs: null,
+      echo: false,
     });
     expect(PromptInputSchema.safeParse({ prompt: "a", promptTokenIds: [1] }).success).toBe(false);
     expect(PromptInputSchema.safeParse({}).success).toBe(false);

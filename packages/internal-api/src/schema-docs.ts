@@ -5,12 +5,14 @@ import { z } from "zod";
 import { ErrorBodySchema } from "./api-error.ts";
 import {
   DecodeRequestSchema,
+  EchoSchema,
   FirstTokenSchema,
   PrefillRequestSchema,
   PrefillResponseSchema,
   PromptInputSchema,
   ReleaseRequestSchema,
   ReleaseResponseSchema,
+  TokenLogprobsSchema,
   WorkerEventSchema,
   WorkerHealthSchema,
 } from "./schemas.ts";
@@ -24,6 +26,8 @@ export const INTERNAL_API_SCHEMAS: Record<string, { schema: z.ZodType; io: "inpu
   ReleaseResponse: { schema: ReleaseResponseSchema, io: "output", what: "answer of POST /internal/release" },
   PrefillResponse: { schema: PrefillResponseSchema, io: "output", what: "answer of POST /internal/prefill" },
   FirstToken: { schema: FirstTokenSchema, io: "output", what: "the first token (`first` of PrefillResponse, and the solo `first` event)" },
+  TokenLogprobs: { schema: TokenLogprobsSchema, io: "output", what: "`logprobs` of FirstToken and of a token event (each entry of `top` has the same fields but `top`)" },
+  Echo: { schema: EchoSchema, io: "output", what: "`echo` of FirstToken: the prompt, when the request set echo" },
   WorkerEvent: { schema: WorkerEventSchema, io: "output", what: "one NDJSON line of /internal/decode and /internal/generate, by `type`" },
   WorkerHealth: { schema: WorkerHealthSchema, io: "output", what: "answer of GET /health" },
   ErrorBody: { schema: ErrorBodySchema, io: "output", what: "every error answer (4xx/5xx JSON), also the gateway's" },

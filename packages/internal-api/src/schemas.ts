@@ -2,7 +2,7 @@
 // worker route, the prefill answer, the NDJSON events of decode and generate, /health and the
 // release answer. The worker builds its answers with these types; the gateway parses with them.
 
-import { SamplingSchema, validateRequestId } from "@airm/rm-core";
+import { MAX_TOP_LOGPROBS, SamplingSchema, validateRequestId } from "@airm/rm-core";
 import { z } from "zod";
 
 export const RequestIdSchema = z
@@ -32,6 +32,14 @@ export const PromptInputSchema = z.union([
 export type PromptInput = z.infer<typeof PromptInputSchema>;
 
 const maxTokens = z.number().int().min(1).nullable().describe("the whole completion, first token included; null: the rest of the largest compiled context");
+const logprobs = z
+  .number()
+  .int()
+  .min(0)
+  .max(MAX_TOP_LOGPROBS)
+  .nullable()
+  .default(null)
+  .describe("log-probabilities of each generated token with this many alternatives; null: none");
 
 /** POST /internal/prefill (prefill role) and POST /internal/generate (solo role). */
 export const PrefillRequestSchema = z
@@ -41,6 +49,8 @@ export const PrefillRequestSchema = z
     maxTokens,
     sampling: SamplingSchema.default({}).describe("how tokens are chosen; prefill samples the first, decode the rest"),
     seqLen: z.number().int().min(1).optional().describe("pins the compiled context S of the variant"),
+    logprobs,
+    echo: z.boolean().default(false).describe("return the prompt's tokens and text (`first.echo`), scored when logprobs is set"),
   })
   .strict();
 export type PrefillRequest = z.input<typeof PrefillRequestSchema>;
@@ -54,6 +64,7 @@ export const DecodeRequestSchema = z
     maxTokens,
     sampling: SamplingSchema.default({}).describe("the same sampling prefill used (one seed: the token at position p is drawn with (seed, p))"),
     kvTimeoutMs: z.number().int().min(1).optional().describe("how long each KV pull waits for its blob (default: the worker's)"),
+    logprobs,
   })
   .strict();
 export type DecodeRequest = z.input<typeof DecodeRequestSchema>;
@@ -67,6 +78,32 @@ export type ReleaseRequest = z.input<typeof ReleaseRequestSchema>;
 export const ReleaseResponseSchema = z.object({ requestId: z.string(), released: z.boolean().describe("false when no lease was held here") }).strict();
 export type ReleaseResponse = z.infer<typeof ReleaseResponseSchema>;
 
+/** One token with its log-probability (natural log; -9999 stands for impossible, as in vLLM). */
+export const LogprobEntrySchema = z
+  .object({
+    token: z.number().int().min(0),
+    text: z.string().describe("the token decoded alone (special tokens included; U+FFFD inside a UTF-8 sequence)"),
+    bytes: z.array(z.number().int().min(0).max(255)).describe("the token's own bytes"),
+    logprob: z.number(),
+  })
+  .strict();
+export type LogprobEntry = z.infer<typeof LogprobEntrySchema>;
+
+/** A chosen token's log-probability and the most likely alternatives at its position. */
+export const TokenLogprobsSchema = LogprobEntrySchema.extend({ top: z.array(LogprobEntrySchema).describe("best first, as many as asked for") }).strict();
+export type TokenLogprobsEntry = z.infer<typeof TokenLogprobsSchema>;
+
+/** The prompt as prefill saw it, for echo: its text and tokens (scored given their prefix when logprobs was asked). */
+export const EchoSchema = z
+  .object({
+    text: z.string().describe("the prompt tokens decoded together"),
+    tokens: z
+      .array(LogprobEntrySchema.extend({ logprob: z.number().nullable(), top: z.array(LogprobEntrySchema) }).strict())
+      .describe("logprob null (and top empty) for the first token and when no logprobs were asked for"),
+  })
+  .strict();
+export type Echo = z.infer<typeof EchoSchema>;
+
 /** The first token, computed by prefill: in the prefill answer (PD) or the `first` event (solo). */
 export const FirstTokenSchema = z
   .object({
@@ -77,6 +114,8 @@ export const FirstTokenSchema = z
     seqLen: z.number().int().min(1).describe("S of the variant that ran"),
     maxTokens: z.number().int().min(1).describe("the effective max_tokens (resolved when null was sent)"),
     prefillMs: z.number().min(0),
+    logprobs: TokenLogprobsSchema.optional().describe("when the request asked for logprobs"),
+    echo: EchoSchema.optional().describe("when the request asked for echo"),
   })
   .strict();
 export type FirstToken = z.infer<typeof FirstTokenSchema>;
@@ -112,6 +151,7 @@ export const WorkerEventSchema = z.discriminatedUnion("type", [
       index: z.number().int().min(1).describe("position in the completion (0 is the first token)"),
       token: z.number().int().min(0),
       text: z.string().describe("the detokenizer's delta"),
+      logprobs: TokenLogprobsSchema.optional().describe("when the request asked for logprobs"),
     })
     .strict(),
   z

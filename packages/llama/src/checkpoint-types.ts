@@ -72,6 +72,8 @@ export interface Tokenizer {
   decode(ids: number[], options?: { skipSpecialTokens?: boolean }): string;
   /** The token string of an id, or undefined. */
   idToToken(id: number): string | undefined;
+  /** The bytes one token stands for (a byte-level token may be part of a UTF-8 character). */
+  tokenBytes?(id: number): Uint8Array;
 }
 
 export interface GenerationDefaults {

@@ -109,3 +109,21 @@ describe("StopStringMatcher", () => {
     expect(m.stoppedBy).toBe("끝");
   });
 });
+
+describe("HfTokenizer.tokenBytes", () => {
+  it("gives each byte-level token's own bytes, so a character split over tokens is whole only together", () => {
+    const text = "안녕 👋🏽 naïve";
+    const ids = tok.encode(text, { addSpecialTokens: false });
+    const parts = ids.map((id) => tok.tokenBytes(id));
+    expect(parts.every((p) => p.length === 1)).toBe(true); // this tokenizer has no merges: one byte per token
+    expect(Buffer.concat(parts)).toEqual(Buffer.from(text, "utf8"));
+    // a lone continuation byte decodes to U+FFFD but its bytes say what it is
+    expect(tok.decode([ids[1]!])).toBe("\uFFFD");
+    expect([...tok.tokenBytes(ids[1]!)]).toEqual([Buffer.from(text, "utf8")[1]]);
+  });
+
+  it("spells an added (special) token in UTF-8, and an unknown id as nothing", () => {
+    expect(Buffer.from(tok.tokenBytes(2)).toString("utf8")).toBe("<|im_end|>");
+    expect(tok.tokenBytes(99_999)).toHaveLength(0);
+  });
+});

@@ -4,7 +4,7 @@
 
 import type { ConfigSpec, ConfigValues, OptionMap } from "./config/config-spec.ts";
 import type { KVDtype } from "./kv-layout.ts";
-import type { SamplingParams } from "./sampling.ts";
+import type { SamplingParams, TokenLogprobs } from "./sampling.ts";
 
 /** The plugin groups hosts resolve by name. */
 export const GROUPS = ["airm.kv_transports", "airm.workloads"] as const;
@@ -251,10 +251,25 @@ export interface PrefillOptions {
   onLayer?(layer: number, k: Uint8Array, v: Uint8Array): void | Promise<void>;
   /** Keep the cache as a decode stream in this engine (solo role) and return it. */
   keepStream?: boolean;
+  /**
+   * Return the first token's log-probability and its `logprobs` most likely alternatives
+   * (`firstLogprobs`), from the logits the sampler saw. Unset: none are computed.
+   */
+  logprobs?: number;
+  /**
+   * Return each prompt token's log-probability given the tokens before it (`promptLogprobs`,
+   * what `echo` scores), with `logprobs ?? 0` alternatives each. Costs the output head on every
+   * prompt position.
+   */
+  promptLogprobs?: boolean;
 }
 
 export interface PrefillResult {
   firstToken: number;
+  /** With `logprobs` set. */
+  firstLogprobs?: TokenLogprobs;
+  /** With `promptLogprobs`: entry i scores prompt token i + 1 (the first prompt token has no prefix to score it). */
+  promptLogprobs?: TokenLogprobs[];
   kv: KVBlobs;
   /** Present when `keepStream` was set. */
   stream?: KVStream;
@@ -267,6 +282,14 @@ export interface DecodeStep {
   /** The token to append at position `stream.length`. */
   token: number;
   sampling?: SamplingParams;
+  /** Also return the next token's log-probability and this many alternatives. */
+  logprobs?: number;
+}
+
+/** What one decode step gives a stream: its next token (and log-probabilities when asked). */
+export interface DecodeResult {
+  token: number;
+  logprobs?: TokenLogprobs;
 }
 
 export interface SwapResult {
@@ -308,6 +331,8 @@ export interface EngineTokenizer {
   encode(text: string, options?: { addSpecialTokens?: boolean }): number[];
   decode(ids: number[], options?: { skipSpecialTokens?: boolean }): string;
   renderChat?(messages: { role: string; content: string }[], options?: { addGenerationPrompt?: boolean }): string;
+  /** The raw bytes of one token (a byte-level token may be part of a UTF-8 character); else the caller encodes decode([id]). */
+  tokenBytes?(id: number): Uint8Array;
 }
 
 /** What a worker drives: prefill, batched decode, KV exchange, variants, swap and delta. */
@@ -328,7 +353,7 @@ export interface Engine {
    * and returns the next token of each stream, in order. Throws ContextOverflowError when a stream
    * is full, KVIntegrityError for a released stream.
    */
-  decode(steps: DecodeStep[]): Promise<number[]>;
+  decode(steps: DecodeStep[]): Promise<DecodeResult[]>;
   /** Adopts KV from another process (layout rngd-pd/v1). Throws KVIntegrityError on a shape mismatch. */
   importKV(kv: KVBlobs): KVStream;
   /** A host copy of a stream's KV in layout rngd-pd/v1. */

@@ -2,12 +2,12 @@
 // B streams. A request awaits its own next token; requests that step in the same event-loop
 // turn share a call. Knows nothing about HTTP or the KV handoff.
 
-import type { SamplingParams } from "@airm/rm-core";
+import type { DecodeResult, DecodeStep } from "@airm/rm-core";
 import type { EngineStream, ServingEngine } from "./serving-engine.ts";
 
 interface Pending {
-  step: { stream: EngineStream; token: number; sampling?: SamplingParams };
-  resolve(next: number): void;
+  step: DecodeStep & { stream: EngineStream };
+  resolve(next: DecodeResult): void;
   reject(err: unknown): void;
 }
 
@@ -20,10 +20,10 @@ export class DecodeBatcher {
     private readonly batch: number,
   ) {}
 
-  /** Appends `token` to `stream` and resolves with the stream's next token. */
-  step(stream: EngineStream, token: number, sampling?: SamplingParams): Promise<number> {
+  /** Appends the step's token to its stream and resolves with the stream's next token (and log-probabilities when asked). */
+  step(step: DecodeStep & { stream: EngineStream }): Promise<DecodeResult> {
     return new Promise((resolve, reject) => {
-      this.queue.push({ step: { stream, token, sampling }, resolve, reject });
+      this.queue.push({ step, resolve, reject });
       if (!this.scheduled) {
         this.scheduled = true;
         setImmediate(() => void this.drain());

@@ -2,8 +2,8 @@
 // resolving max_tokens and the variant, the first-token fields, and the decode loop that emits
 // token and done events. Knows the engine and the event types; not HTTP.
 
-import { ApiError, type FirstToken, type PromptInput, type WorkerEvent } from "@airm/internal-api";
-import { ContextOverflowError, IncrementalDetokenizer, type SamplingParams } from "@airm/rm-core";
+import { ApiError, type Echo, type FirstToken, type LogprobEntry, type PromptInput, type TokenLogprobsEntry, type WorkerEvent } from "@airm/internal-api";
+import { ContextOverflowError, IncrementalDetokenizer, type PrefillResult, type SamplingParams, type TokenLogprobs } from "@airm/rm-core";
 import type { DecodeBatcher } from "./decode-batcher.ts";
 import type { EngineStream, ServingEngine } from "./serving-engine.ts";
 
@@ -51,10 +51,53 @@ export function completionText(engine: ServingEngine): IncrementalDetokenizer {
   return new IncrementalDetokenizer(engine.tokenizer, { skipSpecialTokens: true });
 }
 
+/** What the contract calls impossible: -Infinity does not survive JSON, so -9999 as vLLM does. */
+const IMPOSSIBLE = -9999;
+
+/** One token as a logprob entry: its own text and bytes, and its log-probability. */
+function entry(engine: ServingEngine, token: number, logprob: number): LogprobEntry {
+  const text = engine.tokenizer.decode([token]);
+  const bytes = engine.tokenizer.tokenBytes ? engine.tokenizer.tokenBytes(token) : new TextEncoder().encode(text);
+  return { token, text, bytes: [...bytes], logprob: Math.max(IMPOSSIBLE, logprob) };
+}
+
+/** A chosen token's log-probabilities in the contract's form (texts and bytes added). */
+export function logprobsEntry(engine: ServingEngine, lp: TokenLogprobs): TokenLogprobsEntry {
+  return { ...entry(engine, lp.token, lp.logprob), top: lp.top.map((t) => entry(engine, t.token, t.logprob)) };
+}
+
+/** The prompt for echo: its text and tokens, scored when the prefill computed prompt log-probabilities. */
+export function echoOf(engine: ServingEngine, tokens: number[], scored: TokenLogprobs[] | undefined): Echo {
+  return {
+    text: engine.tokenizer.decode(tokens),
+    tokens: tokens.map((t, i) => {
+      const lp = i > 0 ? scored?.[i - 1] : undefined;
+      return lp ? logprobsEntry(engine, lp) : { ...entry(engine, t, 0), logprob: null, top: [] };
+    }),
+  };
+}
+
+/** What the request asked the prefill to compute besides the first token. */
+export function prefillExtras(b: { logprobs: number | null; echo: boolean }): { logprobs?: number; promptLogprobs?: boolean } {
+  if (b.logprobs === null) return {};
+  return b.echo ? { logprobs: b.logprobs, promptLogprobs: true } : { logprobs: b.logprobs };
+}
+
 /** The first-token fields of the prefill answer and the solo `first` event. */
-export function firstToken(engine: ServingEngine, token: number, promptTokens: number, seqLen: number, maxTokens: number, prefillMs: number): FirstToken {
+export function firstToken(
+  engine: ServingEngine,
+  res: Pick<PrefillResult, "firstToken" | "firstLogprobs" | "promptLogprobs">,
+  prompt: { tokens: number[]; echo: boolean },
+  seqLen: number,
+  maxTokens: number,
+  prefillMs: number,
+): FirstToken {
+  const token = res.firstToken;
   const eos = isEos(engine, token);
-  return { token, text: eos ? "" : completionText(engine).push(token), eos, promptTokens, seqLen, maxTokens, prefillMs: round(prefillMs) };
+  const first: FirstToken = { token, text: eos ? "" : completionText(engine).push(token), eos, promptTokens: prompt.tokens.length, seqLen, maxTokens, prefillMs: round(prefillMs) };
+  if (res.firstLogprobs) first.logprobs = logprobsEntry(engine, res.firstLogprobs);
+  if (prompt.echo) first.echo = echoOf(engine, prompt.tokens, res.promptLogprobs);
+  return first;
 }
 
 export interface DecodeLoop {
@@ -64,6 +107,8 @@ export interface DecodeLoop {
   first: number;
   maxTokens: number;
   sampling: SamplingParams;
+  /** Alternatives per token when the request asked for log-probabilities, else null. */
+  logprobs: number | null;
   /** Writes one event; resolves when the client took it (backpressure). */
   write(ev: WorkerEvent): Promise<void>;
   /** True once the client left or the request was ended from outside. */
@@ -83,14 +128,16 @@ export async function decodeLoop(d: DecodeLoop): Promise<{ finish: "stop" | "len
   const t0 = performance.now();
   while (finish !== "stop" && count < d.maxTokens) {
     if (d.aborted()) return { finish: "aborted", decodeMs: performance.now() - t0 };
-    const next = await d.batcher.step(d.stream, cur, d.sampling);
+    const next = await d.batcher.step({ stream: d.stream, token: cur, sampling: d.sampling, ...(d.logprobs === null ? {} : { logprobs: d.logprobs }) });
     count++;
-    if (isEos(d.engine, next)) {
+    if (isEos(d.engine, next.token)) {
       finish = "stop";
       break;
     }
-    await d.write({ type: "token", index: count - 1, token: next, text: text.push(next) });
-    cur = next;
+    const ev: WorkerEvent = { type: "token", index: count - 1, token: next.token, text: text.push(next.token) };
+    if (next.logprobs) ev.logprobs = logprobsEntry(d.engine, next.logprobs);
+    await d.write(ev);
+    cur = next.token;
   }
   const decodeMs = performance.now() - t0;
   if (d.aborted()) return { finish: "aborted", decodeMs };

@@ -92,6 +92,43 @@ describe("worker routes (in-process)", () => {
     expect(decode.rt.leases.counters().outstanding).toBe(0);
   });
 
+  it("logprobs and echo: PD answers the solo log-probabilities, first token from prefill, the rest from decode, with texts and bytes", async () => {
+    const ask = { ...body("lp-solo"), logprobs: 4, echo: true };
+    const soloEvs = await events(await solo.post("/internal/generate", ask));
+    const first = soloEvs[0] as Extract<WorkerEvent, { type: "first" }>;
+    const soloTokens = soloEvs.flatMap((e) => (e.type === "token" ? [e] : []));
+    expect(first.logprobs?.token).toBe(first.token);
+    expect(first.logprobs?.top).toHaveLength(4);
+    expect(first.logprobs!.top[0]!.logprob).toBeGreaterThanOrEqual(first.logprobs!.logprob);
+    expect(soloTokens.length).toBeGreaterThan(2);
+    for (const t of soloTokens) expect(t.logprobs?.token).toBe(t.token);
+    // echo: the prompt's tokens, the first unscored, the others scored given their prefix
+    const echo = first.echo!;
+    expect(echo.text).toBe("routes in process");
+    expect(echo.tokens).toHaveLength(first.promptTokens);
+    expect(echo.tokens[0]).toMatchObject({ logprob: null, top: [] });
+    for (const t of echo.tokens.slice(1)) expect(t.logprob).toBeLessThanOrEqual(0);
+    expect(Buffer.concat(echo.tokens.map((t) => Buffer.from(t.bytes))).toString("utf8")).toBe(echo.text);
+
+    const d = decode.post("/internal/decode", { requestId: "lp-pd", maxTokens: 12, sampling: { temperature: 0 }, logprobs: 4 });
+    const p = PrefillResponseSchema.parse(await (await prefill.post("/internal/prefill", { ...ask, requestId: "lp-pd" })).json());
+    const { prefillMs: _a, ...pdFirst } = p.first;
+    const { prefillMs: _b, type: _t, ...soloFirst } = first;
+    expect(pdFirst).toEqual(soloFirst);
+    const pdTokens = (await events(await d)).flatMap((e) => (e.type === "token" ? [e] : []));
+    expect(pdTokens).toEqual(soloTokens);
+    await prefill.post("/internal/release", { requestId: "lp-pd" });
+
+    // without logprobs nothing is computed or sent; echo alone gives the prompt without scores
+    const plain = await events(await solo.post("/internal/generate", { ...body("lp-none"), echo: true }));
+    expect((plain[0] as Extract<WorkerEvent, { type: "first" }>).logprobs).toBeUndefined();
+    expect((plain[0] as Extract<WorkerEvent, { type: "first" }>).echo!.tokens.every((t) => t.logprob === null)).toBe(true);
+    expect(plain.some((e) => e.type === "token" && e.logprobs)).toBe(false);
+    const bad = await solo.post("/internal/generate", { ...body("lp-bad"), logprobs: 21 });
+    expect(bad.status).toBe(400);
+    expect(ErrorBodySchema.parse(await bad.json()).error.param).toBe("logprobs");
+  });
+
   it("a body outside the contract is a 400 naming the field; unknown fields are refused too", async () => {
     for (const [bad, param] of [
       [{ requestId: "x", input: { prompt: "a" }, maxTokens: 0 }, "maxTokens"],

@@ -2,12 +2,13 @@
 // (hono/streaming's streamSSE, which tells us when the client has gone). The body shapes are
 // OpenAI's text_completion / chat.completion(.chunk) objects.
 
-import { ApiError, type FirstToken } from "@airm/internal-api";
+import { ApiError, type FirstToken, type TokenLogprobsEntry } from "@airm/internal-api";
 import type { Context } from "hono";
 import { streamSSE } from "hono/streaming";
 import type { GatewayMetrics } from "../gateway-metrics.ts";
 import type { GenEvent } from "../orchestrator/index.ts";
 import { collectCompletion, type Timing } from "./completion.ts";
+import { chatLogprobs, completionLogprobs, type ScoredToken } from "./logprobs.ts";
 import type { GenerationRequest } from "./parse.ts";
 
 export interface AnswerContext {
@@ -24,6 +25,12 @@ export interface AnswerContext {
   clientGone: AbortController;
 }
 
+/** The prompt an echo repeats: the client's own text, or the prompt tokens decoded when it sent ids. */
+function echoText(a: AnswerContext): string {
+  if (!a.req.echo) return "";
+  return "prompt" in a.req.input ? a.req.input.prompt : (a.first.echo?.text ?? "");
+}
+
 /** The whole completion as one JSON body. */
 export async function jsonAnswer(c: Context, a: AnswerContext): Promise<Response> {
   let out: Awaited<ReturnType<typeof collectCompletion>>;
@@ -34,10 +41,15 @@ export async function jsonAnswer(c: Context, a: AnswerContext): Promise<Response
     throw err;
   }
   a.timing.record(a.metrics, out);
-  const choice =
-    a.kind === "chat"
-      ? { index: 0, message: { role: "assistant", content: out.text }, logprobs: null, finish_reason: out.finishReason }
-      : { index: 0, text: out.text, logprobs: null, finish_reason: out.finishReason };
+  const asked = a.req.logprobs !== null;
+  let choice: Record<string, unknown>;
+  if (a.kind === "chat") {
+    choice = { index: 0, message: { role: "assistant", content: out.text }, logprobs: asked ? chatLogprobs(out.logprobs) : null, finish_reason: out.finishReason };
+  } else {
+    const echo = a.req.echo ? a.first.echo : undefined;
+    const scored: ScoredToken[] = [...(echo?.tokens ?? []), ...out.logprobs];
+    choice = { index: 0, text: echoText(a) + out.text, logprobs: asked ? completionLogprobs(scored, 0).logprobs : null, finish_reason: out.finishReason };
+  }
   return c.json({ id: a.id, object: a.kind === "chat" ? "chat.completion" : "text_completion", created: a.created, model: a.req.model, choices: [choice], usage: out.usage });
 }
 
@@ -45,12 +57,22 @@ export async function jsonAnswer(c: Context, a: AnswerContext): Promise<Response
 export function sseAnswer(c: Context, a: AnswerContext): Response {
   const object = a.kind === "chat" ? "chat.completion.chunk" : "text_completion";
   const base = { id: a.id, object, created: a.created, model: a.req.model };
-  const chunk = (delta: string | null, finish: string | null) => ({
+  const asked = a.req.logprobs !== null;
+  // completions' text_offset runs over the whole answer text, echo included
+  let offset = 0;
+  const logprobsOf = (entries: ScoredToken[]) => {
+    if (!asked || entries.length === 0) return null;
+    if (a.kind === "chat") return chatLogprobs(entries as TokenLogprobsEntry[]);
+    const r = completionLogprobs(entries, offset);
+    offset = r.next;
+    return r.logprobs;
+  };
+  const chunk = (delta: string | null, finish: string | null, entries: ScoredToken[]) => ({
     ...base,
     choices: [
       a.kind === "chat"
-        ? { index: 0, delta: finish ? {} : { content: delta }, logprobs: null, finish_reason: finish }
-        : { index: 0, text: delta ?? "", logprobs: null, finish_reason: finish },
+        ? { index: 0, delta: finish && delta === null ? {} : { content: delta }, logprobs: logprobsOf(entries), finish_reason: finish }
+        : { index: 0, text: delta ?? "", logprobs: logprobsOf(entries), finish_reason: finish },
     ],
   });
   return streamSSE(c, async (s) => {
@@ -61,6 +83,8 @@ export function sseAnswer(c: Context, a: AnswerContext): Response {
     const send = (obj: unknown) => s.writeSSE({ data: JSON.stringify(obj) });
     try {
       if (a.kind === "chat") await send({ ...base, choices: [{ index: 0, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }] });
+      const echo = a.kind === "completion" && a.req.echo ? a.first.echo : undefined;
+      if (echo) await send(chunk(echoText(a), null, echo.tokens));
       // The first token is sent at once, even when its text is still "" (an incomplete character),
       // so that clients see the time to first token.
       let sentFirst = a.kind === "chat";
@@ -69,16 +93,16 @@ export function sseAnswer(c: Context, a: AnswerContext): Response {
         first: a.first,
         req: a.req,
         timing: a.timing,
-        onText: async (delta) => {
+        onText: async (delta, logprobs) => {
           sentFirst = true;
-          await send(chunk(delta, null));
+          await send(chunk(delta, null, logprobs));
         },
         afterFirst: async () => {
-          if (!sentFirst) await send(chunk("", null));
+          if (!sentFirst) await send(chunk("", null, []));
           sentFirst = true;
         },
       });
-      await send(chunk(a.kind === "chat" ? null : "", out.finishReason));
+      await send(chunk(a.kind === "chat" ? null : "", out.finishReason, out.unsent));
       if (a.req.includeUsage) await send({ ...base, choices: [], usage: out.usage });
       await s.writeSSE({ data: "[DONE]" });
       a.timing.record(a.metrics, out);

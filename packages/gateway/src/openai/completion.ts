@@ -2,7 +2,7 @@
 // (rm-core's StopStringMatcher), the finish reason, usage, and the per-request timings the
 // gateway's metrics record. Shared by the JSON and the SSE answer.
 
-import { ApiError, type FirstToken } from "@airm/internal-api";
+import { ApiError, type FirstToken, type TokenLogprobsEntry } from "@airm/internal-api";
 import { StopStringMatcher } from "@airm/rm-core";
 import type { GatewayMetrics } from "../gateway-metrics.ts";
 import type { GenEvent } from "../orchestrator/index.ts";
@@ -14,6 +14,10 @@ export interface Outcome {
   text: string;
   finishReason: "stop" | "length";
   usage: Usage;
+  /** Log-probabilities of the generated tokens that made the text (end-of-sequence excluded), when asked for. */
+  logprobs: TokenLogprobsEntry[];
+  /** Those of `logprobs` no onText call carried (their text was held back, then cut or empty). */
+  unsent: TokenLogprobsEntry[];
 }
 
 /** When things happened, for airm_ttft/tpot and the KV figure. */
@@ -45,8 +49,8 @@ export interface CollectOptions {
   first: FirstToken;
   req: GenerationRequest;
   timing: Timing;
-  /** Each text delta that is safe to show (never part of a stop string). */
-  onText(delta: string): void | Promise<void>;
+  /** Each text delta that is safe to show (never part of a stop string), with the log-probabilities of the tokens since the last one. */
+  onText(delta: string, logprobs: TokenLogprobsEntry[]): void | Promise<void>;
   /** After the first token was handled (the SSE answer sends it even when its text is ""). */
   afterFirst?(): void | Promise<void>;
 }
@@ -57,12 +61,22 @@ export async function collectCompletion(o: CollectOptions): Promise<Outcome> {
   let text = "";
   let tokens = 1;
   let finishReason: "stop" | "length" = "length";
+  const logprobs: TokenLogprobsEntry[] = [];
+  let pending: TokenLogprobsEntry[] = [];
+  const scored = (lp: TokenLogprobsEntry | undefined) => {
+    if (!lp) return;
+    logprobs.push(lp);
+    pending.push(lp);
+  };
   const emit = async (delta: string) => {
     if (!delta) return;
     text += delta;
-    await o.onText(delta);
+    const carried = pending;
+    pending = [];
+    await o.onText(delta, carried);
   };
   o.timing.firstAt = o.timing.lastAt = performance.now();
+  if (!o.first.eos) scored(o.first.logprobs);
   await emit(stops.push(o.first.text).text);
   await o.afterFirst?.();
   if (stops.stoppedBy !== null) finishReason = "stop";
@@ -74,6 +88,7 @@ export async function collectCompletion(o: CollectOptions): Promise<Outcome> {
       if (ev.type === "token") {
         tokens++;
         o.timing.lastAt = performance.now();
+        scored(ev.logprobs);
         await emit(stops.push(ev.text).text);
         if (stops.stoppedBy !== null) {
           finishReason = "stop";
@@ -92,5 +107,5 @@ export async function collectCompletion(o: CollectOptions): Promise<Outcome> {
   }
   await o.gen.return(undefined);
   const p = o.first.promptTokens;
-  return { text, finishReason, usage: { prompt_tokens: p, completion_tokens: tokens, total_tokens: p + tokens } };
+  return { text, finishReason, usage: { prompt_tokens: p, completion_tokens: tokens, total_tokens: p + tokens }, logprobs, unsent: pending };
 }

@@ -56,6 +56,22 @@ describe("parseGenerationRequest", () => {
     expect(err("chat", { model: 7, messages: [{ role: "user", content: "x" }] })).toMatchObject({ status: 400, param: "model" });
     expect(err("chat", [1, 2])).toMatchObject({ status: 400 });
   });
+  it("reads log-probability requests: chat logprobs + top_logprobs (0-20), completions logprobs (0-5) and echo", () => {
+    const chat = (extra: object) => ({ model: "m", messages: [{ role: "user", content: "x" }], ...extra });
+    expect(parseGenerationRequest("chat", chat({})).logprobs).toBeNull();
+    expect(parseGenerationRequest("chat", chat({ logprobs: true })).logprobs).toBe(0);
+    expect(parseGenerationRequest("chat", chat({ logprobs: true, top_logprobs: 20 })).logprobs).toBe(20);
+    expect(parseGenerationRequest("chat", chat({ logprobs: false })).logprobs).toBeNull();
+    expect(err("chat", chat({ logprobs: true, top_logprobs: 21 }))).toMatchObject({ status: 400, param: "top_logprobs" });
+    expect(err("chat", chat({ top_logprobs: 3 }))).toMatchObject({ status: 400, param: "top_logprobs" });
+    expect(err("chat", chat({ echo: true }))).toMatchObject({ status: 400, param: "echo", code: "unsupported_parameter" });
+    const c = parseGenerationRequest("completion", { model: "m", prompt: "x", logprobs: 5, echo: true });
+    expect([c.logprobs, c.echo]).toEqual([5, true]);
+    expect(parseGenerationRequest("completion", { model: "m", prompt: "x", logprobs: 0 }).logprobs).toBe(0);
+    expect(parseGenerationRequest("completion", { model: "m", prompt: "x" })).toMatchObject({ logprobs: null, echo: false });
+    expect(err("completion", { model: "m", prompt: "x", logprobs: 6 })).toMatchObject({ status: 400, param: "logprobs" });
+    expect(err("completion", { model: "m", prompt: "x", logprobs: -1 })).toMatchObject({ status: 400, param: "logprobs" });
+  });
   it("says both numbers when max_tokens cannot fit the compiled context", () => {
     expect(err("chat", { model: "m", messages: [{ role: "user", content: "x" }], max_tokens: 600 }, 512).message).toMatch(/600.*512/);
   });

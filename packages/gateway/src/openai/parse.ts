@@ -18,7 +18,15 @@ export interface GenerationRequest {
   stop: string[];
   stream: boolean;
   includeUsage: boolean;
+  /** Log-probabilities: how many alternatives per token (chat top_logprobs, completions logprobs); null: none. */
+  logprobs: number | null;
+  /** completions only: the prompt (text and, with logprobs, its scored tokens) comes before the completion. */
+  echo: boolean;
 }
+
+/** OpenAI's limits: completions `logprobs` 0-5, chat `top_logprobs` 0-20. */
+export const MAX_COMPLETION_LOGPROBS = 5;
+export const MAX_CHAT_TOP_LOGPROBS = 20;
 
 /** Hard ceiling on max_tokens when no worker has told us its context yet. */
 export const MAX_TOKENS_CEILING = 1_000_000;
@@ -68,6 +76,7 @@ const chatSchema = z
     max_completion_tokens: int.nullish(),
     logprobs: z.boolean().nullish(),
     top_logprobs: int.nullish(),
+    echo: z.boolean().nullish(),
   })
   .loose();
 
@@ -127,9 +136,10 @@ export function parseGenerationRequest(kind: "completion" | "chat", body: unknow
     if (!r.success) throw fromZod(r.error);
     const b = r.data;
     checkCommon(b);
-    if (b.echo) throw unsupported("echo", "echo");
     if (b.suffix) throw unsupported("suffix", "suffix");
-    if (b.logprobs != null) throw unsupported("logprobs", "logprobs");
+    if (b.logprobs != null && (b.logprobs < 0 || b.logprobs > MAX_COMPLETION_LOGPROBS)) {
+      throw new ApiError(400, "invalid_request", `logprobs must be between 0 and ${MAX_COMPLETION_LOGPROBS}, got ${b.logprobs}`, "logprobs");
+    }
     let input: PromptInput;
     const p = b.prompt;
     if (typeof p === "string") input = { prompt: p };
@@ -152,13 +162,21 @@ export function parseGenerationRequest(kind: "completion" | "chat", body: unknow
       stop: b.stop == null ? [] : typeof b.stop === "string" ? [b.stop] : b.stop,
       stream: b.stream ?? false,
       includeUsage: b.stream_options?.include_usage ?? false,
+      logprobs: b.logprobs ?? null,
+      echo: b.echo ?? false,
     };
   }
   const r = chatSchema.safeParse(body);
   if (!r.success) throw fromZod(r.error);
   const b = r.data;
   checkCommon(b);
-  if (b.logprobs) throw unsupported("logprobs", "logprobs");
+  if (b.echo) throw unsupported("echo", "echo on chat completions (it is a completions parameter)");
+  if (b.top_logprobs != null) {
+    if (b.top_logprobs < 0 || b.top_logprobs > MAX_CHAT_TOP_LOGPROBS) {
+      throw new ApiError(400, "invalid_request", `top_logprobs must be between 0 and ${MAX_CHAT_TOP_LOGPROBS}, got ${b.top_logprobs}`, "top_logprobs");
+    }
+    if (b.logprobs !== true) throw new ApiError(400, "invalid_request", "top_logprobs needs logprobs set to true", "top_logprobs");
+  }
   const messages = b.messages.map((m) => ({
     role: m.role,
     content: m.content == null ? "" : typeof m.content === "string" ? m.content : m.content.map((part) => part.text).join(""),
@@ -174,5 +192,7 @@ export function parseGenerationRequest(kind: "completion" | "chat", body: unknow
     stop: b.stop == null ? [] : typeof b.stop === "string" ? [b.stop] : b.stop,
     stream: b.stream ?? false,
     includeUsage: b.stream_options?.include_usage ?? false,
+    logprobs: b.logprobs === true ? (b.top_logprobs ?? 0) : null,
+    echo: false,
   };
 }

@@ -68,7 +68,7 @@ class PdRequest {
     const { req, requestId } = this;
     const call = context.with(trace.setSpan(this.parent, this.spans.decode), () =>
       this.dec.client.decode(
-        { requestId, maxTokens: req.maxTokens, sampling: req.sampling, kvTimeoutMs: this.o.kvTimeoutMs },
+        { requestId, maxTokens: req.maxTokens, sampling: req.sampling, kvTimeoutMs: this.o.kvTimeoutMs, logprobs: req.logprobs },
         { headers: traceHeaders(), signal: this.decodeAbort.signal },
       ),
     );
@@ -84,7 +84,7 @@ class PdRequest {
       try {
         return await context.with(trace.setSpan(this.parent, this.spans.prefill), () =>
           this.pre.client.prefill(
-            { requestId: this.requestId, input: this.req.input, maxTokens: this.req.maxTokens, sampling: this.req.sampling },
+            { requestId: this.requestId, input: this.req.input, maxTokens: this.req.maxTokens, sampling: this.req.sampling, logprobs: this.req.logprobs, echo: this.req.echo },
             { headers: traceHeaders(), signal: AbortSignal.any([this.prefillAbort.signal, AbortSignal.timeout(this.o.prefillTimeoutMs)]) },
           ),
         );

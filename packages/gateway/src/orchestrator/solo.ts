@@ -34,7 +34,10 @@ export async function* runSolo(pool: EndpointPool, t: SoloTimeouts, req: Generat
     let answer: WorkerEventStream;
     try {
       answer = await context.with(trace.setSpan(context.active(), span), () =>
-        ep.client.generate({ requestId, input: req.input, maxTokens: req.maxTokens, sampling: req.sampling }, { headers: traceHeaders(), signal: abort.signal }),
+        ep.client.generate(
+          { requestId, input: req.input, maxTokens: req.maxTokens, sampling: req.sampling, logprobs: req.logprobs, echo: req.echo },
+          { headers: traceHeaders(), signal: abort.signal },
+        ),
       );
     } catch (err) {
       if (err instanceof ApiError) throw err;

@@ -48,12 +48,11 @@ export async function* relayEvents(answer: WorkerEventStream, o: RelayOptions): 
   try {
     for await (const ev of answer.events(o.idleMs)) {
       switch (ev.type) {
-        case "first":
-          yield {
-            type: "first",
-            first: { token: ev.token, text: ev.text, eos: ev.eos, promptTokens: ev.promptTokens, seqLen: ev.seqLen, maxTokens: ev.maxTokens, prefillMs: ev.prefillMs },
-          };
+        case "first": {
+          const { type: _type, ...first } = ev;
+          yield { type: "first", first };
           break;
+        }
         case "ready":
           loadMs = ev.kvLoadMs;
           o.onReady?.(loadMs);

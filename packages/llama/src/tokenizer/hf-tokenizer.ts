@@ -5,6 +5,17 @@
 import { Tokenizer as HfTokenizerImpl } from "@huggingface/tokenizers";
 import type { Tokenizer } from "../checkpoint-types.ts";
 import { ModelLoadError } from "../checkpoint/model-load-error.ts";
+import { bytesToUnicode } from "./byte-level-bpe.ts";
+
+/** True when a tokenizer.json decoder (or one in its Sequence) is ByteLevel: token strings spell bytes in GPT-2's table. */
+function decodesByteLevel(decoder: unknown): boolean {
+  const d = decoder as { type?: unknown; decoders?: unknown[] } | null | undefined;
+  if (!d) return false;
+  if (d.type === "ByteLevel") return true;
+  return d.type === "Sequence" && Array.isArray(d.decoders) && d.decoders.some(decodesByteLevel);
+}
+
+const BYTE_FALLBACK = /^<0x([0-9A-Fa-f]{2})>$/;
 
 export interface HfTokenizerOptions {
   /** Where the tokenizer came from, for error messages. */
@@ -20,6 +31,9 @@ export class HfTokenizer implements Tokenizer {
   bosTokenId: number | null;
   eosTokenIds: number[];
   private readonly impl: HfTokenizerImpl;
+  /** Byte of each GPT-2 table character, when the decoder is ByteLevel. */
+  private readonly byteOfChar: Map<string, number> | null;
+  private readonly addedIds: Set<number>;
 
   /**
    * `tokenizerJson` is the parsed tokenizer.json, `tokenizerConfig` the parsed
@@ -37,6 +51,33 @@ export class HfTokenizer implements Tokenizer {
     this.vocabSize = maxId + 1;
     this.bosTokenId = options.bosTokenId;
     this.eosTokenIds = [...options.eosTokenIds];
+    const json = tokenizerJson as { decoder?: unknown; added_tokens?: { id?: unknown }[] };
+    this.byteOfChar = decodesByteLevel(json.decoder) ? new Map(bytesToUnicode().map((c, b) => [c, b])) : null;
+    this.addedIds = new Set((json.added_tokens ?? []).map((t) => t.id).filter((id): id is number => typeof id === "number"));
+  }
+
+  /**
+   * The bytes one token stands for: a byte-level token's bytes (possibly part of a UTF-8
+   * character), a byte-fallback token's byte (`<0x0A>`), an added token's UTF-8; otherwise the
+   * UTF-8 of the token decoded alone. Empty for an id outside the vocabulary.
+   */
+  tokenBytes(id: number): Uint8Array {
+    const token = this.impl.id_to_token(id);
+    if (token === undefined) return new Uint8Array(0);
+    const utf8 = new TextEncoder();
+    if (this.addedIds.has(id)) return utf8.encode(token);
+    const fallback = BYTE_FALLBACK.exec(token);
+    if (fallback) return Uint8Array.of(Number.parseInt(fallback[1]!, 16));
+    if (this.byteOfChar) {
+      const out: number[] = [];
+      for (const ch of token) {
+        const b = this.byteOfChar.get(ch);
+        if (b === undefined) return utf8.encode(this.decode([id]));
+        out.push(b);
+      }
+      return Uint8Array.from(out);
+    }
+    return utf8.encode(this.decode([id]));
   }
 
   /** Token ids of `text`. `addSpecialTokens` (default true, as in Hugging Face) runs the post-processor. */

@@ -89,6 +89,7 @@ async function serveDecode(
       first: m.firstToken as number,
       maxTokens,
       sampling: b.sampling,
+      logprobs: b.logprobs,
       write: sink.write,
       aborted,
     });

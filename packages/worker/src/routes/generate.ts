@@ -4,7 +4,7 @@
 
 import { GenerateRequestSchema, ROUTES, toApiError } from "@airm/internal-api";
 import type { Hono } from "hono";
-import { decodeLoop, firstToken, planRequest, tokenize } from "../generation.ts";
+import { decodeLoop, firstToken, planRequest, prefillExtras, tokenize } from "../generation.ts";
 import type { WorkerRuntime } from "../runtime.ts";
 import type { EngineStream } from "../serving-engine.ts";
 import { callerContext, eventStream, parseBody, tracer } from "./http.ts";
@@ -24,11 +24,11 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
         try {
           freeSlot = await rt.slots.acquire();
           const t0 = performance.now();
-          const res = await engine.prefill(tokens, { seqLen, sampling: b.sampling, keepStream: true });
+          const res = await engine.prefill(tokens, { seqLen, sampling: b.sampling, keepStream: true, ...prefillExtras(b) });
           stream = res.stream ?? engine.importKV(res.kv);
           const prefillMs = res.computeMs ?? performance.now() - t0;
           rt.metrics.prefillMs.observe(prefillMs);
-          await sink.write({ type: "first", ...firstToken(engine, res.firstToken, tokens.length, seqLen, maxTokens, prefillMs) });
+          await sink.write({ type: "first", ...firstToken(engine, res, { tokens, echo: b.echo }, seqLen, maxTokens, prefillMs) });
           const { finish, decodeMs } = await decodeLoop({
             engine,
             batcher,
@@ -36,6 +36,7 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
             first: res.firstToken,
             maxTokens,
             sampling: b.sampling,
+            logprobs: b.logprobs,
             write: sink.write,
             aborted: () => sink.gone,
           });

@@ -5,7 +5,7 @@
 import { ApiError, PrefillRequestSchema, ROUTES, type PrefillResponse } from "@airm/internal-api";
 import { SpanStatusCode, trace } from "@opentelemetry/api";
 import type { Hono } from "hono";
-import { firstToken, planRequest, round, tokenize } from "../generation.ts";
+import { firstToken, planRequest, prefillExtras, round, tokenize } from "../generation.ts";
 import { KVPusher } from "../kv-handoff.ts";
 import type { WorkerRuntime } from "../runtime.ts";
 import { callerContext, parseBody, tracer } from "./http.ts";
@@ -26,7 +26,7 @@ export function prefillRoutes(app: Hono, rt: WorkerRuntime): void {
         freeSlot = await rt.slots.acquire();
         const pusher = new KVPusher(transport!, rid, rt.kvTimeoutMs);
         const t0 = performance.now();
-        const res = await engine.prefill(tokens, { seqLen, sampling: b.sampling, onLayer: pusher.onLayer });
+        const res = await engine.prefill(tokens, { seqLen, sampling: b.sampling, onLayer: pusher.onLayer, ...prefillExtras(b) });
         const computed = performance.now();
         freeSlot();
         const pushSpan = tracer.startSpan("kv.push", {}, trace.setSpan(callerContext(c), span));
@@ -38,7 +38,7 @@ export function prefillRoutes(app: Hono, rt: WorkerRuntime): void {
         rt.metrics.requests.inc({ route: "prefill", outcome: "ok" });
         const answer: PrefillResponse = {
           requestId: rid,
-          first: firstToken(engine, res.firstToken, tokens.length, seqLen, maxTokens, prefillMs),
+          first: firstToken(engine, res, { tokens, echo: b.echo }, seqLen, maxTokens, prefillMs),
           transport: transport!.name,
           kvPushMs: round(pushMs),
           kvBytes: res.kv.k.reduce((a, x) => a + x.byteLength, 0) * 2,

@@ -46,7 +46,7 @@ function bodies(): { key: string; body: Body }[] {
 
 beforeAll(async () => {
   model = tinyModel();
-  solo = await cluster({ mode: "solo", model, seqLen: S, gateway: false });
+  solo = await cluster({ mode: "solo", model, seqLen: S });
   let i = 0;
   for (const { key, body } of bodies()) soloRuns.set(key, await soloTokens(solo.part("solo").url, { requestId: `solo-${i++}`, ...body }));
   // The reference is not degenerate: prompts lead to different continuations of several tokens.
@@ -120,6 +120,58 @@ describe.each(["atom", "rngd"])("PD over shm, decode on %s", (decodeBackend) => 
     }
     expect(chatText).toBe(chat.choices[0].message.content);
     expect(finish).toBe(chat.choices[0].finish_reason);
+  });
+
+  it("the OpenAI client gets logprobs/top_logprobs on chat and logprobs/echo on completions, streaming and not, equal to solo's", async () => {
+    const pdClient = new OpenAI({ baseURL: `${pd.url}/v1`, apiKey: "unused" });
+    const soloClient = new OpenAI({ baseURL: `${solo.url}/v1`, apiKey: "unused" });
+    const id = (await pdClient.models.list()).data[0].id;
+    const chatReq = { model: id, messages: [{ role: "user" as const, content: "Say something." }], max_tokens: MAX, temperature: 0, logprobs: true, top_logprobs: 5 };
+    const [pdChat, soloChat] = [await pdClient.chat.completions.create(chatReq), await soloClient.chat.completions.create(chatReq)];
+    const content = pdChat.choices[0].logprobs!.content!;
+    expect(content.length).toBeGreaterThan(1);
+    expect(content.map((c) => c.token).join("")).toBe(pdChat.choices[0].message.content);
+    for (const c of content) {
+      expect(c.top_logprobs).toHaveLength(5);
+      expect(c.top_logprobs[0].logprob).toBeGreaterThanOrEqual(c.logprob); // greedy: the chosen one is the best
+      expect(c.logprob).toBeLessThanOrEqual(0);
+      expect(Buffer.from(c.bytes!).toString("utf8")).toBe(c.token);
+    }
+    expect(pdChat.choices[0].logprobs).toEqual(soloChat.choices[0].logprobs);
+
+    // streamed: the chunks' logprobs add up to the non-streamed ones
+    const streamed: typeof content = [];
+    for await (const chunk of await pdClient.chat.completions.create({ ...chatReq, stream: true })) streamed.push(...(chunk.choices[0]?.logprobs?.content ?? []));
+    expect(streamed).toEqual(content);
+
+    // completions: logprobs 0-5 and echo (prompt tokens scored, the first one without a score)
+    const compReq = { model: id, prompt: TEXTS[3], max_tokens: MAX, temperature: 0, logprobs: 3, echo: true };
+    const [pdComp, soloComp] = [await pdClient.completions.create(compReq), await soloClient.completions.create(compReq)];
+    const lp = pdComp.choices[0].logprobs!;
+    const want = soloRuns.get("t3")!;
+    expect(pdComp.choices[0].text).toBe(TEXTS[3] + want.text);
+    // every prompt token, then every generated token but an end-of-sequence one
+    const u = pdComp.usage!;
+    expect(u.prompt_tokens).toBe(want.promptTokens);
+    expect(lp.tokens!.length).toBe(u.prompt_tokens + u.completion_tokens - (pdComp.choices[0].finish_reason === "stop" ? 1 : 0));
+    expect(lp.token_logprobs![0]).toBeNull();
+    expect(lp.top_logprobs![0]).toBeNull();
+    expect(lp.token_logprobs!.slice(1).every((x) => typeof x === "number" && x <= 0)).toBe(true);
+    // the 3 alternatives and the chosen token, keyed by text (tokens that decode alike, such as partial characters, share a key)
+    expect(lp.top_logprobs!.every((t, i) => i === 0 || (t !== null && t[lp.tokens![i]!] === lp.token_logprobs![i] && Object.keys(t).length <= 4))).toBe(true);
+    expect(lp.text_offset![0]).toBe(0);
+    expect(pdComp.choices[0].logprobs).toEqual(soloComp.choices[0].logprobs);
+    let streamedText = "";
+    const streamedTokens: string[] = [];
+    for await (const chunk of await pdClient.completions.create({ ...compReq, stream: true })) {
+      streamedText += chunk.choices[0]?.text ?? "";
+      streamedTokens.push(...(chunk.choices[0]?.logprobs?.tokens ?? []));
+    }
+    expect(streamedText).toBe(pdComp.choices[0].text);
+    expect(streamedTokens).toEqual(lp.tokens);
+    // out of range: a 400 naming the parameter
+    await expect(pdClient.completions.create({ ...compReq, logprobs: 6 })).rejects.toMatchObject({ status: 400, param: "logprobs" });
+    await expect(pdClient.chat.completions.create({ ...chatReq, top_logprobs: 21 })).rejects.toMatchObject({ status: 400, param: "top_logprobs" });
   });
 
   it("ends SSE with data: [DONE], applies stop strings and exports airm_* metrics", async () => {
