@@ -140,7 +140,8 @@ describe("ATOM native path (fake librbln_runtime.so)", () => {
     const engine = await openEngine(
       atomEngine,
       { model: modelDir, seqLen: S, batch: 4, chip: 0 },
-      { env: env({ AIRM_RBLN_LIB: lib, AIRM_DEV_ROOT: oneAtom, AIRM_RBLN_GRAPHS: graphs }) },
+      // Only B4 is compiled on the host, so a one-stream step runs the B4 graph with padding.
+      { env: env({ AIRM_RBLN_LIB: lib, AIRM_DEV_ROOT: oneAtom, AIRM_RBLN_GRAPHS: graphs, AIRM_VARIANTS: `B4xS${S}` }) },
     );
     try {
       expect(engine.device).toMatchObject({ vendor: "rebellions", path: "native", device: "rbln:0" });

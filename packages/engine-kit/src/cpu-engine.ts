@@ -128,6 +128,8 @@ export class CpuBackedEngine implements Engine {
   private active: EngineVariant;
   private readonly geometry: KVGeometry;
   private readonly arena = new Map<number, CpuKVCache[]>();
+  /** Settles when the model computation in progress (if any) is done; see exclusive(). */
+  private gate: Promise<void> = Promise.resolve();
   /** Idle caches kept per S: the widest batch among the variants prepared at that S. */
   private readonly prepared = new Map<number, number>();
   private readonly streams = new Set<EngineStream>();
@@ -139,7 +141,8 @@ export class CpuBackedEngine implements Engine {
     return this.ckpt.configDefaults ?? [];
   }
   private closed = false;
-  private nativeGraph: { variant: EngineVariant; graph: ReturnType<NativeHostDecode["open"]> } | null = null;
+  /** Open native decode graphs by variant name (one per batch width the steps have needed). */
+  private readonly nativeGraphs = new Map<string, ReturnType<NativeHostDecode["open"]>>();
 
   private constructor(spec: CpuEngineSpec, llama: LlamaModule, ckpt: CpuCheckpoint, hashes: CheckpointHashes, weights: LoadedWeights) {
     this.spec = spec;
@@ -222,12 +225,14 @@ export class CpuBackedEngine implements Engine {
 
   // --- KV arena -------------------------------------------------------------------------------
 
-  /** Makes `v`'s workspace resident (B caches of its S); a prepared variant stays prepared, as on the card. */
+  /**
+   * Sizes `v`'s workspace: up to B caches of its S are kept for reuse once used (a prepared
+   * variant stays prepared, as on the card). Caches are made when first needed, so an engine
+   * compiled for B16 holds memory for the streams it has actually run.
+   */
   private prepareArena(v: EngineVariant): void {
     this.prepared.set(v.seqLen, Math.max(this.prepared.get(v.seqLen) ?? 0, v.batch));
-    const free = this.arena.get(v.seqLen) ?? [];
-    while (free.length < v.batch) free.push(this.cpu.newCache(v.seqLen));
-    this.arena.set(v.seqLen, free);
+    if (!this.arena.has(v.seqLen)) this.arena.set(v.seqLen, []);
   }
 
   /** A cache of context S from the arena (or new). `zero` clears a reused one (exported KV stays deterministic). */
@@ -318,16 +323,16 @@ export class CpuBackedEngine implements Engine {
       }
     };
     let rows: Float32Array[];
-    const t0 = performance.now();
+    const timing = { computeMs: 0 };
     try {
-      rows = this.prefillRows(tokens, cache, emit, options.promptLogprobs === true);
+      rows = await this.exclusive(() => this.prefillRows(tokens, cache, emit, options.promptLogprobs === true, timing));
       if (cache.n !== tokens.length) cache.n = tokens.length;
       for (let l = 0; l < g.layers; l++) if (!k[l]) emit(l);
     } catch (e) {
       this.returnCache(cache);
       throw e;
     }
-    const computeMs = performance.now() - t0;
+    const computeMs = timing.computeMs;
     const logits = rows[rows.length - 1];
     const firstToken = this.sample(logits, options.sampling, tokens.length);
     const top = options.logprobs ?? 0;
@@ -356,17 +361,46 @@ export class CpuBackedEngine implements Engine {
   /**
    * Runs the prompt into `cache` the backend's way (whole, or in chunks against the live cache)
    * and returns the logits of the last position, or of every position when `all` (same kernels
-   * and order, so the last row is the same either way).
+   * and order, so the last row is the same either way). Lets the event loop run between blocks
+   * of work (a worker keeps answering /health during a long prompt); `timing.computeMs` gets the
+   * time spent computing, without those pauses.
    */
-  private prefillRows(tokens: number[], cache: CpuKVCache, emit: (layer: number) => void, all: boolean): Float32Array[] {
-    if (this.spec.prefillMode === "whole") {
-      return all ? this.cpu.prefillAllLogits(tokens, cache, { onLayer: emit }) : [this.cpu.prefill(tokens, cache, { onLayer: emit })];
-    }
+  private async prefillRows(tokens: number[], cache: CpuKVCache, emit: (layer: number) => void, all: boolean, timing: { computeMs: number }): Promise<Float32Array[]> {
+    let resumed = performance.now();
+    const pause = async (): Promise<void> => {
+      timing.computeMs += performance.now() - resumed;
+      await new Promise<void>((r) => setImmediate(r));
+      resumed = performance.now();
+    };
+    const finish = <T>(x: T): T => {
+      timing.computeMs += performance.now() - resumed;
+      return x;
+    };
+    if (this.spec.prefillMode === "whole") return finish(await this.cpu.prefillAsync(tokens, cache, { onLayer: emit, allLogits: all, pause }));
     // Chunked prefill finishes a layer only with the last chunk: layers are emitted by the caller then.
-    if (!all) return [this.cpu.prefillChunk(tokens, cache, this.spec.chunkSize)];
     const rows: Float32Array[] = [];
-    for (let i = 0; i < tokens.length; i += this.spec.chunkSize) rows.push(...this.cpu.prefillAllLogits(tokens.slice(i, i + this.spec.chunkSize), cache));
-    return rows;
+    for (let i = 0; i < tokens.length; i += this.spec.chunkSize) {
+      const chunk = await this.cpu.prefillAsync(tokens.slice(i, i + this.spec.chunkSize), cache, { allLogits: all, pause });
+      if (all || i + this.spec.chunkSize >= tokens.length) rows.push(...chunk);
+    }
+    return finish(rows);
+  }
+
+  /**
+   * Runs `fn` when no other model computation is in progress. A prefill pauses between blocks of
+   * work, and the model's scratch buffers belong to one forward pass at a time, so prefills and
+   * decode steps take turns here.
+   */
+  private async exclusive<T>(fn: () => Promise<T> | T): Promise<T> {
+    const before = this.gate;
+    let done!: () => void;
+    this.gate = new Promise<void>((r) => (done = r));
+    await before;
+    try {
+      return await fn();
+    } finally {
+      done();
+    }
   }
 
   // --- decode ---------------------------------------------------------------------------------
@@ -387,18 +421,32 @@ export class CpuBackedEngine implements Engine {
       if (s.length >= s.seqLen) throw new ContextOverflowError(s.length + 1, s.seqLen, `stream ${s.id} is full`);
     }
     const out: DecodeResult[] = new Array(steps.length);
-    const B = Math.max(1, this.active.batch);
-    for (let at = 0; at < steps.length; at += B) {
-      const group = steps.slice(at, at + B);
-      const streams = own.slice(at, at + B);
-      const logits = this.spec.residence === "device" ? this.decodeResident(streams, group) : this.decodeHostInput(streams, group);
-      for (let i = 0; i < group.length; i++) {
-        const token = this.sample(logits[i], group[i].sampling, streams[i].length);
-        const lp = group[i].logprobs;
-        out[at + i] = lp === undefined ? { token } : { token, logprobs: this.llama.tokenLogprobs(logits[i], token, lp) };
+    // Groups as wide as the widest compiled batch; each runs as the smallest variant that holds it.
+    const B = this.widestBatch();
+    await this.exclusive(() => {
+      for (let at = 0; at < steps.length; at += B) {
+        const group = steps.slice(at, at + B);
+        const streams = own.slice(at, at + B);
+        const logits = this.spec.residence === "device" ? this.decodeResident(streams, group) : this.decodeHostInput(streams, group);
+        for (let i = 0; i < group.length; i++) {
+          const token = this.sample(logits[i], group[i].sampling, streams[i].length);
+          const lp = group[i].logprobs;
+          out[at + i] = lp === undefined ? { token } : { token, logprobs: this.llama.tokenLogprobs(logits[i], token, lp) };
+        }
       }
-    }
+    });
     return out;
+  }
+
+  /** The widest batch any compiled variant runs: how many streams one decode step takes. */
+  widestBatch(): number {
+    return Math.max(1, ...this.variantList.map((v) => v.batch));
+  }
+
+  /** The smallest compiled variant at S that holds `count` streams (the widest at S when none does). */
+  private variantFor(count: number, S: number): EngineVariant {
+    const atS = this.variantList.filter((v) => v.seqLen === S).sort((a, b) => a.batch - b.batch);
+    return atS.find((v) => v.batch >= count) ?? atS[atS.length - 1] ?? this.active;
   }
 
   private decodeResident(streams: EngineStream[], group: DecodeStep[]): Float32Array[] {
@@ -410,13 +458,13 @@ export class CpuBackedEngine implements Engine {
     return logits;
   }
 
-  private graphFor(): ReturnType<NativeHostDecode["open"]> {
-    const v = this.active;
-    if (this.nativeGraph && this.nativeGraph.variant.batch === v.batch && this.nativeGraph.variant.seqLen === v.seqLen) return this.nativeGraph.graph;
-    this.nativeGraph?.graph.close();
-    this.nativeGraph = null;
-    const graph = this.spec.nativeHostDecode!.open({ ...v }, { ...this.geometry, vocabSize: this.ckpt.config.vocabSize });
-    this.nativeGraph = { variant: { ...v }, graph };
+  private graphFor(v: EngineVariant = this.active): ReturnType<NativeHostDecode["open"]> {
+    const key = variantName(v);
+    let graph = this.nativeGraphs.get(key);
+    if (!graph) {
+      graph = this.spec.nativeHostDecode!.open({ ...v }, { ...this.geometry, vocabSize: this.ckpt.config.vocabSize });
+      this.nativeGraphs.set(key, graph);
+    }
     return graph;
   }
 
@@ -427,7 +475,7 @@ export class CpuBackedEngine implements Engine {
       for (const s of streams) {
         if (s.seqLen !== this.active.seqLen) throw new ConfigError("variant", `stream ${s.id} has S=${s.seqLen}; swap to a variant with S=${s.seqLen} first`);
       }
-      const results = this.graphFor().step(
+      const results = this.graphFor(this.variantFor(streams.length, this.active.seqLen)).step(
         streams.map((s) => s.host!),
         group.map((x) => x.token),
       );
@@ -593,8 +641,8 @@ export class CpuBackedEngine implements Engine {
   async close(): Promise<void> {
     if (this.closed) return;
     for (const s of [...this.streams]) this.release(s);
-    this.nativeGraph?.graph.close();
-    this.nativeGraph = null;
+    for (const graph of this.nativeGraphs.values()) graph.close();
+    this.nativeGraphs.clear();
     for (const free of this.arena.values()) for (const c of free) this.cpu.freeCache(c);
     this.arena.clear();
     this.cpu.close();

@@ -62,7 +62,7 @@ export const ENGINE_RUN_CONFIG = defineConfig("@airm/engine-kit", {
   }),
   variants: opt(variantList, {
     env: "AIRM_VARIANTS",
-    defaultText: "batches 1 and 4 (and --B) at the seq len",
+    defaultText: "batches 1, 4, 8 and 16 (and --B) at the seq len",
     doc: "The compiled variants, e.g. B4xS512,B1xS512; wins over --seq-len and the default batches.",
   }),
   seqLen: opt(int({ min: 8, max: 131072 }), {

@@ -9,8 +9,8 @@ import type { EngineVariant } from "@airm/rm-core";
 export const CHART_SEQ_LEN = 256;
 /** S compiled in the ai-rm deployment. */
 export const DEPLOYMENT_SEQ_LEN = 512;
-/** Batch widths the seed compiled for decode (B4/B8/B16); prefill runs B=1. */
-export const DEFAULT_DECODE_BATCHES = [1, 4];
+/** Batch widths compiled for decode by default: B1 and the seed's B4/B8/B16 (a step runs the smallest that holds its streams). */
+export const DEFAULT_DECODE_BATCHES = [1, 4, 8, 16];
 
 /**
  * Parses `AIRM_VARIANTS`-style text: `B4xS512,B1xS256` or `4x512,1x256`. Throws ConfigError
@@ -61,7 +61,9 @@ export function defaultVariants(options: { seqLen?: number; batch?: number; conf
   if (options.configured?.length) return normalizeVariants(options.configured);
   const seqLen = options.seqLen ?? options.configuredSeqLen ?? CHART_SEQ_LEN;
   if (!Number.isInteger(seqLen) || seqLen < 8) throw new ConfigError("seqLen", `must be an integer >= 8, got ${seqLen}`);
-  const batches = new Set([...DEFAULT_DECODE_BATCHES, options.batch ?? 1]);
+  // An asked batch width caps the buckets (B8 compiles B1, B4, B8); none asked compiles them all.
+  const cap = options.batch ?? Infinity;
+  const batches = new Set([...DEFAULT_DECODE_BATCHES.filter((b) => b <= cap), options.batch ?? 1]);
   return normalizeVariants([...batches].map((batch) => ({ batch, seqLen })));
 }
 

@@ -66,9 +66,13 @@ export async function loadVendorEngine<V extends OptionMap>(
   const variants: EngineVariant[] = options.variants?.length
     ? normalizeVariants(options.variants)
     : defaultVariants({ seqLen: options.seqLen, batch: options.batch, configured: config.variants, configuredSeqLen: config.seqLen });
+  // The variant new requests run on: the one asked for, else the widest batch at the asked S (a
+  // decode step then takes as many streams as any compiled variant holds).
   const active =
     options.seqLen !== undefined || options.batch !== undefined
-      ? variants.find((v) => v.seqLen === (options.seqLen ?? v.seqLen) && v.batch === (options.batch ?? v.batch))
+      ? variants
+          .filter((v) => v.seqLen === (options.seqLen ?? v.seqLen) && v.batch === (options.batch ?? v.batch))
+          .sort((a, b) => b.seqLen - a.seqLen || b.batch - a.batch)[0]
       : undefined;
   const probe = spec.probeNative(selection, config);
   const device: DeviceInfo = probe.hostDecode

@@ -23,8 +23,10 @@ describe("compiled variants", () => {
     expect(defaultVariants({})).toEqual([
       { batch: 1, seqLen: 256 },
       { batch: 4, seqLen: 256 },
+      { batch: 8, seqLen: 256 },
+      { batch: 16, seqLen: 256 },
     ]);
-    expect(defaultVariants({ configuredSeqLen: ENGINE_CONFIG.resolve({ env: { AIRM_SEQ_LEN: "512" } }).seqLen }).map((v) => v.seqLen)).toEqual([512, 512]);
+    expect(defaultVariants({ configuredSeqLen: ENGINE_CONFIG.resolve({ env: { AIRM_SEQ_LEN: "512" } }).seqLen }).map((v) => v.seqLen)).toEqual([512, 512, 512, 512]);
     expect(defaultVariants({ seqLen: 512, batch: 8 })).toEqual([
       { batch: 1, seqLen: 512 },
       { batch: 4, seqLen: 512 },

@@ -52,6 +52,8 @@ describe("engine rngd", () => {
         expect(engine.variants()).toEqual([
           { batch: 1, seqLen: 256 },
           { batch: 4, seqLen: 256 },
+          { batch: 8, seqLen: 256 },
+          { batch: 16, seqLen: 256 },
         ]);
         const v = engine.pickVariant(prompt.length, STEPS);
         expect(await generate(engine, prompt, STEPS, v.seqLen)).toEqual(reference);
@@ -112,7 +114,8 @@ describe("engine rngd", () => {
   it("compiles S from the deployment (512) and refuses requests past it, stating both numbers", async () => {
     const engine = await openEngine(rngdEngine, { model: modelDir, seqLen: 512 }, { env: env() });
     try {
-      expect(engine.activeVariant).toEqual({ batch: 1, seqLen: 512 });
+      // New requests run on the widest batch compiled at S; one stream picks the smallest that holds it.
+      expect(engine.activeVariant).toEqual({ batch: 16, seqLen: 512 });
       expect(engine.pickVariant(400, 112)).toEqual({ batch: 1, seqLen: 512 });
       try {
         engine.pickVariant(400, 113);

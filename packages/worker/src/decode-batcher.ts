@@ -18,6 +18,7 @@ export class DecodeBatcher {
   constructor(
     private readonly engine: Pick<ServingEngine, "decode">,
     private readonly batch: number,
+    private readonly onStep: (streams: number) => void = () => {},
   ) {}
 
   /** Appends the step's token to its stream and resolves with the stream's next token (and log-probabilities when asked). */
@@ -34,6 +35,7 @@ export class DecodeBatcher {
   private async drain(): Promise<void> {
     while (this.queue.length) {
       const group = this.queue.splice(0, this.batch);
+      this.onStep(group.length);
       try {
         const next = await this.engine.decode(group.map((g) => g.step));
         for (const [i, g] of group.entries()) g.resolve(next[i]);

@@ -95,7 +95,7 @@ export class WorkerRuntime {
   markReady(s: Omit<Serving, "batcher">): void {
     const b = s.engine.activeVariant?.batch ?? this.slots.capacity;
     this.slots.capacity = b;
-    this.state = { kind: "ready", ...s, batcher: new DecodeBatcher(s.engine, b) };
+    this.state = { kind: "ready", ...s, batcher: new DecodeBatcher(s.engine, b, (n) => this.metrics.decodeBatch.observe(n)) };
   }
 
   markFailed(error: string): void {

@@ -21,6 +21,7 @@ export class WorkerMetrics {
   readonly decodeMs: Histogram;
   readonly kvPushMs: Histogram;
   readonly kvLoadMs: Histogram;
+  readonly decodeBatch: Histogram;
   readonly requests: Counter<"route" | "outcome">;
   readonly leaseEnds: Counter<"reason">;
 
@@ -70,6 +71,12 @@ export class WorkerMetrics {
       },
     });
     this.leaseEnds = new Counter({ name: "airm_kv_leases_released_total", help: "KV leases ended, by reason", labelNames: ["reason"], registers: r });
+    this.decodeBatch = new Histogram({
+      name: "airm_worker_decode_batch_size",
+      help: "streams per engine decode step (continuous batching: running requests step together)",
+      buckets: [1, 2, 4, 8, 16, 32, 64],
+      registers: r,
+    });
     this.prefillMs = new Histogram({ name: "airm_worker_prefill_ms", help: "engine prefill time per request (ms)", buckets: MS_BUCKETS, registers: r });
     this.decodeMs = new Histogram({ name: "airm_worker_decode_ms", help: "decode time per request after the KV import (ms)", buckets: MS_BUCKETS, registers: r });
     this.kvPushMs = new Histogram({ name: "airm_worker_kv_push_ms", help: "KV push time per request not hidden by prefill (ms)", buckets: MS_BUCKETS, registers: r });

@@ -357,6 +357,34 @@ export class LlamaModel {
   }
 
   /**
+   * `prefill` (or, with `allLogits`, `prefillAllLogits`) that lets the event loop run between
+   * blocks of work: it awaits `pause()` (default: setImmediate) after each token block of each
+   * layer, so a process serving HTTP stays responsive during a long prompt. Same kernels and
+   * order, so the same bits. The caller must not run another forward on this model meanwhile.
+   */
+  async prefillAsync(tokens: number[], cache: KVCache, opts: PrefillOptions & { allLogits?: boolean; pause?: () => Promise<void> } = {}): Promise<Float32Array[]> {
+    const w = this.own(cache);
+    if (tokens.length === 0) throw new ConfigError("tokens", "the prompt is empty; pass at least one token");
+    if (w.n + tokens.length > w.S) throw new ContextOverflowError(w.n + tokens.length, w.S, "prefill");
+    const pause = opts.pause ?? (() => new Promise<void>((r) => setImmediate(r)));
+    const rows = opts.allLogits ? tokens.map((_, i) => i) : [tokens.length - 1];
+    const steps = this.forwardSteps(
+      tokens,
+      tokens.map(() => w),
+      tokens.map((_, i) => w.n + i),
+      rows,
+      opts.onLayer,
+    );
+    for (let r = steps.next(); ; r = steps.next()) {
+      if (r.done) {
+        w.n += tokens.length;
+        return r.value;
+      }
+      await pause();
+    }
+  }
+
+  /**
    * Prefill in chunks of `chunkSize` tokens against the live cache; gives the same KV bytes and
    * logits as `prefill` (same kernels, same order). Throws as `prefill`.
    */
@@ -499,6 +527,17 @@ export class LlamaModel {
    * the token indices in `logitRows`.
    */
   private forward(tokens: number[], caches: WasmKVCache[], positions: number[], logitRows: number[], onLayer?: (l: number) => void): Float32Array[] {
+    const steps = this.forwardSteps(tokens, caches, positions, logitRows, onLayer);
+    for (let r = steps.next(); ; r = steps.next()) if (r.done) return r.value;
+  }
+
+  /**
+   * The forward pass as a generator that yields after each block of tokens in each layer, so an
+   * async caller can let its event loop run in between (nothing else may use this model's
+   * scratch buffers until it finishes). Typed-array views are taken again after every yield: the
+   * memory may have grown meanwhile.
+   */
+  private *forwardSteps(tokens: number[], caches: WasmKVCache[], positions: number[], logitRows: number[], onLayer?: (l: number) => void): Generator<void, Float32Array[]> {
     const c = this.config;
     const rt = this.rt;
     const T = tokens.length;
@@ -560,6 +599,7 @@ export class LlamaModel {
         rt.matmul(L.wqkv, s.xp, s.qkv, n, hidden, qkvRows);
         if (L.bqkv) {
           const b = L.bqkv >> 2;
+          const f32 = rt.f32;
           for (let t = 0; t < n; t++) {
             const q = (s.qkv >> 2) + t * qkvRows;
             for (let r = 0; r < qkvRows; r++) f32[q + r] = f32[q + r] + f32[b + r];
@@ -590,6 +630,7 @@ export class LlamaModel {
         rt.packX(s.act, s.xp, n, I);
         rt.matmul(L.wd, s.xp, s.out, n, I, hidden);
         rt.addF32(res, s.out, n * hidden);
+        yield;
       }
     }
 
@@ -601,7 +642,8 @@ export class LlamaModel {
       rt.matmul(this.lmHead, s.xp, logitsPtr + i0 * c.vocabSize * 4, n, hidden, c.vocabSize);
     }
     const out: Float32Array[] = [];
-    for (let i = 0; i < R; i++) out.push(f32.slice((logitsPtr >> 2) + i * c.vocabSize, (logitsPtr >> 2) + (i + 1) * c.vocabSize));
+    const logitsF32 = rt.f32;
+    for (let i = 0; i < R; i++) out.push(logitsF32.slice((logitsPtr >> 2) + i * c.vocabSize, (logitsPtr >> 2) + (i + 1) * c.vocabSize));
     return out;
   }
 }
