@@ -13,6 +13,7 @@ import { LLAMA, type CpuCheckpoint, type CpuKVCache, type CpuModel, type LlamaMo
 import { planTensorDelta } from "./delta-plan.ts";
 import { checkpointHashes, type CheckpointHashes } from "./tensor-hash-manifest.ts";
 import type { DecodeResult, DecodeStep, DeltaResult, EngineStats, EngineTokenizer, Engine, KVStream, PrefillOptions, PrefillResult, SwapResult } from "@airm/rm-core";
+import { PrefixCache } from "./prefix-cache.ts";
 import { checkKVBlobs, copyPosition, copyPrefix, layerBytes, requestKVBytes, type KVGeometry } from "@airm/rm-core";
 import { appendColumn, type DecodeGraphShape, type HostDecodeResult } from "./native/rbln-decode-graph.ts";
 import { normalizeVariants, pickVariant, variantName } from "./variants.ts";
@@ -37,6 +38,8 @@ export interface CpuEngineSpec {
   maxStreams: number;
   /** A vendor runtime that runs host-input decode steps instead of the CPU model (ATOM native). */
   nativeHostDecode?: NativeHostDecode;
+  /** Prompts whose KV is kept for prefix reuse (0: off; default 0). */
+  prefixCache?: number;
 }
 
 /** Opens the decode graph of a variant on the card; `step` runs one host-input decode step. */
@@ -128,6 +131,7 @@ export class CpuBackedEngine implements Engine {
   private active: EngineVariant;
   private readonly geometry: KVGeometry;
   private readonly arena = new Map<number, CpuKVCache[]>();
+  private readonly prefixes: PrefixCache;
   /** Settles when the model computation in progress (if any) is done; see exclusive(). */
   private gate: Promise<void> = Promise.resolve();
   /** Idle caches kept per S: the widest batch among the variants prepared at that S. */
@@ -146,6 +150,7 @@ export class CpuBackedEngine implements Engine {
 
   private constructor(spec: CpuEngineSpec, llama: LlamaModule, ckpt: CpuCheckpoint, hashes: CheckpointHashes, weights: LoadedWeights) {
     this.spec = spec;
+    this.prefixes = new PrefixCache(spec.prefixCache ?? 0);
     this.name = spec.name;
     this.backend = spec.backend;
     this.device = spec.device;
@@ -324,8 +329,15 @@ export class CpuBackedEngine implements Engine {
     };
     let rows: Float32Array[];
     const timing = { computeMs: 0 };
+    // A kept prefix is copied in and only the rest is computed (same bits: see prefix-cache.ts).
+    // Prompt log-probabilities need every position's logits, so they compute the whole prompt.
+    const hit = options.promptLogprobs ? null : this.prefixes.lookup(S, tokens);
     try {
-      rows = await this.exclusive(() => this.prefillRows(tokens, cache, emit, options.promptLogprobs === true, timing));
+      if (hit) {
+        for (let l = 0; l < g.layers; l++) copyPrefix(g, S, hit.n, hit.k[l], hit.v[l], cache.layerK(l), cache.layerV(l));
+        cache.n = hit.n;
+      }
+      rows = await this.exclusive(() => this.prefillRows(hit ? tokens.slice(hit.n) : tokens, cache, emit, options.promptLogprobs === true, timing));
       if (cache.n !== tokens.length) cache.n = tokens.length;
       for (let l = 0; l < g.layers; l++) if (!k[l]) emit(l);
     } catch (e) {
@@ -355,7 +367,8 @@ export class CpuBackedEngine implements Engine {
       if (stream) this.release(stream);
       throw e;
     }
-    return { firstToken, ...logprobs, kv: { seqLen: S, n: tokens.length, k, v }, stream, computeMs };
+    this.prefixes.store(S, tokens, k, v);
+    return { firstToken, ...logprobs, kv: { seqLen: S, n: tokens.length, k, v }, stream, computeMs, cachedTokens: hit?.n ?? 0 };
   }
 
   /**
@@ -590,6 +603,8 @@ export class CpuBackedEngine implements Engine {
     }
     let mode: DeltaResult["mode"];
     const reason = plan.reason;
+    // Kept prompt KV was computed with the old weights.
+    this.prefixes.clear();
     if (!plan.fullReloadRequired) {
       for (const name of plan.changed) this.cpu.updateTensor(name, next.tensors);
       mode = "tensors";
@@ -630,6 +645,13 @@ export class CpuBackedEngine implements Engine {
       kvCapacityBytes: this.spec.maxStreams * requestKVBytes(this.geometry, this.active.seqLen),
       weightsFrom: this.weightsFrom,
       loadMs: this.loadMs,
+      prefixCache: {
+        queries: this.prefixes.queries,
+        hits: this.prefixes.hits,
+        reusedTokens: this.prefixes.reusedTokens,
+        entries: this.prefixes.size,
+        capacity: this.prefixes.capacity,
+      },
     };
   }
 

@@ -55,6 +55,11 @@ export const ENGINE_RUN_CONFIG = defineConfig("@airm/engine-kit", {
     doc: "CPU threads of the reference backend per engine (the worker's --threads wins).",
   }),
   prefillChunk: opt(int({ min: 1, max: 65536 }), { env: "AIRM_PREFILL_CHUNK", default: 64, doc: "Tokens per chunk of the rngd-chunk backend's prefill." }),
+  prefixCache: opt(int({ min: 0, max: 1024 }), {
+    env: "AIRM_PREFIX_CACHE",
+    default: 4,
+    doc: "Prompts whose KV a prefill engine keeps for prefix reuse: a prompt starting with a kept one's first tokens (in blocks of 4; a chat template's system prompt) copies their KV instead of computing it, same bits. 0 turns it off.",
+  }),
   kvStreams: opt(int({ min: 1, max: 4096 }), {
     env: "AIRM_KV_STREAMS",
     default: 16,

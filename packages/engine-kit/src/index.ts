@@ -16,4 +16,5 @@ export { loadVendorEngine, vendorEngineConfig, type VendorEngineSpec, type Backe
 export { RblnRuntimeLibrary, RblnGraphSession, findRblnLibrary, DEFAULT_RBLN_LIBRARY, RBLN_SUCCESS } from "./native/rbln-runtime.ts";
 export { RblnDecodeGraph, decodeGraphFile, decodeGraphIO, appendColumn, type DecodeGraphShape, type HostDecodeResult } from "./native/rbln-decode-graph.ts";
 export { engineTokens, referenceTokens } from "./reference-run.ts";
+export { PrefixCache, PREFIX_BLOCK, type PrefixHit } from "./prefix-cache.ts";
 export { listFuriosaDevices, furiosaDeviceIdMap, type FuriosaSmiDevice } from "./native/furiosa-smi.ts";

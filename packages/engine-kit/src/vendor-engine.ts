@@ -70,9 +70,7 @@ export async function loadVendorEngine<V extends OptionMap>(
   // decode step then takes as many streams as any compiled variant holds).
   const active =
     options.seqLen !== undefined || options.batch !== undefined
-      ? variants
-          .filter((v) => v.seqLen === (options.seqLen ?? v.seqLen) && v.batch === (options.batch ?? v.batch))
-          .sort((a, b) => b.seqLen - a.seqLen || b.batch - a.batch)[0]
+      ? variants.filter((v) => v.seqLen === (options.seqLen ?? v.seqLen) && v.batch === (options.batch ?? v.batch)).sort((a, b) => b.seqLen - a.seqLen || b.batch - a.batch)[0]
       : undefined;
   const probe = spec.probeNative(selection, config);
   const device: DeviceInfo = probe.hostDecode
@@ -91,6 +89,7 @@ export async function loadVendorEngine<V extends OptionMap>(
     threads,
     artifactCache: cacheOff ? null : new ArtifactCache(config.artifactCache),
     maxStreams: config.kvStreams,
+    prefixCache: config.prefixCache,
     nativeHostDecode: probe.hostDecode,
   });
   if (config.engineLog) {

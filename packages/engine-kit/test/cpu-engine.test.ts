@@ -113,6 +113,62 @@ describe("prefill and decode equal the model run solo", () => {
     }
   });
 
+  it("lets the event loop run during a prefill, and prefills and decode steps issued together take turns without changing a token", async () => {
+    for (const prefillMode of ["whole", "chunked"] as const) {
+      const engine = await CpuBackedEngine.open(modelDir, spec({ prefillMode }));
+      try {
+        // A timer set when the prefill starts fires before it ends (a worker's /health answers).
+        let ticked = false;
+        setTimeout(() => (ticked = true), 0);
+        const long = await engine.prefill(prompts[2], { seqLen: S });
+        expect(ticked).toBe(true);
+        expect(long.firstToken).toBe(reference.get("2")![0]);
+        // Everything at once on one engine: each prompt's generation still equals its solo run.
+        const runs = await Promise.all(prompts.map((p) => generate(engine, p, STEPS)));
+        runs.forEach((r, i) => expect(r).toEqual(reference.get(String(i))));
+      } finally {
+        await engine.close();
+      }
+    }
+  });
+
+  it("prefix cache: a prompt that starts like a kept one copies that KV and gives the same bits as computing it", async () => {
+    for (const prefillMode of ["whole", "chunked"] as const) {
+      const plain = await CpuBackedEngine.open(modelDir, spec({ prefillMode }));
+      const cached = await CpuBackedEngine.open(modelDir, spec({ prefillMode, prefixCache: 3 }));
+      try {
+        const base = prompts[2]; // 13+ tokens
+        const sharing = [...base.slice(0, 9), 5, 6, 7]; // 9 shared tokens: 8 reusable in blocks of 4
+        const other = [...base.slice(0, 3), 9, 9, 9, 9, 9]; // shares fewer than a block
+        expect((await cached.prefill(base, { seqLen: S })).cachedTokens).toBe(0);
+        for (const [tokens, reused] of [
+          [sharing, 8],
+          [other, 0],
+          [base, Math.floor((base.length - 1) / 4) * 4], // itself again: every whole block short of the last token
+        ] as const) {
+          const a = await cached.prefill([...tokens], { seqLen: S });
+          const b = await plain.prefill([...tokens], { seqLen: S });
+          expect(a.cachedTokens).toBe(reused);
+          expect(b.cachedTokens).toBe(0);
+          expect(a.firstToken).toBe(b.firstToken);
+          for (let l = 0; l < 2; l++) {
+            expect(Buffer.from(a.kv.k[l]).equals(Buffer.from(b.kv.k[l]))).toBe(true);
+            expect(Buffer.from(a.kv.v[l]).equals(Buffer.from(b.kv.v[l]))).toBe(true);
+          }
+        }
+        // Generations from a reused prefix equal the model run solo.
+        expect(await generate(cached, base, STEPS)).toEqual(reference.get("2"));
+        expect(cached.stats().prefixCache).toMatchObject({ hits: 3, capacity: 3, entries: 3 });
+        expect(plain.stats().prefixCache).toMatchObject({ queries: 0, capacity: 0 });
+        // Echo (prompt log-probabilities) computes every position: no reuse.
+        expect((await cached.prefill(sharing, { seqLen: S, promptLogprobs: true, logprobs: 0 })).cachedTokens).toBe(0);
+      } finally {
+        await plain.close();
+        await cached.close();
+      }
+    }
+  });
+
   it("a rejected onLayer promise fails the prefill and frees its stream", async () => {
     const engine = await CpuBackedEngine.open(modelDir, spec());
     try {

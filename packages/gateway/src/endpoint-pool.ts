@@ -1,6 +1,8 @@
 // A set of worker endpoints of one role: probes each one's /health on a period (an unhealthy one
 // every quarter second, so a worker that finished loading or came back is used at once), and
-// hands out the healthy endpoint with the fewest outstanding requests. Knows nothing about the
+// hands out the healthy endpoint with the fewest outstanding requests. Busy is not dead: a probe
+// that times out does not take down an endpoint that is answering the requests it holds (its
+// calls report progress); a refused connection or an error answer does. Knows nothing about the
 // OpenAI API.
 
 import { WorkerClient, type WorkerHealth } from "@airm/internal-api";
@@ -16,6 +18,8 @@ export interface Endpoint {
   lastError: string | null;
   /** When it was last probed (performance.now()). */
   probedAt: number;
+  /** Last sign of life: a probe answered, or a call made progress (performance.now()). */
+  aliveAt: number;
 }
 
 /** How often an unhealthy endpoint is probed (ms; the interval when that is shorter). */
@@ -30,11 +34,18 @@ export class EndpointPool {
     readonly role: string,
     urls: string[],
     private readonly probeTimeoutMs = 2000,
+    /** How long a busy endpoint (requests outstanding) stays up on progress alone while its probes time out. */
+    private readonly busyGraceMs = 15_000,
   ) {
     this.endpoints = urls.map((u) => {
       const client = new WorkerClient(u, `${role} worker ${u.replace(/\/+$/, "")}`);
-      return { url: client.url, client, outstanding: 0, healthy: false, health: null, lastError: "not probed yet", probedAt: 0 };
+      return { url: client.url, client, outstanding: 0, healthy: false, health: null, lastError: "not probed yet", probedAt: 0, aliveAt: 0 };
     });
+  }
+
+  /** A call on `e` made progress (an answer, a streamed event): it counts as liveness. */
+  alive(e: Endpoint): void {
+    e.aliveAt = performance.now();
   }
 
   /** Probes every endpoint now, then healthy ones every `intervalMs` and unhealthy ones every RECOVERY_PROBE_MS. */
@@ -65,7 +76,15 @@ export class EndpointPool {
       e.health = health ?? e.health;
       e.healthy = status === 200 && health?.ready === true;
       e.lastError = e.healthy ? null : `health answered ${status}${health?.ready === false ? ` (${health.status}${health.error ? `: ${health.error}` : ""})` : ""}`;
+      if (e.healthy) e.aliveAt = performance.now();
     } catch (err) {
+      // A slow probe from a worker that is computing for its outstanding requests and made
+      // progress lately: busy, not dead. Anything else (refused, reset, silent and idle) is down.
+      const timedOut = (err as Error).name === "TimeoutError";
+      if (timedOut && e.healthy && e.outstanding > 0 && performance.now() - e.aliveAt < this.busyGraceMs) {
+        e.lastError = `busy: health probe timed out after ${this.probeTimeoutMs} ms while ${e.outstanding} requests make progress`;
+        return;
+      }
       e.healthy = false;
       e.lastError = `health probe failed: ${causeOf(err)}`;
     }

@@ -123,6 +123,19 @@ describe("gateway routes (in-process)", () => {
     ).toBe(j.choices[0].text);
   });
 
+  it("a request that names no model is served by the only model served, as vLLM does", async () => {
+    const { model: _m, ...noModel } = completion as typeof completion & { model?: string };
+    const named = (await (await pd.post("/v1/completions", { ...completion, model: id })).json()) as any;
+    const r = await pd.post("/v1/completions", noModel);
+    const j = (await r.json()) as any;
+    expect(r.status, JSON.stringify(j)).toBe(200);
+    expect(j.model).toBe(id);
+    expect(j.choices[0].text).toBe(named.choices[0].text);
+    const chat = await pd.post("/v1/chat/completions", { messages: [{ role: "user", content: "Hi" }], max_tokens: 3, model: null });
+    expect(chat.status).toBe(200);
+    expect(((await chat.json()) as any).model).toBe(id);
+  });
+
   it("unknown models, bad bodies and unknown routes get OpenAI errors", async () => {
     const unknown = await pd.post("/v1/completions", { ...completion, model: "gpt-17" });
     expect(unknown.status).toBe(404);

@@ -275,6 +275,8 @@ export interface PrefillResult {
   stream?: KVStream;
   /** Wall time of the prefill itself (ms), without waiting on onLayer promises. */
   computeMs: number;
+  /** Prompt tokens whose KV came from the engine's prefix cache instead of being computed (0 or absent: none). */
+  cachedTokens?: number;
 }
 
 export interface DecodeStep {
@@ -322,6 +324,8 @@ export interface EngineStats {
   /** How the weights got ready at load: `artifact-cache` (warm), `converted` (cold) or `native`. */
   weightsFrom: "artifact-cache" | "converted" | "native";
   loadMs: number;
+  /** Prompt-prefix reuse, when the engine has it: prefills that looked, that found a prefix, and prompt tokens reused. */
+  prefixCache?: { queries: number; hits: number; reusedTokens: number; entries: number; capacity: number };
 }
 
 /** The text side a worker needs (it never loads the checkpoint itself). */

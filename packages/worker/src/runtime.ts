@@ -41,6 +41,9 @@ export class WorkerRuntime {
   readonly metrics: WorkerMetrics;
   /** Requests waiting for their KV to arrive (decode role). */
   kvWaiting = 0;
+  /** Prompt tokens of prefills that looked up the engine's prefix cache, and the tokens it gave. */
+  private prefixQueried = 0;
+  private prefixHit = 0;
   private state: { kind: "loading" } | ({ kind: "ready" } & Serving) | { kind: "failed"; error: string } = { kind: "loading" };
 
   constructor(o: RuntimeOptions) {
@@ -70,9 +73,19 @@ export class WorkerRuntime {
           return this.slots.numRunning / this.slots.capacity;
         },
         leases: () => this.leases.counters(),
+        prefixCache: () => (this.serving ? { queriedTokens: this.prefixQueried, hitTokens: this.prefixHit } : null),
       },
       { role: o.role, backend: o.backend },
     );
+  }
+
+  /** Records a finished prefill: its time, and what the engine's prefix cache (if on) gave. */
+  notePrefill(promptTokens: number, cachedTokens: number, prefillMs: number): void {
+    this.metrics.prefillMs.observe(prefillMs);
+    if ((this.serving?.engine.stats?.().prefixCache?.capacity ?? 0) > 0) {
+      this.prefixQueried += promptTokens;
+      this.prefixHit += cachedTokens;
+    }
   }
 
   /** The loaded engine and transport, or null while loading or after a failed load. */

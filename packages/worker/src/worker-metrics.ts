@@ -11,6 +11,8 @@ export interface WorkerState {
   /** Share of KV slots in use, 0-1. */
   kvUsage(): number;
   leases(): LeaseCounters;
+  /** The engine's prompt-prefix reuse in tokens (queried: prompt tokens of prefills that looked; hit: tokens reused), when it has one. */
+  prefixCache(): { queriedTokens: number; hitTokens: number } | null;
 }
 
 const MS_BUCKETS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000];
@@ -68,6 +70,25 @@ export class WorkerMetrics {
       collect() {
         this.reset();
         this.inc(state.leases().expired);
+      },
+    });
+    // vLLM's prefix-cache counters, in tokens.
+    new Counter({
+      name: "vllm:prefix_cache_queries",
+      help: "prompt tokens of prefills that looked up the prefix cache",
+      registers: r,
+      collect() {
+        this.reset();
+        this.inc(state.prefixCache()?.queriedTokens ?? 0);
+      },
+    });
+    new Counter({
+      name: "vllm:prefix_cache_hits",
+      help: "prompt tokens whose KV came from the prefix cache",
+      registers: r,
+      collect() {
+        this.reset();
+        this.inc(state.prefixCache()?.hitTokens ?? 0);
       },
     });
     this.leaseEnds = new Counter({ name: "airm_kv_leases_released_total", help: "KV leases ended, by reason", labelNames: ["reason"], registers: r });

@@ -3,6 +3,7 @@
 // callback), stopped with SIGTERM then SIGKILL. Knows nothing about what the process is.
 
 import { spawn, type ChildProcess } from "node:child_process";
+import { setPriority } from "node:os";
 
 export interface PartSpec {
   /** Unique in the cluster: "kv-relay", "prefill", "prefill-2", "decode", "gateway"... */
@@ -13,6 +14,8 @@ export interface PartSpec {
   url: string;
   /** How to tell it is up: GET <url><path> answers 200, or a TCP connect to host:port. */
   ready: { http: string } | "connect";
+  /** Scheduling niceness to run at (higher: yields the CPU to the others; default unchanged). */
+  nice?: number;
 }
 
 export class ChildPart {
@@ -28,6 +31,13 @@ export class ChildPart {
     onLine: (part: string, line: string) => void,
   ) {
     this.child = spawn(spec.argv[0], spec.argv.slice(1), { env: { ...baseEnv, ...spec.env }, stdio: ["ignore", "pipe", "pipe"] });
+    if (spec.nice !== undefined && this.child.pid !== undefined) {
+      try {
+        setPriority(this.child.pid, spec.nice);
+      } catch (e) {
+        onLine(spec.name, `could not set niceness ${spec.nice}: ${(e as Error).message}`);
+      }
+    }
     this.exited = new Promise((resolve) => {
       this.child.once("exit", (code, signal) => {
         this.exitInfo = { code, signal };

@@ -15,8 +15,12 @@ export interface WorkerSpec {
   backend?: string;
   /** Port (default: the role's base port + 2 per replica; 0 picks a free one). */
   port?: number;
-  /** Batch width (--B). */
+  /** Batch width (--B): the widest decode batch; compiled buckets 1, 4, 8, 16 up to it. */
   batch?: number;
+  /** CPU threads of the reference backend (--threads, 1 or 2). */
+  threads?: number;
+  /** Scheduling niceness of the process (default: the launcher's). */
+  nice?: number;
   /** Another model than the cluster's (tests of mismatches). */
   model?: string;
   env?: Record<string, string>;
@@ -118,9 +122,9 @@ export async function planCluster(o: ClusterShape, launcherPid: number): Promise
     for (const [i, w] of specs.entries()) {
       const port = await portOf(w.port, DEFAULT_PORTS[role] + 2 * i);
       const name = i === 0 ? role : `${role}-${i + 1}`;
-      const argv = workerArgv({ role, backend: w.backend ?? DEFAULT_BACKENDS[role], host, port, seqLen, batch: w.batch });
+      const argv = workerArgv({ role, backend: w.backend ?? DEFAULT_BACKENDS[role], host, port, seqLen, batch: w.batch, threads: w.threads });
       const url = `http://${host}:${port}`;
-      parts.push({ name, argv, env: { MODEL: w.model ?? o.model, ...w.env }, url, ready: { http: "/health" } });
+      parts.push({ name, argv, env: { MODEL: w.model ?? o.model, ...w.env }, url, ready: { http: "/health" }, ...(w.nice === undefined ? {} : { nice: w.nice }) });
       ports.push({ what: `${name} port`, port });
       workerUrls[role].push(url);
     }

@@ -6,3 +6,18 @@ export const DEFAULT_KV_TRANSPORT = "shm";
 export const DEFAULT_BACKENDS = { prefill: "rngd-full", decode: "atom", solo: "rngd" } as const;
 export const DEFAULT_PORTS = { gateway: 8000, prefill: 8101, decode: 8102, solo: 8101 } as const;
 export const DEFAULT_SEQ_LEN = 512;
+/**
+ * CPU threads per part on the CPU reference backend. A small machine (2 cores) gives one to
+ * prefill and one to decode: the two run at the same time under load, so more threads per part
+ * only make them fight. See docs/decisions.md (serving under load).
+ */
+export const DEFAULT_THREADS = { prefill: 1, decode: 1 } as const;
+/** Niceness of decode workers in a local cluster (0: same as prefill). See docs/decisions.md. */
+export const DEFAULT_DECODE_NICE = 0;
+/**
+ * Workers per role that `airm up` starts. Two decode workers on a 2-core machine: a decode worker
+ * is compute-bound beyond 4 streams per step, and the prefill worker leaves most of its core idle
+ * under load, so a second decode worker turns that idle time into tokens (serve-load: 57 -> 79
+ * tok/s at 8 clients; +0.75 GiB). See docs/decisions.md (serving under load).
+ */
+export const DEFAULT_REPLICAS = { prefill: 1, decode: 2 } as const;

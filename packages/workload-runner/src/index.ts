@@ -4,7 +4,7 @@ export { run, buildCommand, workerArgv, gatewayArgv, rngdPdWorkload, RunConfigSc
 export { binPath, binFrom, pluginRegistry } from "./package-bins.ts";
 export { startLocalCluster, sweepStaleClusterDirs, type ClusterOptions, type RunningCluster } from "./local-cluster.ts";
 export { planCluster, freePort, type ClusterShape, type ClusterPlan, type WorkerSpec } from "./cluster-plan.ts";
-export { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS, DEFAULT_SEQ_LEN } from "./defaults.ts";
+export { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS, DEFAULT_SEQ_LEN, DEFAULT_THREADS, DEFAULT_REPLICAS, DEFAULT_DECODE_NICE } from "./defaults.ts";
 export { ChildPart, type PartSpec } from "./child-part.ts";
 export { chooseDefaultModel, type ChosenModel } from "./default-model.ts";
 export { UP_COMMAND } from "./up-command.ts";

@@ -28,8 +28,11 @@ export const RunConfigSchema = z
       .max(1 << 20)
       .default(256),
     backend: z.string().min(1).optional(),
-    prefill_url: url.default("http://127.0.0.1:8101"),
-    decode_url: url.default("http://127.0.0.1:8102"),
+    /** One URL, or a list: the gateway balances over the replicas by load. */
+    prefill_url: z.union([url, z.array(url).min(1)]).default("http://127.0.0.1:8101"),
+    decode_url: z.union([url, z.array(url).min(1)]).default("http://127.0.0.1:8102"),
+    /** CPU threads of the reference backend (prefill and decode workloads). */
+    threads: z.number().int().min(1).max(2).optional(),
     metrics_port: port.optional(),
     args: z.array(z.string()).default([]),
     env: z.record(z.string(), z.string()).default({}),
@@ -62,7 +65,7 @@ function parse<T>(schema: z.ZodType<T>, value: unknown, what: string): T {
 }
 
 /** argv of an airm-worker process. Throws ConfigError (key `backend`) for a backend no installed engine runs in `role`. */
-export function workerArgv(o: { role: "prefill" | "decode" | "solo"; backend: string; host: string; port: number; seqLen: number; batch?: number }): string[] {
+export function workerArgv(o: { role: "prefill" | "decode" | "solo"; backend: string; host: string; port: number; seqLen: number; batch?: number; threads?: number }): string[] {
   engineForBackend(o.backend, o.role, pluginRegistry(), "backend");
   const argv = [
     process.execPath,
@@ -79,6 +82,7 @@ export function workerArgv(o: { role: "prefill" | "decode" | "solo"; backend: st
     String(o.seqLen),
   ];
   if (o.batch !== undefined) argv.push("--B", String(o.batch));
+  if (o.threads !== undefined) argv.push("--threads", String(o.threads));
   return argv;
 }
 
@@ -103,7 +107,9 @@ export function buildCommand(workload: Workload, config: RunConfig = {}): Proces
   let argv: string[];
   if (w.kind === "serve") {
     if (c.backend) throw new ConfigError("backend", "applies to prefill and decode workloads, not serve");
-    argv = gatewayArgv({ host: c.host, port: c.port, prefill: [c.prefill_url], decode: [c.decode_url] });
+    if (c.threads !== undefined) throw new ConfigError("threads", "applies to prefill and decode workloads, not serve");
+    const list = (u: string | string[]) => (Array.isArray(u) ? u : [u]);
+    argv = gatewayArgv({ host: c.host, port: c.port, prefill: list(c.prefill_url), decode: list(c.decode_url) });
     if (c.metrics_port !== undefined) env.AIRM_METRICS_PORT = String(c.metrics_port);
   } else {
     if (c.metrics_port !== undefined) throw new ConfigError("metrics_port", "is the gateway's airm_* port; workers serve /metrics on their own port");
@@ -114,6 +120,7 @@ export function buildCommand(workload: Workload, config: RunConfig = {}): Proces
       port: c.port,
       seqLen: c.seq_len,
       batch: w.kind === "decode" ? w.batch_hint : undefined,
+      threads: c.threads,
     });
   }
   argv.push(...c.args);

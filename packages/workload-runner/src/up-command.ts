@@ -2,7 +2,7 @@
 // ready-to-paste request printed once every part is healthy. Ctrl-C / SIGTERM stop it.
 
 import { defineCommand, flagOf, int, RM_CORE_CONFIG, switchOf, text } from "@airm/rm-core";
-import { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS, DEFAULT_SEQ_LEN } from "./defaults.ts";
+import { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS, DEFAULT_SEQ_LEN, DEFAULT_THREADS, DEFAULT_DECODE_NICE, DEFAULT_REPLICAS } from "./defaults.ts";
 import { chooseDefaultModel } from "./default-model.ts";
 import { startLocalCluster } from "./local-cluster.ts";
 
@@ -26,6 +26,21 @@ export const UP_COMMAND = defineCommand({
       doc: "decode engine backend (atom: cache as a host input each step; rngd: resident cache)",
     }),
     seqLen: flagOf(int({ min: 8 }), { default: DEFAULT_SEQ_LEN, doc: "compiled context length" }),
+    prefillReplicas: flagOf(int({ min: 1, max: 16 }), {
+      default: DEFAULT_REPLICAS.prefill,
+      doc: "prefill workers (ports from --prefill-port, step 2); the gateway balances by load",
+    }),
+    decodeReplicas: flagOf(int({ min: 1, max: 16 }), { default: DEFAULT_REPLICAS.decode, doc: "decode workers (ports from --decode-port, step 2); the gateway balances by load" }),
+    decodeBatch: flagOf(int({ min: 1, max: 256 }), {
+      defaultText: "16 (the engine's widest compiled batch)",
+      doc: "widest decode batch: running requests step together (continuous batching) in compiled buckets 1, 4, 8, 16 up to this; 1 turns batching off",
+    }),
+    prefillThreads: flagOf(int({ min: 1, max: 2 }), { default: DEFAULT_THREADS.prefill, doc: "CPU threads of each prefill worker (CPU reference backend)" }),
+    decodeThreads: flagOf(int({ min: 1, max: 2 }), { default: DEFAULT_THREADS.decode, doc: "CPU threads of each decode worker (CPU reference backend)" }),
+    decodeNice: flagOf(int({ min: 0, max: 19 }), {
+      default: DEFAULT_DECODE_NICE,
+      doc: "scheduling niceness of the decode workers: above 0 lets a prefill take the CPU first when both want it (shorter time to first token under load)",
+    }),
     prefillPort: flagOf(int({ min: 0, max: 65535 }), { default: DEFAULT_PORTS.prefill, doc: "prefill worker port" }),
     decodePort: flagOf(int({ min: 0, max: 65535 }), { default: DEFAULT_PORTS.decode, doc: "decode worker port" }),
     sidecarPort: flagOf(int({ min: 0, max: 65535 }), { defaultText: "the one the transport declares (7400 for the KV relay)", doc: "port of the transport's sidecar" }),
@@ -63,11 +78,22 @@ export async function up(argv: string[]): Promise<number> {
     model = chosen.path;
     log(`airm up: ${chosen.note}`);
   }
+  // Replica i listens on the role's port + 2i (a free one each when the port is 0).
+  const replicas = (n: number, backend: string, port: number, extra: { batch?: number; threads: number; nice?: number }) =>
+    Array.from({ length: n }, (_, i) => ({ backend, port: port === 0 ? 0 : port + 2 * i, ...extra }));
+  const prefill = replicas(f.prefillReplicas, f.prefillBackend, f.prefillPort, { threads: f.prefillThreads });
+  const decode = replicas(f.decodeReplicas, f.decodeBackend, f.decodePort, { batch: f.decodeBatch, threads: f.decodeThreads, nice: f.decodeNice });
+  const batchText = f.decodeBatch === undefined ? "up to 16 (buckets 1, 4, 8, 16)" : f.decodeBatch === 1 ? "1 (batching off)" : `up to ${f.decodeBatch}`;
+  log(
+    `airm up: ${f.prefillReplicas} prefill (${f.prefillBackend}, ${f.prefillThreads} thread${f.prefillThreads > 1 ? "s" : ""} each) : ` +
+      `${f.decodeReplicas} decode (${f.decodeBackend}, ${f.decodeThreads} thread${f.decodeThreads > 1 ? "s" : ""} each, batch ${batchText}, nice ${f.decodeNice}); ` +
+      `KV over ${f.kvTransport}; S=${f.seqLen}; gateway port ${f.port}`,
+  );
   const cluster = await startLocalCluster({
     model,
     kvTransport: f.kvTransport,
-    prefill: [{ backend: f.prefillBackend, port: f.prefillPort }],
-    decode: [{ backend: f.decodeBackend, port: f.decodePort }],
+    prefill,
+    decode,
     port: f.port,
     sidecarPort: f.sidecarPort,
     metricsPort: f.metricsPort,

@@ -92,12 +92,12 @@ async function withUp(modelPath: string, check: (up: Up, port: number) => Promis
   }
 }
 
-/** Waits until airm up says it is ready; returns the pids of its three parts (workers and gateway). */
+/** Waits until airm up says it is ready; returns the pids of its four parts (prefill, two decode workers, gateway). */
 async function readyParts(up: Up): Promise<number[]> {
   await waitFor(() => up.out().includes("rngd-pd is up") || up.child.exitCode !== null, 150_000, "airm up to be ready");
   const all = children(up.child.pid!);
   const parts = all.filter(([, args]) => /airm-(worker|gateway)\.mjs/.test(args)).map(([pid]) => pid);
-  expect(parts.length, JSON.stringify(all)).toBe(3);
+  expect(parts.length, JSON.stringify(all)).toBe(4);
   return parts;
 }
 
@@ -114,6 +114,8 @@ describe("airm up", () => {
       const parts = await readyParts(up);
       expect(up.out()).toContain(`http://127.0.0.1:${port}`);
       expect(up.out()).toContain("curl -s");
+      // The effective configuration, printed at start.
+      expect(up.err()).toMatch(/airm up: 1 prefill \(rngd-full, 1 thread each\) : 2 decode \(atom, 1 thread each, batch up to 16/);
       const models = (await (await fetch(`http://127.0.0.1:${port}/v1/models`)).json()) as { data: { id: string }[] };
       const modelId = models.data[0].id;
       expect(up.out()).toContain(`"model": "${modelId}"`);
@@ -215,6 +217,21 @@ test("airm --help and each subcommand's --help describe their options", () => {
   const help = (args: string[]) => execFileSync(process.execPath, [airm, ...args], { encoding: "utf8" });
   expect(help(["--help"])).toMatch(/up\s+start a whole PD cluster/);
   const up = help(["up", "--help"]);
-  for (const opt of ["--model", "--kv-transport", "--port", "--decode-backend", "--seq-len", "--metrics-port"]) expect(up).toContain(opt);
+  for (const opt of [
+    "--model",
+    "--kv-transport",
+    "--port",
+    "--decode-backend",
+    "--seq-len",
+    "--metrics-port",
+    "--prefill-replicas",
+    "--decode-replicas",
+    "--decode-batch",
+    "--prefill-threads",
+    "--decode-threads",
+    "--decode-nice",
+  ]) {
+    expect(up).toContain(opt);
+  }
   expect(help(["run", "--help"])).toContain("--batch-hint");
 });

@@ -9,7 +9,8 @@ import { z } from "zod";
 
 export interface GenerationRequest {
   kind: "completion" | "chat";
-  model: string;
+  /** The model named by the request; null when it named none (the gateway then serves its only model). */
+  model: string | null;
   input: PromptInput;
   /** null: fill the rest of the compiled context. */
   maxTokens: number | null;
@@ -35,7 +36,7 @@ const int = z.number().int();
 const tokenIds = z.array(int.min(0)).min(1);
 
 const common = {
-  model: z.string().min(1),
+  model: z.string().min(1).nullish(),
   max_tokens: int.nullish(),
   temperature: z.number().min(0).max(2).nullish(),
   top_p: z.number().gt(0).max(1).nullish(),
@@ -155,7 +156,7 @@ export function parseGenerationRequest(kind: "completion" | "chat", body: unknow
     if ("prompt" in input && input.prompt.length === 0) throw new ApiError(400, "invalid_request", "prompt is empty", "prompt");
     return {
       kind,
-      model: b.model,
+      model: b.model ?? null,
       input,
       maxTokens: maxTokensOf(b.max_tokens, "max_tokens", 16, maxContext),
       sampling: samplingOf(b),
@@ -185,7 +186,7 @@ export function parseGenerationRequest(kind: "completion" | "chat", body: unknow
   const param = b.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens";
   return {
     kind,
-    model: b.model,
+    model: b.model ?? null,
     input: { messages },
     maxTokens: maxTokensOf(b.max_completion_tokens ?? b.max_tokens, param, null, maxContext),
     sampling: samplingOf(b),

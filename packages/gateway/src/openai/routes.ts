@@ -44,6 +44,11 @@ async function parseRequest(c: Context, kind: "completion" | "chat", o: GatewayA
   const served = o.modelPool.served();
   const req = parseGenerationRequest(kind, body, served.maxContext);
   if (served.modelIds.length === 0) throw new ApiError(503, "no_healthy_worker", `no worker has reported its model yet: ${o.modelPool.describeDown()}`);
+  if (req.model === null) {
+    // As vLLM does: a request that names no model gets the only one served.
+    if (served.modelIds.length === 1) return { ...req, model: served.modelIds[0] };
+    throw new ApiError(404, "model_not_found", `the request names no model and this server serves several: ${served.modelIds.join(", ")}; pass 'model'`, "model");
+  }
   if (!served.modelIds.includes(req.model)) {
     throw new ApiError(404, "model_not_found", `the model '${req.model}' does not exist; this server serves ${served.modelIds.join(", ")}`, "model");
   }

@@ -82,12 +82,14 @@ class PdRequest {
     for (;;) {
       tried.add(this.pre);
       try {
-        return await context.with(trace.setSpan(this.parent, this.spans.prefill), () =>
+        const answer = await context.with(trace.setSpan(this.parent, this.spans.prefill), () =>
           this.pre.client.prefill(
             { requestId: this.requestId, input: this.req.input, maxTokens: this.req.maxTokens, sampling: this.req.sampling, logprobs: this.req.logprobs, echo: this.req.echo },
             { headers: traceHeaders(), signal: AbortSignal.any([this.prefillAbort.signal, AbortSignal.timeout(this.o.prefillTimeoutMs)]) },
           ),
         );
+        this.o.prefill.alive(this.pre);
+        return answer;
       } catch (err) {
         this.reason = "prefill_failed";
         if (err instanceof ApiError) throw err;
@@ -153,7 +155,7 @@ export async function* runPd(o: PdOptions, req: GenerationRequest, requestId: st
       r.spans.kv.setAttributes({ "airm.kv_push_ms": kv.pushMs, "airm.kv_load_ms": loadMs, "airm.kv_transport": kv.transport });
       endOnce(r.spans.kv, r.ended);
     };
-    for await (const ev of relayEvents(body, { who: `decode worker ${r.dec.url}`, idleMs: o.decodeIdleTimeoutMs, kv, onReady })) {
+    for await (const ev of relayEvents(body, { who: `decode worker ${r.dec.url}`, idleMs: o.decodeIdleTimeoutMs, kv, onReady, onEvent: () => o.decode.alive(r.dec) })) {
       if (ev.type === "done") {
         r.finished = true;
         r.reason = "done";

@@ -47,7 +47,7 @@ export async function* runSolo(pool: EndpointPool, t: SoloTimeouts, req: Generat
       throw new ApiError(502, "worker_unreachable", `solo worker ${ep.url} unreachable: ${causeOf(err)}`);
     }
     try {
-      for await (const ev of relayEvents(answer, { who: `solo worker ${ep.url}`, idleMs: t.decodeIdleTimeoutMs, kv: null })) {
+      for await (const ev of relayEvents(answer, { who: `solo worker ${ep.url}`, idleMs: t.decodeIdleTimeoutMs, kv: null, onEvent: () => pool.alive(ep) })) {
         if (ev.type === "first") clearTimeout(prefillTimer);
         yield ev;
       }

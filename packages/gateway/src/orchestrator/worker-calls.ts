@@ -36,6 +36,8 @@ export interface RelayOptions {
   /** KV push time of the prefill (PD) or null (solo). */
   kv: { pushMs: number; transport: string } | null;
   onReady?(kvLoadMs: number): void;
+  /** Called on every event the worker sends (its liveness while it holds the request). */
+  onEvent?(): void;
 }
 
 /**
@@ -47,6 +49,7 @@ export async function* relayEvents(answer: WorkerEventStream, o: RelayOptions): 
   let loadMs: number | null = null;
   try {
     for await (const ev of answer.events(o.idleMs)) {
+      o.onEvent?.();
       switch (ev.type) {
         case "first": {
           const { type: _type, ...first } = ev;

@@ -27,7 +27,7 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
           const res = await engine.prefill(tokens, { seqLen, sampling: b.sampling, keepStream: true, ...prefillExtras(b) });
           stream = res.stream ?? engine.importKV(res.kv);
           const prefillMs = res.computeMs ?? performance.now() - t0;
-          rt.metrics.prefillMs.observe(prefillMs);
+          rt.notePrefill(tokens.length, res.cachedTokens ?? 0, prefillMs);
           await sink.write({ type: "first", ...firstToken(engine, res, { tokens, echo: b.echo }, seqLen, maxTokens, prefillMs) });
           const { finish, decodeMs } = await decodeLoop({
             engine,

