@@ -54,6 +54,15 @@ describe("rngd-pd run(): dry_run argv/env per kind", () => {
     check(await dry({ kind: "decode", model: "/m" }, config));
   });
 
+  test("replicas: lists of prefill/decode URLs reach the gateway, which balances over them; threads reach the workers", async () => {
+    const { argv } = await dry({ kind: "serve" }, { prefill_url: ["http://p:1", "http://p:3"], decode_url: ["http://d:2", "http://d:4", "http://d:6"] });
+    expect(flag(argv, "--prefill")).toBe("http://p:1,http://p:3");
+    expect(flag(argv, "--decode")).toBe("http://d:2,http://d:4,http://d:6");
+    expect(flag((await dry({ kind: "decode", model: "/m" }, { threads: 2 })).argv, "--threads")).toBe("2");
+    expect(() => buildCommand({ kind: "serve" }, { threads: 2 })).toThrow(expect.objectContaining({ key: "threads" }));
+    expect(() => buildCommand({ kind: "serve" }, { decode_url: [] })).toThrow(expect.objectContaining({ key: "decode_url" }));
+  });
+
   test("prefill_url / decode_url reach the gateway", async () => {
     const { argv } = await dry({ kind: "serve" }, { prefill_url: "http://p:1", decode_url: "http://d:2" });
     expect(flag(argv, "--prefill")).toBe("http://p:1");
