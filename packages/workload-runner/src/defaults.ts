@@ -7,11 +7,13 @@ export const DEFAULT_BACKENDS = { prefill: "rngd-full", decode: "atom", solo: "r
 export const DEFAULT_PORTS = { gateway: 8000, prefill: 8101, decode: 8102, solo: 8101 } as const;
 export const DEFAULT_SEQ_LEN = 512;
 /**
- * CPU threads per part on the CPU reference backend. A small machine (2 cores) gives one to
- * prefill and one to decode: the two run at the same time under load, so more threads per part
- * only make them fight. See docs/decisions.md (serving under load).
+ * CPU threads per worker on the CPU reference backend (2 cores): prefill takes two (a burst of
+ * prompts arrives while the decode workers are still idle, and time to first token is the
+ * prefill's), each decode worker one (a second thread in one decode worker did not help; a second
+ * worker did). Serve-load, 2 paired runs: c8 93-96 tok/s against 77-79 with one prefill thread.
+ * See docs/decisions.md (serving under load).
  */
-export const DEFAULT_THREADS = { prefill: 1, decode: 1 } as const;
+export const DEFAULT_THREADS = { prefill: 2, decode: 1 } as const;
 /** Niceness of decode workers in a local cluster (0: same as prefill). See docs/decisions.md. */
 export const DEFAULT_DECODE_NICE = 0;
 /**
