@@ -23,7 +23,7 @@ export const WORKER_COMMAND = defineCommand({
     model: flagOf(text({ label: "path" }), { defaultText: "MODEL", doc: "model folder or .gguf file" }),
     seqLen: flagOf(int({ min: 8 }), { defaultText: "the engine's", doc: "compiled context S" }),
     B: flagOf(int({ min: 1 }), { name: "B", defaultText: "the engine's", doc: "batch width" }),
-    threads: flagOf(int({ min: 1, max: 2 }), { default: 1, doc: "CPU threads of the reference backend" }),
+    threads: flagOf(int({ min: 1, max: 2 }), { defaultText: "AIRM_THREADS, else 1", doc: "CPU threads of the reference backend" }),
     kvTransport: flagOf(text({ label: "name" }), { defaultText: "AIRM_KV_TRANSPORT, else shm", doc: "KV transport name (an installed airm.kv_transports plugin)" }),
   },
   env: [WORKER_CONFIG, RM_CORE_CONFIG],

@@ -77,7 +77,8 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
       const engine = await loadServingEngine(
         engineName,
         { model: o.model, backend: o.backend, chip: o.chip, seqLen: o.seqLen, batch: o.batch },
-        { env, options: { threads: o.threads ?? 1 } },
+        // --threads wins over the engine's AIRM_THREADS; without it the engine reads its own setting.
+        { env, options: o.threads === undefined ? {} : { threads: o.threads } },
       );
       rt.markReady({ engine, transport });
       const info = { role: o.role, backend: o.backend, engine: engineName, device: engine.device, model: engine.model.id, variants: engine.variants(), transport: kvName };
