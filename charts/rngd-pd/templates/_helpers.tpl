@@ -1,0 +1,199 @@
+{{/* Names and labels. */}}
+{{- define "rngd-pd.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}{{ .Release.Name | trunc 50 | trimSuffix "-" }}{{- else -}}{{ printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" }}{{- end -}}
+{{- end -}}
+
+{{- define "rngd-pd.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* Selector labels of one component: pd (shm), prefill, decode, gateway, kv-relay. */}}
+{{- define "rngd-pd.selector" -}}
+app.kubernetes.io/name: {{ .root.Chart.Name }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* True when the KV transport needs the relay (tcp, nixl-ucx). */}}
+{{- define "rngd-pd.needsRelay" -}}
+{{- if has .Values.airm.kvTransport (list "tcp" "nixl-ucx") -}}true{{- end -}}
+{{- end -}}
+
+{{- define "rngd-pd.image" -}}
+{{- if eq .Values.image.mode "hostPath" -}}
+{{ .Values.image.baseImage }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end -}}
+
+{{- define "rngd-pd.relayAddr" -}}
+{{ include "rngd-pd.fullname" . }}-kv-relay.{{ .Release.Namespace }}.svc:{{ .Values.kvRelay.port }}
+{{- end -}}
+
+{{/* Container hardening shared by every container. */}}
+{{- define "rngd-pd.containerSecurity" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+{{- end -}}
+
+{{/* Volume mounts every container gets: scratch /tmp, the engine cache, and the repository (hostPath mode). */}}
+{{- define "rngd-pd.baseMounts" -}}
+- name: tmp
+  mountPath: /tmp
+- name: cache
+  mountPath: /cache
+{{- if eq .Values.image.mode "hostPath" }}
+- name: repo
+  mountPath: /app
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "rngd-pd.baseVolumes" -}}
+- name: tmp
+  emptyDir: {}
+- name: cache
+  emptyDir: {}
+{{- if eq .Values.image.mode "hostPath" }}
+- name: repo
+  hostPath:
+    path: {{ required "image.repoHostPath is required with image.mode hostPath" .Values.image.repoHostPath }}
+    type: Directory
+{{- end }}
+{{- end -}}
+
+{{/* Volumes of pods that run workers: the device-plugin checkpoint and the model. */}}
+{{- define "rngd-pd.workerVolumes" -}}
+- name: device-plugins
+  hostPath:
+    path: {{ dir .Values.devicePlugin.checkpointPath }}
+    type: DirectoryOrCreate
+{{- if .Values.model.hostPath }}
+- name: model
+  hostPath:
+    path: {{ .Values.model.hostPath }}
+    type: Directory
+{{- end }}
+{{- end -}}
+
+{{/*
+One worker container. Args: dict "root" $ "role" "prefill"|"decode" "spec" .Values.<role>.
+The worker finds its card with --chip -1 (the kubelet checkpoint and POD_UID).
+*/}}
+{{- define "rngd-pd.worker" -}}
+{{- $v := .root.Values -}}
+- name: {{ .role }}
+  image: {{ include "rngd-pd.image" .root }}
+  imagePullPolicy: {{ $v.image.pullPolicy }}
+  command: ["node", "/app/packages/worker/bin/airm-worker.mjs"]
+  args:
+    - --role
+    - {{ .role }}
+    - --backend
+    - {{ .spec.backend | quote }}
+    - --chip
+    - "-1"
+    - --host
+    - 0.0.0.0
+    - --port
+    - {{ .spec.port | quote }}
+    - --seq-len
+    - {{ $v.seqLen | quote }}
+    {{- if and (eq .role "decode") (not (kindIs "invalid" .spec.batch)) }}
+    - --B
+    - {{ .spec.batch | quote }}
+    {{- end }}
+    {{- range .spec.extraArgs }}
+    - {{ . | quote }}
+    {{- end }}
+  env:
+    - name: MODEL
+      value: {{ $v.model.path | quote }}
+    - name: AIRM_KV_TRANSPORT
+      value: {{ $v.airm.kvTransport | quote }}
+    - name: AIRM_KUBELET_CHECKPOINT
+      value: {{ $v.devicePlugin.checkpointPath | quote }}
+    - name: POD_UID
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.uid
+    - name: AIRM_ARTIFACT_CACHE
+      value: /cache/artifacts
+    {{- if eq $v.airm.kvTransport "shm" }}
+    - name: PD_SHM_ROOT
+      value: /dev/shm/rngd_kv_cluster
+    {{- end }}
+    {{- if include "rngd-pd.needsRelay" .root }}
+    - name: AIRM_KV_TCP_ADDR
+      value: {{ include "rngd-pd.relayAddr" .root | quote }}
+    {{- end }}
+  ports:
+    - name: {{ .role }}
+      containerPort: {{ .spec.port }}
+  readinessProbe:
+    httpGet: { path: /health, port: {{ .spec.port }} }
+    periodSeconds: 5
+  livenessProbe:
+    httpGet: { path: /health, port: {{ .spec.port }} }
+    initialDelaySeconds: 30
+    periodSeconds: 10
+    timeoutSeconds: 5
+    failureThreshold: 6
+  resources: {{- toYaml .spec.resources | nindent 4 }}
+  securityContext:
+    {{- include "rngd-pd.containerSecurity" .root | nindent 4 }}
+    runAsNonRoot: {{ $v.workerSecurity.runAsNonRoot }}
+  volumeMounts:
+    {{- include "rngd-pd.baseMounts" .root | nindent 4 }}
+    - name: device-plugins
+      mountPath: {{ dir $v.devicePlugin.checkpointPath }}
+      readOnly: true
+    {{- if $v.model.hostPath }}
+    - name: model
+      mountPath: {{ dir $v.model.path }}
+      readOnly: true
+    {{- end }}
+    {{- if eq $v.airm.kvTransport "shm" }}
+    - name: kv-shm
+      mountPath: /dev/shm/rngd_kv_cluster
+    {{- end }}
+{{- end -}}
+
+{{/* The gateway container in front of the given prefill and decode URLs. Args: dict "root" $ "prefill" URL "decode" URL. */}}
+{{- define "rngd-pd.gateway" -}}
+{{- $v := .root.Values -}}
+- name: gateway
+  image: {{ include "rngd-pd.image" .root }}
+  imagePullPolicy: {{ $v.image.pullPolicy }}
+  command: ["node", "/app/packages/gateway/bin/airm-gateway.mjs"]
+  args: ["--host", "0.0.0.0", "--port", {{ $v.gateway.port | quote }}, "--prefill", {{ .prefill | quote }}, "--decode", {{ .decode | quote }}]
+  env:
+    - name: AIRM_METRICS_PORT
+      value: {{ $v.airm.metricsPort | quote }}
+  ports:
+    - name: http
+      containerPort: {{ $v.gateway.port }}
+    - name: metrics
+      containerPort: {{ $v.airm.metricsPort }}
+  readinessProbe:
+    httpGet: { path: /health, port: {{ $v.gateway.port }} }
+    periodSeconds: 5
+  livenessProbe:
+    tcpSocket: { port: {{ $v.gateway.port }} }
+    periodSeconds: 10
+  resources: {{- toYaml $v.gateway.resources | nindent 4 }}
+  securityContext:
+    {{- include "rngd-pd.containerSecurity" .root | nindent 4 }}
+    runAsNonRoot: true
+    runAsUser: {{ $v.podSecurity.runAsUser }}
+    runAsGroup: {{ $v.podSecurity.runAsGroup }}
+  volumeMounts:
+    {{- include "rngd-pd.baseMounts" .root | nindent 4 }}
+{{- end -}}

@@ -1,0 +1,225 @@
+// The Helm chart charts/rngd-pd with the real helm (v3.22.0, built once by scripts/tools/helm.sh):
+// lint with several value sets, golden renders, schema errors that name the key, and what the
+// renders must hold (pods on the right nodes, the relay only when the transport needs it, the
+// device-plugin checkpoint and POD_UID for --chip -1, the ATOM map-merge trap, every variable the
+// chart sets declared by the code). Installing into a control plane is not done here yet.
+import { execFileSync, spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { beforeAll, describe, expect, test } from "vitest";
+import { parseAllDocuments } from "yaml";
+import { declaredVariables } from "../scripts/gen-docs.ts";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const chart = join(root, "charts", "rngd-pd");
+const example = (name: string) => join(chart, "examples", `${name}.yaml`);
+const golden = (name: string) => join(chart, "test", "golden", `${name}.yaml`);
+let helm = "";
+
+beforeAll(() => {
+  helm = execFileSync("bash", [join(root, "scripts", "tools", "helm.sh")], { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] }).trim();
+}, 1_200_000);
+
+/** `helm template rngd-pd charts/rngd-pd` with these value files and --set pairs. */
+function render(files: string[] = [], set: string[] = []): { ok: boolean; out: string; err: string } {
+  const args = ["template", "rngd-pd", chart, "--namespace", "serving", ...files.flatMap((f) => ["-f", f]), ...set.flatMap((s) => ["--set", s])];
+  const r = spawnSync(helm, args, { encoding: "utf8" });
+  return { ok: r.status === 0, out: r.stdout, err: r.stderr };
+}
+
+/** A rendered manifest, checked field by field. */
+type Manifest = any;
+
+function manifests(files: string[] = [], set: string[] = []): Manifest[] {
+  const r = render(files, set);
+  expect(r.ok, r.err).toBe(true);
+  return parseAllDocuments(r.out)
+    .map((d) => d.toJS())
+    .filter(Boolean);
+}
+
+const deployment = (ms: Manifest[], suffix: string) => ms.find((m) => m.kind === "Deployment" && m.metadata.name === `rngd-pd-${suffix}`);
+const container = (d: Manifest, name: string) => d.spec.template.spec.containers.find((c: Manifest) => c.name === name);
+const envOf = (c: Manifest) => Object.fromEntries((c.env ?? []).map((e: Manifest) => [e.name, e.value ?? e.valueFrom]));
+const arg = (c: Manifest, flag: string) => c.args[c.args.indexOf(flag) + 1];
+
+const VALUE_SETS: Record<string, string[]> = {
+  default: [],
+  tcp: [example("tcp")],
+  "decode-on-rngd": [example("decode-on-rngd")],
+};
+
+describe("charts/rngd-pd", () => {
+  test("helm lint passes with the defaults and every example override, alone and combined", () => {
+    const sets = [[], [example("tcp")], [example("decode-on-rngd")], [example("site.example")], [example("tcp"), example("decode-on-rngd"), example("site.example")]];
+    for (const files of sets) {
+      const r = spawnSync(helm, ["lint", chart, ...files.flatMap((f) => ["-f", f])], { encoding: "utf8" });
+      expect(r.status, `${files.join(" ")}\n${r.stdout}${r.stderr}`).toBe(0);
+    }
+    const nixl = spawnSync(helm, ["lint", chart, "--set", "airm.kvTransport=nixl-ucx"], { encoding: "utf8" });
+    expect(nixl.status, nixl.stdout).toBe(0);
+    const hostPathMode = spawnSync(helm, ["lint", chart, "-f", example("hostpath-repo.example")], { encoding: "utf8" });
+    expect(hostPathMode.status, hostPathMode.stdout).toBe(0);
+  });
+
+  test("renders match the committed goldens (UPDATE_GOLDEN=1 rewrites them)", () => {
+    for (const [name, files] of Object.entries(VALUE_SETS)) {
+      const r = render(files);
+      expect(r.ok, r.err).toBe(true);
+      if (process.env.UPDATE_GOLDEN === "1") {
+        mkdirSync(dirname(golden(name)), { recursive: true });
+        writeFileSync(golden(name), r.out);
+      }
+      expect(existsSync(golden(name)), `missing ${golden(name)}: run with UPDATE_GOLDEN=1`).toBe(true);
+      expect(r.out, `render of ${name} differs from its golden`).toBe(readFileSync(golden(name), "utf8"));
+    }
+  });
+
+  test("bad values are refused with a message naming the key", () => {
+    const cases: [string[], RegExp][] = [
+      [["airm.kvTransport=rdma"], /\/airm\/kvTransport.*one of 'shm', 'tcp', 'nixl-ucx'/],
+      [["seqLen=abc"], /\/seqLen.*want integer/],
+      [["seqLen=4"], /\/seqLen.*minimum/],
+      [["decode.bogus=1"], /\/decode.*'bogus' not allowed/],
+      [["decode.backend=rngd-full"], /\/decode\/backend/],
+      [["decode.batch=0"], /\/decode\/batch/],
+      [["model.path=models/m"], /\/model\/path/],
+      [["image.mode=docker"], /\/image\/mode/],
+      [["prefill.port=70000"], /\/prefill\/port/],
+      [["inferencePool.endpointPickerRef.failureMode=Maybe"], /\/inferencePool\/endpointPickerRef\/failureMode/],
+    ];
+    for (const [set, message] of cases) {
+      const r = render([], set);
+      expect(r.ok, set.join(" ")).toBe(false);
+      expect(r.err).toMatch(message);
+    }
+    const noRepo = render([], ["image.mode=hostPath"]);
+    expect(noRepo.ok).toBe(false);
+    expect(noRepo.err).toContain("image.repoHostPath is required");
+  });
+
+  test("shm (default): one pod per PD unit with prefill, decode and a gateway, sharing a memory volume, on a node with both cards", () => {
+    const ms = manifests();
+    expect(ms.filter((m) => m.kind === "Deployment").map((m) => m.metadata.name)).toEqual(["rngd-pd-pd"]);
+    expect(ms.some((m) => m.metadata.name.includes("kv-relay"))).toBe(false);
+    const pd = deployment(ms, "pd");
+    expect(pd.spec.strategy.type).toBe("Recreate");
+    const pod = pd.spec.template.spec;
+    expect(pod.nodeSelector).toEqual({ "airm.ai-computing.io/furiosa.RNGD": "true", "airm.ai-computing.io/rebellions.ATOM": "true" });
+    expect(pod.containers.map((c: Manifest) => c.name)).toEqual(["prefill", "decode", "gateway"]);
+    expect(pod.volumes.find((v: Manifest) => v.name === "kv-shm").emptyDir.medium).toBe("Memory");
+    for (const role of ["prefill", "decode"]) {
+      const c = container(pd, role);
+      const env = envOf(c);
+      expect(env.AIRM_KV_TRANSPORT).toBe("shm");
+      expect(c.volumeMounts.find((m: Manifest) => m.name === "kv-shm").mountPath).toBe(env.PD_SHM_ROOT);
+      expect(env.AIRM_KV_TCP_ADDR).toBeUndefined();
+    }
+    expect(container(pd, "prefill").resources.limits).toEqual({ "furiosa.ai/rngd": 1 });
+    expect(container(pd, "decode").resources.limits).toEqual({ "rebellions.ai/ATOM": 1 });
+    expect(arg(container(pd, "decode"), "--backend")).toBe("atom");
+    const gw = container(pd, "gateway");
+    expect([arg(gw, "--prefill"), arg(gw, "--decode")]).toEqual(["http://127.0.0.1:8101", "http://127.0.0.1:8102"]);
+    // The pool's labels go on the serving pods; the gateway's metrics are scraped by annotation.
+    expect(pd.spec.template.metadata.labels["llm-d.ai/inferenceServing"]).toBe("true");
+    expect(pd.spec.template.metadata.annotations["airm.ai-computing.io/scrape"]).toBe("true");
+    expect(envOf(gw).AIRM_METRICS_PORT).toBe("9400");
+  });
+
+  test("tcp: prefill on RNGD nodes, decode on ATOM nodes, a relay on any node, its address given to both workers", () => {
+    const ms = manifests([example("tcp")]);
+    expect(
+      ms
+        .filter((m) => m.kind === "Deployment")
+        .map((m) => m.metadata.name)
+        .sort(),
+    ).toEqual(["rngd-pd-decode", "rngd-pd-gateway", "rngd-pd-kv-relay", "rngd-pd-prefill"]);
+    const prefill = deployment(ms, "prefill");
+    const decode = deployment(ms, "decode");
+    expect(prefill.spec.template.spec.nodeSelector).toEqual({ "airm.ai-computing.io/furiosa.RNGD": "true" });
+    expect(decode.spec.template.spec.nodeSelector).toEqual({ "airm.ai-computing.io/rebellions.ATOM": "true" });
+    expect(deployment(ms, "kv-relay").spec.template.spec.nodeSelector ?? {}).toEqual({});
+    const relaySvc = ms.find((m) => m.kind === "Service" && m.metadata.name === "rngd-pd-kv-relay");
+    expect(relaySvc.spec.ports[0].port).toBe(7400);
+    for (const d of [prefill, decode]) {
+      const env = envOf(d.spec.template.spec.containers[0]);
+      expect(env.AIRM_KV_TRANSPORT).toBe("tcp");
+      expect(env.AIRM_KV_TCP_ADDR).toBe("rngd-pd-kv-relay.serving.svc:7400");
+      expect(env.PD_SHM_ROOT).toBeUndefined();
+    }
+    const gw = container(deployment(ms, "gateway"), "gateway");
+    expect(arg(gw, "--prefill")).toBe("http://rngd-pd-prefill.serving.svc:8101");
+    expect(deployment(ms, "gateway").spec.template.metadata.labels["llm-d.ai/inferenceServing"]).toBe("true");
+  });
+
+  test("decode on RNGD: the override with `rebellions.ai/ATOM: null` asks for no ATOM; without the nulls the merge keeps it", () => {
+    const moved = container(deployment(manifests([example("decode-on-rngd"), example("tcp")]), "decode"), "decode");
+    expect(arg(moved, "--backend")).toBe("rngd");
+    expect(moved.resources.limits).toEqual({ "furiosa.ai/rngd": 1 });
+    // The same override without the nulls, as a first try would write it.
+    const naiveFile = join(mkdtempSync(join(tmpdir(), "airm-chart-")), "naive.yaml");
+    writeFileSync(
+      naiveFile,
+      readFileSync(example("decode-on-rngd"), "utf8")
+        .split("\n")
+        .filter((l) => !l.includes(": null"))
+        .join("\n"),
+    );
+    const naive = deployment(manifests([naiveFile, example("tcp")]), "decode");
+    expect(container(naive, "decode").resources.limits).toEqual({ "rebellions.ai/ATOM": 1, "furiosa.ai/rngd": 1 });
+    expect(Object.keys(naive.spec.template.spec.nodeSelector).sort()).toEqual(["airm.ai-computing.io/furiosa.RNGD", "airm.ai-computing.io/rebellions.ATOM"]);
+  });
+
+  test("every worker finds its card with --chip -1: the checkpoint mounted read-only and POD_UID from the downward API; probes on /health; hardened containers", () => {
+    for (const files of Object.values(VALUE_SETS)) {
+      const ms = manifests(files);
+      for (const d of ms.filter((m) => m.kind === "Deployment")) {
+        const pod = d.spec.template.spec;
+        for (const c of pod.containers) {
+          expect(c.securityContext).toMatchObject({ allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ["ALL"] } });
+          if (!c.args.includes("--role")) continue;
+          expect(arg(c, "--chip")).toBe("-1");
+          expect(envOf(c).POD_UID).toEqual({ fieldRef: { fieldPath: "metadata.uid" } });
+          const dir = c.volumeMounts.find((m: Manifest) => m.name === "device-plugins");
+          expect(dir).toMatchObject({ mountPath: "/var/lib/kubelet/device-plugins", readOnly: true });
+          expect(envOf(c).AIRM_KUBELET_CHECKPOINT).toBe("/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint");
+          expect(c.readinessProbe.httpGet.path).toBe("/health");
+          expect(c.livenessProbe.httpGet.path).toBe("/health");
+          expect(arg(c, "--seq-len")).toBe("256");
+        }
+        for (const c of pod.containers.filter((x: Manifest) => x.name === "gateway" || x.name === "kv-relay")) {
+          expect(c.securityContext.runAsNonRoot ?? pod.securityContext?.runAsNonRoot).toBe(true);
+        }
+      }
+    }
+  });
+
+  test("every variable the chart sets is one the code declares", () => {
+    const declared = declaredVariables();
+    const set = new Set<string>();
+    for (const files of [...Object.values(VALUE_SETS), [example("site.example")]]) {
+      for (const m of manifests(files)) {
+        if (m.kind !== "Deployment") continue;
+        for (const c of m.spec.template.spec.containers) for (const e of c.env ?? []) set.add(e.name);
+      }
+    }
+    expect([...set].filter((name) => !declared.has(name))).toEqual([]);
+    expect(set.size).toBeGreaterThan(6);
+  });
+
+  test("with inferencePool.create it renders a v1 InferencePool over the serving pods' labels", () => {
+    const ms = manifests([example("site.example")]);
+    const pool = ms.find((m) => m.kind === "InferencePool");
+    expect(pool.apiVersion).toBe("inference.networking.k8s.io/v1");
+    expect(pool.spec).toEqual({
+      selector: { matchLabels: { "llm-d.ai/inferenceServing": "true", "app.kubernetes.io/instance": "rngd-pd" } },
+      targetPorts: [{ number: 8000 }],
+      endpointPickerRef: { name: "rngd-pd-epp", port: { number: 9002 }, failureMode: "FailClose" },
+    });
+    const serving = deployment(ms, "pd").spec.template.metadata.labels;
+    for (const [k, v] of Object.entries(pool.spec.selector.matchLabels)) expect(serving[k]).toBe(v);
+    expect(manifests().some((m) => m.kind === "InferencePool")).toBe(false);
+  });
+});
