@@ -1,0 +1,222 @@
+// Runs the processes of the rig's pods: for every pod kwok marks Running, each container's command
+// line as the rendered chart wrote it (the image's /app mapped to this repository), bound to the
+// pod's IP (kwok hands out 127.1.0.0/24, so a process on this host answers for the pod), with the
+// container's environment. emptyDir volumes become per-pod folders (memory-backed ones under
+// /dev/shm), and the pod's own loopback and 0.0.0.0 become its IP. Services get what kube-proxy
+// gives them: a stable address (127.2.0.0/24 here) whose ports forward each new connection to a
+// running pod the Service selects, so `<svc>.<ns>.svc` keeps working when the pods behind it are
+// replaced. A pod that goes away has its processes stopped and its folders removed.
+import { type ChildProcess, spawn } from "node:child_process";
+import { mkdirSync, rmSync } from "node:fs";
+import { connect, createServer, type Server } from "node:net";
+import { join } from "node:path";
+import type { Rig } from "./rig.ts";
+
+/** A Kubernetes object as kubectl prints it, read field by field. */
+// biome-ignore lint/suspicious/noExplicitAny: objects of every kind, read field by field
+type Obj = any;
+
+interface RunningPod {
+  uid: string;
+  name: string;
+  ip: string;
+  procs: { container: string; child: ChildProcess; log: string[] }[];
+  dirs: string[];
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export class PodRunner {
+  readonly pods = new Map<string, RunningPod>();
+  /** Processes of pods being stopped (they count as running until they exit). */
+  private readonly stopping = new Set<ChildProcess>();
+  /** Service (name.namespace) -> its stable address and the port forwarders listening there. */
+  private readonly services = new Map<string, { ip: string; servers: Server[] }>();
+  private podList: Obj[] = [];
+  private nextService = 1;
+  private stopped = false;
+  private loop: Promise<void> | null = null;
+
+  constructor(
+    private readonly rig: Rig,
+    private readonly repo: string,
+    private readonly namespace: string,
+  ) {}
+
+  start(): void {
+    this.loop = (async () => {
+      while (!this.stopped) {
+        try {
+          this.sync();
+        } catch {
+          // the API may be busy for a moment (helm applying); try again
+        }
+        await sleep(300);
+      }
+    })();
+  }
+
+  /** Output lines of a pod's container (for failure messages). */
+  logs(pod: string, container: string): string {
+    const p = [...this.pods.values()].find((x) => x.name === pod);
+    return p?.procs.find((c) => c.container === container)?.log.join("") ?? "";
+  }
+
+  /** Pids of every process the runner has started that has not exited yet. */
+  pids(): number[] {
+    const alive = (c: ChildProcess) => c.exitCode === null && c.signalCode === null;
+    return [...[...this.pods.values()].flatMap((p) => p.procs.map((c) => c.child)), ...this.stopping].filter(alive).map((c) => c.pid!);
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    await this.loop;
+    for (const p of [...this.pods.values()]) await this.stopPod(p);
+    for (const svc of this.services.values()) for (const srv of svc.servers) srv.close();
+    this.services.clear();
+  }
+
+  private sync(): void {
+    const list = JSON.parse(this.rig.kubectl(["get", "pods", "-n", this.namespace, "-o", "json"])) as { items: Obj[] };
+    const services = JSON.parse(this.rig.kubectl(["get", "services", "-n", this.namespace, "-o", "json"])) as { items: Obj[] };
+    this.podList = list.items;
+    this.syncServices(services.items);
+    const live = new Set<string>();
+    for (const pod of list.items) {
+      const uid = pod.metadata.uid as string;
+      const running = pod.status?.phase === "Running" && pod.status?.podIP && !pod.metadata.deletionTimestamp;
+      if (!running) continue;
+      live.add(uid);
+      if (this.pods.has(uid)) continue;
+      const resolved = this.resolver(list.items, services.items);
+      const cmds = (pod.spec.containers as Obj[]).map((c) => this.commandOf(pod, c, resolved));
+      if (cmds.some((c) => c === null)) continue; // a Service it needs has no pod yet
+      this.startPod(pod, cmds as Cmd[]);
+    }
+    for (const p of [...this.pods.values()]) if (!live.has(p.uid)) void this.stopPod(p);
+  }
+
+  /** A running pod the Service selects, or undefined. */
+  private podOf(svc: Obj, pods: Obj[]): Obj | undefined {
+    const sel = Object.entries(svc.spec.selector ?? {});
+    return pods.find((p) => p.status?.phase === "Running" && p.status?.podIP && !p.metadata.deletionTimestamp && sel.every(([k, v]) => p.metadata.labels?.[k] === v));
+  }
+
+  /** `<svc>.<ns>.svc` -> the Service's stable address, or null while no pod of it runs (a process started then would fail to connect). */
+  private resolver(pods: Obj[], services: Obj[]): (host: string) => string | null {
+    return (host) => {
+      const [name, ns] = host.split(".");
+      const svc = services.find((s) => s.metadata.name === name && s.metadata.namespace === ns);
+      if (!svc || !this.podOf(svc, pods) || !this.services.has(`${name}.${ns}`)) return null;
+      return this.services.get(`${name}.${ns}`)!.ip;
+    };
+  }
+
+  /** Gives each new Service an address and forwarders for its ports; closes those of Services gone. */
+  private syncServices(services: Obj[]): void {
+    const seen = new Set<string>();
+    for (const svc of services) {
+      const key = `${svc.metadata.name}.${svc.metadata.namespace}`;
+      seen.add(key);
+      if (this.services.has(key) || !svc.spec.selector) continue;
+      const ip = `127.2.0.${this.nextService++}`;
+      const servers = (svc.spec.ports as Obj[]).map((port) => {
+        const srv = createServer((sock) => {
+          const pod = this.podOf(svc, this.podList);
+          const target = pod ? this.targetPort(pod, port.targetPort ?? port.port) : undefined;
+          if (!pod || target === undefined) return void sock.destroy();
+          const up = connect(target, pod.status.podIP);
+          sock.pipe(up).pipe(sock);
+          up.on("error", () => sock.destroy());
+          sock.on("error", () => up.destroy());
+        });
+        srv.on("error", () => {});
+        srv.listen(port.port, ip);
+        return srv;
+      });
+      this.services.set(key, { ip, servers });
+    }
+    for (const [key, svc] of [...this.services]) {
+      if (seen.has(key)) continue;
+      for (const srv of svc.servers) srv.close();
+      this.services.delete(key);
+    }
+  }
+
+  /** A Service port's target on a pod: a number, or a container port's name. */
+  private targetPort(pod: Obj, target: number | string): number | undefined {
+    if (typeof target === "number") return target;
+    for (const c of pod.spec.containers as Obj[]) for (const p of c.ports ?? []) if (p.name === target) return p.containerPort;
+    return undefined;
+  }
+
+  private commandOf(pod: Obj, c: Obj, resolve: (host: string) => string | null): Cmd | null {
+    const ip = pod.status.podIP as string;
+    const uid = pod.metadata.uid as string;
+    // emptyDir volumes as per-pod folders, at the paths the containers mount them.
+    const mounts: [string, string][] = [];
+    for (const m of c.volumeMounts ?? []) {
+      const vol = (pod.spec.volumes as Obj[]).find((v) => v.name === m.name);
+      if (!vol?.emptyDir) continue;
+      const base = vol.emptyDir.medium === "Memory" ? "/dev/shm" : "/tmp";
+      mounts.push([m.mountPath, join(base, `airm-rig-${uid}-${m.name}`)]);
+    }
+    let unresolved = false;
+    const map = (s: string): string => {
+      let out = s.replace(/\b0\.0\.0\.0\b/g, ip).replace(/\b127\.0\.0\.1\b/g, ip);
+      out = out.replace(/\b([a-z0-9-]+\.[a-z0-9-]+)\.svc\b/g, (host: string) => {
+        const to = resolve(host);
+        if (to === null) unresolved = true;
+        return to ?? host;
+      });
+      for (const [from, to] of mounts) if (out === from || out.startsWith(`${from}/`)) out = to + out.slice(from.length);
+      return out;
+    };
+    const command = (c.command as string[]).map((x, i) => (i === 0 && x === "node" ? process.execPath : x.startsWith("/app/") ? join(this.repo, x.slice(5)) : x));
+    const args = (c.args ?? []).map((a: string) => map(String(a)));
+    const env: Record<string, string> = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/tmp" };
+    for (const e of c.env ?? []) {
+      if (e.valueFrom?.fieldRef?.fieldPath === "metadata.uid") env[e.name] = uid;
+      else if (e.valueFrom?.fieldRef?.fieldPath === "status.podIP") env[e.name] = ip;
+      else env[e.name] = map(String(e.value ?? ""));
+    }
+    if (unresolved) return null;
+    return { container: c.name, argv: [...command, ...args], env, dirs: mounts.map(([, to]) => to) };
+  }
+
+  private startPod(pod: Obj, cmds: Cmd[]): void {
+    const p: RunningPod = { uid: pod.metadata.uid, name: pod.metadata.name, ip: pod.status.podIP, procs: [], dirs: [...new Set(cmds.flatMap((c) => c.dirs))] };
+    for (const d of p.dirs) mkdirSync(d, { recursive: true });
+    for (const c of cmds) {
+      const child = spawn(c.argv[0]!, c.argv.slice(1), { env: c.env, stdio: ["ignore", "pipe", "pipe"] });
+      const log: string[] = [];
+      const keep = (b: Buffer) => {
+        log.push(b.toString());
+        if (log.length > 300) log.shift();
+      };
+      child.stdout?.on("data", keep);
+      child.stderr?.on("data", keep);
+      p.procs.push({ container: c.container, child, log });
+    }
+    this.pods.set(p.uid, p);
+  }
+
+  private async stopPod(p: RunningPod): Promise<void> {
+    this.pods.delete(p.uid);
+    for (const c of p.procs) this.stopping.add(c.child);
+    for (const c of p.procs) if (c.child.exitCode === null) c.child.kill("SIGTERM");
+    const until = Date.now() + 10_000;
+    while (p.procs.some((c) => c.child.exitCode === null && c.child.signalCode === null) && Date.now() < until) await sleep(100);
+    for (const c of p.procs) if (c.child.exitCode === null && c.child.signalCode === null) c.child.kill("SIGKILL");
+    while (p.procs.some((c) => c.child.exitCode === null && c.child.signalCode === null)) await sleep(50);
+    for (const d of p.dirs) rmSync(d, { recursive: true, force: true });
+    for (const c of p.procs) this.stopping.delete(c.child);
+  }
+}
+
+interface Cmd {
+  container: string;
+  argv: string[];
+  env: Record<string, string>;
+  dirs: string[];
+}

@@ -1,0 +1,217 @@
+// The chart installed into a real Kubernetes control plane (scripts/k8s-rig: etcd, kube-apiserver,
+// controller-manager, scheduler; kwok plays the kubelets) with labelled nodes, and the project's
+// own processes answering for the pods (scripts/k8s-rig/pod-runner.ts runs each container's
+// command line from the rendered chart, bound to the pod's IP). Checks: pods land on the right
+// nodes, the relay exists only when the transport needs it, a completion through the gateway pod's
+// IP gives the tokens `airm up`'s launcher gives, an upgrade to tcp moves the roles apart, and an
+// uninstall leaves no process and no shared-memory folder.
+import { execFileSync } from "node:child_process";
+import { readdirSync, rmSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { makeTinyModel } from "../../packages/llama/src/index.ts";
+import { startLocalCluster, type RunningCluster } from "../../packages/workload-runner/src/index.ts";
+import { PodRunner } from "../../scripts/k8s-rig/pod-runner.ts";
+import { type Rig, startRig } from "../../scripts/k8s-rig/rig.ts";
+
+const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+const chart = join(repo, "charts", "rngd-pd");
+const NS = "serving";
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+let rig: Rig;
+let runner: PodRunner;
+let helm: string;
+let model: string;
+let reference: RunningCluster;
+
+const RNGD = "airm.ai-computing.io/furiosa.RNGD";
+const ATOM = "airm.ai-computing.io/rebellions.ATOM";
+
+function helmRun(args: string[]): string {
+  try {
+    return execFileSync(helm, [...args, "--kubeconfig", rig.kubeconfig, "--namespace", NS], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+  } catch (e) {
+    throw new Error(`helm ${args.join(" ")}: ${(e as { stderr?: string }).stderr ?? e}`);
+  }
+}
+
+/** Values every install here uses: the tiny model at its path on this host, no pool labels needed. */
+const base = () => ["--set", `model.path=${model}`, "--set", "seqLen=128"];
+
+/** name -> node name and labels of the release's pods. */
+function placement(): { pod: string; component: string; node: string; labels: Record<string, string> }[] {
+  const pods = JSON.parse(rig.kubectl(["get", "pods", "-n", NS, "-o", "json"])).items as any[];
+  const nodes = JSON.parse(rig.kubectl(["get", "nodes", "-o", "json"])).items as any[];
+  return pods
+    .filter((p) => !p.metadata.deletionTimestamp)
+    .map((p) => ({
+      pod: p.metadata.name,
+      component: p.metadata.labels["app.kubernetes.io/component"],
+      node: p.spec.nodeName,
+      labels: nodes.find((n) => n.metadata.name === p.spec.nodeName)?.metadata.labels ?? {},
+    }));
+}
+
+async function until<T>(what: string, f: () => T | null | undefined | Promise<T | null | undefined>, ms = 60_000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await f();
+    if (v) return v;
+    if (Date.now() > end) throw new Error(`not within ${ms} ms: ${what}`);
+    await sleep(250);
+  }
+}
+
+/** The gateway pod's IP once its /health says every role is healthy. */
+async function gatewayIp(component: string): Promise<string> {
+  return until(
+    `a healthy gateway in a ${component} pod`,
+    async () => {
+      const pod = placement().find((p) => p.component === component);
+      const ip = pod && runner.pods.size ? [...runner.pods.values()].find((r) => r.name === pod.pod)?.ip : undefined;
+      if (!ip) return null;
+      const ok = await fetch(`http://${ip}:8000/health`).then(
+        (r) => r.status === 200,
+        () => false,
+      );
+      return ok ? ip : null;
+    },
+    120_000,
+  ).catch((e: Error) => {
+    const logs = placement()
+      .map((p) => `--- ${p.pod} (${p.component} on ${p.node})\n${["gateway", "prefill", "decode", "kv-relay"].map((c) => runner.logs(p.pod, c).slice(-1500)).join("")}`)
+      .join("\n");
+    throw new Error(`${e.message}\n${logs}`);
+  });
+}
+
+async function completion(url: string): Promise<{ text: string; tokens: number }> {
+  const models = (await (await fetch(`${url}/v1/models`)).json()) as { data: { id: string }[] };
+  const r = await fetch(`${url}/v1/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: models.data[0]!.id, prompt: "The chart puts prefill on RNGD and", max_tokens: 12, temperature: 0 }),
+  });
+  const body = (await r.json()) as any;
+  expect(r.status, JSON.stringify(body)).toBe(200);
+  return { text: body.choices[0].text, tokens: body.usage.completion_tokens };
+}
+
+const shmLeft = () => readdirSync("/dev/shm").filter((f) => f.startsWith("airm-rig-"));
+
+beforeAll(async () => {
+  helm = execFileSync("bash", [join(repo, "scripts", "tools", "helm.sh")], { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] }).trim();
+  model = join(repo, "node_modules", ".cache", `airm-k8s-tiny-${process.pid}`);
+  makeTinyModel({ arch: "llama", out: model });
+  reference = await startLocalCluster({ model, seqLen: 128, port: 0, prefill: [{ port: 0 }], decode: [{ port: 0 }] });
+  rig = await startRig([
+    { name: "npu-rngd", labels: { [RNGD]: "true" }, devices: { "furiosa.ai/rngd": 2 } },
+    { name: "npu-atom", labels: { [ATOM]: "true" }, devices: { "rebellions.ai/ATOM": 2 } },
+    { name: "npu-both", labels: { [RNGD]: "true", [ATOM]: "true" }, devices: { "furiosa.ai/rngd": 2, "rebellions.ai/ATOM": 2 } },
+    { name: "cpu", labels: {} },
+  ]);
+  rig.kubectl(["create", "namespace", NS]);
+  runner = new PodRunner(rig, repo, NS);
+  runner.start();
+}, 1_800_000);
+
+afterAll(async () => {
+  await runner?.stop();
+  await rig?.stop();
+  await reference?.stop();
+  if (model) rmSync(model, { recursive: true, force: true });
+});
+
+describe("charts/rngd-pd on a real control plane", () => {
+  test("default values (shm): one PD pod on the node with both cards; a completion through its IP gives airm up's tokens", async () => {
+    helmRun(["install", "rngd-pd", chart, ...base(), "--wait", "--timeout", "120s"]);
+    const pods = placement();
+    expect(pods.map((p) => p.component)).toEqual(["pd"]);
+    expect(pods[0]!.node).toBe("npu-both");
+    const ip = await gatewayIp("pd");
+    const want = await completion(reference.url);
+    expect(await completion(`http://${ip}:8000`)).toEqual(want);
+    console.log(`default: ${pods.map((p) => `${p.pod} -> ${p.node}`).join(", ")}; tokens ${JSON.stringify(want)}`);
+    // Nothing the rig or the pods run listens beyond loopback.
+    const ours = new Set([...rig.pids(), ...runner.pids()]);
+    const listening = execFileSync("ss", ["-ltnpH"], { encoding: "utf8" })
+      .split("\n")
+      .filter((l) => [...l.matchAll(/pid=(\d+)/g)].some((m) => ours.has(Number(m[1]))))
+      .map((l) => l.trim().split(/\s+/)[3]!);
+    expect(listening.length).toBeGreaterThan(5);
+    expect(listening.filter((addr) => !addr.startsWith("127."))).toEqual([]);
+  });
+
+  test("upgrade to tcp: prefill on an RNGD node, decode on an ATOM node, a relay; same tokens through the gateway pod", async () => {
+    helmRun(["upgrade", "rngd-pd", chart, ...base(), "-f", join(chart, "examples", "tcp.yaml"), "--wait", "--timeout", "120s"]);
+    const pods = await until("the shm pod gone and four tcp pods", () => {
+      const p = placement();
+      return p.length === 4 && !p.some((x) => x.component === "pd") ? p : null;
+    });
+    const by = (c: string) => pods.find((p) => p.component === c)!;
+    expect(by("prefill").labels[RNGD]).toBe("true");
+    expect(by("decode").labels[ATOM]).toBe("true");
+    expect(by("kv-relay")).toBeDefined();
+    const ip = await gatewayIp("gateway");
+    expect(await completion(`http://${ip}:8000`)).toEqual(await completion(reference.url));
+    console.log(`tcp: ${pods.map((p) => `${p.component} -> ${p.node}`).join(", ")}`);
+  });
+
+  test("decode-on-RNGD override: the decode pod lands on an RNGD node and asks for no ATOM", async () => {
+    helmRun([
+      "upgrade",
+      "rngd-pd",
+      chart,
+      ...base(),
+      "-f",
+      join(chart, "examples", "tcp.yaml"),
+      "-f",
+      join(chart, "examples", "decode-on-rngd.yaml"),
+      "--wait",
+      "--timeout",
+      "120s",
+    ]);
+    const specOf = (pod: string) => JSON.parse(rig.kubectl(["get", "pod", pod, "-n", NS, "-o", "json"])).spec;
+    // The new decode pod (Recreate: the ATOM one goes first), on a node with RNGD cards.
+    const decode = await until(
+      "the rngd decode pod scheduled",
+      () => placement().find((p) => p.component === "decode" && p.node && specOf(p.pod).containers[0].args.includes("rngd")) ?? null,
+    );
+    expect(decode.labels[RNGD]).toBe("true");
+    const spec = specOf(decode.pod);
+    expect(spec.containers[0].resources.limits).toEqual({ "furiosa.ai/rngd": "1" });
+    expect(spec.nodeSelector).toEqual({ [RNGD]: "true" });
+    // The gateway pod stayed; it uses the new decode pod once that one's process serves.
+    await until(
+      "the new decode pod serving",
+      async () => {
+        const ip = [...runner.pods.values()].find((r) => r.name === decode.pod)?.ip;
+        return ip
+          ? fetch(`http://${ip}:8102/health`).then(
+              (r) => r.status === 200,
+              () => false,
+            )
+          : false;
+      },
+      120_000,
+    );
+    const ip = await gatewayIp("gateway");
+    expect(await completion(`http://${ip}:8000`)).toEqual(await completion(reference.url));
+    console.log(
+      `decode-on-rngd: ${placement()
+        .map((p) => `${p.component} -> ${p.node}`)
+        .join(", ")}`,
+    );
+  });
+
+  test("uninstall leaves no pod, no process and no shared-memory folder", async () => {
+    const pids = runner.pids();
+    expect(pids.length).toBeGreaterThan(0);
+    helmRun(["uninstall", "rngd-pd", "--wait", "--timeout", "120s"]);
+    await until("every pod gone and its processes stopped", () => placement().length === 0 && runner.pids().length === 0);
+    for (const pid of pids) expect(() => process.kill(pid, 0)).toThrow();
+    expect(shmLeft()).toEqual([]);
+  });
+});
