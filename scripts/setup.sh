@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs what rngd-pd needs on a fresh Debian/Ubuntu machine with Node 20: system libraries
-# (UCX for the nixl-ucx transport, iperf3 and ucx-utils for the transport benches), pnpm at the
+# (UCX for the nixl-ucx transport, iperf3 and ucx-utils for the transport benches, openssl and
+# iproute2 for the Kubernetes test rig), pnpm at the
 # version package.json pins, and the workspace's dependencies. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-for pkg in libucx0 ucx-utils iperf3; do
+for pkg in libucx0 ucx-utils iperf3 openssl iproute2; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
