@@ -206,6 +206,19 @@ describe("charts/rngd-pd on a real control plane", () => {
     );
   });
 
+  test("the experiment sweep (airm k8s render of deploy/k8s/sweep-matrix.yaml) is valid for the API server", () => {
+    const rendered = execFileSync(
+      process.execPath,
+      [join(repo, "packages", "workload-runner", "bin", "airm.mjs"), "k8s", "render", join(repo, "deploy", "k8s", "sweep-matrix.yaml")],
+      {
+        encoding: "utf8",
+        env: { ...process.env, RNGD_PD_NODE: "npu-both", RNGD_PD_HOME: "/home/lab" },
+      },
+    );
+    const out = rig.kubectl(["apply", "--dry-run=server", "-n", NS, "-f", "-"], rendered);
+    expect(out.match(/created \(server dry run\)/g)?.length).toBe(8);
+  });
+
   test("uninstall leaves no pod, no process and no shared-memory folder", async () => {
     const pids = runner.pids();
     expect(pids.length).toBeGreaterThan(0);

@@ -4,6 +4,7 @@
 import { spawnSync } from "node:child_process";
 import { isAirmError } from "@airm/rm-core";
 import { binPath } from "./package-bins.ts";
+import { k8sCommand } from "./k8s-command.ts";
 import { runCommand } from "./run-command.ts";
 import { up } from "./up-command.ts";
 
@@ -15,6 +16,7 @@ commands:
   up       start a whole PD cluster on 127.0.0.1 (the transport's sidecar if any, prefill, decode, gateway)
   run      run one workload (prefill | decode | serve) in the foreground, as a pod does
   model    the model tool: pull, list, make-tiny (see "airm model --help")
+  k8s      the experiment sweep: gen-sweep (deploy/k8s manifests), render (fill in the site)
 
 "airm <command> --help" describes every option of a command.
 `;
@@ -35,6 +37,8 @@ export async function main(argv = process.argv.slice(2)): Promise<number> {
         return await runCommand(rest);
       case "model":
         return model(rest);
+      case "k8s":
+        return await k8sCommand(rest);
       case undefined:
       case "-h":
       case "--help":

@@ -9,3 +9,4 @@ export { ChildPart, type PartSpec } from "./child-part.ts";
 export { chooseDefaultModel, type ChosenModel } from "./default-model.ts";
 export { UP_COMMAND } from "./up-command.ts";
 export { RUN_COMMAND } from "./run-command.ts";
+export { K8S_COMMAND, SWEEP_SITE_CONFIG, genSweep, renderSweep, parseEnvFile } from "./k8s-command.ts";
