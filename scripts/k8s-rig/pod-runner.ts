@@ -187,18 +187,34 @@ export class PodRunner {
   private startPod(pod: Obj, cmds: Cmd[]): void {
     const p: RunningPod = { uid: pod.metadata.uid, name: pod.metadata.name, ip: pod.status.podIP, procs: [], dirs: [...new Set(cmds.flatMap((c) => c.dirs))] };
     for (const d of p.dirs) mkdirSync(d, { recursive: true });
-    for (const c of cmds) {
-      const child = spawn(c.argv[0]!, c.argv.slice(1), { env: c.env, stdio: ["ignore", "pipe", "pipe"] });
-      const log: string[] = [];
-      const keep = (b: Buffer) => {
-        log.push(b.toString());
-        if (log.length > 300) log.shift();
-      };
-      child.stdout?.on("data", keep);
-      child.stderr?.on("data", keep);
-      p.procs.push({ container: c.container, child, log });
-    }
     this.pods.set(p.uid, p);
+    for (const c of cmds) this.spawnContainer(p, c, []);
+  }
+
+  /**
+   * Starts one container's process; when it exits while its pod is still running it is started
+   * again a second later, as the kubelet does with restartPolicy Always (a worker that started
+   * before the relay it needs was listening exits, and comes back).
+   */
+  private spawnContainer(p: RunningPod, c: Cmd, log: string[]): void {
+    const child = spawn(c.argv[0]!, c.argv.slice(1), { env: c.env, stdio: ["ignore", "pipe", "pipe"] });
+    const keep = (b: Buffer) => {
+      log.push(b.toString());
+      if (log.length > 300) log.shift();
+    };
+    child.stdout?.on("data", keep);
+    child.stderr?.on("data", keep);
+    const entry = { container: c.container, child, log };
+    const at = p.procs.findIndex((x) => x.container === c.container);
+    if (at >= 0) p.procs[at] = entry;
+    else p.procs.push(entry);
+    child.once("exit", (code, signal) => {
+      if (this.stopped || this.pods.get(p.uid) !== p) return;
+      log.push(`[pod-runner] ${c.container} exited (${code ?? signal}); restarting in 1 s\n`);
+      setTimeout(() => {
+        if (!this.stopped && this.pods.get(p.uid) === p) this.spawnContainer(p, c, log);
+      }, 1000);
+    });
   }
 
   private async stopPod(p: RunningPod): Promise<void> {
