@@ -9,7 +9,11 @@ const TRANSPORTS = ["kv-shm", "kv-tcp", "kv-nixl-ucx"];
 const PLUGIN_NAMES = ["shm", "tcp", "nixl-ucx", "rngd", "rngd-full", "rngd-chunk", "atom"];
 
 /** Where a host may name a plugin: its defaults. */
-const DEFAULTS = [/export const DEFAULT_KV_TRANSPORT = "shm";/, /export const DEFAULT_BACKENDS = \{ prefill: "rngd-full", decode: "atom", solo: "rngd" \} as const;/];
+const DEFAULTS = [
+  /export const DEFAULT_KV_TRANSPORT = "shm";/,
+  /export const DEFAULT_BACKENDS = \{ prefill: "rngd-full", decode: "atom", solo: "rngd" \} as const;/,
+  /export const SWEEP_DEFAULTS = \{ transports: \["shm", "tcp"\], decode: \["atom", "rngd"\], batch: \[4, 8\] \};/,
+];
 
 const importsOf = (text: string) =>
   [...text.matchAll(/^\s*(?:import|export)\b[^"']*?from\s+["']([^"']+)["']/gm), ...text.matchAll(/import\(\s*["']([^"']+)["']\s*\)/g)].map((m) => m[1]);

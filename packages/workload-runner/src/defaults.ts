@@ -23,3 +23,7 @@ export const DEFAULT_DECODE_NICE = 0;
  * tok/s at 8 clients; +0.75 GiB). See docs/decisions.md (serving under load).
  */
 export const DEFAULT_REPLICAS = { prefill: 1, decode: 2 } as const;
+/** The experiment sweep's axes when none are given (`airm k8s gen-sweep`). */
+export const SWEEP_DEFAULTS = { transports: ["shm", "tcp"], decode: ["atom", "rngd"], batch: [4, 8] };
+/** The Kubernetes device resource of each engine's card (the device plugins' names). */
+export const ENGINE_DEVICE_RESOURCES: Record<string, string> = { rngd: "furiosa.ai/rngd", atom: "rebellions.ai/ATOM" };

@@ -5,7 +5,10 @@
 // refuses to print anything while one is missing. Site values never enter the repository.
 
 import { readFileSync } from "node:fs";
-import { defineCommand, defineConfig, flagOf, int, list, opt, text, UsageError } from "@airm/rm-core";
+import { relative } from "node:path";
+import { defineCommand, defineConfig, engineForBackend, flagOf, int, list, opt, text, transportNeeds, UsageError } from "@airm/rm-core";
+import { DEFAULT_BACKENDS, ENGINE_DEVICE_RESOURCES, SWEEP_DEFAULTS } from "./defaults.ts";
+import { binFrom, pluginRegistry } from "./package-bins.ts";
 
 /** The site's variables render fills in (cluster.local.env, never committed; the shell wins). */
 export const SWEEP_SITE_CONFIG = defineConfig("@airm/workload-runner", {
@@ -30,9 +33,9 @@ export const K8S_COMMAND = defineCommand({
   ],
   positionals: { min: 1, max: 2 },
   flags: {
-    transports: flagOf(list(text({ label: "name" }), /,/), { default: ["shm", "tcp"], doc: "gen-sweep: KV transports" }),
-    decode: flagOf(list(text({ label: "backend" }), /,/), { default: ["atom", "rngd"], doc: "gen-sweep: decode backends" }),
-    batch: flagOf(list(int({ min: 1, max: 1024 }), /,/), { default: [4, 8], doc: "gen-sweep: decode batch widths (--B)" }),
+    transports: flagOf(list(text({ label: "name" }), /,/), { default: SWEEP_DEFAULTS.transports, doc: "gen-sweep: KV transports (installed ones)" }),
+    decode: flagOf(list(text({ label: "backend" }), /,/), { default: SWEEP_DEFAULTS.decode, doc: "gen-sweep: decode backends" }),
+    batch: flagOf(list(int({ min: 1, max: 1024 }), /,/), { default: SWEEP_DEFAULTS.batch, doc: "gen-sweep: decode batch widths (--B)" }),
     seqLen: flagOf(int({ min: 8 }), { default: 512, doc: "gen-sweep: compiled context (the ai-rm deployment's S)" }),
     model: flagOf(text({ label: "path" }), { default: "/models/model", doc: "gen-sweep: model path inside the pods" }),
     siteEnv: flagOf(text({ label: "path" }), { default: "deploy/k8s/cluster.local.env", doc: "render: the site's variables (those exported in the shell win)" }),
@@ -41,12 +44,21 @@ export const K8S_COMMAND = defineCommand({
   notes: "Only the RNGD_PD_NODE and RNGD_PD_HOME placeholders are filled in. Deployments start with replicas 0: scale one up at a time (one card per pod).",
 });
 
-const DEVICE = { rngd: "furiosa.ai/rngd", atom: "rebellions.ai/ATOM" } as const;
-
 /** The placeholder render fills in: ${NAME}. */
 const site = (name: "RNGD_PD_NODE" | "RNGD_PD_HOME") => `\${${name}}`;
 
-function container(name: string, bin: string, args: string[], env: Record<string, string>, device?: string): string[] {
+/** The repository root the pods mount at /app (this package lives in packages/workload-runner). */
+const REPO = new URL("../../../", import.meta.url).pathname;
+
+/** The device resource a backend's engine uses in `role`. Throws ConfigError for a backend no engine runs there. */
+function deviceOf(backend: string, role: "prefill" | "decode"): string {
+  const engine = engineForBackend(backend, role, pluginRegistry(), "backend");
+  const device = ENGINE_DEVICE_RESOURCES[engine];
+  if (!device) throw new UsageError(`engine ${engine} (backend ${backend}) has no device resource in ENGINE_DEVICE_RESOURCES`);
+  return device;
+}
+
+function container(name: string, bin: string, args: string[], env: Record<string, string>, device: string | null, memoryDir: string | null): string[] {
   const lines = [
     `        - name: ${name}`,
     "          image: node:20-bookworm-slim",
@@ -57,28 +69,39 @@ function container(name: string, bin: string, args: string[], env: Record<string
   for (const [k, v] of Object.entries(env)) lines.push(`            - { name: ${k}, value: ${JSON.stringify(v)} }`);
   if (device) lines.push("          resources:", "            limits:", `              ${device}: 1`);
   lines.push("          volumeMounts:", "            - { name: repo, mountPath: /app, readOnly: true }");
-  if (env.PD_SHM_ROOT) lines.push("            - { name: kv-shm, mountPath: /dev/shm/rngd_kv_cluster }");
+  if (memoryDir) lines.push(`            - { name: kv-memory, mountPath: ${memoryDir} }`);
   return lines;
 }
 
-/** One Deployment per (transport, decode backend, batch): prefill, decode, gateway (and the relay for tcp / nixl-ucx) in one pod. */
+/**
+ * One Deployment per (transport, decode backend, batch): prefill, decode and gateway in one pod,
+ * plus the sidecar the transport declares (the relay for tcp / nixl-ucx), and a memory-backed
+ * folder where it declares a cluster folder (shm). What each transport needs comes from its
+ * package's declaration, as for `airm up`.
+ */
 export function genSweep(o: { transports: string[]; decode: string[]; batch: number[]; seqLen: number; model: string }): string {
   const docs: string[] = [];
+  const registry = pluginRegistry();
   for (const kv of o.transports) {
+    const needs = transportNeeds(kv, registry);
+    const env: Record<string, string> = { MODEL: o.model, AIRM_KV_TRANSPORT: kv };
+    const memoryDir = needs.clusterDir ? `${needs.clusterDir.under}/${needs.clusterDir.prefix}sweep` : null;
+    if (needs.clusterDir && memoryDir) env[needs.clusterDir.env] = memoryDir;
+    const s = needs.sidecar;
+    const vars = s ? { host: "127.0.0.1", port: String(s.port), addr: `127.0.0.1:${s.port}` } : null;
+    const fill = (t: string) => (vars ? t.replace(/\{(host|port|addr)\}/g, (_, k: "host" | "port" | "addr") => vars[k]) : t);
+    if (s) for (const [k, v] of Object.entries(s.env)) env[k] = fill(v);
     for (const dec of o.decode) {
-      if (!(dec in DEVICE)) throw new UsageError(`--decode ${dec}: a decode backend is atom or rngd`);
       for (const B of o.batch) {
         const name = `rngd-pd-sweep-${kv}-${dec}-b${B}`;
-        const env: Record<string, string> = { MODEL: o.model, AIRM_KV_TRANSPORT: kv };
-        if (kv === "shm") env.PD_SHM_ROOT = "/dev/shm/rngd_kv_cluster";
-        else env.AIRM_KV_TCP_ADDR = "127.0.0.1:7400";
-        const worker = (role: string, backend: string, port: number, extra: string[] = []) =>
+        const worker = (role: "prefill" | "decode", backend: string, port: number, extra: string[] = []) =>
           container(
             role,
             "packages/worker/bin/airm-worker.mjs",
             ["--role", role, "--backend", backend, "--chip", "-1", "--host", "127.0.0.1", "--port", String(port), "--seq-len", String(o.seqLen), ...extra],
             env,
-            DEVICE[backend.startsWith("rngd") ? "rngd" : "atom"],
+            deviceOf(backend, role),
+            memoryDir,
           );
         const lines = [
           "apiVersion: apps/v1",
@@ -95,18 +118,23 @@ export function genSweep(o: { transports: string[]; decode: string[]; batch: num
           "    spec:",
           `      nodeName: ${site("RNGD_PD_NODE")}`,
           "      containers:",
-          ...worker("prefill", "rngd-full", 8101),
+          ...worker("prefill", DEFAULT_BACKENDS.prefill, 8101),
           ...worker("decode", dec, 8102, ["--B", String(B)]),
           ...container(
             "gateway",
             "packages/gateway/bin/airm-gateway.mjs",
             ["--host", "0.0.0.0", "--port", "8000", "--prefill", "http://127.0.0.1:8101", "--decode", "http://127.0.0.1:8102"],
             { AIRM_METRICS_PORT: "9400" },
+            null,
+            null,
           ),
         ];
-        if (kv !== "shm") lines.push(...container("kv-relay", "packages/kv-relay/bin/airm-kv-relay.mjs", ["--listen", "127.0.0.1:7400"], {}));
+        if (s && needs.dir) {
+          const bin = relative(REPO, binFrom(needs.dir, s.package ?? ".", s.bin));
+          lines.push(...container(s.name, bin, s.args.map(fill), {}, null, null));
+        }
         lines.push("      volumes:", `        - { name: repo, hostPath: { path: ${site("RNGD_PD_HOME")}/rngd-pd, type: Directory } }`);
-        if (kv === "shm") lines.push("        - { name: kv-shm, emptyDir: { medium: Memory } }");
+        if (memoryDir) lines.push("        - { name: kv-memory, emptyDir: { medium: Memory } }");
         docs.push(lines.join("\n"));
       }
     }
