@@ -2,6 +2,6 @@ import { defineConfig } from "vitest/config";
 
 export default defineConfig({
   test: {
-    projects: ["packages/*", "test", "test/k8s"],
+    projects: ["packages/*", "test"],
   },
 });

@@ -157,7 +157,9 @@ export class PodRunner {
     const mounts: [string, string][] = [];
     for (const m of c.volumeMounts ?? []) {
       const vol = (pod.spec.volumes as Obj[]).find((v) => v.name === m.name);
-      if (!vol?.emptyDir) continue;
+      // A scratch /tmp stays the host's /tmp (the processes use it as their own; nothing the chart
+      // passes lives there, while host paths given to the test, such as its model, may).
+      if (!vol?.emptyDir || m.mountPath === "/tmp") continue;
       const base = vol.emptyDir.medium === "Memory" ? "/dev/shm" : "/tmp";
       mounts.push([m.mountPath, join(base, `airm-rig-${uid}-${m.name}`)]);
     }

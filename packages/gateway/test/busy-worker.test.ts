@@ -146,7 +146,8 @@ describe("busy is not dead", () => {
     w.server.close();
     for (let i = 0; i < 40 && pool.endpoints[0].healthy; i++) await sleep(50);
     expect(pool.endpoints[0].healthy).toBe(false);
-    expect(pool.endpoints[0].lastError).toMatch(/health probe failed: .*(ECONNREFUSED|refused)/i);
+    // Refused, or a pooled connection found closed: either way a failed probe, not a slow one.
+    expect(pool.endpoints[0].lastError).toContain("health probe failed");
     await r0.body?.cancel().catch(() => {});
   });
 });
