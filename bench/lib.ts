@@ -53,3 +53,21 @@ export function benchArgs<F extends FlagMap>(name: string, summary: string, flag
     process.exit(2);
   }
 }
+
+/** The parsed JSON of each `data:` event of an OpenAI server-sent-event stream (without `[DONE]`). */
+export async function* sseEvents(body: ReadableStream<Uint8Array>): AsyncGenerator<any> {
+  const reader = body.getReader();
+  const dec = new TextDecoder();
+  let buf = "";
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) return;
+    buf += dec.decode(value, { stream: true });
+    let i: number;
+    while ((i = buf.indexOf("\n\n")) >= 0) {
+      const ev = buf.slice(0, i).trim();
+      buf = buf.slice(i + 2);
+      if (ev.startsWith("data: ") && ev !== "data: [DONE]") yield JSON.parse(ev.slice(6));
+    }
+  }
+}

@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { makeTinyModel } from "../packages/llama/src/index.ts";
 import { flagOf, int, switchOf, text } from "../packages/rm-core/src/index.ts";
 import { startLocalCluster, type ClusterOptions, type RunningCluster } from "../packages/workload-runner/src/index.ts";
-import { benchArgs, finalLine, fmt, progress, progressDone, summarize } from "./lib.ts";
+import { benchArgs, finalLine, fmt, progress, progressDone, sseEvents, summarize } from "./lib.ts";
 
 const args = benchArgs("pd-vs-solo", "the same prompts through a PD cluster and a solo worker, each behind its own gateway, in one run", {
   model: flagOf(text({ label: "path" }), { defaultText: "the generated 135m preset", doc: "model folder or .gguf" }),
@@ -79,32 +79,19 @@ async function once(c: RunningCluster, modelId: string, prompt: number[]): Promi
     body: JSON.stringify({ model: modelId, prompt, max_tokens: maxTokens, temperature: 0, stream: true, stream_options: { include_usage: true } }),
   });
   if (!r.ok) throw new Error(`gateway answered ${r.status}: ${await r.text()}`);
-  const reader = r.body!.getReader();
-  const dec = new TextDecoder();
-  let buf = "";
   let first: number | null = null;
   let last = 0;
   let text = "";
   let tokens = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    buf += dec.decode(value, { stream: true });
-    let i: number;
-    while ((i = buf.indexOf("\n\n")) >= 0) {
-      const ev = buf.slice(0, i).trim();
-      buf = buf.slice(i + 2);
-      if (!ev.startsWith("data: ") || ev === "data: [DONE]") continue;
-      const j = JSON.parse(ev.slice(6));
-      if (j.error) throw new Error(`stream error: ${j.error.message}`);
-      if (j.usage) tokens = j.usage.completion_tokens;
-      const ch = j.choices?.[0];
-      if (!ch) continue;
-      const now = performance.now();
-      first ??= now;
-      if (ch.finish_reason) last = now;
-      text += ch.text ?? "";
-    }
+  for await (const j of sseEvents(r.body!)) {
+    if (j.error) throw new Error(`stream error: ${j.error.message}`);
+    if (j.usage) tokens = j.usage.completion_tokens;
+    const ch = j.choices?.[0];
+    if (!ch) continue;
+    const now = performance.now();
+    first ??= now;
+    if (ch.finish_reason) last = now;
+    text += ch.text ?? "";
   }
   if (first === null) throw new Error("no token chunk arrived");
   return { ttftMs: first - t0, tpotMs: tokens > 1 ? (last - first) / (tokens - 1) : null, tokens, text };

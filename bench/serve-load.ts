@@ -12,7 +12,7 @@ import { createServer } from "node:net";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { flagOf, int, list, text } from "../packages/rm-core/src/index.ts";
-import { benchArgs, finalLine } from "./lib.ts";
+import { benchArgs, finalLine, sseEvents } from "./lib.ts";
 import { ensureLlamaServer } from "./serve-load/llama-server.ts";
 import { cachedSmolLM2 } from "./serve-load/model.ts";
 import { chatPrompts, type ChatPrompt } from "./serve-load/prompts.ts";
@@ -63,32 +63,19 @@ async function chat(url: string, model: string, p: ChatPrompt, maxTokens: number
       body: JSON.stringify({ model, messages: p.messages, max_tokens: maxTokens, temperature: 0, stream: true, stream_options: { include_usage: true } }),
     });
     if (!r.ok || !r.body) return { ok: false, error: `HTTP ${r.status}: ${(await r.text()).slice(0, 200)}`, ttftMs: 0, tpotMs: null, tokens: 0, text: "" };
-    const reader = r.body.getReader();
-    const dec = new TextDecoder();
-    let buf = "";
     let first: number | null = null;
     let last = 0;
     let text = "";
     let tokens = 0;
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      buf += dec.decode(value, { stream: true });
-      let i: number;
-      while ((i = buf.indexOf("\n\n")) >= 0) {
-        const ev = buf.slice(0, i).trim();
-        buf = buf.slice(i + 2);
-        if (!ev.startsWith("data: ") || ev === "data: [DONE]") continue;
-        const j = JSON.parse(ev.slice(6));
-        if (j.error) return { ok: false, error: j.error.message, ttftMs: 0, tpotMs: null, tokens: 0, text };
-        if (j.usage) tokens = j.usage.completion_tokens;
-        const delta = j.choices?.[0]?.delta?.content;
-        if (delta) {
-          const now = performance.now();
-          first ??= now;
-          last = now;
-          text += delta;
-        }
+    for await (const j of sseEvents(r.body)) {
+      if (j.error) return { ok: false, error: j.error.message, ttftMs: 0, tpotMs: null, tokens: 0, text };
+      if (j.usage) tokens = j.usage.completion_tokens;
+      const delta = j.choices?.[0]?.delta?.content;
+      if (delta) {
+        const now = performance.now();
+        first ??= now;
+        last = now;
+        text += delta;
       }
     }
     if (first === null) return { ok: false, error: "no content arrived", ttftMs: 0, tpotMs: null, tokens, text };
