@@ -5,26 +5,13 @@
 // encoder), because the point is a /health that cannot answer, which a real worker must not do.
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { encodeEvent, type WorkerEvent, type WorkerHealth } from "@airm/internal-api";
+import { encodeEvent, type WorkerEvent } from "@airm/internal-api";
 import { afterAll, describe, expect, it } from "vitest";
 import { createGatewayApp, EndpointPool, GatewayMetrics, Orchestrator } from "../src/index.ts";
+import { scriptedHealth } from "./scripted-health.ts";
 
 const MODEL = "scripted";
-const health: WorkerHealth = {
-  status: "ok",
-  ready: true,
-  role: "solo",
-  backend: "scripted",
-  engine: "scripted",
-  device: null,
-  model: { id: MODEL, architecture: "llama", layers: 1, kvHeads: 1, headDim: 8, vocabSize: 16, modelFingerprint: "m", numericsFingerprint: "n" },
-  seqLen: 64,
-  variants: [{ batch: 1, seqLen: 64 }],
-  transport: null,
-  leases: { outstanding: 0, expired: 0 },
-  requests: { waiting: 0, running: 0 },
-  error: null,
-};
+const health = scriptedHealth(MODEL);
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

@@ -3,34 +3,16 @@
 // /health answers (no generation is reached).
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import type { WorkerHealth } from "@airm/internal-api";
 import { afterAll, expect, it } from "vitest";
 import { createGatewayApp, EndpointPool, GatewayMetrics, Orchestrator } from "../src/index.ts";
+import { scriptedHealth } from "./scripted-health.ts";
 
 const servers: Server[] = [];
 let generations = 0;
 
-function healthOf(id: string): WorkerHealth {
-  return {
-    status: "ok",
-    ready: true,
-    role: "solo",
-    backend: "scripted",
-    engine: "scripted",
-    device: null,
-    model: { id, architecture: "llama", layers: 1, kvHeads: 1, headDim: 8, vocabSize: 16, modelFingerprint: id, numericsFingerprint: "n" },
-    seqLen: 64,
-    variants: [{ batch: 1, seqLen: 64 }],
-    transport: null,
-    leases: { outstanding: 0, expired: 0 },
-    requests: { waiting: 0, running: 0 },
-    error: null,
-  };
-}
-
 function worker(id: string): Promise<string> {
   const server = createServer((req, res) => {
-    if (req.url === "/health") return void res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(healthOf(id)));
+    if (req.url === "/health") return void res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(scriptedHealth(id)));
     generations++;
     res.writeHead(500).end();
   });
