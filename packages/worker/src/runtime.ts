@@ -44,6 +44,8 @@ export class WorkerRuntime {
   /** Prompt tokens of prefills that looked up the engine's prefix cache, and the tokens it gave. */
   private prefixQueried = 0;
   private prefixHit = 0;
+  /** Whether the loaded engine keeps a prefix cache (read once, at markReady). */
+  private prefixCacheOn = false;
   private state: { kind: "loading" } | ({ kind: "ready" } & Serving) | { kind: "failed"; error: string } = { kind: "loading" };
 
   constructor(o: RuntimeOptions) {
@@ -82,7 +84,7 @@ export class WorkerRuntime {
   /** Records a finished prefill: its time, and what the engine's prefix cache (if on) gave. */
   notePrefill(promptTokens: number, cachedTokens: number, prefillMs: number): void {
     this.metrics.prefillMs.observe(prefillMs);
-    if ((this.serving?.engine.stats?.().prefixCache?.capacity ?? 0) > 0) {
+    if (this.prefixCacheOn) {
       this.prefixQueried += promptTokens;
       this.prefixHit += cachedTokens;
     }
@@ -108,6 +110,7 @@ export class WorkerRuntime {
   markReady(s: Omit<Serving, "batcher">): void {
     const b = s.engine.activeVariant?.batch ?? this.slots.capacity;
     this.slots.capacity = b;
+    this.prefixCacheOn = (s.engine.stats?.().prefixCache?.capacity ?? 0) > 0;
     this.state = { kind: "ready", ...s, batcher: new DecodeBatcher(s.engine, b, (n) => this.metrics.decodeBatch.observe(n)) };
   }
 
