@@ -33,6 +33,8 @@ export class PodRunner {
   /** Service (name.namespace) -> its stable address and the port forwarders listening there. */
   private readonly services = new Map<string, { ip: string; servers: Server[] }>();
   private podList: Obj[] = [];
+  /** The Services as last listed, by name.namespace. */
+  private readonly serviceSpecs = new Map<string, Obj>();
   private nextService = 1;
   private stopped = false;
   private loop: Promise<void> | null = null;
@@ -118,11 +120,13 @@ export class PodRunner {
     for (const svc of services) {
       const key = `${svc.metadata.name}.${svc.metadata.namespace}`;
       seen.add(key);
+      this.serviceSpecs.set(key, svc);
       if (this.services.has(key) || !svc.spec.selector) continue;
       const ip = `127.2.0.${this.nextService++}`;
       const servers = (svc.spec.ports as Obj[]).map((port) => {
         const srv = createServer((sock) => {
-          const pod = this.podOf(svc, this.podList);
+          // The Service as it is now (an upgrade may have changed its selector).
+          const pod = this.podOf(this.serviceSpecs.get(key) ?? svc, this.podList);
           const target = pod ? this.targetPort(pod, port.targetPort ?? port.port) : undefined;
           if (!pod || target === undefined) return void sock.destroy();
           const up = connect(target, pod.status.podIP);
@@ -140,6 +144,7 @@ export class PodRunner {
       if (seen.has(key)) continue;
       for (const srv of svc.servers) srv.close();
       this.services.delete(key);
+      this.serviceSpecs.delete(key);
     }
   }
 
