@@ -91,6 +91,8 @@ export async function loadWeights(llama: LlamaModule, ckpt: CpuCheckpoint, weigh
 
 let streamCounter = 0;
 
+const yieldToLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
+
 class EngineStream implements KVStream {
   readonly id: string;
   readonly seqLen: number;
@@ -173,8 +175,13 @@ export class CpuBackedEngine implements Engine {
     const llama = LLAMA;
     const ckpt = await llama.loadCheckpoint(modelPath);
     try {
+      // Each step below computes for a few hundred ms; between them the event loop answers the
+      // worker's /health and /metrics ("loading") instead of leaving probes to time out.
+      await yieldToLoop();
       const hashes = checkpointHashes(ckpt, spec.artifactCache?.dir ?? null);
+      await yieldToLoop();
       const weights = await loadWeights(llama, ckpt, hashes.fingerprint, spec.threads, spec.artifactCache);
+      await yieldToLoop();
       const engine = new CpuBackedEngine(spec, llama, ckpt, hashes, weights);
       engine.prepareArena(engine.active);
       return engine;

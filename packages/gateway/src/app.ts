@@ -9,7 +9,9 @@ export type { GatewayAppOptions } from "./openai/routes.ts";
 export function createGatewayApp(o: GatewayAppOptions): Hono {
   const app = new Hono();
   app.onError((err) => (err instanceof ApiError ? err : new ApiError(500, "internal_error", `gateway error: ${(err as Error).message}`)).toResponse());
-  app.notFound((c) => new ApiError(404, "not_found", `no route ${c.req.method} ${c.req.path}; see /v1/completions, /v1/chat/completions, /v1/models, /health`).toResponse());
+  app.notFound((c) =>
+    new ApiError(404, "not_found", `no route ${c.req.method} ${c.req.path}; see /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics`).toResponse(),
+  );
   openAIRoutes(app, o);
   return app;
 }

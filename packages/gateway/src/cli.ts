@@ -21,7 +21,8 @@ export const GATEWAY_COMMAND = defineCommand({
     maxBodyBytes: flagOf(int({ min: 1024 }), { default: 1 << 20, doc: "largest request body" }),
   },
   env: [GATEWAY_CONFIG, RM_CORE_CONFIG],
-  notes: "Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health.",
+  notes:
+    "Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics (airm_* and the vllm:* gauges an endpoint picker reads). A request with x-prefiller-host-port runs its prefill on that prefill worker when it is one of --prefill (else 403).",
 });
 
 /** Runs the CLI; resolves with an exit code once the gateway has stopped (or failed to start). */

@@ -26,7 +26,7 @@ export interface Endpoint {
 export const RECOVERY_PROBE_MS = 250;
 
 export class EndpointPool {
-  readonly endpoints: Endpoint[];
+  endpoints: Endpoint[];
   private timer: NodeJS.Timeout | undefined;
   private turn = 0;
 
@@ -37,10 +37,33 @@ export class EndpointPool {
     /** How long a busy endpoint (requests outstanding) stays up on progress alone while its probes time out. */
     private readonly busyGraceMs = 15_000,
   ) {
+    this.endpoints = urls.map((u) => this.endpoint(u));
+  }
+
+  private endpoint(u: string): Endpoint {
+    const client = new WorkerClient(u, `${this.role} worker ${u.replace(/\/+$/, "")}`);
+    return { url: client.url, client, outstanding: 0, healthy: false, health: null, lastError: "not probed yet", probedAt: 0, aliveAt: 0 };
+  }
+
+  /**
+   * Replaces the members (a pool discovered at run time): endpoints kept keep their state, new
+   * ones are probed at once, removed ones are no longer picked (requests on them finish).
+   */
+  setUrls(urls: string[]): void {
+    const byUrl = new Map(this.endpoints.map((e) => [e.url, e]));
     this.endpoints = urls.map((u) => {
-      const client = new WorkerClient(u, `${role} worker ${u.replace(/\/+$/, "")}`);
-      return { url: client.url, client, outstanding: 0, healthy: false, health: null, lastError: "not probed yet", probedAt: 0, aliveAt: 0 };
+      const known = byUrl.get(new WorkerClient(u, "").url);
+      if (known) return known;
+      const e = this.endpoint(u);
+      void this.probe(e);
+      return e;
     });
+  }
+
+  /** The member at `url` (same normalisation as the pool's URLs), or undefined. */
+  byUrl(url: string): Endpoint | undefined {
+    const u = new WorkerClient(url, "").url;
+    return this.endpoints.find((e) => e.url === u);
   }
 
   /** A call on `e` made progress (an answer, a streamed event): it counts as liveness. */

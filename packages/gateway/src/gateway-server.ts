@@ -1,15 +1,18 @@
-// Starts a gateway: endpoint pools with health probes, the orchestrator, the OpenAI app on its
-// port and, when asked, the airm_* metrics on a separate port. Used by the CLI and by tests.
+// Starts a gateway: endpoint pools with health probes, the orchestrator, the OpenAI app and
+// /metrics (airm_* and the pod's vllm:* gauges, which an endpoint picker scrapes) on its port and,
+// when asked, the same metrics on a separate port too. Used by the CLI and by tests.
 
 import { serve } from "@hono/node-server";
 import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { registerVllmGauges } from "@airm/internal-api";
 import { ConfigError } from "@airm/rm-core";
 import { createGatewayApp } from "./app.ts";
 import { EndpointPool } from "./endpoint-pool.ts";
 import { GATEWAY_CONFIG, type GatewayConfig } from "./gateway-config.ts";
 import { GatewayMetrics } from "./gateway-metrics.ts";
 import { Orchestrator } from "./orchestrator/index.ts";
+import { decodeSlots, podGeometry, podLoad } from "./pod-load.ts";
 
 export interface GatewayOptions extends Partial<GatewayConfig> {
   port: number;
@@ -68,7 +71,13 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
   await Promise.all(all.map((p) => p.start(cfg.healthIntervalMs)));
   const orchestrator = new Orchestrator({ ...pools, prefillTimeoutMs: cfg.prefillTimeoutMs, decodeIdleTimeoutMs: cfg.decodeIdleTimeoutMs, kvTimeoutMs: cfg.kvTimeoutMs });
   const metrics = new GatewayMetrics();
-  const app = createGatewayApp({ orchestrator, pools: all, modelPool: pools.solo ?? pools.decode!, metrics, maxBodyBytes: cfg.maxBodyBytes });
+  const servingPool = pools.solo ?? pools.decode!;
+  registerVllmGauges(
+    metrics.registry,
+    () => podLoad(orchestrator.inFlight, decodeSlots(servingPool)),
+    () => podGeometry(servingPool),
+  );
+  const app = createGatewayApp({ orchestrator, pools: all, modelPool: servingPool, prefillPool: pools.prefill, metrics, maxBodyBytes: cfg.maxBodyBytes });
   const server = await listen(app.fetch, opts.port, host);
   const port = (server.address() as AddressInfo).port;
   let metricsServer: Server | undefined;

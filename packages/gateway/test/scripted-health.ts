@@ -15,7 +15,7 @@ export function scriptedHealth(model = "scripted"): WorkerHealth {
     variants: [{ batch: 1, seqLen: 64 }],
     transport: null,
     leases: { outstanding: 0, expired: 0 },
-    requests: { waiting: 0, running: 0 },
+    requests: { waiting: 0, running: 0, slots: 1 },
     error: null,
   };
 }

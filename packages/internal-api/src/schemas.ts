@@ -209,7 +209,7 @@ export const WorkerHealthSchema = z
     variants: z.array(z.object({ batch: z.number().int(), seqLen: z.number().int() }).strict()),
     transport: z.string().nullable(),
     leases: z.object({ outstanding: z.number().int(), expired: z.number().int() }).strict(),
-    requests: z.object({ waiting: z.number().int(), running: z.number().int() }).strict(),
+    requests: z.object({ waiting: z.number().int(), running: z.number().int(), slots: z.number().int().describe("requests the engine runs at once (its batch width)") }).strict(),
     error: z.string().nullable().describe("why the load failed"),
   })
   .strict();

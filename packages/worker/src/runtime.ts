@@ -2,7 +2,7 @@
 // slots, metrics and log, plus what loading produces (engine, transport, batcher), which moves
 // from loading to ready or failed exactly once. Routes ask `ready()` and get a 503 while loading.
 
-import { ApiError } from "@airm/internal-api";
+import { ApiError, slotGeometry } from "@airm/internal-api";
 import type { KVTransport, WorkerRole } from "@airm/rm-core";
 import type { Logger } from "pino";
 import { DecodeBatcher } from "./decode-batcher.ts";
@@ -69,10 +69,13 @@ export class WorkerRuntime {
       {
         waiting: () => this.slots.numWaiting + this.kvWaiting,
         running: () => this.slots.numRunning,
-        kvUsage: () => {
-          const s = this.serving?.engine.stats?.();
-          if (s && s.kvCapacityBytes > 0) return s.kvBytes / s.kvCapacityBytes;
-          return this.slots.numRunning / this.slots.capacity;
+        // The share of the KV the worker will really admit: each of its slots (the batch width)
+        // holds one request's full-context KV, so slots in use / slots. Not the engine's
+        // AIRM_KV_STREAMS capacity, which can exceed the slots and would never read full.
+        kvUsage: () => Math.min(1, this.slots.numRunning / this.slots.capacity),
+        geometry: () => {
+          const e = this.serving?.engine;
+          return e ? slotGeometry(this.slots.capacity, Math.max(...e.variants().map((v) => v.seqLen))) : null;
         },
         leases: () => this.leases.counters(),
         prefixCache: () => (this.serving ? { queriedTokens: this.prefixQueried, hitTokens: this.prefixHit } : null),

@@ -3,6 +3,7 @@
 // live state at scrape time; timings are observed by the routes.
 
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import { registerVllmGauges, type CacheGeometry } from "@airm/internal-api";
 import type { LeaseCounters } from "./kv-leases.ts";
 
 export interface WorkerState {
@@ -10,6 +11,8 @@ export interface WorkerState {
   running(): number;
   /** Share of KV slots in use, 0-1. */
   kvUsage(): number;
+  /** KV geometry of the slots, null while loading. */
+  geometry(): CacheGeometry | null;
   leases(): LeaseCounters;
   /** The engine's prompt-prefix reuse in tokens (queried: prompt tokens of prefills that looked; hit: tokens reused), when it has one. */
   prefixCache(): { queriedTokens: number; hitTokens: number } | null;
@@ -31,30 +34,7 @@ export class WorkerMetrics {
     this.registry.setDefaultLabels(labels);
     collectDefaultMetrics({ register: this.registry });
     const r = [this.registry];
-    new Gauge({
-      name: "vllm:num_requests_waiting",
-      help: "requests waiting for an engine slot",
-      registers: r,
-      collect() {
-        this.set(state.waiting());
-      },
-    });
-    new Gauge({
-      name: "vllm:num_requests_running",
-      help: "requests holding an engine slot",
-      registers: r,
-      collect() {
-        this.set(state.running());
-      },
-    });
-    new Gauge({
-      name: "vllm:kv_cache_usage_perc",
-      help: "share of the engine's KV slots in use (0-1)",
-      registers: r,
-      collect() {
-        this.set(state.kvUsage());
-      },
-    });
+    registerVllmGauges(this.registry, () => ({ waiting: state.waiting(), running: state.running(), kvUsage: state.kvUsage() }), state.geometry);
     new Gauge({
       name: "airm_kv_leases_outstanding",
       help: "KV leases open on this worker",

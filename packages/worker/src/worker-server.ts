@@ -66,6 +66,11 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
   const log = o.logger ?? pino({ name: `airm-worker-${o.role}`, level: cfg.logLevel }, pino.destination(2));
   const rt = new WorkerRuntime({ role: o.role, backend: o.backend, engineName, batch: o.batch ?? 1, leaseTtlMs: cfg.leaseTtlS * 1000, kvTimeoutMs: cfg.kvTimeoutMs, log });
   const host = o.host ?? "127.0.0.1";
+  // The engine's and the transport's code is imported before listening: importing (and, from the
+  // sources, compiling) it holds the event loop for a second or more, and a worker that accepts
+  // connections should answer /health and /metrics at once ("loading") rather than time out.
+  await registry.load("airm.workloads", engineName).catch(() => {});
+  if (kvName) await registry.load("airm.kv_transports", kvName).catch(() => {});
   const server = await listen(createWorkerApp(rt), o.port, host);
   const port = (server.address() as AddressInfo).port;
 

@@ -8,7 +8,7 @@ import type { Context, Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import type { EndpointPool } from "../endpoint-pool.ts";
 import type { GatewayMetrics } from "../gateway-metrics.ts";
-import { newRequestId, type Orchestrator } from "../orchestrator/index.ts";
+import { newRequestId, type Orchestrator, type Placement } from "../orchestrator/index.ts";
 import { jsonAnswer, sseAnswer } from "./answers.ts";
 import { Timing } from "./completion.ts";
 import { parseGenerationRequest, type GenerationRequest } from "./parse.ts";
@@ -19,6 +19,8 @@ export interface GatewayAppOptions {
   pools: EndpointPool[];
   /** The pool whose /health names the served model and context (decode or solo). */
   modelPool: EndpointPool;
+  /** The prefill workers (PD): where an x-prefiller-host-port header may send a prefill. */
+  prefillPool?: EndpointPool;
   metrics: GatewayMetrics;
   /** Largest accepted request body (bytes). */
   maxBodyBytes: number;
@@ -55,6 +57,34 @@ async function parseRequest(c: Context, kind: "completion" | "chat", o: GatewayA
   return req;
 }
 
+/** The header an llm-d endpoint picker sets to name the prefill pod (llm-d's routing-sidecar protocol). */
+export const PREFILLER_HEADER = "x-prefiller-host-port";
+
+/**
+ * Where the request's prefill runs: the pod an endpoint picker named in x-prefiller-host-port,
+ * which must be one of this gateway's prefill workers (anything else is refused: the header
+ * cannot send the gateway to an arbitrary host), else the prefill pool's pick.
+ */
+function placement(c: Context, o: GatewayAppOptions): Placement {
+  const named = c.req.header(PREFILLER_HEADER)?.trim();
+  if (!named) return {};
+  if (!o.prefillPool) throw new ApiError(400, "invalid_request", `${PREFILLER_HEADER} names a prefill pod, but this gateway runs solo workers`, PREFILLER_HEADER);
+  if (!/^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):\d{1,5}$/.test(named)) {
+    throw new ApiError(400, "invalid_request", `${PREFILLER_HEADER} must be host:port, got ${JSON.stringify(named.slice(0, 100))}`, PREFILLER_HEADER);
+  }
+  const ep = o.prefillPool.byUrl(`http://${named}`);
+  if (!ep) {
+    throw new ApiError(
+      403,
+      "prefiller_not_in_pool",
+      `${PREFILLER_HEADER} names ${named}, which is not one of this gateway's prefill workers (${o.prefillPool.endpoints.map((e) => e.url.replace(/^https?:\/\//, "")).join(", ") || "none known yet"})`,
+      PREFILLER_HEADER,
+    );
+  }
+  if (!ep.healthy) throw new ApiError(503, "no_healthy_worker", `the prefill worker ${named} named by ${PREFILLER_HEADER} is not healthy: ${ep.lastError ?? "unknown"}`);
+  return { prefill: ep };
+}
+
 /** Runs one completion request and answers it (JSON or SSE). */
 async function complete(c: Context, kind: "completion" | "chat", o: GatewayAppOptions): Promise<Response> {
   const req = await parseRequest(c, kind, o);
@@ -63,7 +93,7 @@ async function complete(c: Context, kind: "completion" | "chat", o: GatewayAppOp
   trace.getActiveSpan()?.setAttribute("airm.request_id", requestId);
   // Aborted when the client goes away: the request signal, or the SSE body being cancelled (which can come first).
   const clientGone = new AbortController();
-  const gen = o.orchestrator.run(req, requestId, AbortSignal.any([c.req.raw.signal, clientGone.signal]));
+  const gen = o.orchestrator.run(req, requestId, AbortSignal.any([c.req.raw.signal, clientGone.signal]), placement(c, o));
   const r = await gen.next();
   if (r.done || r.value.type !== "first") throw new ApiError(502, "worker_stream_broken", "the worker answered without a first token");
   const answer = {
@@ -86,6 +116,8 @@ export function openAIRoutes(app: Hono, o: GatewayAppOptions): void {
     const ok = o.pools.every((p) => p.endpoints.some((e) => e.healthy));
     return c.json({ status: ok ? "ok" : "degraded", mode: o.orchestrator.isSolo ? "solo" : "pd", roles }, ok ? 200 : 503);
   });
+
+  app.get("/metrics", async () => new Response(await o.metrics.registry.metrics(), { headers: { "content-type": o.metrics.registry.contentType } }));
 
   app.get("/v1/models", (c) => {
     const created = Math.floor(Date.now() / 1000);

@@ -3,7 +3,7 @@
 // for a worker fault; knows nothing about the OpenAI wire format or stop strings.
 
 import { randomBytes } from "node:crypto";
-import type { EndpointPool } from "../endpoint-pool.ts";
+import type { Endpoint, EndpointPool } from "../endpoint-pool.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
 import type { GenEvent } from "./gen-events.ts";
 import { runPd } from "./pd.ts";
@@ -25,8 +25,23 @@ export function newRequestId(): string {
   return `cmpl-${randomBytes(12).toString("hex")}`;
 }
 
+/** Where a request runs when the caller chose (an endpoint picker's header). */
+export interface Placement {
+  prefill?: Endpoint;
+}
+
 export class Orchestrator {
+  /** Requests that have not had their first token yet (queued or in prefill). */
+  private beforeFirst = 0;
+  /** Requests streaming tokens after their first. */
+  private streaming = 0;
+
   constructor(private readonly o: OrchestratorOptions) {}
+
+  /** The requests this gateway holds, by stage (for the vllm:* gauges). */
+  get inFlight(): { beforeFirst: number; streaming: number } {
+    return { beforeFirst: this.beforeFirst, streaming: this.streaming };
+  }
 
   /** True when the gateway runs against a solo worker instead of a prefill/decode pair. */
   get isSolo(): boolean {
@@ -37,9 +52,28 @@ export class Orchestrator {
    * The events of one generation. Abandoning the generator (return()) or aborting `signal` ends
    * the request on the workers. Throws ApiError for worker faults (5xx) and rejected input (4xx).
    */
-  run(req: GenerationRequest, requestId: string, signal: AbortSignal): AsyncGenerator<GenEvent> {
+  run(req: GenerationRequest, requestId: string, signal: AbortSignal, at: Placement = {}): AsyncGenerator<GenEvent> {
     const { prefill, decode, solo } = this.o;
-    if (solo) return runSolo(solo, this.o, req, requestId, signal);
-    return runPd({ ...this.o, prefill: prefill!, decode: decode! }, req, requestId, signal);
+    if (solo) return this.counted(runSolo(solo, this.o, req, requestId, signal));
+    return this.counted(runPd({ ...this.o, prefill: prefill!, decode: decode!, prefillAt: at.prefill }, req, requestId, signal));
+  }
+
+  /** `gen`, counted as before-first until its first event and as streaming after it, until it ends. */
+  private async *counted(gen: AsyncGenerator<GenEvent>): AsyncGenerator<GenEvent> {
+    let first = false;
+    this.beforeFirst++;
+    try {
+      for await (const ev of gen) {
+        if (!first) {
+          first = true;
+          this.beforeFirst--;
+          this.streaming++;
+        }
+        yield ev;
+      }
+    } finally {
+      if (first) this.streaming--;
+      else this.beforeFirst--;
+    }
   }
 }

@@ -19,6 +19,8 @@ export interface PdOptions {
   prefillTimeoutMs: number;
   decodeIdleTimeoutMs: number;
   kvTimeoutMs: number;
+  /** The prefill endpoint an endpoint picker named for this request (x-prefiller-host-port); else the pool picks. */
+  prefillAt?: Endpoint;
 }
 
 function pickOrFail(pool: EndpointPool): Endpoint {
@@ -51,7 +53,7 @@ class PdRequest {
     readonly req: GenerationRequest,
     readonly requestId: string,
   ) {
-    this.pre = pickOrFail(o.prefill);
+    this.pre = o.prefillAt ?? pickOrFail(o.prefill);
     this.dec = pickOrFail(o.decode);
     this.pre.outstanding++;
     this.dec.outstanding++;

@@ -53,7 +53,7 @@ export function health(rt: WorkerRuntime): WorkerHealth {
     variants: e?.variants() ?? [],
     transport: s?.transport?.name ?? null,
     leases: { outstanding: leases.outstanding, expired: leases.expired },
-    requests: { waiting: rt.slots.numWaiting + rt.kvWaiting, running: rt.slots.numRunning },
+    requests: { waiting: rt.slots.numWaiting + rt.kvWaiting, running: rt.slots.numRunning, slots: rt.slots.capacity },
     error: rt.loadError,
   };
 }

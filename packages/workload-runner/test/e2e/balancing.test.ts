@@ -46,6 +46,41 @@ describe("balancing over several endpoints", () => {
     expect(await settledLeftovers(pd.clusterDir!)).toEqual([]);
   });
 
+  it("runs the prefill on the pod an endpoint picker names (x-prefiller-host-port) and refuses any other host", async () => {
+    const id = ((await (await fetch(`${pd.url}/v1/models`)).json()) as any).data[0].id;
+    const body = { model: id, prompt: "named prefill", max_tokens: 4, temperature: 0 };
+    const before = await Promise.all(prefill.map((p) => served(p, "prefill")));
+    const named = prefill[1].url.replace(/^http:\/\//, "");
+    const rs = await Promise.all(Array.from({ length: 4 }, () => postJson(`${pd.url}/v1/completions`, body, { "x-prefiller-host-port": named })));
+    expect(rs.map((r) => r.status)).toEqual([200, 200, 200, 200]);
+    expect(await served(prefill[1], "prefill")).toBe(before[1] + 4);
+    expect(await served(prefill[0], "prefill")).toBe(before[0]);
+    // Not a prefill worker of this gateway (a metadata address, the decode worker): 403, nothing runs.
+    for (const other of ["169.254.169.254:80", decode[0].url.replace(/^http:\/\//, "")]) {
+      const r = await postJson(`${pd.url}/v1/completions`, body, { "x-prefiller-host-port": other });
+      expect(r.status).toBe(403);
+      expect(r.body.error.code).toBe("prefiller_not_in_pool");
+      expect(r.body.error.param).toBe("x-prefiller-host-port");
+    }
+    const bad = await postJson(`${pd.url}/v1/completions`, body, { "x-prefiller-host-port": "http://evil/" });
+    expect(bad.status).toBe(400);
+    expect(await served(prefill[0], "prefill")).toBe(before[0]);
+    expect(await served(prefill[1], "prefill")).toBe(before[1] + 4);
+  });
+
+  it("serves the pod's vllm:* gauges on the gateway's own port", async () => {
+    const text = await (await fetch(`${pd.url}/metrics`)).text();
+    for (const name of ["vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"]) {
+      expect(text).toMatch(new RegExp(`^${name} 0$`, "m"));
+    }
+    expect(text).toMatch(/^vllm:lora_requests_info\{max_lora="0",running_lora_adapters="",waiting_lora_adapters=""\} \d+/m);
+    // The decode workers' slots (batch widths) of S=128 tokens each, in blocks of 16 tokens.
+    const slots = (await Promise.all(decode.map(async (d) => ((await (await fetch(`${d.url}/health`)).json()) as any).requests.slots))).reduce((a, b) => a + b, 0);
+    expect(slots).toBeGreaterThanOrEqual(2);
+    expect(text).toMatch(new RegExp(`^vllm:cache_config_info\\{block_size="16",num_gpu_blocks="${(slots * S) / 16}"\\} 1$`, "m"));
+    expect(text).toMatch(/^airm_tok_s /m);
+  });
+
   it("skips a prefill endpoint that went away, before any health probe noticed", async () => {
     const id = ((await (await fetch(`${pd.url}/v1/models`)).json()) as any).data[0].id;
     await prefill[0].stop("SIGKILL");

@@ -38,8 +38,8 @@ export function cluster(o: ClusterOptions): Promise<RunningCluster> {
 }
 
 /** POSTs JSON and returns status + parsed body. */
-export async function postJson(url: string, body: unknown): Promise<{ status: number; body: any }> {
-  const r = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+export async function postJson(url: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: any }> {
+  const r = await fetch(url, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
   const text = await r.text();
   try {
     return { status: r.status, body: JSON.parse(text) };

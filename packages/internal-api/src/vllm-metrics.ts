@@ -1,0 +1,84 @@
+// The vLLM-named gauges an llm-d / Gateway API Inference Extension endpoint picker reads from a
+// model server's /metrics (GIE v1.5.0's core metrics extractor): the queue, the running requests,
+// the KV usage, and the two info gauges it parses for LoRA and cache geometry. Workers and the
+// gateway both export them, each from its own view of the load (docs/llm-d.md has the formulas).
+
+import { Gauge, type Registry } from "prom-client";
+
+export interface ServingLoad {
+  waiting: number;
+  running: number;
+  /** Share of the KV capacity the server will admit that is in use, 0-1. */
+  kvUsage: number;
+}
+
+export interface CacheGeometry {
+  /** Tokens per KV block (the picker's prefix-hash granularity when it auto-tunes). */
+  blockSize: number;
+  /** KV blocks the server admits (its slots x context / blockSize). */
+  numBlocks: number;
+}
+
+/** The block size the project reports: vLLM's default, a sensible prefix-hash granularity. */
+export const VLLM_BLOCK_SIZE = 16;
+
+/** KV geometry of `slots` requests of up to `seqLen` tokens each, in VLLM_BLOCK_SIZE blocks. */
+export function slotGeometry(slots: number, seqLen: number): CacheGeometry {
+  return { blockSize: VLLM_BLOCK_SIZE, numBlocks: slots * Math.ceil(seqLen / VLLM_BLOCK_SIZE) };
+}
+
+/**
+ * Registers vllm:num_requests_waiting, vllm:num_requests_running, vllm:kv_cache_usage_perc,
+ * vllm:lora_requests_info (no adapters: max_lora 0, value the start time as vLLM does) and
+ * vllm:cache_config_info (omitted while `geometry()` is null, e.g. before the engine loaded).
+ * Values are read at scrape time.
+ */
+export function registerVllmGauges(registry: Registry, load: () => ServingLoad, geometry: () => CacheGeometry | null): void {
+  const registers = [registry];
+  new Gauge({
+    name: "vllm:num_requests_waiting",
+    help: "requests waiting to be scheduled",
+    registers,
+    collect() {
+      this.set(load().waiting);
+    },
+  });
+  new Gauge({
+    name: "vllm:num_requests_running",
+    help: "requests being served (holding a slot)",
+    registers,
+    collect() {
+      this.set(load().running);
+    },
+  });
+  new Gauge({
+    name: "vllm:kv_cache_usage_perc",
+    help: "share of the admitted KV capacity in use (0-1): slots running / slots",
+    registers,
+    collect() {
+      this.set(load().kvUsage);
+    },
+  });
+  const started = Date.now() / 1000;
+  new Gauge({
+    name: "vllm:lora_requests_info",
+    help: "LoRA adapters running and waiting (none are served); the value is when this was started (unix s)",
+    labelNames: ["max_lora", "running_lora_adapters", "waiting_lora_adapters"],
+    registers,
+    collect() {
+      this.reset();
+      this.set({ max_lora: "0", running_lora_adapters: "", waiting_lora_adapters: "" }, started);
+    },
+  });
+  new Gauge({
+    name: "vllm:cache_config_info",
+    help: "KV cache geometry: block_size tokens per block, num_gpu_blocks blocks admitted",
+    labelNames: ["block_size", "num_gpu_blocks"],
+    registers,
+    collect() {
+      this.reset();
+      const g = geometry();
+      if (g) this.set({ block_size: String(g.blockSize), num_gpu_blocks: String(g.numBlocks) }, 1);
+    },
+  });
+}
