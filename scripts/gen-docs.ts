@@ -8,6 +8,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { ATOM_VENDOR_CONFIG } from "../packages/engine-atom/src/index.ts";
 import { ENGINE_CONFIG } from "../packages/engine-kit/src/index.ts";
+import { EPP_CONFIG } from "../packages/epp/src/epp-config.ts";
 import { RNGD_VENDOR_CONFIG } from "../packages/engine-rngd/src/index.ts";
 import { GATEWAY_CONFIG } from "../packages/gateway/src/index.ts";
 import { schemaTables } from "../packages/internal-api/src/index.ts";
@@ -35,6 +36,7 @@ export const PACKAGE_CONFIGS: Record<string, ConfigSpec<OptionMap>[]> = {
   "engine-atom": [ATOM_VENDOR_CONFIG],
   worker: [WORKER_CONFIG],
   gateway: [GATEWAY_CONFIG],
+  epp: [EPP_CONFIG],
   "workload-runner": [SWEEP_SITE_CONFIG],
 };
 

@@ -1,0 +1,7 @@
+#!/usr/bin/env node
+// In the workspace the TypeScript sources run through tsx; a published package runs dist.
+import { existsSync } from "node:fs";
+const src = new URL("../src/epp-cli.ts", import.meta.url);
+if (existsSync(src)) (await import("tsx/esm/api")).register();
+const { main } = await import(existsSync(src) ? src.href : new URL("../dist/epp-cli.js", import.meta.url).href);
+process.exitCode = await main(process.argv.slice(2), process.env);

@@ -1,0 +1,34 @@
+// What the picker routes to: a model-server endpoint (address, port, role, name) and the two
+// headers of the protocol it answers Envoy with. Where endpoints come from is an EndpointSource's
+// business (endpoint-source.ts); how loaded they are is the scraper's (metrics-scraper.ts).
+
+/** What an endpoint serves: the prefill half, the decode half, or whole requests. */
+export type Role = "prefill" | "decode" | "both";
+
+export const ROLES: readonly Role[] = ["prefill", "decode", "both"];
+
+export interface Endpoint {
+  /** IP address (or host name) Envoy connects to. */
+  address: string;
+  port: number;
+  role: Role;
+  /** A name for logs and metrics (the pod name in Kubernetes). */
+  name: string;
+}
+
+/** The header and dynamic-metadata key that names the destination (GIE's DestinationEndpointKey). */
+export const DESTINATION_HEADER = "x-gateway-destination-endpoint";
+/** The dynamic-metadata namespace Envoy's load balancer reads the destination from. */
+export const DESTINATION_NAMESPACE = "envoy.lb";
+/** The header that names the prefill pod to the decode pod (llm-d's routing-sidecar protocol). */
+export const PREFILLER_HEADER = "x-prefiller-host-port";
+
+/** "address:port" ("[v6]:port" for IPv6 addresses), the endpoint's identity everywhere. */
+export function hostPortOf(e: { address: string; port: number }): string {
+  return e.address.includes(":") ? `[${e.address}]:${e.port}` : `${e.address}:${e.port}`;
+}
+
+/** True when an endpoint of `role` can be a request's destination (it decodes). */
+export function decodes(role: Role): boolean {
+  return role === "decode" || role === "both";
+}

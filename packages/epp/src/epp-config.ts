@@ -1,0 +1,31 @@
+// What configures an endpoint picker (airm-epp): where its endpoints come from, its ports, how
+// often it scrapes them, and what it does when it fails. Declared once; the command line's flags
+// and --help are printed from these rows. Only the pool's namespace has an environment variable
+// (POD_NAMESPACE, which a pod gets from the downward API); the Kubernetes client reads KUBECONFIG
+// itself.
+
+import { defineConfig, int, oneOf, opt, text } from "@airm/rm-core";
+import { FAILURE_MODES } from "./request-router.ts";
+
+export const EPP_CONFIG = defineConfig("@airm/epp", {
+  grpcPort: opt(int({ min: 0, max: 65535 }), { default: 9002, doc: "Port of the ext_proc gRPC server Envoy calls (also serves grpc.health.v1); 0 picks a free one." }),
+  host: opt(text({ label: "address" }), {
+    default: "127.0.0.1",
+    doc: "Address every port binds. The loopback unless told: a pod passes 0.0.0.0 so Envoy can reach it.",
+  }),
+  poolName: opt(text({ label: "name" }), { doc: "Kubernetes mode: the InferencePool (inference.networking.k8s.io/v1) whose pods are the endpoints." }),
+  poolNamespace: opt(text({ label: "namespace" }), { env: "POD_NAMESPACE", default: "default", doc: "Namespace of the InferencePool and its pods." }),
+  poolPollMs: opt(int({ min: 100 }), { default: 1000, doc: "Kubernetes mode: how often the pool and its pods are listed, in ms." }),
+  endpointsFile: opt(text({ label: "path" }), {
+    doc: "Static mode: a JSON or YAML list of endpoints [{address, port, role, name}], re-read when it changes.",
+  }),
+  metricsPort: opt(int({ min: 0, max: 65535 }), { default: 9090, doc: "Port of the picker's own GET /metrics (Prometheus) and GET /health; 0 picks a free one." }),
+  healthPort: opt(int({ min: 0, max: 65535 }), { default: 9003, doc: "A second gRPC port serving only grpc.health.v1 (GIE's 9003); 0 picks a free one." }),
+  scrapeIntervalMs: opt(int({ min: 1 }), { default: 50, doc: "How often each endpoint's /metrics is scraped, in ms." }),
+  staleAfterMs: opt(int({ min: 1 }), { default: 2000, doc: "An endpoint whose last good scrape is older than this (ms) is not picked; all stale answers 503." }),
+  failureMode: opt(oneOf(FAILURE_MODES), {
+    default: "FailClose",
+    doc: "When the picker itself fails: FailOpen routes to any endpoint in turn, FailClose answers 500.",
+  }),
+  logLevel: opt(oneOf(["debug", "info", "warn", "error", "silent"] as const), { default: "info", doc: "Log level of the JSON logs on stderr (debug logs every pick)." }),
+});

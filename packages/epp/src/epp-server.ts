@@ -1,0 +1,151 @@
+// Starts a whole endpoint picker in this process: the endpoint source, the metrics scraper, the
+// picker, the ext_proc gRPC server (with the gRPC health service on the same port), the
+// optional health-only gRPC port (GIE serves health on 9003) and the metrics HTTP port. The
+// CLI (epp-cli.ts), the tests and the bench all start it through startEpp().
+
+import { Server, ServerCredentials, type ServerDuplexStream } from "@grpc/grpc-js";
+import type { EndpointSource } from "./endpoint-source.ts";
+import { hostPortOf } from "./endpoint.ts";
+import { EppMetrics, startMetricsServer, type MetricsServer } from "./epp-metrics.ts";
+import type { ProcessingResponse } from "./ext-proc-messages.ts";
+import { serveProcessStream, type ProcessingRequest } from "./ext-proc-stream.ts";
+import { HealthService } from "./health-service.ts";
+import { silentLog, type Log } from "./log.ts";
+import { isFresh, MetricsScraper } from "./metrics-scraper.ts";
+import { Picker, type PickerOptions } from "./picker.ts";
+import { protos } from "./protos.ts";
+import { PickingRouter, type FailureMode } from "./request-router.ts";
+
+export interface EppOptions {
+  source: EndpointSource;
+  /** Address the gRPC and metrics ports bind (default 127.0.0.1). */
+  host?: string;
+  /** ext_proc (and health) gRPC port; 0 picks a free one (default 9002). */
+  grpcPort?: number;
+  /** Health-only gRPC port; 0 picks a free one, null serves none (default null). */
+  healthPort?: number | null;
+  /** Metrics HTTP port; 0 picks a free one, null serves none (default null). */
+  metricsPort?: number | null;
+  /** /metrics scrape period of every endpoint, ms (default 50). */
+  scrapeIntervalMs?: number;
+  /** Endpoints whose last good scrape is older are skipped, ms (default 2000). */
+  staleAfterMs?: number;
+  /** What happens when the picker itself fails (default FailClose: 500). */
+  failureMode?: FailureMode;
+  /** Request bodies above this are refused with 413 (default 16 MiB). */
+  maxBodyBytes?: number;
+  /** Scoring knobs (weights, saturation limits, prefix index). */
+  picker?: Omit<PickerOptions, "staleAfterMs">;
+  log?: Log;
+}
+
+export interface Epp {
+  /** "host:port" of the ext_proc gRPC server. */
+  readonly address: string;
+  readonly grpcPort: number;
+  readonly healthPort: number | null;
+  readonly metricsPort: number | null;
+  readonly picker: Picker;
+  readonly scraper: MetricsScraper;
+  readonly metrics: EppMetrics;
+  readonly health: HealthService;
+  close(): Promise<void>;
+}
+
+/** grpc-js options: channelz bookkeeping off (it costs per stream and nothing reads it). */
+const SERVER_OPTIONS = { "grpc.enable_channelz": 0 };
+
+function bind(server: Server, host: string, port: number): Promise<number> {
+  const addr = host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
+  return new Promise((resolve, reject) => server.bindAsync(addr, ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))));
+}
+
+function shutdown(server: Server): Promise<void> {
+  return new Promise((resolve) => {
+    const force = setTimeout(() => server.forceShutdown(), 1000);
+    server.tryShutdown(() => {
+      clearTimeout(force);
+      resolve();
+    });
+  });
+}
+
+/** Starts a picker; resolves once its endpoint source has loaded and every port listens. Throws when the source cannot load or a port cannot be bound. */
+export async function startEpp(o: EppOptions): Promise<Epp> {
+  const log = o.log ?? silentLog;
+  const host = o.host ?? "127.0.0.1";
+  const staleAfterMs = o.staleAfterMs ?? 2000;
+  let metrics!: EppMetrics;
+  const scraper = new MetricsScraper({ intervalMs: o.scrapeIntervalMs ?? 50, onScrape: (s) => s.error && metrics.scrapeErrors.inc({ endpoint: s.key }) });
+  metrics = new EppMetrics(() => scraper.states(), staleAfterMs);
+  const picker = new Picker(scraper, { ...o.picker, staleAfterMs });
+  const router = new PickingRouter({ picker, failureMode: o.failureMode ?? "FailClose", metrics, log });
+  const health = new HealthService();
+  const { extProc, health: healthProto } = protos();
+
+  await o.source.start();
+  scraper.setEndpoints(o.source.endpoints());
+  const unsubscribe = o.source.onChange((eps) => scraper.setEndpoints(eps));
+  scraper.start();
+
+  const streamOptions = {
+    maxBodyBytes: o.maxBodyBytes ?? 16 * 1024 * 1024,
+    log,
+    onRefused: (status: number, code: string) => metrics.immediate.inc({ status: String(status), code }),
+  };
+  const grpc = new Server(SERVER_OPTIONS);
+  grpc.addService(extProc.service, { Process: (call: ServerDuplexStream<ProcessingRequest, ProcessingResponse>) => serveProcessStream(call, router, streamOptions) });
+  grpc.addService(healthProto.service, health.implementation());
+  const servers: Server[] = [grpc];
+  let metricsServer: MetricsServer | undefined;
+  try {
+    const grpcPort = await bind(grpc, host, o.grpcPort ?? 9002);
+    let healthPort: number | null = null;
+    if (o.healthPort !== undefined && o.healthPort !== null) {
+      const hs = new Server(SERVER_OPTIONS);
+      hs.addService(healthProto.service, health.implementation());
+      servers.push(hs);
+      healthPort = await bind(hs, host, o.healthPort);
+    }
+    const healthJson = () => {
+      const states = scraper.states();
+      const now = performance.now();
+      return {
+        status: "ok",
+        endpoints: states.length,
+        ready: states.filter((s) => isFresh(s, now, staleAfterMs)).map((s) => ({ endpoint: s.key, name: s.endpoint.name, role: s.endpoint.role })),
+      };
+    };
+    if (o.metricsPort !== undefined && o.metricsPort !== null) metricsServer = await startMetricsServer(metrics, healthJson, host, o.metricsPort);
+    health.setServing(true);
+    log.info(
+      { grpc: hostPortOf({ address: host, port: grpcPort }), healthPort, metricsPort: metricsServer?.port ?? null, endpoints: scraper.states().length },
+      "endpoint picker started",
+    );
+    return {
+      address: hostPortOf({ address: host, port: grpcPort }),
+      grpcPort,
+      healthPort,
+      metricsPort: metricsServer?.port ?? null,
+      picker,
+      scraper,
+      metrics,
+      health,
+      async close() {
+        health.setServing(false);
+        health.endWatches();
+        unsubscribe();
+        o.source.stop();
+        scraper.stop();
+        await Promise.all([...servers.map(shutdown), metricsServer?.close()]);
+      },
+    };
+  } catch (e) {
+    unsubscribe();
+    o.source.stop();
+    scraper.stop();
+    for (const s of servers) s.forceShutdown();
+    await metricsServer?.close();
+    throw e;
+  }
+}

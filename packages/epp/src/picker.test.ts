@@ -1,0 +1,96 @@
+import { expect, test } from "vitest";
+import type { Endpoint, Role } from "./endpoint.ts";
+import type { EndpointState } from "./metrics-scraper.ts";
+import { Picker } from "./picker.ts";
+import type { ServerLoad } from "./prometheus-text.ts";
+
+const clock = 10_000;
+const now = () => clock;
+
+function state(n: number, role: Role, load: Partial<ServerLoad> | null, over: Partial<EndpointState> = {}): EndpointState {
+  const endpoint: Endpoint = { address: `10.0.0.${n}`, port: 8000, role, name: `pod-${n}` };
+  return {
+    endpoint,
+    key: `10.0.0.${n}:8000`,
+    load: load && { waiting: 0, running: 0, kvUsage: 0, ...load },
+    scrapedAt: clock,
+    error: null,
+    picks: 0,
+    picksAtScrape: 0,
+    scraping: false,
+    ...over,
+  };
+}
+const pickerOf = (states: EndpointState[]) => new Picker({ states: () => states }, { now });
+const long = (seed: string) => seed.repeat(600);
+
+test("the least loaded decode endpoint wins; picks not yet scraped spread a burst", () => {
+  const s = [state(1, "decode", { waiting: 2 }), state(2, "decode", { waiting: 0 }), state(3, "decode", { waiting: 1 })];
+  const p = pickerOf(s);
+  const first = p.pick("m", "x");
+  expect(first.ok && [first.destination.key, first.reason, first.prefill]).toEqual(["10.0.0.2:8000", "least_loaded", null]);
+  const burst = Array.from({ length: 6 }, () => p.pick("m", "x")).map((r) => (r.ok ? r.destination.endpoint.name : r.code));
+  expect(new Set(burst).size).toBe(3);
+  expect(s.map((x) => x.picks).reduce((a, b) => a + b)).toBe(7);
+});
+
+test("stale and failing endpoints are skipped; all of them stale is a 503 that says why", () => {
+  const stale = state(1, "decode", { waiting: 0 }, { scrapedAt: clock - 2001 });
+  const failing = state(2, "decode", { waiting: 0 }, { error: "connect ECONNREFUSED" });
+  const fresh = state(3, "decode", { waiting: 4 });
+  const r = pickerOf([stale, failing, fresh]).pick("m", "x");
+  expect(r.ok && r.destination.key).toBe("10.0.0.3:8000");
+  const none = pickerOf([stale, failing, state(4, "decode", null)]).pick("m", "x");
+  expect(none.ok).toBe(false);
+  if (!none.ok) {
+    expect([none.status, none.code]).toEqual([503, "no_ready_endpoints"]);
+    expect(none.message).toMatch(/pod-1 .*2001 ms old.*pod-2 .*ECONNREFUSED.*pod-4 .*not scraped yet/);
+  }
+  const empty = pickerOf([state(5, "prefill", {})]).pick("m", "x");
+  expect(!empty.ok && [empty.status, empty.code]).toEqual([503, "no_endpoints"]);
+});
+
+test("saturated endpoints are skipped; all saturated is a 429", () => {
+  const s = [state(1, "decode", { waiting: 6 }), state(2, "decode", { kvUsage: 0.9 }), state(3, "decode", { waiting: 5, kvUsage: 0.8 })];
+  const r = pickerOf(s).pick("m", "x");
+  expect(r.ok && r.destination.key).toBe("10.0.0.3:8000");
+  const full = pickerOf(s.slice(0, 2)).pick("m", "x");
+  expect(!full.ok && [full.status, full.code]).toEqual([429, "all_endpoints_saturated"]);
+});
+
+test("a decode-only destination gets a prefill endpoint, chosen by load and prefix affinity", () => {
+  const s = [state(1, "decode", {}), state(2, "prefill", { waiting: 1 }), state(3, "prefill", { waiting: 0 })];
+  const p = pickerOf(s);
+  const a = p.pick("m", long("abc"));
+  expect(a.ok && [a.destination.key, a.prefill?.key, a.prefillReason]).toEqual(["10.0.0.1:8000", "10.0.0.3:8000", "least_loaded"]);
+  // The same prompt prefix goes back to pod 3 even once it is the busier one (but not saturated).
+  s[2].load = { waiting: 4, running: 6, kvUsage: 0.7 };
+  const b = p.pick("m", `${long("abc")} and more`);
+  expect(b.ok && [b.prefill?.key, b.prefillReason]).toEqual(["10.0.0.3:8000", "prefix_affinity"]);
+  s[2].load = { waiting: 6, running: 6, kvUsage: 0.7 };
+  const c = p.pick("m", long("abc"));
+  expect(c.ok && [c.prefill?.key, c.prefillReason]).toEqual(["10.0.0.2:8000", "only_candidate"]);
+});
+
+test("'both' destinations prefill themselves and get prefix affinity; decode-only ones need a prefill endpoint", () => {
+  const s = [state(1, "both", { waiting: 0 }), state(2, "both", { waiting: 0 })];
+  const p = pickerOf(s);
+  const first = p.pick("m", long("xyz"));
+  const again = Array.from({ length: 3 }, () => p.pick("m", long("xyz")));
+  for (const r of again) expect(r.ok && [r.destination.key, r.reason, r.prefill]).toEqual([first.ok && first.destination.key, "prefix_affinity", null]);
+  // Prefill endpoints exist but none is ready: decode-only endpoints cannot serve, "both" still can.
+  const mixed = [state(3, "decode", {}), state(4, "prefill", null, { error: "down" }), state(5, "both", { waiting: 3 })];
+  const m = pickerOf(mixed).pick("m", "x");
+  expect(m.ok && [m.destination.key, m.prefill]).toEqual(["10.0.0.5:8000", null]);
+  const noBoth = pickerOf(mixed.slice(0, 2)).pick("m", "x");
+  expect(!noBoth.ok && [noBoth.status, noBoth.code]).toEqual([503, "no_ready_endpoints"]);
+  expect(!noBoth.ok && noBoth.message).toMatch(/no prefill endpoint is ready/);
+});
+
+test("pickAny takes fresh decode-capable endpoints in turn, else any known one", () => {
+  const s = [state(1, "decode", {}), state(2, "prefill", {}), state(3, "both", {}), state(4, "decode", null, { error: "down" })];
+  const p = pickerOf(s);
+  expect([p.pickAny(), p.pickAny(), p.pickAny()].map((x) => x?.endpoint.name)).toEqual(["pod-1", "pod-3", "pod-1"]);
+  expect(pickerOf([s[3]]).pickAny()?.endpoint.name).toBe("pod-4");
+  expect(pickerOf([s[1]]).pickAny()).toBeNull();
+});

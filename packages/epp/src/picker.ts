@@ -1,0 +1,137 @@
+// Picks a request's endpoints from the scraper's states: a destination that decodes (role decode
+// or both) and, when the destination is decode-only and the pool has prefill endpoints, a prefill
+// endpoint for the x-prefiller-host-port header. Stale or failing endpoints are skipped,
+// saturated ones too; prefix affinity counts where the prompt is prefilled (the prefill endpoint,
+// or a "both" destination). Says why when nothing can be picked: 503 when nothing is ready, 429
+// when everything ready is saturated.
+
+import { decodes, type Role } from "./endpoint.ts";
+import { isFresh, pendingPicks, type EndpointState, type MetricsScraper } from "./metrics-scraper.ts";
+import { PrefixIndex } from "./prefix-index.ts";
+import { choose, DEFAULT_SATURATION, DEFAULT_WEIGHTS, isSaturated, type Candidate, type PickReason, type SaturationLimits, type Weights } from "./scoring.ts";
+
+export interface Picked {
+  ok: true;
+  destination: EndpointState;
+  reason: PickReason;
+  /** The prefill endpoint for a decode-only destination (null when the destination prefills itself). */
+  prefill: EndpointState | null;
+  prefillReason: PickReason | null;
+}
+
+/** Nothing could be picked: the HTTP status and OpenAI error the client gets. */
+export interface Refusal {
+  ok: false;
+  status: 429 | 503;
+  code: "no_endpoints" | "no_ready_endpoints" | "all_endpoints_saturated";
+  message: string;
+}
+
+export interface PickerOptions {
+  /** An endpoint whose last good scrape is older than this is stale (ms, default 2000). */
+  staleAfterMs?: number;
+  weights?: Weights;
+  saturation?: SaturationLimits;
+  prefix?: PrefixIndex;
+  /** The clock (performance.now() ms by default; tests pass their own). */
+  now?: () => number;
+}
+
+/** What a group of endpoints offers: the unsaturated fresh ones, or why there are none. */
+type Offer = { ok: true; open: EndpointState[] } | Refusal;
+
+export class Picker {
+  readonly staleAfterMs: number;
+  readonly weights: Weights;
+  readonly saturation: SaturationLimits;
+  readonly prefix: PrefixIndex;
+  private readonly now: () => number;
+  private turn = 0;
+
+  constructor(
+    private readonly scraper: Pick<MetricsScraper, "states">,
+    options: PickerOptions = {},
+  ) {
+    this.staleAfterMs = options.staleAfterMs ?? 2000;
+    this.weights = options.weights ?? DEFAULT_WEIGHTS;
+    this.saturation = options.saturation ?? DEFAULT_SATURATION;
+    this.prefix = options.prefix ?? new PrefixIndex();
+    this.now = options.now ?? (() => performance.now());
+  }
+
+  /** Picks for one request and counts the picks (they weigh on the next picks until scraped). */
+  pick(model: string, prompt: string): Picked | Refusal {
+    const states = this.scraper.states();
+    const now = this.now();
+    const prefillPool = states.filter((s) => s.endpoint.role === "prefill");
+    const prefillOffer = prefillPool.length ? this.offer(prefillPool, now, "prefill") : null;
+    // Decode-only destinations need a prefill endpoint; without one only "both" endpoints can serve.
+    const destPool = states.filter((s) => decodes(s.endpoint.role) && (prefillOffer === null || prefillOffer.ok || s.endpoint.role === "both"));
+    if (destPool.length === 0 && prefillOffer && !prefillOffer.ok) return prefillOffer;
+    const destOffer = this.offer(destPool, now, "decode");
+    if (!destOffer.ok) return destOffer;
+    const hashes = this.prefix.hashes(model, prompt);
+    this.turn++;
+    const dest = this.best(destOffer.open, hashes, (s) => s.endpoint.role === "both");
+    let prefill: { state: EndpointState; reason: PickReason } | null = null;
+    if (dest.state.endpoint.role === "decode" && prefillOffer?.ok) prefill = this.best(prefillOffer.open, hashes, () => true);
+    dest.state.picks++;
+    if (prefill) prefill.state.picks++;
+    const prefilledAt = prefill?.state ?? (dest.state.endpoint.role === "both" ? dest.state : null);
+    if (prefilledAt && hashes.length) this.prefix.record(hashes, prefilledAt.key);
+    return { ok: true, destination: dest.state, reason: dest.reason, prefill: prefill?.state ?? null, prefillReason: prefill?.reason ?? null };
+  }
+
+  /**
+   * Any decode-capable endpoint, in turn: fresh ones first, else any known one (fail-open and
+   * requests without a body, which GIE routes to a random endpoint). Null when the pool has none.
+   */
+  pickAny(): EndpointState | null {
+    const all = this.scraper.states().filter((s) => decodes(s.endpoint.role));
+    const now = this.now();
+    const fresh = all.filter((s) => isFresh(s, now, this.staleAfterMs));
+    const from = fresh.length ? fresh : all;
+    if (from.length === 0) return null;
+    const s = from[this.turn++ % from.length];
+    s.picks++;
+    return s;
+  }
+
+  /** Fresh (scraped within staleAfterMs, last scrape ok) endpoints of `states`. */
+  fresh(states: EndpointState[] = this.scraper.states()): EndpointState[] {
+    const now = this.now();
+    return states.filter((s) => isFresh(s, now, this.staleAfterMs));
+  }
+
+  private offer(pool: EndpointState[], now: number, what: Role): Offer {
+    if (pool.length === 0) return { ok: false, status: 503, code: "no_endpoints", message: `the pool has no ${what} endpoint` };
+    const fresh = pool.filter((s) => isFresh(s, now, this.staleAfterMs));
+    if (fresh.length === 0) {
+      const why = pool.map((s) => `${s.endpoint.name} (${s.key}): ${s.error ?? (s.load ? `metrics ${Math.round(now - s.scrapedAt)} ms old` : "not scraped yet")}`);
+      return { ok: false, status: 503, code: "no_ready_endpoints", message: `no ${what} endpoint is ready: ${why.join("; ")}` };
+    }
+    const open = fresh.filter((s) => !isSaturated(s.load!, this.saturation));
+    if (open.length === 0) {
+      const lim = this.saturation;
+      return {
+        ok: false,
+        status: 429,
+        code: "all_endpoints_saturated",
+        message: `every ready ${what} endpoint is saturated (more than ${lim.maxWaiting} requests waiting or KV cache over ${lim.maxKvUsage * 100}% used); retry later`,
+      };
+    }
+    return { ok: true, open };
+  }
+
+  private best(open: EndpointState[], hashes: number[], affinity: (s: EndpointState) => boolean): { state: EndpointState; reason: PickReason } {
+    const cands: Candidate[] = open.map((s) => ({
+      waiting: s.load!.waiting + pendingPicks(s),
+      running: s.load!.running,
+      kvUsage: s.load!.kvUsage,
+      prefixBlocks: affinity(s) ? this.prefix.matchedBlocks(hashes, s.key) : 0,
+      pending: pendingPicks(s),
+    }));
+    const c = choose(cands, this.weights, hashes.length, this.turn);
+    return { state: open[c.index], reason: c.reason };
+  }
+}

@@ -1,0 +1,64 @@
+// Turns a request body into a destination: parses it (400 when it cannot be routed), asks the
+// picker, and applies the failure mode when the picker itself fails (FailOpen: any endpoint in
+// turn; FailClose: 500). Counts picks and times each decision. Knows nothing of gRPC.
+
+import { hostPortOf } from "./endpoint.ts";
+import type { EppMetrics } from "./epp-metrics.ts";
+import type { RouteAnswer, Router } from "./ext-proc-stream.ts";
+import type { Log } from "./log.ts";
+import type { EndpointState } from "./metrics-scraper.ts";
+import type { Picker } from "./picker.ts";
+import { BadRequestBody, parseInferenceBody } from "./request-body.ts";
+import type { PickReason } from "./scoring.ts";
+
+export type FailureMode = "FailOpen" | "FailClose";
+export const FAILURE_MODES = ["FailOpen", "FailClose"] as const;
+
+export interface RouterOptions {
+  picker: Pick<Picker, "pick" | "pickAny">;
+  failureMode: FailureMode;
+  metrics?: EppMetrics;
+  log: Log;
+}
+
+export class PickingRouter implements Router {
+  constructor(private readonly o: RouterOptions) {}
+
+  route(body: Buffer | null, headers: Map<string, string>): RouteAnswer {
+    const t0 = performance.now();
+    const answer = this.decide(body, headers);
+    this.o.metrics?.decisionMs.observe(performance.now() - t0);
+    return answer;
+  }
+
+  private decide(body: Buffer | null, headers: Map<string, string>): RouteAnswer {
+    try {
+      if (body === null) return this.any("round_robin");
+      const req = parseInferenceBody(body);
+      const p = this.o.picker.pick(req.model, req.prompt);
+      if (!p.ok) return { kind: "refuse", status: p.status, code: p.code, message: p.message };
+      this.count(p.destination, p.reason);
+      if (p.prefill) this.count(p.prefill, p.prefillReason!);
+      const answer: RouteAnswer = { kind: "route", destination: p.destination.key, prefill: p.prefill?.key ?? null };
+      this.o.log.debug({ requestId: headers.get("x-request-id"), model: req.model, ...answer, reason: p.reason }, "picked");
+      return answer;
+    } catch (e) {
+      if (e instanceof BadRequestBody) return { kind: "refuse", status: 400, code: "invalid_request", message: e.message, param: e.param };
+      this.o.log.error({ err: (e as Error).message, failureMode: this.o.failureMode }, "picker failed");
+      if (this.o.failureMode === "FailOpen") return this.any("fail_open");
+      return { kind: "refuse", status: 500, code: "picker_error", message: `the endpoint picker failed: ${(e as Error).message}` };
+    }
+  }
+
+  /** Any decode-capable endpoint in turn (requests without a body, fail-open). */
+  private any(reason: PickReason): RouteAnswer {
+    const s = this.o.picker.pickAny();
+    if (!s) return { kind: "refuse", status: 503, code: "no_endpoints", message: "the pool has no decode endpoint" };
+    this.count(s, reason);
+    return { kind: "route", destination: hostPortOf(s.endpoint), prefill: null };
+  }
+
+  private count(s: EndpointState, reason: PickReason): void {
+    this.o.metrics?.picks.inc({ reason, role: s.endpoint.role });
+  }
+}

@@ -1,0 +1,9 @@
+import { defineConfig } from "tsup";
+
+export default defineConfig({
+  entry: { index: "src/index.ts", "pool-members": "src/pool-members.ts", testing: "src/testing/index.ts", "epp-cli": "src/epp-cli.ts" },
+  format: ["esm"],
+  dts: true,
+  clean: true,
+  target: "node20",
+});
