@@ -10,13 +10,22 @@ const urls = list(text({ label: "URL" }));
 export const GATEWAY_COMMAND = defineCommand({
   name: "airm-gateway",
   summary: "the OpenAI-compatible front door of rngd-pd",
-  usage: ["airm-gateway [--port 8000] --prefill URL[,URL...] --decode URL[,URL...]", "airm-gateway [--port 8000] --solo URL[,URL...]"],
+  usage: [
+    "airm-gateway [--port 8000] --prefill URL[,URL...] --decode URL[,URL...]",
+    "airm-gateway [--port 8000] --prefill-pool NAME --decode URL",
+    "airm-gateway [--port 8000] --solo URL[,URL...]",
+  ],
   flags: {
     port: flagOf(int({ min: 0, max: 65535 }), { default: 8000, doc: "port of the OpenAI API (0 picks a free port)" }),
     host: flagOf(text({ label: "address" }), { default: "127.0.0.1", doc: "address to listen on" }),
     prefill: flagOf(urls, { metavar: "URLS", doc: "prefill workers, comma-separated (e.g. http://127.0.0.1:8101)" }),
     decode: flagOf(urls, { metavar: "URLS", doc: "decode workers, comma-separated (e.g. http://127.0.0.1:8102)" }),
     solo: flagOf(urls, { metavar: "URLS", doc: "solo workers instead of a prefill/decode pair" }),
+    prefillPool: flagOf(text({ label: "name" }), {
+      metavar: "NAME",
+      doc: "take prefill workers from this Kubernetes InferencePool (its pods labelled llm-d.ai/role=prefill, at its target port; KUBECONFIG or the pod's service account): llm-d's topology, where this gateway is a decode pod's sidecar",
+    }),
+    poolNamespace: flagOf(text({ label: "namespace" }), { defaultText: "POD_NAMESPACE, else default", doc: "namespace of --prefill-pool" }),
     metricsPort: flagOf(int({ min: 0, max: 65535 }), { defaultText: "AIRM_METRICS_PORT, else none", doc: "serve airm_* metrics on this port" }),
     maxBodyBytes: flagOf(int({ min: 1024 }), { default: 1 << 20, doc: "largest request body" }),
   },
@@ -35,7 +44,8 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
       return 0;
     }
     const cfg = GATEWAY_CONFIG.resolve({ env, options: { metricsPort: f.metricsPort, maxBodyBytes: f.maxBodyBytes } });
-    gw = await startGateway({ ...cfg, port: f.port, host: f.host, prefill: f.prefill, decode: f.decode, solo: f.solo });
+    const prefillPool = f.prefillPool ? { name: f.prefillPool, namespace: f.poolNamespace ?? cfg.podNamespace } : undefined;
+    gw = await startGateway({ ...cfg, port: f.port, host: f.host, prefill: f.prefill, decode: f.decode, solo: f.solo, prefillPool });
   } catch (err) {
     console.error(`airm-gateway: ${(isAirmError(err) ? err.message : (err as Error).message).replace(/^airm-gateway: /, "")}`);
     return 2;

@@ -1,7 +1,7 @@
 // What configures the gateway besides its command line: the airm_* metrics port and the timeouts
 // it applies to worker calls, each with its variable.
 
-import { defineConfig, int, opt, type ConfigValues } from "@airm/rm-core";
+import { defineConfig, int, opt, text, type ConfigValues } from "@airm/rm-core";
 
 export const GATEWAY_CONFIG = defineConfig("@airm/gateway", {
   metricsPort: opt(int({ min: 0, max: 65535 }), {
@@ -14,6 +14,7 @@ export const GATEWAY_CONFIG = defineConfig("@airm/gateway", {
   kvTimeoutMs: opt(int({ min: 1 }), { env: "AIRM_KV_TIMEOUT_MS", default: 60_000, doc: "Sent to decode as kvTimeoutMs: how long each KV pull waits for its blob (ms)." }),
   healthIntervalMs: opt(int({ min: 10 }), { env: "AIRM_HEALTH_INTERVAL_MS", default: 2000, doc: "Period of the health probe of each worker (ms)." }),
   maxBodyBytes: opt(int({ min: 1024 }), { default: 1 << 20, doc: "Largest request body (--max-body-bytes)." }),
+  podNamespace: opt(text(), { env: "POD_NAMESPACE", default: "default", doc: "Namespace of --prefill-pool when --pool-namespace is not given (the chart sets it from the pod)." }),
 });
 
 export type GatewayConfig = ConfigValues<typeof GATEWAY_CONFIG.options>;

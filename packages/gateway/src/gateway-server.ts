@@ -20,6 +20,12 @@ export interface GatewayOptions extends Partial<GatewayConfig> {
   prefill?: string[];
   decode?: string[];
   solo?: string[];
+  /**
+   * Prefill workers from a Kubernetes InferencePool instead of (or besides) --prefill: the pool's
+   * pods labelled llm-d.ai/role=prefill, at the pool's target port, followed as they come and go
+   * (llm-d's topology: this gateway is the decode pod's sidecar, the picker names the prefill pod).
+   */
+  prefillPool?: { name: string; namespace: string };
 }
 
 export interface RunningGateway {
@@ -47,15 +53,36 @@ function closeServer(s: Server): Promise<void> {
 
 function workerPools(o: GatewayOptions): { solo?: EndpointPool; prefill?: EndpointPool; decode?: EndpointPool } {
   const solo = o.solo?.length ? o.solo : undefined;
-  const pd = o.prefill?.length || o.decode?.length;
-  if (solo && pd) throw new ConfigError("--solo", "give either --solo or --prefill with --decode, not both");
-  if (!solo && !(o.prefill?.length && o.decode?.length)) {
-    throw new ConfigError("--prefill/--decode", "give at least one --prefill URL and one --decode URL (or --solo URL)");
+  const pd = o.prefill?.length || o.decode?.length || o.prefillPool;
+  if (solo && pd) throw new ConfigError("--solo", "give either --solo or --prefill (or --prefill-pool) with --decode, not both");
+  if (!solo && !((o.prefill?.length || o.prefillPool) && o.decode?.length)) {
+    throw new ConfigError("--prefill/--decode", "give at least one --prefill URL (or --prefill-pool) and one --decode URL (or --solo URL)");
   }
   for (const u of [...(o.prefill ?? []), ...(o.decode ?? []), ...(o.solo ?? [])]) {
     if (!/^https?:\/\/[^/]+/.test(u)) throw new ConfigError("worker URL", `${JSON.stringify(u)} is not an http(s) URL like http://127.0.0.1:8101`);
   }
-  return solo ? { solo: new EndpointPool("solo", solo) } : { prefill: new EndpointPool("prefill", o.prefill!), decode: new EndpointPool("decode", o.decode!) };
+  return solo ? { solo: new EndpointPool("solo", solo) } : { prefill: new EndpointPool("prefill", o.prefill ?? []), decode: new EndpointPool("decode", o.decode!) };
+}
+
+/**
+ * Keeps `pool`'s members the InferencePool's prefill pods (plus the static `urls`). Resolves once
+ * the pool was read; throws the watcher's error (naming the pool and what to check) otherwise.
+ */
+async function followPrefillPool(at: { name: string; namespace: string }, pool: EndpointPool, urls: string[]): Promise<{ stop(): void }> {
+  const { InferencePoolMembers, hostPortOf } = await import("@airm/epp/pool-members");
+  const members = new InferencePoolMembers({ poolName: at.name, namespace: at.namespace });
+  const sync = () =>
+    pool.setUrls([
+      ...urls,
+      ...members
+        .endpoints()
+        .filter((e) => e.role === "prefill")
+        .map((e) => `http://${hostPortOf(e)}`),
+    ]);
+  members.onChange(sync);
+  await members.start();
+  sync();
+  return members;
 }
 
 /**
@@ -63,11 +90,12 @@ function workerPools(o: GatewayOptions): { solo?: EndpointPool; prefill?: Endpoi
  * neither --solo nor both --prefill and --decode are given, or both are.
  */
 export async function startGateway(opts: GatewayOptions): Promise<RunningGateway> {
-  const { port: _p, host: _h, prefill: _pr, decode: _d, solo: _s, ...settings } = opts;
+  const { port: _p, host: _h, prefill: _pr, decode: _d, solo: _s, prefillPool: _pp, ...settings } = opts;
   const cfg = GATEWAY_CONFIG.resolve({ options: settings });
   const host = opts.host ?? "127.0.0.1";
   const pools = workerPools(opts);
   const all = Object.values(pools) as EndpointPool[];
+  const members = opts.prefillPool ? await followPrefillPool(opts.prefillPool, pools.prefill!, opts.prefill ?? []) : null;
   await Promise.all(all.map((p) => p.start(cfg.healthIntervalMs)));
   const orchestrator = new Orchestrator({ ...pools, prefillTimeoutMs: cfg.prefillTimeoutMs, decodeIdleTimeoutMs: cfg.decodeIdleTimeoutMs, kvTimeoutMs: cfg.kvTimeoutMs });
   const metrics = new GatewayMetrics();
@@ -90,6 +118,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     metricsPort: metricsServer ? (metricsServer.address() as AddressInfo).port : null,
     metrics,
     async close() {
+      members?.stop();
       for (const p of all) p.stop();
       await Promise.all([closeServer(server), metricsServer ? closeServer(metricsServer) : undefined]);
     },
