@@ -49,11 +49,19 @@ const VALUE_SETS: Record<string, string[]> = {
   default: [],
   tcp: [example("tcp")],
   "decode-on-rngd": [example("decode-on-rngd")],
+  "llm-d-sidecar": [example("llm-d-sidecar")],
 };
 
 describe("charts/rngd-pd", () => {
   test("helm lint passes with the defaults and every example override, alone and combined", () => {
-    const sets = [[], [example("tcp")], [example("decode-on-rngd")], [example("site.example")], [example("tcp"), example("decode-on-rngd"), example("site.example")]];
+    const sets = [
+      [],
+      [example("tcp")],
+      [example("decode-on-rngd")],
+      [example("site.example")],
+      [example("llm-d-sidecar")],
+      [example("tcp"), example("decode-on-rngd"), example("site.example")],
+    ];
     for (const files of sets) {
       const r = spawnSync(helm, ["lint", chart, ...files.flatMap((f) => ["-f", f])], { encoding: "utf8" });
       expect(r.status, `${files.join(" ")}\n${r.stdout}${r.stderr}`).toBe(0);
@@ -89,6 +97,9 @@ describe("charts/rngd-pd", () => {
       [["image.mode=docker"], /\/image\/mode/],
       [["prefill.port=70000"], /\/prefill\/port/],
       [["inferencePool.endpointPickerRef.failureMode=Maybe"], /\/inferencePool\/endpointPickerRef\/failureMode/],
+      [["topology=mesh"], /\/topology.*one of 'gateway', 'sidecar'/],
+      [["topology=sidecar"], /topology sidecar needs airm.kvTransport tcp or nixl-ucx/],
+      [["epp.replicas=0"], /\/epp\/replicas/],
     ];
     for (const [set, message] of cases) {
       const r = render([], set);
@@ -98,6 +109,46 @@ describe("charts/rngd-pd", () => {
     const noRepo = render([], ["image.mode=hostPath"]);
     expect(noRepo.ok).toBe(false);
     expect(noRepo.err).toContain("image.repoHostPath is required");
+  });
+
+  test("llm-d's sidecar topology: the pool selects prefill pods (worker on the target port) and decode pods with the gateway as sidecar; our picker behind endpointPickerRef", () => {
+    const ms = manifests([example("llm-d-sidecar")]);
+    expect(ms.filter((m) => m.kind === "Deployment").map((m) => m.metadata.name)).toEqual(["rngd-pd-epp", "rngd-pd-prefill", "rngd-pd-decode", "rngd-pd-kv-relay"]);
+    const prefill = deployment(ms, "prefill");
+    const decode = deployment(ms, "decode");
+    const pool = ms.find((m) => m.kind === "InferencePool");
+    const port = pool.spec.targetPorts[0].number;
+    for (const [d, role] of [
+      [prefill, "prefill"],
+      [decode, "decode"],
+    ]) {
+      const labels = d.spec.template.metadata.labels;
+      expect(labels["llm-d.ai/role"]).toBe(role);
+      // Selected by the pool: every selector label is on the pod.
+      for (const [k, v] of Object.entries(pool.spec.selector.matchLabels)) expect(labels[k], k).toBe(v);
+    }
+    expect(arg(container(prefill, "prefill"), "--port")).toBe(String(port));
+    expect(decode.spec.template.spec.containers.map((c: Manifest) => c.name)).toEqual(["decode", "gateway"]);
+    const gw = container(decode, "gateway");
+    expect(arg(gw, "--port")).toBe(String(port));
+    expect(arg(gw, "--prefill-pool")).toBe(pool.metadata.name);
+    expect(arg(gw, "--decode")).toBe("http://127.0.0.1:8102");
+    expect(gw.args).not.toContain("--prefill");
+    expect(envOf(gw).POD_NAMESPACE).toEqual({ fieldRef: { fieldPath: "metadata.namespace" } });
+    // The sidecar and the picker read the pool with a service account allowed only that.
+    const sa = decode.spec.template.spec.serviceAccountName;
+    const epp = deployment(ms, "epp");
+    expect(epp.spec.template.spec.serviceAccountName).toBe(sa);
+    const role = ms.find((m) => m.kind === "Role");
+    expect(role.rules.flatMap((r: Manifest) => r.verbs)).not.toContain("create");
+    expect(ms.find((m) => m.kind === "RoleBinding").subjects[0].name).toBe(sa);
+    const e = container(epp, "epp");
+    expect([arg(e, "--pool-name"), arg(e, "--pool-namespace"), arg(e, "--grpc-port")]).toEqual([pool.metadata.name, "serving", String(pool.spec.endpointPickerRef.port.number)]);
+    const svc = ms.find((m) => m.kind === "Service" && m.metadata.name === pool.spec.endpointPickerRef.name);
+    expect(svc.spec.selector["app.kubernetes.io/component"]).toBe("epp");
+    // No gateway Deployment; the release's Service reaches the decode pods' gateways.
+    expect(deployment(ms, "gateway")).toBeUndefined();
+    expect(ms.find((m) => m.kind === "Service" && m.metadata.name === "rngd-pd").spec.selector["app.kubernetes.io/component"]).toBe("decode");
   });
 
   test("shm (default): one pod per PD unit with prefill, decode and a gateway, sharing a memory volume, on a node with both cards", () => {

@@ -31,6 +31,21 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
+{{/* The InferencePool's name (created here or joined). */}}
+{{- define "rngd-pd.poolName" -}}
+{{ .Values.inferencePool.name | default (include "rngd-pd.fullname" .) }}
+{{- end -}}
+
+{{/* True with llm-d's topology (the pool selects prefill and decode pods; the gateway is the decode pod's sidecar). */}}
+{{- define "rngd-pd.sidecar" -}}
+{{- if eq .Values.topology "sidecar" -}}
+{{- if not (include "rngd-pd.needsRelay" .) -}}
+{{- fail "topology sidecar needs airm.kvTransport tcp or nixl-ucx (prefill and decode in pods of their own)" -}}
+{{- end -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{- define "rngd-pd.relayAddr" -}}
 {{ include "rngd-pd.fullname" . }}-kv-relay.{{ .Release.Namespace }}.svc:{{ .Values.kvRelay.port }}
 {{- end -}}
@@ -166,17 +181,31 @@ The worker finds its card with --chip -1 (the kubelet checkpoint and POD_UID).
     {{- end }}
 {{- end -}}
 
-{{/* The gateway container in front of the given prefill and decode URLs. Args: dict "root" $ "prefill" URL "decode" URL. */}}
+{{/*
+The gateway container in front of the given prefill and decode URLs. Args: dict "root" $
+"prefill" URL "decode" URL; or "pool" NAME instead of "prefill": the prefill workers are the
+InferencePool's prefill pods (topology sidecar).
+*/}}
 {{- define "rngd-pd.gateway" -}}
 {{- $v := .root.Values -}}
 - name: gateway
   image: {{ include "rngd-pd.image" .root }}
   imagePullPolicy: {{ $v.image.pullPolicy }}
   command: ["node", "/app/packages/gateway/bin/airm-gateway.mjs"]
+  {{- if .pool }}
+  args: ["--host", "0.0.0.0", "--port", {{ $v.gateway.port | quote }}, "--prefill-pool", {{ .pool | quote }}, "--decode", {{ .decode | quote }}]
+  {{- else }}
   args: ["--host", "0.0.0.0", "--port", {{ $v.gateway.port | quote }}, "--prefill", {{ .prefill | quote }}, "--decode", {{ .decode | quote }}]
+  {{- end }}
   env:
     - name: AIRM_METRICS_PORT
       value: {{ $v.airm.metricsPort | quote }}
+    {{- if .pool }}
+    - name: POD_NAMESPACE
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.namespace
+    {{- end }}
   ports:
     - name: http
       containerPort: {{ $v.gateway.port }}
