@@ -185,9 +185,13 @@ export class PodRunner {
     for (const e of c.env ?? []) {
       if (e.valueFrom?.fieldRef?.fieldPath === "metadata.uid") env[e.name] = uid;
       else if (e.valueFrom?.fieldRef?.fieldPath === "status.podIP") env[e.name] = ip;
+      else if (e.valueFrom?.fieldRef?.fieldPath === "metadata.namespace") env[e.name] = pod.metadata.namespace;
       else env[e.name] = map(String(e.value ?? ""));
     }
     if (unresolved) return null;
+    // A pod with a service account reaches the API server as a kubelet would let it (a mounted
+    // token); here the process gets the rig's kubeconfig instead (its RBAC is not exercised).
+    if (pod.spec.serviceAccountName && pod.spec.automountServiceAccountToken !== false) env.KUBECONFIG = this.rig.kubeconfig;
     return { container: c.name, argv: [...command, ...args], env, dirs: mounts.map(([, to]) => to) };
   }
 

@@ -4,4 +4,4 @@ import { defineConfig } from "vitest/config";
 // rig's binaries first (~12 min on 2 cores the first time, cached by version) and then runs this
 // project inside a network namespace of its own with only `lo` up, so nothing the rig or the pods
 // start can listen beyond it.
-export default defineConfig({ test: { name: "k8s", root: import.meta.dirname, include: ["*.test.ts"], testTimeout: 300_000, hookTimeout: 600_000 } });
+export default defineConfig({ test: { name: "k8s", root: import.meta.dirname, include: ["*.test.ts"], fileParallelism: false, testTimeout: 300_000, hookTimeout: 600_000 } });

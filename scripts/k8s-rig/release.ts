@@ -1,0 +1,125 @@
+// What tests and benches do with a chart release on the rig: run helm against it, find the pods of
+// a component with the IPs the pod runner gave them once they serve, and hold load on a gateway.
+import { execFileSync } from "node:child_process";
+import { connect } from "node:net";
+import type { PodRunner } from "./pod-runner.ts";
+import type { Rig } from "./rig.ts";
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A pod of the release with the address its processes listen on. */
+export interface PodAt {
+  name: string;
+  ip: string;
+}
+
+export class Release {
+  constructor(
+    readonly rig: Rig,
+    readonly runner: PodRunner,
+    readonly helm: string,
+    readonly namespace: string,
+  ) {}
+
+  /** Runs helm against the rig in the release's namespace; throws with helm's stderr. */
+  helmRun(args: string[]): string {
+    try {
+      return execFileSync(this.helm, [...args, "--kubeconfig", this.rig.kubeconfig, "--namespace", this.namespace], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+    } catch (e) {
+      throw new Error(`helm ${args.join(" ")}: ${(e as { stderr?: string }).stderr ?? e}`);
+    }
+  }
+
+  /** The last output lines of every pod's processes (for failure messages). */
+  podLogs(): string {
+    return [...this.runner.pods.values()].map((p) => `--- ${p.name} ${p.ip}\n${p.procs.map((c) => `[${c.container}] ${c.log.join("").slice(-1200)}`).join("\n")}`).join("\n");
+  }
+
+  /** Polls `f` every 250 ms until it gives a truthy value; throws naming `what` (and the pods' logs) after `ms`. */
+  async until<T>(what: string, f: () => T | null | undefined | false | Promise<T | null | undefined | false>, ms = 120_000): Promise<T> {
+    const end = Date.now() + ms;
+    for (;;) {
+      const v = await f();
+      if (v) return v;
+      if (Date.now() > end) throw new Error(`not within ${ms} ms: ${what}\n${this.podLogs()}`);
+      await sleep(250);
+    }
+  }
+
+  /** The `component` pods (app.kubernetes.io/component) not being deleted, with their IPs once the runner started them. */
+  private pods(component: string): { name: string; ip: string | undefined }[] {
+    const items = JSON.parse(this.rig.kubectl(["get", "pods", "-n", this.namespace, "-l", `app.kubernetes.io/component=${component}`, "-o", "json"])).items as {
+      metadata: { name: string; deletionTimestamp?: string };
+    }[];
+    return items
+      .filter((p) => !p.metadata.deletionTimestamp)
+      .map((p) => ({ name: p.metadata.name, ip: [...this.runner.pods.values()].find((r) => r.name === p.metadata.name)?.ip }));
+  }
+
+  /** `n` pods of `component`, once each answers GET /health with 200 on `port`. */
+  serving(component: string, n: number, port: number): Promise<PodAt[]> {
+    return this.until(`${n} ${component} pods serving on :${port}`, async () => {
+      const ps = this.pods(component);
+      if (ps.length !== n || ps.some((p) => !p.ip)) return null;
+      const ok = await Promise.all(
+        ps.map((p) =>
+          fetch(`http://${p.ip}:${port}/health`).then(
+            (r) => r.status === 200,
+            () => false,
+          ),
+        ),
+      );
+      return ok.every(Boolean) ? (ps as PodAt[]) : null;
+    });
+  }
+
+  /** `n` pods of `component`, once each accepts TCP connections on `port` (a gRPC server). */
+  listening(component: string, n: number, port: number): Promise<PodAt[]> {
+    return this.until(`${n} ${component} pods listening on :${port}`, async () => {
+      const ps = this.pods(component);
+      if (ps.length !== n || ps.some((p) => !p.ip)) return null;
+      return (await Promise.all(ps.map((p) => tcpOpen(p.ip!, port)))).every(Boolean) ? (ps as PodAt[]) : null;
+    });
+  }
+}
+
+/** True when something accepts a TCP connection at host:port. */
+export function tcpOpen(host: string, port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = connect(port, host);
+    s.once("connect", () => {
+      s.destroy();
+      resolve(true);
+    });
+    s.once("error", () => resolve(false));
+  });
+}
+
+/** A gauge's value in Prometheus text (the unlabelled series), 0 when absent. */
+export function gauge(text: string, name: string): number {
+  return Number(new RegExp(`^${name} (\\S+)$`, "m").exec(text)?.[1] ?? 0);
+}
+
+/**
+ * Holds `n` long streamed completions open on the gateway at `url` (max_tokens 400) until the
+ * returned function is called, resolving once the gateway reports them all past their first
+ * token (vllm:num_requests_running).
+ */
+export async function holdOpen(release: Release, url: string, model: string, n = 4): Promise<() => Promise<void>> {
+  const hold = new AbortController();
+  const held = Array.from({ length: n }, (_, i) =>
+    fetch(`${url}/v1/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model, prompt: `held open number ${i}`, max_tokens: 400, temperature: 0, stream: true }),
+      signal: hold.signal,
+    })
+      .then((r) => r.text())
+      .catch(() => ""),
+  );
+  await release.until(`the gateway at ${url} reporting its ${n} held requests`, async () => gauge(await (await fetch(`${url}/metrics`)).text(), "vllm:num_requests_running") >= n);
+  return async () => {
+    hold.abort();
+    await Promise.all(held);
+  };
+}

@@ -1,0 +1,294 @@
+// The llm-d data path on a real control plane (scripts/k8s-rig): Envoy 1.40.0 with the ext_proc
+// filter and an ORIGINAL_DST cluster, an InferencePool selecting the chart's pods, and an endpoint
+// picker: the stock Gateway API Inference Extension EPP v1.5.0 (its default plugins: queue, KV
+// usage and prefix scorers over the vllm:* gauges it scrapes from the pool's target port), then
+// the project's own (packages/epp). Checks: completions and streamed chat through Envoy reach our
+// pods with the tokens a direct request gives; with one replica busy with held-open requests, a
+// picker sends >= 9 of 10 new requests to the idle one; llm-d's sidecar topology (the picker
+// names the prefill pod in x-prefiller-host-port, the decode pod's gateway honours it) works, and
+// a prefill host outside the pool is refused. The model is the 135M shape with random weights, so
+// that a request of 400 tokens stays in flight for seconds.
+import { execFileSync } from "node:child_process";
+import { rmSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { makeTinyModel } from "../../packages/llama/src/index.ts";
+import { applyGieCrds, llmdBinaries, type Proc, startEnvoy, startStockEpp } from "../../scripts/k8s-rig/llm-d.ts";
+import { PodRunner } from "../../scripts/k8s-rig/pod-runner.ts";
+import { holdOpen, Release } from "../../scripts/k8s-rig/release.ts";
+import { type Rig, startRig } from "../../scripts/k8s-rig/rig.ts";
+
+const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+const chart = join(repo, "charts", "rngd-pd");
+const NS = "llm-d";
+const POOL = "rngd-pd-pool";
+const S = 512;
+
+let rig: Rig;
+let runner: PodRunner;
+let release: Release;
+let llmd: string;
+let model: string;
+const procs: Proc[] = [];
+
+/** Completions served by the gateway at `ip` so far (its airm_gateway_requests_total, status 200). */
+async function served(ip: string): Promise<number> {
+  const text = await (await fetch(`http://${ip}:8000/metrics`)).text();
+  let n = 0;
+  for (const m of text.matchAll(/^airm_gateway_requests_total\{([^}]*)\} (\d+)/gm)) if (m[1]!.includes('status="200"') && m[1]!.includes("/v1/")) n += Number(m[2]);
+  return n;
+}
+
+async function post(url: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: any; text: string }> {
+  const r = await fetch(url, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+  const text = await r.text();
+  let parsed: any = null;
+  try {
+    parsed = JSON.parse(text);
+  } catch {}
+  return { status: r.status, body: parsed, text };
+}
+
+/** The text of a streamed chat answer (SSE deltas joined). */
+function sseText(text: string): string {
+  return text
+    .split("\n")
+    .filter((l) => l.startsWith("data: ") && l !== "data: [DONE]")
+    .map((l) => JSON.parse(l.slice(6)).choices[0]?.delta?.content ?? "")
+    .join("");
+}
+
+// The model's id (the pods serve the generated folder; its id is the folder's name). The stock EPP
+// refuses a body without `model` (400 "model not found in request body").
+let modelId: string;
+const completionBody = () => ({ model: modelId, prompt: "Envoy hands this to the picker and then to", max_tokens: 12, temperature: 0 });
+const chatBody = () => ({ model: modelId, messages: [{ role: "user", content: "Say something through Envoy." }], max_tokens: 12, temperature: 0, stream: true });
+
+/** Completion and streamed chat through `front` give what a direct request to `direct` gives. */
+async function samePassThrough(front: string, direct: string): Promise<void> {
+  const [viaEnvoy, straight] = await Promise.all([post(`${front}/v1/completions`, completionBody()), post(`${direct}/v1/completions`, completionBody())]);
+  expect(viaEnvoy.status, viaEnvoy.text).toBe(200);
+  expect(viaEnvoy.body.choices[0].text).toBe(straight.body.choices[0].text);
+  expect(viaEnvoy.body.usage.completion_tokens).toBe(12);
+  const [chatEnvoy, chatDirect] = [await post(`${front}/v1/chat/completions`, chatBody()), await post(`${direct}/v1/chat/completions`, chatBody())];
+  expect(chatEnvoy.status, chatEnvoy.text).toBe(200);
+  expect(chatEnvoy.text.trim().endsWith("data: [DONE]")).toBe(true);
+  expect(sseText(chatEnvoy.text)).toBe(sseText(chatDirect.text));
+  expect(sseText(chatEnvoy.text).length).toBeGreaterThan(0);
+}
+
+/**
+ * Holds 4 long streamed requests open on the gateway at `busyIp`, waits until its /metrics shows
+ * them, then sends 10 short requests (distinct prompts) one by one through `front` and counts
+ * where each went. Returns the count on the idle replica.
+ */
+async function skewed(front: string, busyIp: string, idleIp: string): Promise<{ idle: number; busy: number }> {
+  const letGo = await holdOpen(release, `http://${busyIp}:8000`, modelId);
+  try {
+    await new Promise((r) => setTimeout(r, 500)); // a few of the picker's 50 ms scrapes
+    const before = { idle: await served(idleIp), busy: await served(busyIp) };
+    for (let i = 0; i < 10; i++) {
+      const r = await post(`${front}/v1/completions`, { model: modelId, prompt: `probe ${i}: which replica answers?`, max_tokens: 4, temperature: 0 });
+      expect(r.status, r.text).toBe(200);
+    }
+    const after = { idle: await served(idleIp), busy: await served(busyIp) };
+    return { idle: after.idle - before.idle, busy: after.busy - before.busy };
+  } finally {
+    await letGo();
+  }
+}
+
+beforeAll(async () => {
+  const helm = execFileSync("bash", [join(repo, "scripts", "tools", "helm.sh")], { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] }).trim();
+  llmd = llmdBinaries();
+  model = join(repo, "node_modules", ".cache", `airm-k8s-135m-${process.pid}`);
+  makeTinyModel({ arch: "llama", out: model, preset: "135m" });
+  rig = await startRig([
+    {
+      name: "npu-both",
+      labels: { "airm.ai-computing.io/furiosa.RNGD": "true", "airm.ai-computing.io/rebellions.ATOM": "true" },
+      devices: { "furiosa.ai/rngd": 4, "rebellions.ai/ATOM": 4 },
+    },
+  ]);
+  rig.kubectl(["create", "namespace", NS]);
+  applyGieCrds(rig, llmd);
+  runner = new PodRunner(rig, repo, NS);
+  runner.start();
+  release = new Release(rig, runner, helm, NS);
+}, 1_800_000);
+
+afterAll(async () => {
+  for (const p of procs.reverse()) await p.stop();
+  await runner?.stop();
+  await rig?.stop();
+  if (model) rmSync(model, { recursive: true, force: true });
+});
+
+describe("the llm-d path: Envoy -> InferencePool -> endpoint picker -> our pods", () => {
+  let pods: { name: string; ip: string }[];
+
+  test("the stock GIE EPP v1.5.0: requests pass through Envoy unchanged, and a skewed load goes to the idle replica", async () => {
+    release.helmRun([
+      "install",
+      "rngd-pd",
+      chart,
+      "--set",
+      `model.path=${model}`,
+      "--set",
+      `seqLen=${S}`,
+      "--set",
+      "prefill.replicas=2",
+      "--set",
+      "inferencePool.create=true",
+      "--set",
+      `inferencePool.name=${POOL}`,
+      "--wait",
+      "--timeout",
+      "180s",
+    ]);
+    pods = await release.serving("pd", 2, 8000);
+    modelId = ((await (await fetch(`http://${pods[0]!.ip}:8000/v1/models`)).json()) as any).data[0].id;
+    const epp = await startStockEpp(rig, llmd, POOL, NS);
+    procs.push(epp);
+    const envoy = await startEnvoy(rig.dir, llmd, { port: 18080, adminPort: 18901, extProc: { host: "127.0.0.1", port: 9002 } });
+    procs.push(envoy);
+    const front = "http://127.0.0.1:18080";
+    let last = "";
+    await release
+      .until(
+        "the picker sending a request through Envoy",
+        async () => {
+          const r = await post(`${front}/v1/completions`, completionBody()).catch((e: Error) => ({ status: 0, text: e.message }));
+          last = `${r.status} ${r.text.slice(0, 300)}`;
+          return r.status === 200;
+        },
+        60_000,
+      )
+      .catch((e: Error) => {
+        throw new Error(`${e.message.split("\n")[0]}; last answer: ${last}\n--- epp\n${epp.log.join("").slice(-4000)}\n--- envoy\n${envoy.log.join("").slice(-2000)}`);
+      });
+    await samePassThrough(front, `http://${pods[0]!.ip}:8000`);
+    const [busy, idle] = [pods[0]!, pods[1]!];
+    const got = await skewed(front, busy.ip, idle.ip);
+    console.log(`stock EPP, skewed load: ${got.idle} of 10 to the idle replica, ${got.busy} to the busy one`);
+    expect(got.idle + got.busy).toBe(10);
+    expect(got.idle).toBeGreaterThanOrEqual(9);
+    // The picker read our gauges: no extract errors for the metrics it needs.
+    const log = epp.log.join("");
+    expect(log).not.toMatch(/vllm:(num_requests_waiting|num_requests_running|kv_cache_usage_perc|lora_requests_info|cache_config_info)[^\n]*not found/i);
+    await envoy.stop();
+    await epp.stop();
+  });
+
+  test("our picker (epp.enabled, packages/epp): the same pass-through and the same shift to the idle replica", async () => {
+    release.helmRun([
+      "upgrade",
+      "rngd-pd",
+      chart,
+      "--reuse-values",
+      "--set",
+      "epp.enabled=true",
+      "--set",
+      `inferencePool.endpointPickerRef.name=rngd-pd-epp`,
+      "--wait",
+      "--timeout",
+      "180s",
+    ]);
+    const [epp] = await release.listening("epp", 1, 9002);
+    pods = await release.serving("pd", 2, 8000);
+    const envoy = await startEnvoy(rig.dir, llmd, { port: 18081, adminPort: 18902, extProc: { host: epp!.ip, port: 9002 } });
+    procs.push(envoy);
+    const front = "http://127.0.0.1:18081";
+    await release.until(
+      "our picker sending a request through Envoy",
+      async () => (await post(`${front}/v1/completions`, completionBody()).catch(() => ({ status: 0 }))).status === 200,
+      60_000,
+    );
+    await samePassThrough(front, `http://${pods[0]!.ip}:8000`);
+    // Skew the other way this time: the second pod is busy.
+    const got = await skewed(front, pods[1]!.ip, pods[0]!.ip);
+    console.log(`our EPP, skewed load: ${got.idle} of 10 to the idle replica, ${got.busy} to the busy one`);
+    expect(got.idle + got.busy).toBe(10);
+    expect(got.idle).toBeGreaterThanOrEqual(9);
+    const metrics = await (await fetch(`http://${epp!.ip}:9090/metrics`)).text();
+    expect(metrics).toMatch(/^airm_epp_picks_total\{[^}]*\} \d+/m);
+    await envoy.stop();
+  });
+
+  test("llm-d's sidecar topology: our picker names the prefill pod, the decode pod's gateway prefills there; a host outside the pool is refused", async () => {
+    release.helmRun([
+      "upgrade",
+      "rngd-pd",
+      chart,
+      "--reuse-values",
+      "-f",
+      join(chart, "examples", "llm-d-sidecar.yaml"),
+      "--set",
+      "prefill.replicas=2",
+      "--set",
+      "decode.replicas=2",
+      "--wait",
+      "--timeout",
+      "180s",
+    ]);
+    const prefills = await release.serving("prefill", 2, 8000);
+    const decodes = await release.serving("decode", 2, 8000);
+    const [epp] = await release.listening("epp", 1, 9002);
+    const envoy = await startEnvoy(rig.dir, llmd, { port: 18082, adminPort: 18903, extProc: { host: epp!.ip, port: 9002 } });
+    procs.push(envoy);
+    const front = "http://127.0.0.1:18082";
+    // The sidecars know the prefill pods from the pool before the first request goes through.
+    await release.until("a sidecar's prefill pool filled from the InferencePool", async () => {
+      const h = (await (await fetch(`http://${decodes[0]!.ip}:8000/health`)).json()) as any;
+      return h.roles.find((r: any) => r.role === "prefill")?.endpoints.filter((e: any) => e.healthy).length === 2;
+    });
+    await release.until(
+      "our picker sending a request through Envoy",
+      async () => (await post(`${front}/v1/completions`, completionBody()).catch(() => ({ status: 0 }))).status === 200,
+      60_000,
+    );
+    const prefilled = async () =>
+      Promise.all(
+        prefills.map(async (p) => {
+          const t = await (await fetch(`http://${p.ip}:8000/metrics`)).text();
+          return Number(/^airm_worker_requests_total\{route="prefill",outcome="ok"[^}]*\} (\d+)$/m.exec(t)?.[1] ?? 0);
+        }),
+      );
+    const prefillPicks = async () => {
+      const t = await (await fetch(`http://${epp!.ip}:9090/metrics`)).text();
+      return [...t.matchAll(/^airm_epp_picks_total\{([^}]*)\} (\d+)/gm)].filter((m) => m[1]!.includes('role="prefill"')).reduce((a, m) => a + Number(m[2]), 0);
+    };
+    const before = await prefilled();
+    const picksBefore = await prefillPicks();
+    await samePassThrough(front, `http://${decodes[0]!.ip}:8000`);
+    const after = await prefilled();
+    // Two requests through Envoy and two direct: every prefill ran on a prefill pod of the pool,
+    // and the two through Envoy had their prefill pod named by the picker.
+    expect(after.reduce((a, b) => a + b, 0) - before.reduce((a, b) => a + b, 0)).toBe(4);
+    expect((await prefillPicks()) - picksBefore).toBe(2);
+
+    // Skewed: one decode pod holds 4 long requests; new requests go to the other.
+    const got = await skewed(front, decodes[0]!.ip, decodes[1]!.ip);
+    console.log(`sidecar topology, our EPP, skewed load: ${got.idle} of 10 to the idle decode pod, ${got.busy} to the busy one`);
+    expect(got.idle).toBeGreaterThanOrEqual(9);
+
+    // The header names the prefill pod; a name outside the pool's prefill pods is refused.
+    const named = await post(`http://${decodes[1]!.ip}:8000/v1/completions`, completionBody(), { "x-prefiller-host-port": `${prefills[1]!.ip}:8000` });
+    expect(named.status, named.text).toBe(200);
+    for (const other of [`${decodes[0]!.ip}:8000`, "127.0.0.1:6443", "10.0.0.1:8000"]) {
+      const r = await post(`http://${decodes[1]!.ip}:8000/v1/completions`, completionBody(), { "x-prefiller-host-port": other });
+      expect(r.status, `${other}: ${r.text}`).toBe(403);
+      expect(r.body.error.code).toBe("prefiller_not_in_pool");
+    }
+    await envoy.stop();
+  });
+
+  test("uninstall leaves no pod and no process", async () => {
+    const pids = runner.pids();
+    expect(pids.length).toBeGreaterThan(0);
+    release.helmRun(["uninstall", "rngd-pd", "--wait", "--timeout", "120s"]);
+    await release.until("every pod gone and its processes stopped", () => runner.pods.size === 0 && runner.pids().length === 0);
+    for (const pid of pids) expect(() => process.kill(pid, 0)).toThrow();
+  });
+});
