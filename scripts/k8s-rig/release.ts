@@ -101,22 +101,26 @@ export function gauge(text: string, name: string): number {
 }
 
 /**
- * Holds `n` long streamed completions open on the gateway at `url` (max_tokens 400) until the
- * returned function is called, resolving once the gateway reports them all past their first
- * token (vllm:num_requests_running).
+ * Keeps `n` long streamed completions (max_tokens 400) in flight on the gateway at `url` until
+ * the returned function is called: each holder sends its next request as soon as one ends, so the
+ * load lasts however long the caller measures. Resolves once the gateway reports all `n` past
+ * their first token (vllm:num_requests_running).
  */
 export async function holdOpen(release: Release, url: string, model: string, n = 4): Promise<() => Promise<void>> {
   const hold = new AbortController();
-  const held = Array.from({ length: n }, (_, i) =>
-    fetch(`${url}/v1/completions`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({ model, prompt: `held open number ${i}`, max_tokens: 400, temperature: 0, stream: true }),
-      signal: hold.signal,
-    })
-      .then((r) => r.text())
-      .catch(() => ""),
-  );
+  const holder = async (i: number) => {
+    while (!hold.signal.aborted) {
+      await fetch(`${url}/v1/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model, prompt: `held open number ${i}`, max_tokens: 400, temperature: 0, stream: true }),
+        signal: hold.signal,
+      })
+        .then((r) => r.text())
+        .catch(() => "");
+    }
+  };
+  const held = Array.from({ length: n }, (_, i) => holder(i));
   await release.until(`the gateway at ${url} reporting its ${n} held requests`, async () => gauge(await (await fetch(`${url}/metrics`)).text(), "vllm:num_requests_running") >= n);
   return async () => {
     hold.abort();

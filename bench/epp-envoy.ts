@@ -1,0 +1,200 @@
+// pnpm bench epp-envoy [--probes 20] [--rounds 2]
+// Time to first token through Envoy 1.40.0 with our endpoint picker (airm-epp) against the stock
+// Gateway API Inference Extension EPP v1.5.0 (its default plugins), under the same skewed load:
+// the chart (two PD pods, 135M-shaped model with random weights) on the Kubernetes rig, one pod
+// holding 4 long streamed requests, then `probes` short streamed completions one by one through
+// Envoy. Per picker: TTFT p50/p90 and the share that went to the idle pod. References in the same
+// run: the same probes sent straight to the idle pod (perfect routing) and to the busy pod (the
+// worst). The four paths are interleaved probe by probe (the held load is renewed as its requests
+// end, so all meet the same load), over `rounds` rounds (the busy pod swaps each round).
+// The stock EPP binds every interface, so the bench re-runs itself inside a network namespace of
+// its own (unshare -rn) after building what it needs (helm, the rig, the EPP and Envoy: cached).
+import { execFileSync, spawnSync } from "node:child_process";
+import { rmSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { makeTinyModel } from "../packages/llama/src/index.ts";
+import { flagOf, int } from "../packages/rm-core/src/index.ts";
+import { applyGieCrds, llmdBinaries, type Proc, startEnvoy, startStockEpp } from "../scripts/k8s-rig/llm-d.ts";
+import { PodRunner } from "../scripts/k8s-rig/pod-runner.ts";
+import { holdOpen, type PodAt, Release } from "../scripts/k8s-rig/release.ts";
+import { rigBinaries, startRig } from "../scripts/k8s-rig/rig.ts";
+import { benchArgs, finalLine, progress, progressDone, sseEvents, summarize } from "./lib.ts";
+
+const args = benchArgs("epp-envoy", "TTFT through Envoy with our picker vs the stock GIE EPP under a skewed two-replica load (Kubernetes rig)", {
+  probes: flagOf(int({ min: 2, max: 200 }), { default: 20, doc: "short streamed requests per picker per round" }),
+  rounds: flagOf(int({ min: 1, max: 10 }), { default: 2, doc: "rounds (the busy pod swaps each round)" }),
+});
+
+const repo = fileURLToPath(new URL("..", import.meta.url));
+const here = fileURLToPath(import.meta.url);
+
+if (process.env.AIRM_BENCH_NETNS !== "1") {
+  // Build while the network is there, then run in a namespace with only lo.
+  execFileSync("bash", [join(repo, "scripts", "tools", "helm.sh")], { stdio: ["ignore", "ignore", "inherit"] });
+  rigBinaries();
+  llmdBinaries();
+  const r = spawnSync("unshare", ["-rn", "--", "sh", "-c", 'ip link set lo up && exec "$0" --import tsx "$@"', process.execPath, here, ...process.argv.slice(2)], {
+    stdio: "inherit",
+    env: { ...process.env, AIRM_BENCH_NETNS: "1" },
+  });
+  process.exit(r.status ?? 1);
+}
+
+const NS = "bench";
+const POOL = "bench-pool";
+const helm = execFileSync("bash", [join(repo, "scripts", "tools", "helm.sh")], { encoding: "utf8" }).trim();
+const llmd = llmdBinaries();
+const model = join(repo, "node_modules", ".cache", `airm-bench-135m-${process.pid}`);
+progress("generating the 135M-shaped model");
+makeTinyModel({ arch: "llama", out: model, preset: "135m" });
+progress("starting the Kubernetes rig");
+const rig = await startRig([
+  {
+    name: "npu-both",
+    labels: { "airm.ai-computing.io/furiosa.RNGD": "true", "airm.ai-computing.io/rebellions.ATOM": "true" },
+    devices: { "furiosa.ai/rngd": 4, "rebellions.ai/ATOM": 4 },
+  },
+]);
+const procs: Proc[] = [];
+const runner = new PodRunner(rig, repo, NS);
+
+/** One streamed completion through `url`: the time to its first event (ms). */
+async function probe(url: string, modelId: string, i: number): Promise<number> {
+  const t0 = performance.now();
+  const r = await fetch(`${url}/v1/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: modelId, prompt: `probe ${i}: which replica answers first?`, max_tokens: 8, temperature: 0, stream: true }),
+  });
+  if (r.status !== 200) throw new Error(`probe ${i} through ${url}: ${r.status} ${await r.text()}`);
+  let ttft = Number.NaN;
+  for await (const _ of sseEvents(r.body!)) if (Number.isNaN(ttft)) ttft = performance.now() - t0;
+  return ttft;
+}
+
+/** Completions the gateway at `ip` has answered (its airm_gateway_requests_total, status 200). */
+async function served(ip: string): Promise<number> {
+  const text = await (await fetch(`http://${ip}:8000/metrics`)).text();
+  let n = 0;
+  for (const m of text.matchAll(/^airm_gateway_requests_total\{([^}]*)\} (\d+)/gm)) if (m[1]!.includes('status="200"') && m[1]!.includes("/v1/")) n += Number(m[2]);
+  return n;
+}
+
+try {
+  rig.kubectl(["create", "namespace", NS]);
+  applyGieCrds(rig, llmd);
+  runner.start();
+  const release = new Release(rig, runner, helm, NS);
+  progress("installing the chart: two PD pods and an InferencePool");
+  release.helmRun([
+    "install",
+    "rngd-pd",
+    join(repo, "charts", "rngd-pd"),
+    "--set",
+    `model.path=${model}`,
+    "--set",
+    "seqLen=512",
+    "--set",
+    "prefill.replicas=2",
+    "--set",
+    "inferencePool.create=true",
+    "--set",
+    `inferencePool.name=${POOL}`,
+    "--wait",
+    "--timeout",
+    "180s",
+  ]);
+  const pods = await release.serving("pd", 2, 8000);
+  const modelId = ((await (await fetch(`http://${pods[0]!.ip}:8000/v1/models`)).json()) as { data: { id: string }[] }).data[0]!.id;
+
+  progress("starting the stock EPP, our EPP and an Envoy in front of each");
+  const stock = await startStockEpp(rig, llmd, POOL, NS);
+  procs.push(stock);
+  const ours = await startOurEpp(rig.kubeconfig);
+  procs.push(ours);
+  const fronts: Record<string, string> = { stock: "http://127.0.0.1:18180", ours: "http://127.0.0.1:18181" };
+  procs.push(await startEnvoy(rig.dir, llmd, { port: 18180, adminPort: 18990, extProc: { host: "127.0.0.1", port: 9002 } }));
+  procs.push(await startEnvoy(rig.dir, llmd, { port: 18181, adminPort: 18991, extProc: { host: "127.0.0.1", port: 9102 } }));
+  for (const url of Object.values(fronts)) await release.until(`a request through ${url}`, async () => (await fetch(`${url}/v1/models`).catch(() => null))?.status === 200, 60_000);
+
+  const results: Record<string, { ttft: number[]; toIdle: number; n: number }> = {};
+  const add = (k: string, r: { ttft: number[]; toIdle: number }) => {
+    results[k] ??= { ttft: [], toIdle: 0, n: 0 };
+    results[k]!.ttft.push(...r.ttft);
+    results[k]!.toIdle += r.toIdle;
+    results[k]!.n += r.ttft.length;
+  };
+  for (let round = 0; round < args.rounds; round++) {
+    const busy = pods[round % 2]!;
+    const idle = pods[(round + 1) % 2]!;
+    const letGo = await holdOpen(release, `http://${busy.ip}:8000`, modelId);
+    try {
+      await new Promise((r) => setTimeout(r, 500));
+      const paths = [
+        ["stock", fronts.stock!],
+        ["ours", fronts.ours!],
+        ["direct_idle", `http://${idle.ip}:8000`],
+        ["direct_busy", `http://${busy.ip}:8000`],
+      ] as const;
+      // Interleaved, the order rotating per probe, so every path meets the same load.
+      for (let i = 0; i < args.probes; i++) {
+        progress(`round ${round + 1}/${args.rounds}: probe ${i + 1}/${args.probes}`);
+        for (let k = 0; k < paths.length; k++) {
+          const [name, url] = paths[(i + k) % paths.length]!;
+          const before = await served(idle.ip);
+          const ttft = await probe(url, modelId, i);
+          add(name, { ttft: [ttft], toIdle: (await served(idle.ip)) > before ? 1 : 0 });
+        }
+      }
+    } finally {
+      await letGo();
+    }
+  }
+  progressDone();
+  const line: Record<string, unknown> = { bench: "epp-envoy", probes_per_picker: args.probes * args.rounds };
+  for (const [name, r] of Object.entries(results)) {
+    const s = summarize(r.ttft);
+    const p90 = [...r.ttft].sort((a, b) => a - b)[Math.ceil(0.9 * r.ttft.length) - 1]!;
+    console.log(`${name.padEnd(12)} TTFT p50 ${s.median.toFixed(1)} ms  p90 ${p90.toFixed(1)} ms  to the idle pod ${r.toIdle}/${r.n}`);
+    line[`${name}_ttft_p50_ms`] = Number(s.median.toFixed(1));
+    line[`${name}_ttft_p90_ms`] = Number(p90.toFixed(1));
+    line[`${name}_to_idle`] = Number((r.toIdle / r.n).toFixed(3));
+  }
+  line.ours_over_stock_ttft_p50 = Number(((line.ours_ttft_p50_ms as number) / (line.stock_ttft_p50_ms as number)).toFixed(3));
+  line.ours_over_direct_idle_ttft_p50 = Number(((line.ours_ttft_p50_ms as number) / (line.direct_idle_ttft_p50_ms as number)).toFixed(3));
+  finalLine(line);
+} finally {
+  for (const p of procs.reverse()) await p.stop();
+  await runner.stop();
+  await rig.stop();
+  rmSync(model, { recursive: true, force: true });
+}
+
+/** Our picker as a process beside the stock one (other ports: 9102 gRPC, 9103 health, 9190 metrics). */
+async function startOurEpp(kubeconfig: string): Promise<Proc> {
+  const { spawn } = await import("node:child_process");
+  const child = spawn(
+    process.execPath,
+    [join(repo, "packages", "epp", "bin", "airm-epp.mjs"), "--pool-name", POOL, "--pool-namespace", NS, "--grpc-port", "9102", "--health-port", "9103", "--metrics-port", "9190"],
+    { env: { ...process.env, KUBECONFIG: kubeconfig }, stdio: ["ignore", "pipe", "pipe"] },
+  );
+  const log: string[] = [];
+  child.stderr!.on("data", (b: Buffer) => log.push(b.toString()));
+  await new Promise<void>((resolve, reject) => {
+    child.stdout!.on("data", (b: Buffer) => {
+      if (b.toString().includes("listening")) resolve();
+    });
+    child.once("exit", (code) => reject(new Error(`airm-epp exited ${code}: ${log.join("")}`)));
+  });
+  return {
+    child,
+    log,
+    async stop() {
+      if (child.exitCode === null) {
+        child.kill("SIGTERM");
+        await new Promise((r) => child.once("exit", r));
+      }
+    },
+  };
+}
