@@ -17,27 +17,33 @@ import { makeTinyModel } from "../packages/llama/src/index.ts";
 import { flagOf, int } from "../packages/rm-core/src/index.ts";
 import { applyGieCrds, llmdBinaries, type Proc, startEnvoy, startStockEpp } from "../scripts/k8s-rig/llm-d.ts";
 import { PodRunner } from "../scripts/k8s-rig/pod-runner.ts";
-import { holdOpen, type PodAt, Release } from "../scripts/k8s-rig/release.ts";
+import { holdOpen, Release } from "../scripts/k8s-rig/release.ts";
 import { rigBinaries, startRig } from "../scripts/k8s-rig/rig.ts";
 import { benchArgs, finalLine, progress, progressDone, sseEvents, summarize } from "./lib.ts";
 
-const args = benchArgs("epp-envoy", "TTFT through Envoy with our picker vs the stock GIE EPP under a skewed two-replica load (Kubernetes rig)", {
-  probes: flagOf(int({ min: 2, max: 200 }), { default: 20, doc: "short streamed requests per picker per round" }),
-  rounds: flagOf(int({ min: 1, max: 10 }), { default: 2, doc: "rounds (the busy pod swaps each round)" }),
-});
+// The run inside the namespace is marked by a first argument of its own.
+const INSIDE = "--inside-netns";
+const inside = process.argv[2] === INSIDE;
+const argv = process.argv.slice(inside ? 3 : 2);
+const args = benchArgs(
+  "epp-envoy",
+  "TTFT through Envoy with our picker vs the stock GIE EPP under a skewed two-replica load (Kubernetes rig)",
+  {
+    probes: flagOf(int({ min: 2, max: 200 }), { default: 20, doc: "short streamed requests per picker per round" }),
+    rounds: flagOf(int({ min: 1, max: 10 }), { default: 2, doc: "rounds (the busy pod swaps each round)" }),
+  },
+  argv,
+);
 
 const repo = fileURLToPath(new URL("..", import.meta.url));
 const here = fileURLToPath(import.meta.url);
 
-if (process.env.AIRM_BENCH_NETNS !== "1") {
+if (!inside) {
   // Build while the network is there, then run in a namespace with only lo.
   execFileSync("bash", [join(repo, "scripts", "tools", "helm.sh")], { stdio: ["ignore", "ignore", "inherit"] });
   rigBinaries();
   llmdBinaries();
-  const r = spawnSync("unshare", ["-rn", "--", "sh", "-c", 'ip link set lo up && exec "$0" --import tsx "$@"', process.execPath, here, ...process.argv.slice(2)], {
-    stdio: "inherit",
-    env: { ...process.env, AIRM_BENCH_NETNS: "1" },
-  });
+  const r = spawnSync("unshare", ["-rn", "--", "sh", "-c", 'ip link set lo up && exec "$0" --import tsx "$@"', process.execPath, here, INSIDE, ...argv], { stdio: "inherit" });
   process.exit(r.status ?? 1);
 }
 
