@@ -3,7 +3,7 @@
 // Gateway API Inference Extension EPP v1.5.0 (its default plugins), under the same skewed load:
 // the chart (two PD pods, 135M-shaped model with random weights) on the Kubernetes rig, one pod
 // holding 4 long streamed requests, then `probes` short streamed completions one by one through
-// Envoy. Per picker: TTFT p50/p90 and the share that went to the idle pod. References in the same
+// Envoy. Per picker: TTFT p50/p90, the whole answer's p50 and the share that went to the idle pod. References in the same
 // run: the same probes sent straight to the idle pod (perfect routing) and to the busy pod (the
 // worst). The four paths are interleaved probe by probe (the held load is renewed as its requests
 // end, so all meet the same load), over `rounds` rounds (the busy pod swaps each round).
@@ -65,8 +65,8 @@ const rig = await startRig([
 const procs: Proc[] = [];
 const runner = new PodRunner(rig, repo, NS);
 
-/** One streamed completion through `url`: the time to its first event (ms). */
-async function probe(url: string, modelId: string, i: number): Promise<number> {
+/** One streamed completion through `url`: the time to its first event and to its end (ms). */
+async function probe(url: string, modelId: string, i: number): Promise<{ ttft: number; total: number }> {
   const t0 = performance.now();
   const r = await fetch(`${url}/v1/completions`, {
     method: "POST",
@@ -76,7 +76,7 @@ async function probe(url: string, modelId: string, i: number): Promise<number> {
   if (r.status !== 200) throw new Error(`probe ${i} through ${url}: ${r.status} ${await r.text()}`);
   let ttft = Number.NaN;
   for await (const _ of sseEvents(r.body!)) if (Number.isNaN(ttft)) ttft = performance.now() - t0;
-  return ttft;
+  return { ttft, total: performance.now() - t0 };
 }
 
 /** Completions the gateway at `ip` has answered (its airm_gateway_requests_total, status 200). */
@@ -124,13 +124,7 @@ try {
   procs.push(await startEnvoy(rig.dir, llmd, { port: 18181, adminPort: 18991, extProc: { host: "127.0.0.1", port: 9102 } }));
   for (const url of Object.values(fronts)) await release.until(`a request through ${url}`, async () => (await fetch(`${url}/v1/models`).catch(() => null))?.status === 200, 60_000);
 
-  const results: Record<string, { ttft: number[]; toIdle: number; n: number }> = {};
-  const add = (k: string, r: { ttft: number[]; toIdle: number }) => {
-    results[k] ??= { ttft: [], toIdle: 0, n: 0 };
-    results[k]!.ttft.push(...r.ttft);
-    results[k]!.toIdle += r.toIdle;
-    results[k]!.n += r.ttft.length;
-  };
+  const results: Record<string, { ttft: number[]; total: number[]; toIdle: number }> = {};
   for (let round = 0; round < args.rounds; round++) {
     const busy = pods[round % 2]!;
     const idle = pods[(round + 1) % 2]!;
@@ -149,8 +143,11 @@ try {
         for (let k = 0; k < paths.length; k++) {
           const [name, url] = paths[(i + k) % paths.length]!;
           const before = await served(idle.ip);
-          const ttft = await probe(url, modelId, i);
-          add(name, { ttft: [ttft], toIdle: (await served(idle.ip)) > before ? 1 : 0 });
+          const p = await probe(url, modelId, i);
+          const r = (results[name] ??= { ttft: [], total: [], toIdle: 0 });
+          r.ttft.push(p.ttft);
+          r.total.push(p.total);
+          if ((await served(idle.ip)) > before) r.toIdle++;
         }
       }
     } finally {
@@ -162,10 +159,14 @@ try {
   for (const [name, r] of Object.entries(results)) {
     const s = summarize(r.ttft);
     const p90 = [...r.ttft].sort((a, b) => a - b)[Math.ceil(0.9 * r.ttft.length) - 1]!;
-    console.log(`${name.padEnd(12)} TTFT p50 ${s.median.toFixed(1)} ms  p90 ${p90.toFixed(1)} ms  to the idle pod ${r.toIdle}/${r.n}`);
+    const total = summarize(r.total).median;
+    console.log(
+      `${name.padEnd(12)} TTFT p50 ${s.median.toFixed(1)} ms  p90 ${p90.toFixed(1)} ms  whole answer p50 ${total.toFixed(1)} ms  to the idle pod ${r.toIdle}/${r.ttft.length}`,
+    );
     line[`${name}_ttft_p50_ms`] = Number(s.median.toFixed(1));
     line[`${name}_ttft_p90_ms`] = Number(p90.toFixed(1));
-    line[`${name}_to_idle`] = Number((r.toIdle / r.n).toFixed(3));
+    line[`${name}_total_p50_ms`] = Number(total.toFixed(1));
+    line[`${name}_to_idle`] = Number((r.toIdle / r.ttft.length).toFixed(3));
   }
   line.ours_over_stock_ttft_p50 = Number(((line.ours_ttft_p50_ms as number) / (line.stock_ttft_p50_ms as number)).toFixed(3));
   line.ours_over_direct_idle_ttft_p50 = Number(((line.ours_ttft_p50_ms as number) / (line.direct_idle_ttft_p50_ms as number)).toFixed(3));
