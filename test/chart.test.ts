@@ -134,6 +134,10 @@ describe("charts/rngd-pd", () => {
     expect(arg(gw, "--prefill-pool")).toBe(pool.metadata.name);
     expect(arg(gw, "--decode")).toBe("http://127.0.0.1:8102");
     expect(gw.args).not.toContain("--prefill");
+    // A request the picker names no prefill pod for is prefilled by the decode worker (llm-d's sidecar behaviour).
+    expect(gw.args).toContain("--local-prefill");
+    expect(container(decode, "decode").args).toContain("--local-prefill");
+    expect(container(prefill, "prefill").args).not.toContain("--local-prefill");
     expect(envOf(gw).POD_NAMESPACE).toEqual({ fieldRef: { fieldPath: "metadata.namespace" } });
     // The sidecar and the picker read the pool with a service account allowed only that.
     const sa = decode.spec.template.spec.serviceAccountName;
@@ -143,7 +147,12 @@ describe("charts/rngd-pd", () => {
     expect(role.rules.flatMap((r: Manifest) => r.verbs)).not.toContain("create");
     expect(ms.find((m) => m.kind === "RoleBinding").subjects[0].name).toBe(sa);
     const e = container(epp, "epp");
-    expect([arg(e, "--pool-name"), arg(e, "--pool-namespace"), arg(e, "--grpc-port")]).toEqual([pool.metadata.name, "serving", String(pool.spec.endpointPickerRef.port.number)]);
+    expect([arg(e, "--pool-name"), arg(e, "--pool-namespace"), arg(e, "--grpc-port"), arg(e, "--local-prefill-max-tokens")]).toEqual([
+      pool.metadata.name,
+      "serving",
+      String(pool.spec.endpointPickerRef.port.number),
+      "0",
+    ]);
     const svc = ms.find((m) => m.kind === "Service" && m.metadata.name === pool.spec.endpointPickerRef.name);
     expect(svc.spec.selector["app.kubernetes.io/component"]).toBe("epp");
     // No gateway Deployment; the release's Service reaches the decode pods' gateways.

@@ -99,7 +99,8 @@ capabilities:
 {{- end -}}
 
 {{/*
-One worker container. Args: dict "root" $ "role" "prefill"|"decode" "spec" .Values.<role>.
+One worker container. Args: dict "root" $ "role" "prefill"|"decode" "spec" .Values.<role>
+["localPrefill" true: a decode worker that also prefills (topology sidecar)].
 The worker finds its card with --chip -1 (the kubelet checkpoint and POD_UID).
 */}}
 {{- define "rngd-pd.worker" -}}
@@ -124,6 +125,9 @@ The worker finds its card with --chip -1 (the kubelet checkpoint and POD_UID).
     {{- if and (eq .role "decode") (not (kindIs "invalid" .spec.batch)) }}
     - --B
     - {{ .spec.batch | quote }}
+    {{- end }}
+    {{- if .localPrefill }}
+    - --local-prefill
     {{- end }}
     {{- range .spec.extraArgs }}
     - {{ . | quote }}
@@ -184,7 +188,8 @@ The worker finds its card with --chip -1 (the kubelet checkpoint and POD_UID).
 {{/*
 The gateway container in front of the given prefill and decode URLs. Args: dict "root" $
 "prefill" URL "decode" URL; or "pool" NAME instead of "prefill": the prefill workers are the
-InferencePool's prefill pods (topology sidecar).
+InferencePool's prefill pods (topology sidecar), and a request the picker names no prefill pod
+for is prefilled by the decode worker (--local-prefill), as llm-d's sidecar does.
 */}}
 {{- define "rngd-pd.gateway" -}}
 {{- $v := .root.Values -}}
@@ -193,7 +198,7 @@ InferencePool's prefill pods (topology sidecar).
   imagePullPolicy: {{ $v.image.pullPolicy }}
   command: ["node", "/app/packages/gateway/bin/airm-gateway.mjs"]
   {{- if .pool }}
-  args: ["--host", "0.0.0.0", "--port", {{ $v.gateway.port | quote }}, "--prefill-pool", {{ .pool | quote }}, "--decode", {{ .decode | quote }}]
+  args: ["--host", "0.0.0.0", "--port", {{ $v.gateway.port | quote }}, "--prefill-pool", {{ .pool | quote }}, "--decode", {{ .decode | quote }}, "--local-prefill"]
   {{- else }}
   args: ["--host", "0.0.0.0", "--port", {{ $v.gateway.port | quote }}, "--prefill", {{ .prefill | quote }}, "--decode", {{ .decode | quote }}]
   {{- end }}

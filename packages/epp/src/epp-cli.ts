@@ -31,6 +31,7 @@ export const EPP_COMMAND = defineCommand({
     healthPort: flagFor("healthPort", { metavar: "PORT" }),
     scrapeIntervalMs: flagFor("scrapeIntervalMs", { metavar: "MS" }),
     staleAfterMs: flagFor("staleAfterMs", { metavar: "MS" }),
+    localPrefillMaxTokens: flagFor("localPrefillMaxTokens", { metavar: "TOKENS" }),
     failureMode: flagFor("failureMode", { metavar: "FailOpen|FailClose" }),
     logLevel: flagFor("logLevel", { metavar: "LEVEL" }),
   },
@@ -78,6 +79,7 @@ export async function main(argv: string[], env: Record<string, string | undefine
       metricsPort: c.metricsPort,
       scrapeIntervalMs: c.scrapeIntervalMs,
       staleAfterMs: c.staleAfterMs,
+      picker: { localPrefillMaxTokens: c.localPrefillMaxTokens },
       failureMode: c.failureMode,
       log,
     });

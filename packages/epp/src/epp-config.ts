@@ -23,6 +23,10 @@ export const EPP_CONFIG = defineConfig("@airm/epp", {
   healthPort: opt(int({ min: 0, max: 65535 }), { default: 9003, doc: "A second gRPC port serving only grpc.health.v1 (GIE's 9003); 0 picks a free one." }),
   scrapeIntervalMs: opt(int({ min: 1 }), { default: 50, doc: "How often each endpoint's /metrics is scraped, in ms." }),
   staleAfterMs: opt(int({ min: 1 }), { default: 2000, doc: "An endpoint whose last good scrape is older than this (ms) is not picked; all stale answers 503." }),
+  localPrefillMaxTokens: opt(int({ min: 0 }), {
+    default: 0,
+    doc: "Prompts of at most this many tokens (estimated as characters / 4) are not disaggregated: no prefill pod is named, and the decode pod prefills them itself (its gateway and worker run with --local-prefill). 0: every request to a decode pod gets a prefill pod.",
+  }),
   failureMode: opt(oneOf(FAILURE_MODES), {
     default: "FailClose",
     doc: "When the picker itself fails: FailOpen routes to any endpoint in turn, FailClose answers 500.",

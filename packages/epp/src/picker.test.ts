@@ -94,3 +94,18 @@ test("pickAny takes fresh decode-capable endpoints in turn, else any known one",
   expect(pickerOf([s[3]]).pickAny()?.endpoint.name).toBe("pod-4");
   expect(pickerOf([s[1]]).pickAny()).toBeNull();
 });
+
+test("with localPrefillMaxTokens, a short prompt names no prefill endpoint (the decode pod prefills it); a longer one does", () => {
+  const s = [state(1, "prefill", {}), state(2, "decode", {})];
+  const p = new Picker({ states: () => s }, { now, localPrefillMaxTokens: 16 });
+  const short = p.pick("m", "x".repeat(64)); // 16 tokens estimated
+  expect(short.ok && [short.destination.key, short.prefill, short.local]).toEqual(["10.0.0.2:8000", null, true]);
+  const longer = p.pick("m", "x".repeat(65)); // 17
+  expect(longer.ok && [longer.prefill?.key, longer.local]).toEqual(["10.0.0.1:8000", false]);
+  // Off by default: every request to a decode pod gets a prefill pod.
+  const off = pickerOf(s).pick("m", "x");
+  expect(off.ok && [off.prefill?.key, off.local]).toEqual(["10.0.0.1:8000", false]);
+  // A "both" destination prefills itself anyway; it is not counted as a local decision.
+  const both = new Picker({ states: () => [state(3, "both", {})] }, { now, localPrefillMaxTokens: 16 }).pick("m", "x");
+  expect(both.ok && [both.prefill, both.local]).toEqual([null, false]);
+});

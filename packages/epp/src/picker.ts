@@ -17,6 +17,8 @@ export interface Picked {
   /** The prefill endpoint for a decode-only destination (null when the destination prefills itself). */
   prefill: EndpointState | null;
   prefillReason: PickReason | null;
+  /** True when a decode-only destination prefills this prompt itself (short prompt, not disaggregated). */
+  local: boolean;
 }
 
 /** Nothing could be picked: the HTTP status and OpenAI error the client gets. */
@@ -35,7 +37,15 @@ export interface PickerOptions {
   prefix?: PrefixIndex;
   /** The clock (performance.now() ms by default; tests pass their own). */
   now?: () => number;
+  /**
+   * Prompts estimated at most this many tokens (characters / 4) are not disaggregated: a
+   * decode-only destination gets no prefill endpoint and prefills them itself (default 0: off).
+   */
+  localPrefillMaxTokens?: number;
 }
+
+/** Characters per token of the estimate the disaggregation decision uses (no tokenizer here). */
+export const CHARS_PER_TOKEN = 4;
 
 /** What a group of endpoints offers: the unsaturated fresh ones, or why there are none. */
 type Offer = { ok: true; open: EndpointState[] } | Refusal;
@@ -45,6 +55,7 @@ export class Picker {
   readonly weights: Weights;
   readonly saturation: SaturationLimits;
   readonly prefix: PrefixIndex;
+  readonly localPrefillMaxTokens: number;
   private readonly now: () => number;
   private turn = 0;
 
@@ -57,6 +68,7 @@ export class Picker {
     this.saturation = options.saturation ?? DEFAULT_SATURATION;
     this.prefix = options.prefix ?? new PrefixIndex();
     this.now = options.now ?? (() => performance.now());
+    this.localPrefillMaxTokens = options.localPrefillMaxTokens ?? 0;
   }
 
   /** Picks for one request and counts the picks (they weigh on the next picks until scraped). */
@@ -73,13 +85,16 @@ export class Picker {
     const hashes = this.prefix.hashes(model, prompt);
     this.turn++;
     const dest = this.best(destOffer.open, hashes, (s) => s.endpoint.role === "both");
+    // Disaggregate unless the prompt is short enough that the decode pod prefills it sooner than
+    // its KV would cross from a prefill pod.
+    const local = dest.state.endpoint.role === "decode" && this.localPrefillMaxTokens > 0 && Math.ceil(prompt.length / CHARS_PER_TOKEN) <= this.localPrefillMaxTokens;
     let prefill: { state: EndpointState; reason: PickReason } | null = null;
-    if (dest.state.endpoint.role === "decode" && prefillOffer?.ok) prefill = this.best(prefillOffer.open, hashes, () => true);
+    if (dest.state.endpoint.role === "decode" && prefillOffer?.ok && !local) prefill = this.best(prefillOffer.open, hashes, () => true);
     dest.state.picks++;
     if (prefill) prefill.state.picks++;
-    const prefilledAt = prefill?.state ?? (dest.state.endpoint.role === "both" ? dest.state : null);
+    const prefilledAt = prefill?.state ?? (dest.state.endpoint.role === "both" || local ? dest.state : null);
     if (prefilledAt && hashes.length) this.prefix.record(hashes, prefilledAt.key);
-    return { ok: true, destination: dest.state, reason: dest.reason, prefill: prefill?.state ?? null, prefillReason: prefill?.reason ?? null };
+    return { ok: true, destination: dest.state, reason: dest.reason, prefill: prefill?.state ?? null, prefillReason: prefill?.reason ?? null, local };
   }
 
   /**

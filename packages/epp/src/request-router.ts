@@ -39,6 +39,7 @@ export class PickingRouter implements Router {
       if (!p.ok) return { kind: "refuse", status: p.status, code: p.code, message: p.message };
       this.count(p.destination, p.reason);
       if (p.prefill) this.count(p.prefill, p.prefillReason!);
+      if (p.local) this.o.metrics?.picks.inc({ reason: "local_prefill", role: p.destination.endpoint.role });
       const answer: RouteAnswer = { kind: "route", destination: p.destination.key, prefill: p.prefill?.key ?? null };
       this.o.log.debug({ requestId: headers.get("x-request-id"), model: req.model, ...answer, reason: p.reason }, "picked");
       return answer;

@@ -5,7 +5,7 @@
 import type { ServerLoad } from "./prometheus-text.ts";
 
 /** Why an endpoint was picked (a label of airm_epp_picks_total; round_robin: a request without a body). */
-export type PickReason = "least_loaded" | "prefix_affinity" | "only_candidate" | "fail_open" | "round_robin";
+export type PickReason = "least_loaded" | "prefix_affinity" | "only_candidate" | "fail_open" | "round_robin" | "local_prefill";
 
 /** GIE v1.5.0's saturation detector defaults: queue depth 5, KV cache utilisation 0.8. */
 export interface SaturationLimits {

@@ -1,7 +1,7 @@
 // `airm-gateway`: the command line (rm-core's defineCommand) and environment (GATEWAY_CONFIG),
 // starts the gateway and stops it on SIGINT/SIGTERM (or when the `airm up` that started it is gone).
 
-import { defineCommand, flagOf, int, isAirmError, list, RM_CORE_CONFIG, text, untilStopSignal } from "@airm/rm-core";
+import { defineCommand, flagOf, switchOf, int, isAirmError, list, RM_CORE_CONFIG, text, untilStopSignal } from "@airm/rm-core";
 import { GATEWAY_CONFIG } from "./gateway-config.ts";
 import { startGateway } from "./gateway-server.ts";
 
@@ -26,6 +26,9 @@ export const GATEWAY_COMMAND = defineCommand({
       doc: "take prefill workers from this Kubernetes InferencePool (its pods labelled llm-d.ai/role=prefill, at its target port; KUBECONFIG or the pod's service account): llm-d's topology, where this gateway is a decode pod's sidecar",
     }),
     poolNamespace: flagOf(text({ label: "namespace" }), { defaultText: "POD_NAMESPACE, else default", doc: "namespace of --prefill-pool" }),
+    localPrefill: switchOf({
+      doc: "a request without x-prefiller-host-port runs whole on a decode worker (started with --local-prefill) instead of on a prefill worker: an endpoint picker that names no prefill pod decided not to disaggregate it (llm-d's sidecar behaviour)",
+    }),
     metricsPort: flagOf(int({ min: 0, max: 65535 }), { defaultText: "AIRM_METRICS_PORT, else none", doc: "serve airm_* metrics on this port" }),
     maxBodyBytes: flagOf(int({ min: 1024 }), { default: 1 << 20, doc: "largest request body" }),
   },
@@ -45,7 +48,7 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
     }
     const cfg = GATEWAY_CONFIG.resolve({ env, options: { metricsPort: f.metricsPort, maxBodyBytes: f.maxBodyBytes } });
     const prefillPool = f.prefillPool ? { name: f.prefillPool, namespace: f.poolNamespace ?? cfg.podNamespace } : undefined;
-    gw = await startGateway({ ...cfg, port: f.port, host: f.host, prefill: f.prefill, decode: f.decode, solo: f.solo, prefillPool });
+    gw = await startGateway({ ...cfg, port: f.port, host: f.host, prefill: f.prefill, decode: f.decode, solo: f.solo, prefillPool, localPrefill: f.localPrefill });
   } catch (err) {
     console.error(`airm-gateway: ${(isAirmError(err) ? err.message : (err as Error).message).replace(/^airm-gateway: /, "")}`);
     return 2;

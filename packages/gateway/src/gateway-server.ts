@@ -26,6 +26,8 @@ export interface GatewayOptions extends Partial<GatewayConfig> {
    * (llm-d's topology: this gateway is the decode pod's sidecar, the picker names the prefill pod).
    */
   prefillPool?: { name: string; namespace: string };
+  /** PD: requests without x-prefiller-host-port run whole on a decode worker (started with --local-prefill). */
+  localPrefill?: boolean;
 }
 
 export interface RunningGateway {
@@ -90,14 +92,21 @@ async function followPrefillPool(at: { name: string; namespace: string }, pool: 
  * neither --solo nor both --prefill and --decode are given, or both are.
  */
 export async function startGateway(opts: GatewayOptions): Promise<RunningGateway> {
-  const { port: _p, host: _h, prefill: _pr, decode: _d, solo: _s, prefillPool: _pp, ...settings } = opts;
+  const { port: _p, host: _h, prefill: _pr, decode: _d, solo: _s, prefillPool: _pp, localPrefill, ...settings } = opts;
+  if (localPrefill && opts.solo?.length) throw new ConfigError("--local-prefill", "is for a PD gateway (--decode workers started with --local-prefill), not --solo");
   const cfg = GATEWAY_CONFIG.resolve({ options: settings });
   const host = opts.host ?? "127.0.0.1";
   const pools = workerPools(opts);
   const all = Object.values(pools) as EndpointPool[];
   const members = opts.prefillPool ? await followPrefillPool(opts.prefillPool, pools.prefill!, opts.prefill ?? []) : null;
   await Promise.all(all.map((p) => p.start(cfg.healthIntervalMs)));
-  const orchestrator = new Orchestrator({ ...pools, prefillTimeoutMs: cfg.prefillTimeoutMs, decodeIdleTimeoutMs: cfg.decodeIdleTimeoutMs, kvTimeoutMs: cfg.kvTimeoutMs });
+  const orchestrator = new Orchestrator({
+    ...pools,
+    prefillTimeoutMs: cfg.prefillTimeoutMs,
+    decodeIdleTimeoutMs: cfg.decodeIdleTimeoutMs,
+    kvTimeoutMs: cfg.kvTimeoutMs,
+    localPrefill: localPrefill === true,
+  });
   const metrics = new GatewayMetrics();
   const servingPool = pools.solo ?? pools.decode!;
   registerVllmGauges(

@@ -10,10 +10,15 @@ import { prefillRoutes } from "./routes/prefill.ts";
 
 const ROLE_ROUTES = { prefill: prefillRoutes, decode: decodeRoutes, solo: generateRoutes } as const;
 
-/** The worker's app over a runtime that may still be loading. */
-export function createWorkerApp(rt: WorkerRuntime): Hono {
+/**
+ * The worker's app over a runtime that may still be loading. With `localPrefill` a decode worker
+ * also serves /internal/generate: it prefills short prompts itself when an endpoint picker decided
+ * not to disaggregate them (llm-d's topology: no x-prefiller-host-port).
+ */
+export function createWorkerApp(rt: WorkerRuntime, localPrefill = false): Hono {
   const app = new Hono();
   ROLE_ROUTES[rt.role](app, rt);
+  if (localPrefill && rt.role === "decode") generateRoutes(app, rt);
   commonRoutes(app, rt);
   return app;
 }

@@ -2,7 +2,7 @@
 // stops it on SIGINT/SIGTERM (or when the `airm up` that started it is gone). Exits 2 for a bad
 // command line, 1 with the reason when the engine or transport cannot load.
 
-import { defineCommand, flagOf, int, isAirmError, oneOf, RM_CORE_CONFIG, text, untilStopSignal } from "@airm/rm-core";
+import { defineCommand, flagOf, switchOf, int, isAirmError, oneOf, RM_CORE_CONFIG, text, untilStopSignal } from "@airm/rm-core";
 import { WORKER_CONFIG } from "./worker-config.ts";
 import { type RunningWorker, startWorker, type WorkerOptions } from "./worker-server.ts";
 
@@ -25,6 +25,9 @@ export const WORKER_COMMAND = defineCommand({
     B: flagOf(int({ min: 1 }), { name: "B", defaultText: "the engine's", doc: "batch width" }),
     threads: flagOf(int({ min: 1, max: 2 }), { defaultText: "AIRM_THREADS, else 1", doc: "CPU threads of the reference backend" }),
     kvTransport: flagOf(text({ label: "name" }), { defaultText: "AIRM_KV_TRANSPORT, else shm", doc: "KV transport name (an installed airm.kv_transports plugin)" }),
+    localPrefill: switchOf({
+      doc: "decode role: also serve /internal/generate, so a gateway can have short prompts prefilled here instead of on a prefill worker (llm-d's topology, when the picker names no prefill pod)",
+    }),
   },
   env: [WORKER_CONFIG, RM_CORE_CONFIG],
   notes: "The engine's and the transport's own variables are listed in docs/configuration.md. API: docs/internal-api.md.",
@@ -43,7 +46,20 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
     if (!f.backend) throw new Error("--backend is required (e.g. rngd, rngd-chunk, rngd-full or atom)");
     const model = f.model ?? WORKER_CONFIG.resolve({ env }).model;
     if (!model) throw new Error("--model is required (or set MODEL): a model folder, e.g. one written by `airm-model make-tiny`");
-    opts = { role: f.role, backend: f.backend, model, chip: f.chip, port: f.port, host: f.host, seqLen: f.seqLen, batch: f.B, threads: f.threads, kvTransport: f.kvTransport, env };
+    opts = {
+      role: f.role,
+      backend: f.backend,
+      model,
+      chip: f.chip,
+      port: f.port,
+      host: f.host,
+      seqLen: f.seqLen,
+      batch: f.B,
+      threads: f.threads,
+      kvTransport: f.kvTransport,
+      localPrefill: f.localPrefill,
+      env,
+    };
   } catch (err) {
     console.error(`airm-worker: ${(err as Error).message.replace(/^airm-worker: /, "")}\n\n${WORKER_COMMAND.help()}`);
     return 2;

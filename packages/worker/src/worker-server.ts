@@ -29,6 +29,8 @@ export interface WorkerOptions {
   threads?: number;
   /** Transport name; else AIRM_KV_TRANSPORT, else shm. Ignored for solo. */
   kvTransport?: string;
+  /** Decode role: also serve /internal/generate (prefill locally when the picker did not disaggregate). */
+  localPrefill?: boolean;
   /** The environment the worker, its engine and its transport are configured from (default: none). */
   env?: Record<string, string | undefined>;
   logger?: Logger;
@@ -59,6 +61,7 @@ function listen(app: { fetch: (r: Request) => Response | Promise<Response> }, po
  */
 export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
   if (!ROLES.includes(o.role)) throw new ConfigError("--role", `unknown role ${JSON.stringify(o.role)}; use prefill, decode or solo`);
+  if (o.localPrefill && o.role !== "decode") throw new ConfigError("--local-prefill", `is for decode workers (a ${o.role} worker already prefills)`);
   const env = o.env ?? {};
   const cfg = WORKER_CONFIG.resolve({ env });
   const engineName = engineForBackend(o.backend, o.role);
@@ -71,7 +74,7 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
   // connections should answer /health and /metrics at once ("loading") rather than time out.
   await registry.load("airm.workloads", engineName).catch(() => {});
   if (kvName) await registry.load("airm.kv_transports", kvName).catch(() => {});
-  const server = await listen(createWorkerApp(rt), o.port, host);
+  const server = await listen(createWorkerApp(rt, o.localPrefill), o.port, host);
   const port = (server.address() as AddressInfo).port;
 
   const ready = (async () => {

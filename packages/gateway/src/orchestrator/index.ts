@@ -18,6 +18,11 @@ export interface OrchestratorOptions {
   prefillTimeoutMs: number;
   decodeIdleTimeoutMs: number;
   kvTimeoutMs: number;
+  /**
+   * PD: a request no endpoint picker gave a prefill pod (no x-prefiller-host-port) runs whole on a
+   * decode worker (its /internal/generate: `airm-worker --local-prefill`), as llm-d's sidecar does.
+   */
+  localPrefill?: boolean;
 }
 
 /** A fresh request id: `cmpl-` + 24 hex digits (a valid rm-core request id). */
@@ -55,6 +60,7 @@ export class Orchestrator {
   run(req: GenerationRequest, requestId: string, signal: AbortSignal, at: Placement = {}): AsyncGenerator<GenEvent> {
     const { prefill, decode, solo } = this.o;
     if (solo) return this.counted(runSolo(solo, this.o, req, requestId, signal));
+    if (this.o.localPrefill && !at.prefill) return this.counted(runSolo(decode!, this.o, req, requestId, signal));
     return this.counted(runPd({ ...this.o, prefill: prefill!, decode: decode!, prefillAt: at.prefill }, req, requestId, signal));
   }
 
