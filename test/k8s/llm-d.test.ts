@@ -228,6 +228,8 @@ describe("the llm-d path: Envoy -> InferencePool -> endpoint picker -> our pods"
       "prefill.replicas=2",
       "--set",
       "decode.replicas=2",
+      "--set",
+      "epp.localPrefillMaxTokens=4",
       "--wait",
       "--timeout",
       "180s",
@@ -259,14 +261,28 @@ describe("the llm-d path: Envoy -> InferencePool -> endpoint picker -> our pods"
       const t = await (await fetch(`http://${epp!.ip}:9090/metrics`)).text();
       return [...t.matchAll(/^airm_epp_picks_total\{([^}]*)\} (\d+)/gm)].filter((m) => m[1]!.includes('role="prefill"')).reduce((a, m) => a + Number(m[2]), 0);
     };
-    const before = await prefilled();
-    const picksBefore = await prefillPicks();
+    const generated = async () => {
+      let n = 0;
+      // The decode worker's own metrics, on its port beside the sidecar gateway's.
+      for (const d of decodes) {
+        const w = await (await fetch(`http://${d.ip}:8102/metrics`)).text();
+        n += Number(/^airm_worker_requests_total\{route="generate",outcome="ok"[^}]*\} (\d+)$/m.exec(w)?.[1] ?? 0);
+      }
+      return n;
+    };
+    const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
+    const before = { prefilled: sum(await prefilled()), picks: await prefillPicks(), generated: await generated() };
     await samePassThrough(front, `http://${decodes[0]!.ip}:8000`);
-    const after = await prefilled();
-    // Two requests through Envoy and two direct: every prefill ran on a prefill pod of the pool,
-    // and the two through Envoy had their prefill pod named by the picker.
-    expect(after.reduce((a, b) => a + b, 0) - before.reduce((a, b) => a + b, 0)).toBe(4);
-    expect((await prefillPicks()) - picksBefore).toBe(2);
+    // Through Envoy (2 requests, prompts longer than 4 tokens): the picker named a prefill pod and
+    // the prefill ran there. Direct to a decode pod's gateway (2, no header): prefilled locally.
+    expect(sum(await prefilled()) - before.prefilled).toBe(2);
+    expect((await prefillPicks()) - before.picks).toBe(2);
+    expect((await generated()) - before.generated).toBe(2);
+    // A prompt of at most 4 tokens through Envoy is not disaggregated: no prefill pod, the decode pod prefills it.
+    const tiny = await post(`${front}/v1/completions`, { model: modelId, prompt: "Hi!", max_tokens: 4, temperature: 0 });
+    expect(tiny.status, tiny.text).toBe(200);
+    expect(sum(await prefilled()) - before.prefilled).toBe(2);
+    expect((await generated()) - before.generated).toBe(3);
 
     // Skewed: one decode pod holds 4 long requests; new requests go to the other.
     const got = await skewed(front, decodes[0]!.ip, decodes[1]!.ip);
