@@ -31,6 +31,11 @@ export const GATEWAY_COMMAND = defineCommand({
     }),
     metricsPort: flagOf(int({ min: 0, max: 65535 }), { defaultText: "AIRM_METRICS_PORT, else none", doc: "serve airm_* metrics on this port" }),
     maxBodyBytes: flagOf(int({ min: 1024 }), { default: 1 << 20, doc: "largest request body" }),
+    apiKey: flagOf(list(text({ label: "key" })), {
+      metavar: "KEYS",
+      defaultText: "AIRM_API_KEY, else none",
+      doc: "API keys, comma-separated: requests need `Authorization: Bearer <key>` (prefer AIRM_API_KEY: a flag shows in the process list)",
+    }),
   },
   env: [GATEWAY_CONFIG, RM_CORE_CONFIG],
   notes:
@@ -46,7 +51,7 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
       process.stdout.write(GATEWAY_COMMAND.help());
       return 0;
     }
-    const cfg = GATEWAY_CONFIG.resolve({ env, options: { metricsPort: f.metricsPort, maxBodyBytes: f.maxBodyBytes } });
+    const cfg = GATEWAY_CONFIG.resolve({ env, options: { metricsPort: f.metricsPort, maxBodyBytes: f.maxBodyBytes, apiKeys: f.apiKey } });
     const prefillPool = f.prefillPool ? { name: f.prefillPool, namespace: f.poolNamespace ?? cfg.podNamespace } : undefined;
     gw = await startGateway({ ...cfg, port: f.port, host: f.host, prefill: f.prefill, decode: f.decode, solo: f.solo, prefillPool, localPrefill: f.localPrefill });
   } catch (err) {

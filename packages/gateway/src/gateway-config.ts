@@ -1,7 +1,7 @@
 // What configures the gateway besides its command line: the airm_* metrics port and the timeouts
 // it applies to worker calls, each with its variable.
 
-import { defineConfig, int, opt, text, type ConfigValues } from "@airm/rm-core";
+import { defineConfig, int, list, opt, text, type ConfigValues } from "@airm/rm-core";
 
 export const GATEWAY_CONFIG = defineConfig("@airm/gateway", {
   metricsPort: opt(int({ min: 0, max: 65535 }), {
@@ -14,6 +14,16 @@ export const GATEWAY_CONFIG = defineConfig("@airm/gateway", {
   kvTimeoutMs: opt(int({ min: 1 }), { env: "AIRM_KV_TIMEOUT_MS", default: 60_000, doc: "Sent to decode as kvTimeoutMs: how long each KV pull waits for its blob (ms)." }),
   healthIntervalMs: opt(int({ min: 10 }), { env: "AIRM_HEALTH_INTERVAL_MS", default: 2000, doc: "Period of the health probe of each worker (ms)." }),
   maxBodyBytes: opt(int({ min: 1024 }), { default: 1 << 20, doc: "Largest request body (--max-body-bytes)." }),
+  apiKeys: opt(list(text({ label: "key" })), {
+    env: "AIRM_API_KEY",
+    defaultText: "none (no key asked)",
+    doc: "API keys, comma-separated: when set, every route but the open paths needs `Authorization: Bearer <key>` with one of them (401 with an OpenAI error body otherwise). `airm up` passes it to its gateway.",
+  }),
+  openPaths: opt(list(text({ label: "path" })), {
+    env: "AIRM_API_OPEN_PATHS",
+    default: ["/health", "/metrics"],
+    doc: "Paths served without an API key when AIRM_API_KEY is set (probes and the endpoint picker's scrapes); `none` asks a key everywhere.",
+  }),
   podNamespace: opt(text(), { env: "POD_NAMESPACE", default: "default", doc: "Namespace of --prefill-pool when --pool-namespace is not given (the chart sets it from the pod)." }),
 });
 

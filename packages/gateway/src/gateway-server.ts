@@ -114,7 +114,16 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     () => podLoad(orchestrator.inFlight, decodeSlots(servingPool)),
     () => podGeometry(servingPool),
   );
-  const app = createGatewayApp({ orchestrator, pools: all, modelPool: servingPool, prefillPool: pools.prefill, metrics, maxBodyBytes: cfg.maxBodyBytes });
+  const app = createGatewayApp({
+    orchestrator,
+    pools: all,
+    modelPool: servingPool,
+    prefillPool: pools.prefill,
+    metrics,
+    maxBodyBytes: cfg.maxBodyBytes,
+    apiKeys: cfg.apiKeys,
+    openPaths: cfg.openPaths,
+  });
   const server = await listen(app.fetch, opts.port, host);
   const port = (server.address() as AddressInfo).port;
   let metricsServer: Server | undefined;

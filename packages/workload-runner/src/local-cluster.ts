@@ -53,12 +53,18 @@ function tcpOpen(hostPort: string): Promise<boolean> {
   });
 }
 
-async function healthy(p: ChildPart): Promise<boolean> {
+/** The headers a readiness probe of a part sends: the first of its API keys when it has some (AIRM_API_KEY). */
+function probeHeaders(env: Record<string, string | undefined>): Record<string, string> {
+  const key = env.AIRM_API_KEY?.split(",")[0]?.trim();
+  return key ? { authorization: `Bearer ${key}` } : {};
+}
+
+async function healthy(p: ChildPart, env: Record<string, string | undefined>): Promise<boolean> {
   const r = p.spec.ready;
   if (r === "connect") return tcpOpen(p.url);
   const base = /^https?:\/\//.test(p.url) ? p.url : `http://${p.url}`;
   try {
-    return (await fetch(`${base}${r.http}`, { signal: AbortSignal.timeout(2000) })).status === 200;
+    return (await fetch(`${base}${r.http}`, { signal: AbortSignal.timeout(2000), headers: probeHeaders({ ...env, ...p.spec.env }) })).status === 200;
   } catch {
     return false;
   }
@@ -88,10 +94,10 @@ export function sweepStaleClusterDirs(under: string, prefix: string): string[] {
 }
 
 /** Waits until the gateway's /health reports every worker healthy (it probes them on its own period). */
-async function gatewaySeesAll(url: string, deadline: number): Promise<void> {
+async function gatewaySeesAll(url: string, deadline: number, headers: Record<string, string>): Promise<void> {
   for (;;) {
     try {
-      const h = (await (await fetch(`${url}/health`, { signal: AbortSignal.timeout(2000) })).json()) as { roles?: { endpoints: { healthy: boolean }[] }[] };
+      const h = (await (await fetch(`${url}/health`, { signal: AbortSignal.timeout(2000), headers })).json()) as { roles?: { endpoints: { healthy: boolean }[] }[] };
       if (h.roles?.every((r) => r.endpoints.every((e) => e.healthy))) return;
     } catch {
       // not answering yet
@@ -162,7 +168,7 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
       throw new Error(`not healthy within ${o.readyTimeoutMs ?? 300_000} ms: ${names}`);
     }
     for (const p of [...pending]) {
-      if (await healthy(p)) {
+      if (await healthy(p, baseEnv)) {
         pending.delete(p);
         log(`airm up: ${p.name} is healthy`);
       }
@@ -171,7 +177,8 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
   }
   if (plan.gatewayUrl) {
     try {
-      await gatewaySeesAll(plan.gatewayUrl, deadline);
+      const gw = parts.find((x) => x.spec.url === plan.gatewayUrl || x.name === "gateway");
+      await gatewaySeesAll(plan.gatewayUrl, deadline, probeHeaders({ ...baseEnv, ...gw?.spec.env }));
     } catch (e) {
       await stop();
       throw e;
