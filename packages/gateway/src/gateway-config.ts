@@ -14,6 +14,11 @@ export const GATEWAY_CONFIG = defineConfig("@airm/gateway", {
   kvTimeoutMs: opt(int({ min: 1 }), { env: "AIRM_KV_TIMEOUT_MS", default: 60_000, doc: "Sent to decode as kvTimeoutMs: how long each KV pull waits for its blob (ms)." }),
   healthIntervalMs: opt(int({ min: 10 }), { env: "AIRM_HEALTH_INTERVAL_MS", default: 2000, doc: "Period of the health probe of each worker (ms)." }),
   maxBodyBytes: opt(int({ min: 1024 }), { default: 1 << 20, doc: "Largest request body (--max-body-bytes)." }),
+  maxWaiting: opt(int({ min: 1 }), {
+    env: "AIRM_MAX_WAITING",
+    default: 256,
+    doc: "Most requests the gateway holds before their first token (queued or in prefill); one more gets 429 with Retry-After and an OpenAI error body instead of a wait with no end.",
+  }),
   apiKeys: opt(list(text({ label: "key" })), {
     env: "AIRM_API_KEY",
     defaultText: "none (no key asked)",

@@ -121,6 +121,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     prefillPool: pools.prefill,
     metrics,
     maxBodyBytes: cfg.maxBodyBytes,
+    maxWaiting: cfg.maxWaiting,
     apiKeys: cfg.apiKeys,
     openPaths: cfg.openPaths,
   });

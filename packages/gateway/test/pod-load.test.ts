@@ -30,7 +30,7 @@ beforeAll(async () => {
     return closed; // streaming until the client goes
   });
   await new Promise<void>((r) => worker.listen(0, "127.0.0.1", r));
-  gw = await startGateway({ port: 0, solo: [`http://127.0.0.1:${(worker.address() as AddressInfo).port}`] });
+  gw = await startGateway({ port: 0, solo: [`http://127.0.0.1:${(worker.address() as AddressInfo).port}`], maxWaiting: 3 });
 });
 
 afterAll(async () => {
@@ -90,5 +90,32 @@ describe("the pod's vllm:* gauges on the gateway's port", () => {
       const z = await gauges();
       return z.waiting === 0 && z.running === 0 && z.kv === 0;
     });
+  });
+});
+
+describe("a bounded waiting queue (AIRM_MAX_WAITING, 3 here)", () => {
+  it("one request past the bound gets 429 with Retry-After and an OpenAI error body; streaming ones do not count; room frees as they start", async () => {
+    const ac = new AbortController();
+    await Promise.all([open(ac), open(ac)]); // streaming: not waiting
+    holdFirst = true;
+    const pending = [open(ac), open(ac), open(ac)];
+    await until("3 waiting for their first token", async () => (await gauges()).waiting === 3);
+    const r = await fetch(`${gw.url}/v1/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: MODEL, prompt: "x", max_tokens: 5 }),
+    });
+    expect(r.status).toBe(429);
+    expect(r.headers.get("retry-after")).toBe("1");
+    expect(((await r.json()) as any).error).toMatchObject({ code: "server_overloaded", type: "invalid_request_error", param: null });
+    expect(await (await fetch(`${gw.url}/metrics`)).text()).toMatch(/^airm_gateway_requests_total\{route="\/v1\/completions",status="429"\} 1$/m);
+    holdFirst = false;
+    ac.abort();
+    await Promise.all(pending);
+    await until("the queue empty", async () => (await gauges()).waiting === 0);
+    const ac2 = new AbortController();
+    const again = await open(ac2);
+    expect(again?.status).toBe(200);
+    ac2.abort();
   });
 });

@@ -24,6 +24,18 @@ export interface GatewayAppOptions {
   metrics: GatewayMetrics;
   /** Largest accepted request body (bytes). */
   maxBodyBytes: number;
+  /** Most requests held before their first token; beyond it, 429 (default: no bound). */
+  maxWaiting?: number;
+}
+
+/** 429 for a full waiting queue, answered with Retry-After. */
+class Overloaded extends ApiError {
+  constructor(
+    readonly retryAfterS: number,
+    waiting: number,
+  ) {
+    super(429, "server_overloaded", `the server holds ${waiting} requests waiting for their first token, its limit (AIRM_MAX_WAITING); retry in ${retryAfterS} s`);
+  }
 }
 
 const tracer = trace.getTracer("@airm/gateway");
@@ -88,6 +100,8 @@ function placement(c: Context, o: GatewayAppOptions): Placement {
 /** Runs one completion request and answers it (JSON or SSE). */
 async function complete(c: Context, kind: "completion" | "chat", o: GatewayAppOptions): Promise<Response> {
   const req = await parseRequest(c, kind, o);
+  const waiting = o.orchestrator.inFlight.beforeFirst;
+  if (o.maxWaiting !== undefined && waiting >= o.maxWaiting) throw new Overloaded(1, waiting);
   const timing = new Timing();
   const requestId = newRequestId();
   trace.getActiveSpan()?.setAttribute("airm.request_id", requestId);
@@ -143,7 +157,7 @@ export function openAIRoutes(app: Hono, o: GatewayAppOptions): void {
         const e = err instanceof ApiError ? err : new ApiError(500, "internal_error", `gateway error: ${(err as Error).message}`);
         status = e.status;
         span.setStatus({ code: SpanStatusCode.ERROR, message: e.message });
-        return e.toResponse();
+        return e instanceof Overloaded ? e.toResponse({ "retry-after": String(e.retryAfterS) }) : e.toResponse();
       } finally {
         o.metrics.countRequest(path, status);
         span.end();
