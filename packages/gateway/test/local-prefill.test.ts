@@ -58,6 +58,7 @@ afterAll(async () => {
   await gw?.close();
   await Promise.all(workers.map((w) => w.close()));
   rmSync(root, { recursive: true, force: true });
+  rmSync(env.PD_SHM_ROOT, { recursive: true, force: true });
 });
 
 describe("--local-prefill", () => {
