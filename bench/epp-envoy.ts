@@ -15,9 +15,9 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { makeTinyModel } from "../packages/llama/src/index.ts";
 import { flagOf, int } from "../packages/rm-core/src/index.ts";
-import { applyGieCrds, llmdBinaries, type Proc, startEnvoy, startStockEpp } from "../scripts/k8s-rig/llm-d.ts";
+import { applyGieCrds, llmdBinaries, type Proc, startEnvoy, startOurEpp, startStockEpp } from "../scripts/k8s-rig/llm-d.ts";
 import { PodRunner } from "../scripts/k8s-rig/pod-runner.ts";
-import { holdOpen, Release } from "../scripts/k8s-rig/release.ts";
+import { gatewayServed, holdOpen, Release } from "../scripts/k8s-rig/release.ts";
 import { rigBinaries, startRig } from "../scripts/k8s-rig/rig.ts";
 import { benchArgs, finalLine, progress, progressDone, sseEvents, summarize } from "./lib.ts";
 
@@ -79,45 +79,20 @@ async function probe(url: string, modelId: string, i: number): Promise<{ ttft: n
   return { ttft, total: performance.now() - t0 };
 }
 
-/** Completions the gateway at `ip` has answered (its airm_gateway_requests_total, status 200). */
-async function served(ip: string): Promise<number> {
-  const text = await (await fetch(`http://${ip}:8000/metrics`)).text();
-  let n = 0;
-  for (const m of text.matchAll(/^airm_gateway_requests_total\{([^}]*)\} (\d+)/gm)) if (m[1]!.includes('status="200"') && m[1]!.includes("/v1/")) n += Number(m[2]);
-  return n;
-}
-
 try {
   rig.kubectl(["create", "namespace", NS]);
   applyGieCrds(rig, llmd);
   runner.start();
   const release = new Release(rig, runner, helm, NS);
   progress("installing the chart: two PD pods and an InferencePool");
-  release.helmRun([
-    "install",
-    "rngd-pd",
-    join(repo, "charts", "rngd-pd"),
-    "--set",
-    `model.path=${model}`,
-    "--set",
-    "seqLen=512",
-    "--set",
-    "prefill.replicas=2",
-    "--set",
-    "inferencePool.create=true",
-    "--set",
-    `inferencePool.name=${POOL}`,
-    "--wait",
-    "--timeout",
-    "180s",
-  ]);
+  release.installPdPool(join(repo, "charts", "rngd-pd"), { model, seqLen: 512, pool: POOL });
   const pods = await release.serving("pd", 2, 8000);
   const modelId = ((await (await fetch(`http://${pods[0]!.ip}:8000/v1/models`)).json()) as { data: { id: string }[] }).data[0]!.id;
 
   progress("starting the stock EPP, our EPP and an Envoy in front of each");
   const stock = await startStockEpp(rig, llmd, POOL, NS);
   procs.push(stock);
-  const ours = await startOurEpp(rig.kubeconfig);
+  const ours = await startOurEpp(rig, repo, POOL, NS, { grpc: 9102, health: 9103, metrics: 9190 });
   procs.push(ours);
   const fronts: Record<string, string> = { stock: "http://127.0.0.1:18180", ours: "http://127.0.0.1:18181" };
   procs.push(await startEnvoy(rig.dir, llmd, { port: 18180, adminPort: 18990, extProc: { host: "127.0.0.1", port: 9002 } }));
@@ -142,12 +117,12 @@ try {
         progress(`round ${round + 1}/${args.rounds}: probe ${i + 1}/${args.probes}`);
         for (let k = 0; k < paths.length; k++) {
           const [name, url] = paths[(i + k) % paths.length]!;
-          const before = await served(idle.ip);
+          const before = await gatewayServed(idle.ip);
           const p = await probe(url, modelId, i);
           const r = (results[name] ??= { ttft: [], total: [], toIdle: 0 });
           r.ttft.push(p.ttft);
           r.total.push(p.total);
-          if ((await served(idle.ip)) > before) r.toIdle++;
+          if ((await gatewayServed(idle.ip)) > before) r.toIdle++;
         }
       }
     } finally {
@@ -176,32 +151,4 @@ try {
   await runner.stop();
   await rig.stop();
   rmSync(model, { recursive: true, force: true });
-}
-
-/** Our picker as a process beside the stock one (other ports: 9102 gRPC, 9103 health, 9190 metrics). */
-async function startOurEpp(kubeconfig: string): Promise<Proc> {
-  const { spawn } = await import("node:child_process");
-  const child = spawn(
-    process.execPath,
-    [join(repo, "packages", "epp", "bin", "airm-epp.mjs"), "--pool-name", POOL, "--pool-namespace", NS, "--grpc-port", "9102", "--health-port", "9103", "--metrics-port", "9190"],
-    { env: { ...process.env, KUBECONFIG: kubeconfig }, stdio: ["ignore", "pipe", "pipe"] },
-  );
-  const log: string[] = [];
-  child.stderr!.on("data", (b: Buffer) => log.push(b.toString()));
-  await new Promise<void>((resolve, reject) => {
-    child.stdout!.on("data", (b: Buffer) => {
-      if (b.toString().includes("listening")) resolve();
-    });
-    child.once("exit", (code) => reject(new Error(`airm-epp exited ${code}: ${log.join("")}`)));
-  });
-  return {
-    child,
-    log,
-    async stop() {
-      if (child.exitCode === null) {
-        child.kill("SIGTERM");
-        await new Promise((r) => child.once("exit", r));
-      }
-    },
-  };
 }

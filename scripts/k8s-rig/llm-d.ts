@@ -6,6 +6,7 @@
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { tcpOpen } from "./release.ts";
 import type { Rig } from "./rig.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -98,17 +99,8 @@ export async function startStockEpp(rig: Rig, bin: string, pool: string, namespa
 
 async function untilListening(port: number, p: Proc, what: string, host = "127.0.0.1"): Promise<void> {
   const end = Date.now() + 60_000;
-  const { connect } = await import("node:net");
   for (;;) {
-    const ok = await new Promise<boolean>((resolve) => {
-      const s = connect(port, host);
-      s.once("connect", () => {
-        s.destroy();
-        resolve(true);
-      });
-      s.once("error", () => resolve(false));
-    });
-    if (ok) return;
+    if (await tcpOpen(host, port)) return;
     if (p.child.exitCode !== null) throw new Error(`${what} exited ${p.child.exitCode}: ${p.log.join("").slice(-3000)}`);
     if (Date.now() > end) throw new Error(`${what} did not listen on ${host}:${port} within 60 s: ${p.log.join("").slice(-3000)}`);
     await sleep(200);
@@ -197,5 +189,17 @@ export async function startEnvoy(dir: string, bin: string, o: { port: number; ad
   writeFileSync(config, envoyConfig(o));
   const p = run(join(bin, "bin", "envoy"), ["-c", config, "--disable-hot-restart", "-l", "warning", "--base-id", String(o.port)], {}, dir);
   await untilListening(o.port, p, "envoy");
+  return p;
+}
+
+/**
+ * Starts our picker (packages/epp's airm-epp) as a process on the loopback for InferencePool
+ * `pool` in `namespace`, on its own ports (beside a stock EPP on 9002/9003/9090). Resolves once its
+ * gRPC port accepts connections.
+ */
+export async function startOurEpp(rig: Rig, repo: string, pool: string, namespace: string, ports: { grpc: number; health: number; metrics: number }): Promise<Proc> {
+  const args = ["--pool-name", pool, "--pool-namespace", namespace, "--grpc-port", ports.grpc, "--health-port", ports.health, "--metrics-port", ports.metrics].map(String);
+  const p = run(process.execPath, [join(repo, "packages", "epp", "bin", "airm-epp.mjs"), ...args], { KUBECONFIG: rig.kubeconfig }, rig.dir);
+  await untilListening(ports.grpc, p, "airm-epp");
   return p;
 }

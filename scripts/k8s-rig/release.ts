@@ -30,6 +30,19 @@ export class Release {
     }
   }
 
+  /** Installs the chart at `chart` as release rngd-pd: two PD pods (shm) on `model` at S=`seqLen`, and an InferencePool `pool` over them. */
+  installPdPool(chart: string, o: { model: string; seqLen: number; pool: string }): void {
+    this.helmRun([
+      "install",
+      "rngd-pd",
+      chart,
+      ...[`model.path=${o.model}`, `seqLen=${o.seqLen}`, "prefill.replicas=2", "inferencePool.create=true", `inferencePool.name=${o.pool}`].flatMap((v) => ["--set", v]),
+      "--wait",
+      "--timeout",
+      "180s",
+    ]);
+  }
+
   /** The last output lines of every pod's processes (for failure messages). */
   podLogs(): string {
     return [...this.runner.pods.values()].map((p) => `--- ${p.name} ${p.ip}\n${p.procs.map((c) => `[${c.container}] ${c.log.join("").slice(-1200)}`).join("\n")}`).join("\n");
@@ -93,6 +106,14 @@ export function tcpOpen(host: string, port: number): Promise<boolean> {
     });
     s.once("error", () => resolve(false));
   });
+}
+
+/** Completions the gateway at `ip`:8000 has answered (its airm_gateway_requests_total on /v1/ routes, status 200). */
+export async function gatewayServed(ip: string): Promise<number> {
+  const text = await (await fetch(`http://${ip}:8000/metrics`)).text();
+  let n = 0;
+  for (const m of text.matchAll(/^airm_gateway_requests_total\{([^}]*)\} (\d+)/gm)) if (m[1]!.includes('status="200"') && m[1]!.includes("/v1/")) n += Number(m[2]);
+  return n;
 }
 
 /** A gauge's value in Prometheus text (the unlabelled series), 0 when absent. */

@@ -16,7 +16,7 @@ import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { makeTinyModel } from "../../packages/llama/src/index.ts";
 import { applyGieCrds, llmdBinaries, type Proc, startEnvoy, startStockEpp } from "../../scripts/k8s-rig/llm-d.ts";
 import { PodRunner } from "../../scripts/k8s-rig/pod-runner.ts";
-import { holdOpen, Release } from "../../scripts/k8s-rig/release.ts";
+import { gatewayServed, holdOpen, Release } from "../../scripts/k8s-rig/release.ts";
 import { type Rig, startRig } from "../../scripts/k8s-rig/rig.ts";
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -31,14 +31,6 @@ let release: Release;
 let llmd: string;
 let model: string;
 const procs: Proc[] = [];
-
-/** Completions served by the gateway at `ip` so far (its airm_gateway_requests_total, status 200). */
-async function served(ip: string): Promise<number> {
-  const text = await (await fetch(`http://${ip}:8000/metrics`)).text();
-  let n = 0;
-  for (const m of text.matchAll(/^airm_gateway_requests_total\{([^}]*)\} (\d+)/gm)) if (m[1]!.includes('status="200"') && m[1]!.includes("/v1/")) n += Number(m[2]);
-  return n;
-}
 
 async function post(url: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: any; text: string }> {
   const r = await fetch(url, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
@@ -87,12 +79,12 @@ async function skewed(front: string, busyIp: string, idleIp: string): Promise<{ 
   const letGo = await holdOpen(release, `http://${busyIp}:8000`, modelId);
   try {
     await new Promise((r) => setTimeout(r, 500)); // a few of the picker's 50 ms scrapes
-    const before = { idle: await served(idleIp), busy: await served(busyIp) };
+    const before = { idle: await gatewayServed(idleIp), busy: await gatewayServed(busyIp) };
     for (let i = 0; i < 10; i++) {
       const r = await post(`${front}/v1/completions`, { model: modelId, prompt: `probe ${i}: which replica answers?`, max_tokens: 4, temperature: 0 });
       expect(r.status, r.text).toBe(200);
     }
-    const after = { idle: await served(idleIp), busy: await served(busyIp) };
+    const after = { idle: await gatewayServed(idleIp), busy: await gatewayServed(busyIp) };
     return { idle: after.idle - before.idle, busy: after.busy - before.busy };
   } finally {
     await letGo();
@@ -129,24 +121,7 @@ describe("the llm-d path: Envoy -> InferencePool -> endpoint picker -> our pods"
   let pods: { name: string; ip: string }[];
 
   test("the stock GIE EPP v1.5.0: requests pass through Envoy unchanged, and a skewed load goes to the idle replica", async () => {
-    release.helmRun([
-      "install",
-      "rngd-pd",
-      chart,
-      "--set",
-      `model.path=${model}`,
-      "--set",
-      `seqLen=${S}`,
-      "--set",
-      "prefill.replicas=2",
-      "--set",
-      "inferencePool.create=true",
-      "--set",
-      `inferencePool.name=${POOL}`,
-      "--wait",
-      "--timeout",
-      "180s",
-    ]);
+    release.installPdPool(chart, { model, seqLen: S, pool: POOL });
     pods = await release.serving("pd", 2, 8000);
     modelId = ((await (await fetch(`http://${pods[0]!.ip}:8000/v1/models`)).json()) as any).data[0].id;
     const epp = await startStockEpp(rig, llmd, POOL, NS);
