@@ -11,6 +11,7 @@ export * from "./config/value-types.ts";
 export { ConfigSpec, defineConfig, opt, configMarkdown, configText, type ConfigRow, type ConfigValues, type Opt, type OptionMap, type ResolveInput } from "./config/config-spec.ts";
 export { Command, defineCommand, flagOf, switchOf, type CommandSpec, type Flag, type FlagMap, type FlagValues, type ParsedCommand } from "./config/command-line.ts";
 export { RM_CORE_CONFIG } from "./rm-core-config.ts";
+export { INTERNAL_TOKEN_HEADER, newInternalToken, sameSecret } from "./internal-token.ts";
 export { Registry, registry, findPackageRoot, dependencyPackageJson, type PluginFor, type PluginEntry } from "./registry.ts";
 export { selectTransport, transportName, DEFAULT_KV_TRANSPORT, type SelectTransportOptions } from "./select-transport.ts";
 export { FencedTransport, DEFAULT_PULL_TIMEOUT_MS } from "./fenced-transport.ts";

@@ -24,6 +24,11 @@ export const RM_CORE_CONFIG = defineConfig("@airm/rm-core", {
     defaultText: "none",
     doc: "Extra plugin package folders, separated by ':' or ',', scanned like a host's dependencies (a plugin installed outside the workspace).",
   }),
+  internalToken: opt(text({ label: "secret", pattern: /^[\x21-\x7e]{16,256}$/, hint: "16 to 256 printable ASCII characters, e.g. `openssl rand -hex 24`" }), {
+    env: "AIRM_INTERNAL_TOKEN",
+    defaultText: "none: internal routes and the relay accept any caller (`airm up` generates one for its parts)",
+    doc: "Shared secret of one deployment's parts: every worker /internal/* route asks it in the x-airm-internal-token header and the KV relay in each connection's HELLO frame; the gateway and the transports send it. Refused callers get 401 (workers) or an UNAUTHORIZED frame (relay), and are counted.",
+  }),
   parentPid: opt(int({ min: 1 }), {
     env: "AIRM_PARENT_PID",
     defaultText: "none",
