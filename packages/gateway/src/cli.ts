@@ -53,7 +53,8 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
     }
     const cfg = GATEWAY_CONFIG.resolve({ env, options: { metricsPort: f.metricsPort, maxBodyBytes: f.maxBodyBytes, apiKeys: f.apiKey } });
     const prefillPool = f.prefillPool ? { name: f.prefillPool, namespace: f.poolNamespace ?? cfg.podNamespace } : undefined;
-    gw = await startGateway({ ...cfg, port: f.port, host: f.host, prefill: f.prefill, decode: f.decode, solo: f.solo, prefillPool, localPrefill: f.localPrefill });
+    const { internalToken } = RM_CORE_CONFIG.resolve({ env });
+    gw = await startGateway({ ...cfg, internalToken, port: f.port, host: f.host, prefill: f.prefill, decode: f.decode, solo: f.solo, prefillPool, localPrefill: f.localPrefill });
   } catch (err) {
     console.error(`airm-gateway: ${(isAirmError(err) ? err.message : (err as Error).message).replace(/^airm-gateway: /, "")}`);
     return 2;

@@ -20,7 +20,24 @@ export interface Endpoint {
   probedAt: number;
   /** Last sign of life: a probe answered, or a call made progress (performance.now()). */
   aliveAt: number;
+  /** Its circuit breaker: calls that failed in a row, and when (performance.now()) an open breaker lets a trial call through. */
+  breaker: { state: "closed" | "open" | "half-open"; failures: number; retryAt: number; cooldownMs: number };
 }
+
+export interface PoolOptions {
+  /** How long a health probe may take (ms, default 2000). */
+  probeTimeoutMs?: number;
+  /** How long a busy endpoint (requests outstanding) stays up on progress alone while its probes time out (ms, default 15000). */
+  busyGraceMs?: number;
+  /** The deployment's internal token (AIRM_INTERNAL_TOKEN) the workers ask on /internal/*. */
+  token?: string;
+  /** Calls that fail in a row before an endpoint's breaker opens (default 3). */
+  breakerFailures?: number;
+  /** How long an open breaker waits before a trial call (ms, default 1000; doubles on each failed trial, up to 30 s). */
+  breakerCooldownMs?: number;
+}
+
+const BREAKER_MAX_COOLDOWN_MS = 30_000;
 
 /** How often an unhealthy endpoint is probed (ms; the interval when that is shorter). */
 export const RECOVERY_PROBE_MS = 250;
@@ -30,19 +47,27 @@ export class EndpointPool {
   private timer: NodeJS.Timeout | undefined;
   private turn = 0;
 
+  private readonly probeTimeoutMs: number;
+  private readonly busyGraceMs: number;
+  private readonly breakerFailures: number;
+  private readonly breakerCooldownMs: number;
+
   constructor(
     readonly role: string,
     urls: string[],
-    private readonly probeTimeoutMs = 2000,
-    /** How long a busy endpoint (requests outstanding) stays up on progress alone while its probes time out. */
-    private readonly busyGraceMs = 15_000,
+    private readonly o: PoolOptions = {},
   ) {
+    this.probeTimeoutMs = o.probeTimeoutMs ?? 2000;
+    this.busyGraceMs = o.busyGraceMs ?? 15_000;
+    this.breakerFailures = o.breakerFailures ?? 3;
+    this.breakerCooldownMs = o.breakerCooldownMs ?? 1000;
     this.endpoints = urls.map((u) => this.endpoint(u));
   }
 
   private endpoint(u: string): Endpoint {
-    const client = new WorkerClient(u, `${this.role} worker ${u.replace(/\/+$/, "")}`);
-    return { url: client.url, client, outstanding: 0, healthy: false, health: null, lastError: "not probed yet", probedAt: 0, aliveAt: 0 };
+    const client = new WorkerClient(u, `${this.role} worker ${u.replace(/\/+$/, "")}`, { token: this.o.token });
+    const breaker = { state: "closed" as const, failures: 0, retryAt: 0, cooldownMs: this.breakerCooldownMs };
+    return { url: client.url, client, outstanding: 0, healthy: false, health: null, lastError: "not probed yet", probedAt: 0, aliveAt: 0, breaker };
   }
 
   /**
@@ -120,15 +145,53 @@ export class EndpointPool {
   }
 
   /**
-   * The healthy endpoint with the fewest outstanding requests (ties rotate), skipping `exclude`.
-   * Returns undefined when none is healthy.
+   * A call on `e` failed on the worker's side (a 5xx answer, a broken stream, no answer). After
+   * `breakerFailures` in a row its breaker opens: no call goes there for the cooldown, then one
+   * trial call does (half-open); a failed trial opens it again for twice as long.
+   */
+  callFailed(e: Endpoint, reason: string): void {
+    const b = e.breaker;
+    b.failures++;
+    if (b.state === "half-open") b.cooldownMs = Math.min(b.cooldownMs * 2, BREAKER_MAX_COOLDOWN_MS);
+    if (b.state === "half-open" || b.failures >= this.breakerFailures) {
+      b.state = "open";
+      b.retryAt = performance.now() + b.cooldownMs;
+      e.lastError = `circuit open after ${b.failures} failed calls in a row (last: ${reason}); a trial call in ${b.cooldownMs} ms`;
+    }
+  }
+
+  /** A call on `e` succeeded: its breaker closes and its failure count restarts. */
+  callSucceeded(e: Endpoint): void {
+    const b = e.breaker;
+    if (b.state !== "closed" && e.lastError?.startsWith("circuit open")) e.lastError = null;
+    b.state = "closed";
+    b.failures = 0;
+    b.cooldownMs = this.breakerCooldownMs;
+  }
+
+  /** True when calls may go to `e` as far as its breaker is concerned (an open one past its cooldown lets one trial through). */
+  private breakerAllows(e: Endpoint, now: number): boolean {
+    const b = e.breaker;
+    return b.state === "closed" || now >= b.retryAt;
+  }
+
+  /**
+   * The healthy endpoint with the fewest outstanding requests (ties rotate), skipping `exclude`
+   * and endpoints whose breaker is open. Returns undefined when none is usable.
    */
   pick(exclude: Set<Endpoint> = new Set()): Endpoint | undefined {
-    const ok = this.endpoints.filter((e) => e.healthy && !exclude.has(e));
+    const now = performance.now();
+    const ok = this.endpoints.filter((e) => e.healthy && !exclude.has(e) && this.breakerAllows(e, now));
     if (ok.length === 0) return undefined;
     const least = Math.min(...ok.map((e) => e.outstanding));
     const tied = ok.filter((e) => e.outstanding === least);
-    return tied[this.turn++ % tied.length];
+    const e = tied[this.turn++ % tied.length];
+    if (e.breaker.state !== "closed") {
+      // This call is the trial; if it ends with no verdict (the client left), another may go after the cooldown.
+      e.breaker.state = "half-open";
+      e.breaker.retryAt = now + e.breaker.cooldownMs;
+    }
+    return e;
   }
 
   /** Why no endpoint could be picked, for the 503 message. */

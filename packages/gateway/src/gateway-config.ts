@@ -13,6 +13,16 @@ export const GATEWAY_CONFIG = defineConfig("@airm/gateway", {
   decodeIdleTimeoutMs: opt(int({ min: 1 }), { env: "AIRM_DECODE_IDLE_TIMEOUT_MS", default: 60_000, doc: "Longest gap between two events of a decode stream (ms)." }),
   kvTimeoutMs: opt(int({ min: 1 }), { env: "AIRM_KV_TIMEOUT_MS", default: 60_000, doc: "Sent to decode as kvTimeoutMs: how long each KV pull waits for its blob (ms)." }),
   healthIntervalMs: opt(int({ min: 10 }), { env: "AIRM_HEALTH_INTERVAL_MS", default: 2000, doc: "Period of the health probe of each worker (ms)." }),
+  breakerFailures: opt(int({ min: 1 }), {
+    env: "AIRM_BREAKER_FAILURES",
+    default: 3,
+    doc: "Calls to one worker that fail in a row (5xx, broken or silent stream, unreachable) before its circuit breaker opens: no request goes there until a trial call succeeds.",
+  }),
+  breakerCooldownMs: opt(int({ min: 1 }), {
+    env: "AIRM_BREAKER_COOLDOWN_MS",
+    default: 1000,
+    doc: "How long an open breaker waits before one trial call (ms); each failed trial doubles it, up to 30 s.",
+  }),
   maxBodyBytes: opt(int({ min: 1024 }), { default: 1 << 20, doc: "Largest request body (--max-body-bytes)." }),
   maxWaiting: opt(int({ min: 1 }), {
     env: "AIRM_MAX_WAITING",

@@ -8,7 +8,7 @@ import type { AddressInfo } from "node:net";
 import { registerVllmGauges } from "@airm/internal-api";
 import { ConfigError } from "@airm/rm-core";
 import { createGatewayApp } from "./app.ts";
-import { EndpointPool } from "./endpoint-pool.ts";
+import { EndpointPool, type PoolOptions } from "./endpoint-pool.ts";
 import { GATEWAY_CONFIG, type GatewayConfig } from "./gateway-config.ts";
 import { GatewayMetrics } from "./gateway-metrics.ts";
 import { Orchestrator } from "./orchestrator/index.ts";
@@ -28,6 +28,8 @@ export interface GatewayOptions extends Partial<GatewayConfig> {
   prefillPool?: { name: string; namespace: string };
   /** PD: requests without x-prefiller-host-port run whole on a decode worker (started with --local-prefill). */
   localPrefill?: boolean;
+  /** The deployment's internal token (AIRM_INTERNAL_TOKEN), sent on every worker call. */
+  internalToken?: string;
 }
 
 export interface RunningGateway {
@@ -53,7 +55,7 @@ function closeServer(s: Server): Promise<void> {
   });
 }
 
-function workerPools(o: GatewayOptions): { solo?: EndpointPool; prefill?: EndpointPool; decode?: EndpointPool } {
+function workerPools(o: GatewayOptions, pool: PoolOptions): { solo?: EndpointPool; prefill?: EndpointPool; decode?: EndpointPool } {
   const solo = o.solo?.length ? o.solo : undefined;
   const pd = o.prefill?.length || o.decode?.length || o.prefillPool;
   if (solo && pd) throw new ConfigError("--solo", "give either --solo or --prefill (or --prefill-pool) with --decode, not both");
@@ -63,7 +65,9 @@ function workerPools(o: GatewayOptions): { solo?: EndpointPool; prefill?: Endpoi
   for (const u of [...(o.prefill ?? []), ...(o.decode ?? []), ...(o.solo ?? [])]) {
     if (!/^https?:\/\/[^/]+/.test(u)) throw new ConfigError("worker URL", `${JSON.stringify(u)} is not an http(s) URL like http://127.0.0.1:8101`);
   }
-  return solo ? { solo: new EndpointPool("solo", solo) } : { prefill: new EndpointPool("prefill", o.prefill ?? []), decode: new EndpointPool("decode", o.decode!) };
+  return solo
+    ? { solo: new EndpointPool("solo", solo, pool) }
+    : { prefill: new EndpointPool("prefill", o.prefill ?? [], pool), decode: new EndpointPool("decode", o.decode!, pool) };
 }
 
 /**
@@ -92,11 +96,11 @@ async function followPrefillPool(at: { name: string; namespace: string }, pool: 
  * neither --solo nor both --prefill and --decode are given, or both are.
  */
 export async function startGateway(opts: GatewayOptions): Promise<RunningGateway> {
-  const { port: _p, host: _h, prefill: _pr, decode: _d, solo: _s, prefillPool: _pp, localPrefill, ...settings } = opts;
+  const { port: _p, host: _h, prefill: _pr, decode: _d, solo: _s, prefillPool: _pp, localPrefill, internalToken, ...settings } = opts;
   if (localPrefill && opts.solo?.length) throw new ConfigError("--local-prefill", "is for a PD gateway (--decode workers started with --local-prefill), not --solo");
   const cfg = GATEWAY_CONFIG.resolve({ options: settings });
   const host = opts.host ?? "127.0.0.1";
-  const pools = workerPools(opts);
+  const pools = workerPools(opts, { token: internalToken, breakerFailures: cfg.breakerFailures, breakerCooldownMs: cfg.breakerCooldownMs });
   const all = Object.values(pools) as EndpointPool[];
   const members = opts.prefillPool ? await followPrefillPool(opts.prefillPool, pools.prefill!, opts.prefill ?? []) : null;
   await Promise.all(all.map((p) => p.start(cfg.healthIntervalMs)));

@@ -72,7 +72,7 @@ afterAll(() => {
 
 /** A gateway over one solo worker probed every 50 ms with a 150 ms probe timeout. */
 async function gatewayFor(url: string, busyGraceMs: number) {
-  const pool = new EndpointPool("solo", [url], 150, busyGraceMs);
+  const pool = new EndpointPool("solo", [url], { probeTimeoutMs: 150, busyGraceMs });
   pools.push(pool);
   await pool.start(50);
   const app = createGatewayApp({

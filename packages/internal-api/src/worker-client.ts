@@ -3,6 +3,7 @@
 // gateway (and tests and benches) call workers with. Raw network failures are thrown as they are
 // (the caller decides whether a worker is down); answers that break the contract are ApiErrors.
 
+import { INTERNAL_TOKEN_HEADER } from "@airm/rm-core";
 import { ApiError } from "./api-error.ts";
 import {
   DecodeRequestSchema,
@@ -142,22 +143,31 @@ async function bodyOf(r: Response): Promise<unknown> {
 /** A worker's internal API at `url` (e.g. http://127.0.0.1:8101). */
 export class WorkerClient {
   readonly url: string;
+  /** The deployment's internal token header (AIRM_INTERNAL_TOKEN), sent on every call; none without one. */
+  private readonly auth: Record<string, string>;
 
   constructor(
     url: string,
     /** How this worker is named in error messages ("prefill worker http://..."). */
     readonly who = `worker ${url}`,
+    options: { token?: string } = {},
   ) {
     this.url = url.replace(/\/+$/, "");
+    this.auth = options.token ? { [INTERNAL_TOKEN_HEADER]: options.token } : {};
   }
 
   private async post(path: string, body: unknown, o: CallOptions): Promise<Response> {
     const r = await fetch(`${this.url}${path}`, {
       method: "POST",
-      headers: { "content-type": "application/json", ...o.headers },
+      headers: { "content-type": "application/json", ...o.headers, ...this.auth },
       body: JSON.stringify(body),
       signal: o.signal,
     });
+    if (r.status === 401) {
+      // A deployment fault, not the client's: say so rather than pass a 401 on to whoever called the gateway.
+      const why = ApiError.fromBody(401, await bodyOf(r), "unauthorized").code;
+      throw new ApiError(502, "worker_refused_internal_token", `${this.who} refused the call (${why}): give every part of the deployment the same AIRM_INTERNAL_TOKEN`);
+    }
     if (!r.ok) throw ApiError.fromBody(r.status, await bodyOf(r), `${this.who} answered ${r.status}`);
     return r;
   }
@@ -197,7 +207,7 @@ export class WorkerClient {
 
   /** GET /health: the status and the parsed body (null when it is not a health body). */
   async health(o: CallOptions = {}): Promise<{ status: number; health: WorkerHealth | null }> {
-    const r = await fetch(`${this.url}${ROUTES.health}`, { signal: o.signal, headers: o.headers });
+    const r = await fetch(`${this.url}${ROUTES.health}`, { signal: o.signal, headers: { ...o.headers, ...this.auth } });
     const parsed = WorkerHealthSchema.safeParse(await bodyOf(r));
     return { status: r.status, health: parsed.success ? parsed.data : null };
   }

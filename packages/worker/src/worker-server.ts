@@ -6,7 +6,7 @@
 import { serve } from "@hono/node-server";
 import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { ConfigError, engineForBackend, registry, selectTransport, transportName, type KVTransport, type WorkerRole } from "@airm/rm-core";
+import { ConfigError, engineForBackend, RM_CORE_CONFIG, registry, selectTransport, transportName, type KVTransport, type WorkerRole } from "@airm/rm-core";
 import pino, { type Logger } from "pino";
 import { createWorkerApp } from "./app.ts";
 import { WorkerRuntime } from "./runtime.ts";
@@ -31,7 +31,7 @@ export interface WorkerOptions {
   kvTransport?: string;
   /** Decode role: also serve /internal/generate (prefill locally when the picker did not disaggregate). */
   localPrefill?: boolean;
-  /** The environment the worker, its engine and its transport are configured from (default: none). */
+  /** The environment the worker, its engine and its transport are configured from (default: none); AIRM_INTERNAL_TOKEN in it guards /internal/*. */
   env?: Record<string, string | undefined>;
   logger?: Logger;
 }
@@ -74,7 +74,7 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
   // connections should answer /health and /metrics at once ("loading") rather than time out.
   await registry.load("airm.workloads", engineName).catch(() => {});
   if (kvName) await registry.load("airm.kv_transports", kvName).catch(() => {});
-  const server = await listen(createWorkerApp(rt, o.localPrefill), o.port, host);
+  const server = await listen(createWorkerApp(rt, o.localPrefill, RM_CORE_CONFIG.resolve({ env }).internalToken), o.port, host);
   const port = (server.address() as AddressInfo).port;
 
   const ready = (async () => {

@@ -7,7 +7,7 @@
 import { existsSync, mkdirSync, readdirSync, rmSync } from "node:fs";
 import { connect } from "node:net";
 import { join } from "node:path";
-import { ConfigError } from "@airm/rm-core";
+import { ConfigError, newInternalToken } from "@airm/rm-core";
 import { ChildPart } from "./child-part.ts";
 import { planCluster, type ClusterPlan, type ClusterShape } from "./cluster-plan.ts";
 
@@ -31,6 +31,8 @@ export interface RunningCluster {
   /** The transport's per-cluster folder (e.g. the shm root), if it declares one. */
   clusterDir: string | null;
   plan: ClusterPlan;
+  /** The internal token every part was given (AIRM_INTERNAL_TOKEN): what a direct call of a worker's /internal/* route sends. */
+  internalToken: string;
   parts: ChildPart[];
   /** The part named `name` ("prefill", "decode-2", "gateway", "kv-relay"...). Throws when absent. */
   part(name: string): ChildPart;
@@ -116,7 +118,11 @@ async function checkPorts(plan: ClusterPlan): Promise<void> {
 /** Starts the cluster; resolves once every part is healthy (or rejects with the reason). */
 export async function startLocalCluster(o: ClusterOptions): Promise<RunningCluster> {
   const log = o.log ?? (() => {});
-  const plan = await planCluster(o, process.pid);
+  const inherited = o.baseEnv ?? process.env;
+  // The parts share one internal token (AIRM_INTERNAL_TOKEN): the one given, else a fresh one, so
+  // nothing else on the host can call the workers' internal routes or the relay.
+  const internalToken = o.env?.AIRM_INTERNAL_TOKEN || inherited.AIRM_INTERNAL_TOKEN || newInternalToken();
+  const plan = await planCluster({ ...o, env: { ...o.env, AIRM_INTERNAL_TOKEN: internalToken } }, process.pid);
   await checkPorts(plan);
   const dir = plan.clusterDir;
   if (dir) {
@@ -124,7 +130,7 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
     mkdirSync(dir.path, { recursive: true });
   }
   // every part stops by itself if this process dies without stopping it (e.g. SIGKILL)
-  const baseEnv = { ...(o.baseEnv ?? process.env), AIRM_PARENT_PID: String(process.pid) };
+  const baseEnv = { ...inherited, AIRM_PARENT_PID: String(process.pid) };
   const parts: ChildPart[] = [];
   let stopping = false;
   let resolveDone!: (code: number) => void;
@@ -189,6 +195,7 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
     metricsUrl: plan.metricsUrl,
     clusterDir: dir?.path ?? null,
     plan,
+    internalToken,
     parts,
     part(name) {
       const p = parts.find((x) => x.name === name);

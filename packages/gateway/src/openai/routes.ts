@@ -126,7 +126,10 @@ async function complete(c: Context, kind: "completion" | "chat", o: GatewayAppOp
 
 export function openAIRoutes(app: Hono, o: GatewayAppOptions): void {
   app.get("/health", (c) => {
-    const roles = o.pools.map((p) => ({ role: p.role, endpoints: p.endpoints.map((e) => ({ url: e.url, healthy: e.healthy, outstanding: e.outstanding, error: e.lastError })) }));
+    const roles = o.pools.map((p) => ({
+      role: p.role,
+      endpoints: p.endpoints.map((e) => ({ url: e.url, healthy: e.healthy, circuit: e.breaker.state, outstanding: e.outstanding, error: e.lastError })),
+    }));
     const ok = o.pools.every((p) => p.endpoints.some((e) => e.healthy));
     return c.json({ status: ok ? "ok" : "degraded", mode: o.orchestrator.isSolo ? "solo" : "pd", roles }, ok ? 200 : 503);
   });

@@ -9,7 +9,7 @@ import { context, SpanStatusCode, trace, type Context, type Span } from "@opente
 import type { Endpoint, EndpointPool } from "../endpoint-pool.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
 import type { EndReason, GenEvent } from "./gen-events.ts";
-import { causeOf, relayEvents, releaseOn, traceHeaders } from "./worker-calls.ts";
+import { causeOf, isWorkerFault, relayEvents, releaseOn, traceHeaders } from "./worker-calls.ts";
 
 const tracer = trace.getTracer("@airm/gateway");
 
@@ -91,14 +91,23 @@ class PdRequest {
           ),
         );
         this.o.prefill.alive(this.pre);
+        this.o.prefill.callSucceeded(this.pre);
         return answer;
       } catch (err) {
         this.reason = "prefill_failed";
-        if (err instanceof ApiError) throw err;
         if (signal.aborted) return null;
+        if (isWorkerFault(err)) this.o.prefill.callFailed(this.pre, (err as Error).message);
+        // Retried on another prefill worker only when nothing came back yet (no token can repeat:
+        // the first one comes from this answer): a worker that is full (429) or not reachable.
+        const full = err instanceof ApiError && err.status === 429;
+        if (err instanceof ApiError && !full) throw err;
         const timedOut = (err as Error).name === "TimeoutError";
-        if (!timedOut) this.o.prefill.markDown(this.pre, `unreachable: ${causeOf(err)}`);
+        if (!timedOut && !full) {
+          this.o.prefill.markDown(this.pre, `unreachable: ${causeOf(err)}`);
+          this.o.prefill.callFailed(this.pre, `unreachable: ${causeOf(err)}`);
+        }
         const next = timedOut ? undefined : this.o.prefill.pick(tried);
+        if (!next && full) throw err;
         if (!next) throw new ApiError(timedOut ? 504 : 502, "prefill_unreachable", `prefill worker ${this.pre.url} did not answer: ${causeOf(err)}`);
         this.pre.outstanding--;
         this.pre = next;
@@ -114,9 +123,11 @@ class PdRequest {
       return await call;
     } catch (err) {
       this.reason = "decode_rejected";
-      if (err instanceof ApiError) throw err;
       if (signal.aborted) return null;
+      if (isWorkerFault(err)) this.o.decode.callFailed(this.dec, (err as Error).message);
+      if (err instanceof ApiError) throw err;
       this.o.decode.markDown(this.dec, `unreachable: ${causeOf(err)}`);
+      this.o.decode.callFailed(this.dec, `unreachable: ${causeOf(err)}`);
       throw new ApiError(502, "decode_unreachable", `decode worker ${this.dec.url} did not answer: ${causeOf(err)}`);
     }
   }
@@ -157,7 +168,13 @@ export async function* runPd(o: PdOptions, req: GenerationRequest, requestId: st
       r.spans.kv.setAttributes({ "airm.kv_push_ms": kv.pushMs, "airm.kv_load_ms": loadMs, "airm.kv_transport": kv.transport });
       endOnce(r.spans.kv, r.ended);
     };
-    for await (const ev of relayEvents(body, { who: `decode worker ${r.dec.url}`, idleMs: o.decodeIdleTimeoutMs, kv, onReady, onEvent: () => o.decode.alive(r.dec) })) {
+    let answered = false;
+    const onEvent = () => {
+      o.decode.alive(r.dec);
+      if (!answered) o.decode.callSucceeded(r.dec);
+      answered = true;
+    };
+    for await (const ev of relayEvents(body, { who: `decode worker ${r.dec.url}`, idleMs: o.decodeIdleTimeoutMs, kv, onReady, onEvent })) {
       if (ev.type === "done") {
         r.finished = true;
         r.reason = "done";
@@ -166,6 +183,7 @@ export async function* runPd(o: PdOptions, req: GenerationRequest, requestId: st
     }
   } catch (err) {
     r.spans.decode.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error).message });
+    if (r.reason !== "prefill_failed" && r.reason !== "decode_rejected" && !signal.aborted && isWorkerFault(err)) o.decode.callFailed(r.dec, (err as Error).message);
     throw err;
   } finally {
     signal.removeEventListener("abort", onAbort);

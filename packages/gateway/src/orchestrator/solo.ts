@@ -7,7 +7,7 @@ import { context, SpanStatusCode, trace } from "@opentelemetry/api";
 import type { EndpointPool } from "../endpoint-pool.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
 import type { GenEvent } from "./gen-events.ts";
-import { causeOf, relayEvents, traceHeaders } from "./worker-calls.ts";
+import { causeOf, isWorkerFault, relayEvents, traceHeaders } from "./worker-calls.ts";
 
 const tracer = trace.getTracer("@airm/gateway");
 
@@ -40,20 +40,27 @@ export async function* runSolo(pool: EndpointPool, t: SoloTimeouts, req: Generat
         ),
       );
     } catch (err) {
-      if (err instanceof ApiError) throw err;
       if (signal.aborted) return;
+      if (isWorkerFault(err)) pool.callFailed(ep, (err as Error).message);
+      if (err instanceof ApiError) throw err;
       if (prefillTimedOut) throw new ApiError(504, "prefill_timeout", `solo worker ${ep.url} gave no first token within ${t.prefillTimeoutMs} ms`);
       pool.markDown(ep, `unreachable: ${causeOf(err)}`);
+      pool.callFailed(ep, `unreachable: ${causeOf(err)}`);
       throw new ApiError(502, "worker_unreachable", `solo worker ${ep.url} unreachable: ${causeOf(err)}`);
     }
     try {
       for await (const ev of relayEvents(answer, { who: `solo worker ${ep.url}`, idleMs: t.decodeIdleTimeoutMs, kv: null, onEvent: () => pool.alive(ep) })) {
-        if (ev.type === "first") clearTimeout(prefillTimer);
+        if (ev.type === "first") {
+          clearTimeout(prefillTimer);
+          pool.callSucceeded(ep);
+        }
         yield ev;
       }
     } catch (err) {
-      if (prefillTimedOut && !signal.aborted) throw new ApiError(504, "prefill_timeout", `solo worker ${ep.url} gave no first token within ${t.prefillTimeoutMs} ms`);
-      throw err;
+      if (signal.aborted) throw err;
+      const e = prefillTimedOut ? new ApiError(504, "prefill_timeout", `solo worker ${ep.url} gave no first token within ${t.prefillTimeoutMs} ms`) : err;
+      if (isWorkerFault(e)) pool.callFailed(ep, (e as Error).message);
+      throw e;
     }
   } catch (err) {
     span.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error).message });

@@ -21,6 +21,15 @@ export function causeOf(err: unknown): string {
   return e?.message ?? String(err);
 }
 
+/**
+ * True when `err` says the worker itself failed the call (a 5xx answer or error event, a broken or
+ * silent stream), which counts against its circuit breaker. Not: the client's fault (4xx), an
+ * overloaded worker (429/503: busy is not broken), or bad KV (the producer's or the wire's fault).
+ */
+export function isWorkerFault(err: unknown): boolean {
+  return err instanceof ApiError && err.status >= 500 && err.status !== 503 && !err.code.startsWith("kv_");
+}
+
 /** Tells a worker the request ended; never throws, never waits long (the lease TTL is the backstop). */
 export async function releaseOn(worker: WorkerClient, requestId: string, reason: ReleaseReason): Promise<void> {
   try {

@@ -54,7 +54,7 @@ async function batchSizes(c: RunningCluster): Promise<{ sum: number; count: numb
 describe("continuous batching under churn", () => {
   it("gives every request its batch-of-one tokens while requests join and leave the running batch", async () => {
     const want: TokenRun[] = [];
-    for (const body of bodies("alone")) want.push(await pdTokens(alone.part("prefill").url, alone.part("decode").url, body));
+    for (const body of bodies("alone")) want.push(await pdTokens(alone.part("prefill").url, alone.part("decode").url, body, alone.internalToken));
     // Alone means alone: every step of that worker ran one stream.
     const a = await batchSizes(alone);
     expect(a.count).toBeGreaterThan(0);
@@ -63,7 +63,7 @@ describe("continuous batching under churn", () => {
     const got = await Promise.all(
       bodies("churn").map(async (body, i) => {
         await sleep(i * 40); // staggered: later requests join batches already running
-        return pdTokens(batched.part("prefill").url, batched.part("decode").url, body);
+        return pdTokens(batched.part("prefill").url, batched.part("decode").url, body, batched.internalToken);
       }),
     );
     got.forEach((g, i) => expect({ i, ...g }).toEqual({ i, ...want[i] }));

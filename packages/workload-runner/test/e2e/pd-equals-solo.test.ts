@@ -48,7 +48,7 @@ beforeAll(async () => {
   model = tinyModel();
   solo = await cluster({ mode: "solo", model, seqLen: S });
   let i = 0;
-  for (const { key, body } of bodies()) soloRuns.set(key, await soloTokens(solo.part("solo").url, { requestId: `solo-${i++}`, ...body }));
+  for (const { key, body } of bodies()) soloRuns.set(key, await soloTokens(solo.part("solo").url, { requestId: `solo-${i++}`, ...body }, solo.internalToken));
   // The reference is not degenerate: prompts lead to different continuations of several tokens.
   const runs = [...soloRuns.values()];
   expect(new Set(runs.map((r) => r.tokens.join(","))).size).toBeGreaterThan(runs.length / 2);
@@ -73,7 +73,7 @@ describe.each(["atom", "rngd"])("PD over shm, decode on %s", (decodeBackend) => 
     let i = 0;
     const lengths: number[] = [];
     for (const { key, body } of bodies()) {
-      const got = await pdTokens(pd.part("prefill").url, pd.part("decode").url, { requestId: `pd-${decodeBackend}-${i++}`, ...body });
+      const got = await pdTokens(pd.part("prefill").url, pd.part("decode").url, { requestId: `pd-${decodeBackend}-${i++}`, ...body }, pd.internalToken);
       const want = soloRuns.get(key)!;
       expect({ key, ...got }).toEqual({ key, ...want });
       lengths.push(got.promptTokens + got.tokens.length);

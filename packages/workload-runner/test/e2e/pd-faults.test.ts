@@ -5,6 +5,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { closeSync, openSync, readSync, readlinkSync, rmSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { WorkerClient } from "@airm/internal-api";
+import { INTERNAL_TOKEN_HEADER } from "@airm/rm-core";
 import type { RunningCluster } from "../../src/index.ts";
 import { cluster, leftoverBlobs, postJson, settledLeftovers, tinyModel } from "../helpers/cluster.ts";
 
@@ -31,6 +32,9 @@ afterAll(() => {
 async function modelId(c: RunningCluster): Promise<string> {
   return ((await (await fetch(`${c.url}/v1/models`)).json()) as any).data[0].id;
 }
+
+/** The header a direct call of a worker's /internal/* route needs (the cluster's internal token). */
+const internal = (c: RunningCluster) => ({ [INTERNAL_TOKEN_HEADER]: c.internalToken });
 
 async function health(url: string): Promise<any> {
   return (await fetch(`${url}/health`)).json();
@@ -90,15 +94,15 @@ describe("PD faults", () => {
     const pd = await cluster({ model, seqLen: S, decode: [{ backend: "atom", model: otherModel }] });
     clusters.push(pd);
     const rid = "cmpl-integrity-1";
-    const decode = new WorkerClient(pd.part("decode").url).decode({ requestId: rid, maxTokens: 4 });
-    const p = await postJson(`${pd.part("prefill").url}/internal/prefill`, { requestId: rid, input: { prompt: "hello" }, maxTokens: 4 });
+    const decode = new WorkerClient(pd.part("decode").url, undefined, { token: pd.internalToken }).decode({ requestId: rid, maxTokens: 4 });
+    const p = await postJson(`${pd.part("prefill").url}/internal/prefill`, { requestId: rid, input: { prompt: "hello" }, maxTokens: 4 }, internal(pd));
     expect(p.status).toBe(200);
     const lines = (await (await decode).text())
       .trim()
       .split("\n")
       .map((l) => JSON.parse(l));
     expect(lines.at(-1)).toMatchObject({ type: "error", status: 502, code: "kv_integrity_error", param: "modelFingerprint" });
-    await postJson(`${pd.part("prefill").url}/internal/release`, { requestId: rid, reason: "decode_rejected" });
+    await postJson(`${pd.part("prefill").url}/internal/release`, { requestId: rid, reason: "decode_rejected" }, internal(pd));
     expect(await settledLeftovers(pd.clusterDir!)).toEqual([]);
 
     // the same mismatch through the gateway: a 502 with the OpenAI error body
@@ -113,7 +117,7 @@ describe("PD faults", () => {
     const pd = await cluster({ model, seqLen: S });
     clusters.push(pd);
     const rid = "cmpl-corrupt-1";
-    const p = await postJson(`${pd.part("prefill").url}/internal/prefill`, { requestId: rid, input: { prompt: "flip a byte" }, maxTokens: 4 });
+    const p = await postJson(`${pd.part("prefill").url}/internal/prefill`, { requestId: rid, input: { prompt: "flip a byte" }, maxTokens: 4 }, internal(pd));
     expect(p.status).toBe(200);
     // flip one byte of layer 1's V inside its slab file, where the transport's link points
     const [slab, offset] = readlinkSync(join(pd.clusterDir!, "keys", rid, "1+v")).split(":");
@@ -125,7 +129,7 @@ describe("PD faults", () => {
     closeSync(fd);
     const d = await fetch(`${pd.part("decode").url}/internal/decode`, {
       method: "POST",
-      headers: { "content-type": "application/json" },
+      headers: { "content-type": "application/json", ...internal(pd) },
       body: JSON.stringify({ requestId: rid, maxTokens: 4 }),
     });
     const lines = (await d.text())
@@ -135,7 +139,7 @@ describe("PD faults", () => {
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatchObject({ type: "error", status: 502, code: "kv_integrity_error", param: "crc" });
     expect(lines[0].message).toContain(`${rid}/1/v`);
-    await postJson(`${pd.part("prefill").url}/internal/release`, { requestId: rid, reason: "decode_rejected" });
+    await postJson(`${pd.part("prefill").url}/internal/release`, { requestId: rid, reason: "decode_rejected" }, internal(pd));
     expect(await settledLeftovers(pd.clusterDir!)).toEqual([]);
   });
 
@@ -166,7 +170,7 @@ describe("PD faults", () => {
   it("a lease whose decode never comes expires after its TTL and its blobs are released", async () => {
     const pd = await cluster({ model, seqLen: S, env: { AIRM_KV_LEASE_TTL_S: "1" } });
     clusters.push(pd);
-    const p = await postJson(`${pd.part("prefill").url}/internal/prefill`, { requestId: "cmpl-orphan-1", input: { prompt: "nobody decodes this" }, maxTokens: 4 });
+    const p = await postJson(`${pd.part("prefill").url}/internal/prefill`, { requestId: "cmpl-orphan-1", input: { prompt: "nobody decodes this" }, maxTokens: 4 }, internal(pd));
     expect(p.status).toBe(200);
     expect(leftoverBlobs(pd.clusterDir!).length).toBeGreaterThan(0);
     await until(async () => (await health(pd.part("prefill").url)).leases.expired === 1, "the lease to expire");

@@ -35,8 +35,8 @@ describe.each(["tcp", "nixl-ucx"] as const)("PD over %s", (transport) => {
       { input: { prompt: "seeded sampling" }, maxTokens: 10, sampling: { temperature: 0.8, seed: 99 } },
     ];
     for (const [i, body] of bodies.entries()) {
-      const want = await soloTokens(solo.part("solo").url, { requestId: `s-${i}`, ...body });
-      const got = await pdTokens(pd.part("prefill").url, pd.part("decode").url, { requestId: `p-${i}`, ...body });
+      const want = await soloTokens(solo.part("solo").url, { requestId: `s-${i}`, ...body }, solo.internalToken);
+      const got = await pdTokens(pd.part("prefill").url, pd.part("decode").url, { requestId: `p-${i}`, ...body }, pd.internalToken);
       expect(got).toEqual(want);
     }
     expect(pd.parts.map((p) => p.name)).toEqual(["kv-relay", "prefill", "decode", "gateway"]);
@@ -44,6 +44,6 @@ describe.each(["tcp", "nixl-ucx"] as const)("PD over %s", (transport) => {
     expect(h.transport).toBe(transport);
     const r = await postJson(`${pd.url}/v1/completions`, { model: h.model.id, prompt: "over the wire", max_tokens: 10, temperature: 0 });
     expect(r.status).toBe(200);
-    expect(r.body.choices[0].text).toBe((await soloTokens(solo.part("solo").url, { requestId: "s-x", ...bodies[0] })).text);
+    expect(r.body.choices[0].text).toBe((await soloTokens(solo.part("solo").url, { requestId: "s-x", ...bodies[0] }, solo.internalToken)).text);
   });
 });

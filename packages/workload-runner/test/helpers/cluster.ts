@@ -82,20 +82,20 @@ async function collect(first: { token: number; text: string; promptTokens: numbe
   throw new Error("the stream ended without a done event");
 }
 
-/** One request through a solo worker's internal API: the token ids it generates. */
-export async function soloTokens(soloUrl: string, body: GenerateRequest): Promise<TokenRun> {
-  const events = (await new WorkerClient(soloUrl).generate(body)).events(120_000);
+/** One request through a solo worker's internal API (with the cluster's internal token): the token ids it generates. */
+export async function soloTokens(soloUrl: string, body: GenerateRequest, token?: string): Promise<TokenRun> {
+  const events = (await new WorkerClient(soloUrl, undefined, { token }).generate(body)).events(120_000);
   const first = await events.next();
   if (first.done || first.value.type !== "first") throw new Error(`no first event: ${JSON.stringify(first.value)}`);
   return collect(first.value, events);
 }
 
 /** One request through a prefill and a decode worker's internal API (decode sent first: prefetch). */
-export async function pdTokens(prefillUrl: string, decodeUrl: string, body: PrefillRequest): Promise<TokenRun> {
+export async function pdTokens(prefillUrl: string, decodeUrl: string, body: PrefillRequest, token?: string): Promise<TokenRun> {
   const decodeBody: DecodeRequest = { requestId: body.requestId, maxTokens: body.maxTokens, sampling: body.sampling };
-  const decode = new WorkerClient(decodeUrl).decode(decodeBody);
+  const decode = new WorkerClient(decodeUrl, undefined, { token }).decode(decodeBody);
   decode.catch(() => {});
-  const prefill = new WorkerClient(prefillUrl);
+  const prefill = new WorkerClient(prefillUrl, undefined, { token });
   const p = await prefill.prefill(body);
   const run = await collect(p.first, (await decode).events(120_000));
   await prefill.release({ requestId: body.requestId });
