@@ -62,6 +62,20 @@ export class ApiError extends Error {
   }
 }
 
+/** 429 server_overloaded: a full waiting queue. Answered with Retry-After (seconds). */
+export class OverloadedError extends ApiError {
+  constructor(
+    readonly retryAfterS: number,
+    message: string,
+  ) {
+    super(429, "server_overloaded", message);
+  }
+
+  override toResponse(headers: Record<string, string> = {}): Response {
+    return super.toResponse({ "retry-after": String(this.retryAfterS), ...headers });
+  }
+}
+
 /**
  * Maps any failure to the API error a caller sees: ApiError as is; rm-core's typed errors by code
  * (context overflow 400, KV integrity 502, KV timeout 504, transport 502); anything else 500 with

@@ -2,7 +2,7 @@
 // API error type, the NDJSON framing and a typed worker client. docs/internal-api.md is checked
 // against these schemas by a test.
 export * from "./schemas.ts";
-export { ApiError, ErrorBodySchema, toApiError, invalidRequest, type ErrorBody } from "./api-error.ts";
+export { ApiError, ErrorBodySchema, OverloadedError, toApiError, invalidRequest, type ErrorBody } from "./api-error.ts";
 export { WorkerClient, WorkerEventStream, ROUTES, NDJSON, encodeEvent, readEvents, StreamIdleError, type CallOptions } from "./worker-client.ts";
 export { schemaTables, INTERNAL_API_SCHEMAS } from "./schema-docs.ts";
 export { registerVllmGauges, slotGeometry, VLLM_BLOCK_SIZE, type ServingLoad, type CacheGeometry } from "./vllm-metrics.ts";

@@ -4,7 +4,7 @@
 // (the caller decides whether a worker is down); answers that break the contract are ApiErrors.
 
 import { INTERNAL_TOKEN_HEADER } from "@airm/rm-core";
-import { ApiError } from "./api-error.ts";
+import { ApiError, OverloadedError } from "./api-error.ts";
 import {
   DecodeRequestSchema,
   GenerateRequestSchema,
@@ -167,6 +167,10 @@ export class WorkerClient {
       // A deployment fault, not the client's: say so rather than pass a 401 on to whoever called the gateway.
       const why = ApiError.fromBody(401, await bodyOf(r), "unauthorized").code;
       throw new ApiError(502, "worker_refused_internal_token", `${this.who} refused the call (${why}): give every part of the deployment the same AIRM_INTERNAL_TOKEN`);
+    }
+    if (r.status === 429) {
+      const e = ApiError.fromBody(429, await bodyOf(r), `${this.who} is full`);
+      throw new OverloadedError(Number(r.headers.get("retry-after")) || 1, e.message);
     }
     if (!r.ok) throw ApiError.fromBody(r.status, await bodyOf(r), `${this.who} answered ${r.status}`);
     return r;

@@ -2,7 +2,7 @@
 // slots, metrics and log, plus what loading produces (engine, transport, batcher), which moves
 // from loading to ready or failed exactly once. Routes ask `ready()` and get a 503 while loading.
 
-import { ApiError, slotGeometry } from "@airm/internal-api";
+import { ApiError, OverloadedError, slotGeometry } from "@airm/internal-api";
 import type { KVTransport, WorkerRole } from "@airm/rm-core";
 import type { Logger } from "pino";
 import { DecodeBatcher } from "./decode-batcher.ts";
@@ -27,6 +27,8 @@ export interface RuntimeOptions {
   batch: number;
   leaseTtlMs: number;
   kvTimeoutMs: number;
+  /** Most requests waiting (for a slot, or decode's for their KV) before one more gets 429 (default: no bound). */
+  maxWaiting?: number;
   log: Logger;
 }
 
@@ -35,6 +37,7 @@ export class WorkerRuntime {
   readonly backend: string;
   readonly engineName: string;
   readonly kvTimeoutMs: number;
+  readonly maxWaiting: number;
   readonly log: Logger;
   readonly slots: RequestSlots;
   readonly leases: LeaseTable;
@@ -53,6 +56,7 @@ export class WorkerRuntime {
     this.backend = o.backend;
     this.engineName = o.engineName;
     this.kvTimeoutMs = o.kvTimeoutMs;
+    this.maxWaiting = o.maxWaiting ?? Number.POSITIVE_INFINITY;
     this.log = o.log;
     this.slots = new RequestSlots(o.batch);
     this.leases = new LeaseTable(
@@ -104,6 +108,17 @@ export class WorkerRuntime {
   }
 
   /** The loaded engine and transport. Throws ApiError 503 (not_ready) while loading or after a failed load. */
+  /**
+   * Throws 429 (OverloadedError, Retry-After) when the waiting queue is full: a request past
+   * AIRM_MAX_WAITING is refused at once, before it holds anything, instead of waiting with no end.
+   */
+  admit(route: string): void {
+    const waiting = this.slots.numWaiting + this.kvWaiting;
+    if (waiting < this.maxWaiting) return;
+    this.metrics.requests.inc({ route, outcome: "overloaded" });
+    throw new OverloadedError(1, `this ${this.role} worker has ${waiting} requests waiting, its limit (AIRM_MAX_WAITING); retry in 1 s`);
+  }
+
   ready(): Serving {
     if (this.state.kind === "ready") return this.state;
     const why = this.state.kind === "failed" ? `engine failed to load: ${this.state.error}` : "the engine is still loading; retry when /health says ready";

@@ -21,6 +21,11 @@ export const WORKER_CONFIG = defineConfig("@airm/worker", {
     default: 60_000,
     doc: "How long a KV push waits for space and a decode's pull waits for each blob unless the request says (the gateway sends its own).",
   }),
+  maxWaiting: opt(int({ min: 1 }), {
+    env: "AIRM_MAX_WAITING",
+    default: 256,
+    doc: "Most requests a worker holds waiting (for a slot, or a decode for its KV); one more gets 429 with Retry-After and an OpenAI error body at once. The gateway's own bound has the same variable.",
+  }),
   logLevel: opt(oneOf(["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const), {
     env: "AIRM_LOG_LEVEL",
     default: "info",

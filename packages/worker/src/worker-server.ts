@@ -67,7 +67,16 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
   const engineName = engineForBackend(o.backend, o.role);
   const kvName = o.role === "solo" ? null : transportName({ name: o.kvTransport, env });
   const log = o.logger ?? pino({ name: `airm-worker-${o.role}`, level: cfg.logLevel }, pino.destination(2));
-  const rt = new WorkerRuntime({ role: o.role, backend: o.backend, engineName, batch: o.batch ?? 1, leaseTtlMs: cfg.leaseTtlS * 1000, kvTimeoutMs: cfg.kvTimeoutMs, log });
+  const rt = new WorkerRuntime({
+    role: o.role,
+    backend: o.backend,
+    engineName,
+    batch: o.batch ?? 1,
+    leaseTtlMs: cfg.leaseTtlS * 1000,
+    kvTimeoutMs: cfg.kvTimeoutMs,
+    maxWaiting: cfg.maxWaiting,
+    log,
+  });
   const host = o.host ?? "127.0.0.1";
   // The engine's and the transport's code is imported before listening: importing (and, from the
   // sources, compiling) it holds the event loop for a second or more, and a worker that accepts

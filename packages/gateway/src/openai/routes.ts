@@ -2,7 +2,7 @@
 // JSON or the SSE answer), /v1/models and /health. Worker calls, timeouts and releases are the
 // orchestrator's; the answer shapes are answers.ts's.
 
-import { ApiError } from "@airm/internal-api";
+import { ApiError, OverloadedError } from "@airm/internal-api";
 import { SpanStatusCode, context, trace } from "@opentelemetry/api";
 import type { Context, Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
@@ -26,16 +26,6 @@ export interface GatewayAppOptions {
   maxBodyBytes: number;
   /** Most requests held before their first token; beyond it, 429 (default: no bound). */
   maxWaiting?: number;
-}
-
-/** 429 for a full waiting queue, answered with Retry-After. */
-class Overloaded extends ApiError {
-  constructor(
-    readonly retryAfterS: number,
-    waiting: number,
-  ) {
-    super(429, "server_overloaded", `the server holds ${waiting} requests waiting for their first token, its limit (AIRM_MAX_WAITING); retry in ${retryAfterS} s`);
-  }
 }
 
 const tracer = trace.getTracer("@airm/gateway");
@@ -101,7 +91,9 @@ function placement(c: Context, o: GatewayAppOptions): Placement {
 async function complete(c: Context, kind: "completion" | "chat", o: GatewayAppOptions): Promise<Response> {
   const req = await parseRequest(c, kind, o);
   const waiting = o.orchestrator.inFlight.beforeFirst;
-  if (o.maxWaiting !== undefined && waiting >= o.maxWaiting) throw new Overloaded(1, waiting);
+  if (o.maxWaiting !== undefined && waiting >= o.maxWaiting) {
+    throw new OverloadedError(1, `the server holds ${waiting} requests waiting for their first token, its limit (AIRM_MAX_WAITING); retry in 1 s`);
+  }
   const timing = new Timing();
   const requestId = newRequestId();
   trace.getActiveSpan()?.setAttribute("airm.request_id", requestId);
@@ -160,7 +152,7 @@ export function openAIRoutes(app: Hono, o: GatewayAppOptions): void {
         const e = err instanceof ApiError ? err : new ApiError(500, "internal_error", `gateway error: ${(err as Error).message}`);
         status = e.status;
         span.setStatus({ code: SpanStatusCode.ERROR, message: e.message });
-        return e instanceof Overloaded ? e.toResponse({ "retry-after": String(e.retryAfterS) }) : e.toResponse();
+        return e.toResponse();
       } finally {
         o.metrics.countRequest(path, status);
         span.end();

@@ -18,6 +18,7 @@ export function decodeRoutes(app: Hono, rt: WorkerRuntime): void {
   app.post(ROUTES.decode, async (c) => {
     const serving = rt.ready();
     const b = await parseBody(c, DecodeRequestSchema);
+    rt.admit("decode");
     const rid = b.requestId;
     const stopped = new AbortController();
     let endedFromOutside = false;

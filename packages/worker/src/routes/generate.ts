@@ -13,6 +13,7 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
   app.post(ROUTES.generate, async (c) => {
     const { engine, batcher } = rt.ready();
     const b = await parseBody(c, GenerateRequestSchema);
+    rt.admit("generate");
     const tokens = tokenize(engine, b.input);
     const { maxTokens, seqLen } = planRequest(engine, tokens.length, b.maxTokens, b.seqLen);
     const span = tracer.startSpan("worker.generate", { attributes: { "airm.request_id": b.requestId } }, callerContext(c));

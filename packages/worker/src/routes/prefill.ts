@@ -16,6 +16,7 @@ export function prefillRoutes(app: Hono, rt: WorkerRuntime): void {
     try {
       const { engine, transport } = rt.ready();
       const b = await parseBody(c, PrefillRequestSchema);
+      rt.admit("prefill");
       const tokens = tokenize(engine, b.input);
       const { maxTokens, seqLen } = planRequest(engine, tokens.length, b.maxTokens, b.seqLen);
       const rid = b.requestId;
