@@ -14,10 +14,10 @@ export interface DescriptorDirectory {
   close(): Promise<void>;
 }
 
-/** A directory in the relay at `addr` ("host:port"). */
-export function relayDirectory(addr: string): DescriptorDirectory {
+/** A directory in the relay at `addr` ("host:port"); `token` is the deployment's AIRM_INTERNAL_TOKEN, presented to the relay. */
+export function relayDirectory(addr: string, options: { token?: string } = {}): DescriptorDirectory {
   // One connection: a burst of descriptor fetches then comes back in one batch.
-  const relay = RelayClient.connect(addr, { connections: 1 });
+  const relay = RelayClient.connect(addr, { connections: 1, token: options.token });
   return {
     address: relay.address,
     publish: async (key, descriptor, timeoutMs) => {

@@ -21,4 +21,8 @@ test("checkRequestHeader names what is wrong", () => {
   expect(checkRequestHeader({ ...ok, flags: 2 })?.reason).toBe("bad_header");
   expect(checkRequestHeader({ ...ok, op: Op.WAIT_SPACE, payloadLength: 4 })?.reason).toBe("bad_payload_length");
   expect(checkRequestHeader({ ...ok, op: Op.WAIT_SPACE, payloadLength: 8 })).toBeUndefined();
+  expect(checkRequestHeader({ ...ok, op: Op.HELLO, keyLength: 0, payloadLength: 0 })).toBeUndefined();
+  expect(checkRequestHeader({ ...ok, op: Op.HELLO, keyLength: 0, payloadLength: 256 })).toBeUndefined();
+  expect(checkRequestHeader({ ...ok, op: Op.HELLO, keyLength: 0, payloadLength: 257 })?.reason).toBe("bad_payload_length");
+  expect(checkRequestHeader({ ...ok, op: 6 })?.reason).toBe("unknown_op");
 });

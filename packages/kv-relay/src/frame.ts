@@ -4,9 +4,9 @@
 //   offset size  field
 //   0      4     magic "AKVR"
 //   4      1     version (1)
-//   5      1     op (requests 1..4; a response is the request's op | 0x80)
+//   5      1     op (requests 1..5; a response is the request's op | 0x80)
 //   6      1     flags (bit 0: the crc field holds the payload's CRC-32)
-//   7      1     status (responses; 0 in requests)
+//   7      1     status (responses, see below; 0 in requests)
 //   8      4     tag: the sender's id for this exchange; a response echoes it (multiplexing)
 //   12     2     key length in bytes (0..200)
 //   14     2     reserved, must be 0
@@ -15,6 +15,22 @@
 //   28     4     arg: a wait in ms (PULL, WAIT_SPACE, PUSH) or a count (RELEASE response)
 //
 // All integers are little-endian.
+//
+//   op  name        request key / payload                 answer
+//   1   PUSH        blob key / the blob                   status; arg = the relay's expired count
+//   2   PULL        blob key / none                       the blob (or status + message)
+//   3   RELEASE     request id / none                     status; arg = blobs freed
+//   4   WAIT_SPACE  none / u64 bytes wanted               status once that much is free (or NO_SPACE)
+//   5   HELLO       none / the caller's token (UTF-8,     OK, or UNAUTHORIZED and the connection closes
+//                   0..256 bytes: AIRM_INTERNAL_TOKEN)
+//
+//   status  0 OK, 1 TIMEOUT, 2 NO_SPACE, 3 TOO_LARGE, 4 CRC_MISMATCH, 5 INVALID_KEY,
+//           6 UNAUTHORIZED (a relay with a token got a frame before a matching HELLO, or a HELLO
+//           with another token; it closes the connection after this answer)
+//
+// An error answer carries a short UTF-8 message as its payload. A relay started with a token
+// (AIRM_INTERNAL_TOKEN) wants HELLO as the first frame of every connection; a relay without one
+// answers HELLO with OK and ignores its token.
 
 import { MAX_KEY_LENGTH } from "@airm/rm-core";
 
@@ -24,6 +40,8 @@ export const PROTOCOL_VERSION = 1;
 export const MAX_FRAME_KEY_BYTES = MAX_KEY_LENGTH;
 /** A payload length above this is a malformed frame (1 TiB: far beyond any blob). */
 export const MAX_PAYLOAD_BYTES = 2 ** 40;
+/** The longest token a HELLO may carry (AIRM_INTERNAL_TOKEN is 16..256 characters). */
+export const MAX_HELLO_BYTES = 256;
 
 export const Op = {
   /** key + blob; the relay answers once the blob is stored (or why not). */
@@ -34,6 +52,8 @@ export const Op = {
   RELEASE: 3,
   /** 8-byte payload = bytes wanted; answered once that much space is free, or after `arg` ms. */
   WAIT_SPACE: 4,
+  /** payload = the caller's token (UTF-8, <= 256 bytes); the first frame of a connection to a relay with a token. */
+  HELLO: 5,
 } as const;
 export type OpCode = (typeof Op)[keyof typeof Op];
 export const RESPONSE_BIT = 0x80;
@@ -45,6 +65,8 @@ export const Status = {
   TOO_LARGE: 3,
   CRC_MISMATCH: 4,
   INVALID_KEY: 5,
+  /** The caller did not present the relay's token (no HELLO first, or another token); the relay then closes the connection. */
+  UNAUTHORIZED: 6,
 } as const;
 export type StatusCode = (typeof Status)[keyof typeof Status];
 
@@ -111,10 +133,14 @@ export function decodeHeader(b: Uint8Array): FrameHeader & { magic: number } {
 export function checkRequestHeader(h: FrameHeader & { magic: number }): { reason: string; detail: string } | undefined {
   if (h.magic !== MAGIC) return { reason: "bad_magic", detail: `bad magic 0x${h.magic.toString(16).padStart(8, "0")} (not an airm-kv-relay client)` };
   if (h.version !== PROTOCOL_VERSION) return { reason: "unknown_version", detail: `unknown protocol version ${h.version}; this relay speaks ${PROTOCOL_VERSION}` };
-  if (h.op < Op.PUSH || h.op > Op.WAIT_SPACE) return { reason: "unknown_op", detail: `unknown op ${h.op}` };
+  if (h.op < Op.PUSH || h.op > Op.HELLO) return { reason: "unknown_op", detail: `unknown op ${h.op}` };
   if (h.status !== 0 || h.reserved !== 0 || (h.flags & ~FLAG_CRC) !== 0) return { reason: "bad_header", detail: "reserved header bits are set" };
   if (h.keyLength > MAX_FRAME_KEY_BYTES) return { reason: "key_too_long", detail: `key length ${h.keyLength} exceeds ${MAX_FRAME_KEY_BYTES}` };
   if (h.payloadLength > MAX_PAYLOAD_BYTES) return { reason: "payload_too_long", detail: `payload length ${h.payloadLength} exceeds ${MAX_PAYLOAD_BYTES}` };
+  if (h.op === Op.HELLO) {
+    if (h.payloadLength > MAX_HELLO_BYTES) return { reason: "bad_payload_length", detail: `a HELLO carries at most ${MAX_HELLO_BYTES} token bytes, not ${h.payloadLength}` };
+    return undefined;
+  }
   const fixed = h.op === Op.WAIT_SPACE ? 8 : h.op === Op.PUSH ? -1 : 0;
   if (fixed >= 0 && h.payloadLength !== fixed) return { reason: "bad_payload_length", detail: `op ${h.op} carries ${fixed} payload bytes, not ${h.payloadLength}` };
   return undefined;

@@ -1,8 +1,9 @@
 // airm-kv-relay: the command line around startRelay(). Flags win over the AIRM_KV_TCP_*
-// variables (RELAY_CONFIG); prints one "listening" line on stdout and stops on SIGINT/SIGTERM
-// (or when the `airm up` that started it is gone).
+// variables (RELAY_CONFIG); AIRM_INTERNAL_TOKEN (RM_CORE_CONFIG) makes it refuse callers without
+// that token. Prints one "listening" line on stdout and stops on SIGINT/SIGTERM (or when the
+// `airm up` that started it is gone).
 
-import { defineCommand, flagOf, hostPort, int, isAirmError, num, switchOf, untilStopSignal } from "@airm/rm-core";
+import { defineCommand, flagOf, hostPort, int, isAirmError, num, RM_CORE_CONFIG, switchOf, untilStopSignal } from "@airm/rm-core";
 import { DEFAULT_ADDR, parseHostPort } from "./address.ts";
 import { RELAY_CONFIG } from "./relay-config.ts";
 import { startRelay } from "./relay-server.ts";
@@ -19,7 +20,7 @@ export const RELAY_COMMAND = defineCommand({
     noCrc: switchOf({ doc: "do not check the pushers' CRC-32 (default: check, unless AIRM_KV_TCP_CRC=0)" }),
     log: switchOf({ doc: "log size and SHA-256 of every blob stored (default AIRM_KV_TCP_LOG)" }),
   },
-  env: [RELAY_CONFIG],
+  env: [RELAY_CONFIG, RM_CORE_CONFIG],
   notes: 'Prints "airm-kv-relay listening on HOST:PORT" once ready; logs (JSON, pino) go to stderr.',
 });
 
@@ -33,6 +34,7 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
       return 0;
     }
     const c = RELAY_CONFIG.resolve({ env, options: { maxMb: f.maxMb, ttlS: f.ttlS, metricsPort: f.metricsPort, crc: f.noCrc ? false : undefined, log: f.log || undefined } });
+    const { internalToken } = RM_CORE_CONFIG.resolve({ env });
     const { host, port } = parseHostPort(f.listen, "--listen");
     relay = await startRelay({
       host,
@@ -44,6 +46,7 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
       log: c.log,
       reusePool: c.reusePool,
       directReads: c.directReads,
+      token: internalToken,
     });
   } catch (e) {
     console.error(`${isAirmError(e) || e instanceof Error ? (e as Error).message : String(e)}\n(airm-kv-relay --help lists the options)`);

@@ -1,13 +1,14 @@
 // The client side of the relay protocol: a per-process pool of connections per relay address,
 // each multiplexing exchanges by tag and reading every payload straight into its destination
 // (net.connect onread), and RelayClient, whose push/pull/release turn the relay's statuses into
-// rm-core's typed errors. Knows frames, sockets and reconnecting; what a blob means (a KV layer,
-// a UCX descriptor) is the caller's.
+// rm-core's typed errors. A client given the deployment's token (AIRM_INTERNAL_TOKEN) opens every
+// connection with a HELLO carrying it. Knows frames, sockets and reconnecting; what a blob means
+// (a KV layer, a UCX descriptor) is the caller's.
 
 import net from "node:net";
 import { crc32 } from "@node-rs/crc32";
-import { InvalidKeyError, KVIntegrityError, TransportError, TransportTimeoutError, kvCrc32 } from "@airm/rm-core";
-import { FLAG_CRC, HEADER_BYTES, MAGIC, Op, PROTOCOL_VERSION, RESPONSE_BIT, Status, decodeHeader, encodeHead, type FrameHeader } from "./frame.ts";
+import { ConfigError, InvalidKeyError, KVIntegrityError, TransportError, TransportTimeoutError, kvCrc32 } from "@airm/rm-core";
+import { FLAG_CRC, HEADER_BYTES, MAGIC, MAX_HELLO_BYTES, Op, PROTOCOL_VERSION, RESPONSE_BIT, Status, decodeHeader, encodeHead, type FrameHeader } from "./frame.ts";
 import { formatHostPort, parseHostPort } from "./address.ts";
 import { stagedOnRead } from "./staged-read.ts";
 
@@ -46,6 +47,14 @@ export interface Exchange {
   timer?: NodeJS.Timeout;
   conn?: ClientConnection;
   tag?: number;
+}
+
+/** What a caller refused by the relay (UNAUTHORIZED) gets: which relay, and what to fix. */
+export function unauthorizedError(address: string): TransportError {
+  return new TransportError(
+    `the KV relay at ${address} refused this connection: AIRM_INTERNAL_TOKEN is missing or differs from the relay's; ` +
+      `give every part of the deployment the same AIRM_INTERNAL_TOKEN`,
+  );
 }
 
 /** Settles an exchange once (later answers are ignored). */
@@ -96,11 +105,15 @@ export class ClientConnection {
   private body: Body | undefined;
   private readonly scratch = Buffer.allocUnsafe(DISCARD_BYTES);
   private lastError: Error | undefined;
+  /** Set once the relay answered UNAUTHORIZED: every exchange on this connection fails with it. */
+  private refusal: TransportError | undefined;
 
+  /** `token`: sent in a HELLO ahead of every other frame (the relay's AIRM_INTERNAL_TOKEN). */
   constructor(
     readonly host: string,
     readonly port: number,
     private readonly onClosed: (c: ClientConnection) => void,
+    token?: string,
   ) {
     this.socket = net.connect({
       host,
@@ -119,10 +132,34 @@ export class ClientConnection {
     this.socket.on("error", (e) => (this.lastError = e));
     this.socket.on("drain", () => this.flushQueue());
     this.socket.on("close", () => this.onClose());
+    if (token !== undefined) this.hello(token);
   }
 
   get address(): string {
     return formatHostPort(this.host, this.port);
+  }
+
+  /**
+   * Queues the HELLO before anything else is written (the socket sends it first once connected).
+   * Nothing waits for its answer: frames sent after it ride behind it, and an UNAUTHORIZED answer
+   * fails every exchange of the connection (onRefused).
+   */
+  private hello(token: string): void {
+    const payload = Buffer.from(token, "utf8");
+    const ex: Exchange = {
+      op: Op.HELLO,
+      key: "",
+      owner: this,
+      checkCrc: false,
+      settled: false,
+      resolve: (r) => {
+        if (r.status === Status.OK || r.status === Status.UNAUTHORIZED) return; // UNAUTHORIZED: finishBody refuses the connection
+        this.lastError = new Error(`relay ${this.address} answered HELLO with status ${r.status}: ${r.message}`);
+        this.socket.destroy();
+      },
+      reject: () => {}, // the connection closed first: its other exchanges say so
+    };
+    this.send(ex, (tag) => encodeHead({ op: Op.HELLO, flags: 0, status: 0, tag, payloadLength: payload.length, crc: 0, arg: 0 }), payload);
   }
 
   /**
@@ -148,6 +185,10 @@ export class ClientConnection {
 
   private sendNow(ex: Exchange, head: (tag: number) => Buffer, payload?: Uint8Array): void {
     if (ex.settled) return;
+    if (this.refusal) {
+      settle(ex, this.refusal);
+      return;
+    }
     if (this.closed) {
       settle(ex, new ConnectionLostError(`connection to relay ${this.address} is closed`));
       return;
@@ -255,8 +296,11 @@ export class ClientConnection {
 
   private finishBody(b: Body): void {
     this.body = undefined;
-    const ex = b.ex;
-    if (!ex) return;
+    if (b.ex) this.settleBody(b, b.ex);
+    if (b.h.status === Status.UNAUTHORIZED) this.onRefused();
+  }
+
+  private settleBody(b: Body, ex: Exchange): void {
     if (b.refusal) {
       settle(ex, b.refusal);
       return;
@@ -273,6 +317,15 @@ export class ClientConnection {
     settle(ex, r);
   }
 
+  /** The relay refused this connection (it closes it): every exchange on it fails with the same TransportError, none is retried. */
+  private onRefused(): void {
+    this.refusal ??= unauthorizedError(this.address);
+    const queued = this.sendQueue.splice(0);
+    for (const run of queued) run(); // each finds the refusal and fails its exchange
+    for (const ex of [...this.pending.values()]) settle(ex, this.refusal);
+    this.socket.destroy();
+  }
+
   private onClose(): void {
     this.closed = true;
     this.onClosed(this);
@@ -280,7 +333,7 @@ export class ClientConnection {
     const queued = this.sendQueue.splice(0);
     for (const run of queued) run(); // each finds the connection closed and fails its exchange
     for (const ex of [...this.pending.values()]) {
-      settle(ex, new ConnectionLostError(`connection to relay ${this.address} closed before it answered ${ex.key ? `(${ex.key})` : ""}${why}`));
+      settle(ex, this.refusal ?? new ConnectionLostError(`connection to relay ${this.address} closed before it answered ${ex.key ? `(${ex.key})` : ""}${why}`));
     }
     this.pending.clear();
   }
@@ -288,7 +341,7 @@ export class ClientConnection {
 
 const CONNECT_ERRORS = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EHOSTUNREACH", "ENETUNREACH", "EAI_AGAIN", "EPIPE"]);
 
-/** The connections of this process to one relay address, shared by every transport pointed at it. */
+/** The connections of this process to one relay address (with one token), shared by every transport pointed at it. */
 export class RelayPool {
   users = 0;
   private readonly conns: ClientConnection[] = [];
@@ -297,6 +350,8 @@ export class RelayPool {
     readonly host: string,
     readonly port: number,
     readonly maxConnections: number,
+    /** Sent in a HELLO on every connection opened (unset: none). */
+    readonly token?: string,
   ) {}
 
   get address(): string {
@@ -339,10 +394,15 @@ export class RelayPool {
   }
 
   private open(): ClientConnection {
-    const c = new ClientConnection(this.host, this.port, (gone) => {
-      const i = this.conns.indexOf(gone);
-      if (i >= 0) this.conns.splice(i, 1);
-    });
+    const c = new ClientConnection(
+      this.host,
+      this.port,
+      (gone) => {
+        const i = this.conns.indexOf(gone);
+        if (i >= 0) this.conns.splice(i, 1);
+      },
+      this.token,
+    );
     this.conns.push(c);
     return c;
   }
@@ -360,11 +420,14 @@ export class RelayPool {
 
 const pools = new Map<string, RelayPool>();
 
-/** The process-wide pool for host:port (created on first use); pair with releasePool(). */
-export function acquirePool(host: string, port: number, maxConnections: number): RelayPool {
-  const id = formatHostPort(host, port);
+/** A pool's id: its address and token (clients with different tokens do not share connections). */
+const poolId = (host: string, port: number, token: string | undefined) => `${formatHostPort(host, port)}\0${token ?? ""}`;
+
+/** The process-wide pool for host:port and token (created on first use); pair with releasePool(). */
+export function acquirePool(host: string, port: number, maxConnections: number, token?: string): RelayPool {
+  const id = poolId(host, port, token);
   let p = pools.get(id);
-  if (!p) pools.set(id, (p = new RelayPool(host, port, maxConnections)));
+  if (!p) pools.set(id, (p = new RelayPool(host, port, maxConnections, token)));
   p.users++;
   return p;
 }
@@ -373,7 +436,8 @@ export function acquirePool(host: string, port: number, maxConnections: number):
 export function releasePool(p: RelayPool): void {
   if (--p.users > 0) return;
   p.destroy();
-  if (pools.get(p.address) === p) pools.delete(p.address);
+  const id = poolId(p.host, p.port, p.token);
+  if (pools.get(id) === p) pools.delete(id);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -392,6 +456,11 @@ export interface RelayClientOptions {
   crc: boolean;
   /** Connections per relay address in this process. */
   connections: number;
+  /**
+   * The deployment's internal token (AIRM_INTERNAL_TOKEN), sent in a HELLO at the start of every
+   * connection; a relay started with a token refuses connections without it. Unset: no HELLO.
+   */
+  token?: string;
 }
 
 /**
@@ -408,13 +477,17 @@ export class RelayClient {
     port: number,
     private readonly o: RelayClientOptions,
   ) {
-    this.pool = acquirePool(host, port, o.connections);
+    const token = o.token || undefined;
+    if (token !== undefined && Buffer.byteLength(token, "utf8") > MAX_HELLO_BYTES) {
+      throw new ConfigError("token", `the relay token is ${Buffer.byteLength(token, "utf8")} bytes; a HELLO carries at most ${MAX_HELLO_BYTES} (AIRM_INTERNAL_TOKEN)`);
+    }
+    this.pool = acquirePool(host, port, o.connections, token);
   }
 
-  /** A client of the relay at "host:port" (CRC on, 2 connections unless given). Throws ConfigError. */
+  /** A client of the relay at "host:port" (CRC on, 2 connections, no token unless given). Throws ConfigError. */
   static connect(addr: string, options: Partial<RelayClientOptions> = {}): RelayClient {
     const { host, port } = parseHostPort(addr, "addr");
-    return new RelayClient(host, port, { crc: options.crc ?? true, connections: options.connections ?? 2 });
+    return new RelayClient(host, port, { crc: options.crc ?? true, connections: options.connections ?? 2, token: options.token });
   }
 
   get address(): string {
@@ -424,7 +497,8 @@ export class RelayClient {
   /**
    * Stores `data` under `key`, waiting up to `timeoutMs` for space. Returns the relay's count of
    * expired blobs. Throws TransportError (NO_SPACE, unreachable), KVIntegrityError (the relay found
-   * the bytes did not match `crc32`), InvalidKeyError.
+   * the bytes did not match `crc32`), InvalidKeyError; TransportError too when the relay refuses
+   * this client's token (UNAUTHORIZED).
    */
   async push(key: string, data: Uint8Array, options: { timeoutMs?: number; crc32?: number } = {}): Promise<{ relayExpired: number }> {
     const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
@@ -492,6 +566,8 @@ export class RelayClient {
         return new KVIntegrityError("crc32", r.message);
       case Status.INVALID_KEY:
         return new InvalidKeyError(r.message);
+      case Status.UNAUTHORIZED:
+        return unauthorizedError(this.address);
       default:
         return new TransportError(`relay ${this.address} answered ${key} with unknown status ${r.status}: ${r.message}`);
     }

@@ -2,7 +2,7 @@
 // audit logging, metrics port, and two switches kept for measurements. The variables keep the
 // seed's AIRM_KV_TCP_* names because the relay serves the tcp transport first.
 
-import { defineConfig, flag, hostPort, int, num, opt } from "@airm/rm-core";
+import { ConfigSpec, defineConfig, flag, hostPort, int, num, opt, RM_CORE_CONFIG } from "@airm/rm-core";
 
 export const DEFAULT_MAX_MB = 1024;
 export const DEFAULT_TTL_S = 300;
@@ -47,11 +47,15 @@ export const RELAY_CONFIG = defineConfig("@airm/kv-relay", {
   }),
 });
 
-/** What a relay user (the tcp transport, nixl-ucx's descriptor directory) needs: where the relay is. */
+/**
+ * What a relay user (the tcp transport, nixl-ucx's descriptor directory) needs: where the relay is,
+ * and the deployment's token to present to it (rm-core's AIRM_INTERNAL_TOKEN, declared there, so
+ * a transport resolves it from the same environment as its other options).
+ */
 export const RELAY_CLIENT_CONFIG = defineConfig("@airm/kv-relay", {
   addr: opt(hostPort(), {
     env: "AIRM_KV_TCP_ADDR",
     default: "127.0.0.1:7400",
     doc: "The relay's host:port the workers connect to (the chart's kvRelay Service; `airm up` sets it when it starts a relay).",
   }),
-});
+}).with(new ConfigSpec("@airm/rm-core", { internalToken: RM_CORE_CONFIG.options.internalToken }));

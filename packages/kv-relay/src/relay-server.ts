@@ -5,10 +5,23 @@
 import { createHash } from "node:crypto";
 import net from "node:net";
 import { crc32 } from "@node-rs/crc32";
-import { isAirmError, requestIdOf, validateKey, validateRequestId } from "@airm/rm-core";
+import { isAirmError, requestIdOf, sameSecret, validateKey, validateRequestId } from "@airm/rm-core";
 import { pino, type Logger } from "pino";
 import { BlobPool, type PoolSlot } from "./blob-pool.ts";
-import { FLAG_CRC, HEADER_BYTES, MAX_FRAME_KEY_BYTES, Op, RESPONSE_BIT, Status, checkRequestHeader, decodeHeader, encodeHead, type FrameHeader, type StatusCode } from "./frame.ts";
+import {
+  FLAG_CRC,
+  HEADER_BYTES,
+  MAX_FRAME_KEY_BYTES,
+  MAX_HELLO_BYTES,
+  Op,
+  RESPONSE_BIT,
+  Status,
+  checkRequestHeader,
+  decodeHeader,
+  encodeHead,
+  type FrameHeader,
+  type StatusCode,
+} from "./frame.ts";
 import { RelayMetrics, startMetricsServer, type MetricsServer } from "./relay-metrics.ts";
 import { feed, stagedOnRead } from "./staged-read.ts";
 import { formatHostPort } from "./address.ts";
@@ -33,6 +46,12 @@ export interface RelayOptions {
   reusePool?: boolean;
   /** Read payloads straight into their blob buffer (default true; measurements only). */
   directReads?: boolean;
+  /**
+   * The deployment's internal token (the CLI reads AIRM_INTERNAL_TOKEN). When set, every
+   * connection must open with a HELLO carrying it; anything else is answered UNAUTHORIZED and
+   * the connection is closed. Unset: any caller is served (a HELLO is answered OK and ignored).
+   */
+  token?: string;
 }
 
 export interface RelayServer {
@@ -97,6 +116,8 @@ enum ReadState {
 
 /** The longest a pull or space wait may park in the relay (ms); a longer request is clamped. */
 const MAX_WAIT_MS = 3_600_000;
+/** How long a refused connection may linger (its answer going out, its peer closing) before it is cut. */
+const REFUSED_LINGER_MS = 2_000;
 
 /**
  * One client connection: a request-frame parser that says where its next bytes go (the rest of
@@ -106,6 +127,8 @@ class RelayConnection {
   readonly pullWaits = new Set<PullWaiter>();
   readonly spaceWaits = new Set<SpaceWaiter>();
   closed = false;
+  /** Whether this connection presented the relay's token (always, for a relay without one). */
+  private authenticated: boolean;
   private state = ReadState.Header;
   private readonly hdr = Buffer.alloc(HEADER_BYTES);
   private hdrFill = 0;
@@ -113,19 +136,23 @@ class RelayConnection {
   private readonly keyBuf = Buffer.alloc(MAX_FRAME_KEY_BYTES);
   private keyFill = 0;
   private key = "";
-  private readonly small = Buffer.alloc(8);
+  /** Short fixed payloads: WAIT_SPACE's 8 bytes, HELLO's token. */
+  private readonly small = Buffer.alloc(MAX_HELLO_BYTES);
   private smallFill = 0;
   private slot: PoolSlot | undefined;
   private payFill = 0;
   private crcState = 0;
   private discardLeft = 0;
+  private lingerTimer: NodeJS.Timeout | undefined;
 
   socket!: net.Socket;
 
   constructor(
     readonly relay: Relay,
     readonly remote: string,
-  ) {}
+  ) {
+    this.authenticated = relay.token === undefined;
+  }
 
   /** True while a frame is partly read (for the truncated-frame check at EOF). */
   get midFrame(): boolean {
@@ -191,6 +218,11 @@ class RelayConnection {
       this.reject(bad.reason, bad.detail);
       return;
     }
+    if (!this.authenticated && h.op !== Op.HELLO) {
+      // Refused on its header: the key and payload are never read (nor room made for them).
+      this.refuse(h.op, h.tag, "unauthenticated", `op ${h.op} before HELLO; this relay requires AIRM_INTERNAL_TOKEN`);
+      return;
+    }
     this.h = h;
     this.keyFill = 0;
     if (h.keyLength > 0) this.state = ReadState.Key;
@@ -215,13 +247,51 @@ class RelayConnection {
         this.smallFill = 0;
         this.state = ReadState.Small;
         return;
+      case Op.HELLO:
+        this.smallFill = 0;
+        if (h.payloadLength > 0) this.state = ReadState.Small;
+        else this.onHello();
+        return;
     }
   }
 
   private onSmallBody(): void {
     this.state = ReadState.Header;
+    if (this.h.op === Op.HELLO) {
+      this.onHello();
+      return;
+    }
     const bytes = this.small.readUInt32LE(0) + this.small.readUInt32LE(4) * 0x1_0000_0000;
     this.relay.handleWaitSpace(this, this.h.tag, bytes, this.h.arg);
+  }
+
+  /** A HELLO: OK when its token is the relay's (or the relay has none), else a refusal. */
+  private onHello(): void {
+    const { tag, payloadLength } = this.h;
+    const token = this.relay.token;
+    const got = this.small.toString("utf8", 0, payloadLength);
+    this.small.fill(0, 0, payloadLength); // no copy of a token left behind
+    if (token !== undefined && !sameSecret(token, got)) {
+      this.refuse(Op.HELLO, tag, "bad_token", payloadLength ? "HELLO with a token that is not this relay's" : "HELLO without a token; this relay requires AIRM_INTERNAL_TOKEN");
+      return;
+    }
+    this.authenticated = true;
+    this.reply(Op.HELLO, tag, Status.OK);
+  }
+
+  /**
+   * Refuses a caller without the relay's token: answers the frame UNAUTHORIZED, counts and logs
+   * it, stops parsing (whatever follows, a payload included, is dropped as it arrives, never
+   * buffered) and closes the connection once the answer is out.
+   */
+  private refuse(op: number, tag: number, reason: "unauthenticated" | "bad_token", detail: string): void {
+    this.reply(op, tag, Status.UNAUTHORIZED, `relay ${this.relay.address}: AIRM_INTERNAL_TOKEN is missing or differs from the relay's`);
+    this.relay.onRejected(this, reason, detail);
+    this.closed = true;
+    this.state = ReadState.Header;
+    this.socket.end();
+    this.lingerTimer = setTimeout(() => this.socket.destroy(), REFUSED_LINGER_MS);
+    this.lingerTimer.unref();
   }
 
   private beginPush(): void {
@@ -326,6 +396,7 @@ class RelayConnection {
   /** Called once the socket is gone: frees a half-received push and forgets waits. */
   cleanup(): void {
     this.closed = true;
+    if (this.lingerTimer) clearTimeout(this.lingerTimer);
     if (this.slot) {
       this.relay.releaseSlot(this.slot);
       this.slot = undefined;
@@ -357,6 +428,8 @@ export class Relay implements RelayServer {
   readonly metrics: RelayMetrics;
   readonly spaceWaiters = new Set<SpaceWaiter>();
   readonly discardScratch = Buffer.allocUnsafe(64 * 1024);
+  /** The token every connection must present in its HELLO (unset: none asked). */
+  readonly token: string | undefined;
   bytesOut = 0;
   bytesIn = 0;
   expired = 0;
@@ -374,7 +447,8 @@ export class Relay implements RelayServer {
 
   private readonly directReads: boolean;
 
-  constructor(opts: { maxBytes: number; ttlMs: number; crc: boolean; log: boolean; reusePool?: boolean; directReads?: boolean; logger?: Logger }) {
+  constructor(opts: { maxBytes: number; ttlMs: number; crc: boolean; log: boolean; reusePool?: boolean; directReads?: boolean; logger?: Logger; token?: string }) {
+    this.token = opts.token || undefined;
     this.pool = new BlobPool(opts.maxBytes, opts.reusePool ?? true);
     this.crcEnabled = opts.crc;
     this.logBlobs = opts.log;
@@ -491,6 +565,7 @@ export class Relay implements RelayServer {
     );
   }
 
+  /** Counts and logs (once, at warn) a connection closed for a malformed frame or a refused caller. Never logs a token. */
   onRejected(conn: RelayConnection, reason: string, detail: string): void {
     this.framesRejected++;
     this.metrics.framesRejected.inc({ reason });
@@ -683,6 +758,7 @@ export async function startRelay(opts: RelayOptions = {}): Promise<Relay> {
     log: opts.log ?? d.log,
     reusePool: opts.reusePool ?? d.reusePool,
     directReads: opts.directReads ?? d.directReads,
+    token: opts.token,
   });
   await relay.listen(opts.host ?? "127.0.0.1", opts.port ?? 7400, opts.metricsPort);
   return relay;

@@ -58,7 +58,7 @@ class TcpTransport implements KVTransport {
     port: number,
     private readonly o: TcpOptions,
   ) {
-    this.client = new RelayClient(host, port, { crc: o.crc, connections: o.connections });
+    this.client = new RelayClient(host, port, { crc: o.crc, connections: o.connections, token: o.internalToken });
   }
 
   get address(): string {
