@@ -1,7 +1,7 @@
 // What configures the gateway besides its command line: the airm_* metrics port and the timeouts
 // it applies to worker calls, each with its variable.
 
-import { defineConfig, int, list, opt, text, type ConfigValues } from "@airm/rm-core";
+import { defineConfig, int, list, num, opt, text, type ConfigValues } from "@airm/rm-core";
 
 export const GATEWAY_CONFIG = defineConfig("@airm/gateway", {
   metricsPort: opt(int({ min: 0, max: 65535 }), {
@@ -13,6 +13,11 @@ export const GATEWAY_CONFIG = defineConfig("@airm/gateway", {
   decodeIdleTimeoutMs: opt(int({ min: 1 }), { env: "AIRM_DECODE_IDLE_TIMEOUT_MS", default: 60_000, doc: "Longest gap between two events of a decode stream (ms)." }),
   kvTimeoutMs: opt(int({ min: 1 }), { env: "AIRM_KV_TIMEOUT_MS", default: 60_000, doc: "Sent to decode as kvTimeoutMs: how long each KV pull waits for its blob (ms)." }),
   healthIntervalMs: opt(int({ min: 10 }), { env: "AIRM_HEALTH_INTERVAL_MS", default: 2000, doc: "Period of the health probe of each worker (ms)." }),
+  requestTimeoutS: opt(num({ positive: true }), {
+    env: "AIRM_REQUEST_TIMEOUT_S",
+    default: 1800,
+    doc: "Longest a request may run, start to last token (s); a request's own `timeout` (body field, seconds) may only shorten it. Past it the request ends with 504 request_timeout (or an error event when streaming) and its slots, KV lease and blobs are released.",
+  }),
   breakerFailures: opt(int({ min: 1 }), {
     env: "AIRM_BREAKER_FAILURES",
     default: 3,

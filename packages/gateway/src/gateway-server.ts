@@ -126,6 +126,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     metrics,
     maxBodyBytes: cfg.maxBodyBytes,
     maxWaiting: cfg.maxWaiting,
+    requestTimeoutS: cfg.requestTimeoutS,
     apiKeys: cfg.apiKeys,
     openPaths: cfg.openPaths,
   });

@@ -16,9 +16,15 @@ const health = scriptedHealth(MODEL);
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** Generate calls whose connection the gateway closed before the worker finished them. */
+let cutShort = 0;
+
 /** A solo worker whose first token comes after `firstMs` and each of `tokens` more after `stepMs`. */
 function scriptedWorker(firstMs: number, tokens: number, stepMs: number): Promise<{ server: Server; url: string }> {
   const server = createServer(async (req, res) => {
+    res.once("close", () => {
+      if (!res.writableFinished) cutShort++;
+    });
     if (req.url === "/health") {
       res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(health));
       return;
@@ -45,7 +51,7 @@ function scriptedWorker(firstMs: number, tokens: number, stepMs: number): Promis
 const servers: Server[] = [];
 const pools: EndpointPool[] = [];
 
-async function gatewayFor(url: string, prefillTimeoutMs: number) {
+async function gatewayFor(url: string, prefillTimeoutMs: number, requestTimeoutS?: number) {
   const pool = new EndpointPool("solo", [url]);
   pools.push(pool);
   await pool.start(60_000);
@@ -55,6 +61,7 @@ async function gatewayFor(url: string, prefillTimeoutMs: number) {
     modelPool: pool,
     metrics: new GatewayMetrics(),
     maxBodyBytes: 1 << 20,
+    requestTimeoutS,
   });
   return (body: unknown) => app.request("/v1/completions", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
 }
@@ -88,5 +95,43 @@ describe("solo prefill timeout", () => {
     const r = await post({ model: MODEL, prompt: "x", max_tokens: 2 });
     expect(r.status).toBe(504);
     expect(((await r.json()) as any).error).toMatchObject({ code: "prefill_timeout", type: "server_error" });
+  });
+});
+
+describe("request deadlines", () => {
+  const sse = async (r: Response) =>
+    (await r.text())
+      .split("\n")
+      .filter((l) => l.startsWith("data: ") && l !== "data: [DONE]")
+      .map((l) => JSON.parse(l.slice(6)));
+
+  it("a request's own timeout ends it with 504 request_timeout and drops the worker call", async () => {
+    const post = await gatewayFor(slowStream, 5_000, 60);
+    const before = cutShort;
+    const r = await post({ model: MODEL, prompt: "x", max_tokens: 9, timeout: 0.4 });
+    expect(r.status).toBe(504);
+    const err = ((await r.json()) as any).error;
+    expect(err).toMatchObject({ code: "request_timeout", type: "server_error" });
+    expect(err.message).toContain("its timeout");
+    await new Promise((res) => setTimeout(res, 100));
+    expect(cutShort).toBe(before + 1);
+  });
+
+  it("the server's maximum ends a stream with a request_timeout error event after the tokens it sent", async () => {
+    const post = await gatewayFor(slowStream, 5_000, 0.45);
+    const r = await post({ model: MODEL, prompt: "x", max_tokens: 9, stream: true, timeout: 30 });
+    expect(r.status).toBe(200);
+    const chunks = await sse(r);
+    const last = chunks.at(-1);
+    expect(last.error).toMatchObject({ code: "request_timeout" });
+    expect(last.error.message).toContain("AIRM_REQUEST_TIMEOUT_S");
+    expect(chunks.filter((c) => c.choices?.[0]?.text).length).toBeGreaterThan(0);
+  });
+
+  it("refuses a timeout that is not a positive number", async () => {
+    const post = await gatewayFor(slowStream, 5_000, 60);
+    const r = await post({ model: MODEL, prompt: "x", max_tokens: 1, timeout: -1 });
+    expect(r.status).toBe(400);
+    expect(((await r.json()) as any).error.param).toBe("timeout");
   });
 });

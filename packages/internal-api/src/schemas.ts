@@ -69,7 +69,7 @@ export const DecodeRequestSchema = z
   .strict();
 export type DecodeRequest = z.input<typeof DecodeRequestSchema>;
 
-export const RELEASE_REASONS = ["done", "client_gone", "decode_rejected", "prefill_failed", "aborted"] as const;
+export const RELEASE_REASONS = ["done", "client_gone", "decode_rejected", "prefill_failed", "aborted", "deadline"] as const;
 export type ReleaseReason = (typeof RELEASE_REASONS)[number];
 
 /** POST /internal/release (every role). */

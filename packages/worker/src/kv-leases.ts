@@ -3,9 +3,9 @@
 // either way the request's blobs are released in the transport exactly once here, and the
 // outcome is counted. Knows nothing about HTTP or engines.
 
-export type LeaseEnd = "done" | "client_gone" | "decode_rejected" | "prefill_failed" | "aborted" | "expired";
+export type LeaseEnd = "done" | "client_gone" | "decode_rejected" | "prefill_failed" | "aborted" | "deadline" | "expired";
 
-export const LEASE_END_REASONS: readonly LeaseEnd[] = ["done", "client_gone", "decode_rejected", "prefill_failed", "aborted", "expired"];
+export const LEASE_END_REASONS: readonly LeaseEnd[] = ["done", "client_gone", "decode_rejected", "prefill_failed", "aborted", "deadline", "expired"];
 
 interface Lease {
   requestId: string;

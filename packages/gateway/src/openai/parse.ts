@@ -23,6 +23,8 @@ export interface GenerationRequest {
   logprobs: number | null;
   /** completions only: the prompt (text and, with logprobs, its scored tokens) comes before the completion. */
   echo: boolean;
+  /** The request's own deadline in seconds (`timeout`, an extension of the OpenAI body); null: the server's maximum. */
+  timeoutS: number | null;
 }
 
 /** OpenAI's limits: completions `logprobs` 0-5, chat `top_logprobs` 0-20. */
@@ -50,6 +52,7 @@ const common = {
   presence_penalty: z.number().nullish(),
   frequency_penalty: z.number().nullish(),
   user: z.string().nullish(),
+  timeout: z.number().positive().nullish(),
 };
 
 const completionSchema = z
@@ -165,6 +168,7 @@ export function parseGenerationRequest(kind: "completion" | "chat", body: unknow
       includeUsage: b.stream_options?.include_usage ?? false,
       logprobs: b.logprobs ?? null,
       echo: b.echo ?? false,
+      timeoutS: b.timeout ?? null,
     };
   }
   const r = chatSchema.safeParse(body);
@@ -195,5 +199,6 @@ export function parseGenerationRequest(kind: "completion" | "chat", body: unknow
     includeUsage: b.stream_options?.include_usage ?? false,
     logprobs: b.logprobs === true ? (b.top_logprobs ?? 0) : null,
     echo: false,
+    timeoutS: b.timeout ?? null,
   };
 }

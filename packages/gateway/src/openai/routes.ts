@@ -8,7 +8,7 @@ import type { Context, Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import type { EndpointPool } from "../endpoint-pool.ts";
 import type { GatewayMetrics } from "../gateway-metrics.ts";
-import { newRequestId, type Orchestrator, type Placement } from "../orchestrator/index.ts";
+import { newRequestId, type GenEvent, type Orchestrator, type Placement } from "../orchestrator/index.ts";
 import { jsonAnswer, sseAnswer } from "./answers.ts";
 import { Timing } from "./completion.ts";
 import { parseGenerationRequest, type GenerationRequest } from "./parse.ts";
@@ -26,6 +26,8 @@ export interface GatewayAppOptions {
   maxBodyBytes: number;
   /** Most requests held before their first token; beyond it, 429 (default: no bound). */
   maxWaiting?: number;
+  /** Longest a request may run (s; a request's `timeout` may shorten it; default: no limit). */
+  requestTimeoutS?: number;
 }
 
 const tracer = trace.getTracer("@airm/gateway");
@@ -87,6 +89,26 @@ function placement(c: Context, o: GatewayAppOptions): Placement {
   return { prefill: ep };
 }
 
+/**
+ * `gen`, ended with 504 request_timeout once `deadline` fired (whatever the aborted worker calls
+ * then threw, or an early end). The orchestrator saw the same signal and released the request's
+ * slots, lease and blobs on the workers.
+ */
+async function* withDeadline(gen: AsyncGenerator<GenEvent>, deadline: AbortSignal, limitS: number, own: boolean): AsyncGenerator<GenEvent> {
+  const timedOut = () =>
+    new ApiError(
+      504,
+      "request_timeout",
+      `the request ran past its deadline of ${limitS} s (${own ? "its timeout" : "the server's AIRM_REQUEST_TIMEOUT_S"}); its work on the workers was released`,
+    );
+  try {
+    yield* gen;
+  } catch (err) {
+    throw deadline.aborted ? timedOut() : err;
+  }
+  if (deadline.aborted) throw timedOut();
+}
+
 /** Runs one completion request and answers it (JSON or SSE). */
 async function complete(c: Context, kind: "completion" | "chat", o: GatewayAppOptions): Promise<Response> {
   const req = await parseRequest(c, kind, o);
@@ -99,7 +121,11 @@ async function complete(c: Context, kind: "completion" | "chat", o: GatewayAppOp
   trace.getActiveSpan()?.setAttribute("airm.request_id", requestId);
   // Aborted when the client goes away: the request signal, or the SSE body being cancelled (which can come first).
   const clientGone = new AbortController();
-  const gen = o.orchestrator.run(req, requestId, AbortSignal.any([c.req.raw.signal, clientGone.signal]), placement(c, o));
+  const limitS = Math.min(req.timeoutS ?? Number.POSITIVE_INFINITY, o.requestTimeoutS ?? Number.POSITIVE_INFINITY);
+  const deadline = Number.isFinite(limitS) ? AbortSignal.timeout(Math.ceil(limitS * 1000)) : undefined;
+  const signals = [c.req.raw.signal, clientGone.signal, ...(deadline ? [deadline] : [])];
+  const run = o.orchestrator.run(req, requestId, AbortSignal.any(signals), placement(c, o));
+  const gen = deadline ? withDeadline(run, deadline, limitS, req.timeoutS !== null && req.timeoutS <= (o.requestTimeoutS ?? Number.POSITIVE_INFINITY)) : run;
   const r = await gen.next();
   if (r.done || r.value.type !== "first") throw new ApiError(502, "worker_stream_broken", "the worker answered without a first token");
   const answer = {

@@ -14,4 +14,4 @@ export type GenEvent =
     });
 
 /** Why a generation stopped talking to a worker (the release reason the worker is told). */
-export type EndReason = "done" | "client_gone" | "decode_rejected" | "prefill_failed" | "aborted";
+export type EndReason = "done" | "client_gone" | "decode_rejected" | "prefill_failed" | "aborted" | "deadline";

@@ -9,7 +9,7 @@ import { context, SpanStatusCode, trace, type Context, type Span } from "@opente
 import type { Endpoint, EndpointPool } from "../endpoint-pool.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
 import type { EndReason, GenEvent } from "./gen-events.ts";
-import { causeOf, isWorkerFault, relayEvents, releaseOn, traceHeaders } from "./worker-calls.ts";
+import { causeOf, isDeadline, isWorkerFault, relayEvents, releaseOn, traceHeaders } from "./worker-calls.ts";
 
 const tracer = trace.getTracer("@airm/gateway");
 
@@ -135,7 +135,7 @@ class PdRequest {
   /** Releases what the workers hold (unless decode finished), frees the endpoints, ends the spans. */
   cleanup(signal: AbortSignal): void {
     if (!this.finished) {
-      if (this.reason === "aborted" && signal.aborted) this.reason = "client_gone";
+      if (this.reason === "aborted" && signal.aborted) this.reason = isDeadline(signal) ? "deadline" : "client_gone";
       this.decodeAbort.abort();
       this.prefillAbort.abort();
       void releaseOn(this.dec.client, this.requestId, this.reason);

@@ -30,6 +30,11 @@ export function isWorkerFault(err: unknown): boolean {
   return err instanceof ApiError && err.status >= 500 && err.status !== 503 && !err.code.startsWith("kv_");
 }
 
+/** True when `signal` was aborted by a request deadline (AbortSignal.timeout) rather than by the client leaving. */
+export function isDeadline(signal: AbortSignal): boolean {
+  return signal.aborted && (signal.reason as Error | undefined)?.name === "TimeoutError";
+}
+
 /** Tells a worker the request ended; never throws, never waits long (the lease TTL is the backstop). */
 export async function releaseOn(worker: WorkerClient, requestId: string, reason: ReleaseReason): Promise<void> {
   try {
