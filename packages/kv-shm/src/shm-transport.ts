@@ -248,6 +248,10 @@ export class ShmTransport implements KVTransport {
     this.slabs.length = 0;
     for (const r of this.readMaps.values()) unmap(r.map);
     this.readMaps.clear();
+    // The last endpoint out leaves nothing under the root: the keys/ folder goes once it is empty
+    // (an endpoint still open makes it again when it publishes; a reader treats it as no blob
+    // yet). The root itself is the operator's (PD_SHM_ROOT, often a mount point) and stays.
+    this.removeDirIfEmpty(this.keysRoot);
   }
 
   // -------------------------------------------------------------------------------------------
@@ -352,8 +356,16 @@ export class ShmTransport implements KVTransport {
     const name = `${SLAB_PREFIX}${this.owner}-${this.slabSeq++}`;
     const tmp = join(this.root, `${NEW_SLAB_PREFIX}${name.slice(SLAB_PREFIX.length)}`);
     let fd: number;
+    const create = () => openSync(tmp, constants.O_RDWR | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o644);
     try {
-      fd = openSync(tmp, constants.O_RDWR | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o644);
+      try {
+        fd = create();
+      } catch (e) {
+        if (errnoCode(e) !== "ENOENT") throw e;
+        // The root was removed under this endpoint (an operator or a launcher cleaning up): make it again.
+        mkdirSync(this.root, { recursive: true });
+        fd = create();
+      }
     } catch (e) {
       if (errnoCode(e) === "ENOSPC") return null;
       throw new TransportError(`cannot create a slab in ${this.root}: ${(e as Error).message}`, "TRANSPORT_ERROR", { cause: e });

@@ -26,7 +26,7 @@ export const RM_CORE_CONFIG = defineConfig("@airm/rm-core", {
   }),
   internalToken: opt(text({ label: "secret", pattern: /^[\x21-\x7e]{16,256}$/, hint: "16 to 256 printable ASCII characters, e.g. `openssl rand -hex 24`" }), {
     env: "AIRM_INTERNAL_TOKEN",
-    defaultText: "none: internal routes and the relay accept any caller (`airm up` generates one for its parts)",
+    defaultText: "none: internal routes and the relay accept any caller (airm up generates one for its parts)",
     doc: "Shared secret of one deployment's parts: every worker /internal/* route asks it in the x-airm-internal-token header and the KV relay in each connection's HELLO frame; the gateway and the transports send it. Refused callers get 401 (workers) or an UNAUTHORIZED frame (relay), and are counted.",
   }),
   parentPid: opt(int({ min: 1 }), {

@@ -1,7 +1,8 @@
 // The one launcher of local clusters (`airm up`, the end-to-end tests and the benches): plans the
 // processes (cluster-plan.ts), checks their ports, creates the transport's cluster folder, starts
-// every part, waits until each is healthy, and supervises them. By default a part that dies stops
-// the rest (airm up); tests that kill parts on purpose keep the others running. Stopping removes
+// every part, waits until each is healthy, and supervises them. A part that dies is restarted
+// with exponential backoff (airm up) until it dies too often, which stops the rest; or its death
+// stops the rest at once; or (tests that kill parts on purpose) nothing happens. Stopping removes
 // the cluster folder.
 
 import { existsSync, mkdirSync, readdirSync, rmSync } from "node:fs";
@@ -14,8 +15,13 @@ import { planCluster, type ClusterPlan, type ClusterShape } from "./cluster-plan
 export interface ClusterOptions extends ClusterShape {
   /** How long to wait for every part to become healthy (ms, default 300000). */
   readyTimeoutMs?: number;
-  /** What a part's death does: stop the whole cluster (default, as airm up does) or nothing. */
-  onPartExit?: "stop-all" | "keep";
+  /**
+   * What a part's death does: restart it with backoff (airm up; the cluster stops once a part died
+   * `restart.maxDeaths` times within `restart.windowMs`), stop the whole cluster (default), or nothing.
+   */
+  onPartExit?: "restart" | "stop-all" | "keep";
+  /** The restart policy of onPartExit "restart" (defaults: RESTART_POLICY). */
+  restart?: Partial<RestartPolicy>;
   /** The environment parts inherit (default this process's). */
   baseEnv?: Record<string, string | undefined>;
   /** Lines of the launcher's own narration. */
@@ -40,6 +46,18 @@ export interface RunningCluster {
   done: Promise<number>;
   stop(reason?: string): Promise<void>;
 }
+
+export interface RestartPolicy {
+  /** Wait before the first restart (ms); doubles with each death inside the window. */
+  firstDelayMs: number;
+  /** Longest wait between restarts (ms). */
+  maxDelayMs: number;
+  /** Deaths of one part within `windowMs` that make the launcher give up and stop the cluster. */
+  maxDeaths: number;
+  windowMs: number;
+}
+
+export const RESTART_POLICY: RestartPolicy = { firstDelayMs: 500, maxDelayMs: 10_000, maxDeaths: 5, windowMs: 60_000 };
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -144,20 +162,56 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
     if (dir && existsSync(dir.path)) rmSync(dir.path, { recursive: true, force: true });
   };
 
-  for (const spec of plan.parts) {
-    const p = new ChildPart(spec, baseEnv, o.childLog ?? (() => {}));
-    parts.push(p);
-    void p.exited.then(() => {
+  const policy = { ...RESTART_POLICY, ...o.restart };
+  const deaths = new Map<string, number[]>();
+  let ready = false;
+  const lastWords = (p: ChildPart) => {
+    const tail = p
+      .logs(12)
+      .split("\n")
+      .filter(Boolean)
+      .map((l) => `  ${p.name}| ${l}`)
+      .join("\n");
+    return tail ? `\nits last output:\n${tail}` : "";
+  };
+  /** Starts part `i` from its spec and watches it: a death restarts it, stops the cluster, or is left alone. */
+  const launch = (i: number): ChildPart => {
+    const p = new ChildPart(plan.parts[i], baseEnv, o.childLog ?? (() => {}));
+    parts[i] = p;
+    void p.exited.then(async () => {
       if (stopping || o.onPartExit === "keep") return;
-      const tail = p
-        .logs(12)
-        .split("\n")
-        .filter(Boolean)
-        .map((l) => `  ${p.name}| ${l}`)
-        .join("\n");
-      void stop(`airm up: the ${p.name} ${p.howItEnded}; stopping the cluster.${tail ? `\nits last output:\n${tail}` : ""}`).then(() => resolveDone(1));
+      // Before the cluster was up, the start-up loop reports the death (with more output).
+      if (o.onPartExit !== "restart" || !ready) {
+        if (ready) void stop(`airm up: the ${p.name} ${p.howItEnded}; stopping the cluster.${lastWords(p)}`).then(() => resolveDone(1));
+        return;
+      }
+      const now = Date.now();
+      const recent = [...(deaths.get(p.name) ?? []), now].filter((t) => now - t < policy.windowMs);
+      deaths.set(p.name, recent);
+      if (recent.length >= policy.maxDeaths) {
+        const why = `airm up: the ${p.name} ${p.howItEnded} (${recent.length} deaths within ${policy.windowMs / 1000} s); giving up and stopping the cluster.`;
+        void stop(`${why}${lastWords(p)}`).then(() => resolveDone(1));
+        return;
+      }
+      const delay = Math.min(policy.firstDelayMs * 2 ** (recent.length - 1), policy.maxDelayMs);
+      log(
+        `airm up: the ${p.name} ${p.howItEnded}; restarting it in ${delay} ms (death ${recent.length} of ${policy.maxDeaths} allowed within ${policy.windowMs / 1000} s).${lastWords(p)}`,
+      );
+      await sleep(delay);
+      if (stopping) return;
+      const next = launch(i);
+      void announceHealthy(next, baseEnv, () => stopping || parts[i] !== next).catch(() => {});
     });
-  }
+    return p;
+  };
+  /** Logs once a restarted part answers its readiness probe again (the gateway routes to it from then on). */
+  const announceHealthy = async (p: ChildPart, env: Record<string, string | undefined>, gone: () => boolean): Promise<void> => {
+    while (p.alive && !gone()) {
+      if (await healthy(p, env)) return log(`airm up: ${p.name} is healthy again`);
+      await sleep(100);
+    }
+  };
+  plan.parts.forEach((_, i) => launch(i));
 
   const deadline = Date.now() + (o.readyTimeoutMs ?? 300_000);
   const pending = new Set(parts);
@@ -189,6 +243,13 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
       await stop();
       throw e;
     }
+  }
+  ready = true;
+  // A part that died between its health check and now: its exit was left to the start-up loop.
+  const dead = parts.find((p) => !p.alive);
+  if (dead) {
+    await stop();
+    throw new Error(`the cluster did not come up: the ${dead.name} ${dead.howItEnded}:\n${dead.logs(40)}`);
   }
   return {
     url: plan.gatewayUrl ?? "",

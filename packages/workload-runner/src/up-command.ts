@@ -4,7 +4,7 @@
 import { defineCommand, flagOf, int, RM_CORE_CONFIG, switchOf, text } from "@airm/rm-core";
 import { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS, DEFAULT_SEQ_LEN, DEFAULT_THREADS, DEFAULT_DECODE_NICE, DEFAULT_REPLICAS } from "./defaults.ts";
 import { chooseDefaultModel } from "./default-model.ts";
-import { startLocalCluster } from "./local-cluster.ts";
+import { RESTART_POLICY, startLocalCluster } from "./local-cluster.ts";
 
 export const UP_COMMAND = defineCommand({
   name: "airm up",
@@ -46,10 +46,15 @@ export const UP_COMMAND = defineCommand({
     sidecarPort: flagOf(int({ min: 0, max: 65535 }), { defaultText: "the one the transport declares (7400 for the KV relay)", doc: "port of the transport's sidecar" }),
     metricsPort: flagOf(int({ min: 0, max: 65535 }), { defaultText: "none", doc: "gateway airm_* metrics port" }),
     readyTimeout: flagOf(int({ min: 1 }), { default: 300, doc: "seconds to wait for every part to be healthy" }),
+    maxRestarts: flagOf(int({ min: 0, max: 100 }), {
+      default: RESTART_POLICY.maxDeaths - 1,
+      doc: `a part that dies is restarted after ${RESTART_POLICY.firstDelayMs} ms, doubling up to ${RESTART_POLICY.maxDelayMs / 1000} s, at most this many times within ${RESTART_POLICY.windowMs / 1000} s; one more death stops the cluster (0: the first death does)`,
+    }),
     quiet: switchOf({ doc: "do not echo the parts' own log lines" }),
   },
   env: [RM_CORE_CONFIG],
-  notes: "Stop with Ctrl-C (SIGINT) or SIGTERM: every part is stopped and the cluster's folder removed.\nIf a part dies, airm up says which and why, stops the rest and exits 1.",
+  notes:
+    "Stop with Ctrl-C (SIGINT) or SIGTERM: every part is stopped and the cluster's folder removed.\nIf a part dies, airm up says which and why and restarts it (the gateway routes around it meanwhile); a part that keeps dying makes it stop the rest and exit 1.\nThe parts share a fresh internal token (AIRM_INTERNAL_TOKEN, or yours when it is set); with AIRM_API_KEY set the gateway asks for that key.",
 });
 
 function tryIt(url: string, modelId: string): string {
@@ -99,6 +104,8 @@ export async function up(argv: string[]): Promise<number> {
     metricsPort: f.metricsPort,
     seqLen: f.seqLen,
     readyTimeoutMs: f.readyTimeout * 1000,
+    onPartExit: f.maxRestarts === 0 ? "stop-all" : "restart",
+    restart: { maxDeaths: f.maxRestarts + 1 },
     log,
     childLog: f.quiet ? () => {} : (part, line) => process.stderr.write(`${part.padEnd(8)}| ${line}\n`),
   });

@@ -188,6 +188,49 @@ describe("airm up", () => {
     );
   });
 
+  test("a part that dies is restarted while the other decode worker serves; one that keeps dying makes airm up give up and clean up", () =>
+    withUp(
+      model,
+      async (up, port) => {
+        await readyParts(up);
+        const decodes = () => children(up.child.pid!).filter(([, a]) => /airm-worker\.mjs/.test(a) && a.includes("--role decode"));
+        const complete = async () => {
+          const r = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
+            method: "POST",
+            headers: { "content-type": "application/json" },
+            body: JSON.stringify({ prompt: "still here?", max_tokens: 4, temperature: 0 }),
+          });
+          return r.status;
+        };
+        const shm = `/dev/shm/airm-up-${up.child.pid}`;
+        const [[keep], [victim]] = decodes();
+        process.kill(victim, "SIGKILL");
+        // at once: every request is answered, by the other decode worker or past the dead one
+        const statuses: number[] = [];
+        for (let i = 0; i < 6; i++) statuses.push(await complete());
+        expect(statuses).toEqual([200, 200, 200, 200, 200, 200]);
+        await waitFor(() => up.err().includes("airm up: decode-2 is healthy again"), 60_000, "the restarted decode worker");
+        expect(up.err()).toMatch(/the decode-2 was killed by SIGKILL; restarting it in 500 ms/);
+        const restarted = decodes().find(([pid]) => pid !== keep && pid !== victim);
+        expect(restarted).toBeDefined();
+        // the gateway routes to it again once its probe answers
+        const seesAll = async () => {
+          const h = (await (await fetch(`http://127.0.0.1:${port}/health`)).json()) as { roles: { endpoints: { healthy: boolean }[] }[] };
+          return h.roles.every((r) => r.endpoints.every((e) => e.healthy));
+        };
+        for (let i = 0; i < 100 && !(await seesAll()); i++) await new Promise((r) => setTimeout(r, 100));
+        expect(await seesAll()).toBe(true);
+        expect(await complete()).toBe(200);
+        // --max-restarts 1: its second death within the minute stops the cluster, which cleans up
+        process.kill(restarted![0], "SIGKILL");
+        expect(await up.exit).toBe(1);
+        expect(up.err()).toMatch(/the decode-2 was killed by SIGKILL \(2 deaths within 60 s\); giving up and stopping the cluster/);
+        expect(children(up.child.pid!).filter(([, a]) => /airm-(worker|gateway)\.mjs/.test(a))).toEqual([]);
+        expect(existsSync(shm)).toBe(false);
+      },
+      ["--max-restarts", "1"],
+    ));
+
   test("a worker that fails to start makes airm up exit non-zero with its reason", () =>
     withUp(join(dir, "no-such-model"), async (up) => {
       expect(await up.exit).toBe(1);

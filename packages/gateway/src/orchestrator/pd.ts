@@ -39,7 +39,7 @@ function endOnce(span: Span, ended: Set<Span>): void {
 /** One PD request's state: its endpoints, spans and how it ended. */
 class PdRequest {
   pre: Endpoint;
-  readonly dec: Endpoint;
+  dec: Endpoint;
   reason: EndReason = "aborted";
   finished = false;
   readonly decodeAbort = new AbortController();
@@ -117,18 +117,34 @@ class PdRequest {
     }
   }
 
-  /** Awaits the decode call's acceptance. Null when the client left. */
-  async decodeBody(call: Promise<WorkerEventStream>, signal: AbortSignal): Promise<WorkerEventStream | null> {
-    try {
-      return await call;
-    } catch (err) {
-      this.reason = "decode_rejected";
-      if (signal.aborted) return null;
-      if (isWorkerFault(err)) this.o.decode.callFailed(this.dec, (err as Error).message);
-      if (err instanceof ApiError) throw err;
-      this.o.decode.markDown(this.dec, `unreachable: ${causeOf(err)}`);
-      this.o.decode.callFailed(this.dec, `unreachable: ${causeOf(err)}`);
-      throw new ApiError(502, "decode_unreachable", `decode worker ${this.dec.url} did not answer: ${causeOf(err)}`);
+  /**
+   * Awaits the decode call's acceptance. A decode worker that cannot be reached (it died, and the
+   * probes have not seen it yet) took nothing of the request, so the next healthy one gets the
+   * same call: the KV waits in the transport. Null when the client left.
+   */
+  async decodeBody(first: Promise<WorkerEventStream>, signal: AbortSignal): Promise<WorkerEventStream | null> {
+    const tried = new Set<Endpoint>();
+    let call = first;
+    for (;;) {
+      tried.add(this.dec);
+      try {
+        return await call;
+      } catch (err) {
+        this.reason = "decode_rejected";
+        if (signal.aborted) return null;
+        if (isWorkerFault(err)) this.o.decode.callFailed(this.dec, (err as Error).message);
+        if (err instanceof ApiError) throw err;
+        this.o.decode.markDown(this.dec, `unreachable: ${causeOf(err)}`);
+        this.o.decode.callFailed(this.dec, `unreachable: ${causeOf(err)}`);
+        const next = this.o.decode.pick(tried);
+        if (!next) throw new ApiError(502, "decode_unreachable", `decode worker ${this.dec.url} did not answer: ${causeOf(err)}`);
+        this.dec.outstanding--;
+        this.dec = next;
+        this.dec.outstanding++;
+        this.spans.decode.setAttribute("airm.worker", this.dec.url);
+        this.reason = "aborted";
+        call = this.startDecode();
+      }
     }
   }
 
