@@ -211,7 +211,7 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
       await sleep(100);
     }
   };
-  plan.parts.forEach((_, i) => launch(i));
+  for (let i = 0; i < plan.parts.length; i++) launch(i);
 
   const deadline = Date.now() + (o.readyTimeoutMs ?? 300_000);
   const pending = new Set(parts);
