@@ -1,16 +1,16 @@
 // The one launcher of local clusters (`airm up`, the end-to-end tests and the benches): plans the
-// processes (cluster-plan.ts), checks their ports, creates the transport's cluster folder, starts
-// every part, waits until each is healthy, and supervises them. A part that dies is restarted
-// with exponential backoff (airm up) until it dies too often, which stops the rest; or its death
-// stops the rest at once; or (tests that kill parts on purpose) nothing happens. Stopping removes
-// the cluster folder.
+// processes (cluster-plan.ts), gives them one internal token, checks their ports, creates the
+// transport's cluster folder, starts every part through the supervisor (supervisor.ts: restart,
+// stop everything, or leave alone when one dies), and waits until each is healthy. Stopping
+// removes the cluster folder.
 
 import { existsSync, mkdirSync, readdirSync, rmSync } from "node:fs";
 import { connect } from "node:net";
 import { join } from "node:path";
 import { ConfigError, newInternalToken } from "@airm/rm-core";
-import { ChildPart } from "./child-part.ts";
+import type { ChildPart } from "./child-part.ts";
 import { planCluster, type ClusterPlan, type ClusterShape } from "./cluster-plan.ts";
+import { RESTART_POLICY, Supervisor, type OnPartExit, type RestartPolicy } from "./supervisor.ts";
 
 export interface ClusterOptions extends ClusterShape {
   /** How long to wait for every part to become healthy (ms, default 300000). */
@@ -19,7 +19,7 @@ export interface ClusterOptions extends ClusterShape {
    * What a part's death does: restart it with backoff (airm up; the cluster stops once a part died
    * `restart.maxDeaths` times within `restart.windowMs`), stop the whole cluster (default), or nothing.
    */
-  onPartExit?: "restart" | "stop-all" | "keep";
+  onPartExit?: OnPartExit;
   /** The restart policy of onPartExit "restart" (defaults: RESTART_POLICY). */
   restart?: Partial<RestartPolicy>;
   /** The environment parts inherit (default this process's). */
@@ -46,18 +46,6 @@ export interface RunningCluster {
   done: Promise<number>;
   stop(reason?: string): Promise<void>;
 }
-
-export interface RestartPolicy {
-  /** Wait before the first restart (ms); doubles with each death inside the window. */
-  firstDelayMs: number;
-  /** Longest wait between restarts (ms). */
-  maxDelayMs: number;
-  /** Deaths of one part within `windowMs` that make the launcher give up and stop the cluster. */
-  maxDeaths: number;
-  windowMs: number;
-}
-
-export const RESTART_POLICY: RestartPolicy = { firstDelayMs: 500, maxDelayMs: 10_000, maxDeaths: 5, windowMs: 60_000 };
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -149,75 +137,26 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
   }
   // every part stops by itself if this process dies without stopping it (e.g. SIGKILL)
   const baseEnv = { ...inherited, AIRM_PARENT_PID: String(process.pid) };
-  const parts: ChildPart[] = [];
-  let stopping = false;
-  let resolveDone!: (code: number) => void;
-  const done = new Promise<number>((r) => (resolveDone = r));
-
-  const stop = async (reason?: string): Promise<void> => {
-    if (stopping) return;
-    stopping = true;
-    if (reason) log(reason);
-    await Promise.all([...parts].reverse().map((p) => p.stop()));
-    if (dir && existsSync(dir.path)) rmSync(dir.path, { recursive: true, force: true });
-  };
-
-  const policy = { ...RESTART_POLICY, ...o.restart };
-  const deaths = new Map<string, number[]>();
-  let ready = false;
-  const lastWords = (p: ChildPart) => {
-    const tail = p
-      .logs(12)
-      .split("\n")
-      .filter(Boolean)
-      .map((l) => `  ${p.name}| ${l}`)
-      .join("\n");
-    return tail ? `\nits last output:\n${tail}` : "";
-  };
-  /** Starts part `i` from its spec and watches it: a death restarts it, stops the cluster, or is left alone. */
-  const launch = (i: number): ChildPart => {
-    const p = new ChildPart(plan.parts[i], baseEnv, o.childLog ?? (() => {}));
-    parts[i] = p;
-    void p.exited.then(async () => {
-      if (stopping || o.onPartExit === "keep") return;
-      // Before the cluster was up, the start-up loop reports the death (with more output).
-      if (o.onPartExit !== "restart" || !ready) {
-        if (ready) void stop(`airm up: the ${p.name} ${p.howItEnded}; stopping the cluster.${lastWords(p)}`).then(() => resolveDone(1));
-        return;
-      }
-      const now = Date.now();
-      const recent = [...(deaths.get(p.name) ?? []), now].filter((t) => now - t < policy.windowMs);
-      deaths.set(p.name, recent);
-      if (recent.length >= policy.maxDeaths) {
-        const why = `airm up: the ${p.name} ${p.howItEnded} (${recent.length} deaths within ${policy.windowMs / 1000} s); giving up and stopping the cluster.`;
-        void stop(`${why}${lastWords(p)}`).then(() => resolveDone(1));
-        return;
-      }
-      const delay = Math.min(policy.firstDelayMs * 2 ** (recent.length - 1), policy.maxDelayMs);
-      log(
-        `airm up: the ${p.name} ${p.howItEnded}; restarting it in ${delay} ms (death ${recent.length} of ${policy.maxDeaths} allowed within ${policy.windowMs / 1000} s).${lastWords(p)}`,
-      );
-      await sleep(delay);
-      if (stopping) return;
-      const next = launch(i);
-      void announceHealthy(next, baseEnv, () => stopping || parts[i] !== next).catch(() => {});
-    });
-    return p;
-  };
-  /** Logs once a restarted part answers its readiness probe again (the gateway routes to it from then on). */
-  const announceHealthy = async (p: ChildPart, env: Record<string, string | undefined>, gone: () => boolean): Promise<void> => {
-    while (p.alive && !gone()) {
-      if (await healthy(p, env)) return log(`airm up: ${p.name} is healthy again`);
-      await sleep(100);
-    }
-  };
-  for (let i = 0; i < plan.parts.length; i++) launch(i);
+  const sup = new Supervisor({
+    specs: plan.parts,
+    env: baseEnv,
+    onPartExit: o.onPartExit ?? "stop-all",
+    policy: { ...RESTART_POLICY, ...o.restart },
+    log,
+    childLog: o.childLog ?? (() => {}),
+    probe: (p) => healthy(p, baseEnv),
+    afterStop: () => {
+      if (dir && existsSync(dir.path)) rmSync(dir.path, { recursive: true, force: true });
+    },
+  });
+  const parts = sup.parts;
+  const stop = (reason?: string) => sup.stop(reason);
 
   const deadline = Date.now() + (o.readyTimeoutMs ?? 300_000);
   const pending = new Set(parts);
   while (pending.size > 0) {
     const dead = [...pending].find((p) => !p.alive);
-    if (stopping || dead) {
+    if (sup.isStopping || dead) {
       await stop();
       const why = dead ? `the ${dead.name} ${dead.howItEnded} before it was healthy:\n${dead.logs(40)}` : "see the output above";
       throw new Error(`the cluster did not come up: ${why}`);
@@ -244,7 +183,7 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
       throw e;
     }
   }
-  ready = true;
+  sup.markUp();
   // A part that died between its health check and now: its exit was left to the start-up loop.
   const dead = parts.find((p) => !p.alive);
   if (dead) {
@@ -263,10 +202,7 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
       if (!p) throw new Error(`no part named ${name}; the cluster has ${parts.map((x) => x.name).join(", ")}`);
       return p;
     },
-    done,
-    stop: async (reason) => {
-      await stop(reason);
-      resolveDone(0);
-    },
+    done: sup.done,
+    stop: (reason) => sup.stop(reason),
   };
 }

@@ -4,7 +4,8 @@
 import { defineCommand, flagOf, int, RM_CORE_CONFIG, switchOf, text } from "@airm/rm-core";
 import { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS, DEFAULT_SEQ_LEN, DEFAULT_THREADS, DEFAULT_DECODE_NICE, DEFAULT_REPLICAS } from "./defaults.ts";
 import { chooseDefaultModel } from "./default-model.ts";
-import { RESTART_POLICY, startLocalCluster } from "./local-cluster.ts";
+import { startLocalCluster } from "./local-cluster.ts";
+import { RESTART_POLICY } from "./supervisor.ts";
 
 export const UP_COMMAND = defineCommand({
   name: "airm up",
