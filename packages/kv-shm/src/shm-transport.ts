@@ -41,6 +41,8 @@ export interface ShmSettings {
 
 /** An empty extra slab gives its pages back after staying empty this long (ms). */
 const IDLE_SLAB_TRIM_MS = 10_000;
+/** How often an open endpoint sweeps what dead endpoints left in the root (their slabs and links), besides at open. */
+const SWEEP_EVERY_MS = 5_000;
 /** Pull polling backoff: first and largest sleep (ms). */
 const POLL_FIRST_MS = 1;
 const POLL_MAX_MS = 5;
@@ -118,6 +120,7 @@ export class ShmTransport implements KVTransport {
   private liveBytes = 0;
   private expiredBlobs = 0;
   private closed = false;
+  private sweptAt = Date.now();
   private readonly timer: NodeJS.Timeout;
 
   private constructor(settings: ShmSettings) {
@@ -448,8 +451,15 @@ export class ShmTransport implements KVTransport {
   private maintain(): void {
     if (this.closed) return;
     try {
-      this.reclaim(Date.now());
+      const now = Date.now();
+      this.reclaim(now);
       this.trimEmptySlabs(IDLE_SLAB_TRIM_MS);
+      // A peer that was killed (its flock gone) leaves slabs nobody would remove until the next
+      // endpoint opens: the live ones take them away instead, so a crash leaks nothing for long.
+      if (now - this.sweptAt >= SWEEP_EVERY_MS) {
+        this.sweptAt = now;
+        sweepLeftovers(this.root, now);
+      }
     } catch {
       // the next round tries again; push and pull report their own errors
     }

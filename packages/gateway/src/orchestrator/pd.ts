@@ -94,8 +94,8 @@ class PdRequest {
         this.o.prefill.callSucceeded(this.pre);
         return answer;
       } catch (err) {
+        if (signal.aborted) return null; // the client left or the deadline passed: cleanup says which
         this.reason = "prefill_failed";
-        if (signal.aborted) return null;
         if (isWorkerFault(err)) this.o.prefill.callFailed(this.pre, (err as Error).message);
         // Retried on another prefill worker only when nothing came back yet (no token can repeat:
         // the first one comes from this answer): a worker that is full (429) or not reachable.
@@ -130,8 +130,8 @@ class PdRequest {
       try {
         return await call;
       } catch (err) {
-        this.reason = "decode_rejected";
         if (signal.aborted) return null;
+        this.reason = "decode_rejected";
         if (isWorkerFault(err)) this.o.decode.callFailed(this.dec, (err as Error).message);
         if (err instanceof ApiError) throw err;
         this.o.decode.markDown(this.dec, `unreachable: ${causeOf(err)}`);

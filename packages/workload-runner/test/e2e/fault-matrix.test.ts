@@ -1,0 +1,237 @@
+// The fault matrix with real processes (docs/fault-matrix.md lists every case and where it is
+// tested): each case kills or breaks one thing, asserts the bounded, clear error (or success) a
+// client sees, and then that nothing is left: no KV link under the shm root, no slab of a dead
+// process, every live worker's lease gauge back to 0.
+import { spawn, spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { WorkerClient } from "@airm/internal-api";
+import { startFlipProxy } from "@airm/kv-relay/testing";
+import { newInternalToken } from "@airm/rm-core";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { binPath, freePort, type RunningCluster } from "../../src/index.ts";
+import { cluster, leftoverBlobs, postJson, tinyModel } from "../helpers/cluster.ts";
+
+const SLOW_S = 512;
+/** Big enough that prefill and decode take a while on the CPU path, so a fault lands mid-request. */
+let slowModel: string;
+const clusters: RunningCluster[] = [];
+const cleanups: (() => unknown)[] = [];
+
+beforeAll(() => {
+  slowModel = tinyModel({ arch: "llama", layers: 8, hidden: 512, heads: 8, kvHeads: 2, intermediate: 1536 });
+});
+afterEach(async () => {
+  await Promise.all(clusters.splice(0).map((c) => c.stop()));
+  while (cleanups.length) await cleanups.pop()!();
+});
+afterAll(() => rmSync(slowModel, { recursive: true, force: true }));
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function until(cond: () => Promise<boolean> | boolean, what: string, limitMs = 30_000, everyMs = 20): Promise<void> {
+  const end = Date.now() + limitMs;
+  while (Date.now() < end) {
+    if (await cond()) return;
+    await sleep(everyMs);
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+async function modelId(c: RunningCluster): Promise<string> {
+  return ((await (await fetch(`${c.url}/v1/models`)).json()) as any).data[0].id;
+}
+
+/** A long prompt (token ids) and a long answer: prefill and decode both take a while. */
+const longBody = (id: string, promptTokens = 400, maxTokens = 64) => ({
+  model: id,
+  prompt: Array.from({ length: promptTokens }, (_, i) => 10 + (i % 200)),
+  max_tokens: maxTokens,
+  temperature: 0,
+});
+
+/** Slab files under `root` whose owning process is gone (a slab is named slab-<pid>-...). */
+function deadSlabs(root: string): string[] {
+  if (!existsSync(root)) return [];
+  return readdirSync(root).filter((f) => {
+    const m = /^\.?(?:new-)?slab-(\d+)-/.exec(f);
+    if (!m) return false;
+    try {
+      process.kill(Number(m[1]), 0);
+      return false;
+    } catch {
+      return true;
+    }
+  });
+}
+
+/** Waits until nothing of any request is left: no KV link, no dead process's slab, no open lease on a live worker. */
+async function expectNoLeaks(c: RunningCluster, shmRoot = c.clusterDir): Promise<void> {
+  const workers = c.parts.filter((p) => p.alive && /^(prefill|decode|solo)/.test(p.name));
+  const leases = async () => {
+    const hs = await Promise.all(workers.map(async (w) => ((await (await fetch(`${w.url}/health`)).json()) as any).leases.outstanding as number));
+    return hs.every((n) => n === 0);
+  };
+  await until(leases, "every live worker's leases to end");
+  if (shmRoot) {
+    // a killed endpoint's slabs are swept by the live ones within seconds
+    await until(() => leftoverBlobs(shmRoot).length === 0 && deadSlabs(shmRoot).length === 0, `no KV left under ${shmRoot}`, 20_000, 100);
+  }
+}
+
+describe("fault matrix", () => {
+  it("prefill killed while pushing KV: 502 naming the prefill worker; the decode's wait ends; nothing left", async () => {
+    const pd = await cluster({ model: slowModel, seqLen: SLOW_S });
+    clusters.push(pd);
+    const id = await modelId(pd);
+    const keys = join(pd.clusterDir!, "keys");
+    const answer = postJson(`${pd.url}/v1/completions`, longBody(id));
+    // the first layer's K and V land in keys/<request> while prefill still computes the others
+    await until(() => existsSync(keys) && readdirSync(keys).length > 0, "prefill to start pushing", 30_000, 2);
+    const prefill = pd.part("prefill");
+    prefill.child.kill("SIGKILL");
+    const t0 = Date.now();
+    const r = await answer;
+    expect(Date.now() - t0).toBeLessThan(20_000); // bounded (not the 120 s prefill timeout)
+    expect(r.status).toBe(502);
+    expect(r.body.error.code).toBe("prefill_unreachable");
+    expect(r.body.error.message).toContain(prefill.url);
+    await expectNoLeaks(pd);
+  });
+
+  it("decode killed mid-stream with two decode workers: only its request fails (a stream error naming it), the other finishes", async () => {
+    const pd = await cluster({ model: slowModel, seqLen: SLOW_S, decode: [{}, {}] });
+    clusters.push(pd);
+    const id = await modelId(pd);
+    const stream = async () => {
+      const r = await fetch(`${pd.url}/v1/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ ...longBody(id, 16, SLOW_S - 32), stream: true }),
+      });
+      return (await r.text()).split("\n").filter((l) => l.startsWith("data: {"));
+    };
+    const a = stream();
+    const b = stream();
+    const running = async (url: string) => ((await (await fetch(`${url}/health`)).json()) as any).requests.running as number;
+    await until(async () => (await running(pd.part("decode").url)) === 1 && (await running(pd.part("decode-2").url)) === 1, "both decode workers to stream");
+    const victim = pd.part("decode-2");
+    victim.child.kill("SIGKILL");
+    const [ra, rb] = await Promise.all([a, b]);
+    const last = (lines: string[]) => JSON.parse(lines.at(-1)!.slice(6));
+    const [broken, whole] = last(ra).error ? [ra, rb] : [rb, ra];
+    expect(last(broken).error).toMatchObject({ code: "worker_stream_broken" });
+    expect(last(broken).error.message).toContain(victim.url);
+    expect(last(whole).error).toBeUndefined();
+    expect(["length", "stop"]).toContain(last(whole).choices[0].finish_reason);
+    // the next requests go to the live decode worker
+    const next = await postJson(`${pd.url}/v1/completions`, longBody(id, 16, 4));
+    expect(next.status).toBe(200);
+    await expectNoLeaks(pd);
+  });
+
+  it("relay killed during a transfer and restarted by the launcher (tcp): the request in flight fails with a 5xx, the next ones succeed", async () => {
+    const pd = await cluster({ model: slowModel, seqLen: SLOW_S, kvTransport: "tcp", onPartExit: "restart", restart: { firstDelayMs: 200 } });
+    clusters.push(pd);
+    const id = await modelId(pd);
+    const answer = postJson(`${pd.url}/v1/completions`, longBody(id));
+    await until(async () => ((await (await fetch(`${pd.part("prefill").url}/health`)).json()) as any).requests.running === 1, "prefill to run", 30_000, 5);
+    const relay = pd.part("kv-relay");
+    relay.child.kill("SIGKILL");
+    const r = await answer;
+    expect(r.status).toBeGreaterThanOrEqual(500);
+    expect(r.body.error.message).toMatch(/relay|KV|kv/);
+    await until(() => pd.part("kv-relay").alive && pd.part("kv-relay") !== relay, "the launcher to restart the relay", 10_000);
+    // the workers reconnect to the restarted relay on their own
+    let ok = 0;
+    const end = Date.now() + 30_000;
+    while (ok < 2 && Date.now() < end) {
+      const again = await postJson(`${pd.url}/v1/completions`, longBody(id, 16, 4));
+      if (again.status === 200) ok++;
+      else await sleep(200);
+    }
+    expect(ok).toBe(2);
+    await expectNoLeaks(pd);
+  });
+
+  it("one byte flipped on the wire between the relay and decode (tcp): 502 kv_integrity_error on the CRC, nothing left", async () => {
+    // the decode worker reaches the relay through a proxy that flips one payload byte
+    const relayPort = await freePort();
+    const proxy = await startFlipProxy({ host: "127.0.0.1", port: relayPort }, "down", 40_000);
+    cleanups.push(() => proxy.close());
+    const pd = await cluster({ model: slowModel, seqLen: SLOW_S, kvTransport: "tcp", sidecarPort: relayPort, decode: [{ env: { AIRM_KV_TCP_ADDR: proxy.address } }] });
+    clusters.push(pd);
+    const r = await postJson(`${pd.url}/v1/completions`, longBody(await modelId(pd), 64, 4));
+    expect(r.status, JSON.stringify(r.body)).toBe(502);
+    expect(r.body.error.code).toBe("kv_integrity_error");
+    expect(r.body.error.param).toMatch(/^crc/);
+    await expectNoLeaks(pd);
+  });
+
+  it("a request past its deadline: 504 request_timeout, and its slots, leases and blobs are released", async () => {
+    const pd = await cluster({ model: slowModel, seqLen: SLOW_S });
+    clusters.push(pd);
+    const id = await modelId(pd);
+    // a long prompt: the deadline passes while prefill computes and pushes
+    const r = await postJson(`${pd.url}/v1/completions`, { ...longBody(id, 400, 64), timeout: 0.2 });
+    expect(r.status, JSON.stringify(r.body)).toBe(504);
+    expect(r.body.error.code).toBe("request_timeout");
+    await until(async () => ((await (await fetch(`${pd.part("decode").url}/health`)).json()) as any).requests.running === 0, "decode to drop it");
+    await expectNoLeaks(pd);
+    // the prefill worker was told why (the decode worker saw its caller leave first)
+    const m = await (await fetch(`${pd.part("prefill").url}/metrics`)).text();
+    expect(m).toMatch(/^airm_kv_leases_released_total\{[^}]*reason="deadline"[^}]*\} 1$/m);
+  });
+});
+
+describe("fault matrix: a full /dev/shm", () => {
+  const mountOk = process.platform === "linux" && process.getuid?.() === 0;
+  it.skipIf(!mountOk)("KV that does not fit the shm root (a 1 MiB tmpfs): a clear 5xx within the KV timeout, nothing left in it", async () => {
+    const root = mkdtempSync(join("/dev/shm", "airm-full-"));
+    const m = spawnSync("mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", root], { encoding: "utf8" });
+    expect(m.status, m.stderr).toBe(0);
+    cleanups.push(() => {
+      spawnSync("umount", [root]);
+      rmSync(root, { recursive: true, force: true });
+    });
+    const env = { PD_SHM_ROOT: root, AIRM_KV_TIMEOUT_MS: "1500" };
+    const pd = await cluster({ model: slowModel, seqLen: SLOW_S, prefill: [{ env }], decode: [{ env }] });
+    clusters.push(pd);
+    const t0 = Date.now();
+    const r = await postJson(`${pd.url}/v1/completions`, longBody(await modelId(pd)));
+    expect(Date.now() - t0).toBeLessThan(30_000);
+    expect(r.status).toBeGreaterThanOrEqual(500);
+    expect(r.body.error.code).toBe("kv_transport_error");
+    expect(r.body.error.message).toMatch(/space|full|ENOSPC/i);
+    await expectNoLeaks(pd, root);
+  });
+});
+
+describe("fault matrix: a worker started by hand", () => {
+  it("stopped with SIGTERM, leaves nothing under its PD_SHM_ROOT", async () => {
+    const model = tinyModel();
+    const shmRoot = `/dev/shm/airm-hand-${process.pid}`;
+    cleanups.push(() => {
+      rmSync(shmRoot, { recursive: true, force: true });
+      rmSync(model, { recursive: true, force: true });
+    });
+    const token = newInternalToken();
+    const worker = spawn(
+      process.execPath,
+      [binPath("@airm/worker", "airm-worker"), "--role", "prefill", "--backend", "rngd-full", "--port", "0", "--model", model, "--seq-len", "64"],
+      { env: { ...process.env, PD_SHM_ROOT: shmRoot, AIRM_INTERNAL_TOKEN: token, AIRM_ENGINE_LOG: "0" }, stdio: ["ignore", "ignore", "pipe"] },
+    );
+    cleanups.push(() => worker.kill("SIGKILL"));
+    let log = "";
+    worker.stderr!.on("data", (d) => (log += d));
+    await until(() => /"url":"(http:[^"]+)"/.test(log), "the worker to be ready", 60_000, 50);
+    const url = /"url":"(http:[^"]+)"/.exec(log)![1];
+    const client = new WorkerClient(url, "prefill worker", { token });
+    await client.prefill({ requestId: "cmpl-by-hand-1", input: { prompt: "hello" }, maxTokens: 2 });
+    expect(readdirSync(shmRoot).length).toBeGreaterThan(0);
+    await client.release({ requestId: "cmpl-by-hand-1", reason: "done" });
+    worker.kill("SIGTERM");
+    await new Promise((r) => worker.once("exit", r));
+    expect(readdirSync(shmRoot)).toEqual([]);
+  });
+});
