@@ -32,10 +32,13 @@ export class KVPusher {
     private readonly transport: KVTransport,
     private readonly requestId: string,
     private readonly timeoutMs: number,
+    /** True once the request ended elsewhere (released, expired): nothing more is pushed, and finish throws. */
+    private readonly ended: () => boolean = () => false,
   ) {}
 
   /** The engine's onLayer: computes both CRCs now (for the manifest and the push), pushes in the background (errors surface in finish). */
   onLayer = (layer: number, k: Uint8Array, v: Uint8Array): void => {
+    if (this.ended()) return;
     const crcK = (this.crcK[layer] = kvCrc32(k));
     const crcV = (this.crcV[layer] = kvCrc32(v));
     // The transport sends these CRCs instead of reading each blob once more for its own.
@@ -59,6 +62,7 @@ export class KVPusher {
   async finish(model: ModelInfo, kv: KVBlobs, firstToken: number): Promise<KVManifest> {
     await Promise.all(this.pending);
     if (this.failure) throw this.failure;
+    if (this.ended()) throw new Error(`request ${this.requestId} ended while its KV was being pushed`);
     for (let l = 0; l < model.layers; l++) {
       // An engine that did not call onLayer for some layer: push it now from the result.
       if (this.crcK[l] === undefined) this.onLayer(l, kv.k[l], kv.v[l]);

@@ -8,6 +8,6 @@ export { planCluster, freePort, type ClusterShape, type ClusterPlan, type Worker
 export { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS, DEFAULT_SEQ_LEN, DEFAULT_THREADS, DEFAULT_REPLICAS, DEFAULT_DECODE_NICE } from "./defaults.ts";
 export { ChildPart, type PartSpec } from "./child-part.ts";
 export { chooseDefaultModel, type ChosenModel } from "./default-model.ts";
-export { UP_COMMAND } from "./up-command.ts";
+export { UP_COMMAND, upCluster, type UpFlags } from "./up-command.ts";
 export { RUN_COMMAND } from "./run-command.ts";
 export { K8S_COMMAND, SWEEP_SITE_CONFIG, genSweep, renderSweep, parseEnvFile } from "./k8s-command.ts";

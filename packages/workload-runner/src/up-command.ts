@@ -4,7 +4,7 @@
 import { defineCommand, flagOf, int, RM_CORE_CONFIG, switchOf, text } from "@airm/rm-core";
 import { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS, DEFAULT_SEQ_LEN, DEFAULT_THREADS, DEFAULT_DECODE_NICE, DEFAULT_REPLICAS } from "./defaults.ts";
 import { chooseDefaultModel } from "./default-model.ts";
-import { startLocalCluster } from "./local-cluster.ts";
+import { startLocalCluster, type ClusterOptions } from "./local-cluster.ts";
 import { RESTART_POLICY } from "./supervisor.ts";
 
 export const UP_COMMAND = defineCommand({
@@ -70,6 +70,33 @@ function tryIt(url: string, modelId: string): string {
   ].join("\n");
 }
 
+export type UpFlags = ReturnType<typeof UP_COMMAND.parse>["values"];
+
+/**
+ * The cluster `airm up` starts for `f` (its parsed flags, defaults filled in) and `model`: the
+ * same shape for airm up and for the benches that measure what it serves.
+ */
+export function upCluster(f: UpFlags, model: string): ClusterOptions {
+  // Replica i listens on the role's port + 2i (a free one each when the port is 0).
+  const replicas = (n: number, backend: string, port: number, extra: { batch?: number; threads: number; nice?: number }) =>
+    Array.from({ length: n }, (_, i) => ({ backend, port: port === 0 ? 0 : port + 2 * i, ...extra }));
+  const prefill = replicas(f.prefillReplicas, f.prefillBackend, f.prefillPort, { threads: f.prefillThreads });
+  const decode = replicas(f.decodeReplicas, f.decodeBackend, f.decodePort, { batch: f.decodeBatch, threads: f.decodeThreads, nice: f.decodeNice });
+  return {
+    model,
+    kvTransport: f.kvTransport,
+    prefill,
+    decode,
+    port: f.port,
+    sidecarPort: f.sidecarPort,
+    metricsPort: f.metricsPort,
+    seqLen: f.seqLen,
+    readyTimeoutMs: f.readyTimeout * 1000,
+    onPartExit: f.maxRestarts === 0 ? "stop-all" : "restart",
+    restart: { maxDeaths: f.maxRestarts + 1 },
+  };
+}
+
 /** Runs `airm up`; resolves with the exit code once the cluster stopped. */
 export async function up(argv: string[]): Promise<number> {
   const { values: f, help } = UP_COMMAND.parse(argv);
@@ -84,11 +111,6 @@ export async function up(argv: string[]): Promise<number> {
     model = chosen.path;
     log(`airm up: ${chosen.note}`);
   }
-  // Replica i listens on the role's port + 2i (a free one each when the port is 0).
-  const replicas = (n: number, backend: string, port: number, extra: { batch?: number; threads: number; nice?: number }) =>
-    Array.from({ length: n }, (_, i) => ({ backend, port: port === 0 ? 0 : port + 2 * i, ...extra }));
-  const prefill = replicas(f.prefillReplicas, f.prefillBackend, f.prefillPort, { threads: f.prefillThreads });
-  const decode = replicas(f.decodeReplicas, f.decodeBackend, f.decodePort, { batch: f.decodeBatch, threads: f.decodeThreads, nice: f.decodeNice });
   const batchText = f.decodeBatch === undefined ? "up to 16 (buckets 1, 4, 8, 16)" : f.decodeBatch === 1 ? "1 (batching off)" : `up to ${f.decodeBatch}`;
   log(
     `airm up: ${f.prefillReplicas} prefill (${f.prefillBackend}, ${f.prefillThreads} thread${f.prefillThreads > 1 ? "s" : ""} each) : ` +
@@ -96,17 +118,7 @@ export async function up(argv: string[]): Promise<number> {
       `KV over ${f.kvTransport}; S=${f.seqLen}; gateway port ${f.port}`,
   );
   const cluster = await startLocalCluster({
-    model,
-    kvTransport: f.kvTransport,
-    prefill,
-    decode,
-    port: f.port,
-    sidecarPort: f.sidecarPort,
-    metricsPort: f.metricsPort,
-    seqLen: f.seqLen,
-    readyTimeoutMs: f.readyTimeout * 1000,
-    onPartExit: f.maxRestarts === 0 ? "stop-all" : "restart",
-    restart: { maxDeaths: f.maxRestarts + 1 },
+    ...upCluster(f, model),
     log,
     childLog: f.quiet ? () => {} : (part, line) => process.stderr.write(`${part.padEnd(8)}| ${line}\n`),
   });

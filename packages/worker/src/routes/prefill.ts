@@ -7,6 +7,7 @@ import { SpanStatusCode, trace } from "@opentelemetry/api";
 import type { Hono } from "hono";
 import { firstToken, planRequest, prefillExtras, round, tokenize } from "../generation.ts";
 import { KVPusher } from "../kv-handoff.ts";
+import type { LeaseEnd } from "../kv-leases.ts";
 import type { WorkerRuntime } from "../runtime.ts";
 import { callerContext, parseBody, tracer } from "./http.ts";
 
@@ -21,11 +22,14 @@ export function prefillRoutes(app: Hono, rt: WorkerRuntime): void {
       const { maxTokens, seqLen } = planRequest(engine, tokens.length, b.maxTokens, b.seqLen);
       const rid = b.requestId;
       span.setAttribute("airm.request_id", rid);
-      if (!rt.leases.open(rid)) throw new ApiError(409, "duplicate_request", `request ${rid} is already in flight on this worker`, "requestId");
+      // A release (the client left, its deadline passed) or the TTL can end the lease while prefill
+      // still computes: pushes stop, and what was pushed after the release is released again below.
+      let endedAs: LeaseEnd | null = null;
+      if (!rt.leases.open(rid, (reason) => (endedAs = reason))) throw new ApiError(409, "duplicate_request", `request ${rid} is already in flight on this worker`, "requestId");
       let freeSlot: (() => void) | undefined;
       try {
         freeSlot = await rt.slots.acquire();
-        const pusher = new KVPusher(transport!, rid, rt.kvTimeoutMs);
+        const pusher = new KVPusher(transport!, rid, rt.kvTimeoutMs, () => endedAs !== null);
         const t0 = performance.now();
         const res = await engine.prefill(tokens, { seqLen, sampling: b.sampling, onLayer: pusher.onLayer, ...prefillExtras(b) });
         const computed = performance.now();
@@ -47,6 +51,12 @@ export function prefillRoutes(app: Hono, rt: WorkerRuntime): void {
         return c.json(answer);
       } catch (err) {
         freeSlot?.();
+        if (endedAs !== null) {
+          // Ended from outside: its earlier blobs went with the lease; drop any pushed after it.
+          await transport!.release(rid).catch(() => {});
+          rt.metrics.requests.inc({ route: "prefill", outcome: endedAs });
+          throw new ApiError(409, "request_ended", `request ${rid} ended (${endedAs}) while it was being prefilled`, "requestId");
+        }
         rt.metrics.requests.inc({ route: "prefill", outcome: "error" });
         await rt.endLease(rid, "prefill_failed");
         throw err;
