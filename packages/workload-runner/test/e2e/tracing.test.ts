@@ -21,7 +21,7 @@ beforeAll(async () => {
   model = tinyModel();
   // the workers as processes; the gateway in this process, where the SDK is registered
   workers = await cluster({ model, seqLen: 128, gateway: false });
-  gw = await startGateway({ port: 0, prefill: [workers.part("prefill").url], decode: [workers.part("decode").url], metricsPort: 0 });
+  gw = await startGateway({ port: 0, prefill: [workers.part("prefill").url], decode: [workers.part("decode").url], metricsPort: 0, internalToken: workers.internalToken });
 });
 afterAll(async () => {
   await gw?.close();
