@@ -256,6 +256,27 @@ describe("charts/rngd-pd", () => {
     }
   });
 
+  test("security Secrets: AIRM_INTERNAL_TOKEN in every part (workers, gateways, relay), AIRM_API_KEY in the gateways only; none by default", () => {
+    const set = ["security.internalTokenSecret=airm-internal", "security.apiKeySecret=airm-keys"];
+    const ref = (name: string, key: string) => ({ secretKeyRef: { name, key } });
+    for (const files of [[example("tcp")], [], [example("llm-d-sidecar")]]) {
+      const ms = manifests(files, set);
+      for (const d of ms.filter((m) => m.kind === "Deployment" && m.metadata.name !== "rngd-pd-epp")) {
+        for (const c of d.spec.template.spec.containers) {
+          const env = envOf(c);
+          expect(env.AIRM_INTERNAL_TOKEN, `${d.metadata.name}/${c.name}`).toEqual(ref("airm-internal", "token"));
+          expect(env.AIRM_API_KEY, `${d.metadata.name}/${c.name}`).toEqual(c.name === "gateway" ? ref("airm-keys", "keys") : undefined);
+        }
+      }
+      for (const d of manifests(files).filter((m) => m.kind === "Deployment")) {
+        for (const c of d.spec.template.spec.containers) expect(envOf(c).AIRM_INTERNAL_TOKEN).toBeUndefined();
+      }
+    }
+    const bad = render([], ["security.internalTokenSecret=Not_A_Name"]);
+    expect(bad.ok).toBe(false);
+    expect(bad.err).toContain("security/internalTokenSecret");
+  });
+
   test("every variable the chart sets is one the code declares", () => {
     const declared = declaredVariables();
     const set = new Set<string>();

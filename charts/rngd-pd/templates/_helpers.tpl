@@ -153,6 +153,9 @@ The worker finds its card with --chip -1 (the kubelet checkpoint and POD_UID).
     - name: AIRM_KV_TCP_ADDR
       value: {{ include "rngd-pd.relayAddr" .root | quote }}
     {{- end }}
+    {{- with include "rngd-pd.credentialsEnv" (dict "root" .root "gateway" false) | trim }}
+    {{- . | nindent 4 }}
+    {{- end }}
   ports:
     - name: {{ .role }}
       containerPort: {{ .spec.port }}
@@ -211,6 +214,9 @@ for is prefilled by the decode worker (--local-prefill), as llm-d's sidecar does
         fieldRef:
           fieldPath: metadata.namespace
     {{- end }}
+    {{- with include "rngd-pd.credentialsEnv" (dict "root" .root "gateway" true) | trim }}
+    {{- . | nindent 4 }}
+    {{- end }}
   ports:
     - name: http
       containerPort: {{ $v.gateway.port }}
@@ -230,4 +236,22 @@ for is prefilled by the decode worker (--local-prefill), as llm-d's sidecar does
     runAsGroup: {{ $v.podSecurity.runAsGroup }}
   volumeMounts:
     {{- include "rngd-pd.baseMounts" .root | nindent 4 }}
+{{- end -}}
+
+{{/*
+The credentials env entries of a part, from the Secrets named in .Values.security: the internal
+token for every part, and with "gateway" true the API keys too. Args: dict "root" $ "gateway" bool.
+*/}}
+{{- define "rngd-pd.credentialsEnv" -}}
+{{- $s := .root.Values.security -}}
+{{- if $s.internalTokenSecret }}
+- name: AIRM_INTERNAL_TOKEN
+  valueFrom:
+    secretKeyRef: { name: {{ $s.internalTokenSecret | quote }}, key: token }
+{{- end }}
+{{- if and .gateway $s.apiKeySecret }}
+- name: AIRM_API_KEY
+  valueFrom:
+    secretKeyRef: { name: {{ $s.apiKeySecret | quote }}, key: keys }
+{{- end }}
 {{- end -}}

@@ -58,15 +58,18 @@ export const UP_COMMAND = defineCommand({
     "Stop with Ctrl-C (SIGINT) or SIGTERM: every part is stopped and the cluster's folder removed.\nIf a part dies, airm up says which and why and restarts it (the gateway routes around it meanwhile); a part that keeps dying makes it stop the rest and exit 1.\nThe parts share a fresh internal token (AIRM_INTERNAL_TOKEN, or yours when it is set); with AIRM_API_KEY set the gateway asks for that key.",
 });
 
-function tryIt(url: string, modelId: string): string {
+/** The ready-to-paste requests; with API keys they send the key from the shell's AIRM_API_KEY (never printed). */
+function tryIt(url: string, modelId: string, withKey: boolean): string {
   const chat = `{"model": "${modelId}", "messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 32, "temperature": 0}`;
+  const auth = withKey ? ` -H "authorization: Bearer \${AIRM_API_KEY%%,*}"` : "";
+  const apiKey = withKey ? 'os.environ["AIRM_API_KEY"].split(",")[0]' : '"none"';
   return [
     "try it:",
-    `  curl -s ${url}/v1/chat/completions -H 'content-type: application/json' \\`,
+    `  curl -s ${url}/v1/chat/completions -H 'content-type: application/json'${auth} \\`,
     `    -d '${chat}'`,
     "",
     "or with the OpenAI client (pip install openai):",
-    `  python3 -c 'from openai import OpenAI; c = OpenAI(base_url="${url}/v1", api_key="none"); print(c.chat.completions.create(model="${modelId}", messages=[{"role": "user", "content": "What is the capital of France?"}], max_tokens=32, temperature=0).choices[0].message.content)'`,
+    `  python3 -c 'import os; from openai import OpenAI; c = OpenAI(base_url="${url}/v1", api_key=${apiKey}); print(c.chat.completions.create(model="${modelId}", messages=[{"role": "user", "content": "What is the capital of France?"}], max_tokens=32, temperature=0).choices[0].message.content)'`,
   ].join("\n");
 }
 
@@ -125,7 +128,8 @@ export async function up(argv: string[]): Promise<number> {
   const onSignal = (sig: string) => void cluster.stop(`airm up: ${sig}: stopping every part`);
   process.once("SIGINT", () => onSignal("SIGINT"));
   process.once("SIGTERM", () => onSignal("SIGTERM"));
-  const modelId = await fetch(`${cluster.url}/v1/models`)
+  const key = process.env.AIRM_API_KEY?.split(",")[0]?.trim();
+  const modelId = await fetch(`${cluster.url}/v1/models`, { headers: key ? { authorization: `Bearer ${key}` } : {} })
     .then((r) => r.json() as Promise<{ data?: { id: string }[] }>)
     .then((b) => b.data?.[0]?.id ?? "default")
     .catch(() => "default");
@@ -135,7 +139,7 @@ export async function up(argv: string[]): Promise<number> {
       "",
       `rngd-pd is up: ${cluster.url}  (KV transport ${f.kvTransport}${sidecars}, decode on ${f.decodeBackend})`,
       "",
-      tryIt(cluster.url, modelId),
+      tryIt(cluster.url, modelId, Boolean(key)),
       "",
       "Ctrl-C stops the cluster.",
       "",
