@@ -46,9 +46,10 @@ export interface ClusterShape {
   /** Compiled context S (default 512). */
   seqLen?: number;
   host?: string;
-  /** Extra variables for every part, and for the gateway only. */
+  /** Extra variables for every part, for the gateway only, and for the transport's sidecar only. */
   env?: Record<string, string>;
   gatewayEnv?: Record<string, string>;
+  sidecarEnv?: Record<string, string>;
 }
 
 export interface ClusterPlan {
@@ -108,7 +109,7 @@ export async function planCluster(o: ClusterShape, launcherPid: number): Promise
       parts.push({
         name: s.name,
         argv: [process.execPath, bin, ...s.args.map((a) => fill(a, vars))],
-        env: {},
+        env: { ...o.sidecarEnv },
         url: vars.addr,
         ready: s.ready === "connect" ? "connect" : { http: s.ready.http },
       });

@@ -65,8 +65,23 @@ function deadSlabs(root: string): string[] {
   });
 }
 
-/** Waits until nothing of any request is left: no KV link, no dead process's slab, no open lease on a live worker. */
-async function expectNoLeaks(c: RunningCluster, shmRoot = c.clusterDir): Promise<void> {
+/** A relay metrics port for a tcp cluster (sidecarEnv), so a case can check the relay holds no blob afterwards. */
+async function relayMetrics(): Promise<{ sidecarEnv: Record<string, string>; url: string }> {
+  const port = await freePort();
+  return { sidecarEnv: { AIRM_METRICS_PORT: String(port) }, url: `http://127.0.0.1:${port}/metrics` };
+}
+
+/** The relay's airm_kv_relay_blobs gauge. */
+async function relayBlobs(metricsUrl: string): Promise<number> {
+  const m = await (await fetch(metricsUrl)).text();
+  return Number(/^airm_kv_relay_blobs(?:\{[^}]*\})? (\d+)$/m.exec(m)?.[1] ?? Number.NaN);
+}
+
+/**
+ * Waits until nothing of any request is left: no KV link, no dead process's slab, no open lease on
+ * a live worker, and (given its metrics URL) no blob in the relay.
+ */
+async function expectNoLeaks(c: RunningCluster, shmRoot = c.clusterDir, relayMetricsUrl?: string): Promise<void> {
   const workers = c.parts.filter((p) => p.alive && /^(prefill|decode|solo)/.test(p.name));
   const leases = async () => {
     const hs = await Promise.all(workers.map(async (w) => ((await (await fetch(`${w.url}/health`)).json()) as any).leases.outstanding as number));
@@ -77,6 +92,7 @@ async function expectNoLeaks(c: RunningCluster, shmRoot = c.clusterDir): Promise
     // a killed endpoint's slabs are swept by the live ones within seconds
     await until(() => leftoverBlobs(shmRoot).length === 0 && deadSlabs(shmRoot).length === 0, `no KV left under ${shmRoot}`, 20_000, 100);
   }
+  if (relayMetricsUrl) await until(async () => (await relayBlobs(relayMetricsUrl)) === 0, "the relay to hold no blob", 20_000, 100);
 }
 
 describe("fault matrix", () => {
@@ -131,7 +147,8 @@ describe("fault matrix", () => {
   });
 
   it("relay killed during a transfer and restarted by the launcher (tcp): the request in flight fails with a 5xx, the next ones succeed", async () => {
-    const pd = await cluster({ model: slowModel, seqLen: SLOW_S, kvTransport: "tcp", onPartExit: "restart", restart: { firstDelayMs: 200 } });
+    const relay0 = await relayMetrics();
+    const pd = await cluster({ model: slowModel, seqLen: SLOW_S, kvTransport: "tcp", onPartExit: "restart", restart: { firstDelayMs: 200 }, sidecarEnv: relay0.sidecarEnv });
     clusters.push(pd);
     const id = await modelId(pd);
     const answer = postJson(`${pd.url}/v1/completions`, longBody(id));
@@ -151,7 +168,7 @@ describe("fault matrix", () => {
       else await sleep(200);
     }
     expect(ok).toBe(2);
-    await expectNoLeaks(pd);
+    await expectNoLeaks(pd, null, relay0.url);
   });
 
   it("one byte flipped on the wire between the relay and decode (tcp): 502 kv_integrity_error on the CRC, nothing left", async () => {
@@ -159,13 +176,21 @@ describe("fault matrix", () => {
     const relayPort = await freePort();
     const proxy = await startFlipProxy({ host: "127.0.0.1", port: relayPort }, "down", 40_000);
     cleanups.push(() => proxy.close());
-    const pd = await cluster({ model: slowModel, seqLen: SLOW_S, kvTransport: "tcp", sidecarPort: relayPort, decode: [{ env: { AIRM_KV_TCP_ADDR: proxy.address } }] });
+    const metrics = await relayMetrics();
+    const pd = await cluster({
+      model: slowModel,
+      seqLen: SLOW_S,
+      kvTransport: "tcp",
+      sidecarPort: relayPort,
+      sidecarEnv: metrics.sidecarEnv,
+      decode: [{ env: { AIRM_KV_TCP_ADDR: proxy.address } }],
+    });
     clusters.push(pd);
     const r = await postJson(`${pd.url}/v1/completions`, longBody(await modelId(pd), 64, 4));
     expect(r.status, JSON.stringify(r.body)).toBe(502);
     expect(r.body.error.code).toBe("kv_integrity_error");
     expect(r.body.error.param).toMatch(/^crc/);
-    await expectNoLeaks(pd);
+    await expectNoLeaks(pd, null, metrics.url);
   });
 
   it("a request past its deadline: 504 request_timeout, and its slots, leases and blobs are released", async () => {
