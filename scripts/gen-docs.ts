@@ -19,7 +19,7 @@ import { TCP_CONFIG } from "../packages/kv-tcp/src/index.ts";
 import { MODEL_CACHE_CONFIG } from "../packages/llama/src/index.ts";
 import { configMarkdown, RM_CORE_CONFIG, type ConfigRow, type ConfigSpec, type OptionMap } from "../packages/rm-core/src/index.ts";
 import { WORKER_CONFIG } from "../packages/worker/src/index.ts";
-import { SWEEP_SITE_CONFIG } from "../packages/workload-runner/src/index.ts";
+import { BENCH_TARGET_CONFIG, SWEEP_SITE_CONFIG } from "../packages/workload-runner/src/index.ts";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 
@@ -37,7 +37,7 @@ export const PACKAGE_CONFIGS: Record<string, ConfigSpec<OptionMap>[]> = {
   worker: [WORKER_CONFIG],
   gateway: [GATEWAY_CONFIG],
   epp: [EPP_CONFIG],
-  "workload-runner": [SWEEP_SITE_CONFIG],
+  "workload-runner": [SWEEP_SITE_CONFIG, BENCH_TARGET_CONFIG],
 };
 
 /** Every row of every package, one per (variable or option, declaring package), deduplicated. */

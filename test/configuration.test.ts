@@ -20,6 +20,7 @@ const READS_PROCESS_ENV = new Set([
   "packages/workload-runner/src/rngd-pd-workload.ts",
   "packages/workload-runner/src/local-cluster.ts",
   "packages/workload-runner/src/k8s-command.ts",
+  "packages/workload-runner/src/bench/bench-command.ts",
 ]);
 
 describe("configuration", () => {

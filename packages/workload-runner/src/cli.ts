@@ -1,9 +1,11 @@
 // The `airm` command line: `up` (a local PD cluster), `run` (one workload in the foreground, as a
-// pod runs it) and `model` (the model tool). Each subcommand has --help.
+// pod runs it), `model` (the model tool), `k8s` (the sweep manifests) and `bench` (the load
+// generator). Each subcommand has --help.
 
 import { spawnSync } from "node:child_process";
 import { isAirmError } from "@airm/rm-core";
 import { binPath } from "./package-bins.ts";
+import { benchCommand } from "./bench/bench-command.ts";
 import { k8sCommand } from "./k8s-command.ts";
 import { runCommand } from "./run-command.ts";
 import { up } from "./up-command.ts";
@@ -17,6 +19,7 @@ commands:
   run      run one workload (prefill | decode | serve) in the foreground, as a pod does
   model    the model tool: pull, list, make-tiny (see "airm model --help")
   k8s      the experiment sweep: gen-sweep (deploy/k8s manifests), render (fill in the site)
+  bench    load generation against an OpenAI-compatible server: load (one point), slo (attainment, goodput)
 
 "airm <command> --help" describes every option of a command.
 `;
@@ -39,6 +42,8 @@ export async function main(argv = process.argv.slice(2)): Promise<number> {
         return model(rest);
       case "k8s":
         return await k8sCommand(rest);
+      case "bench":
+        return await benchCommand(rest);
       case undefined:
       case "-h":
       case "--help":

@@ -11,3 +11,7 @@ export { chooseDefaultModel, type ChosenModel } from "./default-model.ts";
 export { UP_COMMAND, upCluster, type UpFlags } from "./up-command.ts";
 export { RUN_COMMAND } from "./run-command.ts";
 export { K8S_COMMAND, SWEEP_SITE_CONFIG, genSweep, renderSweep, parseEnvFile } from "./k8s-command.ts";
+export { BENCH_LOAD_COMMAND, BENCH_SLO_COMMAND, BENCH_TARGET_CONFIG, benchCommand } from "./bench/bench-command.ts";
+export { runLoad, type LoadOptions } from "./bench/load.ts";
+export { searchGoodput, type GoodputPoint } from "./bench/goodput.ts";
+export { attainment, attains, percentile, resultRow, type RequestRow, type ResultRow, type Slo } from "./bench/stats.ts";

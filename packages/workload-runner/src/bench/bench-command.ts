@@ -1,0 +1,216 @@
+// `airm bench load|slo`: the load generator against any OpenAI-compatible base URL (--url, else
+// LLMD_GATEWAY_URL or PD_GATEWAY: a gateway in a cluster), or against `airm up`'s own cluster
+// started for the run (--local). `load` runs one open-loop (--rate) or closed-loop
+// (--concurrency) point; `slo` adds SLO attainment and, with --search, goodput. Every request is
+// a JSONL row (--out); the last stdout line is the JSON summary.
+
+import { appendFileSync, writeFileSync } from "node:fs";
+import { defineCommand, defineConfig, flagOf, num, opt, switchOf, text, UsageError, int, type ConfigValues } from "@airm/rm-core";
+import { chooseDefaultModel } from "../default-model.ts";
+import { startLocalCluster, type RunningCluster } from "../local-cluster.ts";
+import { UP_COMMAND, upCluster } from "../up-command.ts";
+import { searchGoodput } from "./goodput.ts";
+import { runLoad, type LoadOptions } from "./load.ts";
+import { attainment, resultRow, type RequestRow, type Slo } from "./stats.ts";
+
+export const BENCH_TARGET_CONFIG = defineConfig("@airm/workload-runner", {
+  gatewayUrl: opt(text({ label: "URL" }), {
+    env: "LLMD_GATEWAY_URL",
+    defaultText: "none",
+    doc: "`airm bench`'s target when --url is not given: an llm-d gateway's base URL (cluster mode).",
+  }),
+  pdGateway: opt(text({ label: "URL" }), {
+    env: "PD_GATEWAY",
+    defaultText: "none",
+    doc: "`airm bench`'s target when neither --url nor LLMD_GATEWAY_URL is given: an rngd-pd gateway's base URL.",
+  }),
+  apiKey: opt(text({ label: "key" }), {
+    env: "AIRM_API_KEY",
+    defaultText: "none",
+    doc: "The key `airm bench` sends (the first of a comma-separated list), as `airm up`'s gateway asks it.",
+  }),
+});
+type Target = ConfigValues<typeof BENCH_TARGET_CONFIG.options>;
+
+const common = {
+  url: flagOf(text({ label: "URL" }), { defaultText: "LLMD_GATEWAY_URL, else PD_GATEWAY", doc: "the server's base URL (before /v1)" }),
+  local: switchOf({ doc: "start `airm up`'s cluster (its defaults, free ports) for the run and stop it after" }),
+  model: flagOf(text({ label: "id" }), { defaultText: "the first of /v1/models", doc: "model id to ask for" }),
+  inputTokens: flagOf(int({ min: 1 }), { default: 128, doc: "prompt length in tokens (token ids, drawn from the seeded stream)" }),
+  outputTokens: flagOf(int({ min: 1 }), { default: 64, doc: "max_tokens of each request (ignore_eos is sent too)" }),
+  seed: flagOf(int({ min: 0 }), { default: 1, doc: "seed of the request stream: the same seed sends the same requests" }),
+  requests: flagOf(int({ min: 1 }), { defaultText: "none", doc: "requests per load point" }),
+  seconds: flagOf(num({ positive: true }), { defaultText: "30 unless --requests", doc: "seconds per load point" }),
+  out: flagOf(text({ label: "path" }), { defaultText: "none", doc: "write every request as a JSONL row here" }),
+};
+
+export const BENCH_LOAD_COMMAND = defineCommand({
+  name: "airm bench load",
+  summary: "one load point against an OpenAI-compatible server: TTFT, TPOT, e2e and throughput from the client's side",
+  usage: ["airm bench load (--url URL | --local) (--rate R | --concurrency C) [options]"],
+  flags: {
+    ...common,
+    rate: flagOf(num({ positive: true }), { defaultText: "none", doc: "open loop: Poisson arrivals at this many requests per second" }),
+    concurrency: flagOf(int({ min: 1 }), { defaultText: "1 unless --rate", doc: "closed loop: this many clients back to back" }),
+  },
+  env: [BENCH_TARGET_CONFIG],
+});
+
+export const BENCH_SLO_COMMAND = defineCommand({
+  name: "airm bench slo",
+  summary: "SLO attainment at a rate (or goodput, --search): the share of requests within the TTFT and TPOT SLOs",
+  usage: ["airm bench slo (--url URL | --local) [--rate R | --search] [--tpot-slo-ms 150] [--ttft-slo-ms MS] [options]"],
+  flags: {
+    ...common,
+    rate: flagOf(num({ positive: true }), { default: 1, doc: "open-loop rate of the point (the start of --search)" }),
+    ttftSloMs: flagOf(num({ positive: true }), { defaultText: "none", doc: "TTFT SLO in ms" }),
+    tpotSloMs: flagOf(num({ positive: true }), { default: 150, doc: "TPOT SLO in ms (the seed's)" }),
+    search: switchOf({ doc: "find the goodput: the highest rate whose attainment is >= --target (doubling, then bisection)" }),
+    target: flagOf(num({ min: 0, max: 1 }), { default: 0.9, doc: "attainment a rate must reach to count for goodput" }),
+    maxPoints: flagOf(int({ min: 1 }), { default: 8, doc: "most load points --search runs" }),
+  },
+  env: [BENCH_TARGET_CONFIG],
+});
+
+/** The server's own airm_* figures (our gateway serves them on /metrics), or null when it has none. */
+async function serverView(url: string, apiKey?: string): Promise<Record<string, number> | null> {
+  try {
+    const r = await fetch(`${url}/metrics`, { headers: apiKey ? { authorization: `Bearer ${apiKey}` } : {}, signal: AbortSignal.timeout(5000) });
+    if (r.status !== 200) return null;
+    const out: Record<string, number> = {};
+    for (const m of (await r.text()).matchAll(/^(airm_(?:ttft_p90_ms|tpot_p90_ms|tok_s|kv_transfer_ms))(?:\{[^}]*\})? (\S+)$/gm)) out[m[1]] = Number(m[2]);
+    return Object.keys(out).length ? out : null;
+  } catch {
+    return null;
+  }
+}
+
+/** Where the run goes: --url, the cluster variables, or a local cluster; throws UsageError when nothing is named. */
+async function target(f: { url?: string; local: boolean }, cfg: Target, env: Record<string, string | undefined>): Promise<{ url: string; cluster: RunningCluster | null }> {
+  if (f.local) {
+    const { values } = UP_COMMAND.parse(["--port", "0", "--prefill-port", "0", "--decode-port", "0", "--sidecar-port", "0"]);
+    const model = (await chooseDefaultModel(env)).path;
+    const cluster = await startLocalCluster({ ...upCluster(values, model), onPartExit: "stop-all", env: { AIRM_LOG_LEVEL: "warn" } });
+    return { url: cluster.url, cluster };
+  }
+  const url = f.url ?? cfg.gatewayUrl ?? cfg.pdGateway;
+  if (!url) throw new UsageError("no target: give --url URL, --local, or set LLMD_GATEWAY_URL (or PD_GATEWAY) to a gateway's base URL");
+  return { url: url.replace(/\/+$/, "").replace(/\/v1$/, ""), cluster: null };
+}
+
+/** The served model: --model, else the first /v1/models lists. Throws UsageError when the server does not answer like an OpenAI server. */
+async function modelOf(url: string, given: string | undefined, apiKey?: string): Promise<string> {
+  if (given) return given;
+  let r: Response;
+  try {
+    r = await fetch(`${url}/v1/models`, { headers: apiKey ? { authorization: `Bearer ${apiKey}` } : {}, signal: AbortSignal.timeout(10_000) });
+  } catch (e) {
+    const cause = (e as Error & { cause?: { code?: string } }).cause?.code ?? (e as Error).message;
+    throw new UsageError(`${url}/v1/models did not answer (${cause}): is the server running at that URL?`);
+  }
+  const body = (await r.json().catch(() => null)) as { data?: { id?: string }[] } | null;
+  const id = body?.data?.[0]?.id;
+  if (r.status !== 200 || !id) throw new UsageError(`${url}/v1/models answered ${r.status} without a model list: not an OpenAI-compatible server (or pass --model)`);
+  return id;
+}
+
+/** Prints one load point's row the way the seed's results read. */
+function printRow(label: string, rows: RequestRow[], slo: Slo | null): Record<string, number> {
+  const r = resultRow(rows);
+  const a = slo ? attainment(rows, slo) : null;
+  const f = (x: number) => (Number.isFinite(x) ? x.toFixed(1) : "-");
+  process.stdout.write(
+    `${label}: ${r.requests} requests, ${r.ok} ok, ${r.failed} failed | TTFT p50/p90/p99 ${f(r.airm_ttft_p50_ms)}/${f(r.airm_ttft_p90_ms)}/${f(r.airm_ttft_p99_ms)} ms | ` +
+      `TPOT p50/p90/p99 ${f(r.airm_tpot_p50_ms)}/${f(r.airm_tpot_p90_ms)}/${f(r.airm_tpot_p99_ms)} ms | ${r.airm_tok_s.toFixed(1)} tok/s, ${r.req_s.toFixed(2)} req/s` +
+      `${a === null ? "" : ` | attainment ${(a * 100).toFixed(1)}%`}\n`,
+  );
+  const failures = rows.filter((x) => x.error !== null);
+  if (failures.length) process.stdout.write(`  first failure: ${failures[0].error}\n`);
+  return { ...r, ...(a === null ? {} : { attainment: a }) };
+}
+
+type Flags = ReturnType<typeof BENCH_LOAD_COMMAND.parse>["values"] | ReturnType<typeof BENCH_SLO_COMMAND.parse>["values"];
+
+/** Runs the load points of `body` against the target of `f`, stopping a local cluster afterwards. */
+async function withTarget(
+  f: Flags,
+  cfg: Target,
+  env: Record<string, string | undefined>,
+  body: (base: Omit<LoadOptions, "mode">) => Promise<Record<string, unknown>>,
+): Promise<number> {
+  const apiKey = cfg.apiKey?.split(",")[0]?.trim() || undefined;
+  const t = await target(f, cfg, env);
+  try {
+    const model = await modelOf(t.url, f.model, apiKey);
+    if (f.out) writeFileSync(f.out, "");
+    const base = {
+      url: t.url,
+      model,
+      inputTokens: f.inputTokens,
+      outputTokens: f.outputTokens,
+      seed: f.seed,
+      apiKey,
+      requests: f.requests,
+      seconds: f.seconds ?? (f.requests === undefined ? 30 : undefined),
+      onRow: f.out ? (row: RequestRow) => appendFileSync(f.out!, `${JSON.stringify(row)}\n`) : undefined,
+    };
+    process.stdout.write(`airm bench: ${t.cluster ? "airm up's cluster at " : ""}${t.url}, model ${model}, ${f.inputTokens} tokens in, ${f.outputTokens} out, seed ${f.seed}\n`);
+    const summary = await body(base);
+    const server = await serverView(t.url, apiKey);
+    process.stdout.write(`${JSON.stringify({ bench: "airm-bench", url: t.url, model, ...summary, ...(server ? { server } : {}) })}\n`);
+    return 0;
+  } finally {
+    await t.cluster?.stop();
+  }
+}
+
+/** `airm bench <load|slo> ...`; resolves with the exit code. Throws UsageError for a bad command line or target. */
+export async function benchCommand(argv: string[], env: Record<string, string | undefined> = process.env): Promise<number> {
+  const [sub, ...rest] = argv;
+  const cfg = BENCH_TARGET_CONFIG.resolve({ env });
+  if (sub === "load") {
+    const { values: f, help } = BENCH_LOAD_COMMAND.parse(rest);
+    if (help) {
+      process.stdout.write(BENCH_LOAD_COMMAND.help());
+      return 0;
+    }
+    if (f.rate !== undefined && f.concurrency !== undefined) throw new UsageError("give --rate (open loop) or --concurrency (closed loop), not both");
+    const mode: LoadOptions["mode"] = f.rate !== undefined ? { kind: "open", rate: f.rate } : { kind: "closed", concurrency: f.concurrency ?? 1 };
+    return withTarget(f, cfg, env, async (base) => {
+      const rows = await runLoad({ ...base, mode });
+      return {
+        mode: mode.kind,
+        ...(mode.kind === "open" ? { rate: mode.rate } : { concurrency: mode.concurrency }),
+        ...printRow(mode.kind === "open" ? `rate ${mode.rate}/s` : `concurrency ${mode.concurrency}`, rows, null),
+      };
+    });
+  }
+  if (sub === "slo") {
+    const { values: f, help } = BENCH_SLO_COMMAND.parse(rest);
+    if (help) {
+      process.stdout.write(BENCH_SLO_COMMAND.help());
+      return 0;
+    }
+    const slo: Slo = { ttftMs: f.ttftSloMs ?? Number.POSITIVE_INFINITY, tpotMs: f.tpotSloMs };
+    process.stdout.write(`SLO: TTFT ${f.ttftSloMs === undefined ? "none" : `<= ${f.ttftSloMs} ms`}, TPOT <= ${f.tpotSloMs} ms\n`);
+    return withTarget(f, cfg, env, async (base) => {
+      const point = async (rate: number) => printRow(`rate ${rate.toFixed(2)}/s`, await runLoad({ ...base, mode: { kind: "open", rate } }), slo);
+      if (!f.search) return { rate: f.rate, ...(await point(f.rate)) };
+      const rows: Record<string, number>[] = [];
+      const { goodput, points } = await searchGoodput({
+        startRate: f.rate,
+        target: f.target,
+        maxPoints: f.maxPoints,
+        measure: async (rate) => {
+          const row = await point(rate);
+          rows.push({ rate, ...row });
+          return row.attainment;
+        },
+      });
+      process.stdout.write(`goodput: ${goodput.toFixed(2)} requests/s at attainment >= ${(f.target * 100).toFixed(0)}% (${points.length} points)\n`);
+      const best = rows.filter((r) => r.rate === goodput)[0] ?? rows[0];
+      return { goodput, target: f.target, points, ...best };
+    });
+  }
+  throw new UsageError(`airm bench: ${sub === undefined ? "give a subcommand" : `unknown subcommand ${JSON.stringify(sub)}`}: load or slo ("airm bench load --help")`);
+}
