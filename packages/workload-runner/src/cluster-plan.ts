@@ -37,6 +37,11 @@ export interface ClusterShape {
   solo?: WorkerSpec[];
   /** Start the gateway (default true). */
   gateway?: boolean;
+  /**
+   * PD: the decode workers prefill every request themselves (gateway and decode workers with
+   * --local-prefill, no KV crosses): the "re-prefill on the decode side" baseline of a comparison.
+   */
+  localPrefill?: boolean;
   /** Gateway port (default 8000; 0 picks a free one). */
   port?: number;
   /** Gateway airm_* metrics port (default none; 0 picks a free one). */
@@ -123,7 +128,8 @@ export async function planCluster(o: ClusterShape, launcherPid: number): Promise
     for (const [i, w] of specs.entries()) {
       const port = await portOf(w.port, DEFAULT_PORTS[role] + 2 * i);
       const name = i === 0 ? role : `${role}-${i + 1}`;
-      const argv = workerArgv({ role, backend: w.backend ?? DEFAULT_BACKENDS[role], host, port, seqLen, batch: w.batch, threads: w.threads });
+      const localPrefill = role === "decode" && o.localPrefill === true;
+      const argv = workerArgv({ role, backend: w.backend ?? DEFAULT_BACKENDS[role], host, port, seqLen, batch: w.batch, threads: w.threads, localPrefill });
       const url = `http://${host}:${port}`;
       parts.push({ name, argv, env: { MODEL: w.model ?? o.model, ...w.env }, url, ready: { http: "/health" }, ...(w.nice === undefined ? {} : { nice: w.nice }) });
       ports.push({ what: `${name} port`, port });
@@ -135,7 +141,7 @@ export async function planCluster(o: ClusterShape, launcherPid: number): Promise
   if (o.gateway ?? true) {
     const port = await portOf(o.port, DEFAULT_PORTS.gateway);
     const metricsPort = o.metricsPort === undefined ? undefined : await portOf(o.metricsPort, 0);
-    const argv = gatewayArgv({ host, port, prefill: workerUrls.prefill, decode: workerUrls.decode, solo: workerUrls.solo });
+    const argv = gatewayArgv({ host, port, prefill: workerUrls.prefill, decode: workerUrls.decode, solo: workerUrls.solo, localPrefill: mode === "pd" && o.localPrefill === true });
     gatewayUrl = `http://${host}:${port}`;
     const genv: Record<string, string> = { ...o.gatewayEnv };
     if (metricsPort !== undefined) {

@@ -65,7 +65,17 @@ function parse<T>(schema: z.ZodType<T>, value: unknown, what: string): T {
 }
 
 /** argv of an airm-worker process. Throws ConfigError (key `backend`) for a backend no installed engine runs in `role`. */
-export function workerArgv(o: { role: "prefill" | "decode" | "solo"; backend: string; host: string; port: number; seqLen: number; batch?: number; threads?: number }): string[] {
+export function workerArgv(o: {
+  role: "prefill" | "decode" | "solo";
+  backend: string;
+  host: string;
+  port: number;
+  seqLen: number;
+  batch?: number;
+  threads?: number;
+  /** Decode role: also prefill requests the gateway runs whole here (--local-prefill). */
+  localPrefill?: boolean;
+}): string[] {
   engineForBackend(o.backend, o.role, pluginRegistry(), "backend");
   const argv = [
     process.execPath,
@@ -83,13 +93,15 @@ export function workerArgv(o: { role: "prefill" | "decode" | "solo"; backend: st
   ];
   if (o.batch !== undefined) argv.push("--B", String(o.batch));
   if (o.threads !== undefined) argv.push("--threads", String(o.threads));
+  if (o.localPrefill) argv.push("--local-prefill");
   return argv;
 }
 
 /** argv of an airm-gateway process in front of the given workers. */
-export function gatewayArgv(o: { host: string; port: number; prefill?: string[]; decode?: string[]; solo?: string[] }): string[] {
+export function gatewayArgv(o: { host: string; port: number; prefill?: string[]; decode?: string[]; solo?: string[]; localPrefill?: boolean }): string[] {
   const argv = [process.execPath, binPath("@airm/gateway", "airm-gateway"), "--host", o.host, "--port", String(o.port)];
   for (const role of ["prefill", "decode", "solo"] as const) if (o[role]?.length) argv.push(`--${role}`, o[role]!.join(","));
+  if (o.localPrefill) argv.push("--local-prefill");
   return argv;
 }
 

@@ -1,15 +1,20 @@
-// `airm bench load|slo`: the load generator against any OpenAI-compatible base URL (--url, else
-// LLMD_GATEWAY_URL or PD_GATEWAY: a gateway in a cluster), or against `airm up`'s own cluster
-// started for the run (--local). `load` runs one open-loop (--rate) or closed-loop
-// (--concurrency) point; `slo` adds SLO attainment and, with --search, goodput. Every request is
-// a JSONL row (--out); the last stdout line is the JSON summary.
+// `airm bench load|slo|sweep|report`: the load generator against any OpenAI-compatible base URL
+// (--url, else LLMD_GATEWAY_URL or PD_GATEWAY: a gateway in a cluster), or against `airm up`'s
+// own cluster started for the run (--local). `load` runs one open-loop (--rate) or closed-loop
+// (--concurrency) point; `slo` adds SLO attainment and, with --search, goodput; `sweep` runs a
+// matrix of cluster shapes and load points (sweep.ts); `report` turns its rows into a page with
+// plots (report.ts). Every request is a JSONL row (--out); the last stdout line is the JSON summary.
 
-import { appendFileSync, writeFileSync } from "node:fs";
+import { appendFileSync, mkdirSync, writeFileSync } from "node:fs";
+import { basename, dirname, join } from "node:path";
+import cliProgress from "cli-progress";
 import { defineCommand, defineConfig, flagOf, num, opt, switchOf, text, UsageError, int, type ConfigValues } from "@airm/rm-core";
 import { chooseDefaultModel } from "../default-model.ts";
 import { startLocalCluster, type RunningCluster } from "../local-cluster.ts";
 import { UP_COMMAND, upCluster } from "../up-command.ts";
 import { searchGoodput } from "./goodput.ts";
+import { readSweepRows, writeReport } from "./report.ts";
+import { loadSweepConfig, runSweep, type Shape, type SweepConfig } from "./sweep.ts";
 import { runLoad, type LoadOptions } from "./load.ts";
 import { attainment, resultRow, type RequestRow, type Slo } from "./stats.ts";
 
@@ -71,6 +76,97 @@ export const BENCH_SLO_COMMAND = defineCommand({
   },
   env: [BENCH_TARGET_CONFIG],
 });
+
+export const BENCH_SWEEP_COMMAND = defineCommand({
+  name: "airm bench sweep",
+  summary: "a matrix of cluster shapes (transport x decode batch x P:D) and load points, one JSONL row per point, resumable",
+  usage: ["airm bench sweep --local --config bench/sweeps/small.yaml [--out rows.jsonl]"],
+  flags: {
+    config: flagOf(text({ label: "path" }), {
+      doc: "the sweep (YAML): transport, decodeBatch, pd, concurrency or rate, requests or seconds, inputTokens, outputTokens, seed, url",
+    }),
+    local: switchOf({ doc: "start each shape's cluster as `airm up` would (needed unless the config names a url)" }),
+    out: flagOf(text({ label: "path" }), { defaultText: "bench/reports/<config name>/rows.jsonl", doc: "the rows; points already in it are skipped (resume)" }),
+  },
+  env: [BENCH_TARGET_CONFIG],
+});
+
+export const BENCH_REPORT_COMMAND = defineCommand({
+  name: "airm bench report",
+  summary: "a Markdown page with SVG plots (latency-throughput, TTFT and attainment against load, TTFT CDF) from a sweep's rows",
+  usage: ["airm bench report --in rows.jsonl [--out-dir DIR] [--title TEXT]"],
+  flags: {
+    in: flagOf(text({ label: "path" }), { doc: "a sweep's rows (JSONL)" }),
+    outDir: flagOf(text({ label: "path" }), { defaultText: "the folder of --in", doc: "where README.md and the SVGs go" }),
+    title: flagOf(text({ label: "text" }), { default: "Sweep report", doc: "the page's title" }),
+    note: flagOf(text({ label: "text" }), { defaultText: "none", doc: "a paragraph under the title (how the rows were made, the machine)" }),
+  },
+});
+
+/** `airm up`'s cluster for one sweep shape, on free ports. */
+async function startShape(shape: Shape, c: SweepConfig, env: Record<string, string | undefined>): Promise<RunningCluster> {
+  const argv = ["--port", "0", "--prefill-port", "0", "--decode-port", "0", "--sidecar-port", "0", "--kv-transport", shape.transport, "--decode-batch", String(shape.decodeBatch)];
+  argv.push("--prefill-replicas", String(shape.prefill), "--decode-replicas", String(shape.decode));
+  const { values } = UP_COMMAND.parse(argv);
+  const model = c.model ?? (await chooseDefaultModel(env)).path;
+  const base = { ...upCluster(values, model), onPartExit: "stop-all" as const, env: { AIRM_LOG_LEVEL: "warn" } };
+  if (shape.serve === "solo") {
+    // as many solo replicas as decode workers, with the decode workers' batch and threads
+    const solo = base.decode!.map((d) => ({ ...d, backend: undefined }));
+    return startLocalCluster({ ...base, mode: "solo", prefill: undefined, decode: undefined, solo });
+  }
+  return startLocalCluster({ ...base, localPrefill: shape.serve === "pd-local-prefill" });
+}
+
+async function sweepCommand(rest: string[], cfg: Target, env: Record<string, string | undefined>): Promise<number> {
+  const { values: f, help } = BENCH_SWEEP_COMMAND.parse(rest);
+  if (help) {
+    process.stdout.write(BENCH_SWEEP_COMMAND.help());
+    return 0;
+  }
+  if (!f.config) throw new UsageError("give --config PATH (a sweep file, e.g. bench/sweeps/small.yaml)");
+  const config = loadSweepConfig(f.config);
+  if (!config.url && !f.local) throw new UsageError("give --local (start each shape's cluster) or name a url in the sweep file");
+  const out = f.out ?? join("bench", "reports", basename(f.config).replace(/\.[^.]+$/, ""), "rows.jsonl");
+  mkdirSync(dirname(out), { recursive: true });
+  const apiKey = cfg.apiKey?.split(",")[0]?.trim() || undefined;
+  const bar = process.stderr.isTTY ? new cliProgress.SingleBar({ format: "sweep [{bar}] {value}/{total} {key}", hideCursor: true }, cliProgress.Presets.shades_classic) : null;
+  let started = false;
+  const { ran, skipped } = await runSweep({
+    config,
+    out,
+    apiKey,
+    startCluster: (shape, c) => startShape(shape, c, env),
+    modelOf: (url) => modelOf(url, undefined, apiKey),
+    onPoint: (e) => {
+      if (bar && !started) {
+        bar.start(e.total, 0, { key: "" });
+        started = true;
+      }
+      if (e.row || e.skipped) bar?.update(e.index + 1, { key: e.key });
+      if (!bar && e.row)
+        process.stdout.write(
+          `${e.key}: ${e.row.ok}/${e.row.requests} ok, ${e.row.airm_tok_s.toFixed(1)} tok/s, TTFT p90 ${e.row.airm_ttft_p90_ms.toFixed(0)} ms, TPOT p90 ${e.row.airm_tpot_p90_ms.toFixed(1)} ms\n`,
+        );
+    },
+  });
+  bar?.stop();
+  process.stdout.write(`${JSON.stringify({ bench: "airm-bench-sweep", out, ran, skipped })}\n`);
+  return 0;
+}
+
+function reportCommand(rest: string[]): number {
+  const { values: f, help } = BENCH_REPORT_COMMAND.parse(rest);
+  if (help) {
+    process.stdout.write(BENCH_REPORT_COMMAND.help());
+    return 0;
+  }
+  if (!f.in) throw new UsageError("give --in PATH (a sweep's rows.jsonl)");
+  const dir = f.outDir ?? dirname(f.in);
+  const files = writeReport(readSweepRows(f.in), dir, { title: f.title, command: `airm bench report --in ${f.in}`, note: f.note });
+  process.stdout.write(`${JSON.stringify({ bench: "airm-bench-report", dir, files })}\n`);
+  return 0;
+}
 
 /** The server's own airm_* figures (our gateway serves them on /metrics), or null when it has none. */
 async function serverView(url: string, apiKey?: string): Promise<Record<string, number> | null> {
@@ -212,5 +308,9 @@ export async function benchCommand(argv: string[], env: Record<string, string | 
       return { goodput, target: f.target, points, ...best };
     });
   }
-  throw new UsageError(`airm bench: ${sub === undefined ? "give a subcommand" : `unknown subcommand ${JSON.stringify(sub)}`}: load or slo ("airm bench load --help")`);
+  if (sub === "sweep") return sweepCommand(rest, cfg, env);
+  if (sub === "report") return reportCommand(rest);
+  throw new UsageError(
+    `airm bench: ${sub === undefined ? "give a subcommand" : `unknown subcommand ${JSON.stringify(sub)}`}: load, slo, sweep or report ("airm bench load --help")`,
+  );
 }
