@@ -15,5 +15,6 @@ export { BENCH_LOAD_COMMAND, BENCH_REPORT_COMMAND, BENCH_SLO_COMMAND, BENCH_SWEE
 export { runLoad, type LoadOptions } from "./bench/load.ts";
 export { searchGoodput, type GoodputPoint } from "./bench/goodput.ts";
 export { loadSweepConfig, runSweep, sweepPoints, SweepConfigSchema, type SweepConfig, type SweepRow } from "./bench/sweep.ts";
+export { parseTrace, readTrace, replayTrace, syntheticTrace, type TraceEntry } from "./bench/trace.ts";
 export { lineChart, readSweepRows, writeReport } from "./bench/report.ts";
 export { attainment, attains, percentile, resultRow, type RequestRow, type ResultRow, type Slo } from "./bench/stats.ts";

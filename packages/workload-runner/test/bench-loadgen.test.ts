@@ -2,8 +2,11 @@
 // of fixed arrays, a goodput search over a known attainment curve, and a scripted OpenAI server
 // (real HTTP, real SSE) whose delays are chosen so the percentiles and the attainment are known
 // beforehand. The server is scripted because a real engine cannot be made to take chosen times.
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isAirmError } from "@airm/rm-core";
 import { attainment, benchCommand, freePort, percentile, resultRow, runLoad, searchGoodput, type RequestRow } from "../src/index.ts";
@@ -140,12 +143,21 @@ describe("the load generator against a scripted server", () => {
   });
 
   it("a run with no target, or one that is not an OpenAI server, ends with a clear usage error", async () => {
-    const noTarget = await benchCommand(["load", "--requests", "1"], {}).catch((e) => e);
+    const noSite = join(tmpdir(), "no-such-cluster.local.env");
+    const noTarget = await benchCommand(["load", "--requests", "1"], {}, noSite).catch((e) => e);
     expect(isAirmError(noTarget, "USAGE")).toBe(true);
     expect(noTarget.message).toContain("LLMD_GATEWAY_URL");
     const closed = await freePort(); // nothing listens there
-    const refused = await benchCommand(["load", "--requests", "1", "--url", `http://127.0.0.1:${closed}`], {}).catch((e) => e);
+    const refused = await benchCommand(["load", "--requests", "1", "--url", `http://127.0.0.1:${closed}`], {}, noSite).catch((e) => e);
     expect(isAirmError(refused, "USAGE")).toBe(true);
     expect(refused.message).toMatch(/did not answer \(ECONNREFUSED\)/);
+    // cluster mode: the target from the site file, the shell's variable winning
+    const site = join(mkdtempSync(join(tmpdir(), "airm-site-")), "cluster.local.env");
+    writeFileSync(site, `LLMD_GATEWAY_URL=http://127.0.0.1:${closed}\n`);
+    const fromFile = await benchCommand(["load", "--requests", "1"], {}, site).catch((e) => e);
+    expect(fromFile.message).toContain(`http://127.0.0.1:${closed}/v1/models`);
+    const shellWins = await benchCommand(["load", "--requests", "1"], { LLMD_GATEWAY_URL: `http://127.0.0.1:${closed}/shell` }, site).catch((e) => e);
+    expect(shellWins.message).toContain(`http://127.0.0.1:${closed}/shell/v1/models`);
+    rmSync(dirname(site), { recursive: true, force: true });
   });
 });

@@ -1,20 +1,23 @@
-// `airm bench load|slo|sweep|report`: the load generator against any OpenAI-compatible base URL
+// `airm bench load|slo|replay|gen-trace|sweep|report`: the load generator against any OpenAI-compatible base URL
 // (--url, else LLMD_GATEWAY_URL or PD_GATEWAY: a gateway in a cluster), or against `airm up`'s
 // own cluster started for the run (--local). `load` runs one open-loop (--rate) or closed-loop
-// (--concurrency) point; `slo` adds SLO attainment and, with --search, goodput; `sweep` runs a
+// (--concurrency) point; `slo` adds SLO attainment and, with --search, goodput; `replay` sends a
+// trace's requests at its times (trace.ts; `gen-trace` writes a synthetic one); `sweep` runs a
 // matrix of cluster shapes and load points (sweep.ts); `report` turns its rows into a page with
 // plots (report.ts). Every request is a JSONL row (--out); the last stdout line is the JSON summary.
 
-import { appendFileSync, mkdirSync, writeFileSync } from "node:fs";
+import { appendFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import cliProgress from "cli-progress";
 import { defineCommand, defineConfig, flagOf, num, opt, switchOf, text, UsageError, int, type ConfigValues } from "@airm/rm-core";
 import { chooseDefaultModel } from "../default-model.ts";
+import { parseEnvFile } from "../k8s-command.ts";
 import { startLocalCluster, type RunningCluster } from "../local-cluster.ts";
 import { UP_COMMAND, upCluster } from "../up-command.ts";
 import { searchGoodput } from "./goodput.ts";
 import { readSweepRows, writeReport } from "./report.ts";
 import { loadSweepConfig, runSweep, type Shape, type SweepConfig } from "./sweep.ts";
+import { readTrace, replayTrace, syntheticTrace } from "./trace.ts";
 import { runLoad, type LoadOptions } from "./load.ts";
 import { attainment, resultRow, type RequestRow, type Slo } from "./stats.ts";
 
@@ -75,6 +78,42 @@ export const BENCH_SLO_COMMAND = defineCommand({
     maxPoints: flagOf(int({ min: 1 }), { default: 8, doc: "most load points --search runs" }),
   },
   env: [BENCH_TARGET_CONFIG],
+});
+
+export const BENCH_REPLAY_COMMAND = defineCommand({
+  name: "airm bench replay",
+  summary: "a trace's requests at its arrival times (scaled), each with its own input and output lengths",
+  usage: ["airm bench replay (--url URL | --local) --trace FILE [--time-scale 1] [--max-requests N]"],
+  flags: {
+    url: common.url,
+    local: common.local,
+    model: common.model,
+    seed: common.seed,
+    out: common.out,
+    trace: flagOf(text({ label: "path" }), {
+      doc: "CSV in the Azure LLM inference trace 2023 layout (TIMESTAMP,ContextTokens,GeneratedTokens) or JSONL {t, input_tokens, output_tokens}",
+    }),
+    timeScale: flagOf(num({ positive: true }), { default: 1, doc: "speed-up: 2 sends the trace twice as fast" }),
+    maxRequests: flagOf(int({ min: 1 }), { defaultText: "all", doc: "replay only the first N entries" }),
+    ttftSloMs: flagOf(num({ positive: true }), { defaultText: "none", doc: "TTFT SLO in ms" }),
+    tpotSloMs: flagOf(num({ positive: true }), { default: 150, doc: "TPOT SLO in ms" }),
+  },
+  env: [BENCH_TARGET_CONFIG],
+});
+
+export const BENCH_GEN_TRACE_COMMAND = defineCommand({
+  name: "airm bench gen-trace",
+  summary: "a synthetic trace in the Azure CSV layout: Poisson arrivals, log-normal input and output lengths",
+  usage: ["airm bench gen-trace [--requests 200] [--rate 1] [--input-median 256] [--output-median 64] > trace.csv"],
+  flags: {
+    requests: flagOf(int({ min: 1 }), { default: 200, doc: "entries" }),
+    rate: flagOf(num({ positive: true }), { default: 1, doc: "mean arrivals per second" }),
+    inputMedian: flagOf(int({ min: 1 }), { default: 256, doc: "median prompt length (tokens)" }),
+    outputMedian: flagOf(int({ min: 1 }), { default: 64, doc: "median answer length (tokens)" }),
+    sigma: flagOf(num({ positive: true }), { default: 0.6, doc: "log-normal spread of both lengths" }),
+    maxTotal: flagOf(int({ min: 2 }), { default: 500, doc: "longest input + output (keep it inside the served context)" }),
+    seed: flagOf(int({ min: 0 }), { default: 1, doc: "seed" }),
+  },
 });
 
 export const BENCH_SWEEP_COMMAND = defineCommand({
@@ -155,6 +194,24 @@ async function sweepCommand(rest: string[], cfg: Target, env: Record<string, str
   return 0;
 }
 
+async function replayCommand(rest: string[], cfg: Target, env: Record<string, string | undefined>): Promise<number> {
+  const { values: f, help } = BENCH_REPLAY_COMMAND.parse(rest);
+  if (help) {
+    process.stdout.write(BENCH_REPLAY_COMMAND.help());
+    return 0;
+  }
+  if (!f.trace) throw new UsageError("give --trace FILE (airm bench gen-trace writes a synthetic one)");
+  const entries = readTrace(f.trace).slice(0, f.maxRequests);
+  const slo: Slo = { ttftMs: f.ttftSloMs ?? Number.POSITIVE_INFINITY, tpotMs: f.tpotSloMs };
+  const flags = { ...f, inputTokens: 0, outputTokens: 0, requests: entries.length, seconds: undefined };
+  return withTarget(flags, cfg, env, async (base) => {
+    const spanS = (entries.at(-1)?.atMs ?? 0) / 1000 / f.timeScale;
+    process.stdout.write(`replaying ${entries.length} entries of ${f.trace} over ${spanS.toFixed(1)} s (time scale ${f.timeScale})\n`);
+    const rows = await replayTrace({ url: base.url, model: base.model, entries, timeScale: f.timeScale, seed: f.seed, apiKey: base.apiKey, onRow: base.onRow });
+    return { trace: f.trace, timeScale: f.timeScale, ...printRow(`replay x${f.timeScale}`, rows, slo) };
+  });
+}
+
 function reportCommand(rest: string[]): number {
   const { values: f, help } = BENCH_REPORT_COMMAND.parse(rest);
   if (help) {
@@ -190,7 +247,9 @@ async function target(f: { url?: string; local: boolean }, cfg: Target, env: Rec
     return { url: cluster.url, cluster };
   }
   const url = f.url ?? cfg.gatewayUrl ?? cfg.pdGateway;
-  if (!url) throw new UsageError("no target: give --url URL, --local, or set LLMD_GATEWAY_URL (or PD_GATEWAY) to a gateway's base URL");
+  if (!url) {
+    throw new UsageError("no target: give --url URL, --local, or set LLMD_GATEWAY_URL (or PD_GATEWAY) to a gateway's base URL (exported, or in deploy/k8s/cluster.local.env)");
+  }
   return { url: url.replace(/\/+$/, "").replace(/\/v1$/, ""), cluster: null };
 }
 
@@ -225,7 +284,18 @@ function printRow(label: string, rows: RequestRow[], slo: Slo | null): Record<st
   return { ...r, ...(a === null ? {} : { attainment: a }) };
 }
 
-type Flags = ReturnType<typeof BENCH_LOAD_COMMAND.parse>["values"] | ReturnType<typeof BENCH_SLO_COMMAND.parse>["values"];
+/** What withTarget reads of a subcommand's flags. */
+interface Flags {
+  url?: string;
+  local: boolean;
+  model?: string;
+  out?: string;
+  inputTokens: number;
+  outputTokens: number;
+  seed: number;
+  requests?: number;
+  seconds?: number;
+}
 
 /** Runs the load points of `body` against the target of `f`, stopping a local cluster afterwards. */
 async function withTarget(
@@ -261,9 +331,11 @@ async function withTarget(
 }
 
 /** `airm bench <load|slo> ...`; resolves with the exit code. Throws UsageError for a bad command line or target. */
-export async function benchCommand(argv: string[], env: Record<string, string | undefined> = process.env): Promise<number> {
+export async function benchCommand(argv: string[], env: Record<string, string | undefined> = process.env, siteEnv = "deploy/k8s/cluster.local.env"): Promise<number> {
   const [sub, ...rest] = argv;
-  const cfg = BENCH_TARGET_CONFIG.resolve({ env });
+  // cluster mode's target from the site file (never committed), the shell's variables winning
+  const fromFile = existsSync(siteEnv) ? parseEnvFile(readFileSync(siteEnv, "utf8")) : {};
+  const cfg = BENCH_TARGET_CONFIG.resolve({ env: { ...fromFile, ...env } });
   if (sub === "load") {
     const { values: f, help } = BENCH_LOAD_COMMAND.parse(rest);
     if (help) {
@@ -309,8 +381,14 @@ export async function benchCommand(argv: string[], env: Record<string, string | 
     });
   }
   if (sub === "sweep") return sweepCommand(rest, cfg, env);
+  if (sub === "replay") return replayCommand(rest, cfg, env);
+  if (sub === "gen-trace") {
+    const { values: f, help } = BENCH_GEN_TRACE_COMMAND.parse(rest);
+    process.stdout.write(help ? BENCH_GEN_TRACE_COMMAND.help() : syntheticTrace(f));
+    return 0;
+  }
   if (sub === "report") return reportCommand(rest);
   throw new UsageError(
-    `airm bench: ${sub === undefined ? "give a subcommand" : `unknown subcommand ${JSON.stringify(sub)}`}: load, slo, sweep or report ("airm bench load --help")`,
+    `airm bench: ${sub === undefined ? "give a subcommand" : `unknown subcommand ${JSON.stringify(sub)}`}: load, slo, replay, gen-trace, sweep or report ("airm bench load --help")`,
   );
 }
