@@ -11,7 +11,11 @@ export const GATEWAY_CONFIG = defineConfig("@airm/gateway", {
   }),
   prefillTimeoutMs: opt(int({ min: 1 }), { env: "AIRM_PREFILL_TIMEOUT_MS", default: 120_000, doc: "Longest a whole prefill call may take (ms)." }),
   decodeIdleTimeoutMs: opt(int({ min: 1 }), { env: "AIRM_DECODE_IDLE_TIMEOUT_MS", default: 60_000, doc: "Longest gap between two events of a decode stream (ms)." }),
-  kvTimeoutMs: opt(int({ min: 1 }), { env: "AIRM_KV_TIMEOUT_MS", default: 60_000, doc: "Sent to decode as kvTimeoutMs: how long each KV pull waits for its blob (ms)." }),
+  kvTimeoutMs: opt(int({ min: 1 }), {
+    env: "AIRM_KV_TIMEOUT_MS",
+    default: 60_000,
+    doc: "How long a decode's KV pull waits for its blob beyond AIRM_PREFILL_TIMEOUT_MS (ms): the decode is called when the request arrives, so its wait covers the prefill's queue and compute too; decode gets the sum as kvTimeoutMs.",
+  }),
   healthIntervalMs: opt(int({ min: 10 }), { env: "AIRM_HEALTH_INTERVAL_MS", default: 2000, doc: "Period of the health probe of each worker (ms)." }),
   requestTimeoutS: opt(num({ positive: true }), {
     env: "AIRM_REQUEST_TIMEOUT_S",

@@ -65,12 +65,18 @@ class PdRequest {
     };
   }
 
-  /** Starts the decode call (it waits for the KV). */
+  /**
+   * Starts the decode call (it waits for the KV). Its KV wait runs from now, while the prompt may
+   * still queue for a prefill worker, so it gets the prefill's own bound on top of the KV slack:
+   * the gateway's prefill timeout is what ends a prefill that takes too long (and then releases
+   * the decode), not a decode that stopped waiting first.
+   */
   startDecode(): Promise<WorkerEventStream> {
     const { req, requestId } = this;
+    const kvTimeoutMs = this.o.prefillTimeoutMs + this.o.kvTimeoutMs;
     const call = context.with(trace.setSpan(this.parent, this.spans.decode), () =>
       this.dec.client.decode(
-        { requestId, maxTokens: req.maxTokens, sampling: req.sampling, kvTimeoutMs: this.o.kvTimeoutMs, logprobs: req.logprobs },
+        { requestId, maxTokens: req.maxTokens, sampling: req.sampling, kvTimeoutMs, logprobs: req.logprobs },
         { headers: traceHeaders(), signal: this.decodeAbort.signal },
       ),
     );

@@ -193,6 +193,18 @@ describe("fault matrix", () => {
     await expectNoLeaks(pd, null, metrics.url);
   });
 
+  it("a prompt that waits and computes longer than the KV timeout is still served (the decode's wait covers the prefill's bound)", async () => {
+    // the gateway's KV slack is 300 ms; this prefill alone takes longer, and a second one queues behind it
+    const pd = await cluster({ model: slowModel, seqLen: SLOW_S, gatewayEnv: { AIRM_KV_TIMEOUT_MS: "300" } });
+    clusters.push(pd);
+    const id = await modelId(pd);
+    const t0 = Date.now();
+    const [a, b] = await Promise.all([postJson(`${pd.url}/v1/completions`, longBody(id, 400, 2)), postJson(`${pd.url}/v1/completions`, longBody(id, 399, 2))]);
+    expect(Date.now() - t0).toBeGreaterThan(300);
+    expect([a.status, b.status], JSON.stringify([a.body, b.body])).toEqual([200, 200]);
+    await expectNoLeaks(pd);
+  });
+
   it("a request past its deadline: 504 request_timeout, and its slots, leases and blobs are released", async () => {
     const pd = await cluster({ model: slowModel, seqLen: SLOW_S });
     clusters.push(pd);
