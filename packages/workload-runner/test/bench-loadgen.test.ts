@@ -159,5 +159,18 @@ describe("the load generator against a scripted server", () => {
     const shellWins = await benchCommand(["load", "--requests", "1"], { LLMD_GATEWAY_URL: `http://127.0.0.1:${closed}/shell` }, site).catch((e) => e);
     expect(shellWins.message).toContain(`http://127.0.0.1:${closed}/shell/v1/models`);
     rmSync(dirname(site), { recursive: true, force: true });
+    // a server that refuses every request (here: no API key) ends the run before it starts
+    const locked = createServer((req, res) => {
+      if (req.url === "/v1/models") return res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ data: [{ id: "m" }] }));
+      res
+        .writeHead(401, { "content-type": "application/json" })
+        .end(JSON.stringify({ error: { message: "this server needs an API key", type: "invalid_request_error", param: null, code: "missing_api_key" } }));
+    });
+    await new Promise<void>((r) => locked.listen(0, "127.0.0.1", r));
+    const lockedUrl = `http://127.0.0.1:${(locked.address() as AddressInfo).port}`;
+    const refusedRun = await benchCommand(["load", "--requests", "5", "--url", lockedUrl], {}, noSite).catch((e) => e);
+    locked.close();
+    expect(isAirmError(refusedRun, "USAGE")).toBe(true);
+    expect(refusedRun.message).toContain("401: this server needs an API key");
   });
 });

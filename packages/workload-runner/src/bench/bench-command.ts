@@ -15,6 +15,7 @@ import { parseEnvFile } from "../k8s-command.ts";
 import { startLocalCluster, type RunningCluster } from "../local-cluster.ts";
 import { UP_COMMAND, upCluster } from "../up-command.ts";
 import { searchGoodput } from "./goodput.ts";
+import { streamedCompletion } from "./openai-stream.ts";
 import { readSweepRows, writeReport } from "./report.ts";
 import { loadSweepConfig, runSweep, type Shape, type SweepConfig } from "./sweep.ts";
 import { readTrace, replayTrace, syntheticTrace } from "./trace.ts";
@@ -269,6 +270,15 @@ async function modelOf(url: string, given: string | undefined, apiKey?: string):
   return id;
 }
 
+/**
+ * One tiny request before the run: a target that refuses every request (a missing API key, an
+ * unknown model: 4xx) ends the run at once with its message instead of filling it with failures.
+ */
+async function preflight(url: string, model: string, apiKey?: string): Promise<void> {
+  const row = await streamedCompletion(-1, { url, model, promptTokenIds: [11, 12, 13], maxTokens: 1, apiKey }, performance.now());
+  if (row.status >= 400 && row.status < 500) throw new UsageError(`${url} refused a first request (${row.error}); fix the target (model, API key) before a run`);
+}
+
 /** Prints one load point's row the way the seed's results read. */
 function printRow(label: string, rows: RequestRow[], slo: Slo | null): Record<string, number> {
   const r = resultRow(rows);
@@ -308,6 +318,7 @@ async function withTarget(
   const t = await target(f, cfg, env);
   try {
     const model = await modelOf(t.url, f.model, apiKey);
+    await preflight(t.url, model, apiKey);
     if (f.out) writeFileSync(f.out, "");
     const base = {
       url: t.url,
