@@ -234,7 +234,7 @@ describe("airm up", () => {
   test("a worker that fails to start makes airm up exit non-zero with its reason", () =>
     withUp(join(dir, "no-such-model"), async (up) => {
       expect(await up.exit).toBe(1);
-      expect(up.err()).toMatch(/the (prefill|decode) (exited with code \d+|was killed)/);
+      expect(up.err()).toMatch(/the (prefill|decode)(-\d+)? (exited with code \d+|was killed)/);
       expect(up.err()).toContain("no-such-model");
     }));
 
