@@ -138,10 +138,11 @@ export class EndpointPool {
     }
   }
 
-  /** Marks an endpoint down after a failed call (the next probe may bring it back). */
+  /** Marks an endpoint down after a call that could not reach it (the next probe may bring it back); it counts against its breaker too. */
   markDown(e: Endpoint, reason: string): void {
     e.healthy = false;
     e.lastError = reason;
+    this.callFailed(e, reason);
   }
 
   /**

@@ -108,10 +108,7 @@ class PdRequest {
         const full = err instanceof ApiError && err.status === 429;
         if (err instanceof ApiError && !full) throw err;
         const timedOut = (err as Error).name === "TimeoutError";
-        if (!timedOut && !full) {
-          this.o.prefill.markDown(this.pre, `unreachable: ${causeOf(err)}`);
-          this.o.prefill.callFailed(this.pre, `unreachable: ${causeOf(err)}`);
-        }
+        if (!timedOut && !full) this.o.prefill.markDown(this.pre, `unreachable: ${causeOf(err)}`);
         const next = timedOut ? undefined : this.o.prefill.pick(tried);
         if (!next && full) throw err;
         if (!next) throw new ApiError(timedOut ? 504 : 502, "prefill_unreachable", `prefill worker ${this.pre.url} did not answer: ${causeOf(err)}`);
@@ -141,7 +138,6 @@ class PdRequest {
         if (isWorkerFault(err)) this.o.decode.callFailed(this.dec, (err as Error).message);
         if (err instanceof ApiError) throw err;
         this.o.decode.markDown(this.dec, `unreachable: ${causeOf(err)}`);
-        this.o.decode.callFailed(this.dec, `unreachable: ${causeOf(err)}`);
         const next = this.o.decode.pick(tried);
         if (!next) throw new ApiError(502, "decode_unreachable", `decode worker ${this.dec.url} did not answer: ${causeOf(err)}`);
         this.dec.outstanding--;

@@ -45,7 +45,6 @@ export async function* runSolo(pool: EndpointPool, t: SoloTimeouts, req: Generat
       if (err instanceof ApiError) throw err;
       if (prefillTimedOut) throw new ApiError(504, "prefill_timeout", `solo worker ${ep.url} gave no first token within ${t.prefillTimeoutMs} ms`);
       pool.markDown(ep, `unreachable: ${causeOf(err)}`);
-      pool.callFailed(ep, `unreachable: ${causeOf(err)}`);
       throw new ApiError(502, "worker_unreachable", `solo worker ${ep.url} unreachable: ${causeOf(err)}`);
     }
     try {
