@@ -359,16 +359,8 @@ export class ShmTransport implements KVTransport {
     const name = `${SLAB_PREFIX}${this.owner}-${this.slabSeq++}`;
     const tmp = join(this.root, `${NEW_SLAB_PREFIX}${name.slice(SLAB_PREFIX.length)}`);
     let fd: number;
-    const create = () => openSync(tmp, constants.O_RDWR | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o644);
     try {
-      try {
-        fd = create();
-      } catch (e) {
-        if (errnoCode(e) !== "ENOENT") throw e;
-        // The root was removed under this endpoint (an operator or a launcher cleaning up): make it again.
-        mkdirSync(this.root, { recursive: true });
-        fd = create();
-      }
+      fd = openSync(tmp, constants.O_RDWR | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o644);
     } catch (e) {
       if (errnoCode(e) === "ENOSPC") return null;
       throw new TransportError(`cannot create a slab in ${this.root}: ${(e as Error).message}`, "TRANSPORT_ERROR", { cause: e });
