@@ -2,37 +2,20 @@
 // /internal/* call that does not carry it (401, counted), serves the callers that do (the
 // contract's WorkerClient), and keeps /health and /metrics open for probes and scrapers. A caller
 // with no token or a wrong one learns that the deployment's parts disagree, not that its own key is bad.
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { ApiError, ErrorBodySchema, WorkerClient, type WorkerEvent } from "@airm/internal-api";
-import { makeTinyModel } from "@airm/llama";
 import { INTERNAL_TOKEN_HEADER, newInternalToken } from "@airm/rm-core";
-import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startWorker, type RunningWorker } from "../src/index.ts";
+import type { RunningWorker } from "../src/index.ts";
+import { tinyWorker } from "./tiny-worker.ts";
 
-const root = mkdtempSync(join(tmpdir(), "airm-worker-token-"));
-const model = join(root, "model");
 const token = newInternalToken();
 let w: RunningWorker;
 
 beforeAll(async () => {
-  makeTinyModel({ arch: "llama", out: model, layers: 2, seed: 3 });
-  w = await startWorker({
-    role: "solo",
-    backend: "rngd",
-    model,
-    port: 0,
-    seqLen: 64,
-    env: { AIRM_ENGINE_LOG: "0", AIRM_ARTIFACT_CACHE: "off", AIRM_INTERNAL_TOKEN: token },
-    logger: pino({ level: "silent" }),
-  });
-  await w.ready;
+  w = await tinyWorker({ role: "solo", backend: "rngd", seed: 3, env: { AIRM_INTERNAL_TOKEN: token } });
 }, 60_000);
 afterAll(async () => {
   await w?.close();
-  rmSync(root, { recursive: true, force: true });
 });
 
 const body = { requestId: "cmpl-token-1", input: { prompt: "hello" }, maxTokens: 3 };

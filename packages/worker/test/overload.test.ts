@@ -2,37 +2,20 @@
 // one request waiting for its KV and answers the next one at once with 429, Retry-After and an
 // OpenAI error body (the contract's client turns it into an OverloadedError); once the waiting
 // one ends, the worker takes requests again. Real shm transport, real engine on a tiny model.
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { rmSync } from "node:fs";
 import { ErrorBodySchema, OverloadedError, WorkerClient } from "@airm/internal-api";
-import { makeTinyModel } from "@airm/llama";
-import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startWorker, type RunningWorker } from "../src/index.ts";
+import type { RunningWorker } from "../src/index.ts";
+import { tinyWorker } from "./tiny-worker.ts";
 
-const root = mkdtempSync(join(tmpdir(), "airm-worker-overload-"));
-const model = join(root, "model");
 const shmRoot = `/dev/shm/airm-worker-overload-${process.pid}`;
 let w: RunningWorker;
 
 beforeAll(async () => {
-  makeTinyModel({ arch: "llama", out: model, layers: 2, seed: 4 });
-  w = await startWorker({
-    role: "decode",
-    backend: "atom",
-    model,
-    port: 0,
-    seqLen: 64,
-    kvTransport: "shm",
-    env: { AIRM_ENGINE_LOG: "0", AIRM_ARTIFACT_CACHE: "off", PD_SHM_ROOT: shmRoot, AIRM_MAX_WAITING: "1" },
-    logger: pino({ level: "silent" }),
-  });
-  await w.ready;
+  w = await tinyWorker({ role: "decode", backend: "atom", kvTransport: "shm", seed: 4, env: { PD_SHM_ROOT: shmRoot, AIRM_MAX_WAITING: "1" } });
 }, 60_000);
 afterAll(async () => {
   await w?.close();
-  rmSync(root, { recursive: true, force: true });
   rmSync(shmRoot, { recursive: true, force: true });
 });
 

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { WorkerClient } from "@airm/internal-api";
 import { INTERNAL_TOKEN_HEADER } from "@airm/rm-core";
 import type { RunningCluster } from "../../src/index.ts";
-import { cluster, leftoverBlobs, postJson, settledLeftovers, tinyModel } from "../helpers/cluster.ts";
+import { cluster, health, leftoverBlobs, modelId, postJson, settledLeftovers, tinyModel, until } from "../helpers/cluster.ts";
 
 const S = 256;
 let model: string;
@@ -29,25 +29,8 @@ afterAll(() => {
   for (const m of [model, otherModel, slowModel]) if (m) rmSync(m, { recursive: true, force: true });
 });
 
-async function modelId(c: RunningCluster): Promise<string> {
-  return ((await (await fetch(`${c.url}/v1/models`)).json()) as any).data[0].id;
-}
-
 /** The header a direct call of a worker's /internal/* route needs (the cluster's internal token). */
 const internal = (c: RunningCluster) => ({ [INTERNAL_TOKEN_HEADER]: c.internalToken });
-
-async function health(url: string): Promise<any> {
-  return (await fetch(`${url}/health`)).json();
-}
-
-async function until(cond: () => Promise<boolean>, what: string, limitMs = 60_000): Promise<void> {
-  const end = Date.now() + limitMs;
-  while (Date.now() < end) {
-    if (await cond()) return;
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  throw new Error(`timed out waiting for ${what}`);
-}
 
 // A long generation: a token-id prompt and the rest of the context, so decode runs for a while.
 const longBody = (id: string) => ({ model: id, prompt: Array.from({ length: 8 }, (_, i) => 10 + i), max_tokens: SLOW_S - 16, temperature: 0 });

@@ -125,3 +125,23 @@ export async function settledLeftovers(root: string, limitMs = 20_000): Promise<
   }
   return left;
 }
+
+/** Waits until `cond` holds, checking every `everyMs`; throws naming `what` after `limitMs`. */
+export async function until(cond: () => Promise<boolean> | boolean, what: string, limitMs = 60_000, everyMs = 20): Promise<void> {
+  const end = Date.now() + limitMs;
+  while (Date.now() < end) {
+    if (await cond()) return;
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+/** The model id a cluster's gateway serves (the first of /v1/models). */
+export async function modelId(c: RunningCluster): Promise<string> {
+  return ((await (await fetch(`${c.url}/v1/models`)).json()) as { data: { id: string }[] }).data[0].id;
+}
+
+/** A worker's /health body. */
+export async function health(url: string): Promise<any> {
+  return (await fetch(`${url}/health`)).json();
+}

@@ -1,0 +1,33 @@
+// A real worker over HTTP for tests that need its server (status codes, headers, metrics): on a
+// free port, on a generated 2-layer tiny model, its engine quiet. `close` stops it and removes
+// the model folder.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { makeTinyModel } from "@airm/llama";
+import pino from "pino";
+import { startWorker, type RunningWorker, type WorkerOptions } from "../src/index.ts";
+
+export async function tinyWorker(o: Pick<WorkerOptions, "role" | "backend" | "kvTransport"> & { seed: number; env: Record<string, string> }): Promise<RunningWorker> {
+  const root = mkdtempSync(join(tmpdir(), "airm-worker-http-"));
+  const model = join(root, "model");
+  makeTinyModel({ arch: "llama", out: model, layers: 2, seed: o.seed });
+  const w = await startWorker({
+    role: o.role,
+    backend: o.backend,
+    kvTransport: o.kvTransport,
+    model,
+    port: 0,
+    seqLen: 64,
+    env: { AIRM_ENGINE_LOG: "0", AIRM_ARTIFACT_CACHE: "off", ...o.env },
+    logger: pino({ level: "silent" }),
+  });
+  await w.ready;
+  return {
+    ...w,
+    async close() {
+      await w.close();
+      rmSync(root, { recursive: true, force: true });
+    },
+  };
+}
