@@ -2,6 +2,7 @@
 // TTY-only progress.
 
 import { defineCommand, type FlagMap, type FlagValues } from "@airm/rm-core";
+import { sseEvents as events } from "../packages/workload-runner/src/bench/sse.ts";
 
 export interface Summary {
   median: number;
@@ -54,20 +55,7 @@ export function benchArgs<F extends FlagMap>(name: string, summary: string, flag
   }
 }
 
-/** The parsed JSON of each `data:` event of an OpenAI server-sent-event stream (without `[DONE]`). */
-export async function* sseEvents(body: ReadableStream<Uint8Array>): AsyncGenerator<any> {
-  const reader = body.getReader();
-  const dec = new TextDecoder();
-  let buf = "";
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) return;
-    buf += dec.decode(value, { stream: true });
-    let i: number;
-    while ((i = buf.indexOf("\n\n")) >= 0) {
-      const ev = buf.slice(0, i).trim();
-      buf = buf.slice(i + 2);
-      if (ev.startsWith("data: ") && ev !== "data: [DONE]") yield JSON.parse(ev.slice(6));
-    }
-  }
+/** The parsed JSON of each `data:` event of an OpenAI server-sent-event stream (the load generator's parser). */
+export function sseEvents(body: ReadableStream<Uint8Array>): AsyncGenerator<any> {
+  return events<any>(body);
 }

@@ -4,7 +4,7 @@
 
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { chooseDefaultModel, startLocalCluster, UP_COMMAND, upCluster, type RunningCluster } from "../../packages/workload-runner/src/index.ts";
+import { startUpCluster, type RunningCluster } from "../../packages/workload-runner/src/index.ts";
 
 export interface PartSample {
   rssKb: number;
@@ -59,11 +59,8 @@ export async function sample(c: RunningCluster, t0: number): Promise<Sample> {
 }
 
 /** `airm up` with its defaults (plus `extra` flags) on free ports, started in this process. */
-export async function upDefaults(extra: string[], env: Record<string, string> = {}): Promise<{ cluster: RunningCluster; modelNote: string }> {
-  const { values: f } = UP_COMMAND.parse(["--port", "0", "--prefill-port", "0", "--decode-port", "0", "--sidecar-port", "0", ...extra]);
-  const chosen = f.model ? { path: f.model, note: `model ${f.model}` } : await chooseDefaultModel(process.env);
-  const cluster = await startLocalCluster({ ...upCluster(f, chosen.path), onPartExit: "stop-all", gatewayEnv: env, env: { AIRM_LOG_LEVEL: "warn" } });
-  return { cluster, modelNote: chosen.note };
+export function upDefaults(extra: string[], gatewayEnv: Record<string, string> = {}): Promise<{ cluster: RunningCluster; modelNote: string }> {
+  return startUpCluster(extra, { env: process.env, gatewayEnv });
 }
 
 /** start / max / end of a series. */

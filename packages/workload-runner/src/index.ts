@@ -8,7 +8,7 @@ export { planCluster, freePort, type ClusterShape, type ClusterPlan, type Worker
 export { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS, DEFAULT_SEQ_LEN, DEFAULT_THREADS, DEFAULT_REPLICAS, DEFAULT_DECODE_NICE } from "./defaults.ts";
 export { ChildPart, type PartSpec } from "./child-part.ts";
 export { chooseDefaultModel, type ChosenModel } from "./default-model.ts";
-export { UP_COMMAND, upCluster, type UpFlags } from "./up-command.ts";
+export { UP_COMMAND, startUpCluster, upCluster, type UpFlags } from "./up-command.ts";
 export { RUN_COMMAND } from "./run-command.ts";
 export { K8S_COMMAND, SWEEP_SITE_CONFIG, genSweep, renderSweep, parseEnvFile } from "./k8s-command.ts";
 export { BENCH_LOAD_COMMAND, BENCH_REPORT_COMMAND, BENCH_SLO_COMMAND, BENCH_SWEEP_COMMAND, BENCH_TARGET_CONFIG, benchCommand } from "./bench/bench-command.ts";
@@ -18,3 +18,4 @@ export { loadSweepConfig, runSweep, sweepPoints, SweepConfigSchema, type SweepCo
 export { parseTrace, readTrace, replayTrace, syntheticTrace, type TraceEntry } from "./bench/trace.ts";
 export { lineChart, readSweepRows, writeReport } from "./bench/report.ts";
 export { attainment, attains, percentile, resultRow, type RequestRow, type ResultRow, type Slo } from "./bench/stats.ts";
+export { sseEvents } from "./bench/sse.ts";

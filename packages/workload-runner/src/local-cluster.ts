@@ -61,9 +61,14 @@ function tcpOpen(hostPort: string): Promise<boolean> {
   });
 }
 
+/** The key a client of the gateway sends: the first of AIRM_API_KEY's comma-separated keys (undefined without one). */
+export function firstApiKey(keys: string | undefined): string | undefined {
+  return keys?.split(",")[0]?.trim() || undefined;
+}
+
 /** The headers a readiness probe of a part sends: the first of its API keys when it has some (AIRM_API_KEY). */
 function probeHeaders(env: Record<string, string | undefined>): Record<string, string> {
-  const key = env.AIRM_API_KEY?.split(",")[0]?.trim();
+  const key = firstApiKey(env.AIRM_API_KEY);
   return key ? { authorization: `Bearer ${key}` } : {};
 }
 

@@ -4,7 +4,7 @@
 import { defineCommand, flagOf, int, RM_CORE_CONFIG, switchOf, text } from "@airm/rm-core";
 import { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS, DEFAULT_SEQ_LEN, DEFAULT_THREADS, DEFAULT_DECODE_NICE, DEFAULT_REPLICAS } from "./defaults.ts";
 import { chooseDefaultModel } from "./default-model.ts";
-import { startLocalCluster, type ClusterOptions } from "./local-cluster.ts";
+import { firstApiKey, startLocalCluster, type ClusterOptions, type RunningCluster } from "./local-cluster.ts";
 import { RESTART_POLICY } from "./supervisor.ts";
 
 export const UP_COMMAND = defineCommand({
@@ -100,6 +100,21 @@ export function upCluster(f: UpFlags, model: string): ClusterOptions {
   };
 }
 
+/**
+ * `airm up`'s own cluster for its flags `extra` (defaults filled in) on free ports, started in
+ * this process and stopped at a part's death: what the benches and `airm bench --local` measure.
+ * `adjust` changes the options of a shape airm up has no flag for (a sweep's solo replicas).
+ */
+export async function startUpCluster(
+  extra: string[],
+  o: { env: Record<string, string | undefined>; gatewayEnv?: Record<string, string>; adjust?: (c: ClusterOptions) => ClusterOptions },
+): Promise<{ cluster: RunningCluster; modelNote: string }> {
+  const { values: f } = UP_COMMAND.parse(["--port", "0", "--prefill-port", "0", "--decode-port", "0", "--sidecar-port", "0", ...extra]);
+  const chosen = f.model ? { path: f.model, note: `model ${f.model}` } : await chooseDefaultModel(o.env);
+  const options: ClusterOptions = { ...upCluster(f, chosen.path), onPartExit: "stop-all", gatewayEnv: o.gatewayEnv, env: { AIRM_LOG_LEVEL: "warn" } };
+  return { cluster: await startLocalCluster(o.adjust ? o.adjust(options) : options), modelNote: chosen.note };
+}
+
 /** Runs `airm up`; resolves with the exit code once the cluster stopped. */
 export async function up(argv: string[]): Promise<number> {
   const { values: f, help } = UP_COMMAND.parse(argv);
@@ -128,7 +143,7 @@ export async function up(argv: string[]): Promise<number> {
   const onSignal = (sig: string) => void cluster.stop(`airm up: ${sig}: stopping every part`);
   process.once("SIGINT", () => onSignal("SIGINT"));
   process.once("SIGTERM", () => onSignal("SIGTERM"));
-  const key = process.env.AIRM_API_KEY?.split(",")[0]?.trim();
+  const key = firstApiKey(process.env.AIRM_API_KEY);
   const modelId = await fetch(`${cluster.url}/v1/models`, { headers: key ? { authorization: `Bearer ${key}` } : {} })
     .then((r) => r.json() as Promise<{ data?: { id: string }[] }>)
     .then((b) => b.data?.[0]?.id ?? "default")

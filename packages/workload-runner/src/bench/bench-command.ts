@@ -10,10 +10,9 @@ import { appendFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } fr
 import { basename, dirname, join } from "node:path";
 import cliProgress from "cli-progress";
 import { defineCommand, defineConfig, flagOf, num, opt, switchOf, text, UsageError, int, type ConfigValues } from "@airm/rm-core";
-import { chooseDefaultModel } from "../default-model.ts";
 import { parseEnvFile } from "../k8s-command.ts";
-import { startLocalCluster, type RunningCluster } from "../local-cluster.ts";
-import { UP_COMMAND, upCluster } from "../up-command.ts";
+import { firstApiKey, type ClusterOptions, type RunningCluster } from "../local-cluster.ts";
+import { startUpCluster } from "../up-command.ts";
 import { searchGoodput } from "./goodput.ts";
 import { streamedCompletion } from "./openai-stream.ts";
 import { readSweepRows, writeReport } from "./report.ts";
@@ -145,17 +144,23 @@ export const BENCH_REPORT_COMMAND = defineCommand({
 
 /** `airm up`'s cluster for one sweep shape, on free ports. */
 async function startShape(shape: Shape, c: SweepConfig, env: Record<string, string | undefined>): Promise<RunningCluster> {
-  const argv = ["--port", "0", "--prefill-port", "0", "--decode-port", "0", "--sidecar-port", "0", "--kv-transport", shape.transport, "--decode-batch", String(shape.decodeBatch)];
-  argv.push("--prefill-replicas", String(shape.prefill), "--decode-replicas", String(shape.decode));
-  const { values } = UP_COMMAND.parse(argv);
-  const model = c.model ?? (await chooseDefaultModel(env)).path;
-  const base = { ...upCluster(values, model), onPartExit: "stop-all" as const, env: { AIRM_LOG_LEVEL: "warn" } };
-  if (shape.serve === "solo") {
-    // as many solo replicas as decode workers, with the decode workers' batch and threads
-    const solo = base.decode!.map((d) => ({ ...d, backend: undefined }));
-    return startLocalCluster({ ...base, mode: "solo", prefill: undefined, decode: undefined, solo });
-  }
-  return startLocalCluster({ ...base, localPrefill: shape.serve === "pd-local-prefill" });
+  const argv = [
+    "--kv-transport",
+    shape.transport,
+    "--decode-batch",
+    String(shape.decodeBatch),
+    "--prefill-replicas",
+    String(shape.prefill),
+    "--decode-replicas",
+    String(shape.decode),
+  ];
+  if (c.model) argv.push("--model", c.model);
+  const adjust = (o: ClusterOptions): ClusterOptions =>
+    shape.serve === "solo"
+      ? // as many solo replicas as decode workers, with the decode workers' batch and threads
+        { ...o, mode: "solo", prefill: undefined, decode: undefined, solo: o.decode!.map((d) => ({ ...d, backend: undefined })) }
+      : { ...o, localPrefill: shape.serve === "pd-local-prefill" };
+  return (await startUpCluster(argv, { env, adjust })).cluster;
 }
 
 async function sweepCommand(rest: string[], cfg: Target, env: Record<string, string | undefined>): Promise<number> {
@@ -169,7 +174,7 @@ async function sweepCommand(rest: string[], cfg: Target, env: Record<string, str
   if (!config.url && !f.local) throw new UsageError("give --local (start each shape's cluster) or name a url in the sweep file");
   const out = f.out ?? join("bench", "reports", basename(f.config).replace(/\.[^.]+$/, ""), "rows.jsonl");
   mkdirSync(dirname(out), { recursive: true });
-  const apiKey = cfg.apiKey?.split(",")[0]?.trim() || undefined;
+  const apiKey = firstApiKey(cfg.apiKey);
   const bar = process.stderr.isTTY ? new cliProgress.SingleBar({ format: "sweep [{bar}] {value}/{total} {key}", hideCursor: true }, cliProgress.Presets.shades_classic) : null;
   let started = false;
   const { ran, skipped } = await runSweep({
@@ -242,9 +247,7 @@ async function serverView(url: string, apiKey?: string): Promise<Record<string, 
 /** Where the run goes: --url, the cluster variables, or a local cluster; throws UsageError when nothing is named. */
 async function target(f: { url?: string; local: boolean }, cfg: Target, env: Record<string, string | undefined>): Promise<{ url: string; cluster: RunningCluster | null }> {
   if (f.local) {
-    const { values } = UP_COMMAND.parse(["--port", "0", "--prefill-port", "0", "--decode-port", "0", "--sidecar-port", "0"]);
-    const model = (await chooseDefaultModel(env)).path;
-    const cluster = await startLocalCluster({ ...upCluster(values, model), onPartExit: "stop-all", env: { AIRM_LOG_LEVEL: "warn" } });
+    const { cluster } = await startUpCluster([], { env });
     return { url: cluster.url, cluster };
   }
   const url = f.url ?? cfg.gatewayUrl ?? cfg.pdGateway;
@@ -314,7 +317,7 @@ async function withTarget(
   env: Record<string, string | undefined>,
   body: (base: Omit<LoadOptions, "mode">) => Promise<Record<string, unknown>>,
 ): Promise<number> {
-  const apiKey = cfg.apiKey?.split(",")[0]?.trim() || undefined;
+  const apiKey = firstApiKey(cfg.apiKey);
   const t = await target(f, cfg, env);
   try {
     const model = await modelOf(t.url, f.model, apiKey);

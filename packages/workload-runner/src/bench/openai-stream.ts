@@ -3,6 +3,7 @@
 // when it sends one, else the chunks counted), and the error when it failed. Failures are data:
 // nothing here throws for a refused connection, an error status or an error event.
 
+import { sseEvents } from "./sse.ts";
 import type { RequestRow } from "./stats.ts";
 
 export interface StreamRequest {
@@ -19,39 +20,24 @@ export interface StreamRequest {
 
 /** The content chunks of an SSE body as they arrive (their arrival time) and the final usage, if any. */
 async function readStream(body: ReadableStream<Uint8Array>, t0: number, onChunk: (atMs: number) => void): Promise<{ usageOut: number | null; error: string | null }> {
-  const reader = body.getReader();
-  const dec = new TextDecoder();
-  let buf = "";
   let usageOut: number | null = null;
   let error: string | null = null;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    const at = performance.now() - t0;
-    buf += dec.decode(value, { stream: true });
-    let i = buf.indexOf("\n\n");
-    while (i >= 0) {
-      const event = buf.slice(0, i);
-      buf = buf.slice(i + 2);
-      i = buf.indexOf("\n\n");
-      for (const line of event.split("\n")) {
-        if (!line.startsWith("data:")) continue;
-        const data = line.slice(5).trim();
-        if (data === "[DONE]") continue;
-        let ev: { choices?: { text?: string; delta?: { content?: string } }[]; usage?: { completion_tokens?: number }; error?: { message?: string } };
-        try {
-          ev = JSON.parse(data);
-        } catch {
-          error = `a stream event that is not JSON: ${data.slice(0, 120)}`;
-          continue;
-        }
-        if (ev.error) error = ev.error.message ?? JSON.stringify(ev.error);
-        if (ev.usage?.completion_tokens !== undefined) usageOut = ev.usage.completion_tokens;
-        if (ev.choices?.length) onChunk(at);
-      }
+  try {
+    for await (const ev of sseEvents<StreamEvent>(body)) {
+      if (ev.error) error = ev.error.message ?? JSON.stringify(ev.error);
+      if (ev.usage?.completion_tokens !== undefined) usageOut = ev.usage.completion_tokens;
+      if (ev.choices?.length) onChunk(performance.now() - t0);
     }
+  } catch (e) {
+    error = `the stream broke: ${(e as Error).message}`;
   }
   return { usageOut, error };
+}
+
+interface StreamEvent {
+  choices?: unknown[];
+  usage?: { completion_tokens?: number };
+  error?: { message?: string };
 }
 
 /** Sends one streamed completion; resolves with its row (never rejects). `startMs` is relative to `runStart`. */
