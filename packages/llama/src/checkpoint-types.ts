@@ -53,6 +53,11 @@ export interface TensorSource {
   info(name: string): TensorInfo;
   /** Converts the tensor to bf16 and writes all of it into `dst` (length = product of shape). */
   readBf16(name: string, dst: Uint16Array): void;
+  /**
+   * The tensor's bytes as stored (GGUF block types such as Q8_0, Q4_1), rows in the Hugging Face
+   * order, for models that keep the blocks; absent on sources that only convert.
+   */
+  readStored?(name: string): Uint8Array;
   /** sha-256 hex of the tensor's stored bytes (for fingerprints and delta plans). */
   sha256(name: string): string;
   close(): void;

@@ -1,20 +1,30 @@
 // The forward pass: agreement with an independent float64 reference, and the bit-exactness
-// properties PD serving relies on: chunked = whole prefill, B=1 = inside a batch, 1 = 2 threads.
+// properties PD serving relies on: chunked = whole prefill, B=1 = inside a batch, 1 = 2 threads;
+// for bf16 weights and for the integer kernels over quantized blocks (q8_0, q4_1).
 import { createHash } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isAirmError } from "@airm/rm-core";
 import type { ModelConfig } from "../src/checkpoint-types.ts";
-import { LlamaModel } from "../src/model/llama-model.ts";
+import { LlamaModel, type WeightsMode } from "../src/model/llama-model.ts";
 import { generate } from "../src/model/generate.ts";
 import type { KVCache } from "../src/model/kv-cache.ts";
-import { randomCheckpoint, tinyConfig } from "./model-helpers/random-checkpoint.ts";
+import { dequantizedCheckpoint, randomCheckpoint, tinyConfig } from "./model-helpers/random-checkpoint.ts";
 import { referenceForward } from "./model-helpers/reference-math.ts";
 import { ropeInverseFrequencies } from "../src/model/rope.ts";
 
-const configs: Record<string, ModelConfig> = {
+const archs: Record<string, ModelConfig> = {
   llama: tinyConfig(),
   qwen2: tinyConfig({ architecture: "qwen2", attentionBias: true, tieWordEmbeddings: true, numKvHeads: 1, ropeTheta: 1000000 }),
   llama31: tinyConfig({ ropeScaling: { type: "llama3", factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositionEmbeddings: 64 }, ropeTheta: 500000 }),
+};
+// Quantized cases: every matrix quantized (intermediate 160: columns a multiple of 32), and one
+// llama with intermediate 136 where down_proj cannot be and stays bf16 (both kinds in one pass).
+// Their reference runs on the dequantised weights: the 16-bit inputs keep the bf16 tolerance.
+const configs: Record<string, { config: ModelConfig; weights: WeightsMode; tolerance: number }> = {
+  ...Object.fromEntries(Object.entries(archs).map(([k, config]) => [k, { config, weights: "auto" as const, tolerance: 2e-2 }])),
+  "llama q8_0": { config: tinyConfig({ intermediateSize: 160 }), weights: "q8_0", tolerance: 2e-2 },
+  "qwen2 q4_1": { config: { ...archs.qwen2, intermediateSize: 160 }, weights: "q4_1", tolerance: 2e-2 },
+  "llama q4_1 + bf16 down_proj": { config: tinyConfig(), weights: "q4_1", tolerance: 2e-2 },
 };
 
 function kvDigest(m: LlamaModel, cache: KVCache): string {
@@ -31,14 +41,18 @@ const prompt = [1, 40, 41, 42, 99, 7, 250, 13, 13, 64, 200, 5, 77, 31, 18, 260, 
 
 const models: Record<string, LlamaModel> = {};
 beforeAll(async () => {
-  for (const [k, c] of Object.entries(configs)) models[k] = await LlamaModel.load(randomCheckpoint(c, 3));
+  for (const [k, c] of Object.entries(configs)) models[k] = await LlamaModel.load(randomCheckpoint(c.config, 3), { weights: c.weights });
 });
 afterAll(() => Object.values(models).forEach((m) => m.close()));
 
 describe.each(Object.keys(configs))("%s", (arch) => {
-  it("agrees with the float64 reference forward pass", () => {
+  it("agrees with the float64 reference forward pass (quantized: within the quantization's error)", () => {
     const m = models[arch];
-    const ref = referenceForward(m.checkpoint, prompt);
+    const tolerance = configs[arch].tolerance;
+    if (configs[arch].weights !== "auto") expect(m.weightKinds.q8 + m.weightKinds.q4).toBeGreaterThan(0);
+    const weights = configs[arch].weights;
+    const refCkpt = weights === "q8_0" ? dequantizedCheckpoint(m.checkpoint, "Q8_0") : weights === "q4_1" ? dequantizedCheckpoint(m.checkpoint, "Q4_1") : m.checkpoint;
+    const ref = referenceForward(refCkpt, prompt);
     const cache = m.newCache(32);
     const logits = m.prefill(prompt, cache);
     const last = ref[ref.length - 1];
@@ -49,13 +63,13 @@ describe.each(Object.keys(configs))("%s", (arch) => {
       maxRef = Math.max(maxRef, Math.abs(last[i]));
     }
     expect(maxRef).toBeGreaterThan(0.5);
-    expect(maxDiff / maxRef).toBeLessThan(2e-2);
+    expect(maxDiff / maxRef).toBeLessThan(tolerance);
     // and each decode step against the reference at that position
     const d = m.decode([{ cache, token: 9 }])[0];
-    const ref2 = referenceForward(m.checkpoint, [...prompt, 9]).at(-1)!;
+    const ref2 = referenceForward(refCkpt, [...prompt, 9]).at(-1)!;
     let md = 0;
     for (let i = 0; i < d.length; i++) md = Math.max(md, Math.abs(d[i] - ref2[i]));
-    expect(md / maxRef).toBeLessThan(2e-2);
+    expect(md / maxRef).toBeLessThan(tolerance);
     m.freeCache(cache);
   });
 
@@ -127,10 +141,14 @@ function argmaxOf(l: Float32Array): number {
 }
 
 describe("threads", () => {
-  it("(d) 1 and 2 threads give identical logits and KV bytes", async () => {
-    const c = tinyConfig({ hiddenSize: 128, intermediateSize: 344, numHeads: 8, numKvHeads: 2, headDim: 16, vocabSize: 1000 });
-    const m1 = await LlamaModel.load(randomCheckpoint(c, 9), { threads: 1 });
-    const m2 = await LlamaModel.load(randomCheckpoint(c, 9), { threads: 2 });
+  it.each([
+    ["bf16", 344],
+    ["q8_0", 352],
+    ["q4_1", 352],
+  ] as [WeightsMode, number][])("(d) 1 and 2 threads give identical logits and KV bytes (%s weights)", async (weights, intermediateSize) => {
+    const c = tinyConfig({ hiddenSize: 128, intermediateSize, numHeads: 8, numKvHeads: 2, headDim: 16, vocabSize: 1000 });
+    const m1 = await LlamaModel.load(randomCheckpoint(c, 9), { threads: 1, weights });
+    const m2 = await LlamaModel.load(randomCheckpoint(c, 9), { threads: 2, weights });
     try {
       expect(m2.threads).toBe(2);
       const a = m1.newCache(64),

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadCheckpoint } from "../src/checkpoint/load-checkpoint.ts";
-import { LlamaModel } from "../src/model/llama-model.ts";
+import { LlamaModel, type WeightsMode } from "../src/model/llama-model.ts";
 import { generate } from "../src/model/generate.ts";
 import type { SamplingParams } from "../src/sampling/sample.ts";
 import { randomCheckpoint, tinyConfig } from "./model-helpers/random-checkpoint.ts";
@@ -29,23 +29,26 @@ function run(job: object): { pid: number; first?: number; tokens?: number[] } {
   return JSON.parse(out.trim().split("\n").at(-1)!);
 }
 
-const cases: [string, ReturnType<typeof tinyConfig>, SamplingParams][] = [
-  ["llama greedy", tinyConfig(), {}],
-  ["qwen2 greedy", tinyConfig({ architecture: "qwen2", attentionBias: true, tieWordEmbeddings: true }), {}],
-  ["llama sampled (temperature, top-p, top-k, seed)", tinyConfig(), { temperature: 0.9, topP: 0.95, topK: 40, seed: 1234 }],
+const cases: [string, ReturnType<typeof tinyConfig>, SamplingParams, WeightsMode][] = [
+  ["llama greedy", tinyConfig(), {}, "auto"],
+  ["qwen2 greedy", tinyConfig({ architecture: "qwen2", attentionBias: true, tieWordEmbeddings: true }), {}, "auto"],
+  ["llama sampled (temperature, top-p, top-k, seed)", tinyConfig(), { temperature: 0.9, topP: 0.95, topK: 40, seed: 1234 }, "auto"],
+  ["llama greedy, q4_1 weights (integer kernels)", tinyConfig({ intermediateSize: 160 }), {}, "q4_1"],
+  ["qwen2 sampled, q8_0 weights (integer kernels)", tinyConfig({ architecture: "qwen2", attentionBias: true, tieWordEmbeddings: true }), { temperature: 0.8, seed: 99 }, "q8_0"],
 ];
 
 describe("(a) prefill in process A, decode in process B", () => {
-  it.each(cases)("%s: gives exactly the solo tokens", async (_name, config, sampling) => {
+  it.each(cases)("%s: gives exactly the solo tokens", async (_name, config, sampling, weights) => {
     const prompt = [1, 17, 33, 250, 8, 8, 91, 140, 3, 66, 12];
     const S = 40,
       maxTokens = 16,
       seed = 21;
-    const model = await LlamaModel.load(randomCheckpoint(config, seed));
+    const model = await LlamaModel.load(randomCheckpoint(config, seed), { weights });
+    if (weights !== "auto") expect(model.weightKinds.q4 + model.weightKinds.q8).toBeGreaterThan(0);
     const solo = generate(model, prompt, { maxTokens, S, sampling }).tokens;
     model.close();
     const file = join(dir, `kv-${Math.random().toString(16).slice(2)}.bin`);
-    const common = { config, seed, prompt, S, maxTokens, sampling, file };
+    const common = { config, seed, prompt, S, maxTokens, sampling, file, weights };
     const a = run({ ...common, mode: "prefill" });
     const b = run({ ...common, mode: "decode" });
     expect(a.pid).not.toBe(b.pid);

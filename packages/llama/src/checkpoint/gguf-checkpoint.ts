@@ -203,6 +203,29 @@ export class GgufTensorSource implements TensorSource {
     if (heads !== undefined) unpermuteRows(target, dst, t.shape[0]!, count / t.shape[0]!, heads);
   }
 
+  readStored(name: string): Uint8Array {
+    const t = this.stored(name);
+    const out = new Uint8Array(t.byteLength);
+    readExactly(this.file.fd, this.file.path, out, t.start, `the end of tensor "${t.name}"`);
+    const heads = this.permuteHeads.get(name);
+    if (heads === undefined) return out;
+    // Whole rows move, so the un-permutation works on stored rows of blocks as on elements.
+    const rows = t.shape[0]!;
+    const rowBytes = t.byteLength / rows;
+    const dst = new Uint8Array(t.byteLength);
+    const hd = rows / heads;
+    const half = hd / 2;
+    for (let h = 0; h < heads; h++) {
+      for (let i = 0; i < 2; i++) {
+        for (let j = 0; j < half; j++) {
+          const from = (h * hd + 2 * j + i) * rowBytes;
+          dst.set(out.subarray(from, from + rowBytes), (h * hd + i * half + j) * rowBytes);
+        }
+      }
+    }
+    return dst;
+  }
+
   sha256(name: string): string {
     const cached = this.shaCache.get(name);
     if (cached) return cached;

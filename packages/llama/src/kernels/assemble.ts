@@ -8,7 +8,7 @@ import { AirmError } from "@airm/rm-core";
 import { wasmApi, type WasmModule } from "./wasm-api.ts";
 
 /** Bump when a numerics choice outside the WAT changes (JS-side softmax, SiLU, RoPE tables, ...). */
-export const KERNEL_VERSION = "rngd-pd-cpu-kernels/1";
+export const KERNEL_VERSION = "rngd-pd-cpu-kernels/2";
 
 /** The numerics choices folded into the model's numerics fingerprint (besides the WAT text). */
 export const NUMERICS_CHOICES = [
@@ -21,6 +21,7 @@ export const NUMERICS_CHOICES = [
   "rope=f64 cos/sin of f32 angle rounded to f32,rotate_half",
   "rmsnorm=(x*inv)*w,inv=1/sqrt(ss/n+eps) f32",
   "split=rows|heads only",
+  "quantized=GGUF Q8_0/Q4_0(as m=-8d)/Q4_1 blocks in 4-row groups, x as i16 per 32-block (d=amax/32767, nearest-even), isum exact i32, acc+=f32(isum)*(dw*dx) then +=m*sx, blocks in order",
 ].join(";");
 
 function watPath(): string {

@@ -16,6 +16,9 @@ const ACC_SCRATCH_BYTES = 256;
 
 interface KernelExports {
   matmul(w: number, x: number, y: number, T: number, cols: number, rows: number, r0: number, r1: number, acc: number): void;
+  matmul_q8(w: number, x: number, y: number, T: number, cols: number, rows: number, r0: number, r1: number, scr: number): void;
+  matmul_q4(w: number, x: number, y: number, T: number, cols: number, rows: number, r0: number, r1: number, scr: number): void;
+  quant_x(src: number, dst: number, T: number, cols: number): void;
   pack_x(src: number, dst: number, T: number, cols: number): void;
   rmsnorm(x: number, w: number, out: number, n: number, eps: number): void;
   attn_scores(q: number, k: number, S: number, D: number, n: number, out: number): void;
@@ -34,7 +37,7 @@ const C_SEQ = 0; // job counter, bumped by the caller
 const C_DONE = 1; // last job finished by the worker
 const C_QUIT = 2;
 const C_FAILED = 3;
-const C_ARGS = 4; // w, x, y, T, cols, rows, r0, r1, acc
+const C_ARGS = 4; // w, x, y, T, cols, rows, r0, r1, acc, kind
 const CTRL_WORDS = 16;
 
 // Plain script (eval) so the worker needs no TypeScript loader; it only runs matmul row ranges.
@@ -43,7 +46,8 @@ const { workerData, parentPort } = require("node:worker_threads");
 const { module, memory, ctrl: ctrlBuffer } = workerData;
 const ctrl = new Int32Array(ctrlBuffer);
 WebAssembly.instantiate(module, { env: { memory } }).then((instance) => {
-  const matmul = instance.exports.matmul;
+  // by weight kind: 0 bf16, 1 q8, 2 q4 (quant-image.ts KIND)
+  const kernels = [instance.exports.matmul, instance.exports.matmul_q8, instance.exports.matmul_q4];
   parentPort.postMessage("ready");
   let last = 0;
   for (;;) {
@@ -53,7 +57,7 @@ WebAssembly.instantiate(module, { env: { memory } }).then((instance) => {
     if (Atomics.load(ctrl, ${C_QUIT}) === 1) break;
     try {
       const a = ${C_ARGS};
-      matmul(ctrl[a], ctrl[a + 1], ctrl[a + 2], ctrl[a + 3], ctrl[a + 4], ctrl[a + 5], ctrl[a + 6], ctrl[a + 7], ctrl[a + 8]);
+      kernels[ctrl[a + 9]](ctrl[a], ctrl[a + 1], ctrl[a + 2], ctrl[a + 3], ctrl[a + 4], ctrl[a + 5], ctrl[a + 6], ctrl[a + 7], ctrl[a + 8]);
     } catch (e) {
       Atomics.store(ctrl, ${C_FAILED}, 1);
     }
@@ -187,12 +191,15 @@ export class KernelRuntime {
   }
 
   /**
-   * Y[t][r] = W[r] . X[t] for t < T, r < rows. W: bf16 image at `w` (see weight-image.ts), X: f32
-   * [T][cols] packed by packX, Y: f32 [T][rows]. With two threads the rows are split (never the sum).
+   * Y[t][r] = W[r] . X[t] for t < T, r < rows. `kind` 0: W the bf16 image at `w` (see
+   * weight-image.ts), X f32 [T][cols] packed by packX; 1 (q8) / 2 (q4): W a quantized image
+   * (quant-image.ts), X quantized by quantX. Y: f32 [T][rows]. With two threads the rows are
+   * split (never the sum).
    */
-  matmul(w: number, x: number, y: number, T: number, cols: number, rows: number): void {
+  matmul(w: number, x: number, y: number, T: number, cols: number, rows: number, kind: 0 | 1 | 2 = 0): void {
+    const run = kind === 0 ? this.k.matmul : kind === 1 ? this.k.matmul_q8 : this.k.matmul_q4;
     if (this.worker === undefined || rows * T < SPLIT_MIN_OUTPUTS || rows < 8) {
-      this.k.matmul(w, x, y, T, cols, rows, 0, rows, this.accScratch[0]);
+      run(w, x, y, T, cols, rows, 0, rows, this.accScratch[0]);
       return;
     }
     const mid = (rows >> 3) << 2; // half the rows, a multiple of 4
@@ -206,10 +213,11 @@ export class KernelRuntime {
     c[C_ARGS + 6] = mid;
     c[C_ARGS + 7] = rows;
     c[C_ARGS + 8] = this.accScratch[1];
+    c[C_ARGS + 9] = kind;
     const seq = ++this.seq;
     Atomics.store(c, C_SEQ, seq);
     Atomics.notify(c, C_SEQ);
-    this.k.matmul(w, x, y, T, cols, rows, 0, mid, this.accScratch[0]);
+    run(w, x, y, T, cols, rows, 0, mid, this.accScratch[0]);
     let done: number;
     while ((done = Atomics.load(c, C_DONE)) !== seq) Atomics.wait(c, C_DONE, done);
     if (Atomics.load(c, C_FAILED) === 1) throw new AirmError("MODEL_LOAD", "the second kernel thread failed; reload the model with threads: 1");
@@ -221,6 +229,15 @@ export class KernelRuntime {
    */
   packX(src: number, dst: number, T: number, cols: number): void {
     this.k.pack_x(src, dst, T, cols);
+  }
+
+  /**
+   * Quantizes f32 X [T][cols] at `src` (cols % 32 == 0) to the q8/q4 kernels' input at `dst`:
+   * per token and block of 32, 16-bit integers with an f32 scale and scaled sum; needs
+   * ceil(T/4) * cols * 9 bytes (see quant_x in kernels.wat).
+   */
+  quantX(src: number, dst: number, T: number, cols: number): void {
+    this.k.quant_x(src, dst, T, cols);
   }
 
   /** out = x / sqrt(mean(x^2) + eps) * w, all f32, n % 4 == 0. */

@@ -7,6 +7,7 @@ import { AirmError, ConfigError, ContextOverflowError, KV_LAYOUT } from "@airm/r
 import type { Checkpoint, ModelConfig, TensorSource } from "../checkpoint-types.ts";
 import { KERNEL_VERSION, NUMERICS_CHOICES } from "../kernels/assemble.ts";
 import { KernelRuntime } from "../kernels/kernel-runtime.ts";
+import { KIND, STORED_TYPES, dequantImageRow, packStoredRows, quantImageBytes, quantizable, quantizeBf16Rows, type WeightKind } from "../kernels/quant-image.ts";
 import { imageIndex, interleaveRows } from "../kernels/weight-image.ts";
 import { WasmKVCache, type KVCache } from "./kv-cache.ts";
 import { RopeTable } from "./rope.ts";
@@ -15,9 +16,56 @@ const fr = Math.fround;
 /** Tokens per pass through a layer (bounds scratch memory; has no effect on results). */
 const TOKEN_BLOCK = 128;
 
+/**
+ * How matrix weights are held in memory. `auto`: GGUF Q8_0 / Q4_0 / Q4_1 blocks kept as stored
+ * and run by the integer kernels, every other matrix as bf16. `bf16`: every matrix dequantised to
+ * bf16. `q8_0` / `q4_1`: as `auto`, and float (F32/F16/BF16) matrices quantized to that block type
+ * at load. Matrices whose rows are not a multiple of 4 or columns of 32, and fused groups whose
+ * parts are stored in different types, stay bf16.
+ */
+export type WeightsMode = "auto" | "bf16" | "q8_0" | "q4_1";
+export const WEIGHTS_MODES: readonly WeightsMode[] = ["auto", "bf16", "q8_0", "q4_1"];
+
 export interface LlamaModelOptions {
   /** Kernel threads: 1 (default) or 2 (rows of each matmul split between two threads). */
   threads?: 1 | 2;
+  /** How matrices are held (default `auto`); see WeightsMode. */
+  weights?: WeightsMode;
+}
+
+/** A weight matrix in memory: its image address, kernel kind and image bytes. */
+interface Matrix {
+  ptr: number;
+  kind: 0 | 1 | 2;
+  bytes: number;
+}
+
+/** The kind a fused group of matrices gets under `mode`. */
+function chooseKind(dtypes: string[], rows: number, cols: number, mode: WeightsMode): WeightKind {
+  if (mode === "bf16" || !quantizable(rows, cols)) return "bf16";
+  for (const kind of ["q8", "q4"] as const) {
+    if (dtypes.every((d) => (STORED_TYPES[kind] as readonly string[]).includes(d))) return kind;
+  }
+  if (dtypes.every((d) => d === "F32" || d === "F16" || d === "BF16")) return mode === "q8_0" ? "q8" : mode === "q4_1" ? "q4" : "bf16";
+  return "bf16";
+}
+
+/** Writes tensor `name` as rows [row0, row0 + rows) of a quantized image at `ptr` (blocks kept, or quantized from bf16). */
+function fillQuantRows(rt: KernelRuntime, kind: "q8" | "q4", src: TensorSource, name: string, ptr: number, row0: number, rows: number, cols: number): void {
+  const info = src.info(name);
+  let raw: Uint8Array;
+  let type: string;
+  if ((STORED_TYPES[kind] as readonly string[]).includes(info.dtype)) {
+    if (!src.readStored) throw new AirmError("MODEL_LOAD", `${info.file}: tensor ${name} is ${info.dtype} but its source cannot give stored blocks`);
+    raw = src.readStored(name);
+    type = info.dtype;
+  } else {
+    const plain = new Uint16Array(rows * cols);
+    src.readBf16(name, plain);
+    type = kind === "q8" ? "Q8_0" : "Q4_1";
+    raw = quantizeBf16Rows(type as "Q8_0" | "Q4_1", plain, rows, cols);
+  }
+  packStoredRows(kind, type, raw, rt.u8, ptr, row0, rows, cols, info.file, name);
 }
 
 export interface PrefillOptions {
@@ -33,15 +81,17 @@ export interface DecodeStep {
 interface LayerWeights {
   inNorm: number; // f32 [hidden]
   postNorm: number; // f32 [hidden]
-  wqkv: number; // bf16 [(H + 2 KV) * D][hidden]
+  wqkv: Matrix; // [(H + 2 KV) * D][hidden]
   bqkv: number; // f32 [(H + 2 KV) * D] or 0
-  wo: number; // bf16 [hidden][H * D]
-  wgu: number; // bf16 [2 I][hidden]: gate rows, then up rows
-  wd: number; // bf16 [hidden][I]
+  wo: Matrix; // [hidden][H * D]
+  wgu: Matrix; // [2 I][hidden]: gate rows, then up rows
+  wd: Matrix; // [hidden][I]
 }
 
 /** Where one HF tensor lives in the packed weights. */
-type WeightSlot = { kind: "matrix"; ptr: number; rowsTotal: number; cols: number; row0: number; rows: number } | { kind: "vector"; ptr: number; offset: number; n: number };
+type WeightSlot =
+  | { kind: "matrix"; ptr: number; rowsTotal: number; cols: number; row0: number; rows: number; weights: WeightKind }
+  | { kind: "vector"; ptr: number; offset: number; n: number };
 
 interface Scratch {
   tokens: number; // capacity in tokens (one block)
@@ -85,19 +135,23 @@ export class LlamaModel {
   /** sha-256 hex of the kernel source, kernel version and numerics choices: equal fingerprints give equal bits. */
   readonly numericsFingerprint: string;
   readonly threads: 1 | 2;
-  /** Bytes of bf16 matrix weights one decode step streams (all layers plus the LM head). */
+  /** Bytes of matrix weights one decode step streams (all layers plus the LM head), as held. */
   readonly weightBytesPerToken: number;
   /** KV layout written and read by this model. */
   readonly kvLayout = KV_LAYOUT;
+  /** How matrices are held (the load option). */
+  readonly weightsMode: WeightsMode;
+  /** Matrices by kind held in memory (fused groups count once; the tied LM head is the embedding). */
+  readonly weightKinds: Record<WeightKind, number>;
 
   /** @internal */ readonly rt: KernelRuntime;
   private readonly layers: LayerWeights[];
   private readonly slots: Map<string, WeightSlot>;
   private readonly weightsStart: number;
   private readonly weightsEnd: number;
-  private readonly embed: number;
+  private readonly embed: Matrix;
   private readonly finalNorm: number;
-  private readonly lmHead: number;
+  private readonly lmHead: Matrix;
   private readonly rope: RopeTable;
   private readonly qkvRows: number;
   private readonly widest: number;
@@ -116,14 +170,19 @@ export class LlamaModel {
     ckpt: Checkpoint,
     rt: KernelRuntime,
     layers: LayerWeights[],
-    embed: number,
+    embed: Matrix,
     finalNorm: number,
-    lmHead: number,
+    lmHead: Matrix,
     weightBytesPerToken: number,
     slots: Map<string, WeightSlot>,
     weightsStart: number,
     weightsEnd: number,
+    weightsMode: WeightsMode,
+    weightKinds: Record<WeightKind, number>,
+    kindList: string,
   ) {
+    this.weightsMode = weightsMode;
+    this.weightKinds = weightKinds;
     this.slots = slots;
     this.weightsStart = weightsStart;
     this.weightsEnd = weightsEnd;
@@ -140,11 +199,17 @@ export class LlamaModel {
     this.rope = new RopeTable(c.headDim, c.ropeTheta, c.ropeScaling);
     this.qkvRows = (c.numHeads + 2 * c.numKvHeads) * c.headDim;
     this.widest = Math.max(c.hiddenSize, c.numHeads * c.headDim, c.intermediateSize);
-    this.numericsFingerprint = createHash("sha256").update(`${KERNEL_VERSION}\n${rt.kernelSourceSha256}\n${NUMERICS_CHOICES}`).digest("hex");
+    // The kind of every matrix is part of the arithmetic: a bf16 and a q8 model never share KV.
+    this.numericsFingerprint = createHash("sha256").update(`${KERNEL_VERSION}\n${rt.kernelSourceSha256}\n${NUMERICS_CHOICES}\nmatrices=${kindList}`).digest("hex");
   }
 
   /** Id of the packed weight image layout (see `exportPackedWeights`); part of an artifact key. */
-  static readonly packedFormat = `${KERNEL_VERSION};weights=interleave4-bf16,fused=qkv+gate_up,norms+bias=f32;v1`;
+  static readonly packedFormat = LlamaModel.packedFormatFor("auto");
+
+  /** The packed image format of a model loaded with `weights: mode`. */
+  static packedFormatFor(mode: WeightsMode): string {
+    return `${KERNEL_VERSION};weights=interleave4-bf16|q8-group144|q4-group80,mode=${mode},fused=qkv+gate_up,norms+bias=f32;v2`;
+  }
 
   /**
    * Packs the checkpoint's weights as bf16 into one wasm memory (q/k/v and gate/up fused row-wise).
@@ -167,6 +232,8 @@ export class LlamaModel {
   private static async build(ckpt: Checkpoint, opts: LlamaModelOptions, image: Uint8Array | undefined): Promise<LlamaModel> {
     const c = ckpt.config;
     checkShape(c);
+    const mode = opts.weights ?? "auto";
+    if (!WEIGHTS_MODES.includes(mode)) throw new ConfigError("weights", `must be one of ${WEIGHTS_MODES.join(", ")}, got ${String(mode)}`);
     const src = ckpt.tensors;
     const H = c.numHeads,
       KV = c.numKvHeads,
@@ -175,23 +242,42 @@ export class LlamaModel {
       I = c.intermediateSize,
       V = c.vocabSize;
     const qkvRows = (H + 2 * KV) * D;
-    const perLayerBf16 = qkvRows * hidden + hidden * H * D + 2 * I * hidden + hidden * I;
-    const headBf16 = V * hidden * (c.tieWordEmbeddings ? 1 : 2);
-    const totalBytes = 2 * (c.numLayers * perLayerBf16 + headBf16) + 4 * (c.numLayers * (2 * hidden + qkvRows) + hidden) + 64 * 16 * c.numLayers;
+    // Reserve about what the weights will take (the memory grows later if this is short).
+    const perElement = (dtype: string): number =>
+      mode === "bf16" ? 2 : dtype === "Q8_0" || mode === "q8_0" ? 144 / 128 : dtype === "Q4_0" || dtype === "Q4_1" || mode === "q4_1" ? 80 / 128 : 2;
+    const matrixBytes = src
+      .list()
+      .filter((t) => t.shape.length === 2)
+      .reduce((a, t) => a + t.shape[0] * t.shape[1] * perElement(t.dtype), 0);
+    const totalBytes = Math.ceil(matrixBytes) + 4 * (c.numLayers * (2 * hidden + qkvRows) + hidden) + 64 * 16 * c.numLayers;
     const rt = await KernelRuntime.create({ threads: opts.threads ?? 1, initialBytes: totalBytes });
     const slots = new Map<string, WeightSlot>();
     const fill = image === undefined;
+    const weightKinds: Record<WeightKind, number> = { bf16: 0, q8: 0, q4: 0 };
+    const kindList: string[] = [];
     try {
       const start = rt.allocationTop;
-      const loadMatrix = (names: { name: string; rows: number }[], cols: number): number => {
+      const loadMatrix = (names: { name: string; rows: number }[], cols: number): Matrix => {
         const rows = names.reduce((a, n) => a + n.rows, 0);
-        const ptr = rt.alloc(rows * cols * 2);
+        for (const { name, rows: r } of names) expectShape(src, name, [r, cols]);
+        const weights = chooseKind(
+          names.map((n) => src.info(n.name).dtype),
+          rows,
+          cols,
+          mode,
+        );
+        weightKinds[weights]++;
+        kindList.push(weights);
+        const bytes = weights === "bf16" ? rows * cols * 2 : quantImageBytes(weights, rows, cols);
+        const ptr = rt.alloc(bytes);
         let at = 0;
         for (const { name, rows: r } of names) {
-          slots.set(name, { kind: "matrix", ptr, rowsTotal: rows, cols, row0: at, rows: r });
+          slots.set(name, { kind: "matrix", ptr, rowsTotal: rows, cols, row0: at, rows: r, weights });
+          if (fill && weights !== "bf16") fillQuantRows(rt, weights, src, name, ptr, at, r, cols);
           at += r;
         }
-        if (fill) {
+        const matrix: Matrix = { ptr, kind: KIND[weights], bytes };
+        if (fill && weights === "bf16") {
           const plain = new Uint16Array(rows * cols);
           let off = 0;
           for (const { name, rows: r } of names) {
@@ -201,7 +287,7 @@ export class LlamaModel {
           }
           interleaveRows(plain, rt.u16, ptr >> 1, rows, cols);
         }
-        return ptr;
+        return matrix;
       };
       const loadVectorF32 = (names: { name: string; n: number }[]): number => {
         const total = names.reduce((a, n) => a + n.n, 0);
@@ -259,8 +345,8 @@ export class LlamaModel {
         }
         rt.u8.set(image, start);
       }
-      const weightBytesPerToken = 2 * (c.numLayers * perLayerBf16 + V * hidden);
-      return new LlamaModel(ckpt, rt, layers, embed, finalNorm, lmHead, weightBytesPerToken, slots, start, end);
+      const weightBytesPerToken = layers.reduce((a, L) => a + L.wqkv.bytes + L.wo.bytes + L.wgu.bytes + L.wd.bytes, 0) + lmHead.bytes;
+      return new LlamaModel(ckpt, rt, layers, embed, finalNorm, lmHead, weightBytesPerToken, slots, start, end, mode, weightKinds, kindList.join(","));
     } catch (e) {
       rt.close();
       throw e;
@@ -274,7 +360,7 @@ export class LlamaModel {
    */
   exportPackedWeights(): { format: string; segments: Uint8Array[] } {
     this.checkOpen();
-    return { format: LlamaModel.packedFormat, segments: [new Uint8Array(this.rt.memory.buffer, this.weightsStart, this.weightsEnd - this.weightsStart)] };
+    return { format: LlamaModel.packedFormatFor(this.weightsMode), segments: [new Uint8Array(this.rt.memory.buffer, this.weightsStart, this.weightsEnd - this.weightsStart)] };
   }
 
   /**
@@ -293,6 +379,10 @@ export class LlamaModel {
     }
     const { ptr, rowsTotal, cols, row0, rows } = slot;
     expectShape(source, name, [rows, cols]);
+    if (slot.weights !== "bf16") {
+      fillQuantRows(this.rt, slot.weights, source, name, ptr, row0, rows, cols);
+      return;
+    }
     const plain = new Uint16Array(rows * cols);
     source.readBf16(name, plain);
     const u16 = this.rt.u16;
@@ -426,15 +516,9 @@ export class LlamaModel {
 
   /** Streams this model's per-token weight bytes with the plain read loop (bench roofline). */
   streamWeights(): number {
-    const c = this.config;
     let acc = 0;
-    for (const L of this.layers) {
-      acc ^= this.rt.streamRead(L.wqkv, (this.qkvRows * c.hiddenSize * 2) & ~127);
-      acc ^= this.rt.streamRead(L.wo, (c.hiddenSize * c.numHeads * c.headDim * 2) & ~127);
-      acc ^= this.rt.streamRead(L.wgu, (2 * c.intermediateSize * c.hiddenSize * 2) & ~127);
-      acc ^= this.rt.streamRead(L.wd, (c.hiddenSize * c.intermediateSize * 2) & ~127);
-    }
-    acc ^= this.rt.streamRead(this.lmHead, (c.vocabSize * c.hiddenSize * 2) & ~127);
+    for (const L of this.layers) for (const M of [L.wqkv, L.wo, L.wgu, L.wd]) acc ^= this.rt.streamRead(M.ptr, M.bytes & ~127);
+    acc ^= this.rt.streamRead(this.lmHead.ptr, this.lmHead.bytes & ~127);
     return acc;
   }
 
@@ -521,6 +605,13 @@ export class LlamaModel {
     return this.scores;
   }
 
+  /** y = M x for n tokens of f32 x [n][cols] at `src`, through `xp` (packed or quantized input). */
+  private mm(M: Matrix, src: number, xp: number, y: number, n: number, cols: number, rows: number): void {
+    if (M.kind === KIND.bf16) this.rt.packX(src, xp, n, cols);
+    else this.rt.quantX(src, xp, n, cols);
+    this.rt.matmul(M.ptr, xp, y, n, cols, rows, M.kind);
+  }
+
   /**
    * The forward pass for T tokens, token t at positions[t] of caches[t]. Writes every token's
    * K/V (bf16) into its cache layer by layer, attends over the cache, and returns logits for
@@ -575,10 +666,14 @@ export class LlamaModel {
       }
     }
 
-    // Embedding rows (read out of the interleaved image), widened exactly.
+    // Embedding rows read out of the image: bf16 widened exactly, quantized blocks as q d (+ m).
     for (let t = 0; t < T; t++) {
       const dst = (resid >> 2) + t * hidden;
-      const base = this.embed >> 1;
+      if (this.embed.kind === KIND.q8 || this.embed.kind === KIND.q4) {
+        dequantImageRow(this.embed.kind === KIND.q8 ? "q8" : "q4", rt.u8, this.embed.ptr, tokens[t], hidden, f32, dst);
+        continue;
+      }
+      const base = this.embed.ptr >> 1;
       for (let i = 0; i < hidden; i++) u32[dst + i] = u16[base + imageIndex(tokens[t], i, c.vocabSize, hidden)] << 16;
     }
 
@@ -595,8 +690,7 @@ export class LlamaModel {
         const res = resid + t0 * hidden * 4;
         // --- attention block
         for (let t = 0; t < n; t++) rt.rmsnorm(res + t * hidden * 4, L.inNorm, s.normed + t * hidden * 4, hidden, eps);
-        rt.packX(s.normed, s.xp, n, hidden);
-        rt.matmul(L.wqkv, s.xp, s.qkv, n, hidden, qkvRows);
+        this.mm(L.wqkv, s.normed, s.xp, s.qkv, n, hidden, qkvRows);
         if (L.bqkv) {
           const b = L.bqkv >> 2;
           const f32 = rt.f32;
@@ -619,16 +713,13 @@ export class LlamaModel {
           const lo = l * w.layerBytes;
           rt.attention(s.qkv + t * qkvRows * 4, w.kPtr + lo, w.vPtr + lo, w.S, D, positions[t0 + t] + 1, H, group, scale, scores, s.attn + t * HD * 4);
         }
-        rt.packX(s.attn, s.xp, n, HD);
-        rt.matmul(L.wo, s.xp, s.out, n, HD, hidden);
+        this.mm(L.wo, s.attn, s.xp, s.out, n, HD, hidden);
         rt.addF32(res, s.out, n * hidden);
         // --- MLP block
         for (let t = 0; t < n; t++) rt.rmsnorm(res + t * hidden * 4, L.postNorm, s.normed + t * hidden * 4, hidden, eps);
-        rt.packX(s.normed, s.xp, n, hidden);
-        rt.matmul(L.wgu, s.xp, s.gu, n, hidden, 2 * I);
+        this.mm(L.wgu, s.normed, s.xp, s.gu, n, hidden, 2 * I);
         rt.swiglu(s.gu, s.act, I, n);
-        rt.packX(s.act, s.xp, n, I);
-        rt.matmul(L.wd, s.xp, s.out, n, I, hidden);
+        this.mm(L.wd, s.act, s.xp, s.out, n, I, hidden);
         rt.addF32(res, s.out, n * hidden);
         yield;
       }
@@ -638,8 +729,7 @@ export class LlamaModel {
     for (let i0 = 0; i0 < R; i0 += TOKEN_BLOCK) {
       const n = Math.min(TOKEN_BLOCK, R - i0);
       for (let i = 0; i < n; i++) rt.rmsnorm(resid + logitRows[i0 + i] * hidden * 4, this.finalNorm, s.normed + i * hidden * 4, hidden, eps);
-      rt.packX(s.normed, s.xp, n, hidden);
-      rt.matmul(this.lmHead, s.xp, logitsPtr + i0 * c.vocabSize * 4, n, hidden, c.vocabSize);
+      this.mm(this.lmHead, s.normed, s.xp, logitsPtr + i0 * c.vocabSize * 4, n, hidden, c.vocabSize);
     }
     const out: Float32Array[] = [];
     const logitsF32 = rt.f32;

@@ -3,7 +3,7 @@
 // fresh process, fills a cache from that file and continues. Prints a JSON line on stdout.
 import { readFileSync, writeFileSync } from "node:fs";
 import type { Checkpoint } from "../../src/checkpoint-types.ts";
-import { LlamaModel } from "../../src/model/llama-model.ts";
+import { LlamaModel, type WeightsMode } from "../../src/model/llama-model.ts";
 import { continueFromToken } from "../../src/model/generate.ts";
 import { sample, type SamplingParams } from "../../src/sampling/sample.ts";
 import { randomCheckpoint } from "./random-checkpoint.ts";
@@ -19,6 +19,7 @@ interface Job {
   maxTokens: number;
   sampling: SamplingParams;
   file: string;
+  weights?: WeightsMode;
 }
 
 async function checkpointFor(job: Job): Promise<Checkpoint> {
@@ -30,7 +31,7 @@ async function checkpointFor(job: Job): Promise<Checkpoint> {
 }
 
 const job = JSON.parse(process.argv[2]) as Job;
-const model = await LlamaModel.load(await checkpointFor(job));
+const model = await LlamaModel.load(await checkpointFor(job), { weights: job.weights });
 const cache = model.newCache(job.S);
 if (job.mode === "prefill") {
   const logits = model.prefill(job.prompt, cache);

@@ -2,6 +2,8 @@
 // the file loaders. Same (config, seed) -> same bytes in every process.
 import { createHash } from "node:crypto";
 import type { Checkpoint, ModelConfig, TensorInfo, TensorSource, Tokenizer } from "../../src/checkpoint-types.ts";
+import { dequantToBf16 } from "../../src/checkpoint/gguf-dequant.ts";
+import { quantizable, quantizeBf16Rows } from "../../src/kernels/quant-image.ts";
 
 /** mulberry32: small, fast, deterministic. */
 function rng(seed: number): () => number {
@@ -128,4 +130,29 @@ export function randomCheckpoint(c: ModelConfig, seed = 1): Checkpoint {
       .update(JSON.stringify(c) + seed)
       .digest("hex"),
   };
+}
+
+/**
+ * The same checkpoint with every matrix the quantized kernels take (rows % 4 == 0, columns % 32
+ * == 0) replaced by its `type` blocks dequantised (to bf16): the weights a model loaded with
+ * `weights: "q8_0" | "q4_1"` computes with, for a float64 reference of that model.
+ */
+export function dequantizedCheckpoint(ckpt: Checkpoint, type: "Q8_0" | "Q4_1"): Checkpoint {
+  const src = ckpt.tensors;
+  const tensors: TensorSource = {
+    ...src,
+    list: () => src.list(),
+    has: (n) => src.has(n),
+    info: (n) => src.info(n),
+    sha256: (n) => src.sha256(n),
+    close: () => src.close(),
+    readBf16(name, dst) {
+      src.readBf16(name, dst);
+      const shape = src.info(name).shape;
+      if (shape.length !== 2 || !quantizable(shape[0], shape[1])) return;
+      const blocks = quantizeBf16Rows(type, dst, shape[0], shape[1]);
+      dequantToBf16(type, blocks, dst.length, dst, 0);
+    },
+  };
+  return { ...ckpt, tensors };
 }
