@@ -1,22 +1,24 @@
 // Our CPU engine against llama.cpp (node-llama-cpp 3.21.1, prebuilt, CPU) on the same
 // SmolLM2-135M-Instruct Q4_1 GGUF in the same run, one thread each: decode tokens/s at B=1 (128
-// new greedy tokens) and prefill tokens/s (the parity text, about 520 tokens). Repetitions are
-// interleaved so both engines see the same machine load. Also prints our bf16 streaming roofline
-// (a plain read of every weight byte a decode step touches), the ceiling for bf16 weights.
-// Usage: pnpm bench llama-vs-llamacpp [--model FILE.gguf] [--reps N] [--new-tokens N]
+// new greedy tokens), our decode at B=4, and prefill tokens/s (the parity text, about 520
+// tokens). Repetitions are interleaved so both engines see the same machine load. Also prints the
+// weight bytes each engine reads per decode step and our streaming roofline (a plain read of
+// every weight byte our decode step touches, as held: quantized blocks or bf16).
+// Usage: pnpm bench llama-vs-llamacpp [--model FILE.gguf] [--weights auto|bf16] [--reps N] [--new-tokens N]
 import { loadCheckpoint } from "../packages/llama/src/checkpoint/load-checkpoint.ts";
-import { LlamaModel } from "../packages/llama/src/model/llama-model.ts";
+import { LlamaModel, WEIGHTS_MODES, type WeightsMode } from "../packages/llama/src/model/llama-model.ts";
 import { argmax } from "../packages/llama/src/sampling/sample.ts";
 import type { TensorInfo } from "../packages/llama/src/checkpoint-types.ts";
 import { assertOneThread, openLlamaCpp, type LlamaCpp } from "../packages/llama/test/fixtures/parity/llamacpp-reference.ts";
 import { SKIP_REASON, cachedParityModel, parityText } from "../packages/llama/test/fixtures/parity/parity-model.ts";
-import { flagOf, int, text as textType } from "../packages/rm-core/src/index.ts";
+import { flagOf, int, oneOf, text as textType } from "../packages/rm-core/src/index.ts";
 import { benchArgs, finalLine, fmt, progress, progressDone, summarize } from "./lib.ts";
 
 const args = benchArgs("llama-vs-llamacpp", "our CPU backend against llama.cpp on the same GGUF, one thread each", {
   model: flagOf(textType({ label: "path" }), { defaultText: "the pulled SmolLM2-135M-Instruct Q4_1", doc: "a .gguf file" }),
   reps: flagOf(int({ min: 1 }), { default: 3, doc: "repetitions" }),
   newTokens: flagOf(int({ min: 1 }), { default: 128, doc: "decoded tokens per repetition" }),
+  weights: flagOf(oneOf(WEIGHTS_MODES), { default: "auto", doc: "how our engine holds the matrices (auto: the file's Q8_0/Q4_x blocks)" }),
 });
 const ggufPath = args.model ?? cachedParityModel();
 const { reps, newTokens } = args;
@@ -40,7 +42,7 @@ function storedBytes(t: TensorInfo): number {
 
 progress("loading our engine");
 const ckpt = await loadCheckpoint(ggufPath);
-const ours = await LlamaModel.load(ckpt, { threads: 1 });
+const ours = await LlamaModel.load(ckpt, { threads: 1, weights: args.weights as WeightsMode });
 progress("loading llama.cpp");
 const cpp: LlamaCpp = await openLlamaCpp(ggufPath);
 progressDone();
@@ -50,8 +52,12 @@ const decodePrompt = text.slice(0, 32);
 const cppBytes = ckpt.tensors.list().reduce((a, t) => a + (t.dtype === "F32" ? 0 : storedBytes(t)), 0);
 console.log(`model: ${ggufPath}`);
 console.log(`threads: 1 each; llama.cpp ${cpp.llama.buildType} binary, gpu ${String(cpp.llama.gpu)}, context threads 1`);
+const kinds = Object.entries(ours.weightKinds)
+  .filter(([, n]) => n > 0)
+  .map(([k, n]) => `${n} ${k}`)
+  .join(", ");
 console.log(
-  `weight bytes per decode step: ours ${(ours.weightBytesPerToken / 1e6).toFixed(1)} MB (bf16), llama.cpp ~${(cppBytes / 1e6).toFixed(1)} MB (Q4_1 layers, Q8_0 embeddings/LM head)`,
+  `weight bytes per decode step: ours ${(ours.weightBytesPerToken / 1e6).toFixed(1)} MB (weights ${args.weights}: ${kinds} matrices), llama.cpp ~${(cppBytes / 1e6).toFixed(1)} MB (the file's blocks), ratio ${(ours.weightBytesPerToken / cppBytes).toFixed(3)}`,
 );
 
 /** Ours: prefill the whole text into a fresh cache; ms. */
@@ -79,6 +85,23 @@ function oursDecode(): { msPerToken: number; tokens: number[] } {
   const ms = performance.now() - t0;
   ours.freeCache(cache);
   return { msPerToken: ms / newTokens, tokens };
+}
+
+/** Ours at B=4: four streams (the decode prompt and three shifted copies) stepped together; ms per step. */
+function oursDecodeB4(): number {
+  const prompts = [0, 1, 2, 3].map((k) => text.slice(k * 8, k * 8 + decodePrompt.length));
+  const steps = Math.max(8, newTokens >> 1);
+  const caches = prompts.map((p) => {
+    const c = ours.newCache(p.length + steps);
+    ours.prefill(p.slice(0, -1), c);
+    return c;
+  });
+  let next = prompts.map((p) => p[p.length - 1]);
+  const t0 = performance.now();
+  for (let i = 0; i < steps; i++) next = ours.decode(caches.map((cache, k) => ({ cache, token: next[k] }))).map((l) => argmax(l));
+  const ms = performance.now() - t0;
+  for (const c of caches) ours.freeCache(c);
+  return ms / steps;
 }
 
 /** llama.cpp: evaluate the whole text in one batch into a fresh context; ms. */
@@ -115,7 +138,7 @@ async function cppDecode(): Promise<{ msPerToken: number; tokens: number[] }> {
   }
 }
 
-/** Our bandwidth roofline: one plain wasm read of every weight byte a decode step streams; ms. */
+/** Our bandwidth roofline: one plain wasm read of every weight byte a decode step streams (as held); ms. */
 function oursStream(): number {
   const t0 = performance.now();
   ours.streamWeights();
@@ -125,6 +148,7 @@ function oursStream(): number {
 const oursPrefillMs: number[] = [],
   cppPrefillMs: number[] = [],
   oursDecodeMs: number[] = [],
+  oursB4Ms: number[] = [],
   cppDecodeMs: number[] = [],
   streamMs: number[] = [];
 let oursTokens: number[] = [],
@@ -140,6 +164,7 @@ for (let r = 0; r < reps; r++) {
   const o = oursDecode();
   oursDecodeMs.push(o.msPerToken);
   oursTokens = o.tokens;
+  oursB4Ms.push(oursDecodeB4());
   const c = await cppDecode();
   cppDecodeMs.push(c.msPerToken);
   cppTokens = c.tokens;
@@ -151,13 +176,15 @@ const op = summarize(oursPrefillMs),
   cp = summarize(cppPrefillMs),
   od = summarize(oursDecodeMs),
   cd = summarize(cppDecodeMs),
-  sm = summarize(streamMs);
+  sm = summarize(streamMs),
+  o4 = summarize(oursB4Ms);
 let common = 0;
 while (common < newTokens && oursTokens[common] === cppTokens[common]) common++;
 console.log(`prefill ${text.length} tokens: ours ${fmt(op)}, llama.cpp ${fmt(cp)}`);
 console.log(`decode B=1, ${newTokens} new tokens after ${decodePrompt.length - 1}: ours ${fmt(od, "ms/token")}, llama.cpp ${fmt(cd, "ms/token")}`);
+console.log(`decode B=4 (ours): ${fmt(o4, "ms/step")} -> ${((4 * 1000) / o4.median).toFixed(1)} tok/s, ${((4 * od.median) / o4.median).toFixed(2)}x B=1`);
 console.log(
-  `our bf16 roofline (plain read of ${(ours.weightBytesPerToken / 1e6).toFixed(1)} MB): ${fmt(sm)} = ${(ours.weightBytesPerToken / sm.median / 1e6).toFixed(2)} GB/s, at most ${(1000 / sm.median).toFixed(1)} tok/s at bf16`,
+  `our roofline (plain read of the ${(ours.weightBytesPerToken / 1e6).toFixed(1)} MB held): ${fmt(sm)} = ${(ours.weightBytesPerToken / sm.median / 1e6).toFixed(2)} GB/s, at most ${(1000 / sm.median).toFixed(1)} tok/s`,
 );
 console.log(`greedy continuations identical for the first ${common} of ${newTokens} tokens`);
 const oursTokS = 1000 / od.median,
@@ -180,7 +207,13 @@ finalLine({
   ours_prefill_tok_s: oursPrefillTokS,
   llamacpp_prefill_tok_s: cppPrefillTokS,
   prefill_ratio: oursPrefillTokS / cppPrefillTokS,
-  ours_bf16_roofline_tok_s: 1000 / sm.median,
+  ours_roofline_tok_s: 1000 / sm.median,
+  ours_b4_tok_s: (4 * 1000) / o4.median,
+  b4_over_b1: (4 * od.median) / o4.median,
+  weights: args.weights,
+  ours_weight_bytes: ours.weightBytesPerToken,
+  llamacpp_weight_bytes: cppBytes,
+  weight_bytes_ratio: ours.weightBytesPerToken / cppBytes,
   new_tokens: newTokens,
   prefill_tokens: text.length,
   threads: 1,

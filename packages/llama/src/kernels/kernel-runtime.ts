@@ -11,8 +11,8 @@ const MAX_PAGES = 65536; // wasm32: 4 GiB
 const ALIGN = 64;
 /** Below this many output values a matmul stays on the calling thread (no effect on bits). */
 const SPLIT_MIN_OUTPUTS = 256;
-/** Accumulators of the 4-token x 4-row matmul tile (16 v128), one block per thread. */
-const ACC_SCRATCH_BYTES = 256;
+/** Per-thread scratch of the matmul tiles: the bf16 4x4 tile's 16 accumulators, the quantized 4-token tile's sums and accumulators. */
+const ACC_SCRATCH_BYTES = 512;
 
 interface KernelExports {
   matmul(w: number, x: number, y: number, T: number, cols: number, rows: number, r0: number, r1: number, acc: number): void;
