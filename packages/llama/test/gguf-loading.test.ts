@@ -12,6 +12,8 @@ import type { Checkpoint } from "../src/checkpoint-types.ts";
 import { listModels } from "../src/model-cache/model-cache.ts";
 import { IncrementalDetokenizer } from "@airm/rm-core";
 import { makeTinyModel, CHATML_TEMPLATE } from "../src/tiny/make-tiny-model.ts";
+import { LlamaModel } from "../src/model/llama-model.ts";
+import { randomBlocks } from "./model-helpers/quant-blocks.ts";
 import {
   TYPE_IDS,
   f16Bits,
@@ -240,6 +242,86 @@ describe("loadCheckpoint on a GGUF file converted from a generated model", () =>
     expect(ck.config.tieWordEmbeddings).toBe(true);
     expect(ck.tensors.has("lm_head.weight")).toBe(false);
     ck.tensors.close();
+  });
+
+  it("runs a Q4_K_M-style file (Q4_K q/k/gate/up/embeddings, Q6_K v/down/output) on the K-quant kernels, close to its bf16 dequantisation", async () => {
+    // hidden 256 so that K-quant rows (256 per block) fit; random blocks, unit norms
+    const dims = { hidden: 256, ffn: 512, heads: 4, kv: 2, vocab: 400 };
+    const hd = dims.hidden / dims.heads;
+    const r = (() => {
+      let a = 12345;
+      return () => {
+        a = (Math.imul(a, 1664525) + 1013904223) >>> 0;
+        return a / 2 ** 32 - 0.5;
+      };
+    })();
+    const kq = (name: string, rows: number, cols: number, type: "Q4_K" | "Q6_K"): GgufTensor => ({
+      name,
+      dims: [cols, rows],
+      typeId: type === "Q4_K" ? 12 : 14,
+      data: randomBlocks(type, rows, cols, r),
+    });
+    const ones = (name: string, n: number): GgufTensor => ({ name, dims: [n], typeId: TYPE_IDS.F32, data: new Uint8Array(new Float32Array(n).fill(1).buffer) });
+    const kt: GgufTensor[] = [
+      kq("token_embd.weight", dims.vocab, dims.hidden, "Q4_K"),
+      ones("output_norm.weight", dims.hidden),
+      kq("output.weight", dims.vocab, dims.hidden, "Q6_K"),
+    ];
+    for (const l of [0, 1]) {
+      kt.push(ones(`blk.${l}.attn_norm.weight`, dims.hidden), ones(`blk.${l}.ffn_norm.weight`, dims.hidden));
+      kt.push(kq(`blk.${l}.attn_q.weight`, dims.heads * hd, dims.hidden, "Q4_K"), kq(`blk.${l}.attn_k.weight`, dims.kv * hd, dims.hidden, "Q4_K"));
+      kt.push(kq(`blk.${l}.attn_v.weight`, dims.kv * hd, dims.hidden, "Q6_K"), kq(`blk.${l}.attn_output.weight`, dims.hidden, dims.heads * hd, "Q4_K"));
+      kt.push(kq(`blk.${l}.ffn_gate.weight`, dims.ffn, dims.hidden, "Q4_K"), kq(`blk.${l}.ffn_up.weight`, dims.ffn, dims.hidden, "Q4_K"));
+      kt.push(kq(`blk.${l}.ffn_down.weight`, dims.hidden, dims.ffn, "Q6_K"));
+    }
+    const md = {
+      ...metadata,
+      "llama.embedding_length": u32(dims.hidden),
+      "llama.feed_forward_length": u32(dims.ffn),
+      "llama.attention.head_count": u32(dims.heads),
+      "llama.attention.head_count_kv": u32(dims.kv),
+    };
+    const path = join(root, "tiny-q4km.gguf");
+    writeFileSync(path, ggufBytes({ version: 3, metadata: md, tensors: kt }));
+    const ck = await loadCheckpoint(path);
+    const quant = await LlamaModel.load(ck);
+    const plain = await LlamaModel.load(ck, { weights: "bf16" });
+    try {
+      // per layer: qkv = a q4k segment (q, k) + a q6k segment (v), o, gate/up (q4k), down (q6k); embeddings q4k, output q6k
+      expect(quant.weightKinds).toEqual({ bf16: 0, q8: 0, q4: 0, q4k: 7, q6k: 5 });
+      expect(plain.weightKinds.bf16).toBe(10);
+      expect(quant.weightBytesPerToken).toBeLessThan(plain.weightBytesPerToken / 2);
+      expect(quant.numericsFingerprint).not.toBe(plain.numericsFingerprint);
+      const prompt = [1, 17, 33, 250, 8, 91, 140, 3, 66];
+      const a = quant.newCache(32);
+      const b = plain.newCache(32);
+      const la = quant.prefill(prompt, a);
+      const lb = plain.prefill(prompt, b);
+      let maxDiff = 0;
+      let maxRef = 0;
+      for (let i = 0; i < lb.length; i++) {
+        maxDiff = Math.max(maxDiff, Math.abs(la[i] - lb[i]));
+        maxRef = Math.max(maxRef, Math.abs(lb[i]));
+      }
+      expect(maxRef).toBeGreaterThan(0.1);
+      expect(maxDiff / maxRef).toBeLessThan(3e-2);
+      // the same prompt token by token fills the same KV and gives the same bits (the 1-token kernels)
+      const c = quant.newCache(32);
+      let last: Float32Array | undefined;
+      for (const t of prompt) last = quant.decode([{ cache: c, token: t }])[0];
+      expect(Buffer.from(last!.buffer).equals(Buffer.from(la.buffer))).toBe(true);
+      // and two threads (each segment's rows split) give the same bits
+      const two = await LlamaModel.load(ck, { threads: 2 });
+      try {
+        expect(Buffer.from(two.prefill(prompt, two.newCache(32)).buffer).equals(Buffer.from(la.buffer))).toBe(true);
+      } finally {
+        two.close();
+      }
+    } finally {
+      quant.close();
+      plain.close();
+      ck.tensors.close();
+    }
   });
 
   it("names the missing key, the missing tensor, the unsupported type and the truncated tensor", async () => {

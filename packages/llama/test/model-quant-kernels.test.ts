@@ -1,11 +1,13 @@
-// The integer kernels over quantized blocks (q8 / q4 images of GGUF Q8_0, Q4_0, Q4_1) against a
-// plain-JS reference of the documented arithmetic, bit for bit: every token count (quads and
-// single tokens), row ranges on one and two threads; the image packing and its row dequantiser.
+// The integer kernels over quantized blocks (the q8 / q4 / q4k / q6k images of GGUF Q8_0, Q4_0,
+// Q4_1, Q4_K, Q6_K) against a plain-JS reference of the documented arithmetic, bit for bit: every
+// token count (quads and single tokens), row ranges on one and two threads; the image packing and
+// its row dequantiser against a decoder written from ggml's block layouts.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { f16BitsToF32 } from "../src/checkpoint/bf16-convert.ts";
 import { dequantToBf16 } from "../src/checkpoint/gguf-dequant.ts";
 import { KernelRuntime } from "../src/kernels/kernel-runtime.ts";
-import { KIND, dequantImageRow, exactF16Bits, f16Round, packStoredRows, quantImageBytes, quantizeBf16Rows } from "../src/kernels/quant-image.ts";
+import { dequantImageRow, exactF16Bits, f16Round, kindOfStored, packStoredRows, quantImageBytes, quantizeBf16Rows } from "../src/kernels/quant-image.ts";
+import { type QuantType as Type, randomBlocks } from "./model-helpers/quant-blocks.ts";
 import { f32ToBf16 } from "./model-helpers/reference-math.ts";
 
 const fr = Math.fround;
@@ -27,24 +29,82 @@ function nearest(v: number): number {
   return f % 2 === 0 ? f : f + 1;
 }
 
-type Stored = { type: "Q8_0" | "Q4_0" | "Q4_1"; raw: Uint8Array };
+type Stored = { type: Type; raw: Uint8Array };
 
-/** Q4_0 blocks of random nibbles and scales (the model quantizer makes Q8_0 and Q4_1 only). */
-function randomQ40(rows: number, cols: number, r: () => number): Uint8Array {
-  const out = new Uint8Array((rows * cols * 18) / 32);
-  for (let b = 0; b < out.length / 18; b++) {
-    const d = f16Round(0.01 + Math.abs(r()) * 0.02);
-    out[b * 18] = d & 0xff;
-    out[b * 18 + 1] = d >> 8;
-    for (let k = 0; k < 16; k++) out[b * 18 + 2 + k] = Math.floor((r() + 0.5) * 256) & 0xff;
+/**
+ * Per row and block of 32 columns, written from ggml's block layouts (not from the packer): the
+ * integers q, the scale of columns 0-15 and 16-31 (f32), and the additive min (Q4_1, Q4_0 as
+ * -8 d, Q4_K as -dmin m) or undefined.
+ */
+function decode(s: Stored, rows: number, cols: number): { q: Int32Array; dA: Float32Array; dB: Float32Array; m: Float32Array | undefined } {
+  const nb = cols / 32;
+  const q = new Int32Array(rows * cols);
+  const dA = new Float32Array(rows * nb);
+  const dB = new Float32Array(rows * nb);
+  const m = s.type === "Q8_0" || s.type === "Q6_K" ? undefined : new Float32Array(rows * nb);
+  const h16 = (o: number) => f16BitsToF32(s.raw[o] | (s.raw[o + 1] << 8));
+  for (let row = 0; row < rows; row++) {
+    if (s.type === "Q4_K" || s.type === "Q6_K") {
+      for (let sb = 0; sb < cols / 256; sb++) {
+        if (s.type === "Q4_K") {
+          const o = (row * (cols / 256) + sb) * 144;
+          const d = h16(o);
+          const dmin = h16(o + 2);
+          const sc = s.raw.subarray(o + 4, o + 16);
+          for (let j = 0; j < 8; j++) {
+            const [a, mm] = j < 4 ? [sc[j] & 63, sc[j + 4] & 63] : [(sc[j + 4] & 0xf) | ((sc[j - 4] >> 6) << 4), (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4)];
+            const blk = row * nb + sb * 8 + j;
+            dA[blk] = dB[blk] = fr(d * a);
+            m![blk] = -fr(dmin * mm);
+            for (let l = 0; l < 32; l++) {
+              const byte = s.raw[o + 16 + 32 * (j >> 1) + l];
+              q[row * cols + sb * 256 + 32 * j + l] = j % 2 === 0 ? byte & 0xf : byte >> 4;
+            }
+          }
+        } else {
+          const o = (row * (cols / 256) + sb) * 210;
+          const d = h16(o + 208);
+          for (let e = 0; e < 256; e++) {
+            const n = e >> 7;
+            const l = e & 31;
+            const part = (e & 127) >> 5; // 0: ql low, 1: ql+32 low, 2: ql high, 3: ql+32 high
+            const ql = s.raw[o + 64 * n + l + (part & 1 ? 32 : 0)];
+            const qh = (s.raw[o + 128 + 32 * n + l] >> (2 * part)) & 3;
+            q[row * cols + sb * 256 + e] = ((part < 2 ? ql & 0xf : ql >> 4) | (qh << 4)) - 32;
+          }
+          for (let k = 0; k < 8; k++) {
+            const blk = row * nb + sb * 8 + k;
+            dA[blk] = fr(d * ((s.raw[o + 192 + 2 * k] << 24) >> 24));
+            dB[blk] = fr(d * ((s.raw[o + 193 + 2 * k] << 24) >> 24));
+          }
+        }
+      }
+      continue;
+    }
+    const sb = s.type === "Q8_0" ? 34 : s.type === "Q4_0" ? 18 : 20;
+    for (let b = 0; b < nb; b++) {
+      const o = (row * nb + b) * sb;
+      const d = h16(o);
+      dA[row * nb + b] = dB[row * nb + b] = d;
+      if (s.type === "Q8_0") {
+        for (let k = 0; k < 32; k++) q[row * cols + b * 32 + k] = (s.raw[o + 2 + k] << 24) >> 24;
+        continue;
+      }
+      const qs = s.type === "Q4_1" ? o + 4 : o + 2;
+      m![row * nb + b] = s.type === "Q4_1" ? h16(o + 2) : fr(-8 * d);
+      for (let k = 0; k < 16; k++) {
+        q[row * cols + b * 32 + k] = s.raw[qs + k] & 15;
+        q[row * cols + b * 32 + 16 + k] = s.raw[qs + k] >> 4;
+      }
+    }
   }
-  return out;
+  return { q, dA, dB, m };
 }
 
-/** The reference: per row and block, the exact integer sum, then the f32 steps in the documented order. */
+/** The reference: per row and block, the exact integer sum(s), then the f32 steps in the documented order. */
 function reference(s: Stored, x: Float32Array, T: number, rows: number, cols: number): Float32Array {
   const nb = cols / 32;
-  const sb = s.type === "Q8_0" ? 34 : s.type === "Q4_0" ? 18 : 20;
+  const w = decode(s, rows, cols);
   const y = new Float32Array(T * rows);
   for (let t = 0; t < T; t++) {
     const q = new Int32Array(cols);
@@ -66,19 +126,18 @@ function reference(s: Stored, x: Float32Array, T: number, rows: number, cols: nu
     for (let r = 0; r < rows; r++) {
       let acc = 0;
       for (let b = 0; b < nb; b++) {
-        const o = (r * nb + b) * sb;
-        const dw = f16BitsToF32(s.raw[o] | (s.raw[o + 1] << 8));
-        let isum = 0;
-        let mw = 0;
-        if (s.type === "Q8_0") {
-          for (let k = 0; k < 32; k++) isum += ((s.raw[o + 2 + k] << 24) >> 24) * q[b * 32 + k];
-        } else {
-          const qs = s.type === "Q4_1" ? o + 4 : o + 2;
-          mw = s.type === "Q4_1" ? f16BitsToF32(s.raw[o + 2] | (s.raw[o + 3] << 8)) : fr(-8 * dw);
-          for (let k = 0; k < 16; k++) isum += (s.raw[qs + k] & 15) * q[b * 32 + k] + (s.raw[qs + k] >> 4) * q[b * 32 + 16 + k];
+        let lo = 0;
+        let hi = 0;
+        for (let k = 0; k < 16; k++) {
+          lo += w.q[r * cols + b * 32 + k] * q[b * 32 + k];
+          hi += w.q[r * cols + b * 32 + 16 + k] * q[b * 32 + 16 + k];
         }
-        acc = fr(acc + fr(fr(isum) * fr(dw * dx[b])));
-        if (s.type !== "Q8_0") acc = fr(acc + fr(mw * sx[b]));
+        const blk = r * nb + b;
+        if (s.type === "Q6_K") {
+          acc = fr(acc + fr(fr(lo) * fr(w.dA[blk] * dx[b])));
+          acc = fr(acc + fr(fr(hi) * fr(w.dB[blk] * dx[b])));
+        } else acc = fr(acc + fr(fr(lo + hi) * fr(w.dA[blk] * dx[b])));
+        if (w.m) acc = fr(acc + fr(w.m[blk] * sx[b]));
       }
       y[t * rows + r] = acc;
     }
@@ -87,7 +146,7 @@ function reference(s: Stored, x: Float32Array, T: number, rows: number, cols: nu
 }
 
 function run(rt: KernelRuntime, s: Stored, x: Float32Array, T: number, rows: number, cols: number): Float32Array {
-  const kind = s.type === "Q8_0" ? "q8" : "q4";
+  const kind = kindOfStored(s.type)!;
   const w = rt.alloc(quantImageBytes(kind, rows, cols));
   packStoredRows(kind, s.type, s.raw, rt.u8, w, 0, rows, cols, "test", "w");
   const xp = rt.alloc(x.byteLength);
@@ -95,18 +154,16 @@ function run(rt: KernelRuntime, s: Stored, x: Float32Array, T: number, rows: num
   const xq = rt.alloc(Math.ceil(T / 4) * cols * 9);
   const y = rt.alloc(T * rows * 4);
   rt.quantX(xp, xq, T, cols);
-  rt.matmul(w, xq, y, T, cols, rows, KIND[kind]);
+  rt.matmulQ(kind, w, xq, y, T, cols, rows);
   return rt.f32.slice(y >> 2, (y >> 2) + T * rows);
 }
 
-function problem(type: Stored["type"], seed: number, T: number, rows: number, cols: number): { s: Stored; x: Float32Array } {
+function problem(type: Type, seed: number, T: number, rows: number, cols: number): { s: Stored; x: Float32Array } {
   const r = rand(seed);
   const x = new Float32Array(T * cols).map(() => r() * 3);
   x[5] = 0; // zeros and one all-zero block of the first token
   for (let k = 0; k < 32 && cols >= 64; k++) x[32 + k] = 0;
-  if (type === "Q4_0") return { s: { type, raw: randomQ40(rows, cols, r) }, x };
-  const w = new Uint16Array(rows * cols).map(() => f32ToBf16(r() * 0.2));
-  return { s: { type, raw: quantizeBf16Rows(type, w, rows, cols) }, x };
+  return { s: { type, raw: randomBlocks(type, rows, cols, r) }, x };
 }
 
 let rt1: KernelRuntime;
@@ -122,14 +179,21 @@ afterAll(() => {
 
 const bits = (a: Float32Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
 
-describe.each(["Q8_0", "Q4_0", "Q4_1"] as const)("%s image", (type) => {
+const K = (t: Type) => t === "Q4_K" || t === "Q6_K";
+
+describe.each(["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"] as const)("%s image", (type) => {
   it("equals the reference bit for bit for 1-9 tokens (quads and single tokens) and several shapes", () => {
-    for (const [rows, cols] of [
-      [4, 32],
-      [8, 96],
-      [44, 64],
-      [136, 160],
-    ]) {
+    for (const [rows, cols] of K(type)
+      ? [
+          [4, 256],
+          [44, 512],
+        ]
+      : [
+          [4, 32],
+          [8, 96],
+          [44, 64],
+          [136, 160],
+        ]) {
       for (let T = 1; T <= 9; T++) {
         const { s, x } = problem(type, rows * 100 + T, T, rows, cols);
         const want = reference(s, x, T, rows, cols);
@@ -140,7 +204,7 @@ describe.each(["Q8_0", "Q4_0", "Q4_1"] as const)("%s image", (type) => {
 
   it("gives each token the same bits alone as inside a multi-token matmul, and the same on two threads", () => {
     const rows = 256,
-      cols = 128,
+      cols = 256,
       T = 7;
     const { s, x } = problem(type, 5, T, rows, cols);
     const all = run(rt1, s, x, T, rows, cols);
@@ -151,55 +215,54 @@ describe.each(["Q8_0", "Q4_0", "Q4_1"] as const)("%s image", (type) => {
     expect(bits(run(rt2, s, x, T, rows, cols)).equals(bits(all))).toBe(true);
   });
 
-  it("is not a no-op: the result tracks the float64 product of the dequantised weights", () => {
+  it("is not a no-op: the result tracks the float64 product of the weights ggml's layout gives", () => {
     const rows = 16,
-      cols = 64,
+      cols = 256,
       T = 3;
     const { s, x } = problem(type, 77, T, rows, cols);
-    const w = new Uint16Array(rows * cols);
-    dequantToBf16(type, s.raw, rows * cols, w, 0);
+    const w = decode(s, rows, cols);
     const got = run(rt1, s, x, T, rows, cols);
-    const f = new Float32Array(1);
-    const u = new Uint32Array(f.buffer);
     for (let t = 0; t < T; t++) {
       for (let r = 0; r < rows; r++) {
         let want = 0;
         let mag = 0;
         for (let c = 0; c < cols; c++) {
-          u[0] = w[r * cols + c] << 16;
-          want += f[0] * x[t * cols + c];
-          mag += Math.abs(f[0] * x[t * cols + c]);
+          const blk = r * (cols / 32) + (c >> 5);
+          const v = w.q[r * cols + c] * ((c & 31) < 16 ? w.dA[blk] : w.dB[blk]) + (w.m ? w.m[blk] : 0);
+          want += v * x[t * cols + c];
+          mag += Math.abs(v * x[t * cols + c]);
         }
-        expect(Math.abs(got[t * rows + r] - want)).toBeLessThan(1e-2 * mag + 1e-6);
+        expect(Math.abs(got[t * rows + r] - want)).toBeLessThan(1e-3 * mag + 1e-6);
       }
     }
+    expect(got.some((v) => Math.abs(v) > 1e-3)).toBe(true);
   });
 
   it("the image row dequantiser gives q d (+ m) per element in the original row order", () => {
     const rows = 8,
-      cols = 64;
+      cols = 256;
     const { s } = problem(type, 3, 1, rows, cols);
-    const kind = type === "Q8_0" ? "q8" : "q4";
+    const kind = kindOfStored(type)!;
     const img = new Uint8Array(quantImageBytes(kind, rows, cols));
     packStoredRows(kind, type, s.raw, img, 0, 0, rows, cols, "test", "w");
-    const sb = type === "Q8_0" ? 34 : type === "Q4_0" ? 18 : 20;
+    const w = decode(s, rows, cols);
     for (let r = 0; r < rows; r++) {
       const out = new Float32Array(cols);
       dequantImageRow(kind, img, 0, r, cols, out, 0);
       for (let c = 0; c < cols; c++) {
-        const o = (r * (cols / 32) + (c >> 5)) * sb;
-        const d = f16BitsToF32(s.raw[o] | (s.raw[o + 1] << 8));
-        const k = c & 31;
-        let want: number;
-        if (type === "Q8_0") want = fr(((s.raw[o + 2 + k] << 24) >> 24) * d);
-        else {
-          const qs = type === "Q4_1" ? o + 4 : o + 2;
-          const q = k < 16 ? s.raw[qs + k] & 15 : s.raw[qs + k - 16] >> 4;
-          const m = type === "Q4_1" ? f16BitsToF32(s.raw[o + 2] | (s.raw[o + 3] << 8)) : fr(-8 * d);
-          want = fr(fr(q * d) + m);
-        }
+        const blk = r * (cols / 32) + (c >> 5);
+        const d = (c & 31) < 16 ? w.dA[blk] : w.dB[blk];
+        const want = w.m ? fr(fr(w.q[r * cols + c] * d) + w.m[blk]) : fr(w.q[r * cols + c] * d);
         expect(out[c]).toBe(want);
       }
+    }
+    // and the bf16 dequantiser (the weights: "bf16" path) gives the same values, rounded
+    const bf = new Uint16Array(rows * cols);
+    dequantToBf16(type, s.raw, rows * cols, bf, 0);
+    for (let r = 0; r < rows; r++) {
+      const out = new Float32Array(cols);
+      dequantImageRow(kind, img, 0, r, cols, out, 0);
+      for (let c = 0; c < cols; c++) expect(f32ToBf16(out[c])).toBe(bf[r * cols + c]);
     }
   });
 });

@@ -4,6 +4,7 @@
 import { Worker } from "node:worker_threads";
 import { AirmError, ConfigError } from "@airm/rm-core";
 import { assembleKernels, type AssembledKernels } from "./assemble.ts";
+import { GROUP_BLOCK_BYTES, KIND, type QuantKind } from "./quant-image.ts";
 import { wasmApi, type WasmInstance, type WasmMemory, type WasmModule } from "./wasm-api.ts";
 
 const PAGE = 65536;
@@ -12,12 +13,14 @@ const ALIGN = 64;
 /** Below this many output values a matmul stays on the calling thread (no effect on bits). */
 const SPLIT_MIN_OUTPUTS = 256;
 /** Per-thread scratch of the matmul tiles: the bf16 4x4 tile's 16 accumulators, the quantized 4-token tile's sums and accumulators. */
-const ACC_SCRATCH_BYTES = 512;
+const ACC_SCRATCH_BYTES = 1024;
 
 interface KernelExports {
   matmul(w: number, x: number, y: number, T: number, cols: number, rows: number, r0: number, r1: number, acc: number): void;
   matmul_q8(w: number, x: number, y: number, T: number, cols: number, rows: number, r0: number, r1: number, scr: number): void;
   matmul_q4(w: number, x: number, y: number, T: number, cols: number, rows: number, r0: number, r1: number, scr: number): void;
+  matmul_q4k(w: number, x: number, y: number, T: number, cols: number, rows: number, r0: number, r1: number, scr: number): void;
+  matmul_q6k(w: number, x: number, y: number, T: number, cols: number, rows: number, r0: number, r1: number, scr: number): void;
   quant_x(src: number, dst: number, T: number, cols: number): void;
   pack_x(src: number, dst: number, T: number, cols: number): void;
   rmsnorm(x: number, w: number, out: number, n: number, eps: number): void;
@@ -46,8 +49,8 @@ const { workerData, parentPort } = require("node:worker_threads");
 const { module, memory, ctrl: ctrlBuffer } = workerData;
 const ctrl = new Int32Array(ctrlBuffer);
 WebAssembly.instantiate(module, { env: { memory } }).then((instance) => {
-  // by weight kind: 0 bf16, 1 q8, 2 q4 (quant-image.ts KIND)
-  const kernels = [instance.exports.matmul, instance.exports.matmul_q8, instance.exports.matmul_q4];
+  // by weight kind: 0 bf16, 1 q8, 2 q4, 3 q4k, 4 q6k (quant-image.ts KIND)
+  const kernels = [instance.exports.matmul, instance.exports.matmul_q8, instance.exports.matmul_q4, instance.exports.matmul_q4k, instance.exports.matmul_q6k];
   parentPort.postMessage("ready");
   let last = 0;
   for (;;) {
@@ -191,18 +194,34 @@ export class KernelRuntime {
   }
 
   /**
-   * Y[t][r] = W[r] . X[t] for t < T, r < rows. `kind` 0: W the bf16 image at `w` (see
-   * weight-image.ts), X f32 [T][cols] packed by packX; 1 (q8) / 2 (q4): W a quantized image
-   * (quant-image.ts), X quantized by quantX. Y: f32 [T][rows]. With two threads the rows are
-   * split (never the sum).
+   * Y[t][r] = W[r] . X[t] for t < T, r < rows. W: the bf16 image at `w` (see weight-image.ts),
+   * X: f32 [T][cols] packed by packX, Y: f32 [T][rows]. With two threads the rows are split
+   * (never the sum).
    */
-  matmul(w: number, x: number, y: number, T: number, cols: number, rows: number, kind: 0 | 1 | 2 = 0): void {
-    const run = kind === 0 ? this.k.matmul : kind === 1 ? this.k.matmul_q8 : this.k.matmul_q4;
-    if (this.worker === undefined || rows * T < SPLIT_MIN_OUTPUTS || rows < 8) {
-      run(w, x, y, T, cols, rows, 0, rows, this.accScratch[0]);
+  matmul(w: number, x: number, y: number, T: number, cols: number, rows: number): void {
+    this.run(0, w, x, y, T, cols, rows, 0, rows);
+  }
+
+  /**
+   * Rows [r0, r1) (multiples of 4) of Y = W X for a quantized image of `kind` at `w` that holds
+   * exactly those rows (quant-image.ts), X quantized by quantX, Y: f32 [T][rows] (rows = the
+   * full output width). With two threads the rows are split (never the sum).
+   */
+  matmulQ(kind: QuantKind, w: number, x: number, y: number, T: number, cols: number, rows: number, r0 = 0, r1 = rows): void {
+    // The kernels address group (r >> 2) from w: shift w back so the image's first group is row r0's.
+    const base = (w - (r0 >> 2) * (cols >> 5) * GROUP_BLOCK_BYTES[kind]) | 0;
+    this.run(KIND[kind], base, x, y, T, cols, rows, r0, r1);
+  }
+
+  private run(kind: number, w: number, x: number, y: number, T: number, cols: number, rows: number, r0: number, r1: number): void {
+    const k = this.k;
+    const fn = [k.matmul, k.matmul_q8, k.matmul_q4, k.matmul_q4k, k.matmul_q6k][kind]!;
+    const n = r1 - r0;
+    if (this.worker === undefined || n * T < SPLIT_MIN_OUTPUTS || n < 8) {
+      fn(w, x, y, T, cols, rows, r0, r1, this.accScratch[0]);
       return;
     }
-    const mid = (rows >> 3) << 2; // half the rows, a multiple of 4
+    const mid = r0 + ((n >> 3) << 2); // half the rows, a multiple of 4
     const c = this.ctrl;
     c[C_ARGS] = w;
     c[C_ARGS + 1] = x;
@@ -211,13 +230,13 @@ export class KernelRuntime {
     c[C_ARGS + 4] = cols;
     c[C_ARGS + 5] = rows;
     c[C_ARGS + 6] = mid;
-    c[C_ARGS + 7] = rows;
+    c[C_ARGS + 7] = r1;
     c[C_ARGS + 8] = this.accScratch[1];
     c[C_ARGS + 9] = kind;
     const seq = ++this.seq;
     Atomics.store(c, C_SEQ, seq);
     Atomics.notify(c, C_SEQ);
-    run(w, x, y, T, cols, rows, 0, mid, this.accScratch[0]);
+    fn(w, x, y, T, cols, rows, r0, mid, this.accScratch[0]);
     let done: number;
     while ((done = Atomics.load(c, C_DONE)) !== seq) Atomics.wait(c, C_DONE, done);
     if (Atomics.load(c, C_FAILED) === 1) throw new AirmError("MODEL_LOAD", "the second kernel thread failed; reload the model with threads: 1");

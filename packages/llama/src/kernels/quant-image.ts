@@ -1,30 +1,47 @@
 // The kernel-ready images of quantized weight matrices ("4-row groups", see wat/kernels.wat):
-// GGUF Q8_0 / Q4_0 / Q4_1 blocks repacked (never converted) so one pointer walks four rows, and
-// the quantizers that make such blocks from bf16 rows (for `weights: "q8_0" | "q4_1"`). Knows
-// the block layouts; the model decides which matrix gets which.
+// GGUF Q8_0 / Q4_0 / Q4_1 / Q4_K / Q6_K blocks repacked so one pointer walks four rows (the
+// integers are kept; K-quant sub-block scales are multiplied out into exact f32 per 32 or 16
+// columns), and the quantizers that make Q8_0 / Q4_1 blocks from bf16 rows (for
+// `weights: "q8_0" | "q4_1"`). Knows the block layouts; the model decides which matrix gets which.
 import { f16BitsToF32 } from "../checkpoint/bf16-convert.ts";
 import { ModelLoadError } from "../checkpoint/model-load-error.ts";
 
 /** Kernel ids of the weight formats (0 is the bf16 image of weight-image.ts). */
-export const KIND = { bf16: 0, q8: 1, q4: 2 } as const;
+export const KIND = { bf16: 0, q8: 1, q4: 2, q4k: 3, q6k: 4 } as const;
 export type WeightKind = keyof typeof KIND;
+export type QuantKind = Exclude<WeightKind, "bf16">;
 
-/** Bytes per block of 32 columns of a 4-row group (q8: 4 x 32 int8 + 4 f32 scales; q4: 4 x 16 nibble bytes + 4 f16 d + 4 f16 m). */
-export const GROUP_BLOCK_BYTES = { q8: 144, q4: 80 } as const;
+/**
+ * Bytes per block of 32 columns of a 4-row group. q8: 4 x 32 int8 + 4 f32 d; q4: 4 x 16 nibble
+ * bytes + 4 f16 d + 4 f16 m; q4k: 4 x 16 nibble bytes + 4 f32 d + 4 f32 m; q6k: 4 x 32 int8
+ * (q - 32) + 4 f32 d for columns 0-15 + 4 f32 d for columns 16-31.
+ */
+export const GROUP_BLOCK_BYTES = { q8: 144, q4: 80, q4k: 96, q6k: 160 } as const;
 
-/** GGUF block types each quantized kind holds as stored. */
-export const STORED_TYPES = { q8: ["Q8_0"], q4: ["Q4_0", "Q4_1"] } as const;
+/** GGUF block types each quantized kind holds. */
+export const STORED_TYPES = { q8: ["Q8_0"], q4: ["Q4_0", "Q4_1"], q4k: ["Q4_K"], q6k: ["Q6_K"] } as const;
 
-/** Bytes of one stored GGUF block of 32 elements. */
-const STORED_BLOCK = { Q8_0: 34, Q4_0: 18, Q4_1: 20 } as Record<string, number>;
+/** Elements and bytes of one stored GGUF block. */
+const STORED_BLOCK: Record<string, { n: number; bytes: number }> = {
+  Q8_0: { n: 32, bytes: 34 },
+  Q4_0: { n: 32, bytes: 18 },
+  Q4_1: { n: 32, bytes: 20 },
+  Q4_K: { n: 256, bytes: 144 },
+  Q6_K: { n: 256, bytes: 210 },
+};
 
-/** Whether a [rows][cols] matrix fits the quantized kernels (else it stays bf16). */
-export function quantizable(rows: number, cols: number): boolean {
-  return rows % 4 === 0 && cols % 32 === 0;
+/** The kind that holds a stored type, if any. */
+export function kindOfStored(dtype: string): QuantKind | undefined {
+  return (Object.keys(STORED_TYPES) as QuantKind[]).find((k) => (STORED_TYPES[k] as readonly string[]).includes(dtype));
+}
+
+/** Whether a [rows][cols] matrix of `kind` fits the quantized kernels (else it stays bf16). */
+export function quantizable(rows: number, cols: number, kind: QuantKind = "q8"): boolean {
+  return rows % 4 === 0 && cols % (kind === "q4k" || kind === "q6k" ? 256 : 32) === 0;
 }
 
 /** Bytes of the image of a [rows][cols] matrix of `kind`. */
-export function quantImageBytes(kind: "q8" | "q4", rows: number, cols: number): number {
+export function quantImageBytes(kind: QuantKind, rows: number, cols: number): number {
   return (rows / 4) * (cols / 32) * GROUP_BLOCK_BYTES[kind];
 }
 
@@ -101,7 +118,7 @@ function checkScale(h: number, file: string, tensor: string): void {
  * Throws ModelLoadError for a non-finite scale or a Q4_0 scale whose -8 d f16 cannot hold.
  */
 export function packStoredRows(
-  kind: "q8" | "q4",
+  kind: QuantKind,
   type: string,
   raw: Uint8Array,
   u8: Uint8Array,
@@ -113,11 +130,17 @@ export function packStoredRows(
   tensor: string,
 ): void {
   const nb = cols / 32;
-  const sb = STORED_BLOCK[type];
-  if (sb === undefined || !(STORED_TYPES[kind] as readonly string[]).includes(type))
+  const blk = STORED_BLOCK[type];
+  if (blk === undefined || !(STORED_TYPES[kind] as readonly string[]).includes(type))
     throw new ModelLoadError(file, `tensor "${tensor}" has type ${type}, not one the ${kind} image holds`, { item: tensor });
-  if (raw.byteLength !== rows * nb * sb)
-    throw new ModelLoadError(file, `tensor "${tensor}" has ${raw.byteLength} bytes, ${rows} rows of ${cols} ${type} need ${rows * nb * sb}`, { item: tensor });
+  const need = (rows * cols * blk.bytes) / blk.n;
+  if (cols % blk.n !== 0 || raw.byteLength !== need)
+    throw new ModelLoadError(file, `tensor "${tensor}" has ${raw.byteLength} bytes, ${rows} rows of ${cols} ${type} need ${need}`, { item: tensor });
+  if (kind === "q4k" || kind === "q6k") {
+    packKRows(kind, raw, u8, base, row0, rows, cols, file, tensor);
+    return;
+  }
+  const sb = blk.bytes;
   const gb = GROUP_BLOCK_BYTES[kind];
   const rd = (o: number): number => raw[o]! | (raw[o + 1]! << 8);
   for (let i = 0; i < rows; i++) {
@@ -131,11 +154,7 @@ export function packStoredRows(
       checkScale(dh, file, tensor);
       if (kind === "q8") {
         u8.set(raw.subarray(s + 2, s + 34), d + 32 * j);
-        f32s[0] = f16Table[dh]!;
-        u8[d + 128 + 4 * j] = u32s[0]! & 0xff;
-        u8[d + 129 + 4 * j] = (u32s[0]! >>> 8) & 0xff;
-        u8[d + 130 + 4 * j] = (u32s[0]! >>> 16) & 0xff;
-        u8[d + 131 + 4 * j] = u32s[0]! >>> 24;
+        putF32(u8, d + 128 + 4 * j, f16Table[dh]!);
         continue;
       }
       let mh: number;
@@ -158,6 +177,98 @@ export function packStoredRows(
   }
 }
 
+const f32w = new Float32Array(1);
+const u32w = new Uint32Array(f32w.buffer);
+function putF32(u8: Uint8Array, at: number, v: number): void {
+  f32w[0] = v;
+  const b = u32w[0]!;
+  u8[at] = b & 0xff;
+  u8[at + 1] = (b >>> 8) & 0xff;
+  u8[at + 2] = (b >>> 16) & 0xff;
+  u8[at + 3] = b >>> 24;
+}
+function getF32(u8: Uint8Array, at: number): number {
+  u32w[0] = (u8[at]! | (u8[at + 1]! << 8) | (u8[at + 2]! << 16) | (u8[at + 3]! << 24)) >>> 0;
+  return f32w[0]!;
+}
+
+/** Q4_K's 6-bit (scale, min) pair k of the 12 scale bytes at `S` (ggml's get_scale_min_k4). */
+function scaleMinK4(raw: Uint8Array, S: number, k: number): [number, number] {
+  if (k < 4) return [raw[S + k]! & 63, raw[S + k + 4]! & 63];
+  return [(raw[S + k + 4]! & 0xf) | ((raw[S + k - 4]! >> 6) << 4), (raw[S + k + 4]! >> 4) | ((raw[S + k]! >> 6) << 4)];
+}
+
+/**
+ * K-quant rows into the q4k / q6k images. Q4_K (144 bytes per 256): f16 d, f16 dmin, 12 bytes of
+ * 6-bit (scale, min) pairs, 128 nibble bytes where each 64 columns take 32 bytes (low nibbles the
+ * first 32, high nibbles the next 32); w = d sc q - dmin m, kept per 32 columns as q, d sc and
+ * -(dmin m) in f32 (exact: an f16 times a 6-bit integer). Q6_K (210 per 256): 128 bytes of low
+ * nibbles, 64 of high 2-bit pairs, 16 int8 scales (one per 16 columns), f16 d; w = d sc (q - 32),
+ * kept as q - 32 (int8) and d sc per 16 columns in f32 (exact).
+ */
+function packKRows(kind: "q4k" | "q6k", raw: Uint8Array, u8: Uint8Array, base: number, row0: number, rows: number, cols: number, file: string, tensor: string): void {
+  const nb = cols / 32;
+  const nsb = cols / 256;
+  const gb = GROUP_BLOCK_BYTES[kind];
+  const sbBytes = kind === "q4k" ? 144 : 210;
+  const q = new Uint8Array(256);
+  const sc = new Float32Array(16);
+  const mn = new Float32Array(8);
+  for (let i = 0; i < rows; i++) {
+    const r = row0 + i;
+    const j = r & 3;
+    const groupBase = base + (r >> 2) * nb * gb;
+    for (let s = 0; s < nsb; s++) {
+      const o = (i * nsb + s) * sbBytes;
+      if (kind === "q4k") {
+        const dh = raw[o]! | (raw[o + 1]! << 8);
+        const mh = raw[o + 2]! | (raw[o + 3]! << 8);
+        checkScale(dh, file, tensor);
+        checkScale(mh, file, tensor);
+        for (let k = 0; k < 8; k++) {
+          const [a, m] = scaleMinK4(raw, o + 4, k);
+          sc[k] = Math.fround(f16Table[dh]! * a);
+          mn[k] = -Math.fround(f16Table[mh]! * m);
+        }
+        for (let c = 0; c < 4; c++) {
+          for (let l = 0; l < 32; l++) {
+            const b = raw[o + 16 + 32 * c + l]!;
+            q[64 * c + l] = b & 0xf;
+            q[64 * c + 32 + l] = b >> 4;
+          }
+        }
+        for (let k = 0; k < 8; k++) {
+          const d0 = groupBase + (s * 8 + k) * gb;
+          for (let b = 0; b < 16; b++) u8[d0 + 16 * j + b] = q[32 * k + b]! | (q[32 * k + 16 + b]! << 4);
+          putF32(u8, d0 + 64 + 4 * j, sc[k]!);
+          putF32(u8, d0 + 80 + 4 * j, mn[k]!);
+        }
+        continue;
+      }
+      const dh = raw[o + 208]! | (raw[o + 209]! << 8);
+      checkScale(dh, file, tensor);
+      for (let k = 0; k < 16; k++) sc[k] = Math.fround(f16Table[dh]! * ((raw[o + 192 + k]! << 24) >> 24));
+      for (let n = 0; n < 2; n++) {
+        const ql = o + 64 * n;
+        const qh = o + 128 + 32 * n;
+        for (let l = 0; l < 32; l++) {
+          const h = raw[qh + l]!;
+          q[128 * n + l] = (((raw[ql + l]! & 0xf) | ((h & 3) << 4)) - 32) & 0xff;
+          q[128 * n + l + 32] = (((raw[ql + l + 32]! & 0xf) | (((h >> 2) & 3) << 4)) - 32) & 0xff;
+          q[128 * n + l + 64] = (((raw[ql + l]! >> 4) | (((h >> 4) & 3) << 4)) - 32) & 0xff;
+          q[128 * n + l + 96] = (((raw[ql + l + 32]! >> 4) | (((h >> 6) & 3) << 4)) - 32) & 0xff;
+        }
+      }
+      for (let k = 0; k < 8; k++) {
+        const d0 = groupBase + (s * 8 + k) * gb;
+        u8.set(q.subarray(32 * k, 32 * k + 32), d0 + 32 * j);
+        putF32(u8, d0 + 128 + 4 * j, sc[2 * k]!);
+        putF32(u8, d0 + 144 + 4 * j, sc[2 * k + 1]!);
+      }
+    }
+  }
+}
+
 /**
  * Quantizes bf16 rows (row-major [rows][cols]) to GGUF blocks as ggml's reference quantizers
  * do: Q8_0 d = amax / 127 stored as f16, q = round(x / d); Q4_1 d = (max - min) / 15, m = min,
@@ -165,7 +276,7 @@ export function packStoredRows(
  */
 export function quantizeBf16Rows(type: "Q8_0" | "Q4_1", src: Uint16Array, rows: number, cols: number): Uint8Array {
   const nb = cols / 32;
-  const sb = STORED_BLOCK[type]!;
+  const sb = STORED_BLOCK[type]!.bytes;
   const out = new Uint8Array(rows * nb * sb);
   const x = new Float32Array(32);
   const xb = new Uint32Array(x.buffer);
@@ -207,7 +318,7 @@ export function quantizeBf16Rows(type: "Q8_0" | "Q4_1", src: Uint16Array, rows: 
 }
 
 /** Row r of a quantized image as f32 values (w = q d, or q d + m for q4), into out[0..cols). */
-export function dequantImageRow(kind: "q8" | "q4", u8: Uint8Array, base: number, r: number, cols: number, out: Float32Array, outOff: number): void {
+export function dequantImageRow(kind: QuantKind, u8: Uint8Array, base: number, r: number, cols: number, out: Float32Array, outOff: number): void {
   const nb = cols / 32;
   const gb = GROUP_BLOCK_BYTES[kind];
   const j = r & 3;
@@ -215,13 +326,13 @@ export function dequantImageRow(kind: "q8" | "q4", u8: Uint8Array, base: number,
   const fr = Math.fround;
   for (let b = 0; b < nb; b++) {
     const d0 = groupBase + b * gb;
-    if (kind === "q8") {
-      u32s[0] = (u8[d0 + 128 + 4 * j]! | (u8[d0 + 129 + 4 * j]! << 8) | (u8[d0 + 130 + 4 * j]! << 16) | (u8[d0 + 131 + 4 * j]! << 24)) >>> 0;
-      const d = f32s[0]!;
-      for (let k = 0; k < 32; k++) out[outOff + b * 32 + k] = fr(((u8[d0 + 32 * j + k]! << 24) >> 24) * d);
+    if (kind === "q8" || kind === "q6k") {
+      const dA = getF32(u8, d0 + 128 + 4 * j);
+      const dB = kind === "q8" ? dA : getF32(u8, d0 + 144 + 4 * j);
+      for (let k = 0; k < 32; k++) out[outOff + b * 32 + k] = fr(((u8[d0 + 32 * j + k]! << 24) >> 24) * (k < 16 ? dA : dB));
     } else {
-      const d = f16Table[u8[d0 + 64 + 2 * j]! | (u8[d0 + 65 + 2 * j]! << 8)]!;
-      const m = f16Table[u8[d0 + 72 + 2 * j]! | (u8[d0 + 73 + 2 * j]! << 8)]!;
+      const d = kind === "q4" ? f16Table[u8[d0 + 64 + 2 * j]! | (u8[d0 + 65 + 2 * j]! << 8)]! : getF32(u8, d0 + 64 + 4 * j);
+      const m = kind === "q4" ? f16Table[u8[d0 + 72 + 2 * j]! | (u8[d0 + 73 + 2 * j]! << 8)]! : getF32(u8, d0 + 80 + 4 * j);
       for (let k = 0; k < 16; k++) {
         const q = u8[d0 + 16 * j + k]!;
         out[outOff + b * 32 + k] = fr(fr((q & 15) * d) + m);

@@ -7,7 +7,17 @@ import { AirmError, ConfigError, ContextOverflowError, KV_LAYOUT } from "@airm/r
 import type { Checkpoint, ModelConfig, TensorSource } from "../checkpoint-types.ts";
 import { KERNEL_VERSION, NUMERICS_CHOICES } from "../kernels/assemble.ts";
 import { KernelRuntime } from "../kernels/kernel-runtime.ts";
-import { KIND, STORED_TYPES, dequantImageRow, packStoredRows, quantImageBytes, quantizable, quantizeBf16Rows, type WeightKind } from "../kernels/quant-image.ts";
+import {
+  STORED_TYPES,
+  dequantImageRow,
+  kindOfStored,
+  packStoredRows,
+  quantImageBytes,
+  quantizable,
+  quantizeBf16Rows,
+  type QuantKind,
+  type WeightKind,
+} from "../kernels/quant-image.ts";
 import { imageIndex, interleaveRows } from "../kernels/weight-image.ts";
 import { WasmKVCache, type KVCache } from "./kv-cache.ts";
 import { RopeTable } from "./rope.ts";
@@ -33,25 +43,36 @@ export interface LlamaModelOptions {
   weights?: WeightsMode;
 }
 
-/** A weight matrix in memory: its image address, kernel kind and image bytes. */
-interface Matrix {
+/**
+ * A run of rows of a (fused) weight matrix held in one kind: its image address, first output row,
+ * row count and image bytes. A fused group whose parts are stored in different block types (Q4_K
+ * q/k with a Q6_K v, as Q4_K_M files have) is several segments over one input.
+ */
+interface Segment {
   ptr: number;
-  kind: 0 | 1 | 2;
+  kind: WeightKind;
+  row0: number;
+  rows: number;
   bytes: number;
 }
 
-/** The kind a fused group of matrices gets under `mode`. */
-function chooseKind(dtypes: string[], rows: number, cols: number, mode: WeightsMode): WeightKind {
-  if (mode === "bf16" || !quantizable(rows, cols)) return "bf16";
-  for (const kind of ["q8", "q4"] as const) {
-    if (dtypes.every((d) => (STORED_TYPES[kind] as readonly string[]).includes(d))) return kind;
-  }
-  if (dtypes.every((d) => d === "F32" || d === "F16" || d === "BF16")) return mode === "q8_0" ? "q8" : mode === "q4_1" ? "q4" : "bf16";
-  return "bf16";
+interface Matrix {
+  segs: Segment[];
+  bytes: number;
+}
+
+const FLOAT_TYPES = ["F32", "F16", "BF16"];
+
+/** The kind of each part of a fused group under `mode`, or "bf16" for the whole group. */
+function planKinds(parts: { dtype: string; rows: number }[], cols: number, mode: WeightsMode): QuantKind[] | "bf16" {
+  if (mode === "bf16") return "bf16";
+  const kinds = parts.map((p) => kindOfStored(p.dtype) ?? (FLOAT_TYPES.includes(p.dtype) ? (mode === "q8_0" ? "q8" : mode === "q4_1" ? "q4" : undefined) : undefined));
+  if (kinds.some((k, i) => k === undefined || !quantizable(parts[i].rows, cols, k))) return "bf16";
+  return kinds as QuantKind[];
 }
 
 /** Writes tensor `name` as rows [row0, row0 + rows) of a quantized image at `ptr` (blocks kept, or quantized from bf16). */
-function fillQuantRows(rt: KernelRuntime, kind: "q8" | "q4", src: TensorSource, name: string, ptr: number, row0: number, rows: number, cols: number): void {
+function fillQuantRows(rt: KernelRuntime, kind: QuantKind, src: TensorSource, name: string, ptr: number, row0: number, rows: number, cols: number): void {
   const info = src.info(name);
   let raw: Uint8Array;
   let type: string;
@@ -253,41 +274,64 @@ export class LlamaModel {
     const rt = await KernelRuntime.create({ threads: opts.threads ?? 1, initialBytes: totalBytes });
     const slots = new Map<string, WeightSlot>();
     const fill = image === undefined;
-    const weightKinds: Record<WeightKind, number> = { bf16: 0, q8: 0, q4: 0 };
+    const weightKinds: Record<WeightKind, number> = { bf16: 0, q8: 0, q4: 0, q4k: 0, q6k: 0 };
     const kindList: string[] = [];
     try {
       const start = rt.allocationTop;
       const loadMatrix = (names: { name: string; rows: number }[], cols: number): Matrix => {
         const rows = names.reduce((a, n) => a + n.rows, 0);
         for (const { name, rows: r } of names) expectShape(src, name, [r, cols]);
-        const weights = chooseKind(
-          names.map((n) => src.info(n.name).dtype),
-          rows,
+        const plan = planKinds(
+          names.map((n) => ({ dtype: src.info(n.name).dtype, rows: n.rows })),
           cols,
           mode,
         );
-        weightKinds[weights]++;
-        kindList.push(weights);
-        const bytes = weights === "bf16" ? rows * cols * 2 : quantImageBytes(weights, rows, cols);
-        const ptr = rt.alloc(bytes);
-        let at = 0;
-        for (const { name, rows: r } of names) {
-          slots.set(name, { kind: "matrix", ptr, rowsTotal: rows, cols, row0: at, rows: r, weights });
-          if (fill && weights !== "bf16") fillQuantRows(rt, weights, src, name, ptr, at, r, cols);
-          at += r;
-        }
-        const matrix: Matrix = { ptr, kind: KIND[weights], bytes };
-        if (fill && weights === "bf16") {
-          const plain = new Uint16Array(rows * cols);
-          let off = 0;
+        if (plan === "bf16") {
+          const bytes = rows * cols * 2;
+          const ptr = rt.alloc(bytes);
+          let at = 0;
           for (const { name, rows: r } of names) {
-            expectShape(src, name, [r, cols]);
-            src.readBf16(name, plain.subarray(off, off + r * cols));
-            off += r * cols;
+            slots.set(name, { kind: "matrix", ptr, rowsTotal: rows, cols, row0: at, rows: r, weights: "bf16" });
+            at += r;
           }
-          interleaveRows(plain, rt.u16, ptr >> 1, rows, cols);
+          if (fill) {
+            const plain = new Uint16Array(rows * cols);
+            let off = 0;
+            for (const { name, rows: r } of names) {
+              src.readBf16(name, plain.subarray(off, off + r * cols));
+              off += r * cols;
+            }
+            interleaveRows(plain, rt.u16, ptr >> 1, rows, cols);
+          }
+          weightKinds.bf16++;
+          kindList.push("bf16");
+          return { segs: [{ ptr, kind: "bf16", row0: 0, rows, bytes }], bytes };
         }
-        return matrix;
+        // consecutive parts of one kind share a segment
+        const segs: (Segment & { parts: { name: string; rows: number }[] })[] = [];
+        let at = 0;
+        names.forEach((n, i) => {
+          const last = segs.at(-1);
+          if (last && last.kind === plan[i]) {
+            last.rows += n.rows;
+            last.parts.push(n);
+          } else segs.push({ ptr: 0, kind: plan[i], row0: at, rows: n.rows, bytes: 0, parts: [n] });
+          at += n.rows;
+        });
+        for (const seg of segs) {
+          const kind = seg.kind as QuantKind;
+          seg.bytes = quantImageBytes(kind, seg.rows, cols);
+          seg.ptr = rt.alloc(seg.bytes);
+          let within = 0;
+          for (const { name, rows: r } of seg.parts) {
+            slots.set(name, { kind: "matrix", ptr: seg.ptr, rowsTotal: seg.rows, cols, row0: within, rows: r, weights: kind });
+            if (fill) fillQuantRows(rt, kind, src, name, seg.ptr, within, r, cols);
+            within += r;
+          }
+          weightKinds[kind]++;
+        }
+        kindList.push(segs.map((g) => g.kind).join("+"));
+        return { segs: segs.map(({ parts: _, ...g }) => g), bytes: segs.reduce((a, g) => a + g.bytes, 0) };
       };
       const loadVectorF32 = (names: { name: string; n: number }[]): number => {
         const total = names.reduce((a, n) => a + n.n, 0);
@@ -517,8 +561,7 @@ export class LlamaModel {
   /** Streams this model's per-token weight bytes with the plain read loop (bench roofline). */
   streamWeights(): number {
     let acc = 0;
-    for (const L of this.layers) for (const M of [L.wqkv, L.wo, L.wgu, L.wd]) acc ^= this.rt.streamRead(M.ptr, M.bytes & ~127);
-    acc ^= this.rt.streamRead(this.lmHead.ptr, this.lmHead.bytes & ~127);
+    for (const M of [...this.layers.flatMap((L) => [L.wqkv, L.wo, L.wgu, L.wd]), this.lmHead]) for (const g of M.segs) acc ^= this.rt.streamRead(g.ptr, g.bytes & ~127);
     return acc;
   }
 
@@ -607,9 +650,13 @@ export class LlamaModel {
 
   /** y = M x for n tokens of f32 x [n][cols] at `src`, through `xp` (packed or quantized input). */
   private mm(M: Matrix, src: number, xp: number, y: number, n: number, cols: number, rows: number): void {
-    if (M.kind === KIND.bf16) this.rt.packX(src, xp, n, cols);
-    else this.rt.quantX(src, xp, n, cols);
-    this.rt.matmul(M.ptr, xp, y, n, cols, rows, M.kind);
+    if (M.segs[0].kind === "bf16") {
+      this.rt.packX(src, xp, n, cols);
+      this.rt.matmul(M.segs[0].ptr, xp, y, n, cols, rows);
+      return;
+    }
+    this.rt.quantX(src, xp, n, cols);
+    for (const g of M.segs) this.rt.matmulQ(g.kind as QuantKind, g.ptr, xp, y, n, cols, rows, g.row0, g.row0 + g.rows);
   }
 
   /**
@@ -669,11 +716,12 @@ export class LlamaModel {
     // Embedding rows read out of the image: bf16 widened exactly, quantized blocks as q d (+ m).
     for (let t = 0; t < T; t++) {
       const dst = (resid >> 2) + t * hidden;
-      if (this.embed.kind === KIND.q8 || this.embed.kind === KIND.q4) {
-        dequantImageRow(this.embed.kind === KIND.q8 ? "q8" : "q4", rt.u8, this.embed.ptr, tokens[t], hidden, f32, dst);
+      const e = this.embed.segs[0];
+      if (e.kind !== "bf16") {
+        dequantImageRow(e.kind, rt.u8, e.ptr, tokens[t], hidden, f32, dst);
         continue;
       }
-      const base = this.embed.ptr >> 1;
+      const base = e.ptr >> 1;
       for (let i = 0; i < hidden; i++) u32[dst + i] = u16[base + imageIndex(tokens[t], i, c.vocabSize, hidden)] << 16;
     }
 

@@ -1,0 +1,43 @@
+// Random GGUF quantized blocks (Q8_0 and Q4_1 through the model's own quantizer, Q4_0 and the
+// K-quants as random integers and small finite scales), for kernel and loader tests.
+import { f16Round, quantizeBf16Rows } from "../../src/kernels/quant-image.ts";
+import { f32ToBf16 } from "./reference-math.ts";
+
+export type QuantType = "Q8_0" | "Q4_0" | "Q4_1" | "Q4_K" | "Q6_K";
+
+export /** Random stored blocks of `type` for [rows][cols] with small finite scales. */
+function randomBlocks(type: QuantType, rows: number, cols: number, r: () => number): Uint8Array {
+  const byte = () => Math.floor((r() + 0.5) * 256) & 0xff;
+  const put16 = (out: Uint8Array, at: number, h: number) => {
+    out[at] = h & 0xff;
+    out[at + 1] = h >> 8;
+  };
+  const small = (lo: number, span: number) => f16Round(lo + Math.abs(r()) * span);
+  if (type === "Q4_0") {
+    const out = new Uint8Array((rows * cols * 18) / 32);
+    for (let b = 0; b < out.length / 18; b++) {
+      put16(out, b * 18, small(0.01, 0.02));
+      for (let k = 0; k < 16; k++) out[b * 18 + 2 + k] = byte();
+    }
+    return out;
+  }
+  if (type === "Q4_K") {
+    const out = new Uint8Array((rows * cols * 144) / 256);
+    for (let b = 0; b < out.length / 144; b++) {
+      put16(out, b * 144, small(0.0005, 0.001));
+      put16(out, b * 144 + 2, small(0.0002, 0.001));
+      for (let k = 4; k < 144; k++) out[b * 144 + k] = byte();
+    }
+    return out;
+  }
+  if (type === "Q6_K") {
+    const out = new Uint8Array((rows * cols * 210) / 256);
+    for (let b = 0; b < out.length / 210; b++) {
+      for (let k = 0; k < 208; k++) out[b * 210 + k] = byte();
+      put16(out, b * 210 + 208, small(0.0001, 0.0002));
+    }
+    return out;
+  }
+  const w = new Uint16Array(rows * cols).map(() => f32ToBf16(r() * 0.2));
+  return quantizeBf16Rows(type, w, rows, cols);
+}
