@@ -9,7 +9,7 @@ import { performance } from "node:perf_hooks";
 import { ConfigError, ContextOverflowError, KVIntegrityError, UnsupportedError } from "@airm/rm-core";
 import type { DeviceInfo, EngineVariant, KVBlobs, ModelInfo, SamplingParams } from "@airm/rm-core";
 import { type ArtifactCache, artifactKey } from "./artifact-cache.ts";
-import { LLAMA, type CpuCheckpoint, type CpuKVCache, type CpuModel, type LlamaModule } from "./cpu-model.ts";
+import { LLAMA, type CpuCheckpoint, type CpuKVCache, type CpuModel, type CpuWeightsMode, type LlamaModule } from "./cpu-model.ts";
 import { planTensorDelta } from "./delta-plan.ts";
 import { checkpointHashes, type CheckpointHashes } from "./tensor-hash-manifest.ts";
 import type { DecodeResult, DecodeStep, DeltaResult, EngineStats, EngineTokenizer, Engine, KVStream, PrefillOptions, PrefillResult, SwapResult } from "@airm/rm-core";
@@ -32,6 +32,8 @@ export interface CpuEngineSpec {
   activeVariant?: EngineVariant;
   chunkSize: number;
   threads: 1 | 2;
+  /** How the CPU model holds weight matrices (AIRM_WEIGHTS; default auto). */
+  weights?: CpuWeightsMode;
   /** Null disables the artifact cache. */
   artifactCache: ArtifactCache | null;
   /** Streams the engine is sized for (kv_cache_usage_perc denominator). */
@@ -61,24 +63,32 @@ const PACKED_KIND = "packed-weights";
  * Loads the model for `ckpt`: from the packed image in `cache` when it exists (warm), else by
  * converting the checkpoint (cold), then stores the image.
  */
-export async function loadWeights(llama: LlamaModule, ckpt: CpuCheckpoint, weightsFingerprint: string, threads: 1 | 2, cache: ArtifactCache | null): Promise<LoadedWeights> {
+export async function loadWeights(
+  llama: LlamaModule,
+  ckpt: CpuCheckpoint,
+  weightsFingerprint: string,
+  threads: 1 | 2,
+  cache: ArtifactCache | null,
+  weights: CpuWeightsMode = "auto",
+): Promise<LoadedWeights> {
   const cls = llama.LlamaModel;
+  const format = cls.packedFormatFor(weights);
   const t0 = performance.now();
   if (!cache) {
-    const model = await cls.load(ckpt, { threads });
+    const model = await cls.load(ckpt, { threads, weights });
     return { model, weightsFrom: "converted", loadMs: performance.now() - t0, cacheNote: "artifact cache disabled" };
   }
-  const key = artifactKey({ kind: PACKED_KIND, weightsFingerprint, variant: null, kernelVersion: cls.packedFormat });
+  const key = artifactKey({ kind: PACKED_KIND, weightsFingerprint, variant: null, kernelVersion: format });
   const image = cache.read(key);
   if (image) {
-    const model = await cls.loadPacked(ckpt, image, { threads });
+    const model = await cls.loadPacked(ckpt, image, { threads, weights });
     return { model, weightsFrom: "artifact-cache", loadMs: performance.now() - t0, cacheNote: `warm: ${key.slice(0, 12)}` };
   }
-  const model = await cls.load(ckpt, { threads });
+  const model = await cls.load(ckpt, { threads, weights });
   const loadMs = performance.now() - t0;
   const packed = model.exportPackedWeights();
-  if (packed.format !== cls.packedFormat) {
-    return { model, weightsFrom: "converted", loadMs, cacheNote: `packed format ${packed.format} != LlamaModel.packedFormat ${cls.packedFormat}; not stored` };
+  if (packed.format !== format) {
+    return { model, weightsFrom: "converted", loadMs, cacheNote: `packed format ${packed.format} != LlamaModel.packedFormatFor(${weights}) ${format}; not stored` };
   }
   try {
     cache.write({ kind: PACKED_KIND, weightsFingerprint, variant: null, kernelVersion: packed.format }, packed.segments);
@@ -142,6 +152,14 @@ export class CpuBackedEngine implements Engine {
   private weightsFrom: EngineStats["weightsFrom"];
   private loadMs: number;
   readonly cacheNote: string;
+  /** How the weight matrices are held, e.g. "120 q4, 1 q8 (98.2 MB per token)". */
+  get weightsHeld(): string {
+    const kinds = Object.entries(this.cpu.weightKinds)
+      .filter(([, n]) => n > 0)
+      .map(([k, n]) => `${n} ${k}`)
+      .join(", ");
+    return `${kinds} (${(this.cpu.weightBytesPerToken / 1e6).toFixed(1)} MB per token)`;
+  }
   /** config.json keys the checkpoint took from its architecture's defaults (empty for GGUF). */
   get configDefaults(): string[] {
     return this.ckpt.configDefaults ?? [];
@@ -180,7 +198,7 @@ export class CpuBackedEngine implements Engine {
       await yieldToLoop();
       const hashes = checkpointHashes(ckpt, spec.artifactCache?.dir ?? null);
       await yieldToLoop();
-      const weights = await loadWeights(llama, ckpt, hashes.fingerprint, spec.threads, spec.artifactCache);
+      const weights = await loadWeights(llama, ckpt, hashes.fingerprint, spec.threads, spec.artifactCache, spec.weights);
       await yieldToLoop();
       const engine = new CpuBackedEngine(spec, llama, ckpt, hashes, weights);
       engine.prepareArena(engine.active);
@@ -616,7 +634,7 @@ export class CpuBackedEngine implements Engine {
       for (const name of plan.changed) this.cpu.updateTensor(name, next.tensors);
       mode = "tensors";
     } else {
-      const weights = await loadWeights(this.llama, next, nextHashes.fingerprint, this.spec.threads, this.spec.artifactCache);
+      const weights = await loadWeights(this.llama, next, nextHashes.fingerprint, this.spec.threads, this.spec.artifactCache, this.spec.weights);
       for (const free of this.arena.values()) for (const c of free) this.cpu.freeCache(c);
       this.arena.clear();
       this.prepared.clear();

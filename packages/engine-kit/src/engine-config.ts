@@ -6,7 +6,7 @@
 
 import { homedir } from "node:os";
 import { join } from "node:path";
-import { ConfigError, defineConfig, flag, int, opt, text, type ConfigValues, type EngineVariant, type ValueType } from "@airm/rm-core";
+import { ConfigError, defineConfig, flag, int, oneOf, opt, text, type ConfigValues, type EngineVariant, type ValueType } from "@airm/rm-core";
 import { DEFAULT_KUBELET_CHECKPOINT } from "./kubelet-checkpoint.ts";
 import { CHART_SEQ_LEN, parseVariants, variantName } from "./variants.ts";
 
@@ -53,6 +53,11 @@ export const ENGINE_RUN_CONFIG = defineConfig("@airm/engine-kit", {
     env: "AIRM_THREADS",
     default: 1,
     doc: "CPU threads of the reference backend per engine (the worker's --threads wins).",
+  }),
+  weights: opt(oneOf(["auto", "bf16", "q8_0", "q4_1"] as const), {
+    env: "AIRM_WEIGHTS",
+    default: "auto",
+    doc: "How the CPU reference holds weight matrices. auto: a GGUF's Q8_0/Q4_0/Q4_1/Q4_K/Q6_K blocks stay as stored and run on integer kernels (16-bit activations), float checkpoints as bf16; bf16: everything dequantised to bf16 (the slower, pre-quantized path); q8_0 / q4_1: as auto, and float matrices quantized to that block type at load (about 2x / 3x fewer bytes per token than bf16, lossy).",
   }),
   prefillChunk: opt(int({ min: 1, max: 65536 }), { env: "AIRM_PREFILL_CHUNK", default: 64, doc: "Tokens per chunk of the rngd-chunk backend's prefill." }),
   prefixCache: opt(int({ min: 0, max: 1024 }), {

@@ -87,6 +87,7 @@ export async function loadVendorEngine<V extends OptionMap>(
     activeVariant: active,
     chunkSize: config.prefillChunk,
     threads,
+    weights: config.weights,
     artifactCache: cacheOff ? null : new ArtifactCache(config.artifactCache),
     maxStreams: config.kvStreams,
     prefixCache: config.prefixCache,
@@ -96,7 +97,7 @@ export async function loadVendorEngine<V extends OptionMap>(
     const defaults = engine.configDefaults.length ? `; config.json lacks ${engine.configDefaults.join(", ")}: architecture defaults used` : "";
     process.stderr.write(
       `[${spec.name}] backend ${backend}, path ${device.path}${device.device ? ` on ${device.device}` : ""}, ` +
-        `weights ${engine.stats().weightsFrom} in ${engine.stats().loadMs.toFixed(0)} ms (${engine.cacheNote}); ${device.detail}${defaults}\n`,
+        `weights ${engine.stats().weightsFrom} in ${engine.stats().loadMs.toFixed(0)} ms (${engine.cacheNote}; held as ${engine.weightsHeld}); ${device.detail}${defaults}\n`,
     );
   }
   return engine;

@@ -390,6 +390,61 @@ describe("swap and delta", () => {
   });
 });
 
+describe("quantized weights (AIRM_WEIGHTS)", () => {
+  /** Greedy tokens of the model run solo with `weights`. */
+  async function soloWith(dir: string, tokens: number[], weights: "q8_0" | "q4_1"): Promise<number[]> {
+    const ckpt = await loadCheckpoint(dir);
+    const model = await LlamaModel.load(ckpt, { weights });
+    try {
+      const cache = model.newCache(S);
+      const out = [sample(model.prefill(tokens, cache), {}, tokens.length)];
+      while (out.length < STEPS) out.push(sample(model.decode([{ cache, token: out[out.length - 1] }])[0], {}, cache.n));
+      return out;
+    } finally {
+      model.close();
+      ckpt.tensors.close();
+    }
+  }
+
+  it("an engine with weights q8_0 gives the q8_0 model's solo tokens, warm-starts from its own packed image, and names other numerics than a bf16 engine", async () => {
+    const cacheDir = join(root, "artifacts-q8");
+    const plain = await CpuBackedEngine.open(modelDir, spec({ artifactCache: new ArtifactCache(cacheDir) }));
+    const first = await CpuBackedEngine.open(modelDir, spec({ artifactCache: new ArtifactCache(cacheDir), weights: "q8_0" }));
+    const second = await CpuBackedEngine.open(modelDir, spec({ artifactCache: new ArtifactCache(cacheDir), weights: "q8_0" }));
+    try {
+      expect(plain.weightsHeld).toMatch(/^\d+ bf16 \(/);
+      expect(first.weightsHeld).toMatch(/q8/);
+      expect(first.stats().weightsFrom).toBe("converted"); // the bf16 image in the same folder is not taken
+      expect(second.stats().weightsFrom).toBe("artifact-cache");
+      const want = await soloWith(modelDir, prompts[2], "q8_0");
+      expect(await generate(first, prompts[2], STEPS)).toEqual(want);
+      expect(await generate(second, prompts[2], STEPS)).toEqual(want);
+      // the KV manifest carries this fingerprint and the worker's handoff requires it equal
+      expect(first.model.numericsFingerprint).not.toBe(plain.model.numericsFingerprint);
+    } finally {
+      await plain.close();
+      await first.close();
+      await second.close();
+    }
+  });
+
+  it("applyDelta on quantized weights re-quantizes the changed tensors: the tokens of a full q4_1 load of the new checkpoint", async () => {
+    const newDir = join(root, "model-v3");
+    editCheckpoint(modelDir, newDir, { "model.layers.0.mlp.gate_proj.weight": (i, old) => (i % 5 === 0 ? bf16(0.25) : old) });
+    const engine = await CpuBackedEngine.open(modelDir, spec({ weights: "q4_1" }));
+    try {
+      const before = await generate(engine, prompts[0], STEPS);
+      const d = await engine.applyDelta(newDir);
+      expect(d.mode).toBe("tensors");
+      const want = await soloWith(newDir, prompts[0], "q4_1");
+      expect(want).not.toEqual(before);
+      expect(await generate(engine, prompts[0], STEPS)).toEqual(want);
+    } finally {
+      await engine.close();
+    }
+  });
+});
+
 describe("artifact cache and hash records", () => {
   it("a second load finds the checkpoint's hashes recorded, and the packed weights", async () => {
     const cacheDir = join(root, "artifacts-warm");

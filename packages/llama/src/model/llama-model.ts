@@ -8,6 +8,7 @@ import type { Checkpoint, ModelConfig, TensorSource } from "../checkpoint-types.
 import { KERNEL_VERSION, NUMERICS_CHOICES } from "../kernels/assemble.ts";
 import { KernelRuntime } from "../kernels/kernel-runtime.ts";
 import {
+  GROUP_BLOCK_BYTES,
   STORED_TYPES,
   dequantImageRow,
   kindOfStored,
@@ -264,8 +265,11 @@ export class LlamaModel {
       V = c.vocabSize;
     const qkvRows = (H + 2 * KV) * D;
     // Reserve about what the weights will take (the memory grows later if this is short).
-    const perElement = (dtype: string): number =>
-      mode === "bf16" ? 2 : dtype === "Q8_0" || mode === "q8_0" ? 144 / 128 : dtype === "Q4_0" || dtype === "Q4_1" || mode === "q4_1" ? 80 / 128 : 2;
+    const perElement = (dtype: string): number => {
+      if (mode === "bf16") return 2;
+      const kind = kindOfStored(dtype) ?? (mode === "q8_0" ? "q8" : mode === "q4_1" ? "q4" : undefined);
+      return kind ? GROUP_BLOCK_BYTES[kind] / 128 : 2;
+    };
     const matrixBytes = src
       .list()
       .filter((t) => t.shape.length === 2)
