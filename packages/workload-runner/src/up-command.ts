@@ -1,7 +1,7 @@
 // `airm up`: a whole PD cluster on 127.0.0.1 through the launcher (local-cluster.ts), with a
 // ready-to-paste request printed once every part is healthy. Ctrl-C / SIGTERM stop it.
 
-import { defineCommand, flagOf, int, RM_CORE_CONFIG, switchOf, text } from "@airm/rm-core";
+import { defineCommand, flagOf, int, oneOf, RM_CORE_CONFIG, switchOf, text } from "@airm/rm-core";
 import { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS, DEFAULT_SEQ_LEN, DEFAULT_THREADS, DEFAULT_DECODE_NICE, DEFAULT_REPLICAS } from "./defaults.ts";
 import { chooseDefaultModel } from "./default-model.ts";
 import { firstApiKey, startLocalCluster, type ClusterOptions, type RunningCluster } from "./local-cluster.ts";
@@ -38,6 +38,10 @@ export const UP_COMMAND = defineCommand({
     }),
     prefillThreads: flagOf(int({ min: 1, max: 2 }), { default: DEFAULT_THREADS.prefill, doc: "CPU threads of each prefill worker (CPU reference backend)" }),
     decodeThreads: flagOf(int({ min: 1, max: 2 }), { default: DEFAULT_THREADS.decode, doc: "CPU threads of each decode worker (CPU reference backend)" }),
+    weights: flagOf(oneOf(["auto", "bf16", "q8_0", "q4_1"] as const), {
+      default: "auto",
+      doc: "how the CPU reference holds weight matrices (AIRM_WEIGHTS for every worker): auto keeps a GGUF's quantized blocks and runs integer kernels, float checkpoints as bf16; bf16 dequantises everything; q8_0 / q4_1 also quantize float matrices at load",
+    }),
     decodeNice: flagOf(int({ min: 0, max: 19 }), {
       default: DEFAULT_DECODE_NICE,
       doc: "scheduling niceness of the decode workers: above 0 lets a prefill take the CPU first when both want it (shorter time to first token under load)",
@@ -97,6 +101,7 @@ export function upCluster(f: UpFlags, model: string): ClusterOptions {
     readyTimeoutMs: f.readyTimeout * 1000,
     onPartExit: f.maxRestarts === 0 ? "stop-all" : "restart",
     restart: { maxDeaths: f.maxRestarts + 1 },
+    env: { AIRM_WEIGHTS: f.weights },
   };
 }
 
@@ -111,7 +116,8 @@ export async function startUpCluster(
 ): Promise<{ cluster: RunningCluster; modelNote: string }> {
   const { values: f } = UP_COMMAND.parse(["--port", "0", "--prefill-port", "0", "--decode-port", "0", "--sidecar-port", "0", ...extra]);
   const chosen = f.model ? { path: f.model, note: `model ${f.model}` } : await chooseDefaultModel(o.env);
-  const options: ClusterOptions = { ...upCluster(f, chosen.path), onPartExit: "stop-all", gatewayEnv: o.gatewayEnv, env: { AIRM_LOG_LEVEL: "warn" } };
+  const shape = upCluster(f, chosen.path);
+  const options: ClusterOptions = { ...shape, onPartExit: "stop-all", gatewayEnv: o.gatewayEnv, env: { ...shape.env, AIRM_LOG_LEVEL: "warn" } };
   return { cluster: await startLocalCluster(o.adjust ? o.adjust(options) : options), modelNote: chosen.note };
 }
 
@@ -133,7 +139,7 @@ export async function up(argv: string[]): Promise<number> {
   log(
     `airm up: ${f.prefillReplicas} prefill (${f.prefillBackend}, ${f.prefillThreads} thread${f.prefillThreads > 1 ? "s" : ""} each) : ` +
       `${f.decodeReplicas} decode (${f.decodeBackend}, ${f.decodeThreads} thread${f.decodeThreads > 1 ? "s" : ""} each, batch ${batchText}, nice ${f.decodeNice}); ` +
-      `KV over ${f.kvTransport}; S=${f.seqLen}; gateway port ${f.port}`,
+      `weights ${f.weights}; KV over ${f.kvTransport}; S=${f.seqLen}; gateway port ${f.port}`,
   );
   const cluster = await startLocalCluster({
     ...upCluster(f, model),
