@@ -38,7 +38,7 @@ export interface ModelConfig {
 export interface TensorInfo {
   /** Hugging Face name, e.g. `model.layers.3.self_attn.q_proj.weight`. */
   name: string;
-  /** Source dtype as stored: BF16, F16, F32 (GGUF adds Q8_0, Q4_0, Q4_1). */
+  /** Source dtype as stored: BF16, F16, F32 (GGUF adds Q8_0, Q4_0, Q4_1, Q4_K, Q6_K). */
   dtype: string;
   /** Row-major shape as in the HF checkpoint ([out, in] for linear weights). */
   shape: number[];

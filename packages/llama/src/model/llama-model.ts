@@ -28,11 +28,12 @@ const fr = Math.fround;
 const TOKEN_BLOCK = 128;
 
 /**
- * How matrix weights are held in memory. `auto`: GGUF Q8_0 / Q4_0 / Q4_1 blocks kept as stored
- * and run by the integer kernels, every other matrix as bf16. `bf16`: every matrix dequantised to
- * bf16. `q8_0` / `q4_1`: as `auto`, and float (F32/F16/BF16) matrices quantized to that block type
- * at load. Matrices whose rows are not a multiple of 4 or columns of 32, and fused groups whose
- * parts are stored in different types, stay bf16.
+ * How matrix weights are held in memory. `auto`: GGUF Q8_0 / Q4_0 / Q4_1 / Q4_K / Q6_K blocks
+ * kept as stored and run by the integer kernels, every other matrix as bf16. `bf16`: every matrix
+ * dequantised to bf16. `q8_0` / `q4_1`: as `auto`, and float (F32/F16/BF16) matrices quantized to
+ * that block type at load. A matrix whose rows are not a multiple of 4 or columns of 32 (256 for
+ * K-quants), or a fused group with a part none of the kernels takes, stays bf16; a fused group of
+ * different block types runs as segments.
  */
 export type WeightsMode = "auto" | "bf16" | "q8_0" | "q4_1";
 export const WEIGHTS_MODES: readonly WeightsMode[] = ["auto", "bf16", "q8_0", "q4_1"];
@@ -163,7 +164,7 @@ export class LlamaModel {
   readonly kvLayout = KV_LAYOUT;
   /** How matrices are held (the load option). */
   readonly weightsMode: WeightsMode;
-  /** Matrices by kind held in memory (fused groups count once; the tied LM head is the embedding). */
+  /** Matrices by kind held in memory (a fused group counts once per segment; the tied LM head is the embedding). */
   readonly weightKinds: Record<WeightKind, number>;
 
   /** @internal */ readonly rt: KernelRuntime;
