@@ -20,9 +20,9 @@ let prompts: number[][];
 const reference = new Map<string, number[]>();
 
 /** Greedy tokens of the model run solo (prefill, then decode one token at a time). */
-async function solo(dir: string, tokens: number[], steps: number): Promise<number[]> {
+async function solo(dir: string, tokens: number[], steps: number, weights?: "q8_0" | "q4_1"): Promise<number[]> {
   const ckpt = await loadCheckpoint(dir);
-  const model = await LlamaModel.load(ckpt);
+  const model = await LlamaModel.load(ckpt, { weights });
   try {
     const cache = model.newCache(S);
     const out = [sample(model.prefill(tokens, cache), {}, tokens.length)];
@@ -391,21 +391,6 @@ describe("swap and delta", () => {
 });
 
 describe("quantized weights (AIRM_WEIGHTS)", () => {
-  /** Greedy tokens of the model run solo with `weights`. */
-  async function soloWith(dir: string, tokens: number[], weights: "q8_0" | "q4_1"): Promise<number[]> {
-    const ckpt = await loadCheckpoint(dir);
-    const model = await LlamaModel.load(ckpt, { weights });
-    try {
-      const cache = model.newCache(S);
-      const out = [sample(model.prefill(tokens, cache), {}, tokens.length)];
-      while (out.length < STEPS) out.push(sample(model.decode([{ cache, token: out[out.length - 1] }])[0], {}, cache.n));
-      return out;
-    } finally {
-      model.close();
-      ckpt.tensors.close();
-    }
-  }
-
   it("an engine with weights q8_0 gives the q8_0 model's solo tokens, warm-starts from its own packed image, and names other numerics than a bf16 engine", async () => {
     const cacheDir = join(root, "artifacts-q8");
     const plain = await CpuBackedEngine.open(modelDir, spec({ artifactCache: new ArtifactCache(cacheDir) }));
@@ -416,7 +401,7 @@ describe("quantized weights (AIRM_WEIGHTS)", () => {
       expect(first.weightsHeld).toMatch(/q8/);
       expect(first.stats().weightsFrom).toBe("converted"); // the bf16 image in the same folder is not taken
       expect(second.stats().weightsFrom).toBe("artifact-cache");
-      const want = await soloWith(modelDir, prompts[2], "q8_0");
+      const want = await solo(modelDir, prompts[2], STEPS, "q8_0");
       expect(await generate(first, prompts[2], STEPS)).toEqual(want);
       expect(await generate(second, prompts[2], STEPS)).toEqual(want);
       // the KV manifest carries this fingerprint and the worker's handoff requires it equal
@@ -436,7 +421,7 @@ describe("quantized weights (AIRM_WEIGHTS)", () => {
       const before = await generate(engine, prompts[0], STEPS);
       const d = await engine.applyDelta(newDir);
       expect(d.mode).toBe("tensors");
-      const want = await soloWith(newDir, prompts[0], "q4_1");
+      const want = await solo(newDir, prompts[0], STEPS, "q4_1");
       expect(want).not.toEqual(before);
       expect(await generate(engine, prompts[0], STEPS)).toEqual(want);
     } finally {

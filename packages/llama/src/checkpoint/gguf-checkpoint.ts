@@ -211,18 +211,8 @@ export class GgufTensorSource implements TensorSource {
     if (heads === undefined) return out;
     // Whole rows move, so the un-permutation works on stored rows of blocks as on elements.
     const rows = t.shape[0]!;
-    const rowBytes = t.byteLength / rows;
     const dst = new Uint8Array(t.byteLength);
-    const hd = rows / heads;
-    const half = hd / 2;
-    for (let h = 0; h < heads; h++) {
-      for (let i = 0; i < 2; i++) {
-        for (let j = 0; j < half; j++) {
-          const from = (h * hd + 2 * j + i) * rowBytes;
-          dst.set(out.subarray(from, from + rowBytes), (h * hd + i * half + j) * rowBytes);
-        }
-      }
-    }
+    unpermuteRows(out, dst, rows, t.byteLength / rows, heads);
     return dst;
   }
 
@@ -253,7 +243,7 @@ export class GgufTensorSource implements TensorSource {
  * Undoes llama.cpp's rope permutation of q/k rows. convert_hf_to_gguf reshapes the rows of each
  * head as [2, headDim/2] and swaps the axes, so GGUF row h*hd + 2j + i holds HF row h*hd + i*hd/2 + j.
  */
-export function unpermuteRows(src: Uint16Array, dst: Uint16Array, rows: number, rowLen: number, heads: number): void {
+export function unpermuteRows<A extends Uint8Array | Uint16Array>(src: A, dst: A, rows: number, rowLen: number, heads: number): void {
   const hd = rows / heads;
   const half = hd / 2;
   for (let h = 0; h < heads; h++) {
