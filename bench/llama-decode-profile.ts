@@ -19,8 +19,9 @@ const args = benchArgs("llama-decode-profile", "where one decode step's time goe
   steps: flagOf(int({ min: 1 }), { default: 24, doc: "decode steps profiled" }),
   raw: switchOf({ doc: "step totals only, no per-kernel wrappers" }),
 });
+// --model is used as it is (a folder or a .gguf file); only the default preset folder is made here.
 const dir = args.model ?? join(tmpdir(), "airm-bench-135m-preset");
-if (!existsSync(join(dir, "model.safetensors"))) {
+if (args.model === undefined && !existsSync(join(dir, "model.safetensors"))) {
   // the same preset model bench/llama-decode.ts makes
   const cli = fileURLToPath(new URL("../packages/llama/bin/airm-model.mjs", import.meta.url));
   const partial = `${dir}.partial-${process.pid}`;
@@ -48,13 +49,16 @@ const names: Record<string, string> = {
 const raw = args.raw; // step totals only, no per-kernel wrappers
 for (const k of raw ? [] : Object.getOwnPropertyNames(Object.getPrototypeOf(rt))) {
   const f = rt[k];
-  if (typeof f !== "function" || k === "constructor" || k === "alloc" || k === "free" || k === "close") continue;
+  // the public entry points only (`run` is the matmuls' private dispatcher)
+  if (typeof f !== "function" || ["constructor", "alloc", "free", "close", "run", "startWorker", "refreshViews"].includes(k)) continue;
   rt[k] = function (this: unknown, ...a: number[]) {
     if (!on) return f.apply(rt, a);
     const t0 = cpuMs();
     const r = f.apply(rt, a);
     const dt = cpuMs() - t0;
-    const name = k === "matmul" ? (names[`${a[5]}x${a[4]}`] ?? `matmul ${a[5]}x${a[4]}`) : k;
+    // matmul(w, x, y, T, cols, rows) and matmulQ(kind, w, x, y, T, cols, rows, r0, r1): by shape
+    const [rows, cols] = k === "matmul" ? [a[5], a[4]] : [a[6], a[5]];
+    const name = k === "matmul" || k === "matmulQ" ? (names[`${rows}x${cols}`] ?? `matmul ${rows}x${cols}`) : k;
     acc.set(name, (acc.get(name) ?? 0) + dt);
     return r;
   };
