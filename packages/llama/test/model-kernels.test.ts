@@ -1,7 +1,8 @@
 // Each wasm kernel against its plain-JS reference (bit-equal), and the matmul's tile shapes and
 // thread split against each other.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { KernelRuntime } from "../src/kernels/kernel-runtime.ts";
+import { describe, expect, it } from "vitest";
+import type { KernelRuntime } from "../src/kernels/kernel-runtime.ts";
+import { kernelRuntimes } from "./model-helpers/runtimes.ts";
 import { imageIndex, interleaveRows } from "../src/kernels/weight-image.ts";
 import { attnScoresRef, attnValuesRef, bf16ToF32, dotRef, f32ToBf16, rmsnormRef } from "./model-helpers/reference-math.ts";
 
@@ -13,16 +14,7 @@ function rand(seed: number): () => number {
   };
 }
 
-let rt1: KernelRuntime;
-let rt2: KernelRuntime;
-beforeAll(async () => {
-  rt1 = await KernelRuntime.create({ threads: 1 });
-  rt2 = await KernelRuntime.create({ threads: 2 });
-});
-afterAll(() => {
-  rt1.close();
-  rt2.close();
-});
+const rts = kernelRuntimes();
 
 function put(rt: KernelRuntime, data: Float32Array | Uint16Array): number {
   const p = rt.alloc(data.byteLength);
@@ -66,7 +58,7 @@ describe("matmul kernel", () => {
       [13, 70, 136],
     ]) {
       const { w, x } = randomProblem(T * 1000 + rows * 10 + cols, T, rows, cols);
-      const y = runMatmul(rt1, w, x, T, rows, cols);
+      const y = runMatmul(rts.rt1, w, x, T, rows, cols);
       for (let t = 0; t < T; t++) {
         for (let r = 0; r < rows; r++) {
           const ref = dotRef(w, r * cols, x, t * cols, cols);
@@ -81,9 +73,9 @@ describe("matmul kernel", () => {
       rows = 45,
       cols = 128;
     const { w, x } = randomProblem(7, T, rows, cols);
-    const all = runMatmul(rt1, w, x, T, rows, cols);
+    const all = runMatmul(rts.rt1, w, x, T, rows, cols);
     for (let t = 0; t < T; t++) {
-      const one = runMatmul(rt1, w, x.slice(t * cols, (t + 1) * cols), 1, rows, cols);
+      const one = runMatmul(rts.rt1, w, x.slice(t * cols, (t + 1) * cols), 1, rows, cols);
       expect(Buffer.from(one.buffer).equals(Buffer.from(all.slice(t * rows, (t + 1) * rows).buffer))).toBe(true);
     }
   });
@@ -95,15 +87,15 @@ describe("matmul kernel", () => {
       [7, 1000, 40],
     ]) {
       const { w, x } = randomProblem(T + rows, T, rows, cols);
-      const a = runMatmul(rt1, w, x, T, rows, cols);
-      const b = runMatmul(rt2, w, x, T, rows, cols);
+      const a = runMatmul(rts.rt1, w, x, T, rows, cols);
+      const b = runMatmul(rts.rt2, w, x, T, rows, cols);
       expect(Buffer.from(a.buffer).equals(Buffer.from(b.buffer))).toBe(true);
     }
   });
 
   it("is not a no-op: the result tracks the float64 dot product", () => {
     const { w, x } = randomProblem(3, 1, 4, 64);
-    const y = runMatmul(rt1, w, x, 1, 4, 64);
+    const y = runMatmul(rts.rt1, w, x, 1, 4, 64);
     for (let r = 0; r < 4; r++) {
       let s = 0;
       for (let i = 0; i < 64; i++) s += bf16ToF32(w[r * 64 + i]) * x[i];
@@ -114,25 +106,25 @@ describe("matmul kernel", () => {
 
 describe("memory", () => {
   it("hands out zeroed blocks, also when reusing freed memory (from the free list or the top)", () => {
-    const a = rt1.alloc(4096);
-    const b = rt1.alloc(1000);
-    rt1.u8.fill(7, a, a + 4096);
-    rt1.u8.fill(9, b, b + 1000);
-    rt1.free(b, 1000); // the top moves back to b
-    rt1.free(a, 4096); // and then back to a
-    const c = rt1.alloc(3000); // reuses a's dirty bytes
-    const d = rt1.alloc(8192); // over the rest of a and all of b
+    const a = rts.rt1.alloc(4096);
+    const b = rts.rt1.alloc(1000);
+    rts.rt1.u8.fill(7, a, a + 4096);
+    rts.rt1.u8.fill(9, b, b + 1000);
+    rts.rt1.free(b, 1000); // the top moves back to b
+    rts.rt1.free(a, 4096); // and then back to a
+    const c = rts.rt1.alloc(3000); // reuses a's dirty bytes
+    const d = rts.rt1.alloc(8192); // over the rest of a and all of b
     expect(c).toBe(a);
-    const e = rt1.alloc(64);
-    rt1.u8.fill(5, e, e + 64);
-    const f = rt1.alloc(64);
-    rt1.free(e, 64); // not at the top: goes to the free list
-    const g = rt1.alloc(64);
+    const e = rts.rt1.alloc(64);
+    rts.rt1.u8.fill(5, e, e + 64);
+    const f = rts.rt1.alloc(64);
+    rts.rt1.free(e, 64); // not at the top: goes to the free list
+    const g = rts.rt1.alloc(64);
     expect(g).toBe(e);
-    expect(rt1.u8.subarray(g, g + 64).every((x) => x === 0)).toBe(true);
-    rt1.free(f, 64);
-    expect(rt1.u8.subarray(c, c + 3000).every((x) => x === 0)).toBe(true);
-    expect(rt1.u8.subarray(d, d + 8192).every((x) => x === 0)).toBe(true);
+    expect(rts.rt1.u8.subarray(g, g + 64).every((x) => x === 0)).toBe(true);
+    rts.rt1.free(f, 64);
+    expect(rts.rt1.u8.subarray(c, c + 3000).every((x) => x === 0)).toBe(true);
+    expect(rts.rt1.u8.subarray(d, d + 8192).every((x) => x === 0)).toBe(true);
   });
 });
 
@@ -141,10 +133,10 @@ describe("other kernels", () => {
     const T = 5,
       cols = 16;
     const x = new Float32Array(T * cols).map((_, i) => i);
-    const p = put(rt1, x),
-      q = rt1.alloc(x.byteLength);
-    rt1.packX(p, q, T, cols);
-    const got = [...rt1.f32.slice(q >> 2, (q >> 2) + T * cols)];
+    const p = put(rts.rt1, x),
+      q = rts.rt1.alloc(x.byteLength);
+    rts.rt1.packX(p, q, T, cols);
+    const got = [...rts.rt1.f32.slice(q >> 2, (q >> 2) + T * cols)];
     const perm = (t: number, b: number): number[] => [0, 2, 4, 6, 1, 3, 5, 7].map((k) => t * cols + b * 8 + k);
     const want = [...[0, 1].flatMap((b) => [0, 1, 2, 3].flatMap((t) => perm(t, b))), ...perm(4, 0), ...perm(4, 1)];
     expect(got).toEqual(want);
@@ -165,11 +157,11 @@ describe("other kernels", () => {
     const r = rand(11);
     const x = new Float32Array(576).map(() => r() * 4);
     const w = new Float32Array(576).map(() => 1 + r());
-    const xp = put(rt1, x),
-      wp = put(rt1, w),
-      op = rt1.alloc(576 * 4);
-    rt1.rmsnorm(xp, wp, op, 576, 1e-5);
-    expect(Buffer.from(rt1.f32.slice(op >> 2, (op >> 2) + 576).buffer).equals(Buffer.from(rmsnormRef(x, w, 1e-5).buffer))).toBe(true);
+    const xp = put(rts.rt1, x),
+      wp = put(rts.rt1, w),
+      op = rts.rt1.alloc(576 * 4);
+    rts.rt1.rmsnorm(xp, wp, op, 576, 1e-5);
+    expect(Buffer.from(rts.rt1.f32.slice(op >> 2, (op >> 2) + 576).buffer).equals(Buffer.from(rmsnormRef(x, w, 1e-5).buffer))).toBe(true);
   });
 
   it("attention scores and values read the cache layout and equal their references", () => {
@@ -181,16 +173,16 @@ describe("other kernels", () => {
       const k = new Uint16Array(D * S).map(() => f32ToBf16(r()));
       const v = new Uint16Array(S * D).map(() => f32ToBf16(r()));
       const p = new Float32Array(n).map(() => r() + 0.5);
-      const qp = put(rt1, q),
-        kp = put(rt1, k),
-        vp = put(rt1, v),
-        pp = put(rt1, p);
-      const sp = rt1.alloc((S + 4) * 4),
-        op = rt1.alloc(D * 4);
-      rt1.attnScores(qp, kp, S, D, n, sp);
-      rt1.attnValues(pp, vp, D, n, op);
-      expect(Buffer.from(rt1.f32.slice(sp >> 2, (sp >> 2) + n).buffer).equals(Buffer.from(attnScoresRef(q, k, S, D, n).buffer))).toBe(true);
-      expect(Buffer.from(rt1.f32.slice(op >> 2, (op >> 2) + D).buffer).equals(Buffer.from(attnValuesRef(p, v, D, n).buffer))).toBe(true);
+      const qp = put(rts.rt1, q),
+        kp = put(rts.rt1, k),
+        vp = put(rts.rt1, v),
+        pp = put(rts.rt1, p);
+      const sp = rts.rt1.alloc((S + 4) * 4),
+        op = rts.rt1.alloc(D * 4);
+      rts.rt1.attnScores(qp, kp, S, D, n, sp);
+      rts.rt1.attnValues(pp, vp, D, n, op);
+      expect(Buffer.from(rts.rt1.f32.slice(sp >> 2, (sp >> 2) + n).buffer).equals(Buffer.from(attnScoresRef(q, k, S, D, n).buffer))).toBe(true);
+      expect(Buffer.from(rts.rt1.f32.slice(op >> 2, (op >> 2) + D).buffer).equals(Buffer.from(attnValuesRef(p, v, D, n).buffer))).toBe(true);
     }
   });
 });

@@ -2,10 +2,11 @@
 // Q4_1, Q4_K, Q6_K) against a plain-JS reference of the documented arithmetic, bit for bit: every
 // token count (quads and single tokens), row ranges on one and two threads; the image packing and
 // its row dequantiser against a decoder written from ggml's block layouts.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { f16BitsToF32 } from "../src/checkpoint/bf16-convert.ts";
 import { dequantToBf16 } from "../src/checkpoint/gguf-dequant.ts";
-import { KernelRuntime } from "../src/kernels/kernel-runtime.ts";
+import type { KernelRuntime } from "../src/kernels/kernel-runtime.ts";
+import { kernelRuntimes } from "./model-helpers/runtimes.ts";
 import { dequantImageRow, exactF16Bits, f16Round, kindOfStored, packStoredRows, quantImageBytes, quantizeBf16Rows } from "../src/kernels/quant-image.ts";
 import { type QuantType as Type, randomBlocks } from "./model-helpers/quant-blocks.ts";
 import { f32ToBf16 } from "./model-helpers/reference-math.ts";
@@ -166,16 +167,7 @@ function problem(type: Type, seed: number, T: number, rows: number, cols: number
   return { s: { type, raw: randomBlocks(type, rows, cols, r) }, x };
 }
 
-let rt1: KernelRuntime;
-let rt2: KernelRuntime;
-beforeAll(async () => {
-  rt1 = await KernelRuntime.create({ threads: 1 });
-  rt2 = await KernelRuntime.create({ threads: 2 });
-});
-afterAll(() => {
-  rt1.close();
-  rt2.close();
-});
+const rts = kernelRuntimes();
 
 const bits = (a: Float32Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
 
@@ -197,7 +189,7 @@ describe.each(["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"] as const)("%s image", (ty
       for (let T = 1; T <= 9; T++) {
         const { s, x } = problem(type, rows * 100 + T, T, rows, cols);
         const want = reference(s, x, T, rows, cols);
-        expect(bits(run(rt1, s, x, T, rows, cols)).equals(bits(want)), `${rows}x${cols} T=${T}`).toBe(true);
+        expect(bits(run(rts.rt1, s, x, T, rows, cols)).equals(bits(want)), `${rows}x${cols} T=${T}`).toBe(true);
       }
     }
   });
@@ -207,12 +199,12 @@ describe.each(["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"] as const)("%s image", (ty
       cols = 256,
       T = 7;
     const { s, x } = problem(type, 5, T, rows, cols);
-    const all = run(rt1, s, x, T, rows, cols);
+    const all = run(rts.rt1, s, x, T, rows, cols);
     for (let t = 0; t < T; t++) {
-      const one = run(rt1, s, x.slice(t * cols, (t + 1) * cols), 1, rows, cols);
+      const one = run(rts.rt1, s, x.slice(t * cols, (t + 1) * cols), 1, rows, cols);
       expect(bits(one).equals(bits(all.slice(t * rows, (t + 1) * rows)))).toBe(true);
     }
-    expect(bits(run(rt2, s, x, T, rows, cols)).equals(bits(all))).toBe(true);
+    expect(bits(run(rts.rt2, s, x, T, rows, cols)).equals(bits(all))).toBe(true);
   });
 
   it("is not a no-op: the result tracks the float64 product of the weights ggml's layout gives", () => {
@@ -221,7 +213,7 @@ describe.each(["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"] as const)("%s image", (ty
       T = 3;
     const { s, x } = problem(type, 77, T, rows, cols);
     const w = decode(s, rows, cols);
-    const got = run(rt1, s, x, T, rows, cols);
+    const got = run(rts.rt1, s, x, T, rows, cols);
     for (let t = 0; t < T; t++) {
       for (let r = 0; r < rows; r++) {
         let want = 0;
