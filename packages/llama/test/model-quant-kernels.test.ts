@@ -274,6 +274,7 @@ describe("packing", () => {
     for (const h of [0x0000, 0x8000, 0x0001, 0x03ff, 0x0400, 0x3c00, 0xbc00, 0x7bff, 0x1234, 0xd678]) expect(exactF16Bits(f16BitsToF32(h))).toBe(h);
     expect(exactF16Bits(1 + 2 ** -12)).toBe(-1);
     expect(exactF16Bits(70000)).toBe(-1);
+    expect(exactF16Bits(Number.NaN)).toBe(-1);
     expect(f16Round(1 + 2 ** -11)).toBe(0x3c00); // tie -> even
     expect(f16Round(1 + 3 * 2 ** -11)).toBe(0x3c02);
     expect(f16Round(2 ** -25)).toBe(0); // half the smallest subnormal -> 0 (even)

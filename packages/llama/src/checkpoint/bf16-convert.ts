@@ -36,6 +36,10 @@ export function bf16ToF32(b: number): number {
   return f32Scratch[0]!;
 }
 
+/** The f32 value of every f16 bit pattern (exact), for block decoders. */
+export const F16_TO_F32 = new Float32Array(65536);
+for (let h = 0; h < 65536; h++) F16_TO_F32[h] = f16BitsToF32(h);
+
 const f16ToBf16Table = new Uint16Array(65536);
 for (let h = 0; h < 65536; h++) f16ToBf16Table[h] = f32ToBf16(f16BitsToF32(h));
 

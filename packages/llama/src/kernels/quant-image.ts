@@ -3,7 +3,8 @@
 // integers are kept; K-quant sub-block scales are multiplied out into exact f32 per 32 or 16
 // columns), and the quantizers that make Q8_0 / Q4_1 blocks from bf16 rows (for
 // `weights: "q8_0" | "q4_1"`). Knows the block layouts; the model decides which matrix gets which.
-import { f16BitsToF32 } from "../checkpoint/bf16-convert.ts";
+import { F16_TO_F32 as f16Table } from "../checkpoint/bf16-convert.ts";
+import { decodeQ4K, decodeQ6K } from "../checkpoint/gguf-dequant.ts";
 import { ModelLoadError } from "../checkpoint/model-load-error.ts";
 
 /** Kernel ids of the weight formats (0 is the bf16 image of weight-image.ts). */
@@ -50,25 +51,9 @@ const u32s = new Uint32Array(f32s.buffer);
 
 /** f16 bits of an f32 value that f16 holds exactly, or -1 when it does not. */
 export function exactF16Bits(v: number): number {
-  f32s[0] = v;
-  const bits = u32s[0]!;
-  const sign = (bits >>> 16) & 0x8000;
-  const a = Math.abs(f32s[0]!);
-  if (a === 0) return sign;
-  if (!Number.isFinite(a) || a > 65504) return -1;
-  let h: number;
-  if (a < 2 ** -14) {
-    const m = a / 2 ** -24;
-    if (!Number.isInteger(m)) return -1;
-    h = m;
-  } else {
-    const e = Math.floor(Math.log2(a));
-    const ee = a >= 2 ** (e + 1) ? e + 1 : a < 2 ** e ? e - 1 : e;
-    const m = (a / 2 ** ee - 1) * 1024;
-    if (!Number.isInteger(m)) return -1;
-    h = ((ee + 15) << 10) | m;
-  }
-  return sign | h;
+  if (Number.isNaN(v)) return -1;
+  const h = f16Round(v);
+  return Object.is(f16Table[h], Math.fround(v)) ? h : -1;
 }
 
 /** f16 bits of v rounded to nearest even (ggml's GGML_FP32_TO_FP16 on the value's f32). */
@@ -104,9 +89,6 @@ export function f16Round(v: number): number {
 function roundf(v: number): number {
   return Math.sign(v) * Math.round(Math.abs(v));
 }
-
-const f16Table = new Float32Array(65536);
-for (let h = 0; h < 65536; h++) f16Table[h] = f16BitsToF32(h);
 
 function checkScale(h: number, file: string, tensor: string): void {
   if ((h & 0x7c00) === 0x7c00) throw new ModelLoadError(file, `tensor "${tensor}" has a non-finite block scale (f16 bits 0x${h.toString(16)})`, { item: tensor });
@@ -164,8 +146,8 @@ export function packStoredRows(
         checkScale(mh, file, tensor);
         q = s + 4;
       } else {
-        mh = exactF16Bits(-8 * f16BitsToF32(dh));
-        if (mh < 0) throw new ModelLoadError(file, `tensor "${tensor}": a Q4_0 scale of ${f16BitsToF32(dh)} has no exact -8 d in f16`, { item: tensor });
+        mh = exactF16Bits(-8 * f16Table[dh]!);
+        if (mh < 0) throw new ModelLoadError(file, `tensor "${tensor}": a Q4_0 scale of ${f16Table[dh]} has no exact -8 d in f16`, { item: tensor });
         q = s + 2;
       }
       u8.set(raw.subarray(q, q + 16), d + 16 * j);
@@ -177,41 +159,31 @@ export function packStoredRows(
   }
 }
 
-const f32w = new Float32Array(1);
-const u32w = new Uint32Array(f32w.buffer);
 function putF32(u8: Uint8Array, at: number, v: number): void {
-  f32w[0] = v;
-  const b = u32w[0]!;
+  f32s[0] = v;
+  const b = u32s[0]!;
   u8[at] = b & 0xff;
   u8[at + 1] = (b >>> 8) & 0xff;
   u8[at + 2] = (b >>> 16) & 0xff;
   u8[at + 3] = b >>> 24;
 }
 function getF32(u8: Uint8Array, at: number): number {
-  u32w[0] = (u8[at]! | (u8[at + 1]! << 8) | (u8[at + 2]! << 16) | (u8[at + 3]! << 24)) >>> 0;
-  return f32w[0]!;
-}
-
-/** Q4_K's 6-bit (scale, min) pair k of the 12 scale bytes at `S` (ggml's get_scale_min_k4). */
-function scaleMinK4(raw: Uint8Array, S: number, k: number): [number, number] {
-  if (k < 4) return [raw[S + k]! & 63, raw[S + k + 4]! & 63];
-  return [(raw[S + k + 4]! & 0xf) | ((raw[S + k - 4]! >> 6) << 4), (raw[S + k + 4]! >> 4) | ((raw[S + k]! >> 6) << 4)];
+  u32s[0] = (u8[at]! | (u8[at + 1]! << 8) | (u8[at + 2]! << 16) | (u8[at + 3]! << 24)) >>> 0;
+  return f32s[0]!;
 }
 
 /**
- * K-quant rows into the q4k / q6k images. Q4_K (144 bytes per 256): f16 d, f16 dmin, 12 bytes of
- * 6-bit (scale, min) pairs, 128 nibble bytes where each 64 columns take 32 bytes (low nibbles the
- * first 32, high nibbles the next 32); w = d sc q - dmin m, kept per 32 columns as q, d sc and
- * -(dmin m) in f32 (exact: an f16 times a 6-bit integer). Q6_K (210 per 256): 128 bytes of low
- * nibbles, 64 of high 2-bit pairs, 16 int8 scales (one per 16 columns), f16 d; w = d sc (q - 32),
- * kept as q - 32 (int8) and d sc per 16 columns in f32 (exact).
+ * K-quant rows into the q4k / q6k images, through the block decoders of gguf-dequant.ts: Q4_K is
+ * kept per 32 columns as q, d1 = d sc and -m1 = -(dmin m) in f32; Q6_K as q - 32 (int8) and
+ * d sc per 16 columns in f32 (all exact).
  */
 function packKRows(kind: "q4k" | "q6k", raw: Uint8Array, u8: Uint8Array, base: number, row0: number, rows: number, cols: number, file: string, tensor: string): void {
   const nb = cols / 32;
   const nsb = cols / 256;
   const gb = GROUP_BLOCK_BYTES[kind];
   const sbBytes = kind === "q4k" ? 144 : 210;
-  const q = new Uint8Array(256);
+  const q4 = new Uint8Array(256);
+  const q6 = new Int8Array(256);
   const sc = new Float32Array(16);
   const mn = new Float32Array(8);
   for (let i = 0; i < rows; i++) {
@@ -221,47 +193,22 @@ function packKRows(kind: "q4k" | "q6k", raw: Uint8Array, u8: Uint8Array, base: n
     for (let s = 0; s < nsb; s++) {
       const o = (i * nsb + s) * sbBytes;
       if (kind === "q4k") {
-        const dh = raw[o]! | (raw[o + 1]! << 8);
-        const mh = raw[o + 2]! | (raw[o + 3]! << 8);
-        checkScale(dh, file, tensor);
-        checkScale(mh, file, tensor);
-        for (let k = 0; k < 8; k++) {
-          const [a, m] = scaleMinK4(raw, o + 4, k);
-          sc[k] = Math.fround(f16Table[dh]! * a);
-          mn[k] = -Math.fround(f16Table[mh]! * m);
-        }
-        for (let c = 0; c < 4; c++) {
-          for (let l = 0; l < 32; l++) {
-            const b = raw[o + 16 + 32 * c + l]!;
-            q[64 * c + l] = b & 0xf;
-            q[64 * c + 32 + l] = b >> 4;
-          }
-        }
+        checkScale(raw[o]! | (raw[o + 1]! << 8), file, tensor);
+        checkScale(raw[o + 2]! | (raw[o + 3]! << 8), file, tensor);
+        decodeQ4K(raw, o, q4, sc, mn);
         for (let k = 0; k < 8; k++) {
           const d0 = groupBase + (s * 8 + k) * gb;
-          for (let b = 0; b < 16; b++) u8[d0 + 16 * j + b] = q[32 * k + b]! | (q[32 * k + 16 + b]! << 4);
+          for (let b = 0; b < 16; b++) u8[d0 + 16 * j + b] = q4[32 * k + b]! | (q4[32 * k + 16 + b]! << 4);
           putF32(u8, d0 + 64 + 4 * j, sc[k]!);
-          putF32(u8, d0 + 80 + 4 * j, mn[k]!);
+          putF32(u8, d0 + 80 + 4 * j, -mn[k]!);
         }
         continue;
       }
-      const dh = raw[o + 208]! | (raw[o + 209]! << 8);
-      checkScale(dh, file, tensor);
-      for (let k = 0; k < 16; k++) sc[k] = Math.fround(f16Table[dh]! * ((raw[o + 192 + k]! << 24) >> 24));
-      for (let n = 0; n < 2; n++) {
-        const ql = o + 64 * n;
-        const qh = o + 128 + 32 * n;
-        for (let l = 0; l < 32; l++) {
-          const h = raw[qh + l]!;
-          q[128 * n + l] = (((raw[ql + l]! & 0xf) | ((h & 3) << 4)) - 32) & 0xff;
-          q[128 * n + l + 32] = (((raw[ql + l + 32]! & 0xf) | (((h >> 2) & 3) << 4)) - 32) & 0xff;
-          q[128 * n + l + 64] = (((raw[ql + l]! >> 4) | (((h >> 4) & 3) << 4)) - 32) & 0xff;
-          q[128 * n + l + 96] = (((raw[ql + l + 32]! >> 4) | (((h >> 6) & 3) << 4)) - 32) & 0xff;
-        }
-      }
+      checkScale(raw[o + 208]! | (raw[o + 209]! << 8), file, tensor);
+      decodeQ6K(raw, o, q6, sc);
       for (let k = 0; k < 8; k++) {
         const d0 = groupBase + (s * 8 + k) * gb;
-        u8.set(q.subarray(32 * k, 32 * k + 32), d0 + 32 * j);
+        u8.set(new Uint8Array(q6.buffer, 32 * k, 32), d0 + 32 * j);
         putF32(u8, d0 + 128 + 4 * j, sc[2 * k]!);
         putF32(u8, d0 + 144 + 4 * j, sc[2 * k + 1]!);
       }
