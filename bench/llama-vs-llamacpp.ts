@@ -52,12 +52,8 @@ const decodePrompt = text.slice(0, 32);
 const cppBytes = ckpt.tensors.list().reduce((a, t) => a + (t.dtype === "F32" ? 0 : storedBytes(t)), 0);
 console.log(`model: ${ggufPath}`);
 console.log(`threads: 1 each; llama.cpp ${cpp.llama.buildType} binary, gpu ${String(cpp.llama.gpu)}, context threads 1`);
-const kinds = Object.entries(ours.weightKinds)
-  .filter(([, n]) => n > 0)
-  .map(([k, n]) => `${n} ${k}`)
-  .join(", ");
 console.log(
-  `weight bytes per decode step: ours ${(ours.weightBytesPerToken / 1e6).toFixed(1)} MB (weights ${args.weights}: ${kinds} matrices), llama.cpp ~${(cppBytes / 1e6).toFixed(1)} MB (the file's blocks), ratio ${(ours.weightBytesPerToken / cppBytes).toFixed(3)}`,
+  `weight bytes per decode step: ours ${(ours.weightBytesPerToken / 1e6).toFixed(1)} MB (weights ${args.weights}: ${ours.weightsSummary()}), llama.cpp ~${(cppBytes / 1e6).toFixed(1)} MB (the file's blocks), ratio ${(ours.weightBytesPerToken / cppBytes).toFixed(3)}`,
 );
 
 /** Ours: prefill the whole text into a fresh cache; ms. */

@@ -154,11 +154,7 @@ export class CpuBackedEngine implements Engine {
   readonly cacheNote: string;
   /** How the weight matrices are held, e.g. "120 q4, 1 q8 (98.2 MB per token)". */
   get weightsHeld(): string {
-    const kinds = Object.entries(this.cpu.weightKinds)
-      .filter(([, n]) => n > 0)
-      .map(([k, n]) => `${n} ${k}`)
-      .join(", ");
-    return `${kinds} (${(this.cpu.weightBytesPerToken / 1e6).toFixed(1)} MB per token)`;
+    return this.cpu.weightsSummary();
   }
   /** config.json keys the checkpoint took from its architecture's defaults (empty for GGUF). */
   get configDefaults(): string[] {

@@ -83,6 +83,8 @@ export class KernelRuntime {
   readonly threads: 1 | 2;
   readonly kernelSourceSha256: string;
   private readonly k: KernelExports;
+  /** The matmul drivers by weight kind (quant-image.ts KIND). */
+  private readonly matmuls: KernelExports["matmul"][];
   private top = ALIGN; // address 0 stays unused
   private highWater = ALIGN; // below this, memory may hold old data
   private readonly freeBlocks: { ptr: number; bytes: number }[] = [];
@@ -100,6 +102,7 @@ export class KernelRuntime {
   private constructor(memory: WasmMemory, instance: WasmInstance, kernels: AssembledKernels, threads: 1 | 2) {
     this.memory = memory;
     this.k = instance.exports as unknown as KernelExports;
+    this.matmuls = [this.k.matmul, this.k.matmul_q8, this.k.matmul_q4, this.k.matmul_q4k, this.k.matmul_q6k];
     this.threads = threads;
     this.kernelSourceSha256 = kernels.sourceSha256;
     this.ctrl = new Int32Array(new SharedArrayBuffer(CTRL_WORDS * 4));
@@ -214,8 +217,7 @@ export class KernelRuntime {
   }
 
   private run(kind: number, w: number, x: number, y: number, T: number, cols: number, rows: number, r0: number, r1: number): void {
-    const k = this.k;
-    const fn = [k.matmul, k.matmul_q8, k.matmul_q4, k.matmul_q4k, k.matmul_q6k][kind]!;
+    const fn = this.matmuls[kind]!;
     const n = r1 - r0;
     if (this.worker === undefined || n * T < SPLIT_MIN_OUTPUTS || n < 8) {
       fn(w, x, y, T, cols, rows, r0, r1, this.accScratch[0]);

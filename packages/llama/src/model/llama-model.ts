@@ -60,8 +60,10 @@ interface Segment {
 
 interface Matrix {
   segs: Segment[];
-  bytes: number;
 }
+
+/** Image bytes of matrices (what a decode step streams through them). */
+const bytesOf = (ms: Matrix[]): number => ms.reduce((a, m) => a + m.segs.reduce((b, g) => b + g.bytes, 0), 0);
 
 const FLOAT_TYPES = ["F32", "F16", "BF16"];
 
@@ -167,6 +169,15 @@ export class LlamaModel {
   /** Matrices by kind held in memory (a fused group counts once per segment; the tied LM head is the embedding). */
   readonly weightKinds: Record<WeightKind, number>;
 
+  /** How the matrices are held, e.g. "1 q8, 120 q4 (98.2 MB per token)". */
+  weightsSummary(): string {
+    const kinds = Object.entries(this.weightKinds)
+      .filter(([, n]) => n > 0)
+      .map(([k, n]) => `${n} ${k}`)
+      .join(", ");
+    return `${kinds} (${(this.weightBytesPerToken / 1e6).toFixed(1)} MB per token)`;
+  }
+
   /** @internal */ readonly rt: KernelRuntime;
   private readonly layers: LayerWeights[];
   private readonly slots: Map<string, WeightSlot>;
@@ -196,16 +207,17 @@ export class LlamaModel {
     embed: Matrix,
     finalNorm: number,
     lmHead: Matrix,
-    weightBytesPerToken: number,
     slots: Map<string, WeightSlot>,
     weightsStart: number,
     weightsEnd: number,
     weightsMode: WeightsMode,
-    weightKinds: Record<WeightKind, number>,
-    kindList: string,
   ) {
     this.weightsMode = weightsMode;
-    this.weightKinds = weightKinds;
+    // Every matrix once, in load order (the tied LM head is the embedding).
+    const matrices = [...layers.flatMap((L) => [L.wqkv, L.wo, L.wgu, L.wd]), embed, ...(lmHead === embed ? [] : [lmHead])];
+    this.weightKinds = { bf16: 0, q8: 0, q4: 0, q4k: 0, q6k: 0 };
+    for (const g of matrices.flatMap((m) => m.segs)) this.weightKinds[g.kind]++;
+    const kindList = matrices.map((m) => m.segs.map((g) => g.kind).join("+")).join(",");
     this.slots = slots;
     this.weightsStart = weightsStart;
     this.weightsEnd = weightsEnd;
@@ -217,7 +229,7 @@ export class LlamaModel {
     this.embed = embed;
     this.finalNorm = finalNorm;
     this.lmHead = lmHead;
-    this.weightBytesPerToken = weightBytesPerToken;
+    this.weightBytesPerToken = bytesOf([...layers.flatMap((L) => [L.wqkv, L.wo, L.wgu, L.wd]), lmHead]);
     const c = ckpt.config;
     this.rope = new RopeTable(c.headDim, c.ropeTheta, c.ropeScaling);
     this.qkvRows = (c.numHeads + 2 * c.numKvHeads) * c.headDim;
@@ -279,8 +291,6 @@ export class LlamaModel {
     const rt = await KernelRuntime.create({ threads: opts.threads ?? 1, initialBytes: totalBytes });
     const slots = new Map<string, WeightSlot>();
     const fill = image === undefined;
-    const weightKinds: Record<WeightKind, number> = { bf16: 0, q8: 0, q4: 0, q4k: 0, q6k: 0 };
-    const kindList: string[] = [];
     try {
       const start = rt.allocationTop;
       const loadMatrix = (names: { name: string; rows: number }[], cols: number): Matrix => {
@@ -308,9 +318,7 @@ export class LlamaModel {
             }
             interleaveRows(plain, rt.u16, ptr >> 1, rows, cols);
           }
-          weightKinds.bf16++;
-          kindList.push("bf16");
-          return { segs: [{ ptr, kind: "bf16", row0: 0, rows, bytes }], bytes };
+          return { segs: [{ ptr, kind: "bf16", row0: 0, rows, bytes }] };
         }
         // consecutive parts of one kind share a segment
         const segs: (Segment & { parts: { name: string; rows: number }[] })[] = [];
@@ -333,10 +341,8 @@ export class LlamaModel {
             if (fill) fillQuantRows(rt, kind, src, name, seg.ptr, within, r, cols);
             within += r;
           }
-          weightKinds[kind]++;
         }
-        kindList.push(segs.map((g) => g.kind).join("+"));
-        return { segs: segs.map(({ parts: _, ...g }) => g), bytes: segs.reduce((a, g) => a + g.bytes, 0) };
+        return { segs: segs.map(({ parts: _, ...g }) => g) };
       };
       const loadVectorF32 = (names: { name: string; n: number }[]): number => {
         const total = names.reduce((a, n) => a + n.n, 0);
@@ -394,8 +400,7 @@ export class LlamaModel {
         }
         rt.u8.set(image, start);
       }
-      const weightBytesPerToken = layers.reduce((a, L) => a + L.wqkv.bytes + L.wo.bytes + L.wgu.bytes + L.wd.bytes, 0) + lmHead.bytes;
-      return new LlamaModel(ckpt, rt, layers, embed, finalNorm, lmHead, weightBytesPerToken, slots, start, end, mode, weightKinds, kindList.join(","));
+      return new LlamaModel(ckpt, rt, layers, embed, finalNorm, lmHead, slots, start, end, mode);
     } catch (e) {
       rt.close();
       throw e;
