@@ -9,7 +9,10 @@ import { randomFillSync } from "node:crypto";
 import { closeSync, mkdtempSync, openSync, rmSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { GGML_TYPES } from "../packages/llama/src/checkpoint/gguf-file.ts";
 import { loadCheckpoint } from "../packages/llama/src/checkpoint/load-checkpoint.ts";
+import { bytesToUnicode } from "../packages/llama/src/tokenizer/byte-level-bpe.ts";
+import { TYPE_IDS, f32, ggufHeader, str, strs, u32, type GgufTensorInfo, type MetaValue } from "../packages/llama/test/fixtures/io/gguf-writer.ts";
 import { LlamaModel } from "../packages/llama/src/model/llama-model.ts";
 import { argmax } from "../packages/llama/src/sampling/sample.ts";
 import { flag, flagOf, int, oneOf } from "../packages/rm-core/src/index.ts";
@@ -19,7 +22,6 @@ const PRESETS = {
   "1.5b": { hidden: 1536, layers: 28, heads: 12, kv: 2, ffn: 8960, vocab: 151936 },
   "3b": { hidden: 2048, layers: 36, heads: 16, kv: 2, ffn: 11008, vocab: 151936 },
 } as const;
-const TYPES = { Q4_0: { id: 2, n: 32, bytes: 18 }, Q4_1: { id: 3, n: 32, bytes: 20 }, Q8_0: { id: 8, n: 32, bytes: 34 }, Q4_K: { id: 12, n: 256, bytes: 144 } } as const;
 
 const args = benchArgs("llama-large", "load and decode a generated 1.5 B / 3 B parameter quantized GGUF", {
   preset: flagOf(oneOf(["1.5b", "3b"] as const), { default: "1.5b", doc: "model shape (Qwen2.5)" }),
@@ -28,76 +30,36 @@ const args = benchArgs("llama-large", "load and decode a generated 1.5 B / 3 B p
   keep: flagOf(flag(), { default: false, doc: "keep the generated file" }),
 });
 const shape = PRESETS[args.preset];
-const type = TYPES[args.type];
+// the block type's ggml id, elements and bytes per block
+const [typeId, ggml] = Object.entries(GGML_TYPES).find(([, t]) => t.name === args.type)!;
+const type = { id: Number(typeId), n: ggml.blockSize, bytes: ggml.typeSize };
 const hd = shape.hidden / shape.heads;
 
-// ---- the file: GGUF v3, metadata, tensor infos, then tensor data written in chunks
+// ---- the file: the test fixtures' GGUF header, then tensor data written in chunks
 const dir = mkdtempSync(join(tmpdir(), "airm-large-"));
 const path = join(dir, `generated-${args.preset}-${args.type}.gguf`);
-const enc = (s: string) => Buffer.from(s, "utf8");
-const parts: Buffer[] = [];
-const u32 = (v: number) => {
-  const b = Buffer.alloc(4);
-  b.writeUInt32LE(v);
-  parts.push(b);
+// a byte-level BPE vocabulary of the model's size: the 256 byte tokens, fillers, two specials
+const tokens = [...bytesToUnicode(), ...Array.from({ length: shape.vocab - 256 - 2 }, (_, i) => `Ġw${i}`), "<|endoftext|>", "<|im_end|>"];
+const metadata: Record<string, MetaValue> = {
+  "general.architecture": str("qwen2"),
+  "general.name": str(`generated-${args.preset}`),
+  "qwen2.block_count": u32(shape.layers),
+  "qwen2.context_length": u32(32768),
+  "qwen2.embedding_length": u32(shape.hidden),
+  "qwen2.feed_forward_length": u32(shape.ffn),
+  "qwen2.attention.head_count": u32(shape.heads),
+  "qwen2.attention.head_count_kv": u32(shape.kv),
+  "qwen2.rope.freq_base": f32(1000000),
+  "qwen2.attention.layer_norm_rms_epsilon": f32(1e-6),
+  "tokenizer.ggml.model": str("gpt2"),
+  "tokenizer.ggml.pre": str("qwen2"),
+  "tokenizer.ggml.tokens": strs(tokens),
+  "tokenizer.ggml.merges": strs([]),
+  "tokenizer.ggml.eos_token_id": u32(shape.vocab - 1),
 };
-const u64 = (v: number) => {
-  const b = Buffer.alloc(8);
-  b.writeBigUInt64LE(BigInt(v));
-  parts.push(b);
-};
-const str = (s: string) => {
-  u64(enc(s).length);
-  parts.push(enc(s));
-};
-/** GPT-2's byte-to-unicode map: the 256 base tokens of a byte-level BPE. */
-function byteTokens(): string[] {
-  const keep = [...Array(256).keys()].filter((b) => (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255));
-  let extra = 0;
-  return [...Array(256).keys()].map((b) => (keep.includes(b) ? String.fromCharCode(b) : String.fromCharCode(256 + extra++)));
-}
-const tokens = [...byteTokens(), ...Array.from({ length: shape.vocab - 256 - 2 }, (_, i) => `Ġw${i}`), "<|endoftext|>", "<|im_end|>"];
-const meta: [string, number, () => void][] = [
-  ["general.architecture", 8, () => str("qwen2")],
-  ["general.name", 8, () => str(`generated-${args.preset}`)],
-  ["qwen2.block_count", 4, () => u32(shape.layers)],
-  ["qwen2.context_length", 4, () => u32(32768)],
-  ["qwen2.embedding_length", 4, () => u32(shape.hidden)],
-  ["qwen2.feed_forward_length", 4, () => u32(shape.ffn)],
-  ["qwen2.attention.head_count", 4, () => u32(shape.heads)],
-  ["qwen2.attention.head_count_kv", 4, () => u32(shape.kv)],
-  ["qwen2.rope.freq_base", 6, () => parts.push(Buffer.from(new Float32Array([1000000]).buffer))],
-  ["qwen2.attention.layer_norm_rms_epsilon", 6, () => parts.push(Buffer.from(new Float32Array([1e-6]).buffer))],
-  ["tokenizer.ggml.model", 8, () => str("gpt2")],
-  ["tokenizer.ggml.pre", 8, () => str("qwen2")],
-  [
-    "tokenizer.ggml.tokens",
-    9,
-    () => {
-      u32(8);
-      u64(tokens.length);
-      for (const t of tokens) str(t);
-    },
-  ],
-  [
-    "tokenizer.ggml.merges",
-    9,
-    () => {
-      u32(8);
-      u64(0);
-    },
-  ],
-  ["tokenizer.ggml.eos_token_id", 4, () => u32(shape.vocab - 1)],
-];
-interface T {
-  name: string;
-  dims: number[];
-  type: number;
-  bytes: number;
-}
-const tensors: T[] = [];
-const mat = (name: string, rows: number, cols: number) => tensors.push({ name, dims: [cols, rows], type: type.id, bytes: (rows * cols * type.bytes) / type.n });
-const vec = (name: string, n: number) => tensors.push({ name, dims: [n], type: 0, bytes: 4 * n });
+const tensors: GgufTensorInfo[] = [];
+const mat = (name: string, rows: number, cols: number) => tensors.push({ name, dims: [cols, rows], typeId: type.id, bytes: (rows * cols * type.bytes) / type.n });
+const vec = (name: string, n: number) => tensors.push({ name, dims: [n], typeId: TYPE_IDS.F32, bytes: 4 * n });
 mat("token_embd.weight", shape.vocab, shape.hidden);
 vec("output_norm.weight", shape.hidden);
 for (let l = 0; l < shape.layers; l++) {
@@ -115,30 +77,11 @@ for (let l = 0; l < shape.layers; l++) {
   mat(`${p}ffn_up.weight`, shape.ffn, shape.hidden);
   mat(`${p}ffn_down.weight`, shape.hidden, shape.ffn);
 }
-parts.push(Buffer.from("GGUF"));
-u32(3);
-u64(tensors.length);
-u64(meta.length);
-for (const [key, vt, write] of meta) {
-  str(key);
-  u32(vt);
-  write();
-}
-let offset = 0;
-for (const t of tensors) {
-  str(t.name);
-  u32(t.dims.length);
-  for (const d of t.dims) u64(d);
-  u32(t.type);
-  u64(offset);
-  offset += Math.ceil(t.bytes / 32) * 32;
-}
-const head = Buffer.concat(parts);
-const headPadded = Buffer.concat([head, Buffer.alloc(Math.ceil(head.length / 32) * 32 - head.length)]);
+const { header, offsets, alignment } = ggufHeader({ metadata, tensors });
 
 /** Random blocks with small finite scales (f16 fields overwritten), or unit norms and zero biases. */
-function fillTensor(t: T, buf: Uint8Array): void {
-  if (t.type === 0) {
+function fillTensor(t: GgufTensorInfo, buf: Uint8Array): void {
+  if (t.typeId === TYPE_IDS.F32) {
     new Float32Array(buf.buffer, buf.byteOffset, buf.byteLength / 4).fill(t.name.endsWith("norm.weight") ? 1 : 0);
     return;
   }
@@ -163,20 +106,20 @@ function fillTensor(t: T, buf: Uint8Array): void {
 progress(`writing ${path}`);
 const t0 = performance.now();
 const fd = openSync(path, "w");
-writeSync(fd, headPadded);
+writeSync(fd, header);
 const chunkBlocks = 1 << 16;
 for (const t of tensors) {
-  const per = t.type === 0 ? t.bytes : chunkBlocks * type.bytes;
+  const per = t.typeId === TYPE_IDS.F32 ? t.bytes : chunkBlocks * type.bytes;
   for (let done = 0; done < t.bytes; done += per) {
     const buf = new Uint8Array(Math.min(per, t.bytes - done));
     fillTensor(t, buf);
     writeSync(fd, buf);
   }
-  const pad = Math.ceil(t.bytes / 32) * 32 - t.bytes;
+  const pad = Math.ceil(t.bytes / alignment) * alignment - t.bytes;
   if (pad) writeSync(fd, new Uint8Array(pad));
 }
 closeSync(fd);
-const fileBytes = headPadded.length + offset;
+const fileBytes = header.length + offsets.at(-1)! + tensors.at(-1)!.bytes;
 const writeMs = performance.now() - t0;
 
 progress("loading");
