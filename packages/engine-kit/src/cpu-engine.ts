@@ -143,6 +143,11 @@ export class CpuBackedEngine implements Engine {
   private active: EngineVariant;
   private readonly geometry: KVGeometry;
   private readonly arena = new Map<number, CpuKVCache[]>();
+  /**
+   * What an idle cache still holds from the host-input decode path: positions [0, n) of the host
+   * KV `host` (see decodeHostInput). Any other use of the cache forgets it (takeCache).
+   */
+  private readonly heldInput = new WeakMap<CpuKVCache, { host: WeakRef<KVBlobs>; n: number }>();
   private readonly prefixes: PrefixCache;
   /** Settles when the model computation in progress (if any) is done; see exclusive(). */
   private gate: Promise<void> = Promise.resolve();
@@ -266,6 +271,7 @@ export class CpuBackedEngine implements Engine {
     const free = this.arena.get(S);
     const reused = free?.length ? free.pop()! : null;
     const cache = reused ?? this.cpu.newCache(S);
+    if (reused) this.heldInput.delete(reused);
     if (reused && zero) {
       for (let l = 0; l < this.geometry.layers; l++) {
         cache.layerK(l).fill(0);
@@ -517,14 +523,32 @@ export class CpuBackedEngine implements Engine {
       return results.map((r) => r.logits);
     }
     // The host cache is the input of the step: its valid positions go into a working cache
-    // (attention reads positions [0, n] only, so what lies past them does not matter).
-    const scratch = streams.map((s) => {
+    // (attention reads positions [0, n] only, so what lies past them does not matter). An idle
+    // cache that still holds this stream's positions [0, n) from its previous step (the step wrote
+    // the new position there and copied it to the host) is taken as it is: the same bytes as the
+    // copy, without copying n positions of every layer again.
+    const held = streams.map((s) => {
+      const free = this.arena.get(s.seqLen) ?? [];
+      const at = free.findIndex((c) => {
+        const t = this.heldInput.get(c);
+        return t !== undefined && t.n === s.host!.n && t.host.deref() === s.host;
+      });
+      if (at < 0) return null;
+      const c = free.splice(at, 1)[0];
+      this.heldInput.delete(c);
+      c.n = s.host!.n;
+      return c;
+    });
+    const scratch = streams.map((s, i) => {
+      const kept = held[i];
+      if (kept) return kept;
       const c = this.takeCache(s.seqLen, false);
       const h = s.host!;
       for (let l = 0; l < g.layers; l++) copyPrefix(g, s.seqLen, h.n, h.k[l], h.v[l], c.layerK(l), c.layerV(l));
       c.n = h.n;
       return c;
     });
+    let stepped = false;
     try {
       const logits = this.cpu.decode(group.map((x, i) => ({ cache: scratch[i], token: x.token })));
       streams.forEach((s, i) => {
@@ -533,9 +557,13 @@ export class CpuBackedEngine implements Engine {
         for (let l = 0; l < g.layers; l++) copyPosition(g, s.seqLen, p, scratch[i].layerK(l), scratch[i].layerV(l), host.k[l], host.v[l]);
         host.n = p + 1;
       });
+      stepped = true;
       return logits;
     } finally {
-      for (const c of scratch) this.returnCache(c);
+      for (const [i, c] of scratch.entries()) {
+        if (stepped) this.heldInput.set(c, { host: new WeakRef(streams[i].host!), n: streams[i].host!.n });
+        this.returnCache(c);
+      }
     }
   }
 

@@ -278,6 +278,38 @@ describe("KV handoff and batching", () => {
     }
   });
 
+  it("host-input decode under churn (streams joining, leaving, skipping steps, prefills in between, fewer idle caches than streams) gives each stream its solo tokens", async () => {
+    // A working cache that still holds a stream's positions from its previous step is reused
+    // without the copy; anything else (another stream, a prefill) must make it copy again.
+    for (const batch of [4, 2]) {
+      const engine = await CpuBackedEngine.open(modelDir, spec({ residence: "host", variants: [{ batch, seqLen: S }], activeVariant: { batch, seqLen: S } }));
+      try {
+        const outs: number[][] = prompts.map(() => []);
+        const streams: (KVStream | undefined)[] = prompts.map(() => undefined);
+        // step s: which streams take a step (a stream starts with its prefill the first time it is named)
+        const schedule = [[0], [0, 1], [1, 2, 0], [2], [3, 2], [0, 3], [3, 1, 0, 2], [1], [2, 1, 3, 0], [0, 2], [3], [1, 3, 2, 0]];
+        for (let round = 0; outs.some((o) => o.length < STEPS); round++) {
+          const names = schedule[round % schedule.length].filter((i) => outs[i].length < STEPS);
+          const stepping: number[] = [];
+          for (const i of names) {
+            if (streams[i]) stepping.push(i);
+            else {
+              const r = await engine.prefill(prompts[i], { seqLen: S, keepStream: true });
+              streams[i] = r.stream!;
+              outs[i].push(r.firstToken);
+            }
+          }
+          if (stepping.length === 0) continue;
+          const next = await engine.decode(stepping.map((i) => ({ stream: streams[i]!, token: outs[i][outs[i].length - 1] })));
+          next.forEach((r, j) => outs[stepping[j]].push(r.token));
+          for (const i of stepping) if (outs[i].length === STEPS) engine.release(streams[i]!);
+        }
+        outs.forEach((o, i) => expect(o, `batch ${batch}, prompt ${i}`).toEqual(reference.get(String(i))));
+      } finally {
+        await engine.close();
+      }
+    }
+  });
   it("refuses bad KV, foreign or released streams and full caches with typed errors", async () => {
     const engine = await CpuBackedEngine.open(modelDir, spec());
     const other = await CpuBackedEngine.open(modelDir, spec());
