@@ -13,6 +13,7 @@ import { RNGD_VENDOR_CONFIG } from "../packages/engine-rngd/src/index.ts";
 import { GATEWAY_CONFIG } from "../packages/gateway/src/index.ts";
 import { schemaTables } from "../packages/internal-api/src/index.ts";
 import { NIXL_UCX_CONFIG } from "../packages/kv-nixl-ucx/src/index.ts";
+import { NIXL_CONFIG, SIDECAR_CONFIG } from "../packages/kv-nixl/src/index.ts";
 import { RELAY_CLIENT_CONFIG, RELAY_CONFIG } from "../packages/kv-relay/src/index.ts";
 import { SHM_CONFIG } from "../packages/kv-shm/src/index.ts";
 import { TCP_CONFIG } from "../packages/kv-tcp/src/index.ts";
@@ -30,6 +31,7 @@ export const PACKAGE_CONFIGS: Record<string, ConfigSpec<OptionMap>[]> = {
   "kv-shm": [SHM_CONFIG],
   "kv-tcp": [TCP_CONFIG],
   "kv-nixl-ucx": [NIXL_UCX_CONFIG],
+  "kv-nixl": [NIXL_CONFIG, SIDECAR_CONFIG],
   llama: [MODEL_CACHE_CONFIG],
   "engine-kit": [ENGINE_CONFIG],
   "engine-rngd": [RNGD_VENDOR_CONFIG],

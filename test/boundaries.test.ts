@@ -5,8 +5,8 @@ import { describe, expect, test } from "vitest";
 import { packageSources } from "./source-files.ts";
 
 const HOSTS = ["worker", "gateway", "workload-runner"];
-const TRANSPORTS = ["kv-shm", "kv-tcp", "kv-nixl-ucx"];
-const PLUGIN_NAMES = ["shm", "tcp", "nixl-ucx", "rngd", "rngd-full", "rngd-chunk", "atom"];
+const TRANSPORTS = ["kv-shm", "kv-tcp", "kv-nixl-ucx", "kv-nixl"];
+const PLUGIN_NAMES = ["shm", "tcp", "nixl-ucx", "nixl", "rngd", "rngd-full", "rngd-chunk", "atom"];
 
 /** Where a host may name a plugin: its defaults. */
 const DEFAULTS = [

@@ -13,6 +13,8 @@ const READS_PROCESS_ENV = new Set([
   "packages/kv-relay/src/relay-cli.ts",
   "packages/kv-relay/src/relay-process.ts",
   "packages/kv-nixl-ucx/src/ucx-info-cli.ts",
+  "packages/kv-nixl/src/sidecar-cli.ts",
+  "packages/kv-nixl/src/info-cli.ts",
   "packages/llama/src/tiny/airm-model-cli.ts",
   "packages/worker/src/cli.ts",
   "packages/gateway/src/cli.ts",

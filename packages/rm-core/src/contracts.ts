@@ -88,6 +88,8 @@ export interface CopyRequest {
   requestId: string;
   key: string;
   src: Uint8Array;
+  /** The blob's CRC-32 when the pusher has it (a uint32), else the transport computes it. */
+  crc32?: number;
 }
 export interface CopyPlan {
   readonly requestId: string;
@@ -97,7 +99,7 @@ export interface CopyPlan {
 export interface CopyHandle {
   readonly plan: CopyPlan;
 }
-export type CopyStatus = { ok: true; data: Uint8Array } | { ok: false; reason: string };
+export type CopyStatus = { ok: true; data: Uint8Array; crc32?: number } | { ok: false; reason: string };
 
 /** A transport that only copies between tiers (nixl, p2p). Hosts use it through FencedTransport. */
 export interface CopyOnlyTransport {
@@ -107,8 +109,16 @@ export interface CopyOnlyTransport {
   submit(plan: CopyPlan): Promise<CopyHandle>;
   /** The completion fence: resolves once every copy of the handle completed (or failed). */
   wait(handle: CopyHandle, timeoutMs: number): Promise<CopyStatus>;
+  /**
+   * Transports whose handles live outside the process (a per-host agent that every worker of the
+   * host drives) can take up a copy another process submitted: the handle for `key`, waiting up
+   * to `timeoutMs` for it (TransportTimeoutError). Without it a handle is only seen by the
+   * process that submitted it.
+   */
+  adopt?(key: string, timeoutMs: number): Promise<CopyHandle>;
   release(requestId: string): Promise<void>;
   close(): Promise<void>;
+  stats?(): TransportStats;
 }
 
 export interface ConformanceFixture {

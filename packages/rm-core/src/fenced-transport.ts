@@ -1,6 +1,7 @@
 // Adapts a copy-only transport (plan/submit/wait) to push/pull. push = plan + submit; pull
 // returns only once the completion fence (wait) reports every copy done. The handle lives in
-// this process, so a pull from another process times out with a message that says so.
+// this process, so a pull from another process times out with a message that says so, unless
+// the transport can adopt handles submitted elsewhere (a per-host agent: nixl).
 
 import type { CopyHandle, CopyOnlyTransport, KVTransport, PulledBlob, PullOptions, PushOptions, TransportSupport } from "./contracts.ts";
 import { TransportError, TransportTimeoutError } from "./errors.ts";
@@ -25,7 +26,11 @@ export class FencedTransport implements KVTransport {
     this.ensureOpen();
     validateKey(key);
     checkBlobSpec(this.inner, options);
-    const plan = await this.inner.plan({ requestId: requestIdOf(key), key, src: data });
+    const crc32 = options.crc32;
+    if (crc32 !== undefined && !(Number.isInteger(crc32) && crc32 >= 0 && crc32 <= 0xffffffff)) {
+      throw new TransportError(`${this.name}: crc32 must be a uint32, got ${crc32}`);
+    }
+    const plan = await this.inner.plan({ requestId: requestIdOf(key), key, src: data, ...(crc32 === undefined ? {} : { crc32 }) });
     const handle = await this.inner.submit(plan);
     this.handles.set(key, handle);
     for (const w of this.waiters.get(key) ?? []) w();
@@ -39,6 +44,7 @@ export class FencedTransport implements KVTransport {
     const timeoutMs = options.timeoutMs ?? DEFAULT_PULL_TIMEOUT_MS;
     const deadline = Date.now() + timeoutMs;
     let handle = this.handles.get(key);
+    if (!handle && this.inner.adopt) handle = await this.inner.adopt(key, timeoutMs);
     if (!handle) {
       await new Promise<void>((resolve, reject) => {
         const timer = setTimeout(() => {
@@ -71,9 +77,9 @@ export class FencedTransport implements KVTransport {
         throw new TransportError(`${this.name}: destination of ${status.data.byteLength} bytes needed for ${key}, got ${options.into.byteLength}`);
       }
       options.into.set(status.data);
-      return { bytes: options.into.subarray(0, status.data.byteLength), crc32: null };
+      return { bytes: options.into.subarray(0, status.data.byteLength), crc32: status.crc32 ?? null };
     }
-    return { bytes: status.data, crc32: null };
+    return { bytes: status.data, crc32: status.crc32 ?? null };
   }
 
   async release(requestId: string): Promise<void> {
@@ -89,6 +95,7 @@ export class FencedTransport implements KVTransport {
   }
 
   stats() {
+    if (this.inner.stats) return this.inner.stats();
     return { blobs: this.handles.size, bytes: [...this.handles.values()].reduce((s, h) => s + h.plan.bytes, 0), expired: 0 };
   }
 

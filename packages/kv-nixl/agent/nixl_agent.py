@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""The NIXL agent of one host, driven by the kv-nixl sidecar over stdin/stdout.
+
+One JSON object per line each way. A request {"id": n, "op": ..., ...} gets exactly one reply
+{"id": n, "ok": true, ...} or {"id": n, "ok": false, "error": "..."}; a transfer that completes
+later is reported as {"event": "xfer", "xfer": x, "state": "DONE"|"ERR", "error"?}. Bytes never
+cross this channel: the agent registers shared-memory arenas (files the workers map) as DRAM and
+moves bytes between them with NIXL READs. Every NIXL call is made on this one thread.
+"""
+
+import base64
+import ctypes
+import json
+import mmap
+import os
+import select
+import sys
+import time
+
+# The protocol owns the original stdout; anything else that prints (NIXL's own logging, UCX)
+# goes to stderr, which the sidecar keeps for error messages.
+_proto = os.fdopen(os.dup(1), "w", buffering=1)
+os.dup2(2, 1)
+sys.stdout = sys.stderr
+
+try:
+    from nixl._api import nixl_agent, nixl_agent_config
+except Exception as e:  # the wheels are missing or do not load: say so and stop
+    _proto.write(json.dumps({"event": "fatal", "error": f"cannot import nixl: {e}"}) + "\n")
+    _proto.flush()
+    sys.exit(3)
+
+
+def out(obj):
+    _proto.write(json.dumps(obj) + "\n")
+    _proto.flush()
+
+
+class Agent:
+    def __init__(self, name, backends):
+        self.name = name
+        self.nixl = nixl_agent(name, nixl_agent_config(backends=backends))
+        self.backends = backends
+        self.arenas = {}  # id -> (mmap, fd, base, size, reg descs)
+        self.remotes = set()
+        self.xfers = {}  # id -> (handle, started)
+        self.next_arena = 1
+
+    # --- requests -------------------------------------------------------------------------------
+    def hello(self, req):
+        return {"agent": self.name, "plugins": sorted(self.nixl.get_plugin_list()), "backends": self.backends, "pid": os.getpid()}
+
+    def register(self, req):
+        path, size = req["path"], int(req["bytes"])
+        fd = os.open(path, os.O_RDWR)
+        try:
+            if os.fstat(fd).st_size < size:
+                raise ValueError(f"{path} holds {os.fstat(fd).st_size} bytes, fewer than the {size} to register")
+            mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except Exception:
+            os.close(fd)
+            raise
+        base = ctypes.addressof(ctypes.c_char.from_buffer(mm))
+        reg = self.nixl.register_memory([(base, size, 0, "")], "DRAM")
+        if reg is None:
+            mm.close()
+            os.close(fd)
+            raise RuntimeError(f"NIXL refused to register {path} ({size} bytes) as DRAM")
+        arena = self.next_arena
+        self.next_arena += 1
+        self.arenas[arena] = (mm, fd, base, size, reg)
+        return {"arena": arena, "base": str(base)}
+
+    def deregister(self, req):
+        a = self.arenas.pop(int(req["arena"]), None)
+        if a is None:
+            return {"deregistered": False}
+        mm, fd, _base, _size, reg = a
+        self.nixl.deregister_memory(reg)
+        try:
+            mm.close()
+        except BufferError:
+            pass  # a ctypes view still points into it; the mapping goes with the process
+        os.close(fd)
+        return {"deregistered": True}
+
+    def metadata(self, req):
+        return {"agent": self.name, "metadata": base64.b64encode(self.nixl.get_agent_metadata()).decode()}
+
+    def add_remote(self, req):
+        name = self.nixl.add_remote_agent(base64.b64decode(req["metadata"]))
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        self.remotes.add(name)
+        return {"agent": name}
+
+    def read(self, req):
+        """READ copies [(dst_addr, src_addr, len)] from `remote` (this agent's own name for a local copy)."""
+        xid = int(req["xfer"])
+        copies = req["copies"]
+        dst = self.nixl.get_xfer_descs([(int(d), int(n), 0) for d, _s, n in copies], "DRAM")
+        src = self.nixl.get_xfer_descs([(int(s), int(n), 0) for _d, s, n in copies], "DRAM")
+        handle = self.nixl.initialize_xfer("READ", dst, src, req["remote"])
+        if not handle:
+            raise RuntimeError("NIXL could not create the transfer (initialize_xfer gave no handle)")
+        state = self.nixl.transfer(handle)
+        if state == "ERR":
+            self.nixl.release_xfer_handle(handle)
+            raise RuntimeError("NIXL refused to post the READ (transfer state ERR)")
+        self.xfers[xid] = (handle, time.monotonic())
+        return {"xfer": xid, "state": state}
+
+    def cancel(self, req):
+        x = self.xfers.pop(int(req["xfer"]), None)
+        if x is not None:
+            try:
+                self.nixl.release_xfer_handle(x[0])
+            except Exception:
+                pass
+        return {"cancelled": x is not None}
+
+    # --- completions ----------------------------------------------------------------------------
+    def poll(self):
+        for xid, (handle, _t) in list(self.xfers.items()):
+            try:
+                state = self.nixl.check_xfer_state(handle)
+            except Exception as e:
+                state, err = "ERR", str(e)
+            else:
+                err = None
+            if state == "PROC":
+                continue
+            del self.xfers[xid]
+            try:
+                self.nixl.release_xfer_handle(handle)
+            except Exception:
+                pass
+            ev = {"event": "xfer", "xfer": xid, "state": "DONE" if state == "DONE" else "ERR"}
+            if state != "DONE":
+                ev["error"] = err or f"transfer state {state}"
+            out(ev)
+
+
+def main():
+    name = sys.argv[1] if len(sys.argv) > 1 else f"airm-{os.uname().nodename}-{os.getpid()}"
+    backends = (sys.argv[2] if len(sys.argv) > 2 else "UCX").split(",")
+    agent = Agent(name, backends)
+    out({"event": "ready", **agent.hello({})})
+    ops = {"hello": agent.hello, "register": agent.register, "deregister": agent.deregister, "metadata": agent.metadata, "add_remote": agent.add_remote, "read": agent.read, "cancel": agent.cancel}
+    stdin = sys.stdin.buffer
+    buf = b""
+    while True:
+        # poll completions often while transfers are in flight, otherwise sleep until a request
+        timeout = 0.0002 if agent.xfers else None
+        ready, _, _ = select.select([stdin], [], [], timeout)
+        if ready:
+            chunk = os.read(stdin.fileno(), 1 << 16)
+            if not chunk:
+                return  # the sidecar is gone
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                if not line.strip():
+                    continue
+                req = json.loads(line)
+                try:
+                    fn = ops.get(req.get("op"))
+                    if fn is None:
+                        raise ValueError(f"unknown op {req.get('op')!r}")
+                    out({"id": req["id"], "ok": True, **fn(req)})
+                except Exception as e:
+                    out({"id": req.get("id"), "ok": False, "error": f"{type(e).__name__}: {e}"})
+        agent.poll()
+
+
+if __name__ == "__main__":
+    main()

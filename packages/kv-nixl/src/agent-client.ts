@@ -1,0 +1,119 @@
+// The gRPC client of a host's NIXL agent sidecar, with the seed's copy API on top of the raw
+// calls: bind(request, {src, dst, context}) -> plan -> submit -> wait (the completion fence).
+// Every call has a deadline; a sidecar that does not answer is a TransportError, a refused route
+// an UnsupportedError with the reason.
+
+import { credentials, Metadata, status, type Client, type ClientReadableStream, type ServiceError } from "@grpc/grpc-js";
+import { INTERNAL_TOKEN_HEADER, TransportError, TransportTimeoutError, UnsupportedError } from "@airm/rm-core";
+import { nixlAgentService, type AllocationMsg } from "./protos.ts";
+import type { Tier } from "./routes.ts";
+
+/** An allocation as callers give it (offsets and lengths in bytes). */
+export interface Allocation {
+  tier: Tier;
+  agent: string;
+  arena: number;
+  offset: number;
+  length: number;
+}
+
+export const toMsg = (a: Allocation): AllocationMsg => ({ ...a, offset: String(a.offset), length: String(a.length) });
+
+export interface AgentHealth {
+  agent: string;
+  backends: string[];
+  plugins: string[];
+  arenas: number;
+  publications: number;
+  copies_in_flight: number;
+  instance: string;
+  python_pid: number;
+}
+
+type Rpc = (req: unknown, md: Metadata, opts: { deadline: Date }, cb: (e: ServiceError | null, r: unknown) => void) => void;
+
+export class NixlAgentClient {
+  /** True after a call found the sidecar gone (UNAVAILABLE or past its deadline). */
+  unreachable = false;
+  private readonly client: Client;
+
+  constructor(
+    readonly addr: string,
+    private readonly token: string | undefined,
+    private readonly rpcTimeoutMs = 5000,
+  ) {
+    this.client = new (nixlAgentService())(addr, credentials.createInsecure()) as Client;
+  }
+
+  private md(): Metadata {
+    const md = new Metadata();
+    if (this.token) md.set(INTERNAL_TOKEN_HEADER, this.token);
+    return md;
+  }
+
+  /** One unary call; `extraMs` extends the deadline for calls that wait on purpose. */
+  call(method: string, req: unknown, extraMs = 0): Promise<unknown> {
+    const fn = (this.client as unknown as Record<string, Rpc>)[method].bind(this.client);
+    return new Promise((resolve, reject) => {
+      fn(req, this.md(), { deadline: new Date(Date.now() + this.rpcTimeoutMs + extraMs) }, (e, r) => {
+        if (!e) {
+          this.unreachable = false;
+          return resolve(r);
+        }
+        if (e.code === status.UNAVAILABLE || e.code === status.DEADLINE_EXCEEDED) {
+          this.unreachable = true;
+          reject(
+            new TransportError(
+              `nixl: the NIXL agent sidecar at ${this.addr} did not answer ${method} (${e.details || e.message}); it is started by airm up (or the pod) and restarted when it dies`,
+            ),
+          );
+        } else if (e.code === status.FAILED_PRECONDITION && /refused/.test(e.details)) reject(new UnsupportedError(e.details));
+        else if (e.code === status.NOT_FOUND && /was published within/.test(e.details)) reject(new TransportTimeoutError(`nixl: ${e.details}`));
+        else reject(new TransportError(`nixl: ${method}: ${e.details || e.message}`));
+      });
+    });
+  }
+
+  /** Slot events for `owner` (read, released, expired) until cancelled. */
+  events(owner: string, onEvent: (ev: { kind: string; key: string }) => void): ClientReadableStream<unknown> {
+    const stream = (this.client as unknown as { Events: (req: unknown, md: Metadata) => ClientReadableStream<unknown> }).Events({ owner }, this.md());
+    stream.on("data", onEvent);
+    stream.on("error", () => undefined); // a dead sidecar surfaces on the next call
+    return stream;
+  }
+
+  async health(): Promise<AgentHealth> {
+    return (await this.call("Health", {})) as AgentHealth;
+  }
+
+  /** Binds `src` and `dst` to `requestId` (same length); `context` names the copy (the blob key). */
+  async bind(requestId: string, b: { src: Allocation | AllocationMsg; dst: Allocation | AllocationMsg; context?: string }): Promise<string> {
+    const m = (a: Allocation | AllocationMsg): AllocationMsg => (typeof a.offset === "number" ? toMsg(a as Allocation) : (a as AllocationMsg));
+    const r = (await this.call("Bind", { request_id: requestId, src: m(b.src), dst: m(b.dst), context: b.context ?? "" })) as { binding: string };
+    return r.binding;
+  }
+
+  /** Plans the request's bound copies (or only `bindings`): the route table is checked here. */
+  async plan(requestId: string, bindings: string[] = []): Promise<{ plan: string; routes: string[]; bytes: number; copies: number }> {
+    const r = (await this.call("Plan", { request_id: requestId, bindings })) as { plan: string; routes: string[]; bytes: string; copies: number };
+    return { ...r, bytes: Number(r.bytes) };
+  }
+
+  async submit(plan: string): Promise<string> {
+    return ((await this.call("Submit", { plan })) as { handle: string }).handle;
+  }
+
+  /** The fence: "DONE", "ERROR" (with the reason) or "PENDING" when `timeoutMs` passed first. */
+  async wait(handle: string, timeoutMs: number): Promise<{ state: "DONE" | "ERROR" | "PENDING"; reason: string }> {
+    const t = Math.max(0, Math.round(timeoutMs));
+    return (await this.call("Wait", { handle, timeout_ms: t }, t)) as { state: "DONE" | "ERROR" | "PENDING"; reason: string };
+  }
+
+  async release(requestId: string): Promise<number> {
+    return ((await this.call("Release", { request_id: requestId })) as { released: number }).released;
+  }
+
+  close(): void {
+    this.client.close();
+  }
+}

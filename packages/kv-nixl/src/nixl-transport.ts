@@ -1,0 +1,266 @@
+// The `nixl` KV transport: a copy-only transport (plan / submit / wait between bound allocations)
+// over the host's NIXL agent sidecar, used by the workers through rm-core's FencedTransport.
+// A producer stages each blob in its registered arena and publishes it (the src half); a
+// consumer, in any process of the host, adopts the publication: it binds a slot of its own arena
+// as dst, plans (the route table), submits the NIXL READ and waits on the fence, then checks the
+// CRC-32. The producer's slot is reused once the sidecar reports it read, released or expired.
+
+import { randomBytes } from "node:crypto";
+import type { ClientReadableStream } from "@grpc/grpc-js";
+import {
+  ConfigSpec,
+  KV_LAYOUT,
+  RM_CORE_CONFIG,
+  hostPort,
+  TransportError,
+  TransportTimeoutError,
+  defineConfig,
+  int,
+  kvCrc32,
+  num,
+  opt,
+  requestIdOf,
+  validateRequestId,
+  type ConfigValues,
+  type CopyHandle,
+  type CopyOnlyTransport,
+  type CopyPlan,
+  type CopyRequest,
+  type CopyStatus,
+  type TransportStats,
+  type TransportSupport,
+} from "@airm/rm-core";
+import { Arena } from "./arena.ts";
+import { NixlAgentClient } from "./agent-client.ts";
+import type { AllocationMsg } from "./protos.ts";
+
+export const NIXL_SUPPORT: TransportSupport = {
+  scope: ["same-host"],
+  tiers: ["host-dram", "device-dram", "dmabuf"],
+  dtypes: ["bf16", "fp16"],
+  layouts: [KV_LAYOUT],
+  copyOnly: true,
+};
+
+export const DEFAULT_NIXL_ADDR = "127.0.0.1:7500";
+
+export const NIXL_CONFIG = defineConfig("@airm/kv-nixl", {
+  addr: opt(hostPort(), {
+    env: "AIRM_KV_NIXL_ADDR",
+    default: DEFAULT_NIXL_ADDR,
+    doc: "The host's NIXL agent sidecar (airm-kv-nixl-agent), which `airm up` starts; every worker of the host drives the same agent.",
+  }),
+  poolMb: opt(num({ min: 1 }), {
+    env: "AIRM_KV_NIXL_POOL_MB",
+    default: 1024,
+    doc: "Shared-memory arena per worker in MiB, registered with NIXL once: bounds the bytes pushed and not yet read plus the pulled blobs held until release.",
+  }),
+  rpcTimeoutMs: opt(int({ min: 100 }), {
+    env: "AIRM_KV_NIXL_RPC_TIMEOUT_MS",
+    default: 5000,
+    doc: "Deadline of each control call to the sidecar (a wait's own timeout comes on top): a sidecar that does not answer within it is a TransportError.",
+  }),
+}).with(new ConfigSpec("@airm/rm-core", { internalToken: RM_CORE_CONFIG.options.internalToken }));
+export type NixlOptions = ConfigValues<typeof NIXL_CONFIG.options>;
+
+interface Slot {
+  offset: number;
+  length: number;
+  role: "src" | "dst";
+}
+interface NixlPlan extends CopyPlan {
+  readonly offset: number;
+  readonly crc32: number;
+}
+interface PublishedHandle extends CopyHandle {
+  readonly kind: "published";
+  readonly src: AllocationMsg;
+  readonly crc32: number;
+}
+interface ReadHandle extends CopyHandle {
+  readonly kind: "read";
+  readonly sidecar: string;
+  readonly offset: number;
+  readonly crc32: number;
+}
+type NixlHandle = PublishedHandle | ReadHandle;
+
+/** One worker's endpoint: its arena, registered with the host's agent, and the calls it makes. */
+export class NixlCopyTransport implements CopyOnlyTransport {
+  readonly name = "nixl";
+  readonly support = NIXL_SUPPORT;
+  readonly agent: string;
+  private readonly slots = new Map<string, Slot>();
+  private readonly owner = `${process.pid}-${randomBytes(4).toString("hex")}`;
+  private expired = 0;
+  private events: ClientReadableStream<unknown> | null = null;
+  private closed = false;
+
+  private constructor(
+    readonly _o: NixlOptions,
+    private readonly client: NixlAgentClient,
+    private readonly arena: Arena,
+    agent: string,
+    private arenaId: number,
+    private instance: string,
+  ) {
+    this.agent = agent;
+  }
+
+  /** Opens an endpoint: maps a fresh arena and registers it with the sidecar at `o.addr`. */
+  static async open(o: NixlOptions): Promise<NixlCopyTransport> {
+    const client = new NixlAgentClient(o.addr, o.internalToken, o.rpcTimeoutMs);
+    const arena = Arena.create(Math.round(o.poolMb * 1024 * 1024));
+    try {
+      const t = new NixlCopyTransport(o, client, arena, "", 0, "");
+      await t.register();
+      return t;
+    } catch (e) {
+      arena.close();
+      client.close();
+      throw e;
+    }
+  }
+
+  private async register(): Promise<void> {
+    const r = (await this.call("RegisterArena", { path: this.arena.path, bytes: String(this.arena.size), owner: this.owner })) as {
+      arena: number;
+      agent: string;
+      instance: string;
+    };
+    (this as { agent: string }).agent = r.agent;
+    this.arenaId = r.arena;
+    this.instance = r.instance;
+    this.subscribe();
+  }
+
+  /** Slots the sidecar reports read, released or expired go back to the arena. */
+  private subscribe(): void {
+    this.events?.cancel();
+    this.events = this.client.events(this.owner, (ev) => {
+      if (ev.kind === "subscribed") return;
+      if (ev.kind === "expired") this.expired++;
+      const s = this.slots.get(ev.key);
+      if (s && s.role === "src") {
+        this.slots.delete(ev.key);
+        this.arena.free(s.offset);
+      }
+    });
+  }
+
+  private call(method: string, req: unknown, extraMs = 0): Promise<unknown> {
+    return this.client.call(method, req, extraMs);
+  }
+
+  private async ensureOpen(): Promise<void> {
+    if (this.closed) throw new TransportError("nixl: transport is closed", "TRANSPORT_CLOSED");
+    if (!this.client.unreachable) return;
+    // A sidecar that came back is a new agent: what it held of ours is gone, so are our
+    // publications (their slots are free again); the arena is registered anew.
+    await this.register();
+    for (const [key, s] of [...this.slots]) {
+      if (s.role !== "src") continue;
+      this.slots.delete(key);
+      this.arena.free(s.offset);
+    }
+  }
+
+  private take(length: number, what: string): number {
+    const at = this.arena.allocate(Math.max(1, length));
+    if (at === null) {
+      throw new TransportError(
+        `nixl: no room for ${what} (${length} bytes) in this worker's ${this.arena.size}-byte arena (${this.arena.usedBytes} in use); raise AIRM_KV_NIXL_POOL_MB`,
+        "TRANSPORT_NO_SPACE",
+      );
+    }
+    return at;
+  }
+
+  private own(offset: number, length: number): AllocationMsg {
+    return { tier: "dram", agent: this.agent, arena: this.arenaId, offset: String(offset), length: String(Math.max(1, length)) };
+  }
+
+  /** The producer's half: the blob staged in this arena with its CRC-32. */
+  async plan(req: CopyRequest): Promise<NixlPlan> {
+    await this.ensureOpen();
+    const offset = this.take(req.src.byteLength, req.key);
+    this.arena.bytes.set(req.src, offset);
+    const crc32 = req.crc32 ?? kvCrc32(req.src);
+    const prev = this.slots.get(req.key);
+    if (prev) this.arena.free(prev.offset);
+    this.slots.set(req.key, { offset, length: req.src.byteLength, role: "src" });
+    return { requestId: req.requestId, key: req.key, bytes: req.src.byteLength, offset, crc32 };
+  }
+
+  /** Publishes the staged blob with the agent, where any worker of the host can adopt it. */
+  async submit(plan: CopyPlan): Promise<PublishedHandle> {
+    await this.ensureOpen();
+    const p = plan as NixlPlan;
+    const src = this.own(p.offset, p.bytes);
+    await this.call("Publish", { key: p.key, src, crc32: p.crc32, instance: this.instance });
+    return { plan, kind: "published", src, crc32: p.crc32 };
+  }
+
+  /** Waits for `key`'s publication, then binds, plans and submits its READ into this arena. */
+  async adopt(key: string, timeoutMs: number): Promise<ReadHandle> {
+    await this.ensureOpen();
+    const pub = (await this.call("Lookup", { key, timeout_ms: Math.max(0, Math.round(timeoutMs)) }, timeoutMs)) as { src: AllocationMsg; crc32: number };
+    return this.read(key, pub.src, pub.crc32);
+  }
+
+  private async read(key: string, src: AllocationMsg, crc32: number): Promise<ReadHandle> {
+    const rid = requestIdOf(key);
+    const length = Number(src.length);
+    const offset = this.take(length, key);
+    try {
+      const binding = await this.client.bind(rid, { src, dst: this.own(offset, length), context: key });
+      const p = await this.client.plan(rid, [binding]);
+      const handle = await this.client.submit(p.plan);
+      this.slots.set(`${key}#dst`, { offset, length, role: "dst" });
+      return { plan: { requestId: rid, key, bytes: length }, kind: "read", sidecar: handle, offset, crc32 };
+    } catch (e) {
+      this.arena.free(offset);
+      throw e;
+    }
+  }
+
+  /** The fence: resolves once the READ completed, with a view of the bytes in this arena (CRC-32 checked). */
+  async wait(handle: CopyHandle, timeoutMs: number): Promise<CopyStatus> {
+    await this.ensureOpen();
+    let h = handle as NixlHandle;
+    if (h.kind === "published") h = await this.read(h.plan.key, h.src, h.crc32);
+    const r = await this.client.wait(h.sidecar, timeoutMs);
+    if (r.state === "PENDING") throw new TransportTimeoutError(`nixl: the READ of ${h.plan.key} did not complete within ${timeoutMs} ms`);
+    if (r.state !== "DONE") return { ok: false, reason: `NIXL READ failed: ${r.reason}` };
+    const data = this.arena.bytes.subarray(h.offset, h.offset + h.plan.bytes);
+    const got = kvCrc32(data);
+    if (got !== h.crc32) return { ok: false, reason: `KV_INTEGRITY: CRC-32 of the ${h.plan.bytes} bytes read is ${got.toString(16)}, the producer's is ${h.crc32.toString(16)}` };
+    return { ok: true, data, crc32: got };
+  }
+
+  async release(requestId: string): Promise<void> {
+    validateRequestId(requestId);
+    if (this.closed) return;
+    for (const [key, s] of [...this.slots]) {
+      if (requestIdOf(key.replace(/#dst$/, "")) !== requestId) continue;
+      this.slots.delete(key);
+      this.arena.free(s.offset);
+    }
+    await this.call("Release", { request_id: requestId });
+  }
+
+  stats(): TransportStats {
+    let blobs = 0;
+    for (const s of this.slots.values()) if (s.role === "src") blobs++;
+    return { blobs, bytes: this.arena.usedBytes, expired: this.expired };
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.events?.cancel();
+    await this.call("ReleaseArena", { arena: this.arenaId }).catch(() => undefined);
+    this.client.close();
+    this.arena.close();
+  }
+}

@@ -1,0 +1,390 @@
+// airm-kv-nixl-agent: the one NIXL agent of a host (the seed's one-agent rule) behind a gRPC
+// control API. Workers register their shared-memory arenas once, publish staged blobs, and bind /
+// plan / submit / wait copies between allocations; the Python child (python-agent.ts) makes the
+// NIXL calls. The route table is enforced at Plan. Bytes never cross gRPC.
+
+import { randomBytes } from "node:crypto";
+import { Server, ServerCredentials, status, type Metadata, type ServerUnaryCall, type ServerWritableStream, type sendUnaryData } from "@grpc/grpc-js";
+import { INTERNAL_TOKEN_HEADER, requestIdOf, sameSecret } from "@airm/rm-core";
+import { nixlAgentService, type AllocationMsg } from "./protos.ts";
+import { PythonAgent } from "./python-agent.ts";
+import { routeFor } from "./routes.ts";
+
+export interface SidecarOptions {
+  /** host:port to listen on ("127.0.0.1:0" picks a port). */
+  listen: string;
+  python: string;
+  /** NIXL agent name (default airm-<host>-<pid>). */
+  agentName?: string;
+  /** Seconds an unread publication lives. */
+  ttlS?: number;
+  /** The deployment's internal token: every call must carry it (x-airm-internal-token). */
+  token?: string;
+  /** The Python agent's environment (UCX_* picks UCX's transports). */
+  env?: Record<string, string | undefined>;
+  log?: (line: string) => void;
+}
+
+interface ArenaRec {
+  id: number;
+  path: string;
+  bytes: bigint;
+  base: bigint;
+  owner: string;
+}
+interface Alloc {
+  tier: string;
+  agent: string;
+  arena: number;
+  offset: bigint;
+  length: bigint;
+}
+interface PubRec {
+  key: string;
+  src: Alloc;
+  crc32: number;
+  at: number;
+  owner: string;
+}
+interface BindRec {
+  id: bigint;
+  src: Alloc;
+  dst: Alloc;
+  context: string;
+  planned: boolean;
+}
+interface PlanRec {
+  id: bigint;
+  requestId: string;
+  copies: BindRec[];
+  bytes: bigint;
+}
+interface HandleRec {
+  id: bigint;
+  plan: PlanRec;
+  state: "PENDING" | "DONE" | "ERROR";
+  reason: string;
+  waiters: (() => void)[];
+}
+type Unary<Req, Res> = (call: ServerUnaryCall<Req, Res>, cb: sendUnaryData<Res>) => void;
+
+class RpcError extends Error {
+  constructor(
+    readonly code: status,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+const toAlloc = (m: AllocationMsg | undefined, what: string): Alloc => {
+  if (!m) throw new RpcError(status.INVALID_ARGUMENT, `${what}: an allocation is required`);
+  return { tier: m.tier, agent: m.agent, arena: Number(m.arena), offset: BigInt(m.offset), length: BigInt(m.length) };
+};
+const fromAlloc = (a: Alloc): AllocationMsg => ({ tier: a.tier, agent: a.agent, arena: a.arena, offset: a.offset.toString(), length: a.length.toString() });
+
+/** A running sidecar: its address, agent and a way to stop it. */
+export interface Sidecar {
+  readonly address: string;
+  readonly agent: string;
+  readonly instance: string;
+  readonly pythonPid: number;
+  /** Settles when the Python agent ends (the sidecar is then useless and should exit). */
+  readonly agentExited: Promise<string>;
+  close(): Promise<void>;
+}
+
+export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
+  const log = opts.log ?? (() => undefined);
+  const instance = randomBytes(6).toString("hex");
+  const py = await PythonAgent.start({ python: opts.python, name: opts.agentName ?? `airm-${process.pid}-${instance}`, env: opts.env ?? {} });
+  const me = py.hello.agent;
+  const ttlMs = (opts.ttlS ?? 300) * 1000;
+  const arenas = new Map<number, ArenaRec>();
+  const pubs = new Map<string, PubRec>();
+  const lookups = new Map<string, Set<() => void>>();
+  const binds = new Map<string, BindRec[]>();
+  const plans = new Map<bigint, PlanRec>();
+  const handles = new Map<bigint, HandleRec>();
+  const subscribers = new Map<string, Set<ServerWritableStream<unknown, unknown>>>();
+  let nextId = 1n;
+
+  const emit = (owner: string, kind: string, key: string, a: Alloc): void => {
+    for (const s of subscribers.get(owner) ?? []) s.write({ kind, key, arena: a.arena, offset: a.offset.toString() });
+  };
+  const dropPub = (key: string, kind: string | null): void => {
+    const p = pubs.get(key);
+    if (!p) return;
+    pubs.delete(key);
+    if (kind) emit(p.owner, kind, key, p.src);
+  };
+  const finish = (h: HandleRec, state: "DONE" | "ERROR", reason: string): void => {
+    if (h.state !== "PENDING") return;
+    h.state = state;
+    h.reason = reason;
+    if (state === "DONE") {
+      // a publication read to the end is consumed: its owner may reuse the slot
+      for (const c of h.plan.copies) {
+        const p = pubs.get(c.context);
+        if (p && p.src.arena === c.src.arena && p.src.offset === c.src.offset) dropPub(c.context, "consumed");
+      }
+    }
+    for (const w of h.waiters.splice(0)) w();
+  };
+  const inflight = new Map<number, HandleRec>();
+  py.onTransfer((e) => {
+    const h = inflight.get(e.xfer);
+    if (!h) return;
+    inflight.delete(e.xfer);
+    finish(h, e.state === "DONE" ? "DONE" : "ERROR", e.error ?? "");
+  });
+  void py.exited.then((why) => {
+    for (const h of inflight.values()) finish(h, "ERROR", `the NIXL agent process ended (${why})`);
+    inflight.clear();
+    log(`the NIXL agent process ended (${why})`);
+  });
+
+  const addressOf = (a: Alloc, what: string): bigint => {
+    if (a.agent !== me)
+      throw new RpcError(status.UNIMPLEMENTED, `${what}: allocation of agent ${a.agent}; this sidecar copies between arenas of its own agent ${me} only (one agent per host)`);
+    const arena = arenas.get(a.arena);
+    if (!arena) throw new RpcError(status.NOT_FOUND, `${what}: arena ${a.arena} is not registered here (released, or registered with an earlier sidecar)`);
+    if (a.length <= 0n || a.offset < 0n || a.offset + a.length > arena.bytes) {
+      throw new RpcError(status.OUT_OF_RANGE, `${what}: [${a.offset}, ${a.offset + a.length}) lies outside arena ${a.arena} of ${arena.bytes} bytes`);
+    }
+    return arena.base + a.offset;
+  };
+
+  const releaseRequest = async (rid: string): Promise<number> => {
+    let n = 0;
+    for (const key of [...pubs.keys()]) {
+      if (requestIdOf(key) === rid) {
+        dropPub(key, "released");
+        n++;
+      }
+    }
+    n += binds.get(rid)?.length ?? 0;
+    binds.delete(rid);
+    for (const [id, p] of plans) if (p.requestId === rid) plans.delete(id);
+    for (const [id, h] of handles) {
+      if (h.plan.requestId !== rid) continue;
+      handles.delete(id);
+      for (const [x, hx] of inflight) {
+        if (hx === h) {
+          inflight.delete(x);
+          await py.call("cancel", { xfer: x }).catch(() => undefined);
+        }
+      }
+      finish(h, "ERROR", `request ${rid} was released`);
+    }
+    return n;
+  };
+
+  const releaseOwner = async (owner: string): Promise<void> => {
+    for (const [key, p] of pubs) if (p.owner === owner) pubs.delete(key);
+    for (const a of [...arenas.values()]) {
+      if (a.owner !== owner) continue;
+      arenas.delete(a.id);
+      await py.call("deregister", { arena: a.id }).catch(() => undefined);
+    }
+  };
+
+  const sweep = setInterval(() => {
+    const now = Date.now();
+    for (const [key, p] of pubs) if (now - p.at > ttlMs) dropPub(key, "expired");
+  }, 1000);
+  sweep.unref();
+
+  const authorized = (md: Metadata): boolean => {
+    if (!opts.token) return true;
+    const got = md.get(INTERNAL_TOKEN_HEADER)[0];
+    return typeof got === "string" && sameSecret(opts.token, got);
+  };
+  const unary =
+    <Req, Res>(fn: (req: Req) => Promise<Res> | Res): Unary<Req, Res> =>
+    (call, cb) => {
+      if (!authorized(call.metadata)) {
+        cb({ code: status.UNAUTHENTICATED, details: `the call lacks the deployment's ${INTERNAL_TOKEN_HEADER} (AIRM_INTERNAL_TOKEN)` });
+        return;
+      }
+      Promise.resolve()
+        .then(() => fn(call.request))
+        .then(
+          (res) => cb(null, res),
+          (e: unknown) => cb({ code: e instanceof RpcError ? e.code : status.INTERNAL, details: e instanceof Error ? e.message : String(e) }),
+        );
+    };
+
+  const impl = {
+    Health: unary(() => ({
+      agent: me,
+      backends: py.hello.backends,
+      plugins: py.hello.plugins,
+      arenas: arenas.size,
+      publications: pubs.size,
+      copies_in_flight: inflight.size,
+      instance,
+      python_pid: py.hello.pid,
+    })),
+    RegisterArena: unary(async (req: { path: string; bytes: string; owner: string }) => {
+      const r = await py.call("register", { path: req.path, bytes: Number(req.bytes) });
+      const id = Number(r.arena);
+      arenas.set(id, { id, path: req.path, bytes: BigInt(req.bytes), base: BigInt(String(r.base)), owner: req.owner });
+      log(`arena ${id} registered for ${req.owner}: ${req.bytes} bytes`);
+      return { arena: id, agent: me, instance };
+    }),
+    ReleaseArena: unary(async (req: { arena: number }) => {
+      const a = arenas.get(req.arena);
+      if (!a) return { released: 0 };
+      arenas.delete(req.arena);
+      for (const [key, p] of pubs) if (p.src.arena === req.arena) pubs.delete(key);
+      await py.call("deregister", { arena: req.arena });
+      return { released: 1 };
+    }),
+    Metadata: unary(async () => {
+      const r = await py.call("metadata");
+      return { agent: me, metadata: Buffer.from(String(r.metadata), "base64") };
+    }),
+    AddRemote: unary(async (req: { metadata: Buffer }) => {
+      const r = await py.call("add_remote", { metadata: Buffer.from(req.metadata).toString("base64") });
+      return { agent: String(r.agent) };
+    }),
+    Publish: unary((req: { key: string; src: AllocationMsg; crc32: number; instance: string }) => {
+      if (req.instance !== instance)
+        throw new RpcError(status.FAILED_PRECONDITION, `publication made for sidecar instance ${req.instance}, this is ${instance}: register the arena again`);
+      const src = toAlloc(req.src, `publish ${req.key}`);
+      addressOf(src, `publish ${req.key}`);
+      const arena = arenas.get(src.arena)!;
+      pubs.set(req.key, { key: req.key, src, crc32: req.crc32 >>> 0, at: Date.now(), owner: arena.owner });
+      for (const w of lookups.get(req.key) ?? []) w();
+      lookups.delete(req.key);
+      return { key: req.key, src: fromAlloc(src), crc32: req.crc32 >>> 0 };
+    }),
+    Lookup: unary(async (req: { key: string; timeout_ms: number }) => {
+      let p = pubs.get(req.key);
+      if (!p) {
+        await new Promise<void>((resolve) => {
+          const set = lookups.get(req.key) ?? new Set();
+          const done = (): void => {
+            clearTimeout(t);
+            set.delete(done);
+            resolve();
+          };
+          const t = setTimeout(done, req.timeout_ms);
+          set.add(done);
+          lookups.set(req.key, set);
+        });
+        p = pubs.get(req.key);
+      }
+      if (!p) throw new RpcError(status.NOT_FOUND, `no blob ${req.key} was published within ${req.timeout_ms} ms`);
+      return { key: p.key, src: fromAlloc(p.src), crc32: p.crc32 };
+    }),
+    Bind: unary((req: { request_id: string; src: AllocationMsg; dst: AllocationMsg; context: string }) => {
+      const src = toAlloc(req.src, "bind src");
+      const dst = toAlloc(req.dst, "bind dst");
+      if (src.length !== dst.length) throw new RpcError(status.INVALID_ARGUMENT, `bind: src holds ${src.length} bytes and dst ${dst.length}; a copy never resizes`);
+      if (src.tier === "dram") addressOf(src, "bind src");
+      if (dst.tier === "dram") addressOf(dst, "bind dst");
+      const b: BindRec = { id: nextId++, src, dst, context: req.context, planned: false };
+      const list = binds.get(req.request_id) ?? [];
+      list.push(b);
+      binds.set(req.request_id, list);
+      return { binding: b.id.toString() };
+    }),
+    Plan: unary((req: { request_id: string; bindings: string[] }) => {
+      const only = new Set((req.bindings ?? []).map((b) => BigInt(b)));
+      const list = (binds.get(req.request_id) ?? []).filter((b) => !b.planned && (only.size === 0 || only.has(b.id)));
+      if (list.length === 0) throw new RpcError(status.FAILED_PRECONDITION, `plan: request ${req.request_id} has no bound allocations (bind first)`);
+      const routes = new Set<string>();
+      for (const b of list) {
+        try {
+          routes.add(routeFor(b.src.tier, b.dst.tier, py.hello.plugins).name);
+        } catch (e) {
+          throw new RpcError(status.FAILED_PRECONDITION, (e as Error).message);
+        }
+      }
+      for (const b of list) b.planned = true;
+      const p: PlanRec = { id: nextId++, requestId: req.request_id, copies: list, bytes: list.reduce((s, b) => s + b.src.length, 0n) };
+      plans.set(p.id, p);
+      return { plan: p.id.toString(), routes: [...routes], bytes: p.bytes.toString(), copies: list.length };
+    }),
+    Submit: unary(async (req: { plan: string }) => {
+      const p = plans.get(BigInt(req.plan));
+      if (!p) throw new RpcError(status.NOT_FOUND, `submit: plan ${req.plan} is unknown (released, or already submitted)`);
+      plans.delete(p.id);
+      const copies = p.copies.map((c) => [addressOf(c.dst, "submit dst").toString(), addressOf(c.src, "submit src").toString(), Number(c.src.length)]);
+      const h: HandleRec = { id: nextId++, plan: p, state: "PENDING", reason: "", waiters: [] };
+      handles.set(h.id, h);
+      const xfer = Number(h.id);
+      inflight.set(xfer, h);
+      try {
+        const r = await py.call("read", { xfer, remote: me, copies });
+        if (r.state === "DONE" && inflight.get(xfer) === h) {
+          inflight.delete(xfer);
+          finish(h, "DONE", "");
+        }
+      } catch (e) {
+        inflight.delete(xfer);
+        handles.delete(h.id);
+        throw new RpcError(status.INTERNAL, (e as Error).message);
+      }
+      return { handle: h.id.toString() };
+    }),
+    Wait: unary(async (req: { handle: string; timeout_ms: number }) => {
+      const h = handles.get(BigInt(req.handle));
+      if (!h) throw new RpcError(status.NOT_FOUND, `wait: handle ${req.handle} is unknown (released?)`);
+      if (h.state === "PENDING") {
+        await new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, req.timeout_ms);
+          h.waiters.push(() => {
+            clearTimeout(t);
+            resolve();
+          });
+        });
+      }
+      if (h.state !== "PENDING") handles.delete(h.id);
+      return { state: h.state, reason: h.reason };
+    }),
+    Release: unary(async (req: { request_id: string }) => ({ released: await releaseRequest(req.request_id) })),
+    Events: (call: ServerWritableStream<{ owner: string }, unknown>) => {
+      if (!authorized(call.metadata)) {
+        call.emit("error", { code: status.UNAUTHENTICATED, details: `the call lacks the deployment's ${INTERNAL_TOKEN_HEADER}` });
+        return;
+      }
+      const owner = call.request.owner;
+      const set = subscribers.get(owner) ?? new Set();
+      set.add(call);
+      subscribers.set(owner, set);
+      call.write({ kind: "subscribed", key: "", arena: 0, offset: "0" });
+      const gone = (): void => {
+        set.delete(call);
+        if (set.size === 0) {
+          subscribers.delete(owner);
+          // the owner's process is gone (or closed): nothing of its arenas may stay registered
+          void releaseOwner(owner);
+        }
+      };
+      call.on("cancelled", gone);
+      call.on("close", gone);
+      call.on("error", gone);
+    },
+  };
+
+  const server = new Server();
+  server.addService(nixlAgentService().service, impl as never);
+  const port = await new Promise<number>((resolve, reject) => server.bindAsync(opts.listen, ServerCredentials.createInsecure(), (e, p) => (e ? reject(e) : resolve(p))));
+  const host = opts.listen.slice(0, opts.listen.lastIndexOf(":"));
+  log(`NIXL agent ${me} (plugins ${py.hello.plugins.join(", ")}) serving on ${host}:${port}`);
+  return {
+    address: `${host}:${port}`,
+    agent: me,
+    instance,
+    pythonPid: py.hello.pid,
+    agentExited: py.exited,
+    async close() {
+      clearInterval(sweep);
+      server.forceShutdown();
+      await py.stop();
+    },
+  };
+}
