@@ -33,7 +33,7 @@ export interface AgentHealth {
 type Rpc = (req: unknown, md: Metadata, opts: { deadline: Date }, cb: (e: ServiceError | null, r: unknown) => void) => void;
 
 export class NixlAgentClient {
-  /** True after a call found the sidecar gone (UNAVAILABLE or past its deadline). */
+  /** True after a call found the sidecar gone (UNAVAILABLE, past its deadline) or replaced by a new one. */
   unreachable = false;
   private readonly client: Client;
 
@@ -67,6 +67,10 @@ export class NixlAgentClient {
               `nixl: the NIXL agent sidecar at ${this.addr} did not answer ${method} (${e.details || e.message}); it is started by airm up (or the pod) and restarted when it dies`,
             ),
           );
+        } else if (/register the arena again|registered with an earlier sidecar/.test(e.details)) {
+          // a restarted sidecar: it answers, but holds nothing of ours
+          this.unreachable = true;
+          reject(new TransportError(`nixl: ${method}: ${e.details}`));
         } else if (e.code === status.FAILED_PRECONDITION && /refused/.test(e.details)) reject(new UnsupportedError(e.details));
         else if (e.code === status.NOT_FOUND && /was published within/.test(e.details)) reject(new TransportTimeoutError(`nixl: ${e.details}`));
         else reject(new TransportError(`nixl: ${method}: ${e.details || e.message}`));

@@ -67,6 +67,8 @@ interface Slot {
   offset: number;
   length: number;
   role: "src" | "dst";
+  /** A src slot the sidecar knows of (published). */
+  published?: boolean;
 }
 interface NixlPlan extends CopyPlan {
   readonly offset: number;
@@ -159,7 +161,7 @@ export class NixlCopyTransport implements CopyOnlyTransport {
     // publications (their slots are free again); the arena is registered anew.
     await this.register();
     for (const [key, s] of [...this.slots]) {
-      if (s.role !== "src") continue;
+      if (s.role !== "src" || !s.published) continue;
       this.slots.delete(key);
       this.arena.free(s.offset);
     }
@@ -196,8 +198,14 @@ export class NixlCopyTransport implements CopyOnlyTransport {
   async submit(plan: CopyPlan): Promise<PublishedHandle> {
     await this.ensureOpen();
     const p = plan as NixlPlan;
-    const src = this.own(p.offset, p.bytes);
-    await this.call("Publish", { key: p.key, src, crc32: p.crc32, instance: this.instance });
+    const publish = async (): Promise<AllocationMsg> => {
+      const src = this.own(p.offset, p.bytes);
+      await this.call("Publish", { key: p.key, src, crc32: p.crc32, instance: this.instance });
+      return src;
+    };
+    const src = await this.retryOnNewSidecar(publish);
+    const slot = this.slots.get(p.key);
+    if (slot && slot.offset === p.offset) slot.published = true;
     return { plan, kind: "published", src, crc32: p.crc32 };
   }
 
@@ -208,7 +216,22 @@ export class NixlCopyTransport implements CopyOnlyTransport {
     return this.read(key, pub.src, pub.crc32);
   }
 
-  private async read(key: string, src: AllocationMsg, crc32: number): Promise<ReadHandle> {
+  /** Runs `fn`; when it failed because the sidecar was replaced, registers again and runs it once more. */
+  private async retryOnNewSidecar<T>(fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (e) {
+      if (!this.client.unreachable || this.closed) throw e;
+      await this.ensureOpen();
+      return fn();
+    }
+  }
+
+  private read(key: string, src: AllocationMsg, crc32: number): Promise<ReadHandle> {
+    return this.retryOnNewSidecar(() => this.readOnce(key, src, crc32));
+  }
+
+  private async readOnce(key: string, src: AllocationMsg, crc32: number): Promise<ReadHandle> {
     const rid = requestIdOf(key);
     const length = Number(src.length);
     const offset = this.take(length, key);

@@ -1,0 +1,188 @@
+// Faults of the nixl transport, each against a real sidecar process and a real NIXL agent: a
+// refused route, a flipped byte, a READ of a released blob or arena, and the sidecar killed in the
+// middle of a request. Each ends in a typed error, and nothing stays registered or mapped.
+import { spawn, type ChildProcess } from "node:child_process";
+import { existsSync, readdirSync } from "node:fs";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { FencedTransport, blobKey, isAirmError, patternBytes } from "@airm/rm-core";
+import { NIXL_CONFIG, NixlCopyTransport, defaultNixlPython, routeFor } from "../src/index.ts";
+import { NixlAgentClient } from "../src/agent-client.ts";
+
+const BIN = fileURLToPath(new URL("../bin/airm-kv-nixl-agent.mjs", import.meta.url));
+const missing = !existsSync(defaultNixlPython());
+
+/** Starts the sidecar bin on `listen`; resolves with its process and address once it listens. */
+async function sidecar(listen = "127.0.0.1:0"): Promise<{ child: ChildProcess; addr: string }> {
+  const child = spawn(process.execPath, [BIN, "--listen", listen], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, AIRM_INTERNAL_TOKEN: "" } });
+  const rl = createInterface({ input: child.stdout! });
+  const addr = await new Promise<string>((resolve, reject) => {
+    rl.on("line", (l) => {
+      const m = /listening on (\S+)/.exec(l);
+      if (m) resolve(m[1]);
+    });
+    child.once("exit", (c) => reject(new Error(`sidecar exited (${c})`)));
+  });
+  return { child, addr };
+}
+
+const opts = (addr: string, over: Partial<ReturnType<typeof NIXL_CONFIG.resolve>> = {}) =>
+  NIXL_CONFIG.resolve({ env: {}, options: { addr, poolMb: 80, rpcTimeoutMs: 1500, ...over } });
+const ourArenaFiles = () => readdirSync("/dev/shm").filter((f) => f.startsWith(`airm-nixl-${process.pid}-`));
+
+describe("routes (the seed's table, checked at plan)", () => {
+  it("dram->dram over UCX; the NPU routes only with the HETERO_NPU plugin; host->host, atom->*, rngd->rngd never", () => {
+    expect(routeFor("dram", "dram", ["UCX"]).backend).toBe("UCX");
+    for (const [s, d] of [
+      ["rngd", "dmabuf"],
+      ["rngd", "host"],
+      ["host", "rngd"],
+    ]) {
+      expect(() => routeFor(s, d, ["UCX", "POSIX"])).toThrow(/HETERO_NPU backend plugin is not loaded/);
+      // the plugin list is the boundary: with HETERO_NPU loaded (an NPU node) plan accepts them
+      expect(routeFor(s, d, ["UCX", "HETERO_NPU"]).backend).toBe("HETERO_NPU");
+    }
+    expect(() => routeFor("host", "host", ["UCX", "HETERO_NPU"])).toThrow(/host -> host/);
+    expect(() => routeFor("atom", "dram", ["UCX", "HETERO_NPU"])).toThrow(/ATOM memory is never a source/);
+    expect(() => routeFor("rngd", "rngd", ["UCX", "HETERO_NPU"])).toThrow(/two staging legs/);
+    expect(() => routeFor("gpu", "dram", ["UCX"])).toThrow(/unknown memory tier/);
+  });
+});
+
+describe.skipIf(missing)("faults against a real sidecar", () => {
+  let sc: { child: ChildProcess; addr: string };
+  beforeAll(async () => {
+    sc = await sidecar();
+  }, 60_000);
+  afterAll(() => {
+    sc?.child.kill("SIGKILL");
+  });
+
+  it("a wrong route is refused at plan with the reason, through the sidecar (no HETERO_NPU here)", async () => {
+    const client = new NixlAgentClient(sc.addr, undefined, 3000);
+    try {
+      const h = await client.health();
+      expect(h.plugins).toContain("UCX");
+      expect(h.plugins).not.toContain("HETERO_NPU");
+      const dev = (tier: "rngd" | "dmabuf" | "host" | "atom") => ({ tier, agent: h.agent, arena: 0, offset: 0, length: 4096 });
+      for (const [s, d, why] of [
+        ["rngd", "dmabuf", /HETERO_NPU backend plugin is not loaded/],
+        ["rngd", "host", /HETERO_NPU backend plugin is not loaded/],
+        ["host", "host", /host -> host/],
+        ["atom", "host", /ATOM memory is never a source/],
+        ["rngd", "rngd", /two staging legs/],
+      ] as const) {
+        const rid = `route-${s}-${d}`;
+        await client.bind(rid, { src: dev(s), dst: dev(d) });
+        const e = await client.plan(rid).catch((x: unknown) => x);
+        expect(isAirmError(e, "UNSUPPORTED"), String(e)).toBe(true);
+        expect((e as Error).message).toMatch(why);
+        await client.release(rid);
+      }
+      expect((await client.health()).publications).toBe(0);
+    } finally {
+      client.close();
+    }
+  });
+
+  it("a flipped byte in the producer's slot is a KV_INTEGRITY failure at the fence, never wrong bytes", async () => {
+    const producer = await NixlCopyTransport.open(opts(sc.addr));
+    const consumer = new FencedTransport(await NixlCopyTransport.open(opts(sc.addr)));
+    try {
+      const key = blobKey("flip-1", 0, "k");
+      const data = patternBytes(3, 100_000);
+      const plan = await producer.plan({ requestId: "flip-1", key, src: data });
+      (producer as unknown as { arena: { bytes: Uint8Array } }).arena.bytes[plan.offset + 777] ^= 0x10;
+      await producer.submit(plan);
+      const e = await consumer.pull(key, { timeoutMs: 5000 }).catch((x: unknown) => x);
+      expect(isAirmError(e), String(e)).toBe(true);
+      expect((e as Error).message).toMatch(/KV_INTEGRITY: CRC-32/);
+      await consumer.release("flip-1");
+      await producer.release("flip-1");
+      expect(producer.stats().bytes).toBe(0);
+      expect(consumer.stats().bytes).toBe(0);
+    } finally {
+      await consumer.close();
+      await producer.close();
+    }
+  });
+
+  it("a READ of a released blob or of a released arena fails typed; the producer's slot is free again", async () => {
+    const producer = new FencedTransport(await NixlCopyTransport.open(opts(sc.addr)));
+    const consumer = new FencedTransport(await NixlCopyTransport.open(opts(sc.addr)));
+    const client = new NixlAgentClient(sc.addr, undefined, 3000);
+    try {
+      const key = blobKey("rel-1", 0, "v");
+      await producer.push(key, patternBytes(5, 65_536));
+      expect(producer.stats().bytes).toBeGreaterThan(0);
+      await producer.release("rel-1");
+      expect(producer.stats().bytes).toBe(0);
+      const e = await consumer.pull(key, { timeoutMs: 300 }).catch((x: unknown) => x);
+      expect(isAirmError(e, "TRANSPORT_TIMEOUT"), String(e)).toBe(true);
+      // a copy bound to a slot whose arena was given back: refused when it is bound
+      const lone = await NixlCopyTransport.open(opts(sc.addr));
+      const p = await lone.plan({ requestId: "rel-2", key: blobKey("rel-2", 0, "k"), src: patternBytes(6, 4096) });
+      const h = await lone.submit(p);
+      await lone.close();
+      const bound = await client.bind("rel-2", { src: h.src, dst: h.src, context: "x" }).catch((x: unknown) => x);
+      expect(isAirmError(bound), String(bound)).toBe(true);
+      expect((bound as Error).message).toMatch(/not registered here/);
+      const health = await client.health();
+      expect(health.publications).toBe(0);
+    } finally {
+      client.close();
+      await consumer.close();
+      await producer.close();
+    }
+    expect(ourArenaFiles()).toEqual([]);
+  });
+
+  it("the sidecar killed in the middle of a 64 MiB request: every pull fails typed within its deadline, the agent goes with it, nothing stays mapped; a new sidecar serves the same endpoints", async () => {
+    const own = await sidecar();
+    const client = new NixlAgentClient(own.addr, undefined, 3000);
+    const pythonPid = (await client.health()).python_pid;
+    client.close();
+    const producer = new FencedTransport(await NixlCopyTransport.open(opts(own.addr)));
+    const consumer = new FencedTransport(await NixlCopyTransport.open(opts(own.addr)));
+    try {
+      const blobs = Array.from({ length: 64 }, (_, i) => patternBytes(i + 1, 1 << 20));
+      for (let i = 0; i < 64; i++) await producer.push(blobKey("kill-1", i >> 1, i % 2 ? "v" : "k"), blobs[i]);
+      const t0 = Date.now();
+      const pulls = blobs.map((_, i) =>
+        consumer.pull(blobKey("kill-1", i >> 1, i % 2 ? "v" : "k"), { timeoutMs: 20_000 }).then(
+          () => "ok",
+          (e: unknown) => e,
+        ),
+      );
+      own.child.kill("SIGKILL");
+      const results = await Promise.all(pulls);
+      const failed = results.filter((r) => r !== "ok");
+      expect(failed.length).toBeGreaterThan(0);
+      for (const f of failed) expect(isAirmError(f), String(f)).toBe(true);
+      expect(Date.now() - t0).toBeLessThan(15_000);
+      // the Python agent ends with its sidecar (its stdin closes)
+      const deadline = Date.now() + 5000;
+      while (existsSync(`/proc/${pythonPid}`) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+      expect(existsSync(`/proc/${pythonPid}`)).toBe(false);
+      // a supervisor starts the sidecar again on its address: the endpoints register again and work
+      const again = await sidecar(own.addr);
+      try {
+        const key = blobKey("kill-2", 0, "k");
+        const data = patternBytes(11, 300_000);
+        await expect(producer.push(key, data)).resolves.toBeUndefined();
+        const got = await consumer.pull(key, { timeoutMs: 5000 });
+        expect(Buffer.from(got.bytes).equals(Buffer.from(data))).toBe(true);
+        await consumer.release("kill-2");
+        await producer.release("kill-2");
+      } finally {
+        await consumer.close();
+        await producer.close();
+        again.child.kill("SIGKILL");
+      }
+    } finally {
+      own.child.kill("SIGKILL");
+    }
+    expect(ourArenaFiles()).toEqual([]);
+  }, 60_000);
+});
