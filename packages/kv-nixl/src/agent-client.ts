@@ -86,6 +86,22 @@ export class NixlAgentClient {
     return stream;
   }
 
+  /**
+   * Waits up to `timeoutMs` for the sidecar to accept connections (it may start beside the
+   * worker and take a few seconds to load NIXL). Throws TransportError naming the address.
+   */
+  ready(timeoutMs: number): Promise<void> {
+    return new Promise((resolve, reject) =>
+      this.client.waitForReady(new Date(Date.now() + timeoutMs), (e) =>
+        e
+          ? reject(
+              new TransportError(`nixl: no NIXL agent sidecar answered at ${this.addr} within ${timeoutMs} ms (${e.message}); airm up starts it, a pod runs it beside the workers`),
+            )
+          : resolve(),
+      ),
+    );
+  }
+
   async health(): Promise<AgentHealth> {
     return (await this.call("Health", {})) as AgentHealth;
   }

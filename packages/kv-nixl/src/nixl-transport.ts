@@ -55,6 +55,11 @@ export const NIXL_CONFIG = defineConfig("@airm/kv-nixl", {
     default: 1024,
     doc: "Shared-memory arena per worker in MiB, registered with NIXL once: bounds the bytes pushed and not yet read plus the pulled blobs held until release.",
   }),
+  connectTimeoutMs: opt(int({ min: 0 }), {
+    env: "AIRM_KV_NIXL_CONNECT_TIMEOUT_MS",
+    default: 60_000,
+    doc: "How long opening an endpoint waits for the sidecar to accept connections (it may start beside the worker and take a few seconds to load NIXL).",
+  }),
   rpcTimeoutMs: opt(int({ min: 100 }), {
     env: "AIRM_KV_NIXL_RPC_TIMEOUT_MS",
     default: 5000,
@@ -114,6 +119,7 @@ export class NixlCopyTransport implements CopyOnlyTransport {
     const client = new NixlAgentClient(o.addr, o.internalToken, o.rpcTimeoutMs);
     const arena = Arena.create(Math.round(o.poolMb * 1024 * 1024));
     try {
+      await client.ready(o.connectTimeoutMs);
       const t = new NixlCopyTransport(o, client, arena, "", 0, "");
       await t.register();
       return t;
