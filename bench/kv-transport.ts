@@ -1,4 +1,4 @@
-// pnpm bench kv-transport --transport shm|tcp|nixl-ucx [options of that transport's bench]
+// pnpm bench kv-transport --transport shm|tcp|nixl-ucx|nixl [options of that transport's bench]
 // One 67.1 MB request (64 x 1 MiB blobs: Llama-3.1-8B at S=512) through the named transport,
 // against that transport's reference measured in the same run. Each transport's procedure lives
 // in bench/kv-transport/<name>.ts, parses the whole command line strictly (its own flags plus
@@ -11,6 +11,7 @@ const modules: Record<string, string> = {
   shm: "./kv-transport/shm.ts",
   tcp: "./kv-transport/tcp.ts",
   "nixl-ucx": "./kv-transport/nixl-ucx.ts",
+  nixl: "./kv-transport/nixl.ts",
 };
 if (!modules[transport]) {
   console.error(`unknown --transport ${transport}; one of ${Object.keys(modules).join(", ")}`);

@@ -60,22 +60,35 @@ export class NixlAgentClient {
           this.unreachable = false;
           return resolve(r);
         }
-        if (e.code === status.UNAVAILABLE || e.code === status.DEADLINE_EXCEEDED) {
-          this.unreachable = true;
-          reject(
-            new TransportError(
-              `nixl: the NIXL agent sidecar at ${this.addr} did not answer ${method} (${e.details || e.message}); it is started by airm up (or the pod) and restarted when it dies`,
-            ),
-          );
-        } else if (/register the arena again|registered with an earlier sidecar/.test(e.details)) {
-          // a restarted sidecar: it answers, but holds nothing of ours
-          this.unreachable = true;
-          reject(new TransportError(`nixl: ${method}: ${e.details}`));
-        } else if (e.code === status.FAILED_PRECONDITION && /refused/.test(e.details)) reject(new UnsupportedError(e.details));
-        else if (e.code === status.NOT_FOUND && /was published within/.test(e.details)) reject(new TransportTimeoutError(`nixl: ${e.details}`));
-        else reject(new TransportError(`nixl: ${method}: ${e.details || e.message}`));
+        reject(this.failure(method, e));
       });
     });
+  }
+
+  /** The typed error for a failed call (and whether the sidecar is gone or was replaced). */
+  failure(method: string, err: Error): Error {
+    const e = err as ServiceError;
+    const details = e.details || e.message;
+    if (e.code === status.UNAVAILABLE || e.code === status.DEADLINE_EXCEEDED) {
+      this.unreachable = true;
+      return new TransportError(
+        `nixl: the NIXL agent sidecar at ${this.addr} did not answer ${method} (${details}); it is started by airm up (or the pod) and restarted when it dies`,
+      );
+    }
+    if (/register the arena again|registered with an earlier sidecar/.test(details)) {
+      // a restarted sidecar: it answers, but holds nothing of ours
+      this.unreachable = true;
+      return new TransportError(`nixl: ${method}: ${details}`);
+    }
+    if (e.code === status.FAILED_PRECONDITION && /refused/.test(details)) return new UnsupportedError(details);
+    if (e.code === status.NOT_FOUND && /was published within/.test(details)) return new TransportTimeoutError(`nixl: ${details}`);
+    return new TransportError(`nixl: ${method}: ${details}`);
+  }
+
+  /** Each of `keys` as it is published (the stream ends when all came or `timeoutMs` passed). */
+  watch(keys: string[], timeoutMs: number): ClientReadableStream<unknown> {
+    const w = (this.client as unknown as { Watch: (req: unknown, md: Metadata, o: { deadline: Date }) => ClientReadableStream<unknown> }).Watch;
+    return w.call(this.client, { keys, timeout_ms: Math.round(timeoutMs) }, this.md(), { deadline: new Date(Date.now() + this.rpcTimeoutMs + timeoutMs) });
   }
 
   /** Slot events for `owner` (read, released, expired) until cancelled. */

@@ -84,13 +84,18 @@ interface PublishedHandle extends CopyHandle {
   readonly src: AllocationMsg;
   readonly crc32: number;
 }
-interface ReadHandle extends CopyHandle {
-  readonly kind: "read";
-  readonly sidecar: string;
+interface DoneHandle extends CopyHandle {
+  readonly kind: "done";
+  readonly state: string;
+  readonly reason: string;
   readonly offset: number;
   readonly crc32: number;
 }
-type NixlHandle = PublishedHandle | ReadHandle;
+interface Queued<I, R> {
+  item: I;
+  resolve: (r: R) => void;
+  reject: (e: unknown) => void;
+}
 
 /** One worker's endpoint: its arena, registered with the host's agent, and the calls it makes. */
 export class NixlCopyTransport implements CopyOnlyTransport {
@@ -98,6 +103,9 @@ export class NixlCopyTransport implements CopyOnlyTransport {
   readonly support = NIXL_SUPPORT;
   readonly agent: string;
   private readonly slots = new Map<string, Slot>();
+  private readonly publishes: Queued<{ key: string; offset: number; bytes: number; crc32: number }, void>[] = [];
+  private readonly watches: Queued<{ key: string; deadline: number }, { src: AllocationMsg; crc32: number }>[] = [];
+  private readonly copies: Queued<{ rid: string; key: string; src: AllocationMsg; dst: AllocationMsg; deadline: number }, { state: string; reason: string }>[] = [];
   private readonly owner = `${process.pid}-${randomBytes(4).toString("hex")}`;
   private expired = 0;
   private events: ClientReadableStream<unknown> | null = null;
@@ -200,26 +208,111 @@ export class NixlCopyTransport implements CopyOnlyTransport {
     return { requestId: req.requestId, key: req.key, bytes: req.src.byteLength, offset, crc32 };
   }
 
-  /** Publishes the staged blob with the agent, where any worker of the host can adopt it. */
+  /**
+   * Publishes the staged blob with the agent, where any worker of the host can adopt it. The
+   * publications of one turn of the event loop go in one call (PublishMany).
+   */
   async submit(plan: CopyPlan): Promise<PublishedHandle> {
     await this.ensureOpen();
     const p = plan as NixlPlan;
-    const publish = async (): Promise<AllocationMsg> => {
-      const src = this.own(p.offset, p.bytes);
-      await this.call("Publish", { key: p.key, src, crc32: p.crc32, instance: this.instance });
-      return src;
-    };
-    const src = await this.retryOnNewSidecar(publish);
+    await this.retryOnNewSidecar(() => this.batch(this.publishes, { key: p.key, offset: p.offset, bytes: p.bytes, crc32: p.crc32 }, (xs) => this.flushPublishes(xs)));
     const slot = this.slots.get(p.key);
     if (slot && slot.offset === p.offset) slot.published = true;
-    return { plan, kind: "published", src, crc32: p.crc32 };
+    return { plan, kind: "published", src: this.own(p.offset, p.bytes), crc32: p.crc32 };
   }
 
-  /** Waits for `key`'s publication, then binds, plans and submits its READ into this arena. */
-  async adopt(key: string, timeoutMs: number): Promise<ReadHandle> {
+  private async flushPublishes(xs: Queued<{ key: string; offset: number; bytes: number; crc32: number }, void>[]): Promise<void> {
+    const entries = xs.map(({ item: e }) => ({ key: e.key, src: this.own(e.offset, e.bytes), crc32: e.crc32, instance: this.instance }));
+    try {
+      await this.call("PublishMany", { entries });
+      for (const x of xs) x.resolve();
+    } catch (e) {
+      for (const x of xs) x.reject(e);
+    }
+  }
+
+  /**
+   * Waits for `key`'s publication, then reads it into this arena: bind, plan, submit and the fence
+   * run in the sidecar, for every copy asked in the same turn of the event loop at once (one NIXL
+   * transfer per request). The handle carries the outcome; wait() checks the bytes.
+   */
+  async adopt(key: string, timeoutMs: number): Promise<DoneHandle> {
     await this.ensureOpen();
-    const pub = (await this.call("Lookup", { key, timeout_ms: Math.max(0, Math.round(timeoutMs)) }, timeoutMs)) as { src: AllocationMsg; crc32: number };
-    return this.read(key, pub.src, pub.crc32);
+    const deadline = Date.now() + timeoutMs;
+    const pub = await this.batch(this.watches, { key, deadline }, (xs) => this.flushWatches(xs));
+    return this.read(key, pub.src, pub.crc32, deadline);
+  }
+
+  private flushWatches(xs: Queued<{ key: string; deadline: number }, { src: AllocationMsg; crc32: number }>[]): void {
+    const waiting = new Map<string, Queued<{ key: string; deadline: number }, { src: AllocationMsg; crc32: number }>[]>();
+    for (const x of xs) {
+      const list = waiting.get(x.item.key) ?? [];
+      list.push(x);
+      waiting.set(x.item.key, list);
+      // each pull keeps its own timeout
+      setTimeout(
+        () => {
+          const l = waiting.get(x.item.key);
+          if (!l?.includes(x)) return;
+          l.splice(l.indexOf(x), 1);
+          x.reject(new TransportTimeoutError(`nixl: no blob ${x.item.key} was published within its timeout`));
+        },
+        Math.max(0, x.item.deadline - Date.now()),
+      );
+    }
+    const timeout = Math.max(0, ...xs.map((x) => x.item.deadline - Date.now()));
+    const stream = this.client.watch([...waiting.keys()], timeout);
+    stream.on("data", (m: { items: { key: string; src: AllocationMsg; crc32: number }[] }) => {
+      for (const p of m.items) for (const x of waiting.get(p.key)?.splice(0) ?? []) x.resolve({ src: p.src, crc32: p.crc32 });
+    });
+    stream.on("error", (e: Error) => {
+      for (const l of waiting.values()) for (const x of l.splice(0)) x.reject(this.client.failure("Watch", e));
+    });
+  }
+
+  private async read(key: string, src: AllocationMsg, crc32: number, deadline: number): Promise<DoneHandle> {
+    const rid = requestIdOf(key);
+    const length = Number(src.length);
+    const offset = this.take(length, key);
+    try {
+      const r = await this.retryOnNewSidecar(() => this.batch(this.copies, { rid, key, src, dst: this.own(offset, length), deadline }, (xs) => this.flushCopies(xs)));
+      this.slots.set(`${key}#dst`, { offset, length, role: "dst" });
+      return { plan: { requestId: rid, key, bytes: length }, kind: "done", state: r.state, reason: r.reason, offset, crc32 };
+    } catch (e) {
+      this.arena.free(offset);
+      throw e;
+    }
+  }
+
+  private async flushCopies(
+    xs: Queued<{ rid: string; key: string; src: AllocationMsg; dst: AllocationMsg; deadline: number }, { state: string; reason: string }>[],
+  ): Promise<void> {
+    const timeout = Math.max(0, ...xs.map((x) => x.item.deadline - Date.now()));
+    try {
+      const r = (await this.call(
+        "CopyMany",
+        { copies: xs.map(({ item: c }) => ({ request_id: c.rid, src: c.src, dst: c.dst, context: c.key })), timeout_ms: timeout },
+        timeout,
+      )) as {
+        states: { state: string; reason: string }[];
+      };
+      for (const [i, x] of xs.entries()) x.resolve(r.states[i]);
+    } catch (e) {
+      for (const x of xs) x.reject(e);
+    }
+  }
+
+  /** Queues `item`; the queue is flushed as one call when this turn of the event loop ends. */
+  private batch<I, R>(queue: Queued<I, R>[], item: I, flush: (xs: Queued<I, R>[]) => unknown): Promise<R> {
+    return new Promise<R>((resolve, reject) => {
+      queue.push({ item, resolve, reject });
+      if (queue.length === 1) {
+        setImmediate(() => {
+          const xs = queue.splice(0);
+          void flush(xs);
+        });
+      }
+    });
   }
 
   /** Runs `fn`; when it failed because the sidecar was replaced, registers again and runs it once more. */
@@ -233,34 +326,13 @@ export class NixlCopyTransport implements CopyOnlyTransport {
     }
   }
 
-  private read(key: string, src: AllocationMsg, crc32: number): Promise<ReadHandle> {
-    return this.retryOnNewSidecar(() => this.readOnce(key, src, crc32));
-  }
-
-  private async readOnce(key: string, src: AllocationMsg, crc32: number): Promise<ReadHandle> {
-    const rid = requestIdOf(key);
-    const length = Number(src.length);
-    const offset = this.take(length, key);
-    try {
-      const binding = await this.client.bind(rid, { src, dst: this.own(offset, length), context: key });
-      const p = await this.client.plan(rid, [binding]);
-      const handle = await this.client.submit(p.plan);
-      this.slots.set(`${key}#dst`, { offset, length, role: "dst" });
-      return { plan: { requestId: rid, key, bytes: length }, kind: "read", sidecar: handle, offset, crc32 };
-    } catch (e) {
-      this.arena.free(offset);
-      throw e;
-    }
-  }
-
-  /** The fence: resolves once the READ completed, with a view of the bytes in this arena (CRC-32 checked). */
+  /** The fence's outcome, with a view of the bytes in this arena (CRC-32 checked). */
   async wait(handle: CopyHandle, timeoutMs: number): Promise<CopyStatus> {
     await this.ensureOpen();
-    let h = handle as NixlHandle;
-    if (h.kind === "published") h = await this.read(h.plan.key, h.src, h.crc32);
-    const r = await this.client.wait(h.sidecar, timeoutMs);
-    if (r.state === "PENDING") throw new TransportTimeoutError(`nixl: the READ of ${h.plan.key} did not complete within ${timeoutMs} ms`);
-    if (r.state !== "DONE") return { ok: false, reason: `NIXL READ failed: ${r.reason}` };
+    let h = handle as PublishedHandle | DoneHandle;
+    if (h.kind === "published") h = await this.read(h.plan.key, h.src, h.crc32, Date.now() + timeoutMs);
+    if (h.state === "PENDING") throw new TransportTimeoutError(`nixl: the READ of ${h.plan.key} did not complete within its timeout`);
+    if (h.state !== "DONE") return { ok: false, reason: `NIXL READ failed: ${h.reason}` };
     const data = this.arena.bytes.subarray(h.offset, h.offset + h.plan.bytes);
     const got = kvCrc32(data);
     if (got !== h.crc32) return { ok: false, reason: `KV_INTEGRITY: CRC-32 of the ${h.plan.bytes} bytes read is ${got.toString(16)}, the producer's is ${h.crc32.toString(16)}` };

@@ -25,6 +25,12 @@ export interface SidecarOptions {
   log?: (line: string) => void;
 }
 
+interface PublishMsg {
+  key: string;
+  src: AllocationMsg;
+  crc32: number;
+  instance: string;
+}
 interface ArenaRec {
   id: number;
   path: string;
@@ -155,6 +161,69 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
     return arena.base + a.offset;
   };
 
+  const publish = (req: PublishMsg) => {
+    if (req.instance !== instance)
+      throw new RpcError(status.FAILED_PRECONDITION, `publication made for sidecar instance ${req.instance}, this is ${instance}: register the arena again`);
+    const src = toAlloc(req.src, `publish ${req.key}`);
+    addressOf(src, `publish ${req.key}`);
+    const arena = arenas.get(src.arena)!;
+    pubs.set(req.key, { key: req.key, src, crc32: req.crc32 >>> 0, at: Date.now(), owner: arena.owner });
+    for (const w of lookups.get(req.key) ?? []) w();
+    lookups.delete(req.key);
+    return { key: req.key, src: fromAlloc(src), crc32: req.crc32 >>> 0 };
+  };
+
+  /** Calls `fn` once `key` is published or `timeoutMs` passed (whichever first); returns a canceller. */
+  const whenPublished = (key: string, timeoutMs: number, fn: () => void): (() => void) => {
+    if (pubs.has(key)) {
+      fn();
+      return () => undefined;
+    }
+    const set = lookups.get(key) ?? new Set();
+    const done = (): void => {
+      clearTimeout(t);
+      set.delete(done);
+      fn();
+    };
+    const t = setTimeout(done, timeoutMs);
+    set.add(done);
+    lookups.set(key, set);
+    return () => {
+      clearTimeout(t);
+      set.delete(done);
+    };
+  };
+
+  /** Binds, plans (route table) and submits `list` as one NIXL READ; the handle settles with it. */
+  const submitCopies = async (requestId: string, list: BindRec[]): Promise<HandleRec> => {
+    for (const b of list) {
+      try {
+        routeFor(b.src.tier, b.dst.tier, py.hello.plugins);
+      } catch (e) {
+        throw new RpcError(status.FAILED_PRECONDITION, (e as Error).message);
+      }
+      b.planned = true;
+    }
+    const p: PlanRec = { id: nextId++, requestId, copies: list, bytes: list.reduce((s, b) => s + b.src.length, 0n) };
+    const copies = p.copies.map((c) => [addressOf(c.dst, "submit dst").toString(), addressOf(c.src, "submit src").toString(), Number(c.src.length)]);
+    const h: HandleRec = { id: nextId++, plan: p, state: "PENDING", reason: "", waiters: [] };
+    handles.set(h.id, h);
+    const xfer = Number(h.id);
+    inflight.set(xfer, h);
+    try {
+      const r = await py.call("read", { xfer, remote: me, copies });
+      if (r.state === "DONE" && inflight.get(xfer) === h) {
+        inflight.delete(xfer);
+        finish(h, "DONE", "");
+      }
+    } catch (e) {
+      inflight.delete(xfer);
+      handles.delete(h.id);
+      throw new RpcError(status.INTERNAL, (e as Error).message);
+    }
+    return h;
+  };
+
   const releaseRequest = async (rid: string): Promise<number> => {
     let n = 0;
     for (const key of [...pubs.keys()]) {
@@ -249,33 +318,14 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
       const r = await py.call("add_remote", { metadata: Buffer.from(req.metadata).toString("base64") });
       return { agent: String(r.agent) };
     }),
-    Publish: unary((req: { key: string; src: AllocationMsg; crc32: number; instance: string }) => {
-      if (req.instance !== instance)
-        throw new RpcError(status.FAILED_PRECONDITION, `publication made for sidecar instance ${req.instance}, this is ${instance}: register the arena again`);
-      const src = toAlloc(req.src, `publish ${req.key}`);
-      addressOf(src, `publish ${req.key}`);
-      const arena = arenas.get(src.arena)!;
-      pubs.set(req.key, { key: req.key, src, crc32: req.crc32 >>> 0, at: Date.now(), owner: arena.owner });
-      for (const w of lookups.get(req.key) ?? []) w();
-      lookups.delete(req.key);
-      return { key: req.key, src: fromAlloc(src), crc32: req.crc32 >>> 0 };
+    Publish: unary((req: PublishMsg) => publish(req)),
+    PublishMany: unary((req: { entries: PublishMsg[] }) => {
+      for (const e of req.entries) publish(e);
+      return { released: req.entries.length };
     }),
     Lookup: unary(async (req: { key: string; timeout_ms: number }) => {
-      let p = pubs.get(req.key);
-      if (!p) {
-        await new Promise<void>((resolve) => {
-          const set = lookups.get(req.key) ?? new Set();
-          const done = (): void => {
-            clearTimeout(t);
-            set.delete(done);
-            resolve();
-          };
-          const t = setTimeout(done, req.timeout_ms);
-          set.add(done);
-          lookups.set(req.key, set);
-        });
-        p = pubs.get(req.key);
-      }
+      await new Promise<void>((resolve) => whenPublished(req.key, req.timeout_ms, resolve));
+      const p = pubs.get(req.key);
       if (!p) throw new RpcError(status.NOT_FOUND, `no blob ${req.key} was published within ${req.timeout_ms} ms`);
       return { key: p.key, src: fromAlloc(p.src), crc32: p.crc32 };
     }),
@@ -312,22 +362,7 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
       const p = plans.get(BigInt(req.plan));
       if (!p) throw new RpcError(status.NOT_FOUND, `submit: plan ${req.plan} is unknown (released, or already submitted)`);
       plans.delete(p.id);
-      const copies = p.copies.map((c) => [addressOf(c.dst, "submit dst").toString(), addressOf(c.src, "submit src").toString(), Number(c.src.length)]);
-      const h: HandleRec = { id: nextId++, plan: p, state: "PENDING", reason: "", waiters: [] };
-      handles.set(h.id, h);
-      const xfer = Number(h.id);
-      inflight.set(xfer, h);
-      try {
-        const r = await py.call("read", { xfer, remote: me, copies });
-        if (r.state === "DONE" && inflight.get(xfer) === h) {
-          inflight.delete(xfer);
-          finish(h, "DONE", "");
-        }
-      } catch (e) {
-        inflight.delete(xfer);
-        handles.delete(h.id);
-        throw new RpcError(status.INTERNAL, (e as Error).message);
-      }
+      const h = await submitCopies(p.requestId, p.copies);
       return { handle: h.id.toString() };
     }),
     Wait: unary(async (req: { handle: string; timeout_ms: number }) => {
@@ -346,6 +381,77 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
       return { state: h.state, reason: h.reason };
     }),
     Release: unary(async (req: { request_id: string }) => ({ released: await releaseRequest(req.request_id) })),
+    CopyMany: unary(async (req: { copies: { request_id: string; src: AllocationMsg; dst: AllocationMsg; context: string }[]; timeout_ms: number }) => {
+      // one NIXL transfer per request id in the batch (a release drops its own copies only)
+      const byRequest = new Map<string, BindRec[]>();
+      const order: BindRec[] = [];
+      for (const c of req.copies) {
+        const src = toAlloc(c.src, `copy ${c.context}`);
+        const dst = toAlloc(c.dst, `copy ${c.context}`);
+        if (src.length !== dst.length) throw new RpcError(status.INVALID_ARGUMENT, `copy ${c.context}: src holds ${src.length} bytes and dst ${dst.length}`);
+        const b: BindRec = { id: nextId++, src, dst, context: c.context, planned: false };
+        const list = byRequest.get(c.request_id) ?? [];
+        list.push(b);
+        byRequest.set(c.request_id, list);
+        order.push(b);
+      }
+      const handleOf = new Map<BindRec, HandleRec>();
+      for (const [rid, list] of byRequest) {
+        const h = await submitCopies(rid, list);
+        for (const b of list) handleOf.set(b, h);
+      }
+      const hs = [...new Set(handleOf.values())];
+      await Promise.all(
+        hs.map((h) =>
+          h.state !== "PENDING"
+            ? undefined
+            : new Promise<void>((resolve) => {
+                const t = setTimeout(resolve, req.timeout_ms);
+                h.waiters.push(() => {
+                  clearTimeout(t);
+                  resolve();
+                });
+              }),
+        ),
+      );
+      for (const h of hs) if (h.state !== "PENDING") handles.delete(h.id);
+      return { states: order.map((b) => ({ state: handleOf.get(b)!.state, reason: handleOf.get(b)!.reason })) };
+    }),
+    Watch: (call: ServerWritableStream<{ keys: string[]; timeout_ms: number }, unknown>) => {
+      if (!authorized(call.metadata)) {
+        call.emit("error", { code: status.UNAUTHENTICATED, details: `the call lacks the deployment's ${INTERNAL_TOKEN_HEADER}` });
+        return;
+      }
+      let left = call.request.keys.length;
+      const cancels: (() => void)[] = [];
+      // publications that come in the same turn of the event loop go out in one message
+      let ready: unknown[] = [];
+      let ended = false;
+      const flush = (): void => {
+        if (ended) return;
+        if (ready.length) call.write({ items: ready });
+        ready = [];
+        if (left === 0) {
+          ended = true;
+          for (const c of cancels) c();
+          call.end();
+        }
+      };
+      if (left === 0) return flush();
+      for (const key of call.request.keys) {
+        cancels.push(
+          whenPublished(key, call.request.timeout_ms, () => {
+            const p = pubs.get(key);
+            if (p) ready.push({ key: p.key, src: fromAlloc(p.src), crc32: p.crc32 });
+            left--;
+            if (ready.length === 1 || left === 0) setImmediate(flush);
+          }),
+        );
+      }
+      call.on("cancelled", () => {
+        for (const c of cancels) c();
+      });
+    },
     Events: (call: ServerWritableStream<{ owner: string }, unknown>) => {
       if (!authorized(call.metadata)) {
         call.emit("error", { code: status.UNAUTHENTICATED, details: `the call lacks the deployment's ${INTERNAL_TOKEN_HEADER}` });

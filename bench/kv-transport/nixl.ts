@@ -1,0 +1,180 @@
+// nixl: one 67.1 MB request (64 x 1 MiB blobs) pushed by a producer process and pulled by this
+// process through the host's NIXL agent sidecar (airm-kv-nixl-agent, its own process, as `airm
+// up` runs it), against NIXL's own READ of the same 64 MiB between two agents (a few lines of
+// Python on the same wheels, bench/kv-transport/nixl_read.py), measured in the same run. The pull
+// time (lookup, bind / plan / submit over gRPC, the READ, the fence, the CRC-32 check) is what is
+// compared. The control overhead alone is measured too: the same request of 64 one-byte blobs.
+//
+// Run: pnpm bench kv-transport --transport nixl [--reps 7]
+// This file is also the producer when run as `tsx nixl.ts --producer ADDR`.
+
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { once } from "node:events";
+import { existsSync } from "node:fs";
+import { createInterface, type Interface } from "node:readline";
+import { dirname, join } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { blobKey, flagOf, int, patternBytes, text, type KVTransport } from "../../packages/rm-core/src/index.ts";
+import { NIXL_CONFIG, createNixlTransport, defaultNixlPython } from "../../packages/kv-nixl/src/index.ts";
+import { benchArgs, finalLine, fmt, progress, progressDone, summarize } from "../lib.ts";
+
+const BLOBS = 64;
+const BLOB_BYTES = 1 << 20;
+const REQUEST_BYTES = BLOBS * BLOB_BYTES;
+const POOL_MB = 160;
+const here = dirname(fileURLToPath(import.meta.url));
+const packageDir = join(here, "..", "..", "packages", "kv-nixl");
+
+const open = (addr: string) => createNixlTransport(NIXL_CONFIG.resolve({ env: {}, options: { addr, poolMb: POOL_MB } }));
+
+async function producerMain(addr: string): Promise<void> {
+  const t = await open(addr);
+  const blobs = Array.from({ length: BLOBS }, (_, i) => patternBytes(i + 1, BLOB_BYTES));
+  const tiny = new Uint8Array([7]);
+  const rl = createInterface({ input: process.stdin });
+  console.log("ready");
+  for await (const line of rl) {
+    const [cmd, rid] = line.trim().split(" ");
+    if (cmd === "push" || cmd === "push1") {
+      const t0 = performance.now();
+      await Promise.all(Array.from({ length: BLOBS }, (_, i) => t.push(blobKey(rid, i >> 1, i & 1 ? "v" : "k"), cmd === "push" ? blobs[i] : tiny)));
+      console.log(`pushed ${(performance.now() - t0).toFixed(3)}`);
+    } else if (cmd === "stats") console.log(`stats ${JSON.stringify(t.stats?.())}`);
+    else if (cmd === "exit") break;
+  }
+  await t.close();
+  process.exit(0);
+}
+
+class Child {
+  private constructor(
+    readonly child: ChildProcess,
+    private readonly lines: AsyncIterator<string>,
+  ) {}
+  static async start(args: string[], ready: RegExp, cwd = packageDir): Promise<{ c: Child; m: RegExpExecArray }> {
+    const child = spawn(process.execPath, args, { cwd, stdio: ["pipe", "pipe", "inherit"] });
+    const rl: Interface = createInterface({ input: child.stdout! });
+    const c = new Child(child, rl[Symbol.asyncIterator]());
+    for (;;) {
+      const r = await c.lines.next();
+      if (r.done) throw new Error(`${args.join(" ")} ended before it was ready`);
+      const m = ready.exec(r.value);
+      if (m) return { c, m };
+    }
+  }
+  async ask(cmd: string, prefix: string): Promise<string> {
+    this.child.stdin!.write(`${cmd}\n`);
+    const r = await this.lines.next();
+    if (r.done || !r.value.startsWith(prefix)) throw new Error(`the producer said ${JSON.stringify(r.value)} to ${cmd}`);
+    return r.value.slice(prefix.length).trim();
+  }
+  async stop(): Promise<void> {
+    if (this.child.exitCode !== null) return;
+    this.child.stdin!.write("exit\n");
+    this.child.kill("SIGTERM");
+    await once(this.child, "exit");
+  }
+}
+
+const SPOT = [0, 31, 63].map((i) => ({ i, want: patternBytes(i + 1, BLOB_BYTES) }));
+
+async function pullRequest(consumer: KVTransport, rid: string, check: boolean): Promise<number> {
+  const t0 = performance.now();
+  const got = await Promise.all(Array.from({ length: BLOBS }, (_, i) => consumer.pull(blobKey(rid, i >> 1, i & 1 ? "v" : "k"), { timeoutMs: 30_000 })));
+  const ms = performance.now() - t0;
+  if (check) {
+    for (const { i, want } of SPOT) {
+      const b = got[i].bytes;
+      if (!Buffer.from(b.buffer, b.byteOffset, b.byteLength).equals(want)) throw new Error(`blob ${i} differs`);
+    }
+  }
+  return ms;
+}
+
+/** NIXL alone: `reps` READs of the request between two agents; milliseconds of each. */
+function nixlAlone(python: string, reps: number): number[] {
+  const r = spawnSync(python, [join(here, "nixl_read.py"), String(BLOBS), String(BLOB_BYTES), String(reps)], { encoding: "utf8", timeout: 300_000 });
+  const line = r.stdout?.trim().split("\n").pop() ?? "";
+  if (r.status !== 0 || !line.startsWith("{")) throw new Error(`nixl_read.py failed: ${r.stderr?.slice(-800)}`);
+  const out = JSON.parse(line) as { ms: number[]; equal: boolean };
+  if (!out.equal) throw new Error("nixl_read.py: the bytes READ differ from the source");
+  return out.ms;
+}
+
+export async function run(argv: string[]): Promise<void> {
+  const { reps } = benchArgs(
+    "kv-transport --transport nixl",
+    "one 67.1 MB request through the NIXL agent sidecar against NIXL's own READ between two agents",
+    {
+      transport: flagOf(text({ label: "name" }), { default: "nixl", doc: "the transport" }),
+      reps: flagOf(int({ min: 1 }), { default: 7, doc: "measured repetitions" }),
+    },
+    argv,
+  );
+  const python = defaultNixlPython();
+  if (!existsSync(python)) {
+    finalLine({ bench: "kv-transport", transport: "nixl", skipped: `the NIXL wheels are not installed (no ${python}); run scripts/tools/nixl.sh` });
+    return;
+  }
+  const { c: sidecar, m } = await Child.start([join(packageDir, "bin", "airm-kv-nixl-agent.mjs"), "--listen", "127.0.0.1:0"], /listening on (\S+)/);
+  const addr = m[1];
+  const { c: producer } = await Child.start(["--import", "tsx", fileURLToPath(import.meta.url), "--producer", addr], /^ready$/);
+  const consumer = await open(addr);
+  const pullMs: number[] = [];
+  const pushMs: number[] = [];
+  const ctlMs: number[] = [];
+  const alone: number[] = [];
+  try {
+    for (let r = -1; r < reps; r++) {
+      if (r % 3 === 0) {
+        progress("nixl: NIXL alone (two agents, nixl_read.py)");
+        alone.push(...nixlAlone(python, 5));
+      }
+      progress(`nixl: request ${r + 1}/${reps}`);
+      const rid = `bench-${r + 1}-${Date.now().toString(36)}`;
+      const push = Number(await producer.ask(`push ${rid}`, "pushed"));
+      const pull = await pullRequest(consumer, rid, true);
+      await consumer.release(rid);
+      const rid1 = `${rid}-ctl`;
+      await producer.ask(`push1 ${rid1}`, "pushed");
+      const ctl = await pullRequest(consumer, rid1, false);
+      await consumer.release(rid1);
+      if (r >= 0) {
+        pushMs.push(push);
+        pullMs.push(pull);
+        ctlMs.push(ctl);
+      }
+    }
+    alone.push(...nixlAlone(python, 5));
+  } finally {
+    await consumer.close();
+    await producer.stop();
+    await sidecar.stop();
+  }
+  progressDone();
+  const pull = summarize(pullMs);
+  const push = summarize(pushMs);
+  const ctl = summarize(ctlMs);
+  const ref = summarize(alone);
+  const gbps = REQUEST_BYTES / 1e9 / (pull.median / 1000);
+  const refGbps = REQUEST_BYTES / 1e9 / (ref.median / 1000);
+  console.log(`nixl (sidecar): pull ${fmt(pull)} = ${gbps.toFixed(2)} GB/s; push ${fmt(push)}`);
+  console.log(`control alone (64 one-byte blobs, same calls): pull ${fmt(ctl)}`);
+  console.log(`NIXL alone (two agents, one READ of 64 descriptors): ${fmt(ref)} = ${refGbps.toFixed(2)} GB/s; ratio ${(gbps / refGbps).toFixed(2)}`);
+  finalLine({
+    bench: "kv-transport",
+    transport: "nixl",
+    bytes: REQUEST_BYTES,
+    gbps,
+    median_ms: pull.median,
+    push_ms: push.median,
+    control_ms: ctl.median,
+    nixl_alone_ms: ref.median,
+    nixl_alone_gbps: refGbps,
+    ratio: gbps / refGbps,
+  });
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href && process.argv[2] === "--producer") {
+  await producerMain(process.argv[3]);
+}
