@@ -14,8 +14,10 @@ import json
 import mmap
 import os
 import select
+import socket
 import sys
 import time
+import zlib
 
 # The protocol owns the original stdout; anything else that prints (NIXL's own logging, UCX)
 # goes to stderr, which the sidecar keeps for error messages.
@@ -45,6 +47,57 @@ class Agent:
         self.remotes = set()
         self.xfers = {}  # id -> (handle, started)
         self.next_arena = 1
+        self.held_fds = {}  # tag -> [fd, ...]: descriptors handed over with SCM_RIGHTS
+        self.fd_path = None
+        self.fd_sock = None
+
+    # --- file descriptors handed over (SCM_RIGHTS) ------------------------------------------------
+    def listen_fds(self, path):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(path)
+        os.chmod(path, 0o600)
+        s.listen(16)
+        self.fd_path, self.fd_sock = path, s
+
+    def accept_fds(self):
+        conn, _ = self.fd_sock.accept()
+        with conn:
+            conn.settimeout(5)
+            try:
+                msg, fds, _flags, _addr = socket.recv_fds(conn, 65536, 16)
+                header = json.loads(msg.split(b"\n", 1)[0])
+                tag = str(header["tag"])
+                if not fds:
+                    raise ValueError("no file descriptor came with the message (SCM_RIGHTS)")
+                # what the agent sees through its own descriptors: size and CRC-32 of the first `check` bytes
+                seen = []
+                for fd in fds:
+                    size = os.fstat(fd).st_size
+                    n = min(int(header.get("check", 0)), size)
+                    crc = 0
+                    if n > 0:
+                        with mmap.mmap(fd, n, mmap.MAP_SHARED, mmap.PROT_READ) as m:
+                            crc = zlib.crc32(m[:n])
+                    seen.append({"bytes": size, "crc32": crc})
+                for fd in self.held_fds.pop(tag, []):
+                    os.close(fd)
+                self.held_fds[tag] = fds
+                conn.sendall((json.dumps({"ok": True, "tag": tag, "fds": seen}) + "\n").encode())
+            except Exception as e:
+                conn.sendall((json.dumps({"ok": False, "error": f"{type(e).__name__}: {e}"}) + "\n").encode())
+
+    def held(self, req):
+        return {"held": {t: len(f) for t, f in self.held_fds.items()}}
+
+    def drop_fds(self, req):
+        fds = self.held_fds.pop(str(req["tag"]), [])
+        for fd in fds:
+            os.close(fd)
+        return {"dropped": len(fds)}
 
     # --- requests -------------------------------------------------------------------------------
     def hello(self, req):
@@ -145,15 +198,20 @@ def main():
     name = sys.argv[1] if len(sys.argv) > 1 else f"airm-{os.uname().nodename}-{os.getpid()}"
     backends = (sys.argv[2] if len(sys.argv) > 2 else "UCX").split(",")
     agent = Agent(name, backends)
-    out({"event": "ready", **agent.hello({})})
-    ops = {"hello": agent.hello, "register": agent.register, "deregister": agent.deregister, "metadata": agent.metadata, "add_remote": agent.add_remote, "read": agent.read, "cancel": agent.cancel}
+    if len(sys.argv) > 3:
+        agent.listen_fds(sys.argv[3])
+    out({"event": "ready", **agent.hello({}), "fd_socket": agent.fd_path})
+    ops = {"hello": agent.hello, "register": agent.register, "deregister": agent.deregister, "metadata": agent.metadata, "add_remote": agent.add_remote, "read": agent.read, "cancel": agent.cancel, "held": agent.held, "drop_fds": agent.drop_fds}
     stdin = sys.stdin.buffer
     buf = b""
     while True:
         # poll completions often while transfers are in flight, otherwise sleep until a request
         timeout = 0.0002 if agent.xfers else None
-        ready, _, _ = select.select([stdin], [], [], timeout)
-        if ready:
+        watched = [stdin] + ([agent.fd_sock] if agent.fd_sock else [])
+        ready, _, _ = select.select(watched, [], [], timeout)
+        if agent.fd_sock in ready:
+            agent.accept_fds()
+        if stdin in ready:
             chunk = os.read(stdin.fileno(), 1 << 16)
             if not chunk:
                 return  # the sidecar is gone

@@ -28,6 +28,8 @@ export interface AgentHealth {
   copies_in_flight: number;
   instance: string;
   python_pid: number;
+  fd_socket: string;
+  held_fds: number;
 }
 
 type Rpc = (req: unknown, md: Metadata, opts: { deadline: Date }, cb: (e: ServiceError | null, r: unknown) => void) => void;

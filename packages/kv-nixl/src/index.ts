@@ -13,6 +13,8 @@ export { startSidecar, type Sidecar, type SidecarOptions } from "./sidecar.ts";
 export { PythonAgent, NIXL_VERSION, defaultNixlPython, AGENT_SCRIPT } from "./python-agent.ts";
 export { SIDECAR_CONFIG } from "./sidecar-cli.ts";
 export { Arena, sweepArenas } from "./arena.ts";
+export { sendFds, memfdWith, closeFd } from "./fd-passing.ts";
+export { NixlAgentClient, type Allocation, type AgentHealth } from "./agent-client.ts";
 
 /** The endpoint a worker uses: the copy-only transport behind rm-core's FencedTransport. */
 export async function createNixlTransport(o: NixlOptions): Promise<FencedTransport> {

@@ -25,6 +25,8 @@ export interface AgentHello {
   plugins: string[];
   backends: string[];
   pid: number;
+  /** The unix socket taking file descriptors (SCM_RIGHTS), when one was asked for. */
+  fdSocket: string | null;
 }
 
 export interface XferEvent {
@@ -71,11 +73,18 @@ export class PythonAgent {
    * Starts `python agent/nixl_agent.py <name>` and waits for its ready line. Throws TransportError
    * with the agent's own words when the wheels are missing or NIXL does not start.
    */
-  static async start(opts: { python: string; name: string; backends?: string[]; startTimeoutMs?: number; env?: Record<string, string | undefined> }): Promise<PythonAgent> {
+  static async start(opts: {
+    python: string;
+    name: string;
+    backends?: string[];
+    fdSocket?: string;
+    startTimeoutMs?: number;
+    env?: Record<string, string | undefined>;
+  }): Promise<PythonAgent> {
     if (!existsSync(opts.python)) {
       throw new TransportError(`nixl: no Python with the NIXL wheels at ${opts.python}; run scripts/tools/nixl.sh (or set AIRM_NIXL_PYTHON)`);
     }
-    const child = spawn(opts.python, ["-u", AGENT_SCRIPT, opts.name, (opts.backends ?? ["UCX"]).join(",")], {
+    const child = spawn(opts.python, ["-u", AGENT_SCRIPT, opts.name, (opts.backends ?? ["UCX"]).join(","), ...(opts.fdSocket ? [opts.fdSocket] : [])], {
       stdio: ["pipe", "pipe", "pipe"],
       env: opts.env ?? {},
     });
@@ -100,7 +109,13 @@ export class PythonAgent {
       const said = msg?.error ?? stderr.trim().split("\n").slice(-3).join(" | ");
       throw new TransportError(`nixl: the NIXL agent did not start: ${said || "no answer"}`);
     }
-    const hello = { agent: String(msg.agent), plugins: msg.plugins as string[], backends: msg.backends as string[], pid: Number(msg.pid) };
+    const hello = {
+      agent: String(msg.agent),
+      plugins: msg.plugins as string[],
+      backends: msg.backends as string[],
+      pid: Number(msg.pid),
+      fdSocket: (msg.fd_socket as string | null) ?? null,
+    };
     return new PythonAgent(child, hello, exited, { [Symbol.asyncIterator]: () => lines });
   }
 

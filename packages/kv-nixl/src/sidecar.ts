@@ -4,6 +4,9 @@
 // NIXL calls. The route table is enforced at Plan. Bytes never cross gRPC.
 
 import { randomBytes } from "node:crypto";
+import { rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { Server, ServerCredentials, status, type Metadata, type ServerUnaryCall, type ServerWritableStream, type sendUnaryData } from "@grpc/grpc-js";
 import { INTERNAL_TOKEN_HEADER, requestIdOf, sameSecret } from "@airm/rm-core";
 import { nixlAgentService, type AllocationMsg } from "./protos.ts";
@@ -103,7 +106,8 @@ export interface Sidecar {
 export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
   const log = opts.log ?? (() => undefined);
   const instance = randomBytes(6).toString("hex");
-  const py = await PythonAgent.start({ python: opts.python, name: opts.agentName ?? `airm-${process.pid}-${instance}`, env: opts.env ?? {} });
+  const fdSocket = join(tmpdir(), `airm-nixl-agent-${process.pid}-${instance}.sock`);
+  const py = await PythonAgent.start({ python: opts.python, name: opts.agentName ?? `airm-${process.pid}-${instance}`, fdSocket, env: opts.env ?? {} });
   const me = py.hello.agent;
   const ttlMs = (opts.ttlS ?? 300) * 1000;
   const arenas = new Map<number, ArenaRec>();
@@ -285,7 +289,9 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
     };
 
   const impl = {
-    Health: unary(() => ({
+    Health: unary(async () => ({
+      fd_socket: py.hello.fdSocket ?? "",
+      held_fds: Object.values(((await py.call("held")).held ?? {}) as Record<string, number>).reduce((a, n) => a + n, 0),
       agent: me,
       backends: py.hello.backends,
       plugins: py.hello.plugins,
@@ -381,6 +387,7 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
       return { state: h.state, reason: h.reason };
     }),
     Release: unary(async (req: { request_id: string }) => ({ released: await releaseRequest(req.request_id) })),
+    DropFds: unary(async (req: { tag: string }) => ({ released: Number((await py.call("drop_fds", { tag: req.tag })).dropped) })),
     CopyMany: unary(async (req: { copies: { request_id: string; src: AllocationMsg; dst: AllocationMsg; context: string }[]; timeout_ms: number }) => {
       // one NIXL transfer per request id in the batch (a release drops its own copies only)
       const byRequest = new Map<string, BindRec[]>();
@@ -491,6 +498,7 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
       clearInterval(sweep);
       server.forceShutdown();
       await py.stop();
+      rmSync(fdSocket, { force: true });
     },
   };
 }

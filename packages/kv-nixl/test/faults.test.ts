@@ -186,3 +186,39 @@ describe.skipIf(missing)("faults against a real sidecar", () => {
     expect(ourArenaFiles()).toEqual([]);
   }, 60_000);
 });
+
+describe.skipIf(missing)("file descriptors handed to the agent (SCM_RIGHTS)", () => {
+  it("memfds sent by a worker are held by the agent after the sender closed them, and read through the agent's own mapping", async () => {
+    const { startSidecar } = await import("../src/index.ts");
+    const { sendFds, memfdWith, closeFd, NixlAgentClient } = await import("../src/index.ts");
+    const { kvCrc32 } = await import("@airm/rm-core");
+    const sc = await startSidecar({ listen: "127.0.0.1:0", python: defaultNixlPython(), env: {} });
+    const client = new NixlAgentClient(sc.address, undefined, 3000);
+    let socketPath = "";
+    try {
+      const h = await client.health();
+      socketPath = h.fd_socket;
+      expect(h.fd_socket).toMatch(/\.sock$/);
+      expect(existsSync(h.fd_socket)).toBe(true);
+      const a = patternBytes(21, 1 << 20);
+      const b = patternBytes(22, 4096);
+      const fds = [memfdWith("dmabuf-a", a), memfdWith("dmabuf-b", b, 65536)];
+      const r = sendFds(h.fd_socket, fds, { tag: "req-1", check: 1 << 20 }) as { fds: { bytes: number; crc32: number }[] };
+      for (const fd of fds) closeFd(fd);
+      // the agent saw the same memory through its own descriptors
+      expect(r.fds).toEqual([
+        { bytes: 1 << 20, crc32: kvCrc32(a) },
+        { bytes: 65536, crc32: kvCrc32(Buffer.concat([Buffer.from(b), Buffer.alloc(65536 - 4096)])) },
+      ]);
+      expect((await client.health()).held_fds).toBe(2);
+      // a message without descriptors is refused with the reason, and holds nothing
+      expect(() => sendFds(h.fd_socket, [], { tag: "req-2" })).toThrow(/no file descriptor came with the message/);
+      expect(await client.call("DropFds", { tag: "req-1" })).toEqual({ released: 2 });
+      expect((await client.health()).held_fds).toBe(0);
+    } finally {
+      client.close();
+      await sc.close();
+    }
+    expect(existsSync(socketPath)).toBe(false);
+  });
+});
