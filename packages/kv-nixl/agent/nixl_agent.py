@@ -109,8 +109,7 @@ class Agent:
         try:
             if os.fstat(fd).st_size < size:
                 raise ValueError(f"{path} holds {os.fstat(fd).st_size} bytes, fewer than the {size} to register")
-            # pre-faulted: a READ into pages this process never touched pays the faults inside the copy
-            mm = mmap.mmap(fd, size, mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), mmap.PROT_READ | mmap.PROT_WRITE)
+            mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except Exception:
             os.close(fd)
             raise

@@ -87,10 +87,13 @@ export class NixlAgentClient {
     return new TransportError(`nixl: ${method}: ${details}`);
   }
 
-  /** Each of `keys` as it is published (the stream ends when all came or `timeoutMs` passed). */
-  watch(keys: string[], timeoutMs: number): ClientReadableStream<unknown> {
+  /**
+   * Each of `keys` as it is published (the stream ends when all came or `timeoutMs` passed), or,
+   * with `requestId`, every blob of that request, published and to come, until cancelled.
+   */
+  watch(keys: string[], timeoutMs: number, requestId = ""): ClientReadableStream<unknown> {
     const w = (this.client as unknown as { Watch: (req: unknown, md: Metadata, o: { deadline: Date }) => ClientReadableStream<unknown> }).Watch;
-    return w.call(this.client, { keys, timeout_ms: Math.round(timeoutMs) }, this.md(), { deadline: new Date(Date.now() + this.rpcTimeoutMs + timeoutMs) });
+    return w.call(this.client, { keys, timeout_ms: Math.round(timeoutMs), request_id: requestId }, this.md(), { deadline: new Date(Date.now() + this.rpcTimeoutMs + timeoutMs) });
   }
 
   /** Slot events for `owner` (read, released, expired) until cancelled. */

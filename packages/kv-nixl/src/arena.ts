@@ -12,7 +12,6 @@ import { RangeAllocator, TransportError, UnsupportedError } from "@airm/rm-core"
 const PROT_READ = 1;
 const PROT_WRITE = 2;
 const MAP_SHARED = 0x01;
-const MAP_POPULATE = 0x8000;
 const EINTR = 4;
 
 interface Libc {
@@ -92,7 +91,7 @@ export class Arena {
           "TRANSPORT_NO_SPACE",
         );
       }
-      const address = c().mmap(null, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+      const address = c().mmap(null, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
       const raw = koffi.address(address);
       if (raw === 0n || raw === 0xffffffffffffffffn) throw new TransportError(`nixl: mmap of the KV arena ${path} failed: ${c().strerror(koffi.errno())}`);
       return new Arena(path, size, address);

@@ -68,6 +68,9 @@ export const NIXL_CONFIG = defineConfig("@airm/kv-nixl", {
 }).with(new ConfigSpec("@airm/rm-core", { internalToken: RM_CORE_CONFIG.options.internalToken }));
 export type NixlOptions = ConfigValues<typeof NIXL_CONFIG.options>;
 
+/** How long a consumer watches one request's publications at most (released requests stop at once). */
+const PREFETCH_TTL_MS = 300_000;
+
 interface Slot {
   offset: number;
   length: number;
@@ -91,6 +94,13 @@ interface DoneHandle extends CopyHandle {
   readonly offset: number;
   readonly crc32: number;
 }
+interface Prefetch {
+  /** Reads started for the request's blobs, by key. */
+  arrived: Map<string, Promise<DoneHandle>>;
+  /** Pulls waiting for a key not published yet. */
+  waiting: Map<string, ((h: Promise<DoneHandle>) => void)[]>;
+  stream: ClientReadableStream<unknown> | null;
+}
 interface Queued<I, R> {
   item: I;
   resolve: (r: R) => void;
@@ -104,7 +114,7 @@ export class NixlCopyTransport implements CopyOnlyTransport {
   readonly agent: string;
   private readonly slots = new Map<string, Slot>();
   private readonly publishes: Queued<{ key: string; offset: number; bytes: number; crc32: number }, void>[] = [];
-  private readonly watches: Queued<{ key: string; deadline: number }, { src: AllocationMsg; crc32: number }>[] = [];
+  private readonly prefetches = new Map<string, Prefetch>();
   private readonly copies: Queued<{ rid: string; key: string; src: AllocationMsg; dst: AllocationMsg; deadline: number }, { state: string; reason: string }>[] = [];
   private readonly owner = `${process.pid}-${randomBytes(4).toString("hex")}`;
   private expired = 0;
@@ -112,7 +122,7 @@ export class NixlCopyTransport implements CopyOnlyTransport {
   private closed = false;
 
   private constructor(
-    readonly _o: NixlOptions,
+    private readonly o: NixlOptions,
     private readonly client: NixlAgentClient,
     private readonly arena: Arena,
     agent: string,
@@ -238,36 +248,63 @@ export class NixlCopyTransport implements CopyOnlyTransport {
    */
   async adopt(key: string, timeoutMs: number): Promise<DoneHandle> {
     await this.ensureOpen();
-    const deadline = Date.now() + timeoutMs;
-    const pub = await this.batch(this.watches, { key, deadline }, (xs) => this.flushWatches(xs));
-    return this.read(key, pub.src, pub.crc32, deadline);
+    // The first pull of a request watches the whole request: every blob of it is read into this
+    // arena as soon as it is published (a decode pulls all of them, layer after layer), so later
+    // pulls find their bytes here already or arriving.
+    const rid = requestIdOf(key);
+    let pf = this.prefetches.get(rid);
+    if (!pf) {
+      pf = this.prefetch(rid);
+      this.prefetches.set(rid, pf);
+    }
+    const have = pf.arrived.get(key);
+    if (have) return have;
+    const p = pf;
+    return new Promise<DoneHandle>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        const l = p.waiting.get(key);
+        if (l) l.splice(l.indexOf(w), 1);
+        reject(new TransportTimeoutError(`nixl: no blob ${key} was published within ${timeoutMs} ms`));
+      }, timeoutMs);
+      const w = (h: Promise<DoneHandle>): void => {
+        clearTimeout(timer);
+        h.then(resolve, reject);
+      };
+      const l = p.waiting.get(key) ?? [];
+      l.push(w);
+      p.waiting.set(key, l);
+    });
   }
 
-  private flushWatches(xs: Queued<{ key: string; deadline: number }, { src: AllocationMsg; crc32: number }>[]): void {
-    const waiting = new Map<string, Queued<{ key: string; deadline: number }, { src: AllocationMsg; crc32: number }>[]>();
-    for (const x of xs) {
-      const list = waiting.get(x.item.key) ?? [];
-      list.push(x);
-      waiting.set(x.item.key, list);
-      // each pull keeps its own timeout
-      setTimeout(
-        () => {
-          const l = waiting.get(x.item.key);
-          if (!l?.includes(x)) return;
-          l.splice(l.indexOf(x), 1);
-          x.reject(new TransportTimeoutError(`nixl: no blob ${x.item.key} was published within its timeout`));
-        },
-        Math.max(0, x.item.deadline - Date.now()),
-      );
-    }
-    const timeout = Math.max(0, ...xs.map((x) => x.item.deadline - Date.now()));
-    const stream = this.client.watch([...waiting.keys()], timeout);
+  /** Starts the watch of request `rid` (see adopt). */
+  private prefetch(rid: string): Prefetch {
+    const pf: Prefetch = { arrived: new Map(), waiting: new Map(), stream: null };
+    const stream = this.client.watch([], PREFETCH_TTL_MS, rid);
+    pf.stream = stream;
     stream.on("data", (m: { items: { key: string; src: AllocationMsg; crc32: number }[] }) => {
-      for (const p of m.items) for (const x of waiting.get(p.key)?.splice(0) ?? []) x.resolve({ src: p.src, crc32: p.crc32 });
+      for (const p of m.items) {
+        if (pf.arrived.has(p.key)) continue;
+        const h = this.read(p.key, p.src, p.crc32, Date.now() + this.o.rpcTimeoutMs);
+        h.catch(() => undefined); // a pull of it reports the failure
+        pf.arrived.set(p.key, h);
+        for (const w of pf.waiting.get(p.key)?.splice(0) ?? []) w(h);
+      }
     });
     stream.on("error", (e: Error) => {
-      for (const l of waiting.values()) for (const x of l.splice(0)) x.reject(this.client.failure("Watch", e));
+      const err = this.client.failure("Watch", e);
+      if ((e as { code?: number }).code === 1) return; // cancelled by release
+      for (const [key, l] of pf.waiting) {
+        const failed = Promise.reject(err);
+        failed.catch(() => undefined);
+        for (const w of l.splice(0)) w(failed);
+        pf.waiting.delete(key);
+      }
+      if (this.prefetches.get(rid) === pf) this.prefetches.delete(rid);
     });
+    stream.on("end", () => {
+      if (this.prefetches.get(rid) === pf) this.prefetches.delete(rid);
+    });
+    return pf;
   }
 
   private async read(key: string, src: AllocationMsg, crc32: number, deadline: number): Promise<DoneHandle> {
@@ -342,6 +379,24 @@ export class NixlCopyTransport implements CopyOnlyTransport {
   async release(requestId: string): Promise<void> {
     validateRequestId(requestId);
     if (this.closed) return;
+    const pf = this.prefetches.get(requestId);
+    if (pf) {
+      this.prefetches.delete(requestId);
+      pf.stream?.cancel();
+      // copies still in flight free their slots when they settle
+      for (const h of pf.arrived.values()) {
+        void h.then(
+          (d) => {
+            const s = this.slots.get(`${d.plan.key}#dst`);
+            if (s && s.offset === d.offset) {
+              this.slots.delete(`${d.plan.key}#dst`);
+              this.arena.free(s.offset);
+            }
+          },
+          () => undefined,
+        );
+      }
+    }
     for (const [key, s] of [...this.slots]) {
       if (requestIdOf(key.replace(/#dst$/, "")) !== requestId) continue;
       this.slots.delete(key);
@@ -360,6 +415,8 @@ export class NixlCopyTransport implements CopyOnlyTransport {
     if (this.closed) return;
     this.closed = true;
     this.events?.cancel();
+    for (const pf of this.prefetches.values()) pf.stream?.cancel();
+    this.prefetches.clear();
     await this.call("ReleaseArena", { arena: this.arenaId }).catch(() => undefined);
     this.client.close();
     this.arena.close();

@@ -113,6 +113,8 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
   const arenas = new Map<number, ArenaRec>();
   const pubs = new Map<string, PubRec>();
   const lookups = new Map<string, Set<() => void>>();
+  /** Watchers of a whole request (WatchRequest.request_id), told of each publication of it. */
+  const requestWatchers = new Map<string, Set<(p: PubRec) => void>>();
   const binds = new Map<string, BindRec[]>();
   const plans = new Map<bigint, PlanRec>();
   const handles = new Map<bigint, HandleRec>();
@@ -171,7 +173,9 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
     const src = toAlloc(req.src, `publish ${req.key}`);
     addressOf(src, `publish ${req.key}`);
     const arena = arenas.get(src.arena)!;
-    pubs.set(req.key, { key: req.key, src, crc32: req.crc32 >>> 0, at: Date.now(), owner: arena.owner });
+    const rec: PubRec = { key: req.key, src, crc32: req.crc32 >>> 0, at: Date.now(), owner: arena.owner };
+    pubs.set(req.key, rec);
+    for (const w of requestWatchers.get(requestIdOf(req.key)) ?? []) w(rec);
     for (const w of lookups.get(req.key) ?? []) w();
     lookups.delete(req.key);
     return { key: req.key, src: fromAlloc(src), crc32: req.crc32 >>> 0 };
@@ -424,9 +428,40 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
       for (const h of hs) if (h.state !== "PENDING") handles.delete(h.id);
       return { states: order.map((b) => ({ state: handleOf.get(b)!.state, reason: handleOf.get(b)!.reason })) };
     }),
-    Watch: (call: ServerWritableStream<{ keys: string[]; timeout_ms: number }, unknown>) => {
+    Watch: (call: ServerWritableStream<{ keys: string[]; timeout_ms: number; request_id: string }, unknown>) => {
       if (!authorized(call.metadata)) {
         call.emit("error", { code: status.UNAUTHENTICATED, details: `the call lacks the deployment's ${INTERNAL_TOKEN_HEADER}` });
+        return;
+      }
+      const rid = call.request.request_id;
+      if (rid) {
+        // the whole request: what is published now in one message, then each turn's new ones
+        let ready: unknown[] = [];
+        const item = (p: PubRec) => ({ key: p.key, src: fromAlloc(p.src), crc32: p.crc32 });
+        const flush = (): void => {
+          if (ready.length) call.write({ items: ready });
+          ready = [];
+        };
+        const watcher = (p: PubRec): void => {
+          ready.push(item(p));
+          if (ready.length === 1) setImmediate(flush);
+        };
+        for (const p of pubs.values()) if (requestIdOf(p.key) === rid) ready.push(item(p));
+        flush();
+        const set = requestWatchers.get(rid) ?? new Set();
+        set.add(watcher);
+        requestWatchers.set(rid, set);
+        const stop = (): void => {
+          clearTimeout(timer);
+          set.delete(watcher);
+          if (set.size === 0) requestWatchers.delete(rid);
+        };
+        const timer = setTimeout(() => {
+          stop();
+          call.end();
+        }, call.request.timeout_ms);
+        call.on("cancelled", stop);
+        call.on("close", stop);
         return;
       }
       let left = call.request.keys.length;
