@@ -209,6 +209,7 @@ export class NixlCopyTransport implements CopyOnlyTransport {
   /** The producer's half: the blob staged in this arena with its CRC-32. */
   async plan(req: CopyRequest): Promise<NixlPlan> {
     await this.ensureOpen();
+    if (req.src.byteLength === 0) throw new TransportError(`nixl: ${req.key} is empty; a NIXL copy needs at least one byte`);
     const offset = this.take(req.src.byteLength, req.key);
     this.arena.bytes.set(req.src, offset);
     const crc32 = req.crc32 ?? kvCrc32(req.src);
