@@ -7,32 +7,13 @@ import { closeSync, ftruncateSync, openSync, readdirSync, rmSync } from "node:fs
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import koffi from "koffi";
-import { RangeAllocator, TransportError, UnsupportedError } from "@airm/rm-core";
+import { RangeAllocator, TransportError } from "@airm/rm-core";
+import { libc, libcFailure } from "./libc.ts";
 
 const PROT_READ = 1;
 const PROT_WRITE = 2;
 const MAP_SHARED = 0x01;
 const EINTR = 4;
-
-interface Libc {
-  mmap(addr: null, len: number, prot: number, flags: number, fd: number, off: number): unknown;
-  munmap(addr: unknown, len: number): number;
-  posixFallocate(fd: number, off: number, len: number): number;
-  strerror(e: number): string;
-}
-let libc: Libc | undefined;
-function c(): Libc {
-  if (libc) return libc;
-  if (process.platform !== "linux") throw new UnsupportedError(`the nixl KV transport needs Linux (/dev/shm arenas); this is ${process.platform}`);
-  const lib = koffi.load("libc.so.6");
-  libc = {
-    mmap: lib.func("void *mmap(void *addr, size_t len, int prot, int flags, int fd, int64_t off)"),
-    munmap: lib.func("int munmap(void *addr, size_t len)"),
-    posixFallocate: lib.func("int posix_fallocate(int fd, int64_t off, int64_t len)"),
-    strerror: lib.func("const char *strerror(int errnum)"),
-  } as Libc;
-  return libc;
-}
 
 export const ARENA_PREFIX = "airm-nixl-";
 
@@ -83,17 +64,17 @@ export class Arena {
     try {
       ftruncateSync(fd, size);
       let err: number;
-      do err = c().posixFallocate(fd, 0, size);
+      do err = libc().posixFallocate(fd, 0, size);
       while (err === EINTR);
       if (err !== 0) {
         throw new TransportError(
-          `nixl: cannot reserve ${size} bytes for the KV arena ${path}: ${c().strerror(err)}; lower AIRM_KV_NIXL_POOL_MB or free /dev/shm`,
+          `nixl: cannot reserve ${size} bytes for the KV arena ${path}: ${libc().strerror(err)}; lower AIRM_KV_NIXL_POOL_MB or free /dev/shm`,
           "TRANSPORT_NO_SPACE",
         );
       }
-      const address = c().mmap(null, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      const address = libc().mmap(null, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
       const raw = koffi.address(address);
-      if (raw === 0n || raw === 0xffffffffffffffffn) throw new TransportError(`nixl: mmap of the KV arena ${path} failed: ${c().strerror(koffi.errno())}`);
+      if (raw === 0n || raw === 0xffffffffffffffffn) throw libcFailure(`mmap of the KV arena ${path}`);
       return new Arena(path, size, address);
     } catch (e) {
       rmSync(path, { force: true });
@@ -121,7 +102,7 @@ export class Arena {
   close(): void {
     if (this.closed) return;
     this.closed = true;
-    c().munmap(this.address, this.size);
+    libc().munmap(this.address, this.size);
     rmSync(this.path, { force: true });
   }
 }

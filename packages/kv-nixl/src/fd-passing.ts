@@ -4,7 +4,8 @@
 // socket.recv_fds and keeps them open after the sender closed its copies.
 
 import koffi from "koffi";
-import { TransportError, UnsupportedError } from "@airm/rm-core";
+import { TransportError } from "@airm/rm-core";
+import { libc, libcFailure } from "./libc.ts";
 
 const AF_UNIX = 1;
 const SOCK_STREAM = 1;
@@ -12,56 +13,14 @@ const SOL_SOCKET = 1;
 const SCM_RIGHTS = 1;
 const MFD_CLOEXEC = 1;
 
-interface Lib {
-  socket(domain: number, type: number, proto: number): number;
-  connect(fd: number, addr: Buffer, len: number): number;
-  sendmsg(fd: number, msg: unknown, flags: number): number;
-  read(fd: number, buf: Buffer, n: number): number;
-  close(fd: number): number;
-  memfd_create(name: string, flags: number): number;
-  ftruncate(fd: number, len: number): number;
-  pwrite(fd: number, buf: Buffer, n: number, off: number): number;
-  strerror(e: number): string;
-}
-let lib: Lib | undefined;
-function libc(): Lib {
-  if (lib) return lib;
-  if (process.platform !== "linux") throw new UnsupportedError(`passing file descriptors with SCM_RIGHTS needs Linux; this is ${process.platform}`);
-  const l = koffi.load("libc.so.6");
-  const iovec = koffi.struct("airm_iovec", { iov_base: "void *", iov_len: "size_t" });
-  koffi.struct("airm_msghdr", {
-    msg_name: "void *",
-    msg_namelen: "uint32_t",
-    msg_iov: koffi.pointer(iovec),
-    msg_iovlen: "size_t",
-    msg_control: "void *",
-    msg_controllen: "size_t",
-    msg_flags: "int",
-  });
-  lib = {
-    socket: l.func("int socket(int, int, int)"),
-    connect: l.func("int connect(int, const void *addr, uint32_t len)"),
-    sendmsg: l.func("intptr_t sendmsg(int, const airm_msghdr *msg, int)"),
-    read: l.func("intptr_t read(int, _Out_ void *buf, size_t n)"),
-    close: l.func("int close(int)"),
-    memfd_create: l.func("int memfd_create(const char *name, unsigned int flags)"),
-    ftruncate: l.func("int ftruncate(int, int64_t)"),
-    pwrite: l.func("intptr_t pwrite(int, const void *buf, size_t n, int64_t off)"),
-    strerror: l.func("const char *strerror(int)"),
-  } as Lib;
-  return lib;
-}
-
-const fail = (call: string): TransportError => new TransportError(`nixl: ${call} failed: ${libc().strerror(koffi.errno())}`);
-
 /** A memfd of `bytes` bytes holding `data` at offset 0 (what a DMA-BUF exporter hands out, in host memory). */
 export function memfdWith(name: string, data: Uint8Array, bytes = data.byteLength): number {
   const c = libc();
-  const fd = c.memfd_create(name, MFD_CLOEXEC);
-  if (fd < 0) throw fail("memfd_create");
+  const fd = c.memfdCreate(name, MFD_CLOEXEC);
+  if (fd < 0) throw libcFailure("memfd_create");
   if (c.ftruncate(fd, bytes) !== 0 || c.pwrite(fd, Buffer.from(data.buffer, data.byteOffset, data.byteLength), data.byteLength, 0) !== data.byteLength) {
     c.close(fd);
-    throw fail("writing the memfd");
+    throw libcFailure("writing the memfd");
   }
   return fd;
 }
@@ -77,13 +36,13 @@ export function closeFd(fd: number): void {
 export function sendFds(path: string, fds: number[], header: Record<string, unknown>): Record<string, unknown> {
   const c = libc();
   const sock = c.socket(AF_UNIX, SOCK_STREAM, 0);
-  if (sock < 0) throw fail("socket(AF_UNIX)");
+  if (sock < 0) throw libcFailure("socket(AF_UNIX)");
   try {
     const addr = Buffer.alloc(110);
     addr.writeUInt16LE(AF_UNIX, 0);
     if (Buffer.byteLength(path) > 107) throw new TransportError(`nixl: the agent's socket path is too long for AF_UNIX: ${path}`);
     addr.write(path, 2);
-    if (c.connect(sock, addr, 2 + Buffer.byteLength(path) + 1) !== 0) throw fail(`connect(${path})`);
+    if (c.connect(sock, addr, 2 + Buffer.byteLength(path) + 1) !== 0) throw libcFailure(`connect(${path})`);
     const body = Buffer.from(`${JSON.stringify(header)}\n`);
     // one cmsghdr: len (size_t), level, type, then the fds, padded to 8 bytes
     const dataLen = 4 * fds.length;
@@ -101,7 +60,7 @@ export function sendFds(path: string, fds: number[], header: Record<string, unkn
       msg_controllen: control.length,
       msg_flags: 0,
     };
-    if (c.sendmsg(sock, msg, 0) !== body.length) throw fail("sendmsg(SCM_RIGHTS)");
+    if (c.sendmsg(sock, msg, 0) !== body.length) throw libcFailure("sendmsg(SCM_RIGHTS)");
     let answer = "";
     const buf = Buffer.alloc(4096);
     while (!answer.includes("\n")) {
