@@ -4,7 +4,7 @@
 // an UnsupportedError with the reason.
 
 import { credentials, Metadata, status, type Client, type ClientReadableStream, type ServiceError } from "@grpc/grpc-js";
-import { INTERNAL_TOKEN_HEADER, TransportError, TransportTimeoutError, UnsupportedError } from "@airm/rm-core";
+import { INTERNAL_TOKEN_HEADER, TransportError, UnsupportedError } from "@airm/rm-core";
 import { nixlAgentService, type AllocationMsg } from "./protos.ts";
 import type { Tier } from "./routes.ts";
 
@@ -83,17 +83,13 @@ export class NixlAgentClient {
       return new TransportError(`nixl: ${method}: ${details}`);
     }
     if (e.code === status.FAILED_PRECONDITION && /refused/.test(details)) return new UnsupportedError(details);
-    if (e.code === status.NOT_FOUND && /was published within/.test(details)) return new TransportTimeoutError(`nixl: ${details}`);
     return new TransportError(`nixl: ${method}: ${details}`);
   }
 
-  /**
-   * Each of `keys` as it is published (the stream ends when all came or `timeoutMs` passed), or,
-   * with `requestId`, every blob of that request, published and to come, until cancelled.
-   */
-  watch(keys: string[], timeoutMs: number, requestId = ""): ClientReadableStream<unknown> {
+  /** Every blob of request `requestId`, published and to come, until cancelled or `timeoutMs` passed. */
+  watch(requestId: string, timeoutMs: number): ClientReadableStream<unknown> {
     const w = (this.client as unknown as { Watch: (req: unknown, md: Metadata, o: { deadline: Date }) => ClientReadableStream<unknown> }).Watch;
-    return w.call(this.client, { keys, timeout_ms: Math.round(timeoutMs), request_id: requestId }, this.md(), { deadline: new Date(Date.now() + this.rpcTimeoutMs + timeoutMs) });
+    return w.call(this.client, { request_id: requestId, timeout_ms: Math.round(timeoutMs) }, this.md(), { deadline: new Date(Date.now() + this.rpcTimeoutMs + timeoutMs) });
   }
 
   /** Slot events for `owner` (read, released, expired) until cancelled. */

@@ -74,9 +74,6 @@ const PREFETCH_TTL_MS = 300_000;
 interface Slot {
   offset: number;
   length: number;
-  role: "src" | "dst";
-  /** A src slot the sidecar knows of (published). */
-  published?: boolean;
 }
 interface NixlPlan extends CopyPlan {
   readonly offset: number;
@@ -112,7 +109,10 @@ export class NixlCopyTransport implements CopyOnlyTransport {
   readonly name = "nixl";
   readonly support = NIXL_SUPPORT;
   readonly agent: string;
-  private readonly slots = new Map<string, Slot>();
+  /** Blobs this endpoint staged (producer), by key; `published` once the sidecar knows them. */
+  private readonly srcSlots = new Map<string, Slot & { published: boolean }>();
+  /** Blobs read into this arena (consumer), by key, held until their request is released. */
+  private readonly dstSlots = new Map<string, Slot>();
   private readonly publishes: Queued<{ key: string; offset: number; bytes: number; crc32: number }, void>[] = [];
   private readonly prefetches = new Map<string, Prefetch>();
   private readonly copies: Queued<{ rid: string; key: string; src: AllocationMsg; dst: AllocationMsg; deadline: number }, { state: string; reason: string }>[] = [];
@@ -149,7 +149,7 @@ export class NixlCopyTransport implements CopyOnlyTransport {
   }
 
   private async register(): Promise<void> {
-    const r = (await this.call("RegisterArena", { path: this.arena.path, bytes: String(this.arena.size), owner: this.owner })) as {
+    const r = (await this.client.call("RegisterArena", { path: this.arena.path, bytes: String(this.arena.size), owner: this.owner })) as {
       arena: number;
       agent: string;
       instance: string;
@@ -166,16 +166,16 @@ export class NixlCopyTransport implements CopyOnlyTransport {
     this.events = this.client.events(this.owner, (ev) => {
       if (ev.kind === "subscribed") return;
       if (ev.kind === "expired") this.expired++;
-      const s = this.slots.get(ev.key);
-      if (s && s.role === "src") {
-        this.slots.delete(ev.key);
-        this.arena.free(s.offset);
-      }
+      this.freeSlot(this.srcSlots, ev.key);
     });
   }
 
-  private call(method: string, req: unknown, extraMs = 0): Promise<unknown> {
-    return this.client.call(method, req, extraMs);
+  /** Gives `key`'s slot (if `at` is given, only when it is still that offset) back to the arena. */
+  private freeSlot(slots: Map<string, Slot>, key: string, at?: number): void {
+    const s = slots.get(key);
+    if (!s || (at !== undefined && s.offset !== at)) return;
+    slots.delete(key);
+    this.arena.free(s.offset);
   }
 
   private async ensureOpen(): Promise<void> {
@@ -184,11 +184,7 @@ export class NixlCopyTransport implements CopyOnlyTransport {
     // A sidecar that came back is a new agent: what it held of ours is gone, so are our
     // publications (their slots are free again); the arena is registered anew.
     await this.register();
-    for (const [key, s] of [...this.slots]) {
-      if (s.role !== "src" || !s.published) continue;
-      this.slots.delete(key);
-      this.arena.free(s.offset);
-    }
+    for (const [key, s] of [...this.srcSlots]) if (s.published) this.freeSlot(this.srcSlots, key);
   }
 
   private take(length: number, what: string): number {
@@ -213,9 +209,8 @@ export class NixlCopyTransport implements CopyOnlyTransport {
     const offset = this.take(req.src.byteLength, req.key);
     this.arena.bytes.set(req.src, offset);
     const crc32 = req.crc32 ?? kvCrc32(req.src);
-    const prev = this.slots.get(req.key);
-    if (prev) this.arena.free(prev.offset);
-    this.slots.set(req.key, { offset, length: req.src.byteLength, role: "src" });
+    this.freeSlot(this.srcSlots, req.key);
+    this.srcSlots.set(req.key, { offset, length: req.src.byteLength, published: false });
     return { requestId: req.requestId, key: req.key, bytes: req.src.byteLength, offset, crc32 };
   }
 
@@ -227,7 +222,7 @@ export class NixlCopyTransport implements CopyOnlyTransport {
     await this.ensureOpen();
     const p = plan as NixlPlan;
     await this.retryOnNewSidecar(() => this.batch(this.publishes, { key: p.key, offset: p.offset, bytes: p.bytes, crc32: p.crc32 }, (xs) => this.flushPublishes(xs)));
-    const slot = this.slots.get(p.key);
+    const slot = this.srcSlots.get(p.key);
     if (slot && slot.offset === p.offset) slot.published = true;
     return { plan, kind: "published", src: this.own(p.offset, p.bytes), crc32: p.crc32 };
   }
@@ -235,7 +230,7 @@ export class NixlCopyTransport implements CopyOnlyTransport {
   private async flushPublishes(xs: Queued<{ key: string; offset: number; bytes: number; crc32: number }, void>[]): Promise<void> {
     const entries = xs.map(({ item: e }) => ({ key: e.key, src: this.own(e.offset, e.bytes), crc32: e.crc32, instance: this.instance }));
     try {
-      await this.call("PublishMany", { entries });
+      await this.client.call("PublishMany", { entries });
       for (const x of xs) x.resolve();
     } catch (e) {
       for (const x of xs) x.reject(e);
@@ -280,7 +275,7 @@ export class NixlCopyTransport implements CopyOnlyTransport {
   /** Starts the watch of request `rid` (see adopt). */
   private prefetch(rid: string): Prefetch {
     const pf: Prefetch = { arrived: new Map(), waiting: new Map(), stream: null };
-    const stream = this.client.watch([], PREFETCH_TTL_MS, rid);
+    const stream = this.client.watch(rid, PREFETCH_TTL_MS);
     pf.stream = stream;
     stream.on("data", (m: { items: { key: string; src: AllocationMsg; crc32: number }[] }) => {
       for (const p of m.items) {
@@ -314,7 +309,7 @@ export class NixlCopyTransport implements CopyOnlyTransport {
     const offset = this.take(length, key);
     try {
       const r = await this.retryOnNewSidecar(() => this.batch(this.copies, { rid, key, src, dst: this.own(offset, length), deadline }, (xs) => this.flushCopies(xs)));
-      this.slots.set(`${key}#dst`, { offset, length, role: "dst" });
+      this.dstSlots.set(key, { offset, length });
       return { plan: { requestId: rid, key, bytes: length }, kind: "done", state: r.state, reason: r.reason, offset, crc32 };
     } catch (e) {
       this.arena.free(offset);
@@ -327,7 +322,7 @@ export class NixlCopyTransport implements CopyOnlyTransport {
   ): Promise<void> {
     const timeout = Math.max(0, ...xs.map((x) => x.item.deadline - Date.now()));
     try {
-      const r = (await this.call(
+      const r = (await this.client.call(
         "CopyMany",
         { copies: xs.map(({ item: c }) => ({ request_id: c.rid, src: c.src, dst: c.dst, context: c.key })), timeout_ms: timeout },
         timeout,
@@ -387,29 +382,17 @@ export class NixlCopyTransport implements CopyOnlyTransport {
       // copies still in flight free their slots when they settle
       for (const h of pf.arrived.values()) {
         void h.then(
-          (d) => {
-            const s = this.slots.get(`${d.plan.key}#dst`);
-            if (s && s.offset === d.offset) {
-              this.slots.delete(`${d.plan.key}#dst`);
-              this.arena.free(s.offset);
-            }
-          },
+          (d) => this.freeSlot(this.dstSlots, d.plan.key, d.offset),
           () => undefined,
         );
       }
     }
-    for (const [key, s] of [...this.slots]) {
-      if (requestIdOf(key.replace(/#dst$/, "")) !== requestId) continue;
-      this.slots.delete(key);
-      this.arena.free(s.offset);
-    }
-    await this.call("Release", { request_id: requestId });
+    for (const slots of [this.srcSlots, this.dstSlots]) for (const key of [...slots.keys()]) if (requestIdOf(key) === requestId) this.freeSlot(slots, key);
+    await this.client.call("Release", { request_id: requestId });
   }
 
   stats(): TransportStats {
-    let blobs = 0;
-    for (const s of this.slots.values()) if (s.role === "src") blobs++;
-    return { blobs, bytes: this.arena.usedBytes, expired: this.expired };
+    return { blobs: this.srcSlots.size, bytes: this.arena.usedBytes, expired: this.expired };
   }
 
   async close(): Promise<void> {
@@ -418,7 +401,7 @@ export class NixlCopyTransport implements CopyOnlyTransport {
     this.events?.cancel();
     for (const pf of this.prefetches.values()) pf.stream?.cancel();
     this.prefetches.clear();
-    await this.call("ReleaseArena", { arena: this.arenaId }).catch(() => undefined);
+    await this.client.call("ReleaseArena", { arena: this.arenaId }).catch(() => undefined);
     this.client.close();
     this.arena.close();
   }

@@ -112,7 +112,6 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
   const ttlMs = (opts.ttlS ?? 300) * 1000;
   const arenas = new Map<number, ArenaRec>();
   const pubs = new Map<string, PubRec>();
-  const lookups = new Map<string, Set<() => void>>();
   /** Watchers of a whole request (WatchRequest.request_id), told of each publication of it. */
   const requestWatchers = new Map<string, Set<(p: PubRec) => void>>();
   const binds = new Map<string, BindRec[]>();
@@ -176,43 +175,24 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
     const rec: PubRec = { key: req.key, src, crc32: req.crc32 >>> 0, at: Date.now(), owner: arena.owner };
     pubs.set(req.key, rec);
     for (const w of requestWatchers.get(requestIdOf(req.key)) ?? []) w(rec);
-    for (const w of lookups.get(req.key) ?? []) w();
-    lookups.delete(req.key);
-    return { key: req.key, src: fromAlloc(src), crc32: req.crc32 >>> 0 };
   };
 
-  /** Calls `fn` once `key` is published or `timeoutMs` passed (whichever first); returns a canceller. */
-  const whenPublished = (key: string, timeoutMs: number, fn: () => void): (() => void) => {
-    if (pubs.has(key)) {
-      fn();
-      return () => undefined;
-    }
-    const set = lookups.get(key) ?? new Set();
-    const done = (): void => {
-      clearTimeout(t);
-      set.delete(done);
-      fn();
-    };
-    const t = setTimeout(done, timeoutMs);
-    set.add(done);
-    lookups.set(key, set);
-    return () => {
-      clearTimeout(t);
-      set.delete(done);
-    };
-  };
-
-  /** Binds, plans (route table) and submits `list` as one NIXL READ; the handle settles with it. */
-  const submitCopies = async (requestId: string, list: BindRec[]): Promise<HandleRec> => {
+  /** Checks each bound copy's route (the seed's table) and plans them as one transfer. */
+  const planCopies = (requestId: string, list: BindRec[]): { plan: PlanRec; routes: string[] } => {
+    const routes = new Set<string>();
     for (const b of list) {
       try {
-        routeFor(b.src.tier, b.dst.tier, py.hello.plugins);
+        routes.add(routeFor(b.src.tier, b.dst.tier, py.hello.plugins).name);
       } catch (e) {
         throw new RpcError(status.FAILED_PRECONDITION, (e as Error).message);
       }
-      b.planned = true;
     }
-    const p: PlanRec = { id: nextId++, requestId, copies: list, bytes: list.reduce((s, b) => s + b.src.length, 0n) };
+    for (const b of list) b.planned = true;
+    return { plan: { id: nextId++, requestId, copies: list, bytes: list.reduce((s, b) => s + b.src.length, 0n) }, routes: [...routes] };
+  };
+
+  /** Submits a plan as one NIXL READ; the handle settles with it (its id is the transfer's). */
+  const submitPlan = async (p: PlanRec): Promise<HandleRec> => {
     const copies = p.copies.map((c) => [addressOf(c.dst, "submit dst").toString(), addressOf(c.src, "submit src").toString(), Number(c.src.length)]);
     const h: HandleRec = { id: nextId++, plan: p, state: "PENDING", reason: "", waiters: [] };
     handles.set(h.id, h);
@@ -232,6 +212,20 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
     return h;
   };
 
+  /** Resolves once `h` settled or `timeoutMs` passed; a settled handle is forgotten. */
+  const settled = async (h: HandleRec, timeoutMs: number): Promise<void> => {
+    if (h.state === "PENDING") {
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, timeoutMs);
+        h.waiters.push(() => {
+          clearTimeout(t);
+          resolve();
+        });
+      });
+    }
+    if (h.state !== "PENDING") handles.delete(h.id);
+  };
+
   const releaseRequest = async (rid: string): Promise<number> => {
     let n = 0;
     for (const key of [...pubs.keys()]) {
@@ -246,12 +240,7 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
     for (const [id, h] of handles) {
       if (h.plan.requestId !== rid) continue;
       handles.delete(id);
-      for (const [x, hx] of inflight) {
-        if (hx === h) {
-          inflight.delete(x);
-          await py.call("cancel", { xfer: x }).catch(() => undefined);
-        }
-      }
+      if (inflight.delete(Number(id))) await py.call("cancel", { xfer: Number(id) }).catch(() => undefined);
       finish(h, "ERROR", `request ${rid} was released`);
     }
     return n;
@@ -328,16 +317,9 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
       const r = await py.call("add_remote", { metadata: Buffer.from(req.metadata).toString("base64") });
       return { agent: String(r.agent) };
     }),
-    Publish: unary((req: PublishMsg) => publish(req)),
     PublishMany: unary((req: { entries: PublishMsg[] }) => {
       for (const e of req.entries) publish(e);
       return { released: req.entries.length };
-    }),
-    Lookup: unary(async (req: { key: string; timeout_ms: number }) => {
-      await new Promise<void>((resolve) => whenPublished(req.key, req.timeout_ms, resolve));
-      const p = pubs.get(req.key);
-      if (!p) throw new RpcError(status.NOT_FOUND, `no blob ${req.key} was published within ${req.timeout_ms} ms`);
-      return { key: p.key, src: fromAlloc(p.src), crc32: p.crc32 };
     }),
     Bind: unary((req: { request_id: string; src: AllocationMsg; dst: AllocationMsg; context: string }) => {
       const src = toAlloc(req.src, "bind src");
@@ -355,39 +337,20 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
       const only = new Set((req.bindings ?? []).map((b) => BigInt(b)));
       const list = (binds.get(req.request_id) ?? []).filter((b) => !b.planned && (only.size === 0 || only.has(b.id)));
       if (list.length === 0) throw new RpcError(status.FAILED_PRECONDITION, `plan: request ${req.request_id} has no bound allocations (bind first)`);
-      const routes = new Set<string>();
-      for (const b of list) {
-        try {
-          routes.add(routeFor(b.src.tier, b.dst.tier, py.hello.plugins).name);
-        } catch (e) {
-          throw new RpcError(status.FAILED_PRECONDITION, (e as Error).message);
-        }
-      }
-      for (const b of list) b.planned = true;
-      const p: PlanRec = { id: nextId++, requestId: req.request_id, copies: list, bytes: list.reduce((s, b) => s + b.src.length, 0n) };
-      plans.set(p.id, p);
-      return { plan: p.id.toString(), routes: [...routes], bytes: p.bytes.toString(), copies: list.length };
+      const { plan, routes } = planCopies(req.request_id, list);
+      plans.set(plan.id, plan);
+      return { plan: plan.id.toString(), routes, bytes: plan.bytes.toString(), copies: list.length };
     }),
     Submit: unary(async (req: { plan: string }) => {
       const p = plans.get(BigInt(req.plan));
       if (!p) throw new RpcError(status.NOT_FOUND, `submit: plan ${req.plan} is unknown (released, or already submitted)`);
       plans.delete(p.id);
-      const h = await submitCopies(p.requestId, p.copies);
-      return { handle: h.id.toString() };
+      return { handle: (await submitPlan(p)).id.toString() };
     }),
     Wait: unary(async (req: { handle: string; timeout_ms: number }) => {
       const h = handles.get(BigInt(req.handle));
       if (!h) throw new RpcError(status.NOT_FOUND, `wait: handle ${req.handle} is unknown (released?)`);
-      if (h.state === "PENDING") {
-        await new Promise<void>((resolve) => {
-          const t = setTimeout(resolve, req.timeout_ms);
-          h.waiters.push(() => {
-            clearTimeout(t);
-            resolve();
-          });
-        });
-      }
-      if (h.state !== "PENDING") handles.delete(h.id);
+      await settled(h, req.timeout_ms);
       return { state: h.state, reason: h.reason };
     }),
     Release: unary(async (req: { request_id: string }) => ({ released: await releaseRequest(req.request_id) })),
@@ -408,91 +371,45 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
       }
       const handleOf = new Map<BindRec, HandleRec>();
       for (const [rid, list] of byRequest) {
-        const h = await submitCopies(rid, list);
+        const h = await submitPlan(planCopies(rid, list).plan);
         for (const b of list) handleOf.set(b, h);
       }
-      const hs = [...new Set(handleOf.values())];
-      await Promise.all(
-        hs.map((h) =>
-          h.state !== "PENDING"
-            ? undefined
-            : new Promise<void>((resolve) => {
-                const t = setTimeout(resolve, req.timeout_ms);
-                h.waiters.push(() => {
-                  clearTimeout(t);
-                  resolve();
-                });
-              }),
-        ),
-      );
-      for (const h of hs) if (h.state !== "PENDING") handles.delete(h.id);
+      await Promise.all([...new Set(handleOf.values())].map((h) => settled(h, req.timeout_ms)));
       return { states: order.map((b) => ({ state: handleOf.get(b)!.state, reason: handleOf.get(b)!.reason })) };
     }),
-    Watch: (call: ServerWritableStream<{ keys: string[]; timeout_ms: number; request_id: string }, unknown>) => {
+    Watch: (call: ServerWritableStream<{ request_id: string; timeout_ms: number }, unknown>) => {
       if (!authorized(call.metadata)) {
         call.emit("error", { code: status.UNAUTHENTICATED, details: `the call lacks the deployment's ${INTERNAL_TOKEN_HEADER}` });
         return;
       }
       const rid = call.request.request_id;
-      if (rid) {
-        // the whole request: what is published now in one message, then each turn's new ones
-        let ready: unknown[] = [];
-        const item = (p: PubRec) => ({ key: p.key, src: fromAlloc(p.src), crc32: p.crc32 });
-        const flush = (): void => {
-          if (ready.length) call.write({ items: ready });
-          ready = [];
-        };
-        const watcher = (p: PubRec): void => {
-          ready.push(item(p));
-          if (ready.length === 1) setImmediate(flush);
-        };
-        for (const p of pubs.values()) if (requestIdOf(p.key) === rid) ready.push(item(p));
-        flush();
-        const set = requestWatchers.get(rid) ?? new Set();
-        set.add(watcher);
-        requestWatchers.set(rid, set);
-        const stop = (): void => {
-          clearTimeout(timer);
-          set.delete(watcher);
-          if (set.size === 0) requestWatchers.delete(rid);
-        };
-        const timer = setTimeout(() => {
-          stop();
-          call.end();
-        }, call.request.timeout_ms);
-        call.on("cancelled", stop);
-        call.on("close", stop);
-        return;
-      }
-      let left = call.request.keys.length;
-      const cancels: (() => void)[] = [];
-      // publications that come in the same turn of the event loop go out in one message
+      // the whole request: what is published now in one message, then each turn's new ones
       let ready: unknown[] = [];
-      let ended = false;
+      const item = (p: PubRec) => ({ key: p.key, src: fromAlloc(p.src), crc32: p.crc32 });
       const flush = (): void => {
-        if (ended) return;
         if (ready.length) call.write({ items: ready });
         ready = [];
-        if (left === 0) {
-          ended = true;
-          for (const c of cancels) c();
-          call.end();
-        }
       };
-      if (left === 0) return flush();
-      for (const key of call.request.keys) {
-        cancels.push(
-          whenPublished(key, call.request.timeout_ms, () => {
-            const p = pubs.get(key);
-            if (p) ready.push({ key: p.key, src: fromAlloc(p.src), crc32: p.crc32 });
-            left--;
-            if (ready.length === 1 || left === 0) setImmediate(flush);
-          }),
-        );
-      }
-      call.on("cancelled", () => {
-        for (const c of cancels) c();
-      });
+      const watcher = (p: PubRec): void => {
+        ready.push(item(p));
+        if (ready.length === 1) setImmediate(flush);
+      };
+      for (const p of pubs.values()) if (requestIdOf(p.key) === rid) ready.push(item(p));
+      flush();
+      const set = requestWatchers.get(rid) ?? new Set();
+      set.add(watcher);
+      requestWatchers.set(rid, set);
+      const stop = (): void => {
+        clearTimeout(timer);
+        set.delete(watcher);
+        if (set.size === 0) requestWatchers.delete(rid);
+      };
+      const timer = setTimeout(() => {
+        stop();
+        call.end();
+      }, call.request.timeout_ms);
+      call.on("cancelled", stop);
+      call.on("close", stop);
     },
     Events: (call: ServerWritableStream<{ owner: string }, unknown>) => {
       if (!authorized(call.metadata)) {

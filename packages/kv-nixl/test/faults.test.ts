@@ -108,6 +108,25 @@ describe.skipIf(missing)("faults against a real sidecar", () => {
     }
   });
 
+  it("a blob read by a consumer gives the producer its slot back without a release (the sidecar's slot events)", async () => {
+    const producer = new FencedTransport(await NixlCopyTransport.open(opts(sc.addr)));
+    const consumer = new FencedTransport(await NixlCopyTransport.open(opts(sc.addr)));
+    try {
+      const data = patternBytes(8, 200_000);
+      for (const l of [0, 1]) await producer.push(blobKey("read-1", l, "k"), data);
+      expect(producer.stats().blobs).toBe(2);
+      for (const l of [0, 1]) expect(Buffer.from((await consumer.pull(blobKey("read-1", l, "k"), { timeoutMs: 5000 })).bytes).equals(Buffer.from(data))).toBe(true);
+      const until = Date.now() + 5000;
+      while (producer.stats().blobs > 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+      expect(producer.stats()).toMatchObject({ blobs: 0, bytes: 0 });
+      await consumer.release("read-1");
+      expect(consumer.stats().bytes).toBe(0);
+    } finally {
+      await consumer.close();
+      await producer.close();
+    }
+  });
+
   it("a READ of a released blob or of a released arena fails typed; the producer's slot is free again", async () => {
     const producer = new FencedTransport(await NixlCopyTransport.open(opts(sc.addr)));
     const consumer = new FencedTransport(await NixlCopyTransport.open(opts(sc.addr)));
