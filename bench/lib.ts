@@ -1,6 +1,9 @@
 // Shared bench plumbing: strict command lines, repeat-and-summarise, the final JSON line,
 // TTY-only progress.
 
+import { spawn, type ChildProcess } from "node:child_process";
+import { once } from "node:events";
+import { createInterface } from "node:readline";
 import { defineCommand, type FlagMap, type FlagValues } from "@airm/rm-core";
 import { sseEvents as events } from "../packages/workload-runner/src/bench/sse.ts";
 
@@ -58,4 +61,44 @@ export function benchArgs<F extends FlagMap>(name: string, summary: string, flag
 /** The parsed JSON of each `data:` event of an OpenAI server-sent-event stream (the load generator's parser). */
 export function sseEvents(body: ReadableStream<Uint8Array>): AsyncGenerator<any> {
   return events<any>(body);
+}
+
+/**
+ * A child process spoken to in lines (a bench's producer, a sidecar): `start` waits for the line
+ * matching `ready`; `ask` sends a command and returns the answer after its expected prefix.
+ */
+export class LineChild {
+  private constructor(
+    readonly proc: ChildProcess,
+    private readonly lines: AsyncIterator<string>,
+  ) {}
+
+  static async start(args: string[], ready: RegExp, cwd?: string): Promise<{ child: LineChild; match: RegExpExecArray }> {
+    const proc = spawn(process.execPath, args, { cwd, stdio: ["pipe", "pipe", "inherit"] });
+    const child = new LineChild(proc, createInterface({ input: proc.stdout! })[Symbol.asyncIterator]());
+    for (;;) {
+      const r = await child.lines.next();
+      if (r.done) throw new Error(`${args.join(" ")} ended before it was ready`);
+      const match = ready.exec(r.value);
+      if (match) return { child, match };
+    }
+  }
+
+  async ask(cmd: string, prefix: string): Promise<string> {
+    this.proc.stdin!.write(`${cmd}\n`);
+    const r = await this.lines.next();
+    if (r.done || !r.value.startsWith(prefix)) throw new Error(`the child said ${JSON.stringify(r.done ? "(it ended)" : r.value)} to ${cmd}, expected "${prefix}"`);
+    return r.value.slice(prefix.length).trim();
+  }
+
+  /** Asks it to exit (the "exit" command, or SIGTERM for a server), SIGKILL after 5 s. */
+  async stop(how: "exit" | "SIGTERM" = "exit"): Promise<void> {
+    if (this.proc.exitCode !== null || this.proc.signalCode !== null) return;
+    const exited = once(this.proc, "exit");
+    if (how === "exit") this.proc.stdin!.write("exit\n");
+    else this.proc.kill("SIGTERM");
+    const timer = setTimeout(() => this.proc.kill("SIGKILL"), 5000);
+    await exited;
+    clearTimeout(timer);
+  }
 }

@@ -7,16 +7,16 @@
 // Run: pnpm bench kv-transport --transport nixl-ucx [--reps 7] [--perftest-iters 20] [--wires tcp,shm]
 // This file is also the producer when run as `tsx nixl-ucx.ts --producer ADDR TLS`.
 
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { once } from "node:events";
 import { createServer } from "node:net";
-import { createInterface, type Interface } from "node:readline";
+import { createInterface } from "node:readline";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { dirname, join } from "node:path";
 import { blobKey, flagOf, int, list, oneOf, patternBytes, text, type KVTransport } from "../../packages/rm-core/src/index.ts";
 import { createNixlUcxTransport, shutdownEngines } from "../../packages/kv-nixl-ucx/src/index.ts";
 import { spawnRelay } from "../../packages/kv-relay/src/index.ts";
-import { benchArgs, finalLine, fmt, progress, progressDone, summarize } from "../lib.ts";
+import { LineChild, benchArgs, finalLine, fmt, progress, progressDone, summarize } from "../lib.ts";
 
 const BLOBS = 64;
 const BLOB_BYTES = 1 << 20;
@@ -54,45 +54,9 @@ async function producerMain(addr: string, tls: string): Promise<void> {
 
 // ---------------------------------------------------------------------------------------------
 
-class Producer {
-  private constructor(
-    readonly child: ChildProcess,
-    private readonly lines: AsyncIterator<string>,
-  ) {}
-
-  static async start(addr: string, tls: string): Promise<Producer> {
-    const child = spawn(process.execPath, ["--import", "tsx", fileURLToPath(import.meta.url), "--producer", addr, tls], {
-      cwd: packageDir,
-      stdio: ["pipe", "pipe", "inherit"],
-    });
-    const rl: Interface = createInterface({ input: child.stdout! });
-    const p = new Producer(child, rl[Symbol.asyncIterator]());
-    await p.expect("ready");
-    return p;
-  }
-
-  async expect(prefix: string): Promise<string> {
-    const r = await this.lines.next();
-    if (r.done) throw new Error(`the producer process ended while waiting for "${prefix}"`);
-    if (!r.value.startsWith(prefix)) throw new Error(`the producer said ${JSON.stringify(r.value)}, expected "${prefix}"`);
-    return r.value.slice(prefix.length).trim();
-  }
-
-  async push(rid: string): Promise<number> {
-    this.child.stdin!.write(`push ${rid}\n`);
-    return Number(await this.expect("pushed"));
-  }
-
-  async stats(): Promise<{ blobs: number; bytes: number }> {
-    this.child.stdin!.write("stats\n");
-    return JSON.parse(await this.expect("stats"));
-  }
-
-  async stop(): Promise<void> {
-    this.child.stdin!.write("exit\n");
-    await once(this.child, "exit");
-  }
-}
+/** The producer process: pushes a request when told and answers with its push time. */
+const startProducer = async (addr: string, tls: string): Promise<LineChild> =>
+  (await LineChild.start(["--import", "tsx", fileURLToPath(import.meta.url), "--producer", addr, tls], /^ready$/, packageDir)).child;
 
 /** The blobs the spot check compares against, made once (making them per request would leave 3 MiB of garbage for the collector to clear during the next timed pull). */
 const SPOT = [0, 31, 63].map((i) => ({ i, want: patternBytes(i + 1, BLOB_BYTES) }));
@@ -141,7 +105,7 @@ async function perftest(tls: string, iters: number): Promise<number> {
 }
 
 async function measureWire(addr: string, wire: (typeof WIRES)[number], reps: number, perftestIters: number) {
-  const producer = await Producer.start(addr, wire.tls);
+  const producer = await startProducer(addr, wire.tls);
   const consumer = await createNixlUcxTransport({ addr, tls: wire.tls, poolMb: POOL_MB });
   const pullMs: number[] = [];
   const pushMs: number[] = [];
@@ -157,7 +121,7 @@ async function measureWire(addr: string, wire: (typeof WIRES)[number], reps: num
       }
       progress(`nixl-ucx ${wire.name}: request ${r + 1}/${reps}`);
       const rid = `bench-${wire.name}-${r + 1}-${Date.now().toString(36)}`;
-      const push = await producer.push(rid);
+      const push = Number(await producer.ask(`push ${rid}`, "pushed"));
       const pull = await pullRequest(consumer, rid);
       await consumer.release(rid);
       if (r >= 0) {
@@ -168,10 +132,11 @@ async function measureWire(addr: string, wire: (typeof WIRES)[number], reps: num
     perf.push(await perftest(wire.tls, perftestIters));
     // Every READ was acked: the producer frees each slot once its ack word changes.
     const until = Date.now() + 10_000;
-    let left = await producer.stats();
+    const stats = async (): Promise<{ blobs: number }> => JSON.parse(await producer.ask("stats", "stats"));
+    let left = await stats();
     while (left.blobs !== 0 && Date.now() < until) {
       await new Promise((r) => setTimeout(r, 20));
-      left = await producer.stats();
+      left = await stats();
     }
     if (left.blobs !== 0) throw new Error(`the producer still holds ${left.blobs} slots 10 s after every blob was read and acked`);
   } finally {

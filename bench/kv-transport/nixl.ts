@@ -8,15 +8,14 @@
 // Run: pnpm bench kv-transport --transport nixl [--reps 7]
 // This file is also the producer when run as `tsx nixl.ts --producer ADDR`.
 
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { once } from "node:events";
+import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
-import { createInterface, type Interface } from "node:readline";
+import { createInterface } from "node:readline";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { blobKey, flagOf, int, patternBytes, text, type KVTransport } from "../../packages/rm-core/src/index.ts";
 import { NIXL_CONFIG, createNixlTransport, defaultNixlPython } from "../../packages/kv-nixl/src/index.ts";
-import { benchArgs, finalLine, fmt, progress, progressDone, summarize } from "../lib.ts";
+import { LineChild, benchArgs, finalLine, fmt, progress, progressDone, summarize } from "../lib.ts";
 
 const BLOBS = 64;
 const BLOB_BYTES = 1 << 20;
@@ -44,36 +43,6 @@ async function producerMain(addr: string): Promise<void> {
   }
   await t.close();
   process.exit(0);
-}
-
-class Child {
-  private constructor(
-    readonly child: ChildProcess,
-    private readonly lines: AsyncIterator<string>,
-  ) {}
-  static async start(args: string[], ready: RegExp, cwd = packageDir): Promise<{ c: Child; m: RegExpExecArray }> {
-    const child = spawn(process.execPath, args, { cwd, stdio: ["pipe", "pipe", "inherit"] });
-    const rl: Interface = createInterface({ input: child.stdout! });
-    const c = new Child(child, rl[Symbol.asyncIterator]());
-    for (;;) {
-      const r = await c.lines.next();
-      if (r.done) throw new Error(`${args.join(" ")} ended before it was ready`);
-      const m = ready.exec(r.value);
-      if (m) return { c, m };
-    }
-  }
-  async ask(cmd: string, prefix: string): Promise<string> {
-    this.child.stdin!.write(`${cmd}\n`);
-    const r = await this.lines.next();
-    if (r.done || !r.value.startsWith(prefix)) throw new Error(`the producer said ${JSON.stringify(r.value)} to ${cmd}`);
-    return r.value.slice(prefix.length).trim();
-  }
-  async stop(): Promise<void> {
-    if (this.child.exitCode !== null) return;
-    this.child.stdin!.write("exit\n");
-    this.child.kill("SIGTERM");
-    await once(this.child, "exit");
-  }
 }
 
 const SPOT = [0, 31, 63].map((i) => ({ i, want: patternBytes(i + 1, BLOB_BYTES) }));
@@ -116,9 +85,9 @@ export async function run(argv: string[]): Promise<void> {
     finalLine({ bench: "kv-transport", transport: "nixl", skipped: `the NIXL wheels are not installed (no ${python}); run scripts/tools/nixl.sh` });
     return;
   }
-  const { c: sidecar, m } = await Child.start([join(packageDir, "bin", "airm-kv-nixl-agent.mjs"), "--listen", "127.0.0.1:0"], /listening on (\S+)/);
-  const addr = m[1];
-  const { c: producer } = await Child.start(["--import", "tsx", fileURLToPath(import.meta.url), "--producer", addr], /^ready$/);
+  const { child: sidecar, match } = await LineChild.start([join(packageDir, "bin", "airm-kv-nixl-agent.mjs"), "--listen", "127.0.0.1:0"], /listening on (\S+)/, packageDir);
+  const addr = match[1];
+  const { child: producer } = await LineChild.start(["--import", "tsx", fileURLToPath(import.meta.url), "--producer", addr], /^ready$/, packageDir);
   const consumer = await open(addr);
   const pullMs: number[] = [];
   const pushMs: number[] = [];
@@ -149,7 +118,7 @@ export async function run(argv: string[]): Promise<void> {
   } finally {
     await consumer.close();
     await producer.stop();
-    await sidecar.stop();
+    await sidecar.stop("SIGTERM");
   }
   progressDone();
   const pull = summarize(pullMs);
