@@ -14,6 +14,7 @@ import json
 import mmap
 import os
 import select
+import signal
 import socket
 import sys
 import time
@@ -193,13 +194,7 @@ class Agent:
             out(ev)
 
 
-def main():
-    name = sys.argv[1] if len(sys.argv) > 1 else f"airm-{os.uname().nodename}-{os.getpid()}"
-    backends = (sys.argv[2] if len(sys.argv) > 2 else "UCX").split(",")
-    agent = Agent(name, backends)
-    if len(sys.argv) > 3:
-        agent.listen_fds(sys.argv[3])
-    out({"event": "ready", **agent.hello({}), "fd_socket": agent.fd_path})
+def serve(agent):
     ops = {"hello": agent.hello, "register": agent.register, "deregister": agent.deregister, "metadata": agent.metadata, "add_remote": agent.add_remote, "read": agent.read, "cancel": agent.cancel, "held": agent.held, "drop_fds": agent.drop_fds}
     stdin = sys.stdin.buffer
     buf = b""
@@ -228,6 +223,28 @@ def main():
                 except Exception as e:
                     out({"id": req.get("id"), "ok": False, "error": f"{type(e).__name__}: {e}"})
         agent.poll()
+
+
+def main():
+    name = sys.argv[1] if len(sys.argv) > 1 else f"airm-{os.uname().nodename}-{os.getpid()}"
+    backends = (sys.argv[2] if len(sys.argv) > 2 else "UCX").split(",")
+    agent = Agent(name, backends)
+    if len(sys.argv) > 3:
+        agent.listen_fds(sys.argv[3])
+    out({"event": "ready", **agent.hello({}), "fd_socket": agent.fd_path})
+    # SIGTERM (the sidecar stopping) and the end of stdin (the sidecar gone) both leave through
+    # here, so the fd socket never outlives the agent. os._exit skips the wheel's exit handlers,
+    # which can crash after the work is done (the seed saw the same).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        serve(agent)
+    finally:
+        if agent.fd_path:
+            try:
+                os.unlink(agent.fd_path)
+            except FileNotFoundError:
+                pass
+        os._exit(0)
 
 
 if __name__ == "__main__":

@@ -160,7 +160,7 @@ describe.skipIf(missing)("faults against a real sidecar", () => {
   it("the sidecar killed in the middle of a 64 MiB request: every pull fails typed within its deadline, the agent goes with it, nothing stays mapped; a new sidecar serves the same endpoints", async () => {
     const own = await sidecar();
     const client = new NixlAgentClient(own.addr, undefined, 3000);
-    const pythonPid = (await client.health()).python_pid;
+    const { python_pid: pythonPid, fd_socket: fdSocket } = await client.health();
     client.close();
     const producer = new FencedTransport(await NixlCopyTransport.open(opts(own.addr)));
     const consumer = new FencedTransport(await NixlCopyTransport.open(opts(own.addr)));
@@ -184,6 +184,8 @@ describe.skipIf(missing)("faults against a real sidecar", () => {
       const deadline = Date.now() + 5000;
       while (existsSync(`/proc/${pythonPid}`) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
       expect(existsSync(`/proc/${pythonPid}`)).toBe(false);
+      // and takes its fd socket with it
+      expect(existsSync(fdSocket)).toBe(false);
       // a supervisor starts the sidecar again on its address: the endpoints register again and work
       const again = await sidecar(own.addr);
       try {
