@@ -117,11 +117,20 @@ describe("prefill and decode equal the model run solo", () => {
     for (const prefillMode of ["whole", "chunked"] as const) {
       const engine = await CpuBackedEngine.open(modelDir, spec({ prefillMode }));
       try {
-        // A timer set when the prefill starts fires before it ends (a worker's /health answers).
-        let ticked = false;
-        setTimeout(() => (ticked = true), 0);
+        // The event loop turns while the prefill runs (a worker's /health answers): count the
+        // turns with a self-renewing setImmediate. A timer would be the wrong probe: a prefill of
+        // this tiny model can end within a timer's 1 ms (it did on a fast CI machine).
+        let turns = 0;
+        let done = false;
+        const turn = (): void => {
+          if (done) return;
+          turns++;
+          setImmediate(turn);
+        };
+        setImmediate(turn);
         const long = await engine.prefill(prompts[2], { seqLen: S });
-        expect(ticked).toBe(true);
+        done = true;
+        expect(turns).toBeGreaterThanOrEqual(2); // at least one pause per layer (2 layers)
         expect(long.firstToken).toBe(reference.get("2")![0]);
         // Everything at once on one engine: each prompt's generation still equals its solo run.
         const runs = await Promise.all(prompts.map((p) => generate(engine, p, STEPS)));
