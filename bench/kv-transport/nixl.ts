@@ -13,7 +13,7 @@ import { existsSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { blobKey, flagOf, int, patternBytes, text, type KVTransport } from "../../packages/rm-core/src/index.ts";
+import { blobKey, flagOf, int, kvCrc32, patternBytes, text, type KVTransport } from "../../packages/rm-core/src/index.ts";
 import { NIXL_CONFIG, createNixlTransport, defaultNixlPython } from "../../packages/kv-nixl/src/index.ts";
 import { LineChild, benchArgs, finalLine, fmt, progress, progressDone, summarize } from "../lib.ts";
 
@@ -47,11 +47,17 @@ async function producerMain(addr: string): Promise<void> {
 
 const SPOT = [0, 31, 63].map((i) => ({ i, want: patternBytes(i + 1, BLOB_BYTES) }));
 
+/** Milliseconds of the CRC-32 of every pulled byte once more (the check's own cost, measured alone). */
+const crcMs: number[] = [];
+
 async function pullRequest(consumer: KVTransport, rid: string, check: boolean): Promise<number> {
   const t0 = performance.now();
   const got = await Promise.all(Array.from({ length: BLOBS }, (_, i) => consumer.pull(blobKey(rid, i >> 1, i & 1 ? "v" : "k"), { timeoutMs: 30_000 })));
   const ms = performance.now() - t0;
   if (check) {
+    const c0 = performance.now();
+    for (const g of got) kvCrc32(g.bytes);
+    crcMs.push(performance.now() - c0);
     for (const { i, want } of SPOT) {
       const b = got[i].bytes;
       if (!Buffer.from(b.buffer, b.byteOffset, b.byteLength).equals(want)) throw new Error(`blob ${i} differs`);
@@ -60,9 +66,13 @@ async function pullRequest(consumer: KVTransport, rid: string, check: boolean): 
   return ms;
 }
 
-/** NIXL alone: `reps` READs of the request between two agents; milliseconds of each. */
-function nixlAlone(python: string, reps: number): number[] {
-  const r = spawnSync(python, [join(here, "nixl_read.py"), String(BLOBS), String(BLOB_BYTES), String(reps)], { encoding: "utf8", timeout: 300_000 });
+/**
+ * NIXL alone: `reps` READs of the request between two agents; milliseconds of each. Without
+ * progress threads (as the sidecar runs its agent), or with the wheel's default ones.
+ */
+function nixlAlone(python: string, reps: number, progressThreads = false): number[] {
+  const args = [join(here, "nixl_read.py"), String(BLOBS), String(BLOB_BYTES), String(reps), ...(progressThreads ? ["progress-thread"] : [])];
+  const r = spawnSync(python, args, { encoding: "utf8", timeout: 300_000 });
   const line = r.stdout?.trim().split("\n").pop() ?? "";
   if (r.status !== 0 || !line.startsWith("{")) throw new Error(`nixl_read.py failed: ${r.stderr?.slice(-800)}`);
   const out = JSON.parse(line) as { ms: number[]; equal: boolean };
@@ -93,11 +103,13 @@ export async function run(argv: string[]): Promise<void> {
   const pushMs: number[] = [];
   const ctlMs: number[] = [];
   const alone: number[] = [];
+  const aloneDefault: number[] = [];
   try {
     for (let r = -1; r < reps; r++) {
       if (r % 3 === 0) {
         progress("nixl: NIXL alone (two agents, nixl_read.py)");
         alone.push(...nixlAlone(python, 5));
+        aloneDefault.push(...nixlAlone(python, 5, true));
       }
       progress(`nixl: request ${r + 1}/${reps}`);
       const rid = `bench-${r + 1}-${Date.now().toString(36)}`;
@@ -115,6 +127,7 @@ export async function run(argv: string[]): Promise<void> {
       }
     }
     alone.push(...nixlAlone(python, 5));
+    aloneDefault.push(...nixlAlone(python, 5, true));
   } finally {
     await consumer.close();
     await producer.stop();
@@ -125,11 +138,14 @@ export async function run(argv: string[]): Promise<void> {
   const push = summarize(pushMs);
   const ctl = summarize(ctlMs);
   const ref = summarize(alone);
+  const refDefault = summarize(aloneDefault);
   const gbps = REQUEST_BYTES / 1e9 / (pull.median / 1000);
   const refGbps = REQUEST_BYTES / 1e9 / (ref.median / 1000);
   console.log(`nixl (sidecar): pull ${fmt(pull)} = ${gbps.toFixed(2)} GB/s; push ${fmt(push)}`);
-  console.log(`control alone (64 one-byte blobs, same calls): pull ${fmt(ctl)}`);
-  console.log(`NIXL alone (two agents, one READ of 64 descriptors): ${fmt(ref)} = ${refGbps.toFixed(2)} GB/s; ratio ${(gbps / refGbps).toFixed(2)}`);
+  const crc = summarize(crcMs);
+  console.log(`control alone (64 one-byte blobs, same calls): pull ${fmt(ctl)}; CRC-32 of the 64 MiB alone (this process, one core): ${fmt(crc)}`);
+  console.log(`NIXL alone (two agents, one READ of 64 descriptors, no progress threads): ${fmt(ref)} = ${refGbps.toFixed(2)} GB/s; ratio ${(gbps / refGbps).toFixed(2)}`);
+  console.log(`NIXL alone with the wheel's default progress threads (each spins a core): ${fmt(refDefault)}; ratio ${(refDefault.median / pull.median).toFixed(2)}`);
   finalLine({
     bench: "kv-transport",
     transport: "nixl",
@@ -138,9 +154,12 @@ export async function run(argv: string[]): Promise<void> {
     median_ms: pull.median,
     push_ms: push.median,
     control_ms: ctl.median,
+    crc_ms: crc.median,
     nixl_alone_ms: ref.median,
     nixl_alone_gbps: refGbps,
     ratio: gbps / refGbps,
+    nixl_default_threads_ms: refDefault.median,
+    ratio_to_default_threads: refDefault.median / pull.median,
   });
 }
 

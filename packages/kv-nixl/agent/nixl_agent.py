@@ -42,7 +42,10 @@ def out(obj):
 class Agent:
     def __init__(self, name, backends):
         self.name = name
-        self.nixl = nixl_agent(name, nixl_agent_config(backends=backends))
+        # No progress thread: the wheel runs it with no delay between polls, so it spins a whole core
+        # for as long as the agent lives (half of a 2-core machine). This loop drives progress itself
+        # (check_xfer_state) while transfers are in flight and sleeps in select() otherwise.
+        self.nixl = nixl_agent(name, nixl_agent_config(enable_prog_thread=False, backends=backends))
         self.backends = backends
         self.arenas = {}  # id -> (mmap, fd, base, size, reg descs)
         self.remotes = set()

@@ -3,7 +3,7 @@
 // Every call has a deadline; a sidecar that does not answer is a TransportError, a refused route
 // an UnsupportedError with the reason.
 
-import { credentials, Metadata, status, type Client, type ClientReadableStream, type ServiceError } from "@grpc/grpc-js";
+import { credentials, Metadata, status, type Client, type ClientDuplexStream, type ClientReadableStream, type ServiceError } from "@grpc/grpc-js";
 import { INTERNAL_TOKEN_HEADER, TransportError, UnsupportedError } from "@airm/rm-core";
 import { nixlAgentService, type AllocationMsg } from "./protos.ts";
 import type { Tier } from "./routes.ts";
@@ -86,10 +86,9 @@ export class NixlAgentClient {
     return new TransportError(`nixl: ${method}: ${details}`);
   }
 
-  /** Every blob of request `requestId`, published and to come, until cancelled or `timeoutMs` passed. */
-  watch(requestId: string, timeoutMs: number): ClientReadableStream<unknown> {
-    const w = (this.client as unknown as { Watch: (req: unknown, md: Metadata, o: { deadline: Date }) => ClientReadableStream<unknown> }).Watch;
-    return w.call(this.client, { request_id: requestId, timeout_ms: Math.round(timeoutMs) }, this.md(), { deadline: new Date(Date.now() + this.rpcTimeoutMs + timeoutMs) });
+  /** A consumer's session stream (watches and copy batches; see the proto), open until cancelled. */
+  session(): ClientDuplexStream<unknown, unknown> {
+    return (this.client as unknown as { Session: (md: Metadata) => ClientDuplexStream<unknown, unknown> }).Session(this.md());
   }
 
   /** Slot events for `owner` (read, released, expired) until cancelled. */

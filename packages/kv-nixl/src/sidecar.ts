@@ -7,7 +7,7 @@ import { randomBytes } from "node:crypto";
 import { rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Server, ServerCredentials, status, type Metadata, type ServerUnaryCall, type ServerWritableStream, type sendUnaryData } from "@grpc/grpc-js";
+import { Server, ServerCredentials, status, type Metadata, type ServerDuplexStream, type ServerUnaryCall, type ServerWritableStream, type sendUnaryData } from "@grpc/grpc-js";
 import { INTERNAL_TOKEN_HEADER, requestIdOf, sameSecret } from "@airm/rm-core";
 import { nixlAgentService, type AllocationMsg } from "./protos.ts";
 import { PythonAgent } from "./python-agent.ts";
@@ -33,6 +33,18 @@ interface PublishMsg {
   src: AllocationMsg;
   crc32: number;
   instance: string;
+}
+interface CopyMsg {
+  request_id: string;
+  src: AllocationMsg;
+  dst: AllocationMsg;
+  context: string;
+}
+interface SessionIn {
+  kind: string;
+  watch: { request_id: string; timeout_ms: number } | null;
+  request_id: string;
+  copy: { id: string; copies: CopyMsg[]; timeout_ms: number } | null;
 }
 interface ArenaRec {
   id: number;
@@ -255,6 +267,29 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
     }
   };
 
+  /** Binds, plans (routes), submits and fences a batch: one NIXL transfer per request id in it (a release drops its own copies only). */
+  const copyBatch = async (copies: CopyMsg[], timeoutMs: number): Promise<{ state: string; reason: string }[]> => {
+    const byRequest = new Map<string, BindRec[]>();
+    const order: BindRec[] = [];
+    for (const c of copies) {
+      const src = toAlloc(c.src, `copy ${c.context}`);
+      const dst = toAlloc(c.dst, `copy ${c.context}`);
+      if (src.length !== dst.length) throw new RpcError(status.INVALID_ARGUMENT, `copy ${c.context}: src holds ${src.length} bytes and dst ${dst.length}`);
+      const b: BindRec = { id: nextId++, src, dst, context: c.context, planned: false };
+      const list = byRequest.get(c.request_id) ?? [];
+      list.push(b);
+      byRequest.set(c.request_id, list);
+      order.push(b);
+    }
+    const handleOf = new Map<BindRec, HandleRec>();
+    for (const [rid, list] of byRequest) {
+      const h = await submitPlan(planCopies(rid, list).plan);
+      for (const b of list) handleOf.set(b, h);
+    }
+    await Promise.all([...new Set(handleOf.values())].map((h) => settled(h, timeoutMs)));
+    return order.map((b) => ({ state: handleOf.get(b)!.state, reason: handleOf.get(b)!.reason }));
+  };
+
   const sweep = setInterval(() => {
     const now = Date.now();
     for (const [key, p] of pubs) if (now - p.at > ttlMs) dropPub(key, "expired");
@@ -355,61 +390,69 @@ export async function startSidecar(opts: SidecarOptions): Promise<Sidecar> {
     }),
     Release: unary(async (req: { request_id: string }) => ({ released: await releaseRequest(req.request_id) })),
     DropFds: unary(async (req: { tag: string }) => ({ released: Number((await py.call("drop_fds", { tag: req.tag })).dropped) })),
-    CopyMany: unary(async (req: { copies: { request_id: string; src: AllocationMsg; dst: AllocationMsg; context: string }[]; timeout_ms: number }) => {
-      // one NIXL transfer per request id in the batch (a release drops its own copies only)
-      const byRequest = new Map<string, BindRec[]>();
-      const order: BindRec[] = [];
-      for (const c of req.copies) {
-        const src = toAlloc(c.src, `copy ${c.context}`);
-        const dst = toAlloc(c.dst, `copy ${c.context}`);
-        if (src.length !== dst.length) throw new RpcError(status.INVALID_ARGUMENT, `copy ${c.context}: src holds ${src.length} bytes and dst ${dst.length}`);
-        const b: BindRec = { id: nextId++, src, dst, context: c.context, planned: false };
-        const list = byRequest.get(c.request_id) ?? [];
-        list.push(b);
-        byRequest.set(c.request_id, list);
-        order.push(b);
-      }
-      const handleOf = new Map<BindRec, HandleRec>();
-      for (const [rid, list] of byRequest) {
-        const h = await submitPlan(planCopies(rid, list).plan);
-        for (const b of list) handleOf.set(b, h);
-      }
-      await Promise.all([...new Set(handleOf.values())].map((h) => settled(h, req.timeout_ms)));
-      return { states: order.map((b) => ({ state: handleOf.get(b)!.state, reason: handleOf.get(b)!.reason })) };
-    }),
-    Watch: (call: ServerWritableStream<{ request_id: string; timeout_ms: number }, unknown>) => {
+    Session: (call: ServerDuplexStream<SessionIn, unknown>) => {
       if (!authorized(call.metadata)) {
         call.emit("error", { code: status.UNAUTHENTICATED, details: `the call lacks the deployment's ${INTERNAL_TOKEN_HEADER}` });
         return;
       }
-      const rid = call.request.request_id;
-      // the whole request: what is published now in one message, then each turn's new ones
-      let ready: unknown[] = [];
-      const item = (p: PubRec) => ({ key: p.key, src: fromAlloc(p.src), crc32: p.crc32 });
-      const flush = (): void => {
-        if (ready.length) call.write({ items: ready });
-        ready = [];
+      let open = true;
+      const send = (m: unknown): void => {
+        if (open) call.write(m);
       };
-      const watcher = (p: PubRec): void => {
-        ready.push(item(p));
-        if (ready.length === 1) setImmediate(flush);
+      const watches = new Map<string, () => void>();
+      const watch = (rid: string, timeoutMs: number): void => {
+        watches.get(rid)?.();
+        // the whole request: what is published now in one message, then each turn's new ones
+        let ready: unknown[] = [];
+        const item = (p: PubRec) => ({ key: p.key, src: fromAlloc(p.src), crc32: p.crc32 });
+        const flush = (): void => {
+          if (ready.length) send({ kind: "publications", request_id: rid, items: ready });
+          ready = [];
+        };
+        const watcher = (p: PubRec): void => {
+          ready.push(item(p));
+          if (ready.length === 1) setImmediate(flush);
+        };
+        for (const p of pubs.values()) if (requestIdOf(p.key) === rid) ready.push(item(p));
+        flush();
+        const set = requestWatchers.get(rid) ?? new Set();
+        set.add(watcher);
+        requestWatchers.set(rid, set);
+        const stop = (): void => {
+          clearTimeout(timer);
+          set.delete(watcher);
+          if (set.size === 0 && requestWatchers.get(rid) === set) requestWatchers.delete(rid);
+          if (watches.get(rid) === stop) watches.delete(rid);
+        };
+        const timer = setTimeout(() => {
+          stop();
+          send({ kind: "watch_end", request_id: rid });
+        }, timeoutMs);
+        watches.set(rid, stop);
       };
-      for (const p of pubs.values()) if (requestIdOf(p.key) === rid) ready.push(item(p));
-      flush();
-      const set = requestWatchers.get(rid) ?? new Set();
-      set.add(watcher);
-      requestWatchers.set(rid, set);
-      const stop = (): void => {
-        clearTimeout(timer);
-        set.delete(watcher);
-        if (set.size === 0) requestWatchers.delete(rid);
+      call.on("data", (m: SessionIn) => {
+        if (m.kind === "watch" && m.watch) watch(m.watch.request_id, m.watch.timeout_ms);
+        else if (m.kind === "unwatch") watches.get(m.request_id)?.();
+        else if (m.kind === "copy" && m.copy) {
+          const id = m.copy.id;
+          copyBatch(m.copy.copies ?? [], m.copy.timeout_ms).then(
+            (states) => send({ kind: "copied", copied: { id, states, code: 0, error: "" } }),
+            (e: unknown) =>
+              send({ kind: "copied", copied: { id, states: [], code: e instanceof RpcError ? e.code : status.INTERNAL, error: e instanceof Error ? e.message : String(e) } }),
+          );
+        }
+      });
+      const end = (): void => {
+        open = false;
+        for (const stop of [...watches.values()]) stop();
       };
-      const timer = setTimeout(() => {
-        stop();
+      call.on("end", () => {
+        end();
         call.end();
-      }, call.request.timeout_ms);
-      call.on("cancelled", stop);
-      call.on("close", stop);
+      });
+      call.on("cancelled", end);
+      call.on("error", end);
+      call.on("close", end);
     },
     Events: (call: ServerWritableStream<{ owner: string }, unknown>) => {
       if (!authorized(call.metadata)) {

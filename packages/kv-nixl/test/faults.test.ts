@@ -157,6 +157,45 @@ describe.skipIf(missing)("faults against a real sidecar", () => {
     expect(ourArenaFiles()).toEqual([]);
   });
 
+  it("a hung NIXL agent (SIGSTOP) fails the copies waiting on it with a TransportError within their deadline, not a hang; once it runs again the same endpoints work", async () => {
+    const own = await sidecar();
+    const client = new NixlAgentClient(own.addr, undefined, 3000);
+    const { python_pid: pythonPid } = await client.health();
+    client.close();
+    const producer = new FencedTransport(await NixlCopyTransport.open(opts(own.addr)));
+    const consumer = new FencedTransport(await NixlCopyTransport.open(opts(own.addr)));
+    try {
+      for (let i = 0; i < 4; i++) await producer.push(blobKey("hung-1", i, "k"), patternBytes(i + 1, 1 << 20));
+      process.kill(pythonPid, "SIGSTOP");
+      const t0 = Date.now();
+      let results: unknown[];
+      try {
+        results = await Promise.all([0, 1, 2, 3].map((i) => consumer.pull(blobKey("hung-1", i, "k"), { timeoutMs: 20_000 }).then(() => "ok", (e: unknown) => e)));
+      } finally {
+        process.kill(pythonPid, "SIGCONT");
+      }
+      // the batch is read with the endpoint's RPC deadline (1.5 s here) as its fence, then 1.5 s of grace
+      for (const r of results) {
+        expect(isAirmError(r, "TRANSPORT_ERROR"), String(r)).toBe(true);
+        expect(String((r as Error).message)).toMatch(/did not answer/);
+      }
+      expect(Date.now() - t0).toBeLessThan(10_000);
+      // the agent runs again: the same endpoints push and pull
+      const key = blobKey("hung-2", 0, "k");
+      const data = patternBytes(12, 200_000);
+      await producer.push(key, data);
+      const got = await consumer.pull(key, { timeoutMs: 5000 });
+      expect(Buffer.from(got.bytes).equals(Buffer.from(data))).toBe(true);
+      await consumer.release("hung-2");
+      await producer.release("hung-2");
+    } finally {
+      await consumer.close();
+      await producer.close();
+      own.child.kill("SIGKILL");
+    }
+    expect(ourArenaFiles()).toEqual([]);
+  }, 60_000);
+
   it("the sidecar killed in the middle of a 64 MiB request: every pull fails typed within its deadline, the agent goes with it, nothing stays mapped; a new sidecar serves the same endpoints", async () => {
     const own = await sidecar();
     const client = new NixlAgentClient(own.addr, undefined, 3000);
