@@ -170,7 +170,14 @@ describe.skipIf(missing)("faults against a real sidecar", () => {
       const t0 = Date.now();
       let results: unknown[];
       try {
-        results = await Promise.all([0, 1, 2, 3].map((i) => consumer.pull(blobKey("hung-1", i, "k"), { timeoutMs: 20_000 }).then(() => "ok", (e: unknown) => e)));
+        results = await Promise.all(
+          [0, 1, 2, 3].map((i) =>
+            consumer.pull(blobKey("hung-1", i, "k"), { timeoutMs: 20_000 }).then(
+              () => "ok",
+              (e: unknown) => e,
+            ),
+          ),
+        );
       } finally {
         process.kill(pythonPid, "SIGCONT");
       }
