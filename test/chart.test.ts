@@ -48,6 +48,7 @@ const arg = (c: Manifest, flag: string) => c.args[c.args.indexOf(flag) + 1];
 const VALUE_SETS: Record<string, string[]> = {
   default: [],
   tcp: [example("tcp")],
+  nixl: [example("nixl")],
   "decode-on-rngd": [example("decode-on-rngd")],
   "llm-d-sidecar": [example("llm-d-sidecar")],
 };
@@ -57,6 +58,7 @@ describe("charts/rngd-pd", () => {
     const sets = [
       [],
       [example("tcp")],
+      [example("nixl")],
       [example("decode-on-rngd")],
       [example("site.example")],
       [example("llm-d-sidecar")],
@@ -87,7 +89,7 @@ describe("charts/rngd-pd", () => {
 
   test("bad values are refused with a message naming the key", () => {
     const cases: [string[], RegExp][] = [
-      [["airm.kvTransport=rdma"], /\/airm\/kvTransport.*one of 'shm', 'tcp', 'nixl-ucx'/],
+      [["airm.kvTransport=rdma"], /\/airm\/kvTransport.*one of 'shm', 'nixl', 'tcp', 'nixl-ucx'/],
       [["seqLen=abc"], /\/seqLen.*want integer/],
       [["seqLen=4"], /\/seqLen.*minimum/],
       [["decode.bogus=1"], /\/decode.*'bogus' not allowed/],
@@ -100,6 +102,8 @@ describe("charts/rngd-pd", () => {
       [["topology=mesh"], /\/topology.*one of 'gateway', 'sidecar'/],
       [["topology=sidecar"], /topology sidecar needs airm.kvTransport tcp or nixl-ucx/],
       [["epp.replicas=0"], /\/epp\/replicas/],
+      [["nixl.python=venv/bin/python"], /\/nixl\/python/],
+      [["airm.kvTransport=nixl", "topology=sidecar"], /topology sidecar needs airm.kvTransport tcp or nixl-ucx/],
     ];
     for (const [set, message] of cases) {
       const r = render([], set);
@@ -288,6 +292,30 @@ describe("charts/rngd-pd", () => {
     }
     expect([...set].filter((name) => !declared.has(name))).toEqual([]);
     expect(set.size).toBeGreaterThan(6);
+  });
+
+  test("nixl: the PD pod holds the two workers, the gateway and the NIXL agent, which all see one memory-backed /dev/shm; the workers drive the agent on localhost", () => {
+    const ms = manifests([example("nixl")]);
+    expect(ms.filter((m) => m.kind === "Deployment").map((m) => m.metadata.name)).toEqual(["rngd-pd-pd"]);
+    const pd = deployment(ms, "pd");
+    expect(pd.spec.template.spec.containers.map((c: Manifest) => c.name)).toEqual(["prefill", "decode", "gateway", "nixl-agent"]);
+    const shm = pd.spec.template.spec.volumes.find((v: Manifest) => v.name === "kv-shm");
+    expect(shm.emptyDir).toEqual({ medium: "Memory", sizeLimit: "2Gi" });
+    const agent = container(pd, "nixl-agent");
+    expect(agent.args).toEqual(["--listen", "127.0.0.1:7500"]);
+    expect(envOf(agent).AIRM_NIXL_PYTHON).toBe("/opt/airm/.cache/airm/nixl-1.5.1/venv/bin/python");
+    for (const name of ["prefill", "decode", "nixl-agent"]) {
+      const c = container(pd, name);
+      expect(c.volumeMounts.find((m: Manifest) => m.name === "kv-shm").mountPath, name).toBe("/dev/shm");
+    }
+    for (const role of ["prefill", "decode"]) {
+      const env = envOf(container(pd, role));
+      expect(env).toMatchObject({ AIRM_KV_TRANSPORT: "nixl", AIRM_KV_NIXL_ADDR: "127.0.0.1:7500", AIRM_KV_NIXL_POOL_MB: "768" });
+      expect(env.PD_SHM_ROOT).toBeUndefined();
+    }
+    // the internal token reaches the agent too
+    const withToken = deployment(manifests([example("nixl")], ["security.internalTokenSecret=airm-internal"]), "pd");
+    expect(envOf(container(withToken, "nixl-agent")).AIRM_INTERNAL_TOKEN).toEqual({ secretKeyRef: { name: "airm-internal", key: "token" } });
   });
 
   test("with inferencePool.create it renders a v1 InferencePool over the serving pods' labels", () => {

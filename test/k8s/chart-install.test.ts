@@ -3,13 +3,15 @@
 // own processes answering for the pods (scripts/k8s-rig/pod-runner.ts runs each container's
 // command line from the rendered chart, bound to the pod's IP). Checks: pods land on the right
 // nodes, the relay exists only when the transport needs it, a completion through the gateway pod's
-// IP gives the tokens `airm up`'s launcher gives, an upgrade to tcp moves the roles apart, and an
-// uninstall leaves no process and no shared-memory folder.
+// IP gives the tokens `airm up`'s launcher gives, an upgrade to nixl adds the NIXL agent to the PD
+// pod, an upgrade to tcp moves the roles apart, and an uninstall leaves no process and no
+// shared-memory folder.
 import { execFileSync } from "node:child_process";
-import { readdirSync, rmSync } from "node:fs";
+import { existsSync, readdirSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { defaultNixlPython } from "../../packages/kv-nixl/src/index.ts";
 import { makeTinyModel } from "../../packages/llama/src/index.ts";
 import { startLocalCluster, type RunningCluster } from "../../packages/workload-runner/src/index.ts";
 import { PodRunner } from "../../scripts/k8s-rig/pod-runner.ts";
@@ -81,7 +83,9 @@ async function gatewayIp(component: string): Promise<string> {
     120_000,
   ).catch((e: Error) => {
     const logs = placement()
-      .map((p) => `--- ${p.pod} (${p.component} on ${p.node})\n${["gateway", "prefill", "decode", "kv-relay"].map((c) => runner.logs(p.pod, c).slice(-1500)).join("")}`)
+      .map(
+        (p) => `--- ${p.pod} (${p.component} on ${p.node})\n${["gateway", "prefill", "decode", "kv-relay", "nixl-agent"].map((c) => runner.logs(p.pod, c).slice(-1500)).join("")}`,
+      )
       .join("\n");
     throw new Error(`${e.message}\n${logs}`);
   });
@@ -143,6 +147,35 @@ describe("charts/rngd-pd on a real control plane", () => {
     expect(listening.length).toBeGreaterThan(5);
     expect(listening.filter((addr) => !addr.startsWith("127."))).toEqual([]);
   });
+
+  test.skipIf(!existsSync(defaultNixlPython()))(
+    "upgrade to nixl: the PD pod runs the NIXL agent beside its workers, which copy KV through it; same tokens through its gateway",
+    async () => {
+      helmRun([
+        "upgrade",
+        "rngd-pd",
+        chart,
+        ...base(),
+        "-f",
+        join(chart, "examples", "nixl.yaml"),
+        "--set",
+        `nixl.python=${defaultNixlPython()}`,
+        "--set",
+        "nixl.poolMb=64",
+        "--wait",
+        "--timeout",
+        "120s",
+      ]);
+      const pods = placement();
+      expect(pods.map((p) => p.component)).toEqual(["pd"]);
+      expect(pods[0]!.node).toBe("npu-both");
+      const ip = await gatewayIp("pd");
+      expect(await completion(`http://${ip}:8000`)).toEqual(await completion(reference.url));
+      expect(runner.logs(pods[0]!.pod, "nixl-agent")).toMatch(/listening on /);
+      // the decode worker pulled over NIXL: its agent registered both workers' arenas
+      expect(runner.logs(pods[0]!.pod, "nixl-agent")).toMatch(/arena 2 registered/);
+    },
+  );
 
   test("upgrade to tcp: prefill on an RNGD node, decode on an ATOM node, a relay; same tokens through the gateway pod", async () => {
     helmRun(["upgrade", "rngd-pd", chart, ...base(), "-f", join(chart, "examples", "tcp.yaml"), "--wait", "--timeout", "120s"]);

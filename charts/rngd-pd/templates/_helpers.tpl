@@ -149,6 +149,12 @@ The worker finds its card with --chip -1 (the kubelet checkpoint and POD_UID).
     - name: PD_SHM_ROOT
       value: /dev/shm/rngd_kv_cluster
     {{- end }}
+    {{- if eq $v.airm.kvTransport "nixl" }}
+    - name: AIRM_KV_NIXL_ADDR
+      value: {{ printf "127.0.0.1:%v" $v.nixl.port | quote }}
+    - name: AIRM_KV_NIXL_POOL_MB
+      value: {{ $v.nixl.poolMb | quote }}
+    {{- end }}
     {{- if include "rngd-pd.needsRelay" .root }}
     - name: AIRM_KV_TCP_ADDR
       value: {{ include "rngd-pd.relayAddr" .root | quote }}
@@ -186,6 +192,46 @@ The worker finds its card with --chip -1 (the kubelet checkpoint and POD_UID).
     - name: kv-shm
       mountPath: /dev/shm/rngd_kv_cluster
     {{- end }}
+    {{- if eq $v.airm.kvTransport "nixl" }}
+    - name: kv-shm
+      mountPath: /dev/shm
+    {{- end }}
+{{- end -}}
+
+{{/*
+The NIXL agent sidecar of a PD pod (airm.kvTransport nixl): the one agent both workers copy
+through, listening on localhost, with the pod's /dev/shm (their arenas) mounted.
+*/}}
+{{- define "rngd-pd.nixlAgent" -}}
+{{- $v := .Values -}}
+- name: nixl-agent
+  image: {{ include "rngd-pd.image" . }}
+  imagePullPolicy: {{ $v.image.pullPolicy }}
+  command: ["node", "/app/packages/kv-nixl/bin/airm-kv-nixl-agent.mjs"]
+  args: ["--listen", {{ printf "127.0.0.1:%v" $v.nixl.port | quote }}]
+  env:
+    - name: AIRM_NIXL_PYTHON
+      value: {{ $v.nixl.python | quote }}
+    {{- with include "rngd-pd.credentialsEnv" (dict "root" . "gateway" false) | trim }}
+    {{- . | nindent 4 }}
+    {{- end }}
+  readinessProbe:
+    tcpSocket: { port: {{ $v.nixl.port }} }
+    periodSeconds: 5
+  livenessProbe:
+    tcpSocket: { port: {{ $v.nixl.port }} }
+    initialDelaySeconds: 10
+    periodSeconds: 10
+  resources: {{- toYaml $v.nixl.resources | nindent 4 }}
+  securityContext:
+    {{- include "rngd-pd.containerSecurity" . | nindent 4 }}
+    runAsNonRoot: true
+    runAsUser: {{ $v.podSecurity.runAsUser }}
+    runAsGroup: {{ $v.podSecurity.runAsGroup }}
+  volumeMounts:
+    {{- include "rngd-pd.baseMounts" . | nindent 4 }}
+    - name: kv-shm
+      mountPath: /dev/shm
 {{- end -}}
 
 {{/*
