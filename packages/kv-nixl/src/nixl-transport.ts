@@ -145,6 +145,8 @@ export class NixlCopyTransport implements CopyOnlyTransport {
   private owner = "";
   private expired = 0;
   private events: ClientReadableStream<unknown> | null = null;
+  /** The registration with a sidecar that came back, while it runs (see ensureOpen). */
+  private reopening: Promise<void> | null = null;
   private closed = false;
 
   private constructor(
@@ -211,8 +213,12 @@ export class NixlCopyTransport implements CopyOnlyTransport {
   /** The consumer's session stream with the sidecar: watches of requests and copy batches. */
   private openSession(): void {
     const old = this.session;
-    this.session = null;
-    old?.cancel();
+    if (old) {
+      // watches and batches on the replaced stream would never be answered: they fail now
+      this.session = null;
+      old.cancel();
+      this.failRiders(new TransportError(`nixl: the NIXL agent sidecar at ${this.o.addr} was restarted while this copy was under way; the request can be sent again`));
+    }
     const s = this.client.session();
     this.session = s;
     s.on("data", (m: SessionOut) => {
@@ -228,7 +234,11 @@ export class NixlCopyTransport implements CopyOnlyTransport {
   private sessionLost(s: ClientDuplexStream<unknown, unknown>, e: Error): void {
     if (this.session !== s) return; // replaced or closed by us
     this.session = null;
-    const err = this.client.failure("Session", e); // gone or replaced: the next call registers again
+    this.failRiders(this.client.failure("Session", e)); // gone or replaced: the next call registers again
+  }
+
+  /** Fails every copy batch and watch of the session that just ended. */
+  private failRiders(err: Error): void {
     for (const [id, b] of [...this.inFlight]) {
       clearTimeout(b.timer);
       this.inFlight.delete(id);
@@ -256,9 +266,17 @@ export class NixlCopyTransport implements CopyOnlyTransport {
       return;
     }
     // A sidecar that came back is a new agent: what it held of ours is gone, so are our
-    // publications (their slots are free again); the arena is registered anew.
-    await this.register();
-    for (const [key, s] of [...this.srcSlots]) if (s.published) this.freeSlot(this.srcSlots, key);
+    // publications (their slots are free again); the arena is registered anew, once for all
+    // the calls that found it gone (each registration replaces the session and what rides on it).
+    this.reopening ??= (async () => {
+      try {
+        await this.register();
+        for (const [key, s] of [...this.srcSlots]) if (s.published) this.freeSlot(this.srcSlots, key);
+      } finally {
+        this.reopening = null;
+      }
+    })();
+    await this.reopening;
   }
 
   private take(length: number, what: string): number {

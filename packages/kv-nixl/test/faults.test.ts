@@ -232,14 +232,18 @@ describe.skipIf(missing)("faults against a real sidecar", () => {
       expect(existsSync(`/proc/${pythonPid}`)).toBe(false);
       // and takes its fd socket with it
       expect(existsSync(fdSocket)).toBe(false);
-      // a supervisor starts the sidecar again on its address: the endpoints register again and work
+      // a supervisor starts the sidecar again on its address: the endpoints register again (once
+      // each, however many calls find the old sidecar gone at the same time) and work
       const again = await sidecar(own.addr);
       try {
-        const key = blobKey("kill-2", 0, "k");
-        const data = patternBytes(11, 300_000);
-        await expect(producer.push(key, data)).resolves.toBeUndefined();
-        const got = await consumer.pull(key, { timeoutMs: 5000 });
-        expect(Buffer.from(got.bytes).equals(Buffer.from(data))).toBe(true);
+        const keys = Array.from({ length: 16 }, (_, i) => blobKey("kill-2", i >> 1, i % 2 ? "v" : "k"));
+        const data = keys.map((_, i) => patternBytes(11 + i, 300_000));
+        await Promise.all(keys.map((k, i) => producer.push(k, data[i])));
+        const got = await Promise.all(keys.map((k) => consumer.pull(k, { timeoutMs: 5000 })));
+        for (const [i, g] of got.entries()) expect(Buffer.from(g.bytes).equals(Buffer.from(data[i]))).toBe(true);
+        const health = new NixlAgentClient(again.addr, undefined, 3000);
+        expect((await health.health()).arenas).toBe(2);
+        health.close();
         await consumer.release("kill-2");
         await producer.release("kill-2");
       } finally {

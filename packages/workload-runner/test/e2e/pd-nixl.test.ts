@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { PrefillRequest } from "@airm/internal-api";
 import type { RunningCluster } from "../../src/index.ts";
-import { cluster, pdTokens, postJson, soloTokens, tinyModel } from "../helpers/cluster.ts";
+import { cluster, pdTokens, postJson, soloTokens, tinyModel, until } from "../helpers/cluster.ts";
 
 const S = 128;
 // where scripts/tools/nixl.sh puts the wheels (the sidecar's default Python)
@@ -20,7 +20,15 @@ describe.skipIf(!haveNixl)("PD over nixl", () => {
   beforeAll(async () => {
     model = tinyModel({ arch: "llama" });
     solo = await cluster({ mode: "solo", model, seqLen: S, gateway: false });
-    pd = await cluster({ model, seqLen: S, kvTransport: "nixl", decode: [{ backend: "atom" }], env: { AIRM_KV_NIXL_POOL_MB: "64" } });
+    pd = await cluster({
+      model,
+      seqLen: S,
+      kvTransport: "nixl",
+      decode: [{ backend: "atom" }],
+      env: { AIRM_KV_NIXL_POOL_MB: "64" },
+      onPartExit: "restart",
+      restart: { firstDelayMs: 200 },
+    });
   }, 180_000);
   afterAll(async () => {
     await pd?.stop();
@@ -46,4 +54,28 @@ describe.skipIf(!haveNixl)("PD over nixl", () => {
     expect(r.status).toBe(200);
     expect(r.body.choices[0].text).toBe((await soloTokens(solo.part("solo").url, { requestId: "s-x", ...bodies[0] }, solo.internalToken)).text);
   });
+
+  it("the agent sidecar killed: the launcher starts it again, the workers register their arenas with the new agent, and requests give the solo text again", async () => {
+    const h: any = await (await fetch(`${pd.part("decode").url}/health`)).json();
+    const body = { model: h.model.id, prompt: "after the agent came back", max_tokens: 10, temperature: 0 };
+    const want = (await soloTokens(solo.part("solo").url, { requestId: "s-r", input: { prompt: body.prompt }, maxTokens: 10, sampling: { temperature: 0 } }, solo.internalToken))
+      .text;
+    const before = pd.part("kv-nixl-agent");
+    before.child.kill("SIGKILL");
+    await until(() => pd.part("kv-nixl-agent").alive && pd.part("kv-nixl-agent") !== before, "the launcher to restart the agent sidecar", 30_000);
+    // the first calls after the restart may still meet the old agent's end (a typed 5xx); then every request works
+    let ok = 0;
+    const end = Date.now() + 60_000;
+    while (ok < 3 && Date.now() < end) {
+      const r = await postJson(`${pd.url}/v1/completions`, body);
+      if (r.status === 200) {
+        expect(r.body.choices[0].text).toBe(want);
+        ok++;
+      } else {
+        expect(r.status, JSON.stringify(r.body)).toBeGreaterThanOrEqual(500);
+        await new Promise((res) => setTimeout(res, 200));
+      }
+    }
+    expect(ok).toBe(3);
+  }, 120_000);
 });
