@@ -41,6 +41,9 @@ function helmRun(args: string[]): string {
 
 /** Values every install here uses: the tiny model at its path on this host, no pool labels needed. */
 const base = () => ["--set", `model.path=${model}`, "--set", "seqLen=128"];
+/** `helm upgrade` of the release to the chart's example `example`, with more arguments, waiting for it. */
+const upgrade = (example: string, ...more: string[]) =>
+  helmRun(["upgrade", "rngd-pd", chart, ...base(), "-f", join(chart, "examples", example), ...more, "--wait", "--timeout", "120s"]);
 
 /** name -> node name and labels of the release's pods. */
 function placement(): { pod: string; component: string; node: string; labels: Record<string, string> }[] {
@@ -151,21 +154,7 @@ describe("charts/rngd-pd on a real control plane", () => {
   test.skipIf(!existsSync(defaultNixlPython()))(
     "upgrade to nixl: the PD pod runs the NIXL agent beside its workers, which copy KV through it; same tokens through its gateway",
     async () => {
-      helmRun([
-        "upgrade",
-        "rngd-pd",
-        chart,
-        ...base(),
-        "-f",
-        join(chart, "examples", "nixl.yaml"),
-        "--set",
-        `nixl.python=${defaultNixlPython()}`,
-        "--set",
-        "nixl.poolMb=64",
-        "--wait",
-        "--timeout",
-        "120s",
-      ]);
+      upgrade("nixl.yaml", "--set", `nixl.python=${defaultNixlPython()}`, "--set", "nixl.poolMb=64");
       const pods = placement();
       expect(pods.map((p) => p.component)).toEqual(["pd"]);
       expect(pods[0]!.node).toBe("npu-both");
@@ -178,7 +167,7 @@ describe("charts/rngd-pd on a real control plane", () => {
   );
 
   test("upgrade to tcp: prefill on an RNGD node, decode on an ATOM node, a relay; same tokens through the gateway pod", async () => {
-    helmRun(["upgrade", "rngd-pd", chart, ...base(), "-f", join(chart, "examples", "tcp.yaml"), "--wait", "--timeout", "120s"]);
+    upgrade("tcp.yaml");
     const pods = await until("the shm pod gone and four tcp pods", () => {
       const p = placement();
       return p.length === 4 && !p.some((x) => x.component === "pd") ? p : null;
@@ -193,19 +182,7 @@ describe("charts/rngd-pd on a real control plane", () => {
   });
 
   test("decode-on-RNGD override: the decode pod lands on an RNGD node and asks for no ATOM", async () => {
-    helmRun([
-      "upgrade",
-      "rngd-pd",
-      chart,
-      ...base(),
-      "-f",
-      join(chart, "examples", "tcp.yaml"),
-      "-f",
-      join(chart, "examples", "decode-on-rngd.yaml"),
-      "--wait",
-      "--timeout",
-      "120s",
-    ]);
+    upgrade("tcp.yaml", "-f", join(chart, "examples", "decode-on-rngd.yaml"));
     const specOf = (pod: string) => JSON.parse(rig.kubectl(["get", "pod", pod, "-n", NS, "-o", "json"])).spec;
     // The new decode pod (Recreate: the ATOM one goes first), on a node with RNGD cards.
     const decode = await until(
