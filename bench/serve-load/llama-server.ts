@@ -39,9 +39,15 @@ function serverIn(binDir: string): BuiltServer {
   };
 }
 
-/** Makes the library links the package lists but does not create (name -> target, both in binDir). */
+/**
+ * Makes the library links the package lists but does not create (name -> target, both in binDir).
+ * Some builds list none (no _symlinks.json): the `--version` run after it shows whether the
+ * libraries resolve.
+ */
 function linkLibraries(binDir: string): void {
-  const links = JSON.parse(readFileSync(join(binDir, "_symlinks.json"), "utf8")) as Record<string, string>;
+  const list = join(binDir, "_symlinks.json");
+  if (!existsSync(list)) return;
+  const links = JSON.parse(readFileSync(list, "utf8")) as Record<string, string>;
   for (const [name, target] of Object.entries(links)) {
     const at = join(binDir, name);
     if (!existsSync(at)) symlinkSync(target, at);
