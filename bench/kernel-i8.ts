@@ -10,6 +10,7 @@ import { spawnSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { createRequire } from "node:module";
 import { KernelRuntime } from "../packages/llama/src/kernels/kernel-runtime.ts";
+import { wasmApi } from "../packages/llama/src/kernels/wasm-api.ts";
 import { packStoredRows, quantImageBytes, quantizeBf16Rows } from "../packages/llama/src/kernels/quant-image.ts";
 import { flagOf, int } from "../packages/rm-core/src/index.ts";
 import { benchArgs, finalLine } from "./lib.ts";
@@ -81,14 +82,15 @@ ${tile("t1", 1)}
 )`;
 // The single-token tile reads its token's 32 bytes inside the quad layout (stride 128 per block).
 const bin = wabt.parseWat("i8.wat", wat, { simd: true, threads: true, relaxed_simd: true }).toBinary({}).buffer;
-if (!WebAssembly.validate(bin)) {
+const validate = (globalThis as unknown as { WebAssembly: { validate(b: Uint8Array): boolean } }).WebAssembly.validate;
+if (!validate(bin)) {
   if (process.execArgv.includes("--experimental-wasm-relaxed-simd")) throw new Error("this V8 does not take wasm relaxed SIMD even with --experimental-wasm-relaxed-simd");
   const r = spawnSync(process.execPath, ["--experimental-wasm-relaxed-simd", ...process.execArgv, fileURLToPath(import.meta.url), ...process.argv.slice(2)], { stdio: "inherit" });
   process.exit(r.status ?? 1);
 }
 const rt = await KernelRuntime.create({ threads: 1, initialBytes: ROWS * COLS + (64 << 20) });
-const mod = await WebAssembly.compile(bin);
-const inst = await WebAssembly.instantiate(mod, { env: { memory: rt.memory as unknown as WebAssembly.Memory } });
+const mod = await wasmApi.compile(bin);
+const inst = await wasmApi.instantiate(mod, { env: { memory: rt.memory } });
 const mm = inst.exports.mm as (...a: number[]) => void;
 
 // random bf16 weights -> Q4_1 blocks -> (a) the i16 kernel's image, (b) the i8 prototype's image

@@ -42,6 +42,11 @@ export interface CpuEngineSpec {
   nativeHostDecode?: NativeHostDecode;
   /** Prompts whose KV is kept for prefix reuse (0: off; default 0). */
   prefixCache?: number;
+  /**
+   * Whole prompts that wait for the model run together in one forward pass, up to this many
+   * prompt tokens per pass (AIRM_PREFILL_BATCH_TOKENS); 0 or unset: one at a time.
+   */
+  prefillBatchTokens?: number;
 }
 
 /** Opens the decode graph of a variant on the card; `step` runs one host-input decode step. */
@@ -128,6 +133,15 @@ function defaultActive(variants: EngineVariant[]): EngineVariant {
   return variants.filter((v) => v.seqLen === S).sort((a, b) => b.batch - a.batch)[0];
 }
 
+interface PrefillJob {
+  tokens: number[];
+  cache: CpuKVCache;
+  emit: (layer: number) => void;
+  timing: { computeMs: number };
+  resolve: (logits: Float32Array) => void;
+  reject: (e: unknown) => void;
+}
+
 /** An Engine running on the CPU reference model. Create with `CpuBackedEngine.open`. */
 export class CpuBackedEngine implements Engine {
   readonly name: string;
@@ -151,6 +165,12 @@ export class CpuBackedEngine implements Engine {
   private readonly prefixes: PrefixCache;
   /** Settles when the model computation in progress (if any) is done; see exclusive(). */
   private gate: Promise<void> = Promise.resolve();
+  /** Whole prompts waiting for the model: they run together in one forward pass (runPrefillBatch). */
+  private readonly prefillQueue: PrefillJob[] = [];
+  /** Whether a runPrefillBatch is waiting for its turn at the gate. */
+  private prefillScheduled = false;
+  /** Prefill forward passes and the prompts they ran (stats().prefillPasses). */
+  private readonly prefillCount = { passes: 0, prompts: 0 };
   /** Idle caches kept per S: the widest batch among the variants prepared at that S. */
   private readonly prepared = new Map<number, number>();
   private readonly streams = new Set<EngineStream>();
@@ -364,7 +384,16 @@ export class CpuBackedEngine implements Engine {
         for (let l = 0; l < g.layers; l++) copyPrefix(g, S, hit.n, hit.k[l], hit.v[l], cache.layerK(l), cache.layerV(l));
         cache.n = hit.n;
       }
-      rows = await this.exclusive(() => this.prefillRows(hit ? tokens.slice(hit.n) : tokens, cache, emit, options.promptLogprobs === true, timing));
+      const rest = hit ? tokens.slice(hit.n) : tokens;
+      // Whole prompts that wait for the model run together (same bits as alone); prompt
+      // log-probabilities and chunked prefill run one prompt at a time.
+      if ((this.spec.prefillBatchTokens ?? 0) > 0 && this.spec.prefillMode === "whole" && !options.promptLogprobs) rows = [await this.prefillBatched(rest, cache, emit, timing)];
+      else
+        rows = await this.exclusive(() => {
+          this.prefillCount.passes++;
+          this.prefillCount.prompts++;
+          return this.prefillRows(rest, cache, emit, options.promptLogprobs === true, timing);
+        });
       if (cache.n !== tokens.length) cache.n = tokens.length;
       for (let l = 0; l < g.layers; l++) if (!k[l]) emit(l);
     } catch (e) {
@@ -424,6 +453,67 @@ export class CpuBackedEngine implements Engine {
       if (all || i + this.spec.chunkSize >= tokens.length) rows.push(...chunk);
     }
     return finish(rows);
+  }
+
+  /**
+   * Queues a whole prompt (already checked, its cached prefix copied in) for the next forward
+   * pass and resolves with the logits of its last position. A prompt that finds the model idle
+   * starts at once; prompts that arrive while the model computes wait, and then all of them (up
+   * to spec.prefillBatchTokens) run in one pass, so a burst of prompts finishes together instead of
+   * one after another. `timing.computeMs` gets the pass's compute time.
+   */
+  private prefillBatched(tokens: number[], cache: CpuKVCache, emit: (layer: number) => void, timing: { computeMs: number }): Promise<Float32Array> {
+    return new Promise<Float32Array>((resolve, reject) => {
+      this.prefillQueue.push({ tokens, cache, emit, timing, resolve, reject });
+      this.schedulePrefillBatch();
+    });
+  }
+
+  private schedulePrefillBatch(): void {
+    if (this.prefillScheduled || this.prefillQueue.length === 0) return;
+    this.prefillScheduled = true;
+    // runPrefillBatch settles every job it takes itself; nothing is left to observe here
+    this.exclusive(() => this.runPrefillBatch()).catch(() => undefined);
+  }
+
+  /** Takes the waiting prompts (at least one, then up to spec.prefillBatchTokens in all) and runs them in one pass. */
+  private async runPrefillBatch(): Promise<void> {
+    this.prefillScheduled = false;
+    let total = 0;
+    let take = 0;
+    while (take < this.prefillQueue.length && (take === 0 || total + this.prefillQueue[take].tokens.length <= (this.spec.prefillBatchTokens ?? 0))) {
+      total += this.prefillQueue[take].tokens.length;
+      take++;
+    }
+    const jobs = this.prefillQueue.splice(0, take);
+    this.prefillCount.passes++;
+    this.prefillCount.prompts += jobs.length;
+    this.schedulePrefillBatch(); // the rest waits for the next turn
+    let resumed = performance.now();
+    let computeMs = 0;
+    const pause = async (): Promise<void> => {
+      computeMs += performance.now() - resumed;
+      await new Promise<void>((r) => setImmediate(r));
+      resumed = performance.now();
+    };
+    try {
+      const logits = await this.cpu.prefillManyAsync(
+        jobs.map((j) => ({ tokens: j.tokens, cache: j.cache })),
+        {
+          onLayer: (l) => {
+            for (const j of jobs) j.emit(l);
+          },
+          pause,
+        },
+      );
+      computeMs += performance.now() - resumed;
+      jobs.forEach((j, i) => {
+        j.timing.computeMs += computeMs;
+        j.resolve(logits[i]);
+      });
+    } catch (e) {
+      for (const j of jobs) j.reject(e);
+    }
   }
 
   /**
@@ -701,6 +791,7 @@ export class CpuBackedEngine implements Engine {
         entries: this.prefixes.size,
         capacity: this.prefixes.capacity,
       },
+      prefillPasses: { ...this.prefillCount },
     };
   }
 

@@ -91,6 +91,7 @@ export async function loadVendorEngine<V extends OptionMap>(
     artifactCache: cacheOff ? null : new ArtifactCache(config.artifactCache),
     maxStreams: config.kvStreams,
     prefixCache: config.prefixCache,
+    prefillBatchTokens: config.prefillBatchTokens,
     nativeHostDecode: probe.hostDecode,
   });
   if (config.engineLog) {

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isAirmError } from "@airm/rm-core";
 import { LlamaModel, loadCheckpoint, makeTinyModel, sample, tokenLogprobs } from "@airm/llama";
 import { ArtifactCache, CpuBackedEngine, engineTokens, type CpuEngineSpec } from "../src/index.ts";
-import type { Engine, KVStream } from "@airm/rm-core";
+import type { Engine, KVStream, PrefillResult } from "@airm/rm-core";
 import { bf16, editCheckpoint } from "./checkpoint-edit.ts";
 
 const root = mkdtempSync(join(tmpdir(), "airm-engine-"));
@@ -138,6 +138,54 @@ describe("prefill and decode equal the model run solo", () => {
       } finally {
         await engine.close();
       }
+    }
+  });
+
+  it("with prefillBatchTokens, whole prompts that arrive while the model computes run together in one pass, each with the KV bytes and first token it gets alone", async () => {
+    const alone = await CpuBackedEngine.open(modelDir, spec());
+    const batched = await CpuBackedEngine.open(modelDir, spec({ prefixCache: 3, prefillBatchTokens: 1024 }));
+    try {
+      const burst = [...prompts, [...prompts[2].slice(0, 9), 5, 6, 7], prompts[1]];
+      const solo: PrefillResult[] = [];
+      for (const p of burst) solo.push(await alone.prefill([...p], { seqLen: S }));
+      // without prefillBatchTokens (the default) a burst still runs one prompt per pass
+      await Promise.all(burst.slice(0, 3).map((p) => alone.prefill([...p], { seqLen: S })));
+      expect(alone.stats().prefillPasses).toEqual({ passes: burst.length + 3, prompts: burst.length + 3 });
+      await batched.prefill([...prompts[2]], { seqLen: S }); // kept: the burst's 5th prompt reuses its prefix
+      const layers = burst.map(() => [] as number[]);
+      const got = await Promise.all(burst.map((p, i) => batched.prefill([...p], { seqLen: S, onLayer: (l) => void layers[i].push(l) })));
+      // prompts issued in one turn of the event loop go in one pass
+      expect(batched.stats().prefillPasses).toEqual({ passes: 2, prompts: burst.length + 1 });
+      expect(got[4].cachedTokens).toBe(8);
+      got.forEach((g, i) => {
+        expect(g.firstToken, `prompt ${i}`).toBe(solo[i].firstToken);
+        expect(g.kv.n).toBe(burst[i].length);
+        expect(layers[i]).toEqual([0, 1]);
+        for (let l = 0; l < 2; l++) {
+          expect(Buffer.from(g.kv.k[l]).equals(Buffer.from(solo[i].kv.k[l])), `prompt ${i} K ${l}`).toBe(true);
+          expect(Buffer.from(g.kv.v[l]).equals(Buffer.from(solo[i].kv.v[l])), `prompt ${i} V ${l}`).toBe(true);
+        }
+      });
+      // prompts that arrive while a pass computes wait for it, then go together in the next one
+      const first = batched.prefill([...prompts[2]], { seqLen: S });
+      await new Promise((r) => setImmediate(r)); // the first pass is under way (it pauses after each block)
+      const later = await Promise.all([0, 1, 3].map((i) => batched.prefill([...prompts[i]], { seqLen: S })));
+      expect((await first).firstToken).toBe(solo[2].firstToken);
+      later.forEach((g, j) => expect(g.firstToken).toBe(solo[[0, 1, 3][j]].firstToken));
+      expect(batched.stats().prefillPasses).toEqual({ passes: 4, prompts: burst.length + 5 });
+      // and generations started from batched prefills equal the model run solo
+      const runs = await Promise.all(prompts.map((p) => generate(batched, p, STEPS)));
+      runs.forEach((r, i) => expect(r).toEqual(reference.get(String(i))));
+      // a bad prompt in a burst fails alone; the others are served
+      const mixed = await Promise.allSettled([
+        batched.prefill([...prompts[0]], { seqLen: S }),
+        batched.prefill([...prompts[2]], { seqLen: S }),
+        batched.prefill([1, 1e9], { seqLen: S }),
+      ]);
+      expect(mixed.map((m) => m.status)).toEqual(["fulfilled", "fulfilled", "rejected"]);
+    } finally {
+      await alone.close();
+      await batched.close();
     }
   });
 

@@ -336,6 +336,8 @@ export interface EngineStats {
   loadMs: number;
   /** Prompt-prefix reuse, when the engine has it: prefills that looked, that found a prefix, and prompt tokens reused. */
   prefixCache?: { queries: number; hits: number; reusedTokens: number; entries: number; capacity: number };
+  /** Prefill forward passes and the prompts they ran, when the engine batches prompts (prompts / passes: how many ran together). */
+  prefillPasses?: { passes: number; prompts: number };
 }
 
 /** The text side a worker needs (it never loads the checkpoint itself). */

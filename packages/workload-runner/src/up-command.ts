@@ -42,6 +42,10 @@ export const UP_COMMAND = defineCommand({
       default: "auto",
       doc: "how the CPU reference holds weight matrices (AIRM_WEIGHTS for every worker): auto keeps a GGUF's quantized blocks and runs integer kernels, float checkpoints as bf16; bf16 dequantises everything; q8_0 / q4_1 also quantize float matrices at load",
     }),
+    prefillBatchTokens: flagOf(int({ min: 0, max: 65536 }), {
+      default: 0,
+      doc: "prompts that wait for a busy prefill worker run together in its next pass, up to this many prompt tokens (AIRM_PREFILL_BATCH_TOKENS; same tokens either way); 0 runs them one at a time (a lower median time to first token under load, a higher p90)",
+    }),
     decodeNice: flagOf(int({ min: 0, max: 19 }), {
       default: DEFAULT_DECODE_NICE,
       doc: "scheduling niceness of the decode workers: above 0 lets a prefill take the CPU first when both want it (shorter time to first token under load)",
@@ -101,7 +105,7 @@ export function upCluster(f: UpFlags, model: string): ClusterOptions {
     readyTimeoutMs: f.readyTimeout * 1000,
     onPartExit: f.maxRestarts === 0 ? "stop-all" : "restart",
     restart: { maxDeaths: f.maxRestarts + 1 },
-    env: { AIRM_WEIGHTS: f.weights },
+    env: { AIRM_WEIGHTS: f.weights, AIRM_PREFILL_BATCH_TOKENS: String(f.prefillBatchTokens) },
   };
 }
 
@@ -137,7 +141,8 @@ export async function up(argv: string[]): Promise<number> {
   }
   const batchText = f.decodeBatch === undefined ? "up to 16 (buckets 1, 4, 8, 16)" : f.decodeBatch === 1 ? "1 (batching off)" : `up to ${f.decodeBatch}`;
   log(
-    `airm up: ${f.prefillReplicas} prefill (${f.prefillBackend}, ${f.prefillThreads} thread${f.prefillThreads > 1 ? "s" : ""} each) : ` +
+    `airm up: ${f.prefillReplicas} prefill (${f.prefillBackend}, ${f.prefillThreads} thread${f.prefillThreads > 1 ? "s" : ""} each, ` +
+      `${f.prefillBatchTokens > 0 ? `waiting prompts batched up to ${f.prefillBatchTokens} tokens` : "prompts one at a time"}) : ` +
       `${f.decodeReplicas} decode (${f.decodeBackend}, ${f.decodeThreads} thread${f.decodeThreads > 1 ? "s" : ""} each, batch ${batchText}, nice ${f.decodeNice}); ` +
       `weights ${f.weights}; KV over ${f.kvTransport}; S=${f.seqLen}; gateway port ${f.port}`,
   );

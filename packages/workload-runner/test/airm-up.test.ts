@@ -115,7 +115,7 @@ describe("airm up", () => {
       expect(up.out()).toContain(`http://127.0.0.1:${port}`);
       expect(up.out()).toContain("curl -s");
       // The effective configuration, printed at start.
-      expect(up.err()).toMatch(/airm up: 1 prefill \(rngd-full, 2 threads each\) : 2 decode \(atom, 1 thread each, batch up to 16/);
+      expect(up.err()).toMatch(/airm up: 1 prefill \(rngd-full, 2 threads each, prompts one at a time\) : 2 decode \(atom, 1 thread each, batch up to 16/);
       const models = (await (await fetch(`http://127.0.0.1:${port}/v1/models`)).json()) as { data: { id: string }[] };
       const modelId = models.data[0].id;
       expect(up.out()).toContain(`"model": "${modelId}"`);

@@ -529,6 +529,48 @@ export class LlamaModel {
   }
 
   /**
+   * Several prompts in one forward pass: job j's tokens go in at positions [cache.n, ...) of its
+   * own cache, and the logits of each job's last position come back in job order. Every token's
+   * outputs are computed by the same kernels in the same order whatever else is in the pass (the
+   * matmul tiles give each token the bits of the one-token kernel; attention reads only the
+   * token's own cache), so each job gets the KV bytes and logits of `prefillAsync` of its prompt
+   * alone. Yields to `pause()` like prefillAsync; `onLayer(l)` fires once layer l of every job is
+   * in its cache. Throws ConfigError for an empty prompt or a cache used twice,
+   * ContextOverflowError for a prompt that does not fit its cache.
+   */
+  async prefillManyAsync(jobs: { tokens: number[]; cache: KVCache }[], opts: PrefillOptions & { pause?: () => Promise<void> } = {}): Promise<Float32Array[]> {
+    if (jobs.length === 0) return [];
+    const caches = jobs.map((j) => this.own(j.cache));
+    if (new Set(caches).size !== caches.length) throw new ConfigError("jobs", "each prompt of a batched prefill needs its own cache");
+    const tokens: number[] = [];
+    const perToken: WasmKVCache[] = [];
+    const positions: number[] = [];
+    const rows: number[] = [];
+    jobs.forEach((j, i) => {
+      const w = caches[i];
+      if (j.tokens.length === 0) throw new ConfigError("tokens", "the prompt is empty; pass at least one token");
+      if (w.n + j.tokens.length > w.S) throw new ContextOverflowError(w.n + j.tokens.length, w.S, "prefill");
+      j.tokens.forEach((t, k) => {
+        tokens.push(t);
+        perToken.push(w);
+        positions.push(w.n + k);
+      });
+      rows.push(tokens.length - 1);
+    });
+    const pause = opts.pause ?? (() => new Promise<void>((r) => setImmediate(r)));
+    const steps = this.forwardSteps(tokens, perToken, positions, rows, opts.onLayer);
+    for (let r = steps.next(); ; r = steps.next()) {
+      if (r.done) {
+        jobs.forEach((j, i) => {
+          caches[i].n += j.tokens.length;
+        });
+        return r.value;
+      }
+      await pause();
+    }
+  }
+
+  /**
    * Prefill in chunks of `chunkSize` tokens against the live cache; gives the same KV bytes and
    * logits as `prefill` (same kernels, same order). Throws as `prefill`.
    */
