@@ -14,8 +14,13 @@ export const DEFAULT_SEQ_LEN = 512;
  * See docs/decisions.md (serving under load).
  */
 export const DEFAULT_THREADS = { prefill: 2, decode: 1 } as const;
-/** Niceness of decode workers in a local cluster (0: same as prefill). See docs/decisions.md. */
-export const DEFAULT_DECODE_NICE = 0;
+/**
+ * Niceness of decode workers in a local cluster: 10 lets a prefill take the CPU first when both
+ * want it (prefill before decode, as SGLang schedules). Serve-load c8 on 2 cores: TTFT p50
+ * 96-175 ms and p90 604-785 ms against 239-273 and 893-1018 at 0, the same tok/s and TPOT; open
+ * loop at 0.8 req/s: TTFT halves, TPOT p50 14 -> 33 ms. See docs/decisions.md.
+ */
+export const DEFAULT_DECODE_NICE = 10;
 /**
  * Workers per role that `airm up` starts. Two decode workers on a 2-core machine: a decode worker
  * is compute-bound beyond 4 streams per step, and the prefill worker leaves most of its core idle
