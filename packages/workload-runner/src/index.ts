@@ -2,7 +2,7 @@
 // end-to-end tests, benches) and the airm CLI.
 export { run, buildCommand, workerArgv, gatewayArgv, rngdPdWorkload, RunConfigSchema, type RunConfig, type ProcessCommand } from "./rngd-pd-workload.ts";
 export { binPath, binFrom, pluginRegistry } from "./package-bins.ts";
-export { startLocalCluster, sweepStaleClusterDirs, type ClusterOptions, type RunningCluster } from "./local-cluster.ts";
+export { StartAbortedError, startLocalCluster, sweepStaleClusterDirs, type ClusterOptions, type RunningCluster } from "./local-cluster.ts";
 export { RESTART_POLICY, type RestartPolicy } from "./supervisor.ts";
 export { planCluster, freePort, type ClusterShape, type ClusterPlan, type WorkerSpec } from "./cluster-plan.ts";
 export { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS, DEFAULT_SEQ_LEN, DEFAULT_THREADS, DEFAULT_REPLICAS, DEFAULT_DECODE_NICE } from "./defaults.ts";

@@ -28,6 +28,19 @@ export interface ClusterOptions extends ClusterShape {
   log?(line: string): void;
   /** Each output line of a part. */
   childLog?(part: string, line: string): void;
+  /**
+   * Aborting it while the cluster starts stops every part started so far, removes the cluster's
+   * folder, and rejects with StartAbortedError (airm up's Ctrl-C before it is up).
+   */
+  abort?: AbortSignal;
+}
+
+/** startLocalCluster was aborted (ClusterOptions.abort) before the cluster was up; everything it started is stopped. */
+export class StartAbortedError extends Error {
+  constructor(reason: string) {
+    super(`the cluster was stopped while it started (${reason})`);
+    this.name = "StartAbortedError";
+  }
 }
 
 export interface RunningCluster {
@@ -156,10 +169,15 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
   });
   const parts = sup.parts;
   const stop = (reason?: string) => sup.stop(reason);
+  const aborted = async (): Promise<never> => {
+    await stop();
+    throw new StartAbortedError(String(o.abort?.reason ?? "aborted"));
+  };
 
   const deadline = Date.now() + (o.readyTimeoutMs ?? 300_000);
   const pending = new Set(parts);
   while (pending.size > 0) {
+    if (o.abort?.aborted) await aborted();
     const dead = [...pending].find((p) => !p.alive);
     if (sup.isStopping || dead) {
       await stop();
@@ -188,6 +206,7 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
       throw e;
     }
   }
+  if (o.abort?.aborted) await aborted();
   sup.markUp();
   // A part that died between its health check and now: its exit was left to the start-up loop.
   const dead = parts.find((p) => !p.alive);

@@ -4,7 +4,7 @@
 import { defineCommand, flagOf, int, oneOf, RM_CORE_CONFIG, switchOf, text } from "@airm/rm-core";
 import { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS, DEFAULT_SEQ_LEN, DEFAULT_THREADS, DEFAULT_DECODE_NICE, DEFAULT_REPLICAS } from "./defaults.ts";
 import { chooseDefaultModel } from "./default-model.ts";
-import { firstApiKey, startLocalCluster, type ClusterOptions, type RunningCluster } from "./local-cluster.ts";
+import { firstApiKey, StartAbortedError, startLocalCluster, type ClusterOptions, type RunningCluster } from "./local-cluster.ts";
 import { RESTART_POLICY } from "./supervisor.ts";
 
 export const UP_COMMAND = defineCommand({
@@ -146,14 +146,31 @@ export async function up(argv: string[]): Promise<number> {
       `${f.decodeReplicas} decode (${f.decodeBackend}, ${f.decodeThreads} thread${f.decodeThreads > 1 ? "s" : ""} each, batch ${batchText}, nice ${f.decodeNice}); ` +
       `weights ${f.weights}; KV over ${f.kvTransport}; S=${f.seqLen}; gateway port ${f.port}`,
   );
-  const cluster = await startLocalCluster({
-    ...upCluster(f, model),
-    log,
-    childLog: f.quiet ? () => {} : (part, line) => process.stderr.write(`${part.padEnd(8)}| ${line}\n`),
-  });
-  const onSignal = (sig: string) => void cluster.stop(`airm up: ${sig}: stopping every part`);
+  // Ctrl-C or SIGTERM while the parts start stops the ones started and removes the cluster's
+  // folder, as it does once the cluster is up.
+  const abort = new AbortController();
+  let cluster: RunningCluster | undefined;
+  const onSignal = (sig: string) => {
+    if (cluster) void cluster.stop(`airm up: ${sig}: stopping every part`);
+    else {
+      log(`airm up: ${sig} while starting: stopping the parts started so far`);
+      abort.abort(sig);
+    }
+  };
   process.once("SIGINT", () => onSignal("SIGINT"));
   process.once("SIGTERM", () => onSignal("SIGTERM"));
+  try {
+    cluster = await startLocalCluster({
+      ...upCluster(f, model),
+      log,
+      childLog: f.quiet ? () => {} : (part, line) => process.stderr.write(`${part.padEnd(8)}| ${line}\n`),
+      abort: abort.signal,
+    });
+  } catch (e) {
+    if (!(e instanceof StartAbortedError)) throw e;
+    log(`airm up: ${e.message}`);
+    return 130;
+  }
   const key = firstApiKey(process.env.AIRM_API_KEY);
   const modelId = await fetch(`${cluster.url}/v1/models`, { headers: key ? { authorization: `Bearer ${key}` } : {} })
     .then((r) => r.json() as Promise<{ data?: { id: string }[] }>)

@@ -139,6 +139,25 @@ describe("airm up", () => {
       expect(existsSync(shm)).toBe(false);
     }));
 
+  test("Ctrl-C while the parts start stops the ones started and removes the shm folder (exit 130)", () =>
+    withUp(model, async (up) => {
+      // The cluster's folder made and the parts spawned, none of them ready yet (a worker takes
+      // a second or more to start Node, tsx and the model): Ctrl-C now.
+      const shm = `/dev/shm/airm-up-${up.child.pid}`;
+      const end = Date.now() + 60_000;
+      while (!existsSync(shm) && up.child.exitCode === null && Date.now() < end) await new Promise((r) => setTimeout(r, 5));
+      expect(existsSync(shm)).toBe(true);
+      await new Promise((r) => setTimeout(r, 150));
+      const kids = children(up.child.pid!).map(([pid]) => pid);
+      expect(kids.length).toBeGreaterThan(0);
+      expect(up.out()).not.toContain("rngd-pd is up");
+      up.child.kill("SIGINT");
+      expect(await up.exit).toBe(130);
+      expect(up.err()).toContain("SIGINT while starting");
+      await waitFor(() => kids.every((pid) => !alive(pid)), 10_000, "the parts started so far to exit");
+      expect(existsSync(shm)).toBe(false);
+    }));
+
   test("if airm up itself is SIGKILLed, its parts notice and stop", () =>
     withUp(model, async (up) => {
       const parts = await readyParts(up);
