@@ -9,11 +9,12 @@
 import { spawnSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { createRequire } from "node:module";
+import { f16BitsToF32, f32ToBf16 } from "../packages/llama/src/checkpoint/bf16-convert.ts";
 import { KernelRuntime } from "../packages/llama/src/kernels/kernel-runtime.ts";
 import { wasmApi } from "../packages/llama/src/kernels/wasm-api.ts";
 import { packStoredRows, quantImageBytes, quantizeBf16Rows } from "../packages/llama/src/kernels/quant-image.ts";
 import { flagOf, int } from "../packages/rm-core/src/index.ts";
-import { benchArgs, finalLine } from "./lib.ts";
+import { benchArgs, finalLine, summarize } from "./lib.ts";
 
 const args = benchArgs("kernel-i8", "q4 matmul: 8-bit activations over relaxed-SIMD dots against the shipped 16-bit kernel", {
   rows: flagOf(int({ min: 4 }), { default: 3072, doc: "output rows (a multiple of 4; SmolLM2's gate_up is 3072)" }),
@@ -97,23 +98,11 @@ const mm = inst.exports.mm as (...a: number[]) => void;
 let seed = 1;
 const rnd = () => ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32) * 2 - 1;
 const f32 = new Float32Array(ROWS * COLS).map(() => rnd() * 0.05);
-const bf = new Uint16Array(f32.length);
-const tmp = new Float32Array(1);
-const tu = new Uint32Array(tmp.buffer);
-for (let i = 0; i < f32.length; i++) {
-  tmp[0] = f32[i]!;
-  bf[i] = tu[0]! >>> 16;
-}
+const bf = Uint16Array.from(f32, f32ToBf16);
 const q41 = quantizeBf16Rows("Q4_1", bf, ROWS, COLS);
 const img = rt.alloc(quantImageBytes("q4", ROWS, COLS));
 packStoredRows("q4", "Q4_1", q41, rt.u8, img, 0, ROWS, COLS, "proto", "w");
 const img8 = rt.alloc(ROWS * nb * 24 + 64);
-const F16 = (h: number) => {
-  const s = h >> 15,
-    e = (h >> 10) & 31,
-    m = h & 1023;
-  return (s ? -1 : 1) * (e === 0 ? m * 2 ** -24 : (1 + m / 1024) * 2 ** (e - 15));
-};
 {
   const u8 = rt.u8,
     dv = new DataView(rt.memory.buffer);
@@ -122,8 +111,8 @@ const F16 = (h: number) => {
       const src = (r * nb + b) * 20;
       const g = img8 + ((r >> 2) * nb + b) * 96;
       const j = r & 3;
-      const d = F16(q41[src]! | (q41[src + 1]! << 8)),
-        m = F16(q41[src + 2]! | (q41[src + 3]! << 8));
+      const d = f16BitsToF32(q41[src]! | (q41[src + 1]! << 8)),
+        m = f16BitsToF32(q41[src + 2]! | (q41[src + 3]! << 8));
       for (let k = 0; k < 16; k++) u8[g + 16 * j + k] = q41[src + 4 + k]!;
       dv.setFloat32(g + 64 + 4 * j, d, true);
       dv.setFloat32(g + 80 + 4 * j, m, true);
@@ -164,8 +153,7 @@ for (const T of [1, 4, 8, 16]) {
       f();
       ts.push(performance.now() - t0);
     }
-    ts.sort((a, b) => a - b);
-    return ts[30]!;
+    return summarize(ts).median;
   };
   const a = time(() => rt.matmulQ("q4", img, xq, y16, T, COLS, ROWS));
   const b = time(() => mm(img8, x8, xs8, y8, T, nb, ROWS, scr));

@@ -133,6 +133,26 @@ function defaultActive(variants: EngineVariant[]): EngineVariant {
   return variants.filter((v) => v.seqLen === S).sort((a, b) => b.batch - a.batch)[0];
 }
 
+/**
+ * Times model computation that lets the event loop run in between: `pause` (for a forward pass's
+ * yields) stops the clock across a setImmediate, `finish` stops it at the end; the computing time
+ * accumulates in `timing.computeMs`.
+ */
+function computeClock(timing: { computeMs: number }): { pause: () => Promise<void>; finish: <T>(x: T) => T } {
+  let resumed = performance.now();
+  return {
+    pause: async () => {
+      timing.computeMs += performance.now() - resumed;
+      await new Promise<void>((r) => setImmediate(r));
+      resumed = performance.now();
+    },
+    finish: (x) => {
+      timing.computeMs += performance.now() - resumed;
+      return x;
+    },
+  };
+}
+
 interface PrefillJob {
   tokens: number[];
   cache: CpuKVCache;
@@ -435,16 +455,7 @@ export class CpuBackedEngine implements Engine {
    * time spent computing, without those pauses.
    */
   private async prefillRows(tokens: number[], cache: CpuKVCache, emit: (layer: number) => void, all: boolean, timing: { computeMs: number }): Promise<Float32Array[]> {
-    let resumed = performance.now();
-    const pause = async (): Promise<void> => {
-      timing.computeMs += performance.now() - resumed;
-      await new Promise<void>((r) => setImmediate(r));
-      resumed = performance.now();
-    };
-    const finish = <T>(x: T): T => {
-      timing.computeMs += performance.now() - resumed;
-      return x;
-    };
+    const { pause, finish } = computeClock(timing);
     if (this.spec.prefillMode === "whole") return finish(await this.cpu.prefillAsync(tokens, cache, { onLayer: emit, allLogits: all, pause }));
     // Chunked prefill finishes a layer only with the last chunk: layers are emitted by the caller then.
     const rows: Float32Array[] = [];
@@ -489,26 +500,22 @@ export class CpuBackedEngine implements Engine {
     this.prefillCount.passes++;
     this.prefillCount.prompts += jobs.length;
     this.schedulePrefillBatch(); // the rest waits for the next turn
-    let resumed = performance.now();
-    let computeMs = 0;
-    const pause = async (): Promise<void> => {
-      computeMs += performance.now() - resumed;
-      await new Promise<void>((r) => setImmediate(r));
-      resumed = performance.now();
-    };
+    const pass = { computeMs: 0 };
+    const { pause, finish } = computeClock(pass);
     try {
-      const logits = await this.cpu.prefillManyAsync(
-        jobs.map((j) => ({ tokens: j.tokens, cache: j.cache })),
-        {
-          onLayer: (l) => {
-            for (const j of jobs) j.emit(l);
+      const logits = finish(
+        await this.cpu.prefillManyAsync(
+          jobs.map((j) => ({ tokens: j.tokens, cache: j.cache })),
+          {
+            onLayer: (l) => {
+              for (const j of jobs) j.emit(l);
+            },
+            pause,
           },
-          pause,
-        },
+        ),
       );
-      computeMs += performance.now() - resumed;
       jobs.forEach((j, i) => {
-        j.timing.computeMs += computeMs;
+        j.timing.computeMs += pass.computeMs;
         j.resolve(logits[i]);
       });
     } catch (e) {

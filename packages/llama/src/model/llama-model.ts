@@ -510,7 +510,6 @@ export class LlamaModel {
     const w = this.own(cache);
     if (tokens.length === 0) throw new ConfigError("tokens", "the prompt is empty; pass at least one token");
     if (w.n + tokens.length > w.S) throw new ContextOverflowError(w.n + tokens.length, w.S, "prefill");
-    const pause = opts.pause ?? (() => new Promise<void>((r) => setImmediate(r)));
     const rows = opts.allLogits ? tokens.map((_, i) => i) : [tokens.length - 1];
     const steps = this.forwardSteps(
       tokens,
@@ -519,13 +518,9 @@ export class LlamaModel {
       rows,
       opts.onLayer,
     );
-    for (let r = steps.next(); ; r = steps.next()) {
-      if (r.done) {
-        w.n += tokens.length;
-        return r.value;
-      }
-      await pause();
-    }
+    const logits = await drive(steps, opts.pause);
+    w.n += tokens.length;
+    return logits;
   }
 
   /**
@@ -557,17 +552,11 @@ export class LlamaModel {
       });
       rows.push(tokens.length - 1);
     });
-    const pause = opts.pause ?? (() => new Promise<void>((r) => setImmediate(r)));
-    const steps = this.forwardSteps(tokens, perToken, positions, rows, opts.onLayer);
-    for (let r = steps.next(); ; r = steps.next()) {
-      if (r.done) {
-        jobs.forEach((j, i) => {
-          caches[i].n += j.tokens.length;
-        });
-        return r.value;
-      }
-      await pause();
-    }
+    const logits = await drive(this.forwardSteps(tokens, perToken, positions, rows, opts.onLayer), opts.pause);
+    jobs.forEach((j, i) => {
+      caches[i].n += j.tokens.length;
+    });
+    return logits;
   }
 
   /**
@@ -835,6 +824,14 @@ export class LlamaModel {
     const logitsF32 = rt.f32;
     for (let i = 0; i < R; i++) out.push(logitsF32.slice((logitsPtr >> 2) + i * c.vocabSize, (logitsPtr >> 2) + (i + 1) * c.vocabSize));
     return out;
+  }
+}
+
+/** Runs a forward pass generator to its end, awaiting `pause()` (default: setImmediate) at each of its yields. */
+async function drive<T>(steps: Generator<void, T>, pause: () => Promise<void> = () => new Promise<void>((r) => setImmediate(r))): Promise<T> {
+  for (let r = steps.next(); ; r = steps.next()) {
+    if (r.done) return r.value;
+    await pause();
   }
 }
 
