@@ -207,6 +207,18 @@ describe.each(["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"] as const)("%s image", (ty
     expect(bits(run(rts.rt2, s, x, T, rows, cols)).equals(bits(all))).toBe(true);
   });
 
+  it("gives the same bits on two threads when the rows do not fill the last chunk the threads claim", () => {
+    const cols = 256;
+    for (const [rows, T] of [
+      [100, 3], // 7 chunks of 16 rows, the last one 4
+      [36, 8], // 5 chunks of 8 rows, the last one 4
+      [1028, 1], // 8 chunks of 132 rows, the last one 104
+    ] as const) {
+      const { s, x } = problem(type, rows + T, T, rows, cols);
+      expect(bits(run(rts.rt2, s, x, T, rows, cols)).equals(bits(run(rts.rt1, s, x, T, rows, cols))), `${rows} rows, T=${T}`).toBe(true);
+    }
+  });
+
   it("is not a no-op: the result tracks the float64 product of the weights ggml's layout gives", () => {
     const rows = 16,
       cols = 256,

@@ -1,5 +1,5 @@
 // One shared WasmMemory, the kernel instance on it, a bump allocator with a free list,
-// and an optional second thread that takes half of each matmul's rows. Knows pointers and
+// and an optional second thread that shares each large matmul's rows with the caller. Knows pointers and
 // shapes; the model decides what the buffers mean.
 import { Worker } from "node:worker_threads";
 import { AirmError, ConfigError } from "@airm/rm-core";
@@ -12,6 +12,8 @@ const MAX_PAGES = 65536; // wasm32: 4 GiB
 const ALIGN = 64;
 /** Below this many output values a matmul stays on the calling thread (no effect on bits). */
 const SPLIT_MIN_OUTPUTS = 256;
+/** Atomic loads a thread spins through before it sleeps on a futex (roughly 100-300 us). */
+const SPIN_LOADS = 20000;
 /** Per-thread scratch of the matmul tiles: the bf16 4x4 tile's 16 accumulators, the quantized 4-token tile's sums and accumulators. */
 const ACC_SCRATCH_BYTES = 1024;
 
@@ -35,15 +37,23 @@ interface KernelExports {
   stream_read(p: number, bytes: number): number;
 }
 
-// Control words shared with the second thread.
+// Control words shared with the second thread. A split matmul is cut into chunks of rows that
+// both threads claim one at a time (a compare-and-swap on C_CLAIM, which holds the job's tag and
+// the next chunk), so a thread that is late or descheduled leaves its share to the other instead
+// of holding the step; each output row is computed by one call either way (same bits).
 const C_SEQ = 0; // job counter, bumped by the caller
-const C_DONE = 1; // last job finished by the worker
+const C_CLAIM = 1; // (job tag << 16) | next chunk index
 const C_QUIT = 2;
 const C_FAILED = 3;
-const C_ARGS = 4; // w, x, y, T, cols, rows, r0, r1, acc, kind
-const CTRL_WORDS = 16;
+const C_FINISHED = 4; // chunks finished in the current job
+const C_ARGS = 5; // w, x, y, T, cols, rows, r0, r1, acc, kind, chunkRows, chunks
+const CTRL_WORDS = 20;
+/** Chunks per split matmul: enough for one thread to take over the other's share in small steps. */
+const CHUNKS = 8;
+/** The job tag in C_CLAIM (15 bits keep the word positive). */
+const TAG_MASK = 0x7fff;
 
-// Plain script (eval) so the worker needs no TypeScript loader; it only runs matmul row ranges.
+// Plain script (eval) so the worker needs no TypeScript loader; it only runs matmul row chunks.
 const WORKER_SOURCE = `
 const { workerData, parentPort } = require("node:worker_threads");
 const { module, memory, ctrl: ctrlBuffer } = workerData;
@@ -54,18 +64,29 @@ WebAssembly.instantiate(module, { env: { memory } }).then((instance) => {
   parentPort.postMessage("ready");
   let last = 0;
   for (;;) {
-    let seq;
+    let seq = Atomics.load(ctrl, ${C_SEQ});
+    // Spin a little before sleeping: the next matmul of a forward pass comes within microseconds,
+    // and a futex wake-up costs tens of them.
+    for (let i = 0; seq === last && i < ${SPIN_LOADS}; i++) seq = Atomics.load(ctrl, ${C_SEQ});
     while ((seq = Atomics.load(ctrl, ${C_SEQ})) === last) Atomics.wait(ctrl, ${C_SEQ}, last);
     last = seq;
     if (Atomics.load(ctrl, ${C_QUIT}) === 1) break;
-    try {
+    const tag = (seq & ${TAG_MASK}) << 16;
+    for (;;) {
+      const c = Atomics.load(ctrl, ${C_CLAIM});
+      if ((c & ~0xffff) !== tag) break; // a later job already: this one is done
       const a = ${C_ARGS};
-      kernels[ctrl[a + 9]](ctrl[a], ctrl[a + 1], ctrl[a + 2], ctrl[a + 3], ctrl[a + 4], ctrl[a + 5], ctrl[a + 6], ctrl[a + 7], ctrl[a + 8]);
-    } catch (e) {
-      Atomics.store(ctrl, ${C_FAILED}, 1);
+      const i = c & 0xffff;
+      if (i >= ctrl[a + 11]) break;
+      if (Atomics.compareExchange(ctrl, ${C_CLAIM}, c, c + 1) !== c) continue;
+      try {
+        const r0 = ctrl[a + 6] + i * ctrl[a + 10];
+        kernels[ctrl[a + 9]](ctrl[a], ctrl[a + 1], ctrl[a + 2], ctrl[a + 3], ctrl[a + 4], ctrl[a + 5], r0, Math.min(ctrl[a + 7], r0 + ctrl[a + 10]), ctrl[a + 8]);
+      } catch (e) {
+        Atomics.store(ctrl, ${C_FAILED}, 1);
+      }
+      if (Atomics.add(ctrl, ${C_FINISHED}, 1) + 1 === ctrl[a + 11]) Atomics.notify(ctrl, ${C_FINISHED});
     }
-    Atomics.store(ctrl, ${C_DONE}, seq);
-    Atomics.notify(ctrl, ${C_DONE});
   }
   parentPort.close();
 });
@@ -223,7 +244,8 @@ export class KernelRuntime {
       fn(w, x, y, T, cols, rows, r0, r1, this.accScratch[0]);
       return;
     }
-    const mid = r0 + ((n >> 3) << 2); // half the rows, a multiple of 4
+    const chunkRows = Math.max(8, (Math.ceil(n / CHUNKS) + 3) & ~3); // a multiple of 4
+    const chunks = Math.ceil(n / chunkRows);
     const c = this.ctrl;
     c[C_ARGS] = w;
     c[C_ARGS + 1] = x;
@@ -231,16 +253,32 @@ export class KernelRuntime {
     c[C_ARGS + 3] = T;
     c[C_ARGS + 4] = cols;
     c[C_ARGS + 5] = rows;
-    c[C_ARGS + 6] = mid;
+    c[C_ARGS + 6] = r0;
     c[C_ARGS + 7] = r1;
     c[C_ARGS + 8] = this.accScratch[1];
     c[C_ARGS + 9] = kind;
+    c[C_ARGS + 10] = chunkRows;
+    c[C_ARGS + 11] = chunks;
+    Atomics.store(c, C_FINISHED, 0);
     const seq = ++this.seq;
+    const tag = (seq & TAG_MASK) << 16;
+    Atomics.store(c, C_CLAIM, tag);
     Atomics.store(c, C_SEQ, seq);
     Atomics.notify(c, C_SEQ);
-    fn(w, x, y, T, cols, rows, r0, mid, this.accScratch[0]);
-    let done: number;
-    while ((done = Atomics.load(c, C_DONE)) !== seq) Atomics.wait(c, C_DONE, done);
+    const acc = this.accScratch[0];
+    for (;;) {
+      const claim = Atomics.load(c, C_CLAIM);
+      const i = claim & 0xffff;
+      if (i >= chunks) break;
+      if (Atomics.compareExchange(c, C_CLAIM, claim, claim + 1) !== claim) continue;
+      const a = r0 + i * chunkRows;
+      fn(w, x, y, T, cols, rows, a, Math.min(r1, a + chunkRows), acc);
+      Atomics.add(c, C_FINISHED, 1);
+    }
+    // Only a chunk the other thread is computing right now is left to wait for.
+    let done = Atomics.load(c, C_FINISHED);
+    for (let i = 0; done !== chunks && i < SPIN_LOADS; i++) done = Atomics.load(c, C_FINISHED);
+    while ((done = Atomics.load(c, C_FINISHED)) !== chunks) Atomics.wait(c, C_FINISHED, done);
     if (Atomics.load(c, C_FAILED) === 1) throw new AirmError("MODEL_LOAD", "the second kernel thread failed; reload the model with threads: 1");
   }
 
