@@ -14,7 +14,7 @@ import { planTensorDelta } from "./delta-plan.ts";
 import { checkpointHashes, type CheckpointHashes } from "./tensor-hash-manifest.ts";
 import type { DecodeResult, DecodeStep, DeltaResult, EngineStats, EngineTokenizer, Engine, KVStream, PrefillOptions, PrefillResult, SwapResult } from "@airm/rm-core";
 import { PrefixCache } from "./prefix-cache.ts";
-import { checkKVBlobs, copyPosition, copyPrefix, layerBytes, requestKVBytes, type KVGeometry } from "@airm/rm-core";
+import { checkKVBlobs, copyPosition, copyPrefix, layerBytes, requestKVBytes, zeroPrefix, type KVGeometry } from "@airm/rm-core";
 import { appendColumn, type DecodeGraphShape, type HostDecodeResult } from "./native/rbln-decode-graph.ts";
 import { normalizeVariants, pickVariant, variantName } from "./variants.ts";
 
@@ -182,6 +182,8 @@ export class CpuBackedEngine implements Engine {
    * KV `host` (see decodeHostInput). Any other use of the cache forgets it (takeCache).
    */
   private readonly heldInput = new WeakMap<CpuKVCache, { host: WeakRef<KVBlobs>; n: number }>();
+  /** Idle caches: positions [0, n) may hold data, the rest are zero (see returnCache). */
+  private readonly dirty = new WeakMap<CpuKVCache, number>();
   private readonly prefixes: PrefixCache;
   /** Settles when the model computation in progress (if any) is done; see exclusive(). */
   private gate: Promise<void> = Promise.resolve();
@@ -313,18 +315,22 @@ export class CpuBackedEngine implements Engine {
     const cache = reused ?? this.cpu.newCache(S);
     if (reused) this.heldInput.delete(reused);
     if (reused && zero) {
-      for (let l = 0; l < this.geometry.layers; l++) {
-        cache.layerK(l).fill(0);
-        cache.layerV(l).fill(0);
-      }
+      // Only the positions a last user may have written: the rest is still zero.
+      const dirty = this.dirty.get(reused) ?? S;
+      for (let l = 0; l < this.geometry.layers; l++) zeroPrefix(this.geometry, S, dirty, cache.layerK(l), cache.layerV(l));
     }
     cache.n = 0;
     return cache;
   }
 
-  private returnCache(cache: CpuKVCache): void {
+  /**
+   * Keeps an idle cache for the next user (or frees it). `written`: the positions [0, written)
+   * that may hold data since it was zeroed; the rest must be zero (the default: every position).
+   */
+  private returnCache(cache: CpuKVCache, written = cache.S): void {
     const free = this.arena.get(cache.S) ?? [];
     if (free.length < (this.prepared.get(cache.S) ?? 0)) {
+      this.dirty.set(cache, Math.min(cache.S, written));
       free.push(cache);
       this.arena.set(cache.S, free);
       return;
@@ -433,10 +439,10 @@ export class CpuBackedEngine implements Engine {
       if (this.spec.residence === "device") stream.cache = cache;
       else {
         stream.host = { seqLen: S, n: tokens.length, k: k.map((x) => x.slice()), v: v.map((x) => x.slice()) };
-        this.returnCache(cache);
+        this.returnCache(cache, tokens.length);
       }
       this.streams.add(stream);
-    } else this.returnCache(cache);
+    } else this.returnCache(cache, tokens.length); // a prefill writes the prompt's positions only
     try {
       for (const p of pending) await p;
     } catch (e) {

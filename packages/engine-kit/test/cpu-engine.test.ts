@@ -226,6 +226,32 @@ describe("prefill and decode equal the model run solo", () => {
     }
   });
 
+  it("a prompt that reuses the idle cache of a longer one gets the KV bytes of a fresh engine (positions past it are zero)", async () => {
+    for (const residence of ["device", "host"] as const) {
+      const used = await CpuBackedEngine.open(modelDir, spec({ residence }));
+      const fresh = await CpuBackedEngine.open(modelDir, spec({ residence }));
+      try {
+        await used.prefill(prompts[2], { seqLen: S }); // the longest prompt first, in the cache the next one reuses
+        const short = prompts[1];
+        const a = await used.prefill(short, { seqLen: S });
+        const b = await fresh.prefill(short, { seqLen: S });
+        expect(prompts[2].length).toBeGreaterThan(short.length + 4);
+        for (let l = 0; l < 2; l++) {
+          expect(Buffer.from(a.kv.k[l]).equals(Buffer.from(b.kv.k[l]))).toBe(true);
+          expect(Buffer.from(a.kv.v[l]).equals(Buffer.from(b.kv.v[l]))).toBe(true);
+        }
+        // A long prompt, a failed one (positions written, then thrown away), then the short one again.
+        await used.prefill(prompts[2], { seqLen: S });
+        await expect(used.prefill(prompts[2], { seqLen: S, onLayer: () => Promise.reject(new Error("push failed")) })).rejects.toThrow("push failed");
+        const c = await used.prefill(short, { seqLen: S });
+        for (let l = 0; l < 2; l++) expect(Buffer.from(c.kv.k[l]).equals(Buffer.from(b.kv.k[l])) && Buffer.from(c.kv.v[l]).equals(Buffer.from(b.kv.v[l]))).toBe(true);
+      } finally {
+        await used.close();
+        await fresh.close();
+      }
+    }
+  });
+
   it("a rejected onLayer promise fails the prefill and frees its stream", async () => {
     const engine = await CpuBackedEngine.open(modelDir, spec());
     try {

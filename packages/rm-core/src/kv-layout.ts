@@ -81,3 +81,17 @@ export function copyPrefix(g: KVGeometry, S: number, n: number, srcK: Uint8Array
     dstV.set(srcV.subarray(o, o + n * run), o);
   }
 }
+
+/** Sets positions [0, n) of one layer's (k, v) at context S to zero (every position when n >= S). */
+export function zeroPrefix(g: Pick<KVGeometry, "kvHeads" | "headDim">, S: number, n: number, k: Uint8Array, v: Uint8Array): void {
+  if (n <= 0) return;
+  if (n >= S) {
+    k.fill(0);
+    v.fill(0);
+    return;
+  }
+  const rows = g.kvHeads * g.headDim;
+  for (let r = 0; r < rows; r++) k.fill(0, r * S * 2, (r * S + n) * 2);
+  const run = g.headDim * 2;
+  for (let h = 0; h < g.kvHeads; h++) v.fill(0, h * S * run, (h * S + n) * run);
+}
