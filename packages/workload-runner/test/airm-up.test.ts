@@ -8,20 +8,11 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { makeTinyModel } from "@airm/llama";
-import { sweepStaleClusterDirs } from "../src/index.ts";
+import { freePort, sweepStaleClusterDirs } from "../src/index.ts";
 
 const airm = fileURLToPath(new URL("../bin/airm.mjs", import.meta.url));
 let dir: string;
 let model: string;
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = createServer().listen(0, "127.0.0.1", () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 /** Direct children of `pid` as [pid, command line]. */
 function children(pid: number): [number, string][] {
