@@ -12,8 +12,15 @@ const MAX_PAGES = 65536; // wasm32: 4 GiB
 const ALIGN = 64;
 /** Below this many output values a matmul stays on the calling thread (no effect on bits). */
 const SPLIT_MIN_OUTPUTS = 256;
-/** Atomic loads a thread spins through before it sleeps on a futex (roughly 100-300 us). */
+/**
+ * How long a thread spins (atomic loads) before it sleeps on a futex: at most SPIN_LOADS
+ * (roughly 0.1 ms). Each thread adapts its budget to its waits (nextSpin): spinning pays when the
+ * other thread runs on another core, and only steals the core when both share one.
+ */
 const SPIN_LOADS = 20000;
+const SPIN_MIN = 1000;
+/** With a budget of 0, every this-many-th wait still spins SPIN_MIN loads to see whether spinning pays again. */
+const PROBE_EVERY = 16;
 /** Per-thread scratch of the matmul tiles: the bf16 4x4 tile's 16 accumulators, the quantized 4-token tile's sums and accumulators. */
 const ACC_SCRATCH_BYTES = 1024;
 
@@ -63,11 +70,15 @@ WebAssembly.instantiate(module, { env: { memory } }).then((instance) => {
   const kernels = [instance.exports.matmul, instance.exports.matmul_q8, instance.exports.matmul_q4, instance.exports.matmul_q4k, instance.exports.matmul_q6k];
   parentPort.postMessage("ready");
   let last = 0;
+  let budget = ${SPIN_LOADS};
+  let waits = 0;
   for (;;) {
-    let seq = Atomics.load(ctrl, ${C_SEQ});
     // Spin a little before sleeping: the next matmul of a forward pass comes within microseconds,
-    // and a futex wake-up costs tens of them.
-    for (let i = 0; seq === last && i < ${SPIN_LOADS}; i++) seq = Atomics.load(ctrl, ${C_SEQ});
+    // and a futex wake-up costs tens of them (the budget adapts: nextSpin in kernel-runtime.ts).
+    const spin = budget > 0 ? budget : ++waits % ${PROBE_EVERY} === 0 ? ${SPIN_MIN} : 0;
+    let seq = Atomics.load(ctrl, ${C_SEQ});
+    for (let i = 0; seq === last && i < spin; i++) seq = Atomics.load(ctrl, ${C_SEQ});
+    if (spin > 0) budget = seq !== last ? Math.min(${SPIN_LOADS}, Math.max(${SPIN_MIN}, budget * 2)) : budget >> 1 < ${SPIN_MIN} ? 0 : budget >> 1;
     while ((seq = Atomics.load(ctrl, ${C_SEQ})) === last) Atomics.wait(ctrl, ${C_SEQ}, last);
     last = seq;
     if (Atomics.load(ctrl, ${C_QUIT}) === 1) break;
@@ -92,6 +103,21 @@ WebAssembly.instantiate(module, { env: { memory } }).then((instance) => {
 });
 `;
 
+/**
+ * A thread's spin budget for its next wait, from its last one: work that came while it spun
+ * doubles it (up to SPIN_LOADS), a spin that ran out halves it (below SPIN_MIN: 0, sleep at once).
+ * The worker thread's copy of this rule is in WORKER_SOURCE.
+ */
+export function nextSpin(budget: number, spun: boolean): number {
+  if (spun) return Math.min(SPIN_LOADS, Math.max(SPIN_MIN, budget * 2));
+  return budget >> 1 < SPIN_MIN ? 0 : budget >> 1;
+}
+
+/** The loads to spin for this wait: the budget, or a probe of SPIN_MIN every PROBE_EVERY-th wait when it is 0. */
+function spinFor(budget: number, wait: number): number {
+  return budget > 0 ? budget : wait % PROBE_EVERY === 0 ? SPIN_MIN : 0;
+}
+
 export interface KernelRuntimeOptions {
   threads?: 1 | 2;
   /** Bytes to reserve up front (weights); the memory grows later as needed. */
@@ -112,6 +138,9 @@ export class KernelRuntime {
   private worker: Worker | undefined;
   private readonly ctrl: Int32Array;
   private seq = 0;
+  /** This thread's spin budget while it waits for the other one's chunk (see nextSpin). */
+  private spin = SPIN_LOADS;
+  private waits = 0;
   private closed = false;
   /** 256 bytes of matmul accumulator scratch per thread (main, worker). */
   private readonly accScratch: [number, number];
@@ -277,9 +306,16 @@ export class KernelRuntime {
     }
     // Only a chunk the other thread is computing right now is left to wait for.
     let done = Atomics.load(c, C_FINISHED);
-    for (let i = 0; done !== chunks && i < SPIN_LOADS; i++) done = Atomics.load(c, C_FINISHED);
+    if (done === chunks) return this.checkWorker();
+    const spin = spinFor(this.spin, ++this.waits);
+    for (let i = 0; done !== chunks && i < spin; i++) done = Atomics.load(c, C_FINISHED);
+    if (spin > 0) this.spin = nextSpin(this.spin, done === chunks);
     while ((done = Atomics.load(c, C_FINISHED)) !== chunks) Atomics.wait(c, C_FINISHED, done);
-    if (Atomics.load(c, C_FAILED) === 1) throw new AirmError("MODEL_LOAD", "the second kernel thread failed; reload the model with threads: 1");
+    this.checkWorker();
+  }
+
+  private checkWorker(): void {
+    if (Atomics.load(this.ctrl, C_FAILED) === 1) throw new AirmError("MODEL_LOAD", "the second kernel thread failed; reload the model with threads: 1");
   }
 
   /**
