@@ -108,7 +108,7 @@ WebAssembly.instantiate(module, { env: { memory } }).then((instance) => {
  * doubles it (up to SPIN_LOADS), a spin that ran out halves it (below SPIN_MIN: 0, sleep at once).
  * The worker thread's copy of this rule is in WORKER_SOURCE.
  */
-export function nextSpin(budget: number, spun: boolean): number {
+function nextSpin(budget: number, spun: boolean): number {
   if (spun) return Math.min(SPIN_LOADS, Math.max(SPIN_MIN, budget * 2));
   return budget >> 1 < SPIN_MIN ? 0 : budget >> 1;
 }
@@ -306,16 +306,13 @@ export class KernelRuntime {
     }
     // Only a chunk the other thread is computing right now is left to wait for.
     let done = Atomics.load(c, C_FINISHED);
-    if (done === chunks) return this.checkWorker();
-    const spin = spinFor(this.spin, ++this.waits);
-    for (let i = 0; done !== chunks && i < spin; i++) done = Atomics.load(c, C_FINISHED);
-    if (spin > 0) this.spin = nextSpin(this.spin, done === chunks);
-    while ((done = Atomics.load(c, C_FINISHED)) !== chunks) Atomics.wait(c, C_FINISHED, done);
-    this.checkWorker();
-  }
-
-  private checkWorker(): void {
-    if (Atomics.load(this.ctrl, C_FAILED) === 1) throw new AirmError("MODEL_LOAD", "the second kernel thread failed; reload the model with threads: 1");
+    if (done !== chunks) {
+      const spin = spinFor(this.spin, ++this.waits);
+      for (let i = 0; done !== chunks && i < spin; i++) done = Atomics.load(c, C_FINISHED);
+      if (spin > 0) this.spin = nextSpin(this.spin, done === chunks);
+      while ((done = Atomics.load(c, C_FINISHED)) !== chunks) Atomics.wait(c, C_FINISHED, done);
+    }
+    if (Atomics.load(c, C_FAILED) === 1) throw new AirmError("MODEL_LOAD", "the second kernel thread failed; reload the model with threads: 1");
   }
 
   /**
