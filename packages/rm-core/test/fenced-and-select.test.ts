@@ -60,6 +60,11 @@ describe("a case the plugin declares it cannot run", () => {
     expect(ran.some((n) => n.startsWith("roundtrip-1b:"))).toBe(false);
     expect(ran.length).toBeGreaterThan(5);
   });
+  test("a skip without a reason, or of a case that does not exist, is refused", () => {
+    const factory = async () => mapTransport(new Map(), false);
+    expect(() => kvTransportSuite({ test: declare, factory, skip: { "roundtrip-1b": " " } })).toThrow(/needs a reason/);
+    expect(() => kvTransportSuite({ test: declare, factory, skip: { "no-such-case": "why" } })).toThrow(/not a conformance case/);
+  });
 });
 
 describe("selectTransport", () => {

@@ -11,7 +11,7 @@ export interface KVTransportSuiteOptions {
   test: TestFn & { skip: TestFn };
   /** A fresh endpoint of the transport under test; called for the producer and the consumer. */
   factory: () => Promise<KVTransport>;
-  /** Case ids to leave out, with the reason (shown as skipped). */
+  /** Case ids to leave out, each with the reason shown in the skipped test's name (an unknown id or an empty reason is refused). */
   skip?: Record<string, string>;
   timeoutMs?: number;
 }
@@ -30,9 +30,13 @@ async function runCase(run: (ctx: KVCaseContext) => Promise<void>, factory: () =
 /** Declares one test per conformance case. */
 export function kvTransportSuite(opts: KVTransportSuiteOptions): void {
   const prefix = newRunPrefix();
+  for (const [id, reason] of Object.entries(opts.skip ?? {})) {
+    if (!kvTransportCases.some((c) => c.id === id)) throw new Error(`kvTransportSuite: skip names "${id}", which is not a conformance case`);
+    if (typeof reason !== "string" || reason.trim() === "") throw new Error(`kvTransportSuite: skip of "${id}" needs a reason, shown in the skipped test's name`);
+  }
   for (const c of kvTransportCases) {
     const reason = opts.skip?.[c.id];
-    if (reason) {
+    if (reason !== undefined) {
       opts.test.skip(`${c.id}: ${c.title} (skipped: ${reason})`, async () => {});
       continue;
     }
