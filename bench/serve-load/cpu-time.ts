@@ -36,7 +36,7 @@ function cpuSeconds(pid: number): number | null {
   }
 }
 
-/** A part's name from its command line: the worker's role (and port), the gateway, a sidecar. */
+/** A part's name from its command line, as `names` gives it (null: not a part to count). */
 function partName(pid: number, names: (cmdline: string[]) => string | null): string | null {
   try {
     return names(readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0"));

@@ -14,7 +14,7 @@ const ALIGN = 64;
 const SPLIT_MIN_OUTPUTS = 256;
 /**
  * How long a thread spins (atomic loads) before it sleeps on a futex: at most SPIN_LOADS
- * (roughly 0.1 ms). Each thread adapts its budget to its waits (nextSpin): spinning pays when the
+ * (roughly 0.1 ms). Each thread adapts its budget to its waits (adaptiveWait): spinning pays when the
  * other thread runs on another core, and only steals the core when both share one.
  */
 const SPIN_LOADS = 20000;
@@ -60,63 +60,90 @@ const CHUNKS = 8;
 /** The job tag in C_CLAIM (15 bits keep the word positive). */
 const TAG_MASK = 0x7fff;
 
+/** A thread's adaptive spin budget (see adaptiveWait). */
+interface SpinState {
+  budget: number;
+  waits: number;
+}
+
+/**
+ * Waits until `ready(ctrl[word])`: spins through up to the state's budget of atomic loads, then
+ * sleeps in Atomics.wait. The budget adapts: work that came during the spin doubles it (up to
+ * `max`), a spin that ran out halves it (below `min`: 0, sleep at once), and with 0 every
+ * `probeEvery`-th wait still spins `min` loads to see whether spinning pays again. Self-contained
+ * (parameters only): the worker thread runs this function's own source.
+ */
+function adaptiveWait(ctrl: Int32Array, word: number, ready: (v: number) => boolean, s: SpinState, max: number, min: number, probeEvery: number): void {
+  let v = Atomics.load(ctrl, word);
+  if (ready(v)) return;
+  const spin = s.budget > 0 ? s.budget : ++s.waits % probeEvery === 0 ? min : 0;
+  for (let i = 0; !ready(v) && i < spin; i++) v = Atomics.load(ctrl, word);
+  if (spin > 0) s.budget = ready(v) ? Math.min(max, Math.max(min, s.budget * 2)) : s.budget >> 1 < min ? 0 : s.budget >> 1;
+  while (!ready((v = Atomics.load(ctrl, word)))) Atomics.wait(ctrl, word, v);
+}
+
+/**
+ * Claims chunks of rows [r0, r1) of the job tagged `tag` (compare-and-swap on ctrl[claimWord],
+ * which holds (tag << 16) | next chunk) and runs each with `run(a, b)` until none is left or a
+ * later job has replaced this one; counts each finished chunk in ctrl[finishedWord] and wakes a
+ * waiter after the last. Both threads run it (the worker thread from this function's source).
+ */
+function claimChunks(
+  ctrl: Int32Array,
+  claimWord: number,
+  finishedWord: number,
+  tag: number,
+  r0: number,
+  r1: number,
+  chunkRows: number,
+  chunks: number,
+  run: (a: number, b: number) => void,
+): void {
+  for (;;) {
+    const c = Atomics.load(ctrl, claimWord);
+    if ((c & ~0xffff) !== tag || (c & 0xffff) >= chunks) return;
+    if (Atomics.compareExchange(ctrl, claimWord, c, c + 1) !== c) continue;
+    const a = r0 + (c & 0xffff) * chunkRows;
+    try {
+      run(a, Math.min(r1, a + chunkRows));
+    } finally {
+      if (Atomics.add(ctrl, finishedWord, 1) + 1 === chunks) Atomics.notify(ctrl, finishedWord);
+    }
+  }
+}
+
 // Plain script (eval) so the worker needs no TypeScript loader; it only runs matmul row chunks.
 const WORKER_SOURCE = `
 const { workerData, parentPort } = require("node:worker_threads");
 const { module, memory, ctrl: ctrlBuffer } = workerData;
 const ctrl = new Int32Array(ctrlBuffer);
+const adaptiveWait = ${adaptiveWait.toString()};
+const claimChunks = ${claimChunks.toString()};
 WebAssembly.instantiate(module, { env: { memory } }).then((instance) => {
   // by weight kind: 0 bf16, 1 q8, 2 q4, 3 q4k, 4 q6k (quant-image.ts KIND)
   const kernels = [instance.exports.matmul, instance.exports.matmul_q8, instance.exports.matmul_q4, instance.exports.matmul_q4k, instance.exports.matmul_q6k];
   parentPort.postMessage("ready");
   let last = 0;
-  let budget = ${SPIN_LOADS};
-  let waits = 0;
+  const spin = { budget: ${SPIN_LOADS}, waits: 0 };
   for (;;) {
-    // Spin a little before sleeping: the next matmul of a forward pass comes within microseconds,
-    // and a futex wake-up costs tens of them (the budget adapts: nextSpin in kernel-runtime.ts).
-    const spin = budget > 0 ? budget : ++waits % ${PROBE_EVERY} === 0 ? ${SPIN_MIN} : 0;
-    let seq = Atomics.load(ctrl, ${C_SEQ});
-    for (let i = 0; seq === last && i < spin; i++) seq = Atomics.load(ctrl, ${C_SEQ});
-    if (spin > 0) budget = seq !== last ? Math.min(${SPIN_LOADS}, Math.max(${SPIN_MIN}, budget * 2)) : budget >> 1 < ${SPIN_MIN} ? 0 : budget >> 1;
-    while ((seq = Atomics.load(ctrl, ${C_SEQ})) === last) Atomics.wait(ctrl, ${C_SEQ}, last);
-    last = seq;
+    // The next matmul of a forward pass comes within microseconds, and a futex wake-up costs tens of them.
+    adaptiveWait(ctrl, ${C_SEQ}, (v) => v !== last, spin, ${SPIN_LOADS}, ${SPIN_MIN}, ${PROBE_EVERY});
+    const seq = (last = Atomics.load(ctrl, ${C_SEQ}));
     if (Atomics.load(ctrl, ${C_QUIT}) === 1) break;
-    const tag = (seq & ${TAG_MASK}) << 16;
-    for (;;) {
-      const c = Atomics.load(ctrl, ${C_CLAIM});
-      if ((c & ~0xffff) !== tag) break; // a later job already: this one is done
-      const a = ${C_ARGS};
-      const i = c & 0xffff;
-      if (i >= ctrl[a + 11]) break;
-      if (Atomics.compareExchange(ctrl, ${C_CLAIM}, c, c + 1) !== c) continue;
+    // Arguments read now belong to this job whenever a claim below succeeds: the caller writes the
+    // next job's only once every chunk of this one is finished.
+    const [w, x, y, T, cols, rows, r0, r1, acc, kind, chunkRows, chunks] = ctrl.subarray(${C_ARGS}, ${C_ARGS + 12});
+    claimChunks(ctrl, ${C_CLAIM}, ${C_FINISHED}, (seq & ${TAG_MASK}) << 16, r0, r1, chunkRows, chunks, (a, b) => {
       try {
-        const r0 = ctrl[a + 6] + i * ctrl[a + 10];
-        kernels[ctrl[a + 9]](ctrl[a], ctrl[a + 1], ctrl[a + 2], ctrl[a + 3], ctrl[a + 4], ctrl[a + 5], r0, Math.min(ctrl[a + 7], r0 + ctrl[a + 10]), ctrl[a + 8]);
+        kernels[kind](w, x, y, T, cols, rows, a, b, acc);
       } catch (e) {
         Atomics.store(ctrl, ${C_FAILED}, 1);
       }
-      if (Atomics.add(ctrl, ${C_FINISHED}, 1) + 1 === ctrl[a + 11]) Atomics.notify(ctrl, ${C_FINISHED});
-    }
+    });
   }
   parentPort.close();
 });
 `;
-
-/**
- * A thread's spin budget for its next wait, from its last one: work that came while it spun
- * doubles it (up to SPIN_LOADS), a spin that ran out halves it (below SPIN_MIN: 0, sleep at once).
- * The worker thread's copy of this rule is in WORKER_SOURCE.
- */
-function nextSpin(budget: number, spun: boolean): number {
-  if (spun) return Math.min(SPIN_LOADS, Math.max(SPIN_MIN, budget * 2));
-  return budget >> 1 < SPIN_MIN ? 0 : budget >> 1;
-}
-
-/** The loads to spin for this wait: the budget, or a probe of SPIN_MIN every PROBE_EVERY-th wait when it is 0. */
-function spinFor(budget: number, wait: number): number {
-  return budget > 0 ? budget : wait % PROBE_EVERY === 0 ? SPIN_MIN : 0;
-}
 
 export interface KernelRuntimeOptions {
   threads?: 1 | 2;
@@ -138,9 +165,8 @@ export class KernelRuntime {
   private worker: Worker | undefined;
   private readonly ctrl: Int32Array;
   private seq = 0;
-  /** This thread's spin budget while it waits for the other one's chunk (see nextSpin). */
-  private spin = SPIN_LOADS;
-  private waits = 0;
+  /** This thread's spin budget while it waits for the other one's chunk (see adaptiveWait). */
+  private readonly spin: SpinState = { budget: SPIN_LOADS, waits: 0 };
   private closed = false;
   /** 256 bytes of matmul accumulator scratch per thread (main, worker). */
   private readonly accScratch: [number, number];
@@ -295,23 +321,9 @@ export class KernelRuntime {
     Atomics.store(c, C_SEQ, seq);
     Atomics.notify(c, C_SEQ);
     const acc = this.accScratch[0];
-    for (;;) {
-      const claim = Atomics.load(c, C_CLAIM);
-      const i = claim & 0xffff;
-      if (i >= chunks) break;
-      if (Atomics.compareExchange(c, C_CLAIM, claim, claim + 1) !== claim) continue;
-      const a = r0 + i * chunkRows;
-      fn(w, x, y, T, cols, rows, a, Math.min(r1, a + chunkRows), acc);
-      Atomics.add(c, C_FINISHED, 1);
-    }
+    claimChunks(c, C_CLAIM, C_FINISHED, tag, r0, r1, chunkRows, chunks, (a, b) => fn(w, x, y, T, cols, rows, a, b, acc));
     // Only a chunk the other thread is computing right now is left to wait for.
-    let done = Atomics.load(c, C_FINISHED);
-    if (done !== chunks) {
-      const spin = spinFor(this.spin, ++this.waits);
-      for (let i = 0; done !== chunks && i < spin; i++) done = Atomics.load(c, C_FINISHED);
-      if (spin > 0) this.spin = nextSpin(this.spin, done === chunks);
-      while ((done = Atomics.load(c, C_FINISHED)) !== chunks) Atomics.wait(c, C_FINISHED, done);
-    }
+    adaptiveWait(c, C_FINISHED, (done) => done === chunks, this.spin, SPIN_LOADS, SPIN_MIN, PROBE_EVERY);
     if (Atomics.load(c, C_FAILED) === 1) throw new AirmError("MODEL_LOAD", "the second kernel thread failed; reload the model with threads: 1");
   }
 
