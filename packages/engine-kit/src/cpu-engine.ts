@@ -12,7 +12,19 @@ import { type ArtifactCache, artifactKey } from "./artifact-cache.ts";
 import { LLAMA, type CpuCheckpoint, type CpuKVCache, type CpuModel, type CpuWeightsMode, type LlamaModule } from "./cpu-model.ts";
 import { planTensorDelta } from "./delta-plan.ts";
 import { checkpointHashes, type CheckpointHashes } from "./tensor-hash-manifest.ts";
-import type { DecodeResult, DecodeStep, DeltaResult, EngineStats, EngineTokenizer, Engine, KVStream, PrefillOptions, PrefillResult, SwapResult } from "@airm/rm-core";
+import type {
+  DecodeResult,
+  DecodeStep,
+  DeltaResult,
+  EngineStats,
+  EngineTokenizer,
+  Engine,
+  KVStream,
+  PrefillOptions,
+  PrefillResult,
+  SwapResult,
+  TokenConstraint,
+} from "@airm/rm-core";
 import { PrefixCache } from "./prefix-cache.ts";
 import { checkKVBlobs, copyPosition, copyPrefix, layerBytes, requestKVBytes, zeroPrefix, type KVGeometry } from "@airm/rm-core";
 import { appendColumn, type DecodeGraphShape, type HostDecodeResult } from "./native/rbln-decode-graph.ts";
@@ -354,13 +366,24 @@ export class CpuBackedEngine implements Engine {
     return stream;
   }
 
-  private sample(logits: Float32Array, sampling: SamplingParams | undefined, position: number): number {
-    return this.llama.sample(logits, { temperature: 0, ...sampling }, position);
+  /**
+   * The token at `position` from one row of logits: the constraint's mask first (in place), then
+   * the sampler (logit bias, temperature, top-k/p); log-probabilities, when asked, come from the
+   * masked logits before the bias (see TokenLogprobs).
+   */
+  private pick(logits: Float32Array, sampling: SamplingParams | undefined, position: number, constraint: TokenConstraint | undefined, top: number | undefined): DecodeResult {
+    const mask = constraint?.allowedTokens() ?? null;
+    if (mask) this.llama.applyTokenMask(logits, mask);
+    const token = this.llama.sample(logits, { temperature: 0, ...sampling }, position);
+    return top === undefined ? { token } : { token, logprobs: this.llama.tokenLogprobs(logits, token, top) };
   }
 
   /** Runs the sampler once on a tiny input so bad parameters fail before any compute or state change. */
   private checkSampling(sampling: SamplingParams | undefined): void {
-    if (sampling) this.sample(new Float32Array(2), sampling, 0);
+    if (!sampling) return;
+    const { logitBias, ...rest } = sampling;
+    this.llama.sample(new Float32Array(2), { temperature: 0, ...rest }, 0);
+    this.llama.checkLogitBias(logitBias, this.ckpt.config.vocabSize);
   }
 
   private checkTokens(tokens: number[], what: string): void {
@@ -427,12 +450,19 @@ export class CpuBackedEngine implements Engine {
       throw e;
     }
     const computeMs = timing.computeMs;
-    const logits = rows[rows.length - 1];
-    const firstToken = this.sample(logits, options.sampling, tokens.length);
     const top = options.logprobs ?? 0;
     const logprobs: Pick<PrefillResult, "firstLogprobs" | "promptLogprobs"> = {};
-    if (options.logprobs !== undefined) logprobs.firstLogprobs = this.llama.tokenLogprobs(logits, firstToken, top);
+    // Prompt positions are scored before the last row is masked for the first token.
     if (options.promptLogprobs) logprobs.promptLogprobs = tokens.slice(1).map((t, i) => this.llama.tokenLogprobs(rows[i], t, top));
+    let firstToken: number;
+    try {
+      const first = this.pick(rows[rows.length - 1], options.sampling, tokens.length, options.constraint, options.logprobs);
+      firstToken = first.token;
+      if (first.logprobs) logprobs.firstLogprobs = first.logprobs;
+    } catch (e) {
+      this.returnCache(cache, tokens.length);
+      throw e;
+    }
     let stream: EngineStream | undefined;
     if (options.keepStream) {
       stream = new EngineStream(this, S, this.spec.residence);
@@ -572,9 +602,12 @@ export class CpuBackedEngine implements Engine {
         const streams = own.slice(at, at + B);
         const logits = this.spec.residence === "device" ? this.decodeResident(streams, group) : this.decodeHostInput(streams, group);
         for (let i = 0; i < group.length; i++) {
-          const token = this.sample(logits[i], group[i].sampling, streams[i].length);
-          const lp = group[i].logprobs;
-          out[at + i] = lp === undefined ? { token } : { token, logprobs: this.llama.tokenLogprobs(logits[i], token, lp) };
+          // A stream whose constraint fails fails alone: the others' tokens stand.
+          try {
+            out[at + i] = this.pick(logits[i], group[i].sampling, streams[i].length, group[i].constraint, group[i].logprobs);
+          } catch (error) {
+            out[at + i] = { token: -1, error };
+          }
         }
       }
     });

@@ -2,7 +2,7 @@
 // model with its KV caches, packed weight images (artifact cache, warm start), per-tensor updates
 // (delta load) and the sampler. Knows nothing about devices or variants.
 
-import { LlamaModel, loadCheckpoint, sample, tokenLogprobs, type Checkpoint, type KVCache, type TensorSource, type WeightsMode } from "@airm/llama";
+import { LlamaModel, applyTokenMask, checkLogitBias, loadCheckpoint, sample, tokenLogprobs, type Checkpoint, type KVCache, type TensorSource, type WeightsMode } from "@airm/llama";
 
 export type CpuCheckpoint = Checkpoint;
 export type CpuKVCache = KVCache;
@@ -19,6 +19,8 @@ export interface LlamaModule {
   LlamaModel: typeof LlamaModel;
   sample: typeof sample;
   tokenLogprobs: typeof tokenLogprobs;
+  applyTokenMask: typeof applyTokenMask;
+  checkLogitBias: typeof checkLogitBias;
 }
 
-export const LLAMA: LlamaModule = { loadCheckpoint, LlamaModel, sample, tokenLogprobs };
+export const LLAMA: LlamaModule = { loadCheckpoint, LlamaModel, sample, tokenLogprobs, applyTokenMask, checkLogitBias };

@@ -25,7 +25,7 @@ export {
 export { LlamaModel, bf16Bits, WEIGHTS_MODES, type LlamaModelOptions, type PrefillOptions, type DecodeStep, type WeightsMode } from "./model/llama-model.ts";
 export type { KVCache } from "./model/kv-cache.ts";
 export { generate, continueGeneration, continueFromToken, type GenerateOptions, type GenerateResult } from "./model/generate.ts";
-export { sample, argmax, counterUniform, tokenLogprobs, type SamplingParams, type TokenLogprobs } from "./sampling/sample.ts";
+export { sample, argmax, applyTokenMask, checkLogitBias, counterUniform, tokenLogprobs, type SamplingParams, type TokenLogprobs } from "./sampling/sample.ts";
 export { ropeInverseFrequencies } from "./model/rope.ts";
 export { KERNEL_VERSION, NUMERICS_CHOICES } from "./kernels/assemble.ts";
 export { KernelRuntime, type KernelRuntimeOptions } from "./kernels/kernel-runtime.ts";

@@ -248,10 +248,25 @@ export interface KVStream {
   readonly residence: "device" | "host";
 }
 
+/**
+ * The token ids a structured-output matcher allows next (a JSON schema, regex, choice or grammar
+ * the worker drives; the engine only applies it). The sampler, greedy or not, sees only these ids.
+ */
+export interface TokenConstraint {
+  /**
+   * A bitmask over the vocabulary (bit `i & 31` of word `i >> 5` set: id `i` may come next), or
+   * null when every id may. Called once per sampled position, after the forward pass; it may
+   * block until the matcher has the mask. Throws GrammarError when the matcher failed.
+   */
+  allowedTokens(): Int32Array | null;
+}
+
 export interface PrefillOptions {
   /** Context S of the variant to run (from pickVariant); also the S of the returned KV. */
   seqLen: number;
   sampling?: SamplingParams;
+  /** Restricts the first token to what a grammar allows (structured outputs). */
+  constraint?: TokenConstraint;
   /**
    * Called once per layer, in order, as soon as that layer's K and V for the whole prompt are
    * final: layer blobs in layout rngd-pd/v1, the same arrays the result's `kv` holds. Compute
@@ -294,6 +309,8 @@ export interface DecodeStep {
   /** The token to append at position `stream.length`. */
   token: number;
   sampling?: SamplingParams;
+  /** Restricts the next token to what a grammar allows (structured outputs). */
+  constraint?: TokenConstraint;
   /** Also return the next token's log-probability and this many alternatives. */
   logprobs?: number;
 }
@@ -302,6 +319,8 @@ export interface DecodeStep {
 export interface DecodeResult {
   token: number;
   logprobs?: TokenLogprobs;
+  /** Set when this stream's step failed on its own (its constraint): `token` is then meaningless; the other streams' results stand. */
+  error?: unknown;
 }
 
 export interface SwapResult {

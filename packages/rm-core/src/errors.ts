@@ -18,6 +18,7 @@ export type AirmErrorCode =
   | "CONFIG"
   | "DEVICE"
   | "MODEL_LOAD"
+  | "GRAMMAR"
   | "USAGE";
 
 export class AirmError extends Error {
@@ -143,6 +144,21 @@ export class ConfigError extends AirmError {
 export class DeviceError extends AirmError {
   constructor(message: string, options?: { cause?: unknown }) {
     super("DEVICE", message, options);
+  }
+}
+
+/**
+ * A structured-output constraint (JSON schema, regex, choice, grammar, tool call) that cannot be
+ * built (`invalid`: the request's fault, its field in `param`) or whose matcher failed while it
+ * ran (a token the grammar rejected, the grammar engine gone): never tokens outside the grammar.
+ */
+export class GrammarError extends AirmError {
+  readonly param: string | null;
+  readonly invalid: boolean;
+  constructor(message: string, options: { param?: string | null; invalid: boolean; cause?: unknown }) {
+    super("GRAMMAR", message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.param = options.param ?? null;
+    this.invalid = options.invalid;
   }
 }
 

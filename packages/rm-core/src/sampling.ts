@@ -9,6 +9,10 @@ export const SamplingSchema = z
     topP: z.number().gt(0).max(1).optional().describe("nucleus mass in (0, 1]"),
     topK: z.number().int().min(1).optional().describe("keep the k most likely ids"),
     seed: z.number().int().min(0).max(0xffff_ffff).optional().describe("seed of the counter-based draw keyed by (seed, position)"),
+    logitBias: z
+      .array(z.tuple([z.number().int().min(0), z.number().min(-100).max(100)]))
+      .optional()
+      .describe("[token id, bias] pairs added to the logits before temperature, top-k and top-p (OpenAI logit_bias)"),
   })
   .strict();
 
@@ -22,8 +26,10 @@ export interface TopLogprob {
 }
 
 /**
- * The log-probability of a chosen token and of the most likely ones, from the raw logits the
- * sampler saw (before temperature, top-k or top-p), as OpenAI and vLLM report them.
+ * The log-probability of a chosen token and of the most likely ones, from the model's logits
+ * after a structured-output mask (when the request has one) and before logit_bias, temperature,
+ * top-k and top-p: what vLLM reports (its default logprobs mode, with the grammar's bitmask
+ * applied ahead of the sampler).
  */
 export interface TokenLogprobs {
   token: number;

@@ -38,7 +38,10 @@ export class DecodeBatcher {
       this.onStep(group.length);
       try {
         const next = await this.engine.decode(group.map((g) => g.step));
-        for (const [i, g] of group.entries()) g.resolve(next[i]);
+        for (const [i, g] of group.entries()) {
+          if (next[i].error !== undefined) g.reject(next[i].error);
+          else g.resolve(next[i]);
+        }
       } catch (err) {
         for (const g of group) g.reject(err);
       }

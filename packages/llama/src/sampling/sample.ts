@@ -40,6 +40,41 @@ export function counterUniform(seed: number, position: number, stream = 0): numb
   return (a * 2 ** 21 + (b >>> 11)) / 2 ** 53;
 }
 
+/**
+ * Sets every id the bitmask does not allow to -Infinity, in place (bit `i & 31` of word `i >> 5`:
+ * id `i` allowed; ids past the mask's words are disallowed). Throws ConfigError when the mask
+ * allows no id of this vocabulary: there would be nothing to sample.
+ */
+export function applyTokenMask(logits: Float32Array, mask: Int32Array): void {
+  const V = logits.length;
+  let allowed = 0;
+  for (let w = 0; w * 32 < V; w++) {
+    const bits = w < mask.length ? mask[w] : 0;
+    const start = w * 32;
+    const end = Math.min(start + 32, V);
+    if (bits === -1 && end - start === 32) {
+      allowed += 32;
+      continue;
+    }
+    if (bits === 0) {
+      logits.fill(-Infinity, start, end);
+      continue;
+    }
+    for (let i = start; i < end; i++) {
+      if ((bits >>> (i - start)) & 1) allowed++;
+      else logits[i] = -Infinity;
+    }
+  }
+  if (allowed === 0) throw new ConfigError("constraint", "the grammar allows no token of this vocabulary at this position");
+}
+
+/** `logits` with each [id, bias] added (a copy; the caller's logits stay the model's). */
+function biased(logits: Float32Array, bias: [number, number][]): Float32Array {
+  const out = logits.slice();
+  for (const [id, b] of bias) out[id] += b;
+  return out;
+}
+
 function checkParams(p: SamplingParams): void {
   if (p.temperature !== undefined && !(Number.isFinite(p.temperature) && p.temperature >= 0)) {
     throw new ConfigError("temperature", `must be a finite number >= 0, got ${p.temperature}`);
@@ -51,6 +86,14 @@ function checkParams(p: SamplingParams): void {
   }
 }
 
+/** Throws ConfigError naming logit_bias for an id outside [0, vocabSize) or a bias outside [-100, 100]. */
+export function checkLogitBias(bias: [number, number][] | undefined, vocabSize: number): void {
+  for (const [id, b] of bias ?? []) {
+    if (!Number.isInteger(id) || id < 0 || id >= vocabSize) throw new ConfigError("logit_bias", `token id ${id} is not an id of this vocabulary [0, ${vocabSize})`);
+    if (!(b >= -100 && b <= 100)) throw new ConfigError("logit_bias", `the bias of token ${id} must be in [-100, 100], got ${b}`);
+  }
+}
+
 /** Orders ids by logit descending, then id ascending. */
 function byLogitThenId(logits: Float32Array): (a: number, b: number) => number {
   return (a, b) => logits[b] - logits[a] || a - b;
@@ -58,13 +101,17 @@ function byLogitThenId(logits: Float32Array): (a: number, b: number) => number {
 
 /**
  * Picks the next token id. `position` is the index the sampled token will have in the sequence
- * (prompt length for the first generated token). Greedy when temperature is 0 or undefined.
- * Otherwise: keep the top-k ids (logit desc, id asc), scale by 1/temperature, softmax (f64),
+ * (prompt length for the first generated token). `logitBias` is added first (to a copy). Greedy
+ * when temperature is 0 or undefined. Otherwise: keep the top-k ids (logit desc, id asc), scale by 1/temperature, softmax (f64),
  * keep the smallest prefix reaching top-p, and draw with `counterUniform(seed, position)`.
  * Throws ConfigError for out-of-range parameters.
  */
 export function sample(logits: Float32Array, p: SamplingParams, position: number): number {
   checkParams(p);
+  if (p.logitBias?.length) {
+    checkLogitBias(p.logitBias, logits.length);
+    logits = biased(logits, p.logitBias);
+  }
   if (!p.temperature) return argmax(logits);
   const V = logits.length;
   const invT = 1 / p.temperature;
