@@ -293,6 +293,7 @@ export class CpuBackedEngine implements Engine {
       decode: (ids, options) => ckpt.tokenizer.decode(ids, options),
       renderChat: ckpt.renderChat ? (messages, options) => ckpt.renderChat!(messages, options) : undefined,
       tokenBytes: ckpt.tokenizer.tokenBytes ? (id) => ckpt.tokenizer.tokenBytes!(id) : undefined,
+      vocabulary: ckpt.tokenizer.vocabulary ? () => ckpt.tokenizer.vocabulary!() : undefined,
     };
   }
 

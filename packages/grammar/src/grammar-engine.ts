@@ -73,6 +73,11 @@ export class GrammarEngine {
     return this.thread;
   }
 
+  /** Resolves when `spec` builds into a grammar; throws GrammarError (invalid, naming `param`) when it does not. */
+  check(spec: GrammarSpec, param: string): Promise<void> {
+    return this.checker.check(spec, param);
+  }
+
   /**
    * A matcher for `spec` that has accepted `replay` (the tokens already generated under it).
    * `param` names the request field in errors. Throws GrammarError: invalid specs (400), a replay

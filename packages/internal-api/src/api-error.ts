@@ -78,8 +78,8 @@ export class OverloadedError extends ApiError {
 
 /**
  * Maps any failure to the API error a caller sees: ApiError as is; rm-core's typed errors by code
- * (context overflow 400, KV integrity 502, KV timeout 504, transport 502); anything else 500 with
- * `fallbackCode`.
+ * (context overflow 400, KV integrity 502, KV timeout 504, transport 502, a grammar the request
+ * got wrong 400 and one that failed 500); anything else 500 with `fallbackCode`.
  */
 export function toApiError(err: unknown, fallbackCode = "engine_error"): ApiError {
   if (err instanceof ApiError) return err;
@@ -93,6 +93,10 @@ export function toApiError(err: unknown, fallbackCode = "engine_error"): ApiErro
     return new ApiError(502, "kv_transport_error", err.message);
   }
   if (isAirmError(err, "CONFIG")) return new ApiError(400, "invalid_request", err.message, (err as AirmError & { key?: string }).key ?? null);
+  if (isAirmError(err, "GRAMMAR")) {
+    const e = err as AirmError & { invalid: boolean; param: string | null };
+    return e.invalid ? new ApiError(400, "invalid_request", e.message, e.param) : new ApiError(500, "grammar_error", `structured output failed: ${e.message}`, e.param);
+  }
   return new ApiError(500, fallbackCode, `${fallbackCode === "engine_error" ? "engine failed: " : ""}${(err as Error)?.message ?? String(err)}`);
 }
 

@@ -1,9 +1,12 @@
 // Markdown tables of the contract's schemas, printed from the schemas themselves (through zod's
 // JSON Schema), so docs/internal-api.md cannot drift from what the worker and gateway check.
 
+import { GrammarSpecSchema } from "@airm/grammar";
 import { z } from "zod";
 import { ErrorBodySchema } from "./api-error.ts";
 import {
+  ChatMessageSchema,
+  ChatToolSchema,
   DecodeRequestSchema,
   EchoSchema,
   FirstTokenSchema,
@@ -21,6 +24,9 @@ import {
 export const INTERNAL_API_SCHEMAS: Record<string, { schema: z.ZodType; io: "input" | "output"; what: string }> = {
   PrefillRequest: { schema: PrefillRequestSchema, io: "input", what: "body of POST /internal/prefill (prefill) and POST /internal/generate (solo)" },
   PromptInput: { schema: PromptInputSchema, io: "input", what: "`input` of PrefillRequest: exactly one of" },
+  ChatMessage: { schema: ChatMessageSchema, io: "input", what: "one of PromptInput's `messages`" },
+  ChatTool: { schema: ChatToolSchema, io: "input", what: "one of PromptInput's `tools`" },
+  GrammarSpec: { schema: GrammarSpecSchema, io: "input", what: "`constraint` of PrefillRequest and DecodeRequest: what every generated token keeps to, by `type`" },
   DecodeRequest: { schema: DecodeRequestSchema, io: "input", what: "body of POST /internal/decode (decode)" },
   ReleaseRequest: { schema: ReleaseRequestSchema, io: "input", what: "body of POST /internal/release (every role)" },
   ReleaseResponse: { schema: ReleaseResponseSchema, io: "output", what: "answer of POST /internal/release" },

@@ -2,6 +2,7 @@
 // worker route, the prefill answer, the NDJSON events of decode and generate, /health and the
 // release answer. The worker builds its answers with these types; the gateway parses with them.
 
+import { GrammarSpecSchema } from "@airm/grammar";
 import { MAX_TOP_LOGPROBS, SamplingSchema, validateRequestId } from "@airm/rm-core";
 import { z } from "zod";
 
@@ -20,15 +21,44 @@ export const RequestIdSchema = z
   )
   .describe("one per client request: `cmpl-` + 24 hex digits from the gateway");
 
-export const ChatMessageSchema = z.object({ role: z.string(), content: z.string() }).strict();
+export const ChatToolCallSchema = z
+  .object({ id: z.string(), name: z.string().min(1), arguments: z.string().describe("the arguments: a JSON object's text") })
+  .strict()
+  .describe("a call an assistant turn made");
+
+export const ChatMessageSchema = z
+  .object({
+    role: z.string(),
+    content: z.string(),
+    toolCalls: z.array(ChatToolCallSchema).optional().describe("assistant turns: the tool calls it made"),
+    toolCallId: z.string().optional().describe("tool turns: the call this result answers"),
+    name: z.string().optional().describe("tool turns: the tool's name"),
+  })
+  .strict();
 export type ChatMessage = z.infer<typeof ChatMessageSchema>;
+
+export const ChatToolSchema = z
+  .object({
+    name: z.string().min(1),
+    description: z.string().optional(),
+    parameters: z.record(z.string(), z.unknown()).describe("the JSON schema of the arguments (an object schema)"),
+  })
+  .strict()
+  .describe("a function the model may call, rendered into the prompt");
 
 /** Exactly one of a text prompt, token ids, or chat messages (rendered with the model's template). */
 export const PromptInputSchema = z.union([
   z.object({ prompt: z.string().min(1).describe("text, encoded with the tokenizer's special tokens") }).strict(),
   z.object({ promptTokenIds: z.array(z.number().int().min(0)).min(1).describe("token ids as they are") }).strict(),
-  z.object({ messages: z.array(ChatMessageSchema).min(1).describe("rendered with the chat template and the generation prompt") }).strict(),
+  z
+    .object({
+      messages: z.array(ChatMessageSchema).min(1).describe("rendered with the chat template and the generation prompt"),
+      tools: z.array(ChatToolSchema).optional().describe("functions the template renders into the prompt (its `tools`, or a system turn when it has none)"),
+    })
+    .strict(),
 ]);
+
+const constraint = GrammarSpecSchema.optional().describe("structured output: the grammar every generated token must keep to (see GrammarSpec)");
 export type PromptInput = z.infer<typeof PromptInputSchema>;
 
 const maxTokens = z.number().int().min(1).nullable().describe("the whole completion, first token included; null: the rest of the largest compiled context");
@@ -51,6 +81,7 @@ export const PrefillRequestSchema = z
     seqLen: z.number().int().min(1).optional().describe("pins the compiled context S of the variant"),
     logprobs,
     echo: z.boolean().default(false).describe("return the prompt's tokens and text (`first.echo`), scored when logprobs is set"),
+    constraint,
   })
   .strict();
 export type PrefillRequest = z.input<typeof PrefillRequestSchema>;
@@ -65,6 +96,7 @@ export const DecodeRequestSchema = z
     sampling: SamplingSchema.default({}).describe("the same sampling prefill used (one seed: the token at position p is drawn with (seed, p))"),
     kvTimeoutMs: z.number().int().min(1).optional().describe("how long each KV pull waits for its blob (default: the worker's)"),
     logprobs,
+    constraint: constraint.describe("the same constraint prefill used: decode's matcher replays the first token, then continues"),
   })
   .strict();
 export type DecodeRequest = z.input<typeof DecodeRequestSchema>;

@@ -2,6 +2,10 @@
 // that runs on the wasm kernels. Loaders (HF folders, GGUF, the tiny-model generator's output)
 // produce a Checkpoint; the model consumes one by Hugging Face tensor names.
 
+import type { ChatTool, ChatTurn, VocabularyType } from "@airm/rm-core";
+
+export type { ChatTool, VocabularyType };
+
 export type Architecture = "llama" | "qwen2";
 
 export interface RopeScaling {
@@ -63,10 +67,8 @@ export interface TensorSource {
   close(): void;
 }
 
-export interface ChatMessage {
-  role: string;
-  content: string;
-}
+/** A chat turn (the contract's ChatTurn: role, content, tool calls or the call a tool answers). */
+export type ChatMessage = ChatTurn;
 
 export interface Tokenizer {
   readonly vocabSize: number;
@@ -79,6 +81,8 @@ export interface Tokenizer {
   idToToken(id: number): string | undefined;
   /** The bytes one token stands for (a byte-level token may be part of a UTF-8 character). */
   tokenBytes?(id: number): Uint8Array;
+  /** Token strings by id and how they spell bytes (for a grammar engine). */
+  vocabulary?(): { tokens: string[]; type: VocabularyType };
 }
 
 export interface GenerationDefaults {
@@ -97,7 +101,7 @@ export interface Checkpoint {
   tensors: TensorSource;
   tokenizer: Tokenizer;
   /** Renders chat messages with the checkpoint's template; undefined when it has none. */
-  renderChat?(messages: ChatMessage[], options?: { addGenerationPrompt?: boolean }): string;
+  renderChat?(messages: ChatMessage[], options?: { addGenerationPrompt?: boolean; tools?: ChatTool[] }): string;
   generation: GenerationDefaults;
   /** sha-256 hex over config and every tensor's bytes. */
   fingerprint: string;

@@ -359,13 +359,43 @@ export interface EngineStats {
   prefillPasses?: { passes: number; prompts: number };
 }
 
+/** A tool call an assistant turn made, as the chat template sees it (arguments: a JSON object's text). */
+export interface ChatToolCall {
+  id: string;
+  name: string;
+  arguments: string;
+}
+
+/** One chat turn: a role and its text, and for tool use the calls an assistant made or the call a tool turn answers. */
+export interface ChatTurn {
+  role: string;
+  content: string;
+  toolCalls?: ChatToolCall[];
+  toolCallId?: string;
+  /** The tool's name on a tool turn. */
+  name?: string;
+}
+
+/** A function the model may call: rendered into the prompt with the chat template's `tools`. */
+export interface ChatTool {
+  name: string;
+  description?: string;
+  /** A JSON schema of the arguments (an object schema). */
+  parameters: Record<string, unknown>;
+}
+
+/** How a vocabulary's token strings spell bytes, for a grammar engine (xgrammar's vocab types). */
+export type VocabularyType = "byte_level" | "byte_fallback" | "raw";
+
 /** The text side a worker needs (it never loads the checkpoint itself). */
 export interface EngineTokenizer {
   readonly vocabSize: number;
   readonly eosTokenIds: number[];
   encode(text: string, options?: { addSpecialTokens?: boolean }): number[];
   decode(ids: number[], options?: { skipSpecialTokens?: boolean }): string;
-  renderChat?(messages: { role: string; content: string }[], options?: { addGenerationPrompt?: boolean }): string;
+  renderChat?(messages: ChatTurn[], options?: { addGenerationPrompt?: boolean; tools?: ChatTool[] }): string;
+  /** Each id's token string as the tokenizer stores it ("" for an unused id) and how they spell bytes: what a grammar engine matches against. */
+  vocabulary?(): { tokens: string[]; type: VocabularyType };
   /** The raw bytes of one token (a byte-level token may be part of a UTF-8 character); else the caller encodes decode([id]). */
   tokenBytes?(id: number): Uint8Array;
 }

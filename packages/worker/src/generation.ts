@@ -4,6 +4,7 @@
 
 import { ApiError, type Echo, type FirstToken, type LogprobEntry, type PromptInput, type TokenLogprobsEntry, type WorkerEvent } from "@airm/internal-api";
 import { ContextOverflowError, IncrementalDetokenizer, type PrefillResult, type SamplingParams, type TokenLogprobs } from "@airm/rm-core";
+import type { GrammarMatcher } from "@airm/grammar";
 import type { DecodeBatcher } from "./decode-batcher.ts";
 import type { EngineStream, ServingEngine } from "./serving-engine.ts";
 
@@ -16,7 +17,9 @@ export function tokenize(engine: ServingEngine, input: PromptInput): number[] {
     ids = input.promptTokenIds;
   } else if ("messages" in input) {
     if (!engine.tokenizer.renderChat) throw new ApiError(400, "invalid_request", `model ${engine.model.id} has no chat template; use /v1/completions`, "messages");
-    ids = engine.tokenizer.encode(engine.tokenizer.renderChat(input.messages, { addGenerationPrompt: true }), { addSpecialTokens: false });
+    ids = engine.tokenizer.encode(engine.tokenizer.renderChat(input.messages, { addGenerationPrompt: true, ...(input.tools ? { tools: input.tools } : {}) }), {
+      addSpecialTokens: false,
+    });
   } else {
     ids = engine.tokenizer.encode(input.prompt, { addSpecialTokens: true });
   }
@@ -109,6 +112,8 @@ export interface DecodeLoop {
   sampling: SamplingParams;
   /** Alternatives per token when the request asked for log-probabilities, else null. */
   logprobs: number | null;
+  /** The request's grammar matcher (structured outputs), already past the first token. */
+  matcher?: GrammarMatcher;
   /** Writes one event; resolves when the client took it (backpressure). */
   write(ev: WorkerEvent): Promise<void>;
   /** True once the client left or the request was ended from outside. */
@@ -128,12 +133,20 @@ export async function decodeLoop(d: DecodeLoop): Promise<{ finish: "stop" | "len
   const t0 = performance.now();
   while (finish !== "stop" && count < d.maxTokens) {
     if (d.aborted()) return { finish: "aborted", decodeMs: performance.now() - t0 };
-    const next = await d.batcher.step({ stream: d.stream, token: cur, sampling: d.sampling, ...(d.logprobs === null ? {} : { logprobs: d.logprobs }) });
+    const next = await d.batcher.step({
+      stream: d.stream,
+      token: cur,
+      sampling: d.sampling,
+      ...(d.logprobs === null ? {} : { logprobs: d.logprobs }),
+      ...(d.matcher ? { constraint: d.matcher } : {}),
+    });
     count++;
     if (isEos(d.engine, next.token)) {
       finish = "stop";
       break;
     }
+    // The grammar thread starts on the next mask now, while this token is written and the next step runs.
+    d.matcher?.advance(next.token);
     const ev: WorkerEvent = { type: "token", index: count - 1, token: next.token, text: text.push(next.token) };
     if (next.logprobs) ev.logprobs = logprobsEntry(d.engine, next.logprobs);
     await d.write(ev);

@@ -2,6 +2,7 @@
 // slots, metrics and log, plus what loading produces (engine, transport, batcher), which moves
 // from loading to ready or failed exactly once. Routes ask `ready()` and get a 503 while loading.
 
+import { GrammarEngine, type GrammarMatcher, type GrammarSpec } from "@airm/grammar";
 import { ApiError, OverloadedError, slotGeometry } from "@airm/internal-api";
 import type { KVTransport, WorkerRole } from "@airm/rm-core";
 import type { Logger } from "pino";
@@ -17,6 +18,8 @@ export interface Serving {
   /** Null for the solo role. */
   transport: KVTransport | null;
   batcher: DecodeBatcher;
+  /** Structured outputs; null when the engine's tokenizer gives no vocabulary. */
+  grammar: GrammarEngine | null;
 }
 
 export interface RuntimeOptions {
@@ -29,6 +32,8 @@ export interface RuntimeOptions {
   kvTimeoutMs: number;
   /** Most requests waiting (for a slot, or decode's for their KV) before one more gets 429 (default: no bound). */
   maxWaiting?: number;
+  /** Compiled grammars kept (structured outputs; default 64). */
+  grammarCache?: number;
   log: Logger;
 }
 
@@ -38,6 +43,7 @@ export class WorkerRuntime {
   readonly engineName: string;
   readonly kvTimeoutMs: number;
   readonly maxWaiting: number;
+  readonly grammarCache: number;
   readonly log: Logger;
   readonly slots: RequestSlots;
   readonly leases: LeaseTable;
@@ -57,6 +63,7 @@ export class WorkerRuntime {
     this.engineName = o.engineName;
     this.kvTimeoutMs = o.kvTimeoutMs;
     this.maxWaiting = o.maxWaiting ?? Number.POSITIVE_INFINITY;
+    this.grammarCache = o.grammarCache ?? 64;
     this.log = o.log;
     this.slots = new RequestSlots(o.batch);
     this.leases = new LeaseTable(
@@ -83,6 +90,7 @@ export class WorkerRuntime {
         },
         leases: () => this.leases.counters(),
         prefixCache: () => (this.serving ? { queriedTokens: this.prefixQueried, hitTokens: this.prefixHit } : null),
+        grammar: () => this.serving?.grammar?.stats ?? null,
       },
       { role: o.role, backend: o.backend },
     );
@@ -125,11 +133,31 @@ export class WorkerRuntime {
     throw new ApiError(503, "not_ready", why);
   }
 
-  markReady(s: Omit<Serving, "batcher">): void {
+  markReady(s: Omit<Serving, "batcher" | "grammar">): void {
     const b = s.engine.activeVariant?.batch ?? this.slots.capacity;
     this.slots.capacity = b;
     this.prefixCacheOn = (s.engine.stats?.().prefixCache?.capacity ?? 0) > 0;
-    this.state = { kind: "ready", ...s, batcher: new DecodeBatcher(s.engine, b, (n) => this.metrics.decodeBatch.observe(n)) };
+    const batcher = new DecodeBatcher(s.engine, b, (n) => this.metrics.decodeBatch.observe(n));
+    this.state = { kind: "ready", ...s, batcher, grammar: startGrammar(s.engine, this.grammarCache) };
+  }
+
+  /**
+   * A matcher for a request's constraint that has accepted `replay`. Throws ApiError 400 when the
+   * engine has no vocabulary for one, GrammarError for a bad spec (400) or a failure (500).
+   */
+  async matcher(spec: GrammarSpec, replay: number[]): Promise<GrammarMatcher> {
+    return this.grammar().matcher(spec, replay, "constraint");
+  }
+
+  /** Resolves when a request's constraint builds into a grammar; throws as `matcher` does. */
+  async checkConstraint(spec: GrammarSpec): Promise<void> {
+    await this.grammar().check(spec, "constraint");
+  }
+
+  private grammar(): GrammarEngine {
+    const g = this.ready().grammar;
+    if (!g) throw new ApiError(400, "invalid_request", "this model's tokenizer gives no vocabulary for structured outputs", "constraint");
+    return g;
   }
 
   markFailed(error: string): void {
@@ -140,4 +168,15 @@ export class WorkerRuntime {
   endLease(rid: string, reason: LeaseEnd): Promise<boolean> {
     return this.leases.end(rid, reason, (err) => this.log.warn({ request_id: rid, err: (err as Error).message }, "KV release failed"));
   }
+}
+
+/**
+ * The grammar engine of a loaded engine's vocabulary (its thread builds xgrammar's tokenizer info
+ * in the background), or null when the tokenizer gives none. Stop ids: every end-of-sequence id.
+ */
+function startGrammar(engine: ServingEngine, cache: number): GrammarEngine | null {
+  const vocab = engine.tokenizer.vocabulary?.();
+  if (!vocab) return null;
+  const stopIds = [...new Set([...engine.tokenizer.eosTokenIds, ...engine.model.eosTokenIds])];
+  return GrammarEngine.start({ tokens: vocab.tokens, type: vocab.type, prependSpace: false, vocabSize: engine.model.vocabSize, stopIds }, { maxCompiled: cache });
 }

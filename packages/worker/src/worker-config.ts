@@ -26,6 +26,11 @@ export const WORKER_CONFIG = defineConfig("@airm/worker", {
     default: 256,
     doc: "Most requests a worker holds waiting (for a slot, or a decode for its KV); one more gets 429 with Retry-After and an OpenAI error body at once. The gateway's own bound has the same variable.",
   }),
+  grammarCache: opt(int({ min: 1 }), {
+    env: "AIRM_GRAMMAR_CACHE",
+    default: 64,
+    doc: "Compiled structured-output grammars a worker keeps (by schema and vocabulary; least recently used go first, grammars in use stay). A request whose grammar is cached skips compiling it.",
+  }),
   logLevel: opt(oneOf(["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const), {
     env: "AIRM_LOG_LEVEL",
     default: "info",

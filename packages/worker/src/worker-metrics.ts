@@ -4,6 +4,7 @@
 
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import { registerVllmGauges, type CacheGeometry } from "@airm/internal-api";
+import type { GrammarEngineStats } from "@airm/grammar";
 import type { LeaseCounters } from "./kv-leases.ts";
 
 export interface WorkerState {
@@ -16,6 +17,8 @@ export interface WorkerState {
   leases(): LeaseCounters;
   /** The engine's prompt-prefix reuse in tokens (queried: prompt tokens of prefills that looked; hit: tokens reused), when it has one. */
   prefixCache(): { queriedTokens: number; hitTokens: number } | null;
+  /** The grammar engine's work (structured outputs), null while loading or without one. */
+  grammar(): GrammarEngineStats | null;
 }
 
 const MS_BUCKETS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000];
@@ -71,6 +74,22 @@ export class WorkerMetrics {
         this.inc(state.prefixCache()?.hitTokens ?? 0);
       },
     });
+    const grammarCounter = (name: string, help: string, value: (g: GrammarEngineStats) => number) =>
+      new Counter({
+        name,
+        help,
+        registers: r,
+        collect() {
+          this.reset();
+          const g = state.grammar();
+          if (g) this.inc(value(g));
+        },
+      });
+    grammarCounter("airm_grammar_compiles_total", "structured-output grammars compiled (a cached one is not counted)", (g) => g.compiles);
+    grammarCounter("airm_grammar_compile_seconds_total", "time the grammar thread spent compiling them", (g) => g.compileMs / 1000);
+    grammarCounter("airm_grammar_masks_total", "token masks the sampler applied (one per constrained token)", (g) => g.masks);
+    grammarCounter("airm_grammar_mask_seconds_total", "time the grammar thread spent computing those masks (while the forward pass ran)", (g) => g.maskFillUs / 1e6);
+    grammarCounter("airm_grammar_mask_wait_seconds_total", "time samplers waited for a mask that was not ready: what constraints added to decode steps", (g) => g.maskWaitUs / 1e6);
     this.leaseEnds = new Counter({ name: "airm_kv_leases_released_total", help: "KV leases ended, by reason", labelNames: ["reason"], registers: r });
     this.decodeBatch = new Histogram({
       name: "airm_worker_decode_batch_size",

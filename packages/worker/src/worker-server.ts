@@ -75,6 +75,7 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
     leaseTtlMs: cfg.leaseTtlS * 1000,
     kvTimeoutMs: cfg.kvTimeoutMs,
     maxWaiting: cfg.maxWaiting,
+    grammarCache: cfg.grammarCache,
     log,
   });
   const host = o.host ?? "127.0.0.1";
@@ -124,6 +125,7 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
         server.closeAllConnections?.();
       });
       await rt.leases.endAll("aborted");
+      await rt.serving?.grammar?.close().catch(() => {});
       await rt.serving?.engine.close().catch(() => {});
       await rt.serving?.transport?.close().catch(() => {});
     },

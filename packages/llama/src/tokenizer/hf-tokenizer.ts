@@ -3,7 +3,7 @@
 // model weights or chat templates.
 
 import { Tokenizer as HfTokenizerImpl } from "@huggingface/tokenizers";
-import type { Tokenizer } from "../checkpoint-types.ts";
+import type { Tokenizer, VocabularyType } from "../checkpoint-types.ts";
 import { ModelLoadError } from "../checkpoint/model-load-error.ts";
 import { bytesToUnicode } from "./byte-level-bpe.ts";
 
@@ -90,6 +90,17 @@ export class HfTokenizer implements Tokenizer {
     const known = ids.filter((id) => this.impl.id_to_token(id) !== undefined);
     if (known.length === 0) return "";
     return this.impl.decode(known, { skip_special_tokens: options?.skipSpecialTokens ?? false });
+  }
+
+  /**
+   * Token strings by id ("" for an unused id) and how they spell bytes: GPT-2's byte table
+   * (byte_level), `<0xAB>` byte tokens (byte_fallback), or the text itself (raw).
+   */
+  vocabulary(): { tokens: string[]; type: VocabularyType } {
+    const tokens: string[] = [];
+    for (let id = 0; id < this.vocabSize; id++) tokens.push(this.impl.id_to_token(id) ?? "");
+    const type: VocabularyType = this.byteOfChar ? "byte_level" : tokens.some((t) => BYTE_FALLBACK.test(t)) ? "byte_fallback" : "raw";
+    return { tokens, type };
   }
 
   idToToken(id: number): string | undefined {

@@ -7,7 +7,7 @@ import { ContextOverflowError } from "@airm/rm-core";
 import { SpanStatusCode, trace, type Span } from "@opentelemetry/api";
 import type { Context, Hono } from "hono";
 import type { z } from "zod";
-import { decodeLoop, round } from "../generation.ts";
+import { decodeLoop, isEos, round } from "../generation.ts";
 import { pullKV } from "../kv-handoff.ts";
 import type { LeaseEnd } from "../kv-leases.ts";
 import type { Serving, WorkerRuntime } from "../runtime.ts";
@@ -19,6 +19,8 @@ export function decodeRoutes(app: Hono, rt: WorkerRuntime): void {
     const serving = rt.ready();
     const b = await parseBody(c, DecodeRequestSchema);
     rt.admit("decode");
+    // A constraint that cannot build is a 400 before the stream opens (it compiles during the KV wait).
+    if (b.constraint) await rt.checkConstraint(b.constraint);
     const rid = b.requestId;
     const stopped = new AbortController();
     let endedFromOutside = false;
@@ -64,6 +66,9 @@ async function serveDecode(
   let stream: EngineStream | undefined;
   let freeSlot: (() => void) | undefined;
   const t0 = performance.now();
+  // The grammar compiles while the KV is on its way; its matcher then takes prefill's first token.
+  const opening = b.constraint ? rt.matcher(b.constraint, []) : null;
+  opening?.catch(() => {});
   rt.kvWaiting++;
   let waiting = true;
   try {
@@ -76,6 +81,8 @@ async function serveDecode(
     waiting = false;
     freeSlot = await rt.slots.acquire(stopped);
     if (aborted()) return "client_gone";
+    const matcher = opening ? await opening : undefined;
+    if (matcher && !isEos(engine, m.firstToken as number)) matcher.advance(m.firstToken as number);
     stream = engine.importKV(pulled.kv);
     const kvLoadMs = performance.now() - pulled.arrivedAt;
     // The engine copied the KV: free the transport's copy now rather than at the end of the
@@ -91,6 +98,7 @@ async function serveDecode(
       maxTokens,
       sampling: b.sampling,
       logprobs: b.logprobs,
+      matcher,
       write: sink.write,
       aborted,
     });
@@ -105,6 +113,10 @@ async function serveDecode(
     await sink.write({ type: "error", status: e.status, code: e.code, param: e.param, message: e.message });
     return aborted() || c.req.raw.signal.aborted ? "client_gone" : "decode_rejected";
   } finally {
+    void opening?.then(
+      (m) => m.close(),
+      () => {},
+    );
     if (waiting) rt.kvWaiting--;
     if (stream) engine.release(stream);
     freeSlot?.();

@@ -4,7 +4,7 @@
 
 import { GenerateRequestSchema, ROUTES, toApiError } from "@airm/internal-api";
 import type { Hono } from "hono";
-import { decodeLoop, firstToken, planRequest, prefillExtras, tokenize } from "../generation.ts";
+import { decodeLoop, firstToken, isEos, planRequest, prefillExtras, tokenize } from "../generation.ts";
 import type { WorkerRuntime } from "../runtime.ts";
 import type { EngineStream } from "../serving-engine.ts";
 import { callerContext, eventStream, parseBody, tracer } from "./http.ts";
@@ -16,6 +16,8 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
     rt.admit("generate");
     const tokens = tokenize(engine, b.input);
     const { maxTokens, seqLen } = planRequest(engine, tokens.length, b.maxTokens, b.seqLen);
+    // A bad constraint is a 400 before the stream opens.
+    const matcher = b.constraint ? await rt.matcher(b.constraint, []) : undefined;
     const span = tracer.startSpan("worker.generate", { attributes: { "airm.request_id": b.requestId } }, callerContext(c));
     return eventStream(
       c,
@@ -25,7 +27,8 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
         try {
           freeSlot = await rt.slots.acquire();
           const t0 = performance.now();
-          const res = await engine.prefill(tokens, { seqLen, sampling: b.sampling, keepStream: true, ...prefillExtras(b) });
+          const res = await engine.prefill(tokens, { seqLen, sampling: b.sampling, keepStream: true, constraint: matcher, ...prefillExtras(b) });
+          if (!isEos(engine, res.firstToken)) matcher?.advance(res.firstToken);
           stream = res.stream ?? engine.importKV(res.kv);
           const prefillMs = res.computeMs ?? performance.now() - t0;
           rt.notePrefill(tokens.length, res.cachedTokens ?? 0, prefillMs);
@@ -38,6 +41,7 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
             maxTokens,
             sampling: b.sampling,
             logprobs: b.logprobs,
+            matcher,
             write: sink.write,
             aborted: () => sink.gone,
           });
@@ -49,6 +53,7 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
           rt.metrics.requests.inc({ route: "generate", outcome: e.code });
           await sink.write({ type: "error", status: e.status, code: e.code, param: e.param, message: e.message });
         } finally {
+          matcher?.close();
           if (stream) engine.release(stream);
           freeSlot?.();
           span.end();

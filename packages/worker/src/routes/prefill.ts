@@ -3,8 +3,10 @@
 // token. Any failure releases the request's blobs before the error answer.
 
 import { ApiError, PrefillRequestSchema, ROUTES, type PrefillResponse } from "@airm/internal-api";
-import { SpanStatusCode, trace } from "@opentelemetry/api";
-import type { Hono } from "hono";
+import type { GrammarMatcher } from "@airm/grammar";
+import { SpanStatusCode, trace, type Span } from "@opentelemetry/api";
+import type { Context, Hono } from "hono";
+import type { z } from "zod";
 import { firstToken, planRequest, prefillExtras, round, tokenize } from "../generation.ts";
 import { KVPusher } from "../kv-handoff.ts";
 import type { LeaseEnd } from "../kv-leases.ts";
@@ -15,51 +17,19 @@ export function prefillRoutes(app: Hono, rt: WorkerRuntime): void {
   app.post(ROUTES.prefill, async (c) => {
     const span = tracer.startSpan("worker.prefill", {}, callerContext(c));
     try {
-      const { engine, transport } = rt.ready();
+      const { engine } = rt.ready();
       const b = await parseBody(c, PrefillRequestSchema);
       rt.admit("prefill");
       const tokens = tokenize(engine, b.input);
       const { maxTokens, seqLen } = planRequest(engine, tokens.length, b.maxTokens, b.seqLen);
       const rid = b.requestId;
       span.setAttribute("airm.request_id", rid);
-      // A release (the client left, its deadline passed) or the TTL can end the lease while prefill
-      // still computes: pushes stop, and what was pushed after the release is released again below.
-      let endedAs: LeaseEnd | null = null;
-      if (!rt.leases.open(rid, (reason) => (endedAs = reason))) throw new ApiError(409, "duplicate_request", `request ${rid} is already in flight on this worker`, "requestId");
-      let freeSlot: (() => void) | undefined;
+      // The grammar is compiled (or found cached) before the request takes a slot or a lease.
+      const matcher = b.constraint ? await rt.matcher(b.constraint, []) : undefined;
       try {
-        freeSlot = await rt.slots.acquire();
-        const pusher = new KVPusher(transport!, rid, rt.kvTimeoutMs, () => endedAs !== null);
-        const t0 = performance.now();
-        const res = await engine.prefill(tokens, { seqLen, sampling: b.sampling, onLayer: pusher.onLayer, ...prefillExtras(b) });
-        const computed = performance.now();
-        freeSlot();
-        const pushSpan = tracer.startSpan("kv.push", {}, trace.setSpan(callerContext(c), span));
-        await pusher.finish(engine.model, res.kv, res.firstToken).finally(() => pushSpan.end());
-        const pushMs = performance.now() - computed;
-        const prefillMs = res.computeMs ?? computed - t0;
-        rt.notePrefill(tokens.length, res.cachedTokens ?? 0, prefillMs);
-        rt.metrics.kvPushMs.observe(pushMs);
-        rt.metrics.requests.inc({ route: "prefill", outcome: "ok" });
-        const answer: PrefillResponse = {
-          requestId: rid,
-          first: firstToken(engine, res, { tokens, echo: b.echo }, seqLen, maxTokens, prefillMs),
-          transport: transport!.name,
-          kvPushMs: round(pushMs),
-          kvBytes: res.kv.k.reduce((a, x) => a + x.byteLength, 0) * 2,
-        };
-        return c.json(answer);
-      } catch (err) {
-        freeSlot?.();
-        if (endedAs !== null) {
-          // Ended from outside: its earlier blobs went with the lease; drop any pushed after it.
-          await transport!.release(rid).catch(() => {});
-          rt.metrics.requests.inc({ route: "prefill", outcome: endedAs });
-          throw new ApiError(409, "request_ended", `request ${rid} ended (${endedAs}) while it was being prefilled`, "requestId");
-        }
-        rt.metrics.requests.inc({ route: "prefill", outcome: "error" });
-        await rt.endLease(rid, "prefill_failed");
-        throw err;
+        return await prefillWith(c, rt, b, tokens, maxTokens, seqLen, matcher, span);
+      } finally {
+        matcher?.close();
       }
     } catch (err) {
       span.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error).message });
@@ -68,4 +38,58 @@ export function prefillRoutes(app: Hono, rt: WorkerRuntime): void {
       span.end();
     }
   });
+}
+
+/** Prefills under the request's lease and slot, pushing the KV; answers the first token. */
+async function prefillWith(
+  c: Context,
+  rt: WorkerRuntime,
+  b: z.output<typeof PrefillRequestSchema>,
+  tokens: number[],
+  maxTokens: number,
+  seqLen: number,
+  matcher: GrammarMatcher | undefined,
+  span: Span,
+): Promise<Response> {
+  const { engine, transport } = rt.ready();
+  const rid = b.requestId;
+  // A release (the client left, its deadline passed) or the TTL can end the lease while prefill
+  // still computes: pushes stop, and what was pushed after the release is released again below.
+  let endedAs: LeaseEnd | null = null;
+  if (!rt.leases.open(rid, (reason) => (endedAs = reason))) throw new ApiError(409, "duplicate_request", `request ${rid} is already in flight on this worker`, "requestId");
+  let freeSlot: (() => void) | undefined;
+  try {
+    freeSlot = await rt.slots.acquire();
+    const pusher = new KVPusher(transport!, rid, rt.kvTimeoutMs, () => endedAs !== null);
+    const t0 = performance.now();
+    const res = await engine.prefill(tokens, { seqLen, sampling: b.sampling, onLayer: pusher.onLayer, constraint: matcher, ...prefillExtras(b) });
+    const computed = performance.now();
+    freeSlot();
+    const pushSpan = tracer.startSpan("kv.push", {}, trace.setSpan(callerContext(c), span));
+    await pusher.finish(engine.model, res.kv, res.firstToken).finally(() => pushSpan.end());
+    const pushMs = performance.now() - computed;
+    const prefillMs = res.computeMs ?? computed - t0;
+    rt.notePrefill(tokens.length, res.cachedTokens ?? 0, prefillMs);
+    rt.metrics.kvPushMs.observe(pushMs);
+    rt.metrics.requests.inc({ route: "prefill", outcome: "ok" });
+    const answer: PrefillResponse = {
+      requestId: rid,
+      first: firstToken(engine, res, { tokens, echo: b.echo }, seqLen, maxTokens, prefillMs),
+      transport: transport!.name,
+      kvPushMs: round(pushMs),
+      kvBytes: res.kv.k.reduce((a, x) => a + x.byteLength, 0) * 2,
+    };
+    return c.json(answer);
+  } catch (err) {
+    freeSlot?.();
+    if (endedAs !== null) {
+      // Ended from outside: its earlier blobs went with the lease; drop any pushed after it.
+      await transport!.release(rid).catch(() => {});
+      rt.metrics.requests.inc({ route: "prefill", outcome: endedAs });
+      throw new ApiError(409, "request_ended", `request ${rid} ended (${endedAs}) while it was being prefilled`, "requestId");
+    }
+    rt.metrics.requests.inc({ route: "prefill", outcome: "error" });
+    await rt.endLease(rid, "prefill_failed");
+    throw err;
+  }
 }
