@@ -1,6 +1,7 @@
 // The gateway's hono app: the OpenAI routes behind the API keys (when set), and OpenAI-shaped
 // errors for everything else.
 
+import { GrammarChecker } from "@airm/grammar";
 import { ApiError } from "@airm/internal-api";
 import { Hono } from "hono";
 import { requireApiKey } from "./api-keys.ts";
@@ -8,7 +9,14 @@ import { openAIRoutes, type GatewayAppOptions } from "./openai/routes.ts";
 
 export type { GatewayAppOptions } from "./openai/routes.ts";
 
-export function createGatewayApp(o: GatewayAppOptions & { apiKeys?: string[]; openPaths?: string[] }): Hono {
+/**
+ * The app. `grammar` defaults to a checker of its own (its thread does not keep the process
+ * alive), `tools` to the hermes parser (AIRM_TOOL_CALL_PARSER's default).
+ */
+export function createGatewayApp(
+  options: Omit<GatewayAppOptions, "grammar" | "tools"> & Partial<Pick<GatewayAppOptions, "grammar" | "tools">> & { apiKeys?: string[]; openPaths?: string[] },
+): Hono {
+  const o = { ...options, grammar: options.grammar ?? new GrammarChecker(), tools: options.tools ?? { parser: "hermes" as const } };
   const app = new Hono();
   if (o.apiKeys?.length) app.use("*", requireApiKey(o.apiKeys, o.openPaths ?? []));
   app.onError((err) => (err instanceof ApiError ? err : new ApiError(500, "internal_error", `gateway error: ${(err as Error).message}`)).toResponse());

@@ -1,7 +1,7 @@
 // `airm-gateway`: the command line (rm-core's defineCommand) and environment (GATEWAY_CONFIG),
 // starts the gateway and stops it on SIGINT/SIGTERM (or when the `airm up` that started it is gone).
 
-import { defineCommand, flagOf, switchOf, int, isAirmError, list, RM_CORE_CONFIG, text, untilStopSignal } from "@airm/rm-core";
+import { defineCommand, flagOf, switchOf, int, isAirmError, list, oneOf, RM_CORE_CONFIG, text, untilStopSignal } from "@airm/rm-core";
 import { GATEWAY_CONFIG } from "./gateway-config.ts";
 import { startGateway } from "./gateway-server.ts";
 
@@ -31,6 +31,10 @@ export const GATEWAY_COMMAND = defineCommand({
     }),
     metricsPort: flagOf(int({ min: 0, max: 65535 }), { defaultText: "AIRM_METRICS_PORT, else none", doc: "serve airm_* metrics on this port" }),
     maxBodyBytes: flagOf(int({ min: 1024 }), { default: 1 << 20, doc: "largest request body" }),
+    toolCallParser: flagOf(oneOf(["hermes", "llama3_json", "none"] as const), {
+      defaultText: "AIRM_TOOL_CALL_PARSER, else hermes",
+      doc: 'how tool calls are read from answers to tool_choice "auto" (none: auto is refused)',
+    }),
     apiKey: flagOf(list(text({ label: "key" })), {
       metavar: "KEYS",
       defaultText: "AIRM_API_KEY, else none",
@@ -51,7 +55,7 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
       process.stdout.write(GATEWAY_COMMAND.help());
       return 0;
     }
-    const cfg = GATEWAY_CONFIG.resolve({ env, options: { metricsPort: f.metricsPort, maxBodyBytes: f.maxBodyBytes, apiKeys: f.apiKey } });
+    const cfg = GATEWAY_CONFIG.resolve({ env, options: { metricsPort: f.metricsPort, maxBodyBytes: f.maxBodyBytes, apiKeys: f.apiKey, toolCallParser: f.toolCallParser } });
     const prefillPool = f.prefillPool ? { name: f.prefillPool, namespace: f.poolNamespace ?? cfg.podNamespace } : undefined;
     const { internalToken } = RM_CORE_CONFIG.resolve({ env });
     gw = await startGateway({ ...cfg, internalToken, port: f.port, host: f.host, prefill: f.prefill, decode: f.decode, solo: f.solo, prefillPool, localPrefill: f.localPrefill });

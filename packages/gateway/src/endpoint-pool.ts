@@ -201,14 +201,16 @@ export class EndpointPool {
   }
 
   /** The endpoints' model ids and largest context, from their last /health. */
-  served(): { modelIds: string[]; maxContext: number | undefined } {
+  served(): { modelIds: string[]; maxContext: number | undefined; vocabSize: number | undefined } {
     const ids = new Set<string>();
     let ctx: number | undefined;
+    let vocab: number | undefined;
     for (const e of this.endpoints) {
       if (!e.health?.model?.id) continue;
       ids.add(e.health.model.id);
       if (typeof e.health.seqLen === "number") ctx = Math.max(ctx ?? 0, e.health.seqLen);
+      vocab = vocab === undefined ? e.health.model.vocabSize : Math.min(vocab, e.health.model.vocabSize);
     }
-    return { modelIds: [...ids], maxContext: ctx };
+    return { modelIds: [...ids], maxContext: ctx, vocabSize: vocab };
   }
 }

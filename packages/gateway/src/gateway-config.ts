@@ -1,7 +1,7 @@
 // What configures the gateway besides its command line: the airm_* metrics port and the timeouts
 // it applies to worker calls, each with its variable.
 
-import { defineConfig, int, list, num, opt, text, type ConfigValues } from "@airm/rm-core";
+import { defineConfig, int, list, num, oneOf, opt, text, type ConfigValues } from "@airm/rm-core";
 
 export const GATEWAY_CONFIG = defineConfig("@airm/gateway", {
   metricsPort: opt(int({ min: 0, max: 65535 }), {
@@ -47,6 +47,11 @@ export const GATEWAY_CONFIG = defineConfig("@airm/gateway", {
     env: "AIRM_API_OPEN_PATHS",
     default: ["/health", "/metrics"],
     doc: "Paths served without an API key when AIRM_API_KEY is set (probes and the endpoint picker's scrapes); `none` asks a key everywhere.",
+  }),
+  toolCallParser: opt(oneOf(["hermes", "llama3_json", "none"] as const), {
+    env: "AIRM_TOOL_CALL_PARSER",
+    default: "hermes",
+    doc: 'How tool calls are read from answers to tool_choice "auto" (vLLM\'s --tool-call-parser; `none` refuses auto, as vLLM does without --enable-auto-tool-choice): hermes reads `<tool_call>{...}</tool_call>` blocks (Qwen2.5, Hermes, and the tool prompt this server writes for templates without tools), llama3_json a JSON object or several separated by `;`.',
   }),
   podNamespace: opt(text(), { env: "POD_NAMESPACE", default: "default", doc: "Namespace of --prefill-pool when --pool-namespace is not given (the chart sets it from the pod)." }),
 });

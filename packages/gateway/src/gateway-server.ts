@@ -5,6 +5,7 @@
 import { serve } from "@hono/node-server";
 import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { GrammarChecker } from "@airm/grammar";
 import { registerVllmGauges } from "@airm/internal-api";
 import { ConfigError } from "@airm/rm-core";
 import { createGatewayApp } from "./app.ts";
@@ -118,6 +119,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     () => podLoad(orchestrator.inFlight, decodeSlots(servingPool)),
     () => podGeometry(servingPool),
   );
+  const grammar = new GrammarChecker();
   const app = createGatewayApp({
     orchestrator,
     pools: all,
@@ -129,6 +131,8 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     requestTimeoutS: cfg.requestTimeoutS,
     apiKeys: cfg.apiKeys,
     openPaths: cfg.openPaths,
+    grammar,
+    tools: { parser: cfg.toolCallParser === "none" ? null : cfg.toolCallParser },
   });
   const server = await listen(app.fetch, opts.port, host);
   const port = (server.address() as AddressInfo).port;
@@ -144,7 +148,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     async close() {
       members?.stop();
       for (const p of all) p.stop();
-      await Promise.all([closeServer(server), metricsServer ? closeServer(metricsServer) : undefined]);
+      await Promise.all([closeServer(server), metricsServer ? closeServer(metricsServer) : undefined, grammar.close()]);
     },
   };
 }

@@ -218,5 +218,9 @@ export function grammarThreadMain(): void {
   });
 }
 
-/** The thread's script: the function above, called. */
-export const GRAMMAR_THREAD_SOURCE = `(${grammarThreadMain.toString()})();`;
+/**
+ * The thread's script: the function above, called. A bundler or TS loader that keeps function
+ * names may have written calls to its `__name` helper into the function's text; the script
+ * defines a harmless one.
+ */
+export const GRAMMAR_THREAD_SOURCE = `var __name = (f) => f;\n(${grammarThreadMain.toString()})();`;

@@ -45,6 +45,7 @@ export const ChatToolSchema = z
   })
   .strict()
   .describe("a function the model may call, rendered into the prompt");
+export type ChatTool = z.infer<typeof ChatToolSchema>;
 
 /** Exactly one of a text prompt, token ids, or chat messages (rendered with the model's template). */
 export const PromptInputSchema = z.union([

@@ -10,6 +10,7 @@ import type { GenEvent } from "../orchestrator/index.ts";
 import { collectCompletion, type Timing } from "./completion.ts";
 import { chatLogprobs, completionLogprobs, type ScoredToken } from "./logprobs.ts";
 import type { GenerationRequest } from "./parse.ts";
+import { type AnswerPiece, ToolCallReader } from "./tool-calls.ts";
 
 export interface AnswerContext {
   kind: "completion" | "chat";
@@ -44,7 +45,12 @@ export async function jsonAnswer(c: Context, a: AnswerContext): Promise<Response
   const asked = a.req.logprobs !== null;
   let choice: Record<string, unknown>;
   if (a.kind === "chat") {
-    choice = { index: 0, message: { role: "assistant", content: out.text }, logprobs: asked ? chatLogprobs(out.logprobs) : null, finish_reason: out.finishReason };
+    const reader = new ToolCallReader(a.req.toolMode);
+    reader.push(out.text);
+    const { finishReason } = reader.finish(out.finishReason);
+    const message: Record<string, unknown> = { role: "assistant", content: reader.messageContent() };
+    if (reader.calls.length) message.tool_calls = reader.calls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } }));
+    choice = { index: 0, message, logprobs: asked ? chatLogprobs(out.logprobs) : null, finish_reason: finishReason };
   } else {
     const echo = a.req.echo ? a.first.echo : undefined;
     const scored: ScoredToken[] = [...(echo?.tokens ?? []), ...out.logprobs];
@@ -75,14 +81,35 @@ export function sseAnswer(c: Context, a: AnswerContext): Response {
         : { index: 0, text: delta ?? "", logprobs: logprobsOf(entries), finish_reason: finish },
     ],
   });
+  // Chat answers go through the tool-call reader: text, and calls as OpenAI's tool_calls deltas.
+  const reader = new ToolCallReader(a.req.toolMode);
+  let carried: ScoredToken[] = [];
+  const pieceChunk = (p: AnswerPiece, entries: ScoredToken[]) => {
+    if ("content" in p) return chunk(p.content, null, entries);
+    const call =
+      "callStart" in p
+        ? { index: p.callStart.index, id: p.callStart.id, type: "function", function: { name: p.callStart.name, arguments: "" } }
+        : { index: p.callArgs.index, function: { arguments: p.callArgs.fragment } };
+    return { ...base, choices: [{ index: 0, delta: { tool_calls: [call] }, logprobs: logprobsOf(entries), finish_reason: null }] };
+  };
+  /** Sends the pieces a delta made; log-probabilities ride on the first chunk that goes out. */
+  const sendPieces = async (pieces: AnswerPiece[], entries: ScoredToken[]) => {
+    carried = [...carried, ...entries];
+    for (const p of pieces) {
+      await send(pieceChunk(p, carried));
+      carried = [];
+    }
+  };
+  let send: (obj: unknown) => Promise<void> = async () => {};
   return streamSSE(c, async (s) => {
+    send = (obj: unknown) => s.writeSSE({ data: JSON.stringify(obj) });
     s.onAbort(() => {
       a.clientGone.abort();
       void a.gen.return(undefined).catch(() => {});
     });
-    const send = (obj: unknown) => s.writeSSE({ data: JSON.stringify(obj) });
     try {
-      if (a.kind === "chat") await send({ ...base, choices: [{ index: 0, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }] });
+      const role = a.req.toolMode.kind === "none" ? { role: "assistant", content: "" } : { role: "assistant" };
+      if (a.kind === "chat") await send({ ...base, choices: [{ index: 0, delta: role, logprobs: null, finish_reason: null }] });
       const echo = a.kind === "completion" && a.req.echo ? a.first.echo : undefined;
       if (echo) await send(chunk(echoText(a), null, echo.tokens));
       // The first token is sent at once, even when its text is still "" (an incomplete character),
@@ -95,14 +122,19 @@ export function sseAnswer(c: Context, a: AnswerContext): Response {
         timing: a.timing,
         onText: async (delta, logprobs) => {
           sentFirst = true;
-          await send(chunk(delta, null, logprobs));
+          if (a.kind === "chat") await sendPieces(reader.push(delta), logprobs);
+          else await send(chunk(delta, null, logprobs));
         },
         afterFirst: async () => {
           if (!sentFirst) await send(chunk("", null, []));
           sentFirst = true;
         },
       });
-      await send(chunk(a.kind === "chat" ? null : "", out.finishReason, out.unsent));
+      if (a.kind === "chat") {
+        const end = reader.finish(out.finishReason);
+        await sendPieces(end.pieces, []);
+        await send(chunk(null, end.finishReason, [...carried, ...out.unsent]));
+      } else await send(chunk("", out.finishReason, out.unsent));
       if (a.req.includeUsage) await send({ ...base, choices: [], usage: out.usage });
       await s.writeSSE({ data: "[DONE]" });
       a.timing.record(a.metrics, out);

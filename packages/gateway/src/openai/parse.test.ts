@@ -1,10 +1,14 @@
 import { describe, expect, it } from "vitest";
 import type { ApiError } from "@airm/internal-api";
 import { parseGenerationRequest } from "./parse.ts";
+import { REQUEST_FIELDS } from "./request-fields.ts";
+
+const TOOLS = { parser: "hermes" as const };
+const parse = (kind: "completion" | "chat", body: unknown, maxContext?: number) => parseGenerationRequest(kind, body, { maxContext, tools: TOOLS });
 
 function err(kind: "completion" | "chat", body: unknown, ctx?: number): ApiError {
   try {
-    parseGenerationRequest(kind, body, ctx);
+    parse(kind, body, ctx);
   } catch (e) {
     return e as ApiError;
   }
@@ -13,16 +17,16 @@ function err(kind: "completion" | "chat", body: unknown, ctx?: number): ApiError
 
 describe("parseGenerationRequest", () => {
   it("normalises a completion request", () => {
-    const r = parseGenerationRequest("completion", { model: "m", prompt: "hi", max_tokens: 5, temperature: 0, seed: 3, stop: "x" }, 512);
+    const r = parse("completion", { model: "m", prompt: "hi", max_tokens: 5, temperature: 0, seed: 3, stop: "x" }, 512);
     expect(r).toMatchObject({ kind: "completion", model: "m", input: { prompt: "hi" }, maxTokens: 5, sampling: { temperature: 0, seed: 3 }, stop: ["x"], stream: false });
   });
   it("defaults completions to 16 tokens and chat to the rest of the context", () => {
-    expect(parseGenerationRequest("completion", { model: "m", prompt: "hi" }).maxTokens).toBe(16);
-    expect(parseGenerationRequest("chat", { model: "m", messages: [{ role: "user", content: "hi" }] }).maxTokens).toBeNull();
+    expect(parse("completion", { model: "m", prompt: "hi" }).maxTokens).toBe(16);
+    expect(parse("chat", { model: "m", messages: [{ role: "user", content: "hi" }] }).maxTokens).toBeNull();
   });
   it("accepts token-id prompts and text content parts", () => {
-    expect(parseGenerationRequest("completion", { model: "m", prompt: [1, 2, 3] }).input).toEqual({ promptTokenIds: [1, 2, 3] });
-    const chat = parseGenerationRequest("chat", {
+    expect(parse("completion", { model: "m", prompt: [1, 2, 3] }).input).toEqual({ promptTokenIds: [1, 2, 3] });
+    const chat = parse("chat", {
       model: "m",
       messages: [
         {
@@ -37,9 +41,9 @@ describe("parseGenerationRequest", () => {
     expect(chat.input).toEqual({ messages: [{ role: "user", content: "ab" }] });
   });
   it("converts OpenAI sampling names to the internal ones, once", () => {
-    const r = parseGenerationRequest("completion", { model: "m", prompt: "hi", top_p: 0.5, top_k: 7, seed: -1 });
+    const r = parse("completion", { model: "m", prompt: "hi", top_p: 0.5, top_k: 7, seed: -1 });
     expect(r.sampling).toEqual({ temperature: 1, topP: 0.5, topK: 7, seed: 0xffffffff });
-    expect(parseGenerationRequest("completion", { model: "m", prompt: "hi", top_k: -1 }).sampling.topK).toBeUndefined();
+    expect(parse("completion", { model: "m", prompt: "hi", top_k: -1 }).sampling.topK).toBeUndefined();
   });
   it("rejects bad input with the parameter named", () => {
     expect(err("completion", { model: "m" })).toMatchObject({ status: 400, param: "prompt" });
@@ -58,21 +62,113 @@ describe("parseGenerationRequest", () => {
   });
   it("reads log-probability requests: chat logprobs + top_logprobs (0-20), completions logprobs (0-5) and echo", () => {
     const chat = (extra: object) => ({ model: "m", messages: [{ role: "user", content: "x" }], ...extra });
-    expect(parseGenerationRequest("chat", chat({})).logprobs).toBeNull();
-    expect(parseGenerationRequest("chat", chat({ logprobs: true })).logprobs).toBe(0);
-    expect(parseGenerationRequest("chat", chat({ logprobs: true, top_logprobs: 20 })).logprobs).toBe(20);
-    expect(parseGenerationRequest("chat", chat({ logprobs: false })).logprobs).toBeNull();
+    expect(parse("chat", chat({})).logprobs).toBeNull();
+    expect(parse("chat", chat({ logprobs: true })).logprobs).toBe(0);
+    expect(parse("chat", chat({ logprobs: true, top_logprobs: 20 })).logprobs).toBe(20);
+    expect(parse("chat", chat({ logprobs: false })).logprobs).toBeNull();
     expect(err("chat", chat({ logprobs: true, top_logprobs: 21 }))).toMatchObject({ status: 400, param: "top_logprobs" });
     expect(err("chat", chat({ top_logprobs: 3 }))).toMatchObject({ status: 400, param: "top_logprobs" });
     expect(err("chat", chat({ echo: true }))).toMatchObject({ status: 400, param: "echo", code: "unsupported_parameter" });
-    const c = parseGenerationRequest("completion", { model: "m", prompt: "x", logprobs: 5, echo: true });
+    const c = parse("completion", { model: "m", prompt: "x", logprobs: 5, echo: true });
     expect([c.logprobs, c.echo]).toEqual([5, true]);
-    expect(parseGenerationRequest("completion", { model: "m", prompt: "x", logprobs: 0 }).logprobs).toBe(0);
-    expect(parseGenerationRequest("completion", { model: "m", prompt: "x" })).toMatchObject({ logprobs: null, echo: false });
+    expect(parse("completion", { model: "m", prompt: "x", logprobs: 0 }).logprobs).toBe(0);
+    expect(parse("completion", { model: "m", prompt: "x" })).toMatchObject({ logprobs: null, echo: false });
     expect(err("completion", { model: "m", prompt: "x", logprobs: 6 })).toMatchObject({ status: 400, param: "logprobs" });
     expect(err("completion", { model: "m", prompt: "x", logprobs: -1 })).toMatchObject({ status: 400, param: "logprobs" });
   });
   it("says both numbers when max_tokens cannot fit the compiled context", () => {
     expect(err("chat", { model: "m", messages: [{ role: "user", content: "x" }], max_tokens: 600 }, 512).message).toMatch(/600.*512/);
+  });
+});
+
+describe("structured outputs, tools and the field list", () => {
+  const chat = (extra: object) => ({ model: "m", messages: [{ role: "user", content: "x" }], ...extra });
+  const weather = { type: "function", function: { name: "get_weather", parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } };
+
+  it("response_format and structured_outputs become one grammar spec, naming where it came from", () => {
+    expect(parse("chat", chat({ response_format: { type: "text" } })).constraint).toBeNull();
+    expect(parse("chat", chat({ response_format: { type: "json_object" } })).constraint).toEqual({ spec: { type: "json_object" }, param: "response_format" });
+    const js = parse("chat", chat({ response_format: { type: "json_schema", json_schema: { name: "c", schema: { enum: ["a"] }, strict: true } } })).constraint;
+    expect(js).toEqual({ spec: { type: "json_schema", schema: '{"enum":["a"]}', anyWhitespace: true }, param: "response_format.json_schema.schema" });
+    expect(parse("completion", { model: "m", prompt: "x", structured_outputs: { choice: ["a", "b"] } }).constraint?.spec).toEqual({ type: "choice", choices: ["a", "b"] });
+    expect(parse("completion", { model: "m", prompt: "x", structured_outputs: { json: '{"type":"integer"}', disable_any_whitespace: true } }).constraint?.spec).toEqual({
+      type: "json_schema",
+      schema: '{"type":"integer"}',
+      anyWhitespace: false,
+    });
+    expect(parse("chat", chat({ structured_outputs: { regex: "[a-z]+" } })).constraint).toEqual({ spec: { type: "regex", pattern: "[a-z]+" }, param: "structured_outputs.regex" });
+  });
+
+  it("refuses malformed constraints by field", () => {
+    expect(err("chat", chat({ response_format: { type: "xml" } }))).toMatchObject({ status: 400, param: "response_format.type" });
+    expect(err("chat", chat({ response_format: { type: "xml" } })).message).toMatch(/got "xml"/);
+    expect(err("chat", chat({ response_format: { type: "json_schema", json_schema: { schema: {} } } }))).toMatchObject({ param: "response_format.json_schema.name" });
+    expect(err("chat", chat({ structured_outputs: { regex: "a", choice: ["b"] } })).message).toMatch(/exactly one.*regex, choice are given/);
+    expect(err("chat", chat({ structured_outputs: {} }))).toMatchObject({ param: "structured_outputs" });
+    expect(err("chat", chat({ structured_outputs: { whitespace_pattern: " *", json_object: true } }))).toMatchObject({ param: "structured_outputs.whitespace_pattern" });
+    expect(err("chat", chat({ response_format: { type: "json_object" }, structured_outputs: { json_object: true } }))).toMatchObject({ param: "structured_outputs" });
+    expect(err("chat", chat({ guided_json: { type: "object" } }))).toMatchObject({ param: "guided_json", code: "unsupported_parameter" });
+  });
+
+  it("tools: required and named become grammars; auto needs a parser; bad tools are refused by field", () => {
+    const req = parse("chat", chat({ tools: [weather], tool_choice: "required", parallel_tool_calls: false }));
+    expect(req.toolMode).toEqual({ kind: "required", parallel: false });
+    expect(JSON.parse((req.constraint!.spec as { schema: string }).schema)).toMatchObject({ type: "array", minItems: 1, maxItems: 1 });
+    expect(req.input).toMatchObject({ tools: [{ name: "get_weather", parameters: weather.function.parameters }] });
+    const named = parse("chat", chat({ tools: [weather], tool_choice: { type: "function", function: { name: "get_weather" } } }));
+    expect(named.toolMode).toEqual({ kind: "named", name: "get_weather" });
+    expect(named.constraint?.param).toBe("tools[0].function.parameters");
+    expect(parse("chat", chat({ tools: [weather] })).toolMode).toEqual({ kind: "auto", parser: "hermes", parallel: true });
+    expect(() => parseGenerationRequest("chat", chat({ tools: [weather] }), { tools: { parser: null } })).toThrow(/--tool-call-parser/);
+    expect(err("chat", chat({ tools: [{ type: "function", function: { parameters: {} } }] }))).toMatchObject({ param: "tools[0].function.name" });
+    expect(err("chat", chat({ tools: [{ type: "function", function: { name: "f", parameters: { type: "string" } } }] }))).toMatchObject({ param: "tools[0].function.parameters" });
+    expect(err("chat", chat({ tools: [weather], tool_choice: { type: "function", function: { name: "nope" } } }))).toMatchObject({ param: "tool_choice" });
+    expect(err("chat", chat({ tool_choice: "required" }))).toMatchObject({ param: "tool_choice" });
+    expect(err("chat", chat({ tools: [weather], tool_choice: "required", response_format: { type: "json_object" } }))).toMatchObject({ status: 400, param: "response_format" });
+  });
+
+  it("tool calls and tool results in the messages reach the worker", () => {
+    const req = parse(
+      "chat",
+      chat({
+        messages: [
+          { role: "user", content: "weather?" },
+          { role: "assistant", content: null, tool_calls: [{ id: "c1", type: "function", function: { name: "get_weather", arguments: '{"city":"Paris"}' } }] },
+          { role: "tool", tool_call_id: "c1", content: "sunny" },
+        ],
+      }),
+    );
+    expect(req.input).toEqual({
+      messages: [
+        { role: "user", content: "weather?" },
+        { role: "assistant", content: "", toolCalls: [{ id: "c1", name: "get_weather", arguments: '{"city":"Paris"}' }] },
+        { role: "tool", content: "sunny", toolCallId: "c1" },
+      ],
+    });
+    expect(err("chat", chat({ messages: [{ role: "tool", content: "x" }] }))).toMatchObject({ param: "messages[0].tool_call_id" });
+  });
+
+  it("logit_bias: token ids within the vocabulary, biases within [-100, 100]", () => {
+    const p = (b: object) => parseGenerationRequest("completion", { model: "m", prompt: "x", logit_bias: b }, { vocabSize: 100, tools: TOOLS });
+    expect(p({ "5": 10, "7": -100 }).sampling.logitBias).toEqual([
+      [5, 10],
+      [7, -100],
+    ]);
+    for (const bad of [{ abc: 5 }, { "-1": 1 }, { "100": 1 }, { "5": 101 }, { "05": 1 }])
+      expect(() => p(bad)).toThrow(expect.objectContaining({ status: 400, param: "logit_bias" }));
+  });
+
+  it("every field OpenAI or vLLM defines is served, a label, or refused by name; others are unrecognized", () => {
+    expect(err("chat", chat({ foo: 1 }))).toMatchObject({ status: 400, param: "foo", message: "unrecognized request argument supplied: foo" });
+    expect(err("chat", chat({ min_p: 0.1 }))).toMatchObject({ code: "unsupported_parameter", param: "min_p" });
+    expect(err("completion", { model: "m", prompt: "x", ignore_eos: true })).toMatchObject({ code: "unsupported_parameter", param: "ignore_eos" });
+    // The values that change nothing are accepted.
+    expect(parse("chat", chat({ n: 1, presence_penalty: 0, ignore_eos: false, store: false, user: "u1", service_tier: "auto", skip_special_tokens: true })).kind).toBe("chat");
+    expect(parse("completion", { model: "m", prompt: "x", add_special_tokens: true, suffix: "" }).kind).toBe("completion");
+    expect(err("chat", chat({ add_special_tokens: true }))).toMatchObject({ param: "add_special_tokens" });
+    for (const f of REQUEST_FIELDS.filter((x) => x.status === "refused" && !x.neutral)) {
+      const body = f.on.includes("chat") ? chat({ [f.name]: "something" }) : { model: "m", prompt: "x", [f.name]: "something" };
+      expect(err(f.on.includes("chat") ? "chat" : "completion", body)).toMatchObject({ status: 400, param: f.name });
+    }
   });
 });

@@ -1,11 +1,16 @@
 // Parses and checks OpenAI /v1/completions and /v1/chat/completions bodies into one
 // GenerationRequest, converting the OpenAI names (snake_case) to the internal contract's types
-// here, once. Knows the wire schema and the limits a gateway can check without a tokenizer; the
-// prompt + max_tokens against the compiled context is the prefill worker's check.
+// here, once. Every field OpenAI or vLLM defines is served, taken as a label, or refused by name
+// (request-fields.ts); anything else is refused as unrecognized. Knows the wire schema and the
+// limits a gateway can check without a tokenizer; the prompt + max_tokens against the compiled
+// context is the prefill worker's check, whether a grammar builds the grammar checker's.
 
-import { ApiError, type PromptInput } from "@airm/internal-api";
+import { ApiError, type ChatMessage, type PromptInput } from "@airm/internal-api";
 import type { SamplingParams } from "@airm/rm-core";
 import { z } from "zod";
+import { fieldsOf, type Endpoint } from "./request-fields.ts";
+import { constraintOf, type Constraint } from "./structured.ts";
+import { toolsOf, type ToolMode, type ToolSettings } from "./tools.ts";
 
 export interface GenerationRequest {
   kind: "completion" | "chat";
@@ -25,6 +30,18 @@ export interface GenerationRequest {
   echo: boolean;
   /** The request's own deadline in seconds (`timeout`, an extension of the OpenAI body); null: the server's maximum. */
   timeoutS: number | null;
+  /** What the output must keep to (structured outputs, or tool_choice required / named), or null. */
+  constraint: Constraint | null;
+  /** How tool calls come out of the answer (chat with tools). */
+  toolMode: ToolMode;
+}
+
+export interface ParseOptions {
+  /** Largest compiled context the workers reported (undefined when none answered yet). */
+  maxContext?: number;
+  /** The served model's vocabulary size, when a worker reported it (logit_bias ids are checked against it). */
+  vocabSize?: number;
+  tools: ToolSettings;
 }
 
 /** OpenAI's limits: completions `logprobs` 0-5, chat `top_logprobs` 0-20. */
@@ -44,14 +61,15 @@ const common = {
   top_p: z.number().gt(0).max(1).nullish(),
   top_k: int.min(-1).nullish(),
   seed: int.nullish(),
-  n: int.nullish(),
-  best_of: int.nullish(),
   stop: z.union([z.string(), z.array(z.string()).max(4)]).nullish(),
   stream: z.boolean().nullish(),
-  stream_options: z.object({ include_usage: z.boolean().nullish() }).loose().nullish(),
-  presence_penalty: z.number().nullish(),
-  frequency_penalty: z.number().nullish(),
-  user: z.string().nullish(),
+  stream_options: z
+    .object({ include_usage: z.boolean().nullish(), continuous_usage_stats: z.literal(false).nullish() })
+    .strict()
+    .nullish(),
+  logit_bias: z.record(z.string(), z.number()).nullish(),
+  response_format: z.unknown().optional(),
+  structured_outputs: z.unknown().optional(),
   timeout: z.number().positive().nullish(),
 };
 
@@ -60,18 +78,22 @@ const completionSchema = z
     ...common,
     prompt: z.union([z.string(), z.array(z.string()), tokenIds, z.array(tokenIds)]),
     echo: z.boolean().nullish(),
-    suffix: z.string().nullish(),
     logprobs: int.nullish(),
   })
-  .loose();
+  .strict();
 
-const contentPart = z.object({ type: z.literal("text"), text: z.string() }).loose();
+const contentPart = z.object({ type: z.string(), text: z.string().optional() }).loose();
+const toolCallSchema = z.object({ id: z.string(), type: z.literal("function"), function: z.object({ name: z.string().min(1), arguments: z.string() }).strict() }).strict();
 const messageSchema = z
   .object({
     role: z.enum(["system", "developer", "user", "assistant", "tool"]),
-    content: z.union([z.string(), z.array(contentPart), z.null()]),
+    content: z.union([z.string(), z.array(contentPart), z.null()]).optional(),
+    name: z.string().nullish(),
+    tool_calls: z.array(toolCallSchema).nullish(),
+    tool_call_id: z.string().nullish(),
+    refusal: z.string().nullish(),
   })
-  .loose();
+  .strict();
 
 const chatSchema = z
   .object({
@@ -80,13 +102,19 @@ const chatSchema = z
     max_completion_tokens: int.nullish(),
     logprobs: z.boolean().nullish(),
     top_logprobs: int.nullish(),
-    echo: z.boolean().nullish(),
+    tools: z.unknown().optional(),
+    tool_choice: z.unknown().optional(),
+    parallel_tool_calls: z.boolean().nullish(),
   })
-  .loose();
+  .strict();
 
 function fromZod(err: z.ZodError): ApiError {
   const issue = err.issues[0];
   const param = issue.path.length ? issue.path.map(String).join(".") : null;
+  if (issue.code === "unrecognized_keys") {
+    const at = param ? `${param}.` : "";
+    return new ApiError(400, "invalid_request", `unrecognized request argument supplied: ${issue.keys.map((k) => at + k).join(", ")}`, at + issue.keys[0]);
+  }
   let message = issue.message;
   if (issue.code === "invalid_type" && issue.input === undefined) message = `'${param}' is a required property`;
   else if (param) message = `invalid '${param}': ${message}`;
@@ -97,13 +125,27 @@ function unsupported(param: string, what: string): ApiError {
   return new ApiError(400, "unsupported_parameter", `${what} is not supported by this server`, param);
 }
 
-function checkCommon(b: z.infer<typeof completionSchema> | z.infer<typeof chatSchema>): void {
-  if (b.n != null && b.n !== 1) throw unsupported("n", `n=${b.n} (several choices per request)`);
-  if (b.best_of != null && b.best_of !== 1) throw unsupported("best_of", `best_of=${b.best_of}`);
-  if (b.presence_penalty) throw unsupported("presence_penalty", "a non-zero presence_penalty");
-  if (b.frequency_penalty) throw unsupported("frequency_penalty", "a non-zero frequency_penalty");
-  const stops = b.stop == null ? [] : typeof b.stop === "string" ? [b.stop] : b.stop;
-  if (stops.some((s) => s.length === 0)) throw new ApiError(400, "invalid_request", "stop strings must not be empty", "stop");
+/**
+ * The body without the fields that are labels or refused-but-neutral (see request-fields.ts).
+ * Throws 400 unsupported_parameter for a refused field that holds a value that would change the
+ * output.
+ */
+function screen(kind: Endpoint, body: Record<string, unknown>): Record<string, unknown> {
+  const fields = fieldsOf(kind);
+  const rest: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(body)) {
+    const f = fields.get(k);
+    if (!f || f.status === "served") {
+      rest[k] = v;
+      continue;
+    }
+    if (f.status === "label") {
+      if (v != null && typeof v !== "string") throw new ApiError(400, "invalid_request", `invalid '${k}': expected a string`, k);
+      continue;
+    }
+    if (v != null && !f.neutral?.(v)) throw unsupported(k, f.note.includes("vLLM in 0.12") ? `${k} (${f.note})` : f.note);
+  }
+  return rest;
 }
 
 function maxTokensOf(value: number | null | undefined, param: string, fallback: number | null, maxContext: number | undefined): number | null {
@@ -117,88 +159,158 @@ function maxTokensOf(value: number | null | undefined, param: string, fallback: 
   return v;
 }
 
-function samplingOf(b: { temperature?: number | null; top_p?: number | null; top_k?: number | null; seed?: number | null }): SamplingParams & { seed: number } {
+/** OpenAI's logit_bias (token id strings to biases) as [id, bias] pairs. Throws 400 naming logit_bias. */
+function logitBiasOf(raw: Record<string, number> | null | undefined, vocabSize: number | undefined): [number, number][] | undefined {
+  if (!raw) return undefined;
+  const out: [number, number][] = [];
+  for (const [key, bias] of Object.entries(raw)) {
+    if (!/^(0|[1-9][0-9]*)$/.test(key))
+      throw new ApiError(400, "invalid_request", `logit_bias keys must be token ids (decimal integers); '${key.slice(0, 40)}' is not`, "logit_bias");
+    const id = Number(key);
+    if (vocabSize !== undefined && id >= vocabSize)
+      throw new ApiError(400, "invalid_request", `logit_bias names token ${id}, outside this model's vocabulary [0, ${vocabSize})`, "logit_bias");
+    if (!(bias >= -100 && bias <= 100)) throw new ApiError(400, "invalid_request", `logit_bias of token ${id} must be between -100 and 100, got ${bias}`, "logit_bias");
+    out.push([id, bias]);
+  }
+  return out.length ? out : undefined;
+}
+
+function samplingOf(b: z.infer<typeof completionSchema> | z.infer<typeof chatSchema>, vocabSize: number | undefined): SamplingParams & { seed: number } {
   const s: SamplingParams & { seed: number } = {
     temperature: b.temperature ?? 1,
     seed: (b.seed ?? Math.floor(Math.random() * 2 ** 31)) >>> 0,
   };
   if (b.top_p != null) s.topP = b.top_p;
   if (b.top_k != null && b.top_k > 0) s.topK = b.top_k;
+  const bias = logitBiasOf(b.logit_bias, vocabSize);
+  if (bias) s.logitBias = bias;
   return s;
 }
 
-/**
- * Checks a /v1/completions or /v1/chat/completions body. `maxContext` is the largest compiled
- * context the workers reported (undefined when none answered yet). Throws ApiError (4xx).
- */
-export function parseGenerationRequest(kind: "completion" | "chat", body: unknown, maxContext?: number): GenerationRequest {
-  if (typeof body !== "object" || body === null || Array.isArray(body)) {
-    throw new ApiError(400, "invalid_request", "the request body must be a JSON object");
-  }
-  if (kind === "completion") {
-    const r = completionSchema.safeParse(body);
-    if (!r.success) throw fromZod(r.error);
-    const b = r.data;
-    checkCommon(b);
-    if (b.suffix) throw unsupported("suffix", "suffix");
-    if (b.logprobs != null && (b.logprobs < 0 || b.logprobs > MAX_COMPLETION_LOGPROBS)) {
-      throw new ApiError(400, "invalid_request", `logprobs must be between 0 and ${MAX_COMPLETION_LOGPROBS}, got ${b.logprobs}`, "logprobs");
+function stopsOf(stop: string | string[] | null | undefined): string[] {
+  const stops = stop == null ? [] : typeof stop === "string" ? [stop] : stop;
+  if (stops.some((s) => s.length === 0)) throw new ApiError(400, "invalid_request", "stop strings must not be empty", "stop");
+  return stops;
+}
+
+/** The chat messages as the internal API carries them (text content; tool calls and the calls tool turns answer). */
+function messagesOf(messages: z.infer<typeof messageSchema>[]): ChatMessage[] {
+  return messages.map((m, i) => {
+    let content = "";
+    if (typeof m.content === "string") content = m.content;
+    else if (Array.isArray(m.content)) {
+      content = m.content
+        .map((part, j) => {
+          if (part.type !== "text" || typeof part.text !== "string") {
+            throw new ApiError(
+              400,
+              "unsupported_parameter",
+              `messages[${i}].content[${j}] is a '${part.type}' part; this server reads text parts only`,
+              `messages[${i}].content[${j}].type`,
+            );
+          }
+          return part.text;
+        })
+        .join("");
     }
-    let input: PromptInput;
-    const p = b.prompt;
-    if (typeof p === "string") input = { prompt: p };
-    else if (p.length === 0) throw new ApiError(400, "invalid_request", "prompt is empty", "prompt");
-    else if (typeof p[0] === "string") {
-      if (p.length > 1) throw unsupported("prompt", `a batch of ${p.length} prompts in one request`);
-      input = { prompt: p[0] as string };
-    } else if (typeof p[0] === "number") input = { promptTokenIds: p as number[] };
-    else {
-      if (p.length > 1) throw unsupported("prompt", `a batch of ${p.length} prompts in one request`);
-      input = { promptTokenIds: p[0] as number[] };
-    }
-    if ("prompt" in input && input.prompt.length === 0) throw new ApiError(400, "invalid_request", "prompt is empty", "prompt");
-    return {
-      kind,
-      model: b.model ?? null,
-      input,
-      maxTokens: maxTokensOf(b.max_tokens, "max_tokens", 16, maxContext),
-      sampling: samplingOf(b),
-      stop: b.stop == null ? [] : typeof b.stop === "string" ? [b.stop] : b.stop,
-      stream: b.stream ?? false,
-      includeUsage: b.stream_options?.include_usage ?? false,
-      logprobs: b.logprobs ?? null,
-      echo: b.echo ?? false,
-      timeoutS: b.timeout ?? null,
-    };
+    if (m.tool_calls?.length && m.role !== "assistant")
+      throw new ApiError(400, "invalid_request", `messages[${i}]: only assistant messages carry tool_calls`, `messages[${i}].tool_calls`);
+    if (m.role === "tool" && !m.tool_call_id) throw new ApiError(400, "invalid_request", `messages[${i}]: a tool message needs tool_call_id`, `messages[${i}].tool_call_id`);
+    const out: ChatMessage = { role: m.role, content };
+    if (m.tool_calls?.length) out.toolCalls = m.tool_calls.map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments }));
+    if (m.tool_call_id) out.toolCallId = m.tool_call_id;
+    if (m.name) out.name = m.name;
+    return out;
+  });
+}
+
+function completionInput(p: z.infer<typeof completionSchema>["prompt"]): PromptInput {
+  let input: PromptInput;
+  if (typeof p === "string") input = { prompt: p };
+  else if (p.length === 0) throw new ApiError(400, "invalid_request", "prompt is empty", "prompt");
+  else if (typeof p[0] === "string") {
+    if (p.length > 1) throw unsupported("prompt", `a batch of ${p.length} prompts in one request`);
+    input = { prompt: p[0] as string };
+  } else if (typeof p[0] === "number") input = { promptTokenIds: p as number[] };
+  else {
+    if (p.length > 1) throw unsupported("prompt", `a batch of ${p.length} prompts in one request`);
+    input = { promptTokenIds: p[0] as number[] };
   }
-  const r = chatSchema.safeParse(body);
+  if ("prompt" in input && input.prompt.length === 0) throw new ApiError(400, "invalid_request", "prompt is empty", "prompt");
+  return input;
+}
+
+function parseCompletion(body: Record<string, unknown>, o: ParseOptions): GenerationRequest {
+  const r = completionSchema.safeParse(screen("completion", body));
   if (!r.success) throw fromZod(r.error);
   const b = r.data;
-  checkCommon(b);
-  if (b.echo) throw unsupported("echo", "echo on chat completions (it is a completions parameter)");
+  if (b.logprobs != null && (b.logprobs < 0 || b.logprobs > MAX_COMPLETION_LOGPROBS)) {
+    throw new ApiError(400, "invalid_request", `logprobs must be between 0 and ${MAX_COMPLETION_LOGPROBS}, got ${b.logprobs}`, "logprobs");
+  }
+  return {
+    kind: "completion",
+    model: b.model ?? null,
+    input: completionInput(b.prompt),
+    maxTokens: maxTokensOf(b.max_tokens, "max_tokens", 16, o.maxContext),
+    sampling: samplingOf(b, o.vocabSize),
+    stop: stopsOf(b.stop),
+    stream: b.stream ?? false,
+    includeUsage: b.stream_options?.include_usage ?? false,
+    logprobs: b.logprobs ?? null,
+    echo: b.echo ?? false,
+    timeoutS: b.timeout ?? null,
+    constraint: constraintOf(b),
+    toolMode: { kind: "none" },
+  };
+}
+
+function parseChat(body: Record<string, unknown>, o: ParseOptions): GenerationRequest {
+  const r = chatSchema.safeParse(screen("chat", body));
+  if (!r.success) throw fromZod(r.error);
+  const b = r.data;
   if (b.top_logprobs != null) {
     if (b.top_logprobs < 0 || b.top_logprobs > MAX_CHAT_TOP_LOGPROBS) {
       throw new ApiError(400, "invalid_request", `top_logprobs must be between 0 and ${MAX_CHAT_TOP_LOGPROBS}, got ${b.top_logprobs}`, "top_logprobs");
     }
     if (b.logprobs !== true) throw new ApiError(400, "invalid_request", "top_logprobs needs logprobs set to true", "top_logprobs");
   }
-  const messages = b.messages.map((m) => ({
-    role: m.role,
-    content: m.content == null ? "" : typeof m.content === "string" ? m.content : m.content.map((part) => part.text).join(""),
-  }));
-  if (messages.every((m) => m.content.length === 0)) throw new ApiError(400, "invalid_request", "every message is empty", "messages");
+  const messages = messagesOf(b.messages);
+  if (messages.every((m) => m.content.length === 0 && !m.toolCalls?.length)) throw new ApiError(400, "invalid_request", "every message is empty", "messages");
+  const tools = toolsOf(b, o.tools);
+  const format = constraintOf(b);
+  if (format && tools.constraint) {
+    throw new ApiError(400, "invalid_request", `the output can keep to tool_choice "${tools.mode.kind}" or to ${format.param.split(".")[0]}, not both`, format.param.split(".")[0]);
+  }
+  if (format && tools.mode.kind === "auto") {
+    throw new ApiError(
+      400,
+      "invalid_request",
+      `${format.param.split(".")[0]} constrains the output, so tool calls cannot be written: set tool_choice to "none", "required" or a named tool, or drop it`,
+      "tool_choice",
+    );
+  }
   const param = b.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens";
   return {
-    kind,
+    kind: "chat",
     model: b.model ?? null,
-    input: { messages },
-    maxTokens: maxTokensOf(b.max_completion_tokens ?? b.max_tokens, param, null, maxContext),
-    sampling: samplingOf(b),
-    stop: b.stop == null ? [] : typeof b.stop === "string" ? [b.stop] : b.stop,
+    input: tools.tools ? { messages, tools: tools.tools } : { messages },
+    maxTokens: maxTokensOf(b.max_completion_tokens ?? b.max_tokens, param, null, o.maxContext),
+    sampling: samplingOf(b, o.vocabSize),
+    stop: stopsOf(b.stop),
     stream: b.stream ?? false,
     includeUsage: b.stream_options?.include_usage ?? false,
     logprobs: b.logprobs === true ? (b.top_logprobs ?? 0) : null,
     echo: false,
     timeoutS: b.timeout ?? null,
+    constraint: format ?? tools.constraint,
+    toolMode: tools.mode,
   };
+}
+
+/** Checks a /v1/completions or /v1/chat/completions body. Throws ApiError (4xx). */
+export function parseGenerationRequest(kind: "completion" | "chat", body: unknown, o: ParseOptions): GenerationRequest {
+  if (typeof body !== "object" || body === null || Array.isArray(body)) {
+    throw new ApiError(400, "invalid_request", "the request body must be a JSON object");
+  }
+  return kind === "completion" ? parseCompletion(body as Record<string, unknown>, o) : parseChat(body as Record<string, unknown>, o);
 }

@@ -2,7 +2,9 @@
 // JSON or the SSE answer), /v1/models and /health. Worker calls, timeouts and releases are the
 // orchestrator's; the answer shapes are answers.ts's.
 
-import { ApiError, OverloadedError } from "@airm/internal-api";
+import type { GrammarChecker } from "@airm/grammar";
+import { ApiError, OverloadedError, toApiError } from "@airm/internal-api";
+import { isAirmError } from "@airm/rm-core";
 import { SpanStatusCode, context, trace } from "@opentelemetry/api";
 import type { Context, Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
@@ -12,6 +14,7 @@ import { newRequestId, type GenEvent, type Orchestrator, type Placement } from "
 import { jsonAnswer, sseAnswer } from "./answers.ts";
 import { Timing } from "./completion.ts";
 import { parseGenerationRequest, type GenerationRequest } from "./parse.ts";
+import type { ToolSettings } from "./tools.ts";
 
 export interface GatewayAppOptions {
   orchestrator: Orchestrator;
@@ -28,6 +31,10 @@ export interface GatewayAppOptions {
   maxWaiting?: number;
   /** Longest a request may run (s; a request's `timeout` may shorten it; default: no limit). */
   requestTimeoutS?: number;
+  /** Checks structured-output constraints before the workers see them. */
+  grammar: GrammarChecker;
+  /** How tool calls are read (the parser of tool_choice auto). */
+  tools: ToolSettings;
 }
 
 const tracer = trace.getTracer("@airm/gateway");
@@ -48,16 +55,20 @@ async function parseRequest(c: Context, kind: "completion" | "chat", o: GatewayA
     throw new ApiError(400, "invalid_json", `the request body is not valid JSON: ${(err as Error).message}`);
   }
   const served = o.modelPool.served();
-  const req = parseGenerationRequest(kind, body, served.maxContext);
+  const req = parseGenerationRequest(kind, body, { maxContext: served.maxContext, vocabSize: served.vocabSize, tools: o.tools });
   if (served.modelIds.length === 0) throw new ApiError(503, "no_healthy_worker", `no worker has reported its model yet: ${o.modelPool.describeDown()}`);
   if (req.model === null) {
     // As vLLM does: a request that names no model gets the only one served.
-    if (served.modelIds.length === 1) return { ...req, model: served.modelIds[0] };
-    throw new ApiError(404, "model_not_found", `the request names no model and this server serves several: ${served.modelIds.join(", ")}; pass 'model'`, "model");
+    if (served.modelIds.length !== 1) {
+      throw new ApiError(404, "model_not_found", `the request names no model and this server serves several: ${served.modelIds.join(", ")}; pass 'model'`, "model");
+    }
+    req.model = served.modelIds[0];
   }
   if (!served.modelIds.includes(req.model)) {
     throw new ApiError(404, "model_not_found", `the model '${req.model}' does not exist; this server serves ${served.modelIds.join(", ")}`, "model");
   }
+  // A schema or grammar that does not build is a 400 here, before any worker is called.
+  if (req.constraint) await o.grammar.check(req.constraint.spec, req.constraint.param).catch((e) => Promise.reject(toApiError(e)));
   return req;
 }
 
@@ -175,7 +186,7 @@ export function openAIRoutes(app: Hono, o: GatewayAppOptions): void {
       try {
         return await context.with(trace.setSpan(context.active(), span), () => complete(c, kind, o));
       } catch (err) {
-        const e = err instanceof ApiError ? err : new ApiError(500, "internal_error", `gateway error: ${(err as Error).message}`);
+        const e = err instanceof ApiError ? err : isAirmError(err) ? toApiError(err) : new ApiError(500, "internal_error", `gateway error: ${(err as Error).message}`);
         status = e.status;
         span.setStatus({ code: SpanStatusCode.ERROR, message: e.message });
         return e.toResponse();

@@ -76,7 +76,7 @@ class PdRequest {
     const kvTimeoutMs = this.o.prefillTimeoutMs + this.o.kvTimeoutMs;
     const call = context.with(trace.setSpan(this.parent, this.spans.decode), () =>
       this.dec.client.decode(
-        { requestId, maxTokens: req.maxTokens, sampling: req.sampling, kvTimeoutMs, logprobs: req.logprobs },
+        { requestId, maxTokens: req.maxTokens, sampling: req.sampling, kvTimeoutMs, logprobs: req.logprobs, constraint: req.constraint?.spec },
         { headers: traceHeaders(), signal: this.decodeAbort.signal },
       ),
     );
@@ -92,7 +92,15 @@ class PdRequest {
       try {
         const answer = await context.with(trace.setSpan(this.parent, this.spans.prefill), () =>
           this.pre.client.prefill(
-            { requestId: this.requestId, input: this.req.input, maxTokens: this.req.maxTokens, sampling: this.req.sampling, logprobs: this.req.logprobs, echo: this.req.echo },
+            {
+              requestId: this.requestId,
+              input: this.req.input,
+              maxTokens: this.req.maxTokens,
+              sampling: this.req.sampling,
+              logprobs: this.req.logprobs,
+              echo: this.req.echo,
+              constraint: this.req.constraint?.spec,
+            },
             { headers: traceHeaders(), signal: AbortSignal.any([this.prefillAbort.signal, AbortSignal.timeout(this.o.prefillTimeoutMs)]) },
           ),
         );

@@ -35,7 +35,7 @@ export async function* runSolo(pool: EndpointPool, t: SoloTimeouts, req: Generat
     try {
       answer = await context.with(trace.setSpan(context.active(), span), () =>
         ep.client.generate(
-          { requestId, input: req.input, maxTokens: req.maxTokens, sampling: req.sampling, logprobs: req.logprobs, echo: req.echo },
+          { requestId, input: req.input, maxTokens: req.maxTokens, sampling: req.sampling, logprobs: req.logprobs, echo: req.echo, constraint: req.constraint?.spec },
           { headers: traceHeaders(), signal: abort.signal },
         ),
       );

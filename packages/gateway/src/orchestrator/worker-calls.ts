@@ -24,10 +24,11 @@ export function causeOf(err: unknown): string {
 /**
  * True when `err` says the worker itself failed the call (a 5xx answer or error event, a broken or
  * silent stream), which counts against its circuit breaker. Not: the client's fault (4xx), an
- * overloaded worker (429/503: busy is not broken), or bad KV (the producer's or the wire's fault).
+ * overloaded worker (429/503: busy is not broken), bad KV (the producer's or the wire's fault), or one
+ * request's structured output failing (grammar_error: the worker serves the others).
  */
 export function isWorkerFault(err: unknown): boolean {
-  return err instanceof ApiError && err.status >= 500 && err.status !== 503 && !err.code.startsWith("kv_");
+  return err instanceof ApiError && err.status >= 500 && err.status !== 503 && !err.code.startsWith("kv_") && err.code !== "grammar_error";
 }
 
 /** True when `signal` was aborted by a request deadline (AbortSignal.timeout) rather than by the client leaving. */
