@@ -1,6 +1,6 @@
 // Writes the parts of the documentation that are printed from the code: docs/configuration.md
-// (every variable every package declares), the configuration table of each package README, and
-// the schema tables of docs/internal-api.md. `--check` exits 1 when a file is out of date (a test
+// (every variable every package declares), the configuration table of each package README, the
+// schema tables of docs/internal-api.md and the request-field table of docs/openai-api.md. `--check` exits 1 when a file is out of date (a test
 // runs the same comparison). Run: pnpm gen-docs [--check]
 
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
@@ -10,7 +10,7 @@ import { ATOM_VENDOR_CONFIG } from "../packages/engine-atom/src/index.ts";
 import { ENGINE_CONFIG } from "../packages/engine-kit/src/index.ts";
 import { EPP_CONFIG } from "../packages/epp/src/epp-config.ts";
 import { RNGD_VENDOR_CONFIG } from "../packages/engine-rngd/src/index.ts";
-import { GATEWAY_CONFIG } from "../packages/gateway/src/index.ts";
+import { GATEWAY_CONFIG, requestFieldTable } from "../packages/gateway/src/index.ts";
 import { schemaTables } from "../packages/internal-api/src/index.ts";
 import { NIXL_UCX_CONFIG } from "../packages/kv-nixl-ucx/src/index.ts";
 import { NIXL_CONFIG, SIDECAR_CONFIG } from "../packages/kv-nixl/src/index.ts";
@@ -104,6 +104,8 @@ export function documents(): Map<string, string> {
   }
   const api = "docs/internal-api.md";
   out.set(api, replaceBlock(readFileSync(join(root, api), "utf8"), "schemas", schemaTables(), api));
+  const openai = "docs/openai-api.md";
+  out.set(openai, replaceBlock(readFileSync(join(root, openai), "utf8"), "fields", requestFieldTable(), openai));
   return out;
 }
 

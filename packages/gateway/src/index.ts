@@ -7,4 +7,5 @@ export { GATEWAY_COMMAND } from "./cli.ts";
 export { Orchestrator, newRequestId, type GenEvent, type OrchestratorOptions } from "./orchestrator/index.ts";
 export { EndpointPool, type Endpoint } from "./endpoint-pool.ts";
 export { parseGenerationRequest, type GenerationRequest, MAX_TOKENS_CEILING } from "./openai/parse.ts";
+export { REQUEST_FIELDS, requestFieldTable, type RequestField } from "./openai/request-fields.ts";
 export { GatewayMetrics, quantile, WINDOW, type RequestRecord } from "./gateway-metrics.ts";

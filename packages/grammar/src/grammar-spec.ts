@@ -74,7 +74,8 @@ function parseJson(text: string, param: string, what: string): unknown {
 export function recipeOf(spec: GrammarSpec, param: string): Recipe {
   switch (spec.type) {
     case "json_object":
-      return { kind: "builtin_json" };
+      // An object (OpenAI's JSON mode answers with one), any members: xgrammar's JSON grammar also allows an array.
+      return { kind: "json_schema", schema: '{"type":"object","additionalProperties":true}', anyWhitespace: true, splices: [] };
     case "json_schema": {
       const prepared = prepareJsonSchema(parseJson(spec.schema, param, "the schema"), param);
       return { kind: "json_schema", schema: prepared.schema, anyWhitespace: spec.anyWhitespace, splices: prepared.splices };

@@ -18,7 +18,6 @@ export const MaskStatus = { mask: 0, all: 1, terminated: 2, rejected: 3, failed:
 
 /** What the thread turns into a grammar (built on the caller's side from a GrammarSpec). */
 export type Recipe =
-  | { kind: "builtin_json" }
   | { kind: "ebnf"; ebnf: string }
   | { kind: "structural_tag"; json: string }
   | { kind: "json_schema"; schema: string; anyWhitespace: boolean; splices: { literal: string; rule: string; rules: string[] }[] };
@@ -81,8 +80,6 @@ export function grammarThreadMain(): void {
 
   async function build(r: Any): Promise<Any> {
     switch (r.kind) {
-      case "builtin_json":
-        return xg.Grammar.builtinJSONGrammar();
       case "ebnf":
         return xg.Grammar.fromEBNF(r.ebnf);
       case "structural_tag":

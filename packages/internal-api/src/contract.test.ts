@@ -31,7 +31,11 @@ describe("request schemas", () => {
       sampling: {},
       logprobs: null,
       echo: false,
+      ignoreEos: false,
+      minTokens: 0,
     });
+    expect(PrefillRequestSchema.safeParse({ requestId: "r", input: { prompt: "x" }, maxTokens: 2, ignoreEos: true, constraint: { type: "json_object" } }).success).toBe(false);
+    expect(DecodeRequestSchema.safeParse({ requestId: "r", maxTokens: 2, constraint: { type: "json_schema", schema: "{}", extra: 1 } }).success).toBe(false);
     expect(PromptInputSchema.safeParse({ prompt: "a", promptTokenIds: [1] }).success).toBe(false);
     expect(PromptInputSchema.safeParse({}).success).toBe(false);
     expect(PromptInputSchema.safeParse({ promptTokenIds: [] }).success).toBe(false);

@@ -60,6 +60,8 @@ export const PromptInputSchema = z.union([
 ]);
 
 const constraint = GrammarSpecSchema.optional().describe("structured output: the grammar every generated token must keep to (see GrammarSpec)");
+const ignoreEos = z.boolean().default(false).describe("an end-of-sequence token does not end the completion (it runs to maxTokens)");
+const minTokens = z.number().int().min(0).default(0).describe("end-of-sequence tokens cannot be sampled before this many completion tokens");
 export type PromptInput = z.infer<typeof PromptInputSchema>;
 
 const maxTokens = z.number().int().min(1).nullable().describe("the whole completion, first token included; null: the rest of the largest compiled context");
@@ -83,8 +85,11 @@ export const PrefillRequestSchema = z
     logprobs,
     echo: z.boolean().default(false).describe("return the prompt's tokens and text (`first.echo`), scored when logprobs is set"),
     constraint,
+    ignoreEos,
+    minTokens,
   })
-  .strict();
+  .strict()
+  .refine((b) => !(b.constraint && b.ignoreEos), { message: "ignoreEos cannot go with a constraint: the grammar ends at its end-of-sequence token", path: ["ignoreEos"] });
 export type PrefillRequest = z.input<typeof PrefillRequestSchema>;
 export const GenerateRequestSchema = PrefillRequestSchema;
 export type GenerateRequest = PrefillRequest;
@@ -98,8 +103,11 @@ export const DecodeRequestSchema = z
     kvTimeoutMs: z.number().int().min(1).optional().describe("how long each KV pull waits for its blob (default: the worker's)"),
     logprobs,
     constraint: constraint.describe("the same constraint prefill used: decode's matcher replays the first token, then continues"),
+    ignoreEos,
+    minTokens,
   })
-  .strict();
+  .strict()
+  .refine((b) => !(b.constraint && b.ignoreEos), { message: "ignoreEos cannot go with a constraint: the grammar ends at its end-of-sequence token", path: ["ignoreEos"] });
 export type DecodeRequest = z.input<typeof DecodeRequestSchema>;
 
 export const RELEASE_REASONS = ["done", "client_gone", "decode_rejected", "prefill_failed", "aborted", "deadline"] as const;

@@ -3,9 +3,10 @@
 // token and done events. Knows the engine and the event types; not HTTP.
 
 import { ApiError, type Echo, type FirstToken, type LogprobEntry, type PromptInput, type TokenLogprobsEntry, type WorkerEvent } from "@airm/internal-api";
-import { ContextOverflowError, IncrementalDetokenizer, type PrefillResult, type SamplingParams, type TokenLogprobs } from "@airm/rm-core";
+import { ContextOverflowError, IncrementalDetokenizer, type PrefillResult, type SamplingParams, type TokenConstraint, type TokenLogprobs } from "@airm/rm-core";
 import type { GrammarMatcher } from "@airm/grammar";
 import type { DecodeBatcher } from "./decode-batcher.ts";
+import { EosBan } from "./eos-ban.ts";
 import type { EngineStream, ServingEngine } from "./serving-engine.ts";
 
 /** Token ids of a prompt input. Throws ApiError 400 for ids outside the vocabulary, a model without chat template, an empty prompt. */
@@ -47,6 +48,22 @@ export function planRequest(engine: ServingEngine, promptTokens: number, maxToke
 
 export function isEos(engine: ServingEngine, token: number): boolean {
   return engine.tokenizer.eosTokenIds.includes(token) || engine.model.eosTokenIds.includes(token);
+}
+
+/** Throws ApiError 400 naming logit_bias when it names an id outside the model's vocabulary (before any stream opens). */
+export function checkLogitBias(engine: ServingEngine, sampling: SamplingParams): void {
+  const bad = sampling.logitBias?.find(([id]) => id >= engine.model.vocabSize);
+  if (bad) throw new ApiError(400, "invalid_request", `logit_bias names token ${bad[0]}, outside this model's vocabulary [0, ${engine.model.vocabSize})`, "logit_bias");
+}
+
+/**
+ * What restricts the completion token at `index` (0: the first): the request's grammar matcher,
+ * with the end-of-sequence ids banned while index < minTokens. Undefined when nothing does.
+ */
+export function stepConstraint(engine: ServingEngine, matcher: TokenConstraint | undefined, minTokens: number, index: () => number): TokenConstraint | undefined {
+  if (minTokens <= 0) return matcher;
+  const eos = [...new Set([...engine.tokenizer.eosTokenIds, ...engine.model.eosTokenIds])];
+  return new EosBan(engine.model.vocabSize, eos, matcher, () => index() < minTokens);
 }
 
 /** The completion's detokenizer (special tokens skipped). */
@@ -114,6 +131,10 @@ export interface DecodeLoop {
   logprobs: number | null;
   /** The request's grammar matcher (structured outputs), already past the first token. */
   matcher?: GrammarMatcher;
+  /** An end-of-sequence token does not end the completion. */
+  ignoreEos: boolean;
+  /** End-of-sequence tokens are banned before this many completion tokens. */
+  minTokens: number;
   /** Writes one event; resolves when the client took it (backpressure). */
   write(ev: WorkerEvent): Promise<void>;
   /** True once the client left or the request was ended from outside. */
@@ -129,7 +150,9 @@ export async function decodeLoop(d: DecodeLoop): Promise<{ finish: "stop" | "len
   text.push(d.first);
   let count = 1;
   let cur = d.first;
-  let finish: "stop" | "length" = isEos(d.engine, d.first) ? "stop" : "length";
+  const ends = (t: number) => !d.ignoreEos && isEos(d.engine, t);
+  let finish: "stop" | "length" = ends(d.first) ? "stop" : "length";
+  const constraint = stepConstraint(d.engine, d.matcher, d.minTokens, () => count);
   const t0 = performance.now();
   while (finish !== "stop" && count < d.maxTokens) {
     if (d.aborted()) return { finish: "aborted", decodeMs: performance.now() - t0 };
@@ -138,10 +161,10 @@ export async function decodeLoop(d: DecodeLoop): Promise<{ finish: "stop" | "len
       token: cur,
       sampling: d.sampling,
       ...(d.logprobs === null ? {} : { logprobs: d.logprobs }),
-      ...(d.matcher ? { constraint: d.matcher } : {}),
+      ...(constraint ? { constraint } : {}),
     });
     count++;
-    if (isEos(d.engine, next.token)) {
+    if (ends(next.token)) {
       finish = "stop";
       break;
     }

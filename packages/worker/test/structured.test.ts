@@ -173,3 +173,41 @@ describe("structured outputs in the worker", () => {
     expect(ErrorBodySchema.parse(await r.json()).error.param).toBe("constraint");
   });
 });
+
+describe("logit_bias, min_tokens and ignore_eos in the worker", () => {
+  const eos = () => solo.engine.model.eosTokenIds[0];
+  /** Greedy with the end-of-sequence id pushed up by 100: it wins every step it may. */
+  const pushed = (): SamplingParams => ({ temperature: 0, logitBias: [[eos(), 100]] });
+
+  it("logit_bias moves the choice; min_tokens holds the end back; ignore_eos runs past it to max_tokens (PD as solo)", async () => {
+    const input = { prompt: "controls" };
+    const plain = await soloRun("lb-0", input, pushed(), undefined, 20);
+    expect([plain.tokens, plain.finish]).toEqual([[eos()], "stop"]);
+    const held = await soloRun("lb-1", input, pushed(), undefined, 20);
+    expect(held.tokens).toEqual(plain.tokens);
+    const evs = await events(await solo.post("/internal/generate", { requestId: "lb-2", input, maxTokens: 20, sampling: pushed(), minTokens: 5 }));
+    const first = evs.find((e) => e.type === "first") as Extract<WorkerEvent, { type: "first" }>;
+    const min = collect(first.token, first.text, evs);
+    expect(min.tokens).toHaveLength(5);
+    expect(min.tokens).not.toContain(eos());
+    expect(min.finish).toBe("stop");
+    const dec = decode.post("/internal/decode", { requestId: "lb-3", maxTokens: 20, sampling: pushed(), minTokens: 5 });
+    await prefill.post("/internal/prefill", { requestId: "lb-3", input, maxTokens: 20, sampling: pushed(), minTokens: 5 });
+    expect(tokensAfter(first.token, await events(await dec))).toEqual(min.tokens.slice(1));
+    const ign = await events(await solo.post("/internal/generate", { requestId: "lb-4", input, maxTokens: 7, sampling: pushed(), ignoreEos: true }));
+    const firstIgn = ign.find((e) => e.type === "first") as Extract<WorkerEvent, { type: "first" }>;
+    const all = collect(firstIgn.token, firstIgn.text, ign);
+    expect(all.tokens).toEqual(Array(7).fill(eos()));
+    expect(all.finish).toBe("length");
+  });
+
+  it("a logit_bias id outside the vocabulary is a 400 naming it", async () => {
+    const r = await solo.post("/internal/generate", { requestId: "lb-5", input: { prompt: "x" }, maxTokens: 2, sampling: { logitBias: [[10_000_000, 1]] } });
+    expect(r.status).toBe(400);
+    expect(ErrorBodySchema.parse(await r.json()).error.param).toBe("logit_bias");
+  });
+});
+
+function tokensAfter(_first: number, evs: WorkerEvent[]): number[] {
+  return evs.flatMap((e) => (e.type === "token" ? [e.token] : []));
+}

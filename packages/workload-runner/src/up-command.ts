@@ -54,6 +54,10 @@ export const UP_COMMAND = defineCommand({
     decodePort: flagOf(int({ min: 0, max: 65535 }), { default: DEFAULT_PORTS.decode, doc: "decode worker port" }),
     sidecarPort: flagOf(int({ min: 0, max: 65535 }), { defaultText: "the one the transport declares (7400 for the KV relay)", doc: "port of the transport's sidecar" }),
     metricsPort: flagOf(int({ min: 0, max: 65535 }), { defaultText: "none", doc: "gateway airm_* metrics port" }),
+    toolCallParser: flagOf(oneOf(["hermes", "llama3_json", "none"] as const), {
+      default: "hermes",
+      doc: 'how the gateway reads tool calls from answers to tool_choice "auto" (AIRM_TOOL_CALL_PARSER; vLLM\'s --tool-call-parser): hermes reads <tool_call> blocks, which is also how a chat template without tools is told to call them; none refuses auto',
+    }),
     readyTimeout: flagOf(int({ min: 1 }), { default: 300, doc: "seconds to wait for every part to be healthy" }),
     maxRestarts: flagOf(int({ min: 0, max: 100 }), {
       default: RESTART_POLICY.maxDeaths - 1,
@@ -106,6 +110,7 @@ export function upCluster(f: UpFlags, model: string): ClusterOptions {
     onPartExit: f.maxRestarts === 0 ? "stop-all" : "restart",
     restart: { maxDeaths: f.maxRestarts + 1 },
     env: { AIRM_WEIGHTS: f.weights, AIRM_PREFILL_BATCH_TOKENS: String(f.prefillBatchTokens) },
+    gatewayEnv: { AIRM_TOOL_CALL_PARSER: f.toolCallParser },
   };
 }
 
@@ -121,7 +126,7 @@ export async function startUpCluster(
   const { values: f } = UP_COMMAND.parse(["--port", "0", "--prefill-port", "0", "--decode-port", "0", "--sidecar-port", "0", ...extra]);
   const chosen = f.model ? { path: f.model, note: `model ${f.model}` } : await chooseDefaultModel(o.env);
   const shape = upCluster(f, chosen.path);
-  const options: ClusterOptions = { ...shape, onPartExit: "stop-all", gatewayEnv: o.gatewayEnv, env: { ...shape.env, AIRM_LOG_LEVEL: "warn" } };
+  const options: ClusterOptions = { ...shape, onPartExit: "stop-all", gatewayEnv: { ...shape.gatewayEnv, ...o.gatewayEnv }, env: { ...shape.env, AIRM_LOG_LEVEL: "warn" } };
   return { cluster: await startLocalCluster(o.adjust ? o.adjust(options) : options), modelNote: chosen.note };
 }
 

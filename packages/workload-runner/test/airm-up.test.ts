@@ -1,6 +1,6 @@
 // `airm up` as a user runs it: a real child process that starts real workers and a gateway on
 // 127.0.0.1, serves a completion, and leaves nothing behind on SIGTERM.
-import { spawn, execFileSync, type ChildProcess } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -9,6 +9,7 @@ import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { makeTinyModel } from "@airm/llama";
 import { freePort, sweepStaleClusterDirs } from "../src/index.ts";
+import { type AirmUp, startAirmUp, waitFor } from "./helpers/airm-up.ts";
 
 const airm = fileURLToPath(new URL("../bin/airm.mjs", import.meta.url));
 let dir: string;
@@ -27,14 +28,6 @@ function children(pid: number): [number, string][] {
   }
 }
 
-function killGroup(child: ChildProcess): void {
-  try {
-    process.kill(-child.pid!, "SIGKILL");
-  } catch {
-    // already gone
-  }
-}
-
 function alive(pid: number): boolean {
   try {
     process.kill(pid, 0);
@@ -44,30 +37,11 @@ function alive(pid: number): boolean {
   }
 }
 
-function startUp(args: string[], env: Record<string, string> = {}): { child: ChildProcess; out: () => string; err: () => string; exit: Promise<number | null> } {
-  // its own process group, so a failing test can kill airm up and every part it started at once
-  const child = spawn(process.execPath, [airm, "up", ...args], {
-    env: { ...process.env, AIRM_MODEL_CACHE: join(dir, "cache"), ...env },
-    stdio: ["ignore", "pipe", "pipe"],
-    detached: true,
-  });
-  let out = "";
-  let err = "";
-  child.stdout!.on("data", (d) => (out += d));
-  child.stderr!.on("data", (d) => (err += d));
-  const exit = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
-  return { child, out: () => out, err: () => err, exit };
+function startUp(args: string[], env: Record<string, string> = {}): AirmUp {
+  return startAirmUp(args, { AIRM_MODEL_CACHE: join(dir, "cache"), ...env });
 }
 
-async function waitFor(cond: () => boolean, ms: number, what: string): Promise<void> {
-  const end = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
-
-type Up = ReturnType<typeof startUp>;
+type Up = AirmUp;
 
 /** airm up on free ports with `modelPath`; `check` runs on it; airm up's output is printed if it fails, and its group is always killed. */
 async function withUp(modelPath: string, check: (up: Up, port: number) => Promise<void>, extra: string[] = [], env: Record<string, string> = {}): Promise<void> {
@@ -79,7 +53,7 @@ async function withUp(modelPath: string, check: (up: Up, port: number) => Promis
     console.error(`airm up stdout:\n${up.out()}\nairm up stderr:\n${up.err()}`);
     throw e;
   } finally {
-    killGroup(up.child);
+    up.kill();
   }
 }
 
@@ -258,7 +232,7 @@ describe("airm up", () => {
         expect(await up.exit).toBe(1);
         expect(up.err()).toContain(`127.0.0.1:${port} is already in use`);
       } finally {
-        killGroup(up.child);
+        up.kill();
       }
     } finally {
       busy.close();

@@ -161,7 +161,10 @@ describe("structured outputs, tools and the field list", () => {
   it("every field OpenAI or vLLM defines is served, a label, or refused by name; others are unrecognized", () => {
     expect(err("chat", chat({ foo: 1 }))).toMatchObject({ status: 400, param: "foo", message: "unrecognized request argument supplied: foo" });
     expect(err("chat", chat({ min_p: 0.1 }))).toMatchObject({ code: "unsupported_parameter", param: "min_p" });
-    expect(err("completion", { model: "m", prompt: "x", ignore_eos: true })).toMatchObject({ code: "unsupported_parameter", param: "ignore_eos" });
+    expect(err("completion", { model: "m", prompt: "x", use_beam_search: true })).toMatchObject({ code: "unsupported_parameter", param: "use_beam_search" });
+    expect(parse("completion", { model: "m", prompt: "x", ignore_eos: true, min_tokens: 3 })).toMatchObject({ ignoreEos: true, minTokens: 3 });
+    expect(err("completion", { model: "m", prompt: "x", ignore_eos: true, structured_outputs: { regex: "a+" } })).toMatchObject({ param: "ignore_eos" });
+    expect(err("completion", { model: "m", prompt: "x", max_tokens: 2, min_tokens: 3 })).toMatchObject({ param: "min_tokens" });
     // The values that change nothing are accepted.
     expect(parse("chat", chat({ n: 1, presence_penalty: 0, ignore_eos: false, store: false, user: "u1", service_tier: "auto", skip_special_tokens: true })).kind).toBe("chat");
     expect(parse("completion", { model: "m", prompt: "x", add_special_tokens: true, suffix: "" }).kind).toBe("completion");

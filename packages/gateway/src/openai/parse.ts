@@ -34,6 +34,10 @@ export interface GenerationRequest {
   constraint: Constraint | null;
   /** How tool calls come out of the answer (chat with tools). */
   toolMode: ToolMode;
+  /** vLLM's ignore_eos: end-of-sequence tokens do not end the completion. */
+  ignoreEos: boolean;
+  /** vLLM's min_tokens: no end-of-sequence token before this many completion tokens. */
+  minTokens: number;
 }
 
 export interface ParseOptions {
@@ -68,6 +72,8 @@ const common = {
     .strict()
     .nullish(),
   logit_bias: z.record(z.string(), z.number()).nullish(),
+  ignore_eos: z.boolean().nullish(),
+  min_tokens: int.min(0).nullish(),
   response_format: z.unknown().optional(),
   structured_outputs: z.unknown().optional(),
   timeout: z.number().positive().nullish(),
@@ -224,6 +230,11 @@ function messagesOf(messages: z.infer<typeof messageSchema>[]): ChatMessage[] {
   });
 }
 
+/** ignore_eos and min_tokens. */
+function stoppingOf(b: { ignore_eos?: boolean | null; min_tokens?: number | null; max_tokens?: number | null }): { ignoreEos: boolean; minTokens: number } {
+  return { ignoreEos: b.ignore_eos ?? false, minTokens: b.min_tokens ?? 0 };
+}
+
 function completionInput(p: z.infer<typeof completionSchema>["prompt"]): PromptInput {
   let input: PromptInput;
   if (typeof p === "string") input = { prompt: p };
@@ -261,6 +272,7 @@ function parseCompletion(body: Record<string, unknown>, o: ParseOptions): Genera
     timeoutS: b.timeout ?? null,
     constraint: constraintOf(b),
     toolMode: { kind: "none" },
+    ...stoppingOf(b),
   };
 }
 
@@ -304,6 +316,7 @@ function parseChat(body: Record<string, unknown>, o: ParseOptions): GenerationRe
     timeoutS: b.timeout ?? null,
     constraint: format ?? tools.constraint,
     toolMode: tools.mode,
+    ...stoppingOf(b),
   };
 }
 
@@ -312,5 +325,12 @@ export function parseGenerationRequest(kind: "completion" | "chat", body: unknow
   if (typeof body !== "object" || body === null || Array.isArray(body)) {
     throw new ApiError(400, "invalid_request", "the request body must be a JSON object");
   }
-  return kind === "completion" ? parseCompletion(body as Record<string, unknown>, o) : parseChat(body as Record<string, unknown>, o);
+  const req = kind === "completion" ? parseCompletion(body as Record<string, unknown>, o) : parseChat(body as Record<string, unknown>, o);
+  if (req.ignoreEos && req.constraint) {
+    throw new ApiError(400, "invalid_request", `ignore_eos cannot go with ${req.constraint.param.split(/[.[]/)[0]}: the grammar ends at its end-of-sequence token`, "ignore_eos");
+  }
+  if (req.maxTokens !== null && req.minTokens > req.maxTokens) {
+    throw new ApiError(400, "invalid_request", `min_tokens (${req.minTokens}) must not exceed max_tokens (${req.maxTokens})`, "min_tokens");
+  }
+  return req;
 }

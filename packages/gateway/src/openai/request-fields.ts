@@ -65,6 +65,8 @@ export const REQUEST_FIELDS: RequestField[] = [
   served("tools", CHAT, "OpenAI", "functions (name, description, parameters as an object schema), rendered into the prompt"),
   served("tool_choice", CHAT, "OpenAI", "none, auto (parsed by --tool-call-parser), required and named (enforced by the grammar engine)"),
   served("parallel_tool_calls", CHAT, "OpenAI", "false: at most one call (required: the grammar allows one; auto: the first is kept)"),
+  served("ignore_eos", BOTH, "vLLM", "every end-of-sequence token is ignored: the completion runs to max_tokens (not with a structured output)"),
+  served("min_tokens", BOTH, "vLLM", "end-of-sequence tokens cannot be sampled before this many tokens"),
   served("timeout", BOTH, "rngd-pd", "the request's own deadline in seconds (shortens AIRM_REQUEST_TIMEOUT_S)"),
   label("user", BOTH, "OpenAI", "an end-user id for the operator's records; changes no output"),
   label("safety_identifier", CHAT, "OpenAI", "an end-user id for the operator's records; changes no output"),
@@ -75,8 +77,7 @@ export const REQUEST_FIELDS: RequestField[] = [
   refused("frequency_penalty", BOTH, "OpenAI", "a non-zero frequency_penalty", [is(0), "0"]),
   refused("repetition_penalty", BOTH, "vLLM", "a repetition_penalty other than 1", [is(1), "1"]),
   refused("min_p", BOTH, "vLLM", "a non-zero min_p", [is(0), "0"]),
-  refused("min_tokens", BOTH, "vLLM", "min_tokens", [is(0), "0"]),
-  refused("ignore_eos", BOTH, "vLLM", "ignore_eos", [is(false), "false"]),
+
   refused("use_beam_search", BOTH, "vLLM", "beam search", [is(false), "false"]),
   refused("length_penalty", BOTH, "vLLM", "length_penalty (beam search)", [is(1), "1"]),
   refused("stop_token_ids", BOTH, "vLLM", "stop_token_ids", [isEmpty, "[]"]),

@@ -76,7 +76,16 @@ class PdRequest {
     const kvTimeoutMs = this.o.prefillTimeoutMs + this.o.kvTimeoutMs;
     const call = context.with(trace.setSpan(this.parent, this.spans.decode), () =>
       this.dec.client.decode(
-        { requestId, maxTokens: req.maxTokens, sampling: req.sampling, kvTimeoutMs, logprobs: req.logprobs, constraint: req.constraint?.spec },
+        {
+          requestId,
+          maxTokens: req.maxTokens,
+          sampling: req.sampling,
+          kvTimeoutMs,
+          logprobs: req.logprobs,
+          constraint: req.constraint?.spec,
+          ignoreEos: req.ignoreEos,
+          minTokens: req.minTokens,
+        },
         { headers: traceHeaders(), signal: this.decodeAbort.signal },
       ),
     );
@@ -100,6 +109,8 @@ class PdRequest {
               logprobs: this.req.logprobs,
               echo: this.req.echo,
               constraint: this.req.constraint?.spec,
+              ignoreEos: this.req.ignoreEos,
+              minTokens: this.req.minTokens,
             },
             { headers: traceHeaders(), signal: AbortSignal.any([this.prefillAbort.signal, AbortSignal.timeout(this.o.prefillTimeoutMs)]) },
           ),

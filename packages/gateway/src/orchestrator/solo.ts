@@ -35,7 +35,17 @@ export async function* runSolo(pool: EndpointPool, t: SoloTimeouts, req: Generat
     try {
       answer = await context.with(trace.setSpan(context.active(), span), () =>
         ep.client.generate(
-          { requestId, input: req.input, maxTokens: req.maxTokens, sampling: req.sampling, logprobs: req.logprobs, echo: req.echo, constraint: req.constraint?.spec },
+          {
+            requestId,
+            input: req.input,
+            maxTokens: req.maxTokens,
+            sampling: req.sampling,
+            logprobs: req.logprobs,
+            echo: req.echo,
+            constraint: req.constraint?.spec,
+            ignoreEos: req.ignoreEos,
+            minTokens: req.minTokens,
+          },
           { headers: traceHeaders(), signal: abort.signal },
         ),
       );

@@ -7,7 +7,7 @@ import { ContextOverflowError } from "@airm/rm-core";
 import { SpanStatusCode, trace, type Span } from "@opentelemetry/api";
 import type { Context, Hono } from "hono";
 import type { z } from "zod";
-import { decodeLoop, isEos, round } from "../generation.ts";
+import { checkLogitBias, decodeLoop, isEos, round } from "../generation.ts";
 import { pullKV } from "../kv-handoff.ts";
 import type { LeaseEnd } from "../kv-leases.ts";
 import type { Serving, WorkerRuntime } from "../runtime.ts";
@@ -19,6 +19,7 @@ export function decodeRoutes(app: Hono, rt: WorkerRuntime): void {
     const serving = rt.ready();
     const b = await parseBody(c, DecodeRequestSchema);
     rt.admit("decode");
+    checkLogitBias(serving.engine, b.sampling);
     // A constraint that cannot build is a 400 before the stream opens (it compiles during the KV wait).
     if (b.constraint) await rt.checkConstraint(b.constraint);
     const rid = b.requestId;
@@ -99,6 +100,8 @@ async function serveDecode(
       sampling: b.sampling,
       logprobs: b.logprobs,
       matcher,
+      ignoreEos: b.ignoreEos,
+      minTokens: b.minTokens,
       write: sink.write,
       aborted,
     });

@@ -4,7 +4,7 @@
 
 import { GenerateRequestSchema, ROUTES, toApiError } from "@airm/internal-api";
 import type { Hono } from "hono";
-import { decodeLoop, firstToken, isEos, planRequest, prefillExtras, tokenize } from "../generation.ts";
+import { checkLogitBias, decodeLoop, firstToken, isEos, planRequest, prefillExtras, stepConstraint, tokenize } from "../generation.ts";
 import type { WorkerRuntime } from "../runtime.ts";
 import type { EngineStream } from "../serving-engine.ts";
 import { callerContext, eventStream, parseBody, tracer } from "./http.ts";
@@ -14,6 +14,7 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
     const { engine, batcher } = rt.ready();
     const b = await parseBody(c, GenerateRequestSchema);
     rt.admit("generate");
+    checkLogitBias(engine, b.sampling);
     const tokens = tokenize(engine, b.input);
     const { maxTokens, seqLen } = planRequest(engine, tokens.length, b.maxTokens, b.seqLen);
     // A bad constraint is a 400 before the stream opens.
@@ -27,7 +28,8 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
         try {
           freeSlot = await rt.slots.acquire();
           const t0 = performance.now();
-          const res = await engine.prefill(tokens, { seqLen, sampling: b.sampling, keepStream: true, constraint: matcher, ...prefillExtras(b) });
+          const constraint = stepConstraint(engine, matcher, b.minTokens, () => 0);
+          const res = await engine.prefill(tokens, { seqLen, sampling: b.sampling, keepStream: true, constraint, ...prefillExtras(b) });
           if (!isEos(engine, res.firstToken)) matcher?.advance(res.firstToken);
           stream = res.stream ?? engine.importKV(res.kv);
           const prefillMs = res.computeMs ?? performance.now() - t0;
@@ -42,6 +44,8 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
             sampling: b.sampling,
             logprobs: b.logprobs,
             matcher,
+            ignoreEos: b.ignoreEos,
+            minTokens: b.minTokens,
             write: sink.write,
             aborted: () => sink.gone,
           });

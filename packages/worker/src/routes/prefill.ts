@@ -7,7 +7,7 @@ import type { GrammarMatcher } from "@airm/grammar";
 import { SpanStatusCode, trace, type Span } from "@opentelemetry/api";
 import type { Context, Hono } from "hono";
 import type { z } from "zod";
-import { firstToken, planRequest, prefillExtras, round, tokenize } from "../generation.ts";
+import { checkLogitBias, firstToken, planRequest, prefillExtras, round, stepConstraint, tokenize } from "../generation.ts";
 import { KVPusher } from "../kv-handoff.ts";
 import type { LeaseEnd } from "../kv-leases.ts";
 import type { WorkerRuntime } from "../runtime.ts";
@@ -20,6 +20,7 @@ export function prefillRoutes(app: Hono, rt: WorkerRuntime): void {
       const { engine } = rt.ready();
       const b = await parseBody(c, PrefillRequestSchema);
       rt.admit("prefill");
+      checkLogitBias(engine, b.sampling);
       const tokens = tokenize(engine, b.input);
       const { maxTokens, seqLen } = planRequest(engine, tokens.length, b.maxTokens, b.seqLen);
       const rid = b.requestId;
@@ -62,7 +63,8 @@ async function prefillWith(
     freeSlot = await rt.slots.acquire();
     const pusher = new KVPusher(transport!, rid, rt.kvTimeoutMs, () => endedAs !== null);
     const t0 = performance.now();
-    const res = await engine.prefill(tokens, { seqLen, sampling: b.sampling, onLayer: pusher.onLayer, constraint: matcher, ...prefillExtras(b) });
+    const constraint = stepConstraint(engine, matcher, b.minTokens, () => 0);
+    const res = await engine.prefill(tokens, { seqLen, sampling: b.sampling, onLayer: pusher.onLayer, constraint, ...prefillExtras(b) });
     const computed = performance.now();
     freeSlot();
     const pushSpan = tracer.startSpan("kv.push", {}, trace.setSpan(callerContext(c), span));

@@ -56,7 +56,7 @@ export async function streamedCompletion(i: number, req: StreamRequest, runStart
         temperature: 0,
         stream: true,
         stream_options: { include_usage: true },
-        // Servers that know it (vLLM) then produce exactly max_tokens; others ignore it.
+        // Every request then produces exactly max_tokens (ours, vLLM and llama-server honour it).
         ignore_eos: true,
       }),
       signal: req.signal,
