@@ -117,56 +117,100 @@ export function sample(logits: Float32Array, p: SamplingParams, position: number
   const invT = 1 / p.temperature;
   const topK = p.topK && p.topK < V ? p.topK : 0;
   const topP = p.topP ?? 1;
+  const u = counterUniform(p.seed ?? 0, position);
+  return topK > 0 ? sampleTopK(logits, invT, topK, topP, u) : sampleAll(logits, invT, topP, u);
+}
 
-  let cand: number[];
-  let sorted = false;
-  if (topK > 0) {
-    cand = selectTopK(logits, topK);
-    sorted = true;
-  } else {
-    cand = [];
-    for (let i = 0; i < V; i++) if (!Number.isNaN(logits[i])) cand.push(i);
-  }
-  if (cand.length === 0) return argmax(logits);
-  let max = -Infinity;
-  for (const i of cand) if (logits[i] > max) max = logits[i];
-  if (max === Infinity || max === -Infinity) return argmax(logits);
-  const weight = (i: number): number => Math.exp((logits[i] - max) * invT);
-
-  // Total mass, summed in candidate order (id order, or sorted order after top-k).
-  let total = 0;
-  for (const i of cand) total += weight(i);
-
-  if (topP < 1) {
-    if (!sorted) {
-      // Only ids near the top can be in the nucleus; sort them, fall back to all when short.
-      const near = cand.filter((i) => (logits[i] - max) * invT >= -40);
-      near.sort(byLogitThenId(logits));
-      let mass = 0;
-      for (const i of near) mass += weight(i);
-      if (mass / total >= topP) cand = near;
-      else cand.sort(byLogitThenId(logits));
-      sorted = true;
-    }
-    const kept: number[] = [];
-    let cum = 0;
-    for (const i of cand) {
-      kept.push(i);
-      cum += weight(i);
-      if (cum / total >= topP) break;
-    }
-    cand = kept;
-    total = 0;
-    for (const i of cand) total += weight(i);
-  }
-
-  const target = counterUniform(p.seed ?? 0, position) * total;
+/** Draws from `cand` (in its order) with the weights `w` of its ids, their sum `total` and the uniform `u`. */
+function draw(cand: ArrayLike<number>, w: (i: number) => number, total: number, u: number): number {
+  const target = u * total;
   let cum = 0;
-  for (const i of cand) {
-    cum += weight(i);
-    if (cum > target) return i;
+  for (let j = 0; j < cand.length; j++) {
+    cum += w(cand[j]);
+    if (cum > target) return cand[j];
   }
   return cand[cand.length - 1];
+}
+
+/** The smallest prefix of `sorted` (by logit desc, id asc) whose mass reaches top-p of `total`, or null when it does not. */
+function nucleus(sorted: number[], w: (i: number) => number, total: number, topP: number): number[] | null {
+  let cum = 0;
+  for (let j = 0; j < sorted.length; j++) {
+    cum += w(sorted[j]);
+    if (cum / total >= topP) return sorted.slice(0, j + 1);
+  }
+  return null;
+}
+
+/** Top-k first (the k best, sorted), then temperature, top-p and the draw. */
+function sampleTopK(logits: Float32Array, invT: number, topK: number, topP: number, u: number): number {
+  let cand = selectTopK(logits, topK);
+  if (cand.length === 0) return argmax(logits);
+  const max = logits[cand[0]];
+  if (max === Infinity || max === -Infinity) return argmax(logits);
+  const w = (i: number): number => Math.exp((logits[i] - max) * invT);
+  let total = 0;
+  for (const i of cand) total += w(i);
+  if (topP < 1) {
+    cand = nucleus(cand, w, total, topP) ?? cand;
+    total = 0;
+    for (const i of cand) total += w(i);
+  }
+  return draw(cand, w, total, u);
+}
+
+/** Reused weights of the whole vocabulary (the sampler runs synchronously, one call at a time). */
+let weights = new Float64Array(0);
+
+/**
+ * Temperature (and top-p) over the whole vocabulary, the sums in the order the definition fixes:
+ * the total in id order; the nucleus, when top-p is set, in (logit desc, id asc) order. The
+ * nucleus is a prefix of that order, so only the ids above a logit threshold are sorted, the
+ * threshold lowered until the sorted ids hold it.
+ */
+function sampleAll(logits: Float32Array, invT: number, topP: number, u: number): number {
+  const V = logits.length;
+  let max = -Infinity;
+  let last = -1;
+  for (let i = 0; i < V; i++) {
+    const v = logits[i];
+    if (Number.isNaN(v)) continue;
+    last = i;
+    if (v > max) max = v;
+  }
+  if (last < 0 || max === Infinity || max === -Infinity) return argmax(logits);
+  if (weights.length < V) weights = new Float64Array(V);
+  const wt = weights;
+  let total = 0;
+  for (let i = 0; i < V; i++) {
+    const v = logits[i];
+    const x = Number.isNaN(v) ? 0 : Math.exp((v - max) * invT);
+    wt[i] = x;
+    total += x;
+  }
+  const w = (i: number): number => wt[i];
+  if (topP >= 1) {
+    const target = u * total;
+    let cum = 0;
+    for (let i = 0; i < V; i++) {
+      cum += wt[i];
+      if (cum > target) return i;
+    }
+    return last;
+  }
+  const order = byLogitThenId(logits);
+  for (let reach = 8; ; reach *= 2) {
+    // Ids within `reach` (in units of the scaled logit) of the best, sorted; the nucleus when they hold it.
+    const floor = reach > 64 ? -Infinity : max - reach / invT;
+    const top: number[] = [];
+    for (let i = 0; i < V; i++) if (logits[i] >= floor) top.push(i);
+    top.sort(order);
+    const kept = nucleus(top, w, total, topP) ?? (floor === -Infinity ? top : null);
+    if (!kept) continue;
+    let keptTotal = 0;
+    for (const i of kept) keptTotal += wt[i];
+    return draw(kept, w, keptTotal, u);
+  }
 }
 
 /** The k largest ids by (logit desc, id asc), in that order. NaN logits are skipped. */

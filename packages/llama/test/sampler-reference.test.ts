@@ -1,0 +1,79 @@
+// The sampler's fast paths (weights computed once; with top-p, only the ids above a logit
+// threshold sorted) pick exactly the token of its straightforward definition, kept here as the
+// reference: every candidate, sums in id order, the whole vocabulary sorted for top-p. Random
+// logits (with ties, NaN and infinities), temperatures, top-k, top-p and seeds.
+import { describe, expect, it } from "vitest";
+import { counterUniform, sample, selectTopK, type SamplingParams } from "../src/sampling/sample.ts";
+
+function referenceSample(logits: Float32Array, p: SamplingParams, position: number): number {
+  const V = logits.length;
+  if (!p.temperature) throw new Error("reference is for sampled draws");
+  const invT = 1 / p.temperature;
+  const topK = p.topK && p.topK < V ? p.topK : 0;
+  const topP = p.topP ?? 1;
+  const order = (a: number, b: number) => logits[b] - logits[a] || a - b;
+  let cand: number[] = topK > 0 ? selectTopK(logits, topK) : [...Array(V).keys()].filter((i) => !Number.isNaN(logits[i]));
+  if (cand.length === 0) return -1;
+  let max = -Infinity;
+  for (const i of cand) if (logits[i] > max) max = logits[i];
+  if (max === Infinity || max === -Infinity) return -1;
+  const weight = (i: number) => Math.exp((logits[i] - max) * invT);
+  let total = 0;
+  for (const i of cand) total += weight(i);
+  if (topP < 1) {
+    if (topK === 0) cand = [...cand].sort(order);
+    const kept: number[] = [];
+    let cum = 0;
+    for (const i of cand) {
+      kept.push(i);
+      cum += weight(i);
+      if (cum / total >= topP) break;
+    }
+    cand = kept;
+    total = 0;
+    for (const i of cand) total += weight(i);
+  }
+  const target = counterUniform(p.seed ?? 0, position) * total;
+  let cum = 0;
+  for (const i of cand) {
+    cum += weight(i);
+    if (cum > target) return i;
+  }
+  return cand[cand.length - 1];
+}
+
+/** mulberry32 */
+function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+describe("sampler fast paths", () => {
+  it("pick the reference's token on 3000 random draws", () => {
+    const r = rng(42);
+    let checked = 0;
+    for (let n = 0; n < 3000; n++) {
+      const V = [2, 7, 100, 1000, 5000][n % 5];
+      const scale = [0.1, 1, 5, 30][Math.floor(r() * 4)];
+      const logits = new Float32Array(V);
+      for (let i = 0; i < V; i++) logits[i] = Math.round((r() - 0.5) * scale * 8) / 8; // coarse: many ties
+      if (r() < 0.1) logits[Math.floor(r() * V)] = Number.NaN;
+      if (r() < 0.05) logits[Math.floor(r() * V)] = -Infinity;
+      const p: SamplingParams = { temperature: [0.2, 0.7, 1, 1.5, 2][Math.floor(r() * 5)], seed: Math.floor(r() * 2 ** 32) };
+      if (r() < 0.5) p.topP = [0.1, 0.5, 0.9, 0.95, 0.999][Math.floor(r() * 5)];
+      if (r() < 0.3) p.topK = 1 + Math.floor(r() * 60);
+      const position = Math.floor(r() * 1000);
+      const want = referenceSample(logits, p, position);
+      if (want < 0) continue;
+      expect(sample(logits, p, position), JSON.stringify({ n, V, p, position })).toBe(want);
+      checked++;
+    }
+    expect(checked).toBeGreaterThan(2500);
+  });
+});
