@@ -1,8 +1,8 @@
 // Writes the parts of the documentation that are printed from the code: docs/configuration.md
 // (every variable every package declares), the configuration table of each package README, the
 // schema tables of docs/internal-api.md and the request-field table of docs/openai-api.md.
-// `--check` exits 1 when a file is out of date (a test
-// runs the same comparison). Run: pnpm gen-docs [--check]
+// `--check` exits 1 when a file is out of date (a test runs the same comparison). Run: pnpm
+// gen-docs [--check]
 
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
