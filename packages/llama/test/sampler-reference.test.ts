@@ -4,6 +4,7 @@
 // logits (with ties, NaN and infinities), temperatures, top-k, top-p and seeds.
 import { describe, expect, it } from "vitest";
 import { counterUniform, sample, selectTopK, type SamplingParams } from "../src/sampling/sample.ts";
+import { rng } from "./model-helpers/random-checkpoint.ts";
 
 function referenceSample(logits: Float32Array, p: SamplingParams, position: number): number {
   const V = logits.length;
@@ -40,18 +41,6 @@ function referenceSample(logits: Float32Array, p: SamplingParams, position: numb
     if (cum > target) return i;
   }
   return cand[cand.length - 1];
-}
-
-/** mulberry32 */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 describe("sampler fast paths", () => {

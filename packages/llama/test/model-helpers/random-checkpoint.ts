@@ -6,7 +6,7 @@ import { dequantToBf16 } from "../../src/checkpoint/gguf-dequant.ts";
 import { quantizable, quantizeBf16Rows } from "../../src/kernels/quant-image.ts";
 
 /** mulberry32: small, fast, deterministic. */
-function rng(seed: number): () => number {
+export function rng(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;
