@@ -81,9 +81,7 @@ export function sseAnswer(c: Context, a: AnswerContext): Response {
         : { index: 0, text: delta ?? "", logprobs: logprobsOf(entries), finish_reason: finish },
     ],
   });
-  // Chat answers go through the tool-call reader: text, and calls as OpenAI's tool_calls deltas.
-  const reader = new ToolCallReader(a.req.toolMode);
-  let carried: ScoredToken[] = [];
+  /** A chat piece (text, or a tool call's start or arguments) as a chunk. */
   const pieceChunk = (p: AnswerPiece, entries: ScoredToken[]) => {
     if ("content" in p) return chunk(p.content, null, entries);
     const call =
@@ -92,17 +90,19 @@ export function sseAnswer(c: Context, a: AnswerContext): Response {
         : { index: p.callArgs.index, function: { arguments: p.callArgs.fragment } };
     return { ...base, choices: [{ index: 0, delta: { tool_calls: [call] }, logprobs: logprobsOf(entries), finish_reason: null }] };
   };
-  /** Sends the pieces a delta made; log-probabilities ride on the first chunk that goes out. */
-  const sendPieces = async (pieces: AnswerPiece[], entries: ScoredToken[]) => {
-    carried = [...carried, ...entries];
-    for (const p of pieces) {
-      await send(pieceChunk(p, carried));
-      carried = [];
-    }
-  };
-  let send: (obj: unknown) => Promise<void> = async () => {};
   return streamSSE(c, async (s) => {
-    send = (obj: unknown) => s.writeSSE({ data: JSON.stringify(obj) });
+    const send = (obj: unknown) => s.writeSSE({ data: JSON.stringify(obj) });
+    // Chat answers go through the tool-call reader: text, and calls as OpenAI's tool_calls deltas.
+    const reader = new ToolCallReader(a.req.toolMode);
+    let carried: ScoredToken[] = [];
+    /** Sends the pieces a delta made; log-probabilities ride on the first chunk that goes out. */
+    const sendPieces = async (pieces: AnswerPiece[], entries: ScoredToken[]) => {
+      carried = [...carried, ...entries];
+      for (const p of pieces) {
+        await send(pieceChunk(p, carried));
+        carried = [];
+      }
+    };
     s.onAbort(() => {
       a.clientGone.abort();
       void a.gen.return(undefined).catch(() => {});
