@@ -38,4 +38,4 @@ test("descriptors cross a relay with a token when AIRM_INTERNAL_TOKEN is in the 
   } finally {
     await Promise.all([producer.close(), consumer.close(), anon.close()]);
   }
-});
+}, 30_000);
