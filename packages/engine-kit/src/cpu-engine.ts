@@ -6,8 +6,8 @@
 // What is vendor-specific (names, device selection, native paths) lives in the engine packages.
 
 import { performance } from "node:perf_hooks";
-import { ConfigError, ContextOverflowError, KVIntegrityError, UnsupportedError } from "@airm/rm-core";
-import type { DeviceInfo, EngineVariant, KVBlobs, ModelInfo, SamplingParams } from "@airm/rm-core";
+import { ConfigError, ContextOverflowError, KVIntegrityError, UnsupportedError, choiceSeed } from "@airm/rm-core";
+import type { DeviceInfo, EngineVariant, KVBlobs, ModelInfo, SamplingParams, TokenHistory } from "@airm/rm-core";
 import { type ArtifactCache, artifactKey } from "./artifact-cache.ts";
 import { LLAMA, type CpuCheckpoint, type CpuKVCache, type CpuModel, type CpuWeightsMode, type LlamaModule } from "./cpu-model.ts";
 import { planTensorDelta } from "./delta-plan.ts";
@@ -372,11 +372,16 @@ export class CpuBackedEngine implements Engine {
    * the sampler (logit bias, temperature, top-k/p); log-probabilities, when asked, come from the
    * masked logits before the bias (see TokenLogprobs).
    */
-  private pick(logits: Float32Array, sampling: SamplingParams | undefined, position: number, constraint: TokenConstraint | undefined, top: number | undefined): DecodeResult {
-    const mask = constraint?.allowedTokens() ?? null;
+  private pick(
+    logits: Float32Array,
+    sampling: SamplingParams | undefined,
+    position: number,
+    o: { constraint?: TokenConstraint; top?: number; history?: TokenHistory; mask?: Int32Array | null },
+  ): DecodeResult {
+    const mask = o.mask !== undefined ? o.mask : (o.constraint?.allowedTokens() ?? null);
     if (mask) this.llama.applyTokenMask(logits, mask);
-    const token = this.llama.sample(logits, { temperature: 0, ...sampling }, position);
-    return top === undefined ? { token } : { token, logprobs: this.llama.tokenLogprobs(logits, token, top) };
+    const token = this.llama.sample(logits, { temperature: 0, ...sampling }, position, o.history);
+    return o.top === undefined ? { token } : { token, logprobs: this.llama.tokenLogprobs(logits, token, o.top) };
   }
 
   /** Runs the sampler once on a tiny input so bad parameters fail before any compute or state change. */
@@ -456,10 +461,17 @@ export class CpuBackedEngine implements Engine {
     // Prompt positions are scored before the last row is masked for the first token.
     if (options.promptLogprobs) logprobs.promptLogprobs = tokens.slice(1).map((t, i) => this.llama.tokenLogprobs(rows[i], t, top));
     let firstToken: number;
+    let others: PrefillResult["others"];
     try {
-      const first = this.pick(rows[rows.length - 1], options.sampling, tokens.length, options.constraint, options.logprobs);
+      // Every choice draws from the same last row, under the same mask (read once), with its own seed.
+      const history = { output: new Map<number, number>(), prompt: new Set(tokens) };
+      const mask = options.constraint?.allowedTokens() ?? null;
+      const draw = (i: number) =>
+        this.pick(rows[rows.length - 1], { ...options.sampling, seed: choiceSeed(options.sampling?.seed, i) }, tokens.length, { mask, top: options.logprobs, history });
+      const first = draw(0);
       firstToken = first.token;
       if (first.logprobs) logprobs.firstLogprobs = first.logprobs;
+      if ((options.choices ?? 1) > 1) others = Array.from({ length: options.choices! - 1 }, (_, i) => draw(i + 1));
     } catch (e) {
       this.returnCache(cache, tokens.length);
       throw e;
@@ -481,7 +493,7 @@ export class CpuBackedEngine implements Engine {
       throw e;
     }
     this.prefixes.store(S, tokens, k, v);
-    return { firstToken, ...logprobs, kv: { seqLen: S, n: tokens.length, k, v }, stream, computeMs, cachedTokens: hit?.n ?? 0 };
+    return { firstToken, ...logprobs, ...(others ? { others } : {}), kv: { seqLen: S, n: tokens.length, k, v }, stream, computeMs, cachedTokens: hit?.n ?? 0 };
   }
 
   /**
@@ -605,7 +617,7 @@ export class CpuBackedEngine implements Engine {
         for (let i = 0; i < group.length; i++) {
           // A stream whose constraint fails fails alone: the others' tokens stand.
           try {
-            out[at + i] = this.pick(logits[i], group[i].sampling, streams[i].length, group[i].constraint, group[i].logprobs);
+            out[at + i] = this.pick(logits[i], group[i].sampling, streams[i].length, { constraint: group[i].constraint, top: group[i].logprobs, history: group[i].history });
           } catch (error) {
             out[at + i] = { token: -1, error };
           }

@@ -200,17 +200,19 @@ export class EndpointPool {
     return this.endpoints.map((e) => `${e.url}: ${e.lastError ?? "busy"}`).join("; ");
   }
 
-  /** The endpoints' model ids and largest context, from their last /health. */
-  served(): { modelIds: string[]; maxContext: number | undefined; vocabSize: number | undefined } {
+  /** The endpoints' model ids, largest context, vocabulary and most decode slots, from their last /health. */
+  served(): { modelIds: string[]; maxContext: number | undefined; vocabSize: number | undefined; slots: number | undefined } {
     const ids = new Set<string>();
     let ctx: number | undefined;
     let vocab: number | undefined;
+    let slots: number | undefined;
     for (const e of this.endpoints) {
       if (!e.health?.model?.id) continue;
       ids.add(e.health.model.id);
       if (typeof e.health.seqLen === "number") ctx = Math.max(ctx ?? 0, e.health.seqLen);
       vocab = vocab === undefined ? e.health.model.vocabSize : Math.min(vocab, e.health.model.vocabSize);
+      slots = Math.max(slots ?? 0, e.health.requests.slots);
     }
-    return { modelIds: [...ids], maxContext: ctx, vocabSize: vocab };
+    return { modelIds: [...ids], maxContext: ctx, vocabSize: vocab, slots };
   }
 }

@@ -53,6 +53,11 @@ export const GATEWAY_CONFIG = defineConfig("@airm/gateway", {
     default: "hermes",
     doc: 'How tool calls are read from answers to tool_choice "auto" (vLLM\'s --tool-call-parser; `none` refuses auto, as vLLM does without --enable-auto-tool-choice): hermes reads `<tool_call>{...}</tool_call>` blocks (Qwen2.5, Hermes, and the tool prompt this server writes for templates without tools), llama3_json a JSON object or several separated by `;`.',
   }),
+  logLevel: opt(oneOf(["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const), {
+    env: "AIRM_LOG_LEVEL",
+    default: "info",
+    doc: "Log level of the gateway's JSON logs (stderr): request fields it ignored (once per name), worker faults.",
+  }),
   podNamespace: opt(text(), { env: "POD_NAMESPACE", default: "default", doc: "Namespace of --prefill-pool when --pool-namespace is not given (the chart sets it from the pod)." }),
 });
 

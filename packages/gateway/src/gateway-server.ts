@@ -8,6 +8,7 @@ import type { AddressInfo } from "node:net";
 import { GrammarChecker } from "@airm/grammar";
 import { registerVllmGauges } from "@airm/internal-api";
 import { ConfigError } from "@airm/rm-core";
+import pino from "pino";
 import { createGatewayApp } from "./app.ts";
 import { EndpointPool, type PoolOptions } from "./endpoint-pool.ts";
 import { GATEWAY_CONFIG, type GatewayConfig } from "./gateway-config.ts";
@@ -133,6 +134,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     openPaths: cfg.openPaths,
     grammar,
     tools: { parser: cfg.toolCallParser === "none" ? null : cfg.toolCallParser },
+    log: pino({ name: "airm-gateway", level: cfg.logLevel }, pino.destination(2)),
   });
   const server = await listen(app.fetch, opts.port, host);
   const port = (server.address() as AddressInfo).port;

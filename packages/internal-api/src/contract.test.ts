@@ -33,6 +33,7 @@ describe("request schemas", () => {
       echo: false,
       ignoreEos: false,
       minTokens: 0,
+      n: 1,
     });
     expect(PrefillRequestSchema.safeParse({ requestId: "r", input: { prompt: "x" }, maxTokens: 2, ignoreEos: true, constraint: { type: "json_object" } }).success).toBe(false);
     expect(DecodeRequestSchema.safeParse({ requestId: "r", maxTokens: 2, constraint: { type: "json_schema", schema: "{}", extra: 1 } }).success).toBe(false);

@@ -60,6 +60,13 @@ export const PromptInputSchema = z.union([
 ]);
 
 const constraint = GrammarSpecSchema.optional().describe("structured output: the grammar every generated token must keep to (see GrammarSpec)");
+const choices = z
+  .number()
+  .int()
+  .min(1)
+  .max(256)
+  .default(1)
+  .describe("choices (a request's n, or best_of): one prefill, then one decode stream each; choice i samples with seed + i");
 const ignoreEos = z.boolean().default(false).describe("an end-of-sequence token does not end the completion (it runs to maxTokens)");
 const minTokens = z.number().int().min(0).default(0).describe("end-of-sequence tokens cannot be sampled before this many completion tokens");
 export type PromptInput = z.infer<typeof PromptInputSchema>;
@@ -87,6 +94,7 @@ export const PrefillRequestSchema = z
     constraint,
     ignoreEos,
     minTokens,
+    n: choices,
   })
   .strict()
   .refine((b) => !(b.constraint && b.ignoreEos), { message: "ignoreEos cannot go with a constraint: the grammar ends at its end-of-sequence token", path: ["ignoreEos"] });
@@ -105,10 +113,35 @@ export const DecodeRequestSchema = z
     constraint: constraint.describe("the same constraint prefill used: decode's matcher replays the first token, then continues"),
     ignoreEos,
     minTokens,
+    n: choices.describe("the choices prefill drew first tokens for (the KV manifest's firstTokens)"),
   })
   .strict()
   .refine((b) => !(b.constraint && b.ignoreEos), { message: "ignoreEos cannot go with a constraint: the grammar ends at its end-of-sequence token", path: ["ignoreEos"] });
 export type DecodeRequest = z.input<typeof DecodeRequestSchema>;
+
+/** POST /internal/tokenize (every role): a prompt or chat messages as the model's token ids. */
+export const TokenizeRequestSchema = z
+  .object({
+    input: PromptInputSchema.describe("the text or chat messages (token ids come back as they are)"),
+    addSpecialTokens: z.boolean().optional().describe("run the tokenizer's post-processor (BOS...); default: true for a prompt, false for messages"),
+    addGenerationPrompt: z.boolean().default(true).describe("messages: end with the assistant's turn header"),
+  })
+  .strict();
+export type TokenizeRequest = z.input<typeof TokenizeRequestSchema>;
+export const TokenizeResponseSchema = z
+  .object({
+    tokens: z.array(z.number().int().min(0)),
+    tokenStrs: z.array(z.string()).describe("each token decoded alone"),
+    maxModelLen: z.number().int().min(1).describe("the largest compiled context"),
+  })
+  .strict();
+export type TokenizeResponse = z.infer<typeof TokenizeResponseSchema>;
+
+/** POST /internal/detokenize (every role): token ids as text (special tokens kept). */
+export const DetokenizeRequestSchema = z.object({ tokens: z.array(z.number().int().min(0)) }).strict();
+export type DetokenizeRequest = z.input<typeof DetokenizeRequestSchema>;
+export const DetokenizeResponseSchema = z.object({ text: z.string() }).strict();
+export type DetokenizeResponse = z.infer<typeof DetokenizeResponseSchema>;
 
 export const RELEASE_REASONS = ["done", "client_gone", "decode_rejected", "prefill_failed", "aborted", "deadline"] as const;
 export type ReleaseReason = (typeof RELEASE_REASONS)[number];
@@ -155,8 +188,18 @@ export const FirstTokenSchema = z
     seqLen: z.number().int().min(1).describe("S of the variant that ran"),
     maxTokens: z.number().int().min(1).describe("the effective max_tokens (resolved when null was sent)"),
     prefillMs: z.number().min(0),
+    cachedTokens: z.number().int().min(0).optional().describe("prompt tokens whose KV came from the prefix cache (absent: 0)"),
     logprobs: TokenLogprobsSchema.optional().describe("when the request asked for logprobs"),
     echo: EchoSchema.optional().describe("when the request asked for echo"),
+    others: z
+      .array(
+        z
+          .object({ token: z.number().int().min(0), text: z.string(), eos: z.boolean(), logprobs: TokenLogprobsSchema.optional() })
+          .strict()
+          .describe("one more choice's first token"),
+      )
+      .optional()
+      .describe("n > 1: the first tokens of choices 1, 2, ... (this object is choice 0's)"),
   })
   .strict();
 export type FirstToken = z.infer<typeof FirstTokenSchema>;
@@ -189,6 +232,7 @@ export const WorkerEventSchema = z.discriminatedUnion("type", [
   z
     .object({
       type: z.literal("token"),
+      choice: z.number().int().min(1).optional().describe("the choice it belongs to (absent: 0)"),
       index: z.number().int().min(1).describe("position in the completion (0 is the first token)"),
       token: z.number().int().min(0),
       text: z.string().describe("the detokenizer's delta"),
@@ -198,6 +242,7 @@ export const WorkerEventSchema = z.discriminatedUnion("type", [
   z
     .object({
       type: z.literal("done"),
+      choice: z.number().int().min(1).optional().describe("the choice that ended (absent: 0); the stream ends after every choice's done"),
       finishReason: z.enum(["stop", "length"]),
       completionTokens: z.number().int().min(1).describe("first token and end-of-sequence token included"),
       text: z.string().describe("what the detokenizer still held back"),

@@ -7,19 +7,27 @@ import { INTERNAL_TOKEN_HEADER } from "@airm/rm-core";
 import { ApiError, OverloadedError } from "./api-error.ts";
 import {
   DecodeRequestSchema,
+  DetokenizeRequestSchema,
+  DetokenizeResponseSchema,
   GenerateRequestSchema,
   PrefillRequestSchema,
   PrefillResponseSchema,
   ReleaseRequestSchema,
   ReleaseResponseSchema,
+  TokenizeRequestSchema,
+  TokenizeResponseSchema,
   WorkerEventSchema,
   WorkerHealthSchema,
   type DecodeRequest,
+  type DetokenizeRequest,
+  type DetokenizeResponse,
   type GenerateRequest,
   type PrefillRequest,
   type PrefillResponse,
   type ReleaseRequest,
   type ReleaseResponse,
+  type TokenizeRequest,
+  type TokenizeResponse,
   type WorkerEvent,
   type WorkerHealth,
 } from "./schemas.ts";
@@ -29,6 +37,8 @@ export const ROUTES = {
   decode: "/internal/decode",
   generate: "/internal/generate",
   release: "/internal/release",
+  tokenize: "/internal/tokenize",
+  detokenize: "/internal/detokenize",
   health: "/health",
   metrics: "/metrics",
 } as const;
@@ -207,6 +217,16 @@ export class WorkerClient {
   /** POST /internal/release. */
   async release(body: ReleaseRequest, o: CallOptions = {}): Promise<ReleaseResponse> {
     return this.json(await this.post(ROUTES.release, ReleaseRequestSchema.parse(body), o), ReleaseResponseSchema, "the release");
+  }
+
+  /** POST /internal/tokenize. */
+  async tokenize(body: TokenizeRequest, o: CallOptions = {}): Promise<TokenizeResponse> {
+    return this.json(await this.post(ROUTES.tokenize, TokenizeRequestSchema.parse(body), o), TokenizeResponseSchema, "the tokenization");
+  }
+
+  /** POST /internal/detokenize. */
+  async detokenize(body: DetokenizeRequest, o: CallOptions = {}): Promise<DetokenizeResponse> {
+    return this.json(await this.post(ROUTES.detokenize, DetokenizeRequestSchema.parse(body), o), DetokenizeResponseSchema, "the detokenization");
   }
 
   /** GET /health: the status and the parsed body (null when it is not a health body). */

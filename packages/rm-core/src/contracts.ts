@@ -4,7 +4,7 @@
 
 import type { ConfigSpec, ConfigValues, OptionMap } from "./config/config-spec.ts";
 import type { KVDtype } from "./kv-layout.ts";
-import type { SamplingParams, TokenLogprobs } from "./sampling.ts";
+import type { SamplingParams, TokenHistory, TokenLogprobs } from "./sampling.ts";
 
 /** The plugin groups hosts resolve by name. */
 export const GROUPS = ["airm.kv_transports", "airm.workloads"] as const;
@@ -268,6 +268,11 @@ export interface PrefillOptions {
   /** Restricts the first token to what a grammar allows (structured outputs). */
   constraint?: TokenConstraint;
   /**
+   * First tokens to draw from the prompt's last logits (default 1): choice i with the seed
+   * choiceSeed(seed, i), under the same constraint (a request's `n` or `best_of`).
+   */
+  choices?: number;
+  /**
    * Called once per layer, in order, as soon as that layer's K and V for the whole prompt are
    * final: layer blobs in layout rngd-pd/v1, the same arrays the result's `kv` holds. Compute
    * does not wait for a returned promise; prefill resolves after all of them settle and rejects
@@ -293,6 +298,8 @@ export interface PrefillResult {
   firstToken: number;
   /** With `logprobs` set. */
   firstLogprobs?: TokenLogprobs;
+  /** With `choices` > 1: the first token (and log-probabilities) of choices 1, 2, ... */
+  others?: { token: number; logprobs?: TokenLogprobs }[];
   /** With `promptLogprobs`: entry i scores prompt token i + 1 (the first prompt token has no prefix to score it). */
   promptLogprobs?: TokenLogprobs[];
   kv: KVBlobs;
@@ -311,6 +318,8 @@ export interface DecodeStep {
   sampling?: SamplingParams;
   /** Restricts the next token to what a grammar allows (structured outputs). */
   constraint?: TokenConstraint;
+  /** The stream's prompt and completion so far, for the sampling's penalties (needed only when it has some). */
+  history?: TokenHistory;
   /** Also return the next token's log-probability and this many alternatives. */
   logprobs?: number;
 }

@@ -22,6 +22,10 @@ export interface KVManifest {
   numericsFingerprint: string;
   requestId: string;
   firstToken?: number;
+  /** The first token of every choice when the request has several (`firstToken` is choice 0's). */
+  firstTokens?: number[];
+  /** The prompt's token ids (n of them): what decode's penalties and a continuation elsewhere read. */
+  promptTokens?: number[];
   /** CRC-32 of each blob, `k[layer]` and `v[layer]`. */
   crc: { k: number[]; v: number[] };
 }

@@ -13,6 +13,14 @@ export const SamplingSchema = z
       .array(z.tuple([z.number().int().min(0), z.number().min(-100).max(100)]))
       .optional()
       .describe("[token id, bias] pairs added to the logits before temperature, top-k and top-p (OpenAI logit_bias)"),
+    presencePenalty: z.number().min(-2).max(2).optional().describe("subtracted from the logit of every id the completion has produced (OpenAI)"),
+    frequencyPenalty: z.number().min(-2).max(2).optional().describe("subtracted from an id's logit once per time the completion has produced it (OpenAI)"),
+    repetitionPenalty: z
+      .number()
+      .gt(0)
+      .max(10)
+      .optional()
+      .describe("ids of the prompt or the completion: a positive logit divided by it, a negative one multiplied (vLLM; 1 is none)"),
   })
   .strict();
 
@@ -40,3 +48,18 @@ export interface TokenLogprobs {
 
 /** The most alternatives a request may ask for per position (OpenAI's top_logprobs limit). */
 export const MAX_TOP_LOGPROBS = 20;
+
+/**
+ * The seed of choice `index` of a request with several (`n`, `best_of`): choice 0 draws with the
+ * request's seed, choice i with seed + i (mod 2^32). So `n: 3, seed: s` gives the answers of three
+ * single requests with seeds s, s + 1 and s + 2.
+ */
+export function choiceSeed(seed: number | undefined, index: number): number {
+  return ((seed ?? 0) + index) >>> 0;
+}
+
+/** What penalties read: how often each id came out in the completion so far, and the prompt's ids. */
+export interface TokenHistory {
+  output: ReadonlyMap<number, number>;
+  prompt: ReadonlySet<number>;
+}

@@ -3,14 +3,19 @@
 // token and done events. Knows the engine and the event types; not HTTP.
 
 import { ApiError, type Echo, type FirstToken, type LogprobEntry, type PromptInput, type TokenLogprobsEntry, type WorkerEvent } from "@airm/internal-api";
-import { ContextOverflowError, IncrementalDetokenizer, type PrefillResult, type SamplingParams, type TokenConstraint, type TokenLogprobs } from "@airm/rm-core";
+import { ContextOverflowError, IncrementalDetokenizer, choiceSeed, type PrefillResult, type SamplingParams, type TokenConstraint, type TokenLogprobs } from "@airm/rm-core";
 import type { GrammarMatcher } from "@airm/grammar";
 import type { DecodeBatcher } from "./decode-batcher.ts";
 import { EosBan } from "./eos-ban.ts";
 import type { EngineStream, ServingEngine } from "./serving-engine.ts";
 
-/** Token ids of a prompt input. Throws ApiError 400 for ids outside the vocabulary, a model without chat template, an empty prompt. */
-export function tokenize(engine: ServingEngine, input: PromptInput): number[] {
+/**
+ * Token ids of a prompt input: a text prompt with the tokenizer's special tokens (BOS...), chat
+ * messages rendered with the template and its generation prompt and no added special tokens (the
+ * template writes them); `o` overrides either. Throws ApiError 400 for ids outside the
+ * vocabulary, a model without chat template, an empty prompt.
+ */
+export function tokenize(engine: ServingEngine, input: PromptInput, o: { addSpecialTokens?: boolean; addGenerationPrompt?: boolean } = {}): number[] {
   let ids: number[];
   if ("promptTokenIds" in input) {
     const bad = input.promptTokenIds.find((t) => t >= engine.model.vocabSize);
@@ -18,11 +23,10 @@ export function tokenize(engine: ServingEngine, input: PromptInput): number[] {
     ids = input.promptTokenIds;
   } else if ("messages" in input) {
     if (!engine.tokenizer.renderChat) throw new ApiError(400, "invalid_request", `model ${engine.model.id} has no chat template; use /v1/completions`, "messages");
-    ids = engine.tokenizer.encode(engine.tokenizer.renderChat(input.messages, { addGenerationPrompt: true, ...(input.tools ? { tools: input.tools } : {}) }), {
-      addSpecialTokens: false,
-    });
+    const text = engine.tokenizer.renderChat(input.messages, { addGenerationPrompt: o.addGenerationPrompt ?? true, ...(input.tools ? { tools: input.tools } : {}) });
+    ids = engine.tokenizer.encode(text, { addSpecialTokens: o.addSpecialTokens ?? false });
   } else {
-    ids = engine.tokenizer.encode(input.prompt, { addSpecialTokens: true });
+    ids = engine.tokenizer.encode(input.prompt, { addSpecialTokens: o.addSpecialTokens ?? true });
   }
   if (ids.length === 0) throw new ApiError(400, "invalid_request", "the prompt is empty after tokenization", "prompt");
   return ids;
@@ -48,6 +52,11 @@ export function planRequest(engine: ServingEngine, promptTokens: number, maxToke
 
 export function isEos(engine: ServingEngine, token: number): boolean {
   return engine.tokenizer.eosTokenIds.includes(token) || engine.model.eosTokenIds.includes(token);
+}
+
+/** Throws ApiError 400 naming n when a request asks for more choices than the worker decodes at once (they could never all run). */
+export function checkChoices(slots: number, n: number): void {
+  if (n > slots) throw new ApiError(400, "invalid_request", `n=${n} choices exceed this worker's ${slots} decode slots (its batch width); ask for at most ${slots}`, "n");
 }
 
 /** Throws ApiError 400 naming logit_bias when it names an id outside the model's vocabulary (before any stream opens). */
@@ -106,7 +115,7 @@ export function prefillExtras(b: { logprobs: number | null; echo: boolean }): { 
 /** The first-token fields of the prefill answer and the solo `first` event. */
 export function firstToken(
   engine: ServingEngine,
-  res: Pick<PrefillResult, "firstToken" | "firstLogprobs" | "promptLogprobs">,
+  res: Pick<PrefillResult, "firstToken" | "firstLogprobs" | "promptLogprobs" | "cachedTokens" | "others">,
   prompt: { tokens: number[]; echo: boolean },
   seqLen: number,
   maxTokens: number,
@@ -114,10 +123,30 @@ export function firstToken(
 ): FirstToken {
   const token = res.firstToken;
   const eos = isEos(engine, token);
-  const first: FirstToken = { token, text: eos ? "" : completionText(engine).push(token), eos, promptTokens: prompt.tokens.length, seqLen, maxTokens, prefillMs: round(prefillMs) };
+  const first: FirstToken = {
+    token,
+    text: eos ? "" : completionText(engine).push(token),
+    eos,
+    promptTokens: prompt.tokens.length,
+    seqLen,
+    maxTokens,
+    prefillMs: round(prefillMs),
+    cachedTokens: res.cachedTokens ?? 0,
+  };
   if (res.firstLogprobs) first.logprobs = logprobsEntry(engine, res.firstLogprobs);
   if (prompt.echo) first.echo = echoOf(engine, prompt.tokens, res.promptLogprobs);
+  if (res.others?.length) {
+    first.others = res.others.map((o) => {
+      const end = isEos(engine, o.token);
+      return { token: o.token, text: end ? "" : completionText(engine).push(o.token), eos: end, ...(o.logprobs ? { logprobs: logprobsEntry(engine, o.logprobs) } : {}) };
+    });
+  }
   return first;
+}
+
+/** Every choice's first token of a prefill result (choice 0 first). */
+export function firstTokens(res: Pick<PrefillResult, "firstToken" | "others">): number[] {
+  return [res.firstToken, ...(res.others ?? []).map((o) => o.token)];
 }
 
 export interface DecodeLoop {
@@ -125,6 +154,10 @@ export interface DecodeLoop {
   batcher: DecodeBatcher;
   stream: EngineStream;
   first: number;
+  /** The choice this loop decodes (its events say so when it is not 0). */
+  choice: number;
+  /** The prompt's ids (repetition_penalty reads them). */
+  prompt: ReadonlySet<number>;
   maxTokens: number;
   sampling: SamplingParams;
   /** Alternatives per token when the request asked for log-probabilities, else null. */
@@ -153,6 +186,9 @@ export async function decodeLoop(d: DecodeLoop): Promise<{ finish: "stop" | "len
   const ends = (t: number) => !d.ignoreEos && isEos(d.engine, t);
   let finish: "stop" | "length" = ends(d.first) ? "stop" : "length";
   const constraint = stepConstraint(d.engine, d.matcher, d.minTokens, () => count);
+  const output = new Map<number, number>([[d.first, 1]]);
+  const history = { output, prompt: d.prompt };
+  const choice = d.choice ? { choice: d.choice } : {};
   const t0 = performance.now();
   while (finish !== "stop" && count < d.maxTokens) {
     if (d.aborted()) return { finish: "aborted", decodeMs: performance.now() - t0 };
@@ -160,25 +196,67 @@ export async function decodeLoop(d: DecodeLoop): Promise<{ finish: "stop" | "len
       stream: d.stream,
       token: cur,
       sampling: d.sampling,
+      history,
       ...(d.logprobs === null ? {} : { logprobs: d.logprobs }),
       ...(constraint ? { constraint } : {}),
     });
     count++;
+    output.set(next.token, (output.get(next.token) ?? 0) + 1);
     if (ends(next.token)) {
       finish = "stop";
       break;
     }
     // The grammar thread starts on the next mask now, while this token is written and the next step runs.
     d.matcher?.advance(next.token);
-    const ev: WorkerEvent = { type: "token", index: count - 1, token: next.token, text: text.push(next.token) };
+    const ev: WorkerEvent = { type: "token", ...choice, index: count - 1, token: next.token, text: text.push(next.token) };
     if (next.logprobs) ev.logprobs = logprobsEntry(d.engine, next.logprobs);
     await d.write(ev);
     cur = next.token;
   }
   const decodeMs = performance.now() - t0;
   if (d.aborted()) return { finish: "aborted", decodeMs };
-  await d.write({ type: "done", finishReason: finish, completionTokens: count, text: text.flush(), decodeMs: round(decodeMs) });
+  await d.write({ type: "done", ...choice, finishReason: finish, completionTokens: count, text: text.flush(), decodeMs: round(decodeMs) });
   return { finish, decodeMs };
+}
+
+/** A request's choices to decode: one stream, first token and (with a constraint) matcher each. */
+export interface Choices extends Omit<DecodeLoop, "stream" | "first" | "choice" | "matcher" | "prompt"> {
+  streams: EngineStream[];
+  firsts: number[];
+  matchers: (GrammarMatcher | undefined)[];
+  /** The prompt's ids. */
+  prompt: number[];
+}
+
+/**
+ * Decodes every choice at once (their steps share the batch): choice i samples with
+ * choiceSeed(seed, i). The first failure stops the others and is thrown. Returns "aborted" when
+ * any stopped early, and the longest decode time.
+ */
+export async function decodeChoices(c: Choices): Promise<{ finish: "done" | "aborted"; decodeMs: number }> {
+  let failed = false;
+  const prompt = new Set(c.prompt);
+  const runs = await Promise.allSettled(
+    c.streams.map((stream, i) =>
+      decodeLoop({
+        ...c,
+        stream,
+        first: c.firsts[i],
+        choice: i,
+        prompt,
+        matcher: c.matchers[i],
+        sampling: i === 0 ? c.sampling : { ...c.sampling, seed: choiceSeed(c.sampling.seed, i) },
+        aborted: () => failed || c.aborted(),
+      }).catch((e) => {
+        failed = true;
+        throw e;
+      }),
+    ),
+  );
+  const failure = runs.find((r) => r.status === "rejected");
+  if (failure) throw (failure as PromiseRejectedResult).reason;
+  const done = runs.map((r) => (r as PromiseFulfilledResult<{ finish: string; decodeMs: number }>).value);
+  return { finish: done.some((r) => r.finish === "aborted") ? "aborted" : "done", decodeMs: Math.max(...done.map((r) => r.decodeMs)) };
 }
 
 export function round(x: number): number {

@@ -59,7 +59,8 @@ export class KVPusher {
    * Waits for every layer push, then pushes the manifest. Returns its fields.
    * Throws the first push error (TransportError...) or KVIntegrityError when a layer never came.
    */
-  async finish(model: ModelInfo, kv: KVBlobs, firstToken: number): Promise<KVManifest> {
+  /** Pushes what is left and the manifest: `firsts` is every choice's first token, `prompt` the prompt's ids. */
+  async finish(model: ModelInfo, kv: KVBlobs, firsts: number[], prompt: number[]): Promise<KVManifest> {
     await Promise.all(this.pending);
     if (this.failure) throw this.failure;
     if (this.ended()) throw new Error(`request ${this.requestId} ended while its KV was being pushed`);
@@ -80,7 +81,9 @@ export class KVPusher {
       modelFingerprint: model.modelFingerprint,
       numericsFingerprint: model.numericsFingerprint,
       requestId: this.requestId,
-      firstToken,
+      firstToken: firsts[0],
+      ...(firsts.length > 1 ? { firstTokens: firsts } : {}),
+      promptTokens: prompt,
       crc: { k: this.crcK.slice(0, model.layers), v: this.crcV.slice(0, model.layers) },
     };
     await this.transport.push(manifestKey(this.requestId), encodeManifest(manifest), { timeoutMs: this.timeoutMs });
@@ -120,8 +123,13 @@ export async function pullKV(transport: KVTransport, requestId: string, model: M
     if (!variants.some((v) => v.seqLen === m.S)) {
       throw new KVIntegrityError("S", `KV manifest S=${m.S} is not a context this engine compiled (${[...new Set(variants.map((v) => v.seqLen))].join(", ")})`);
     }
-    if (!Number.isInteger(m.firstToken) || (m.firstToken as number) < 0 || (m.firstToken as number) >= model.vocabSize) {
-      throw new KVIntegrityError("firstToken", `KV manifest firstToken ${JSON.stringify(m.firstToken)} is not a token id of this model`);
+    const isId = (t: unknown) => Number.isInteger(t) && (t as number) >= 0 && (t as number) < model.vocabSize;
+    if (!isId(m.firstToken)) throw new KVIntegrityError("firstToken", `KV manifest firstToken ${JSON.stringify(m.firstToken)} is not a token id of this model`);
+    if (m.firstTokens !== undefined && !(Array.isArray(m.firstTokens) && m.firstTokens.every(isId) && m.firstTokens[0] === m.firstToken)) {
+      throw new KVIntegrityError("firstTokens", "KV manifest firstTokens are not token ids of this model starting with firstToken");
+    }
+    if (m.promptTokens !== undefined && !(Array.isArray(m.promptTokens) && m.promptTokens.length === m.n && m.promptTokens.every(isId))) {
+      throw new KVIntegrityError("promptTokens", `KV manifest promptTokens must be the ${m.n} token ids of the prompt`);
     }
     return m;
   });

@@ -1,6 +1,9 @@
-// Turns one generation's events into completion text: stop strings applied to the streamed text
-// (rm-core's StopStringMatcher), the finish reason, usage, and the per-request timings the
-// gateway's metrics record. Shared by the JSON and the SSE answer.
+// Turns generations' events into the choices of one answer: per choice, stop strings applied to
+// the streamed text (rm-core's StopStringMatcher), the finish reason, the tokens and their
+// log-probabilities; then usage, and the per-request timings the gateway's metrics record. A
+// request runs one generation per prompt (a completions batch has several), each with one or
+// more choices (n, best_of); choice c of the generation whose first choice is `base` is the
+// answer's choice base + c. Shared by the JSON and the SSE answer.
 
 import { ApiError, type FirstToken, type TokenLogprobsEntry } from "@airm/internal-api";
 import { StopStringMatcher } from "@airm/rm-core";
@@ -8,16 +11,31 @@ import type { GatewayMetrics } from "../gateway-metrics.ts";
 import type { GenEvent } from "../orchestrator/index.ts";
 import type { GenerationRequest } from "./parse.ts";
 
-export type Usage = { prompt_tokens: number; completion_tokens: number; total_tokens: number };
+export type Usage = { prompt_tokens: number; completion_tokens: number; total_tokens: number; prompt_tokens_details: { cached_tokens: number } };
 
-export interface Outcome {
+/** One generation of the answer: its events after the first token, the first token (choice 0's, with the others'), and its first choice's index. */
+export interface Run {
+  gen: AsyncGenerator<GenEvent>;
+  first: FirstToken;
+  base: number;
+}
+
+export interface ChoiceOutcome {
+  index: number;
   text: string;
   finishReason: "stop" | "length";
-  usage: Usage;
-  /** Log-probabilities of the generated tokens that made the text (end-of-sequence excluded), when asked for. */
+  /** Completion tokens the worker produced for it (up to a stop string; its end-of-sequence token counted). */
+  tokens: number;
+  /** Log-probabilities of the tokens that made the text (end-of-sequence excluded), when asked for. */
   logprobs: TokenLogprobsEntry[];
   /** Those of `logprobs` no onText call carried (their text was held back, then cut or empty). */
   unsent: TokenLogprobsEntry[];
+}
+
+export interface Outcome {
+  /** By index. */
+  choices: ChoiceOutcome[];
+  usage: Usage;
 }
 
 /** When things happened, for airm_ttft/tpot and the KV figure. */
@@ -29,15 +47,15 @@ export class Timing {
   kvMs: number | null = null;
   transport: string | null = null;
 
-  /** Records a finished request in `metrics`. */
+  /** Records a finished request in `metrics` (TPOT over choice 0 of the first generation's tokens). */
   record(metrics: GatewayMetrics, out: Outcome): void {
-    const n = out.usage.completion_tokens;
+    const n = out.choices[0]?.tokens ?? 0;
     metrics.record({
       startMs: this.startMs,
       endMs: Date.now(),
       ttftMs: this.firstAt - this.startedAt,
       tpotMs: n > 1 ? (this.lastAt - this.firstAt) / (n - 1) : null,
-      completionTokens: n,
+      completionTokens: out.usage.completion_tokens,
       kvTransferMs: this.kvMs,
       transport: this.transport,
     });
@@ -45,67 +63,112 @@ export class Timing {
 }
 
 export interface CollectOptions {
-  gen: AsyncGenerator<GenEvent>;
-  first: FirstToken;
+  runs: Run[];
   req: GenerationRequest;
   timing: Timing;
-  /** Each text delta that is safe to show (never part of a stop string), with the log-probabilities of the tokens since the last one. */
-  onText(delta: string, logprobs: TokenLogprobsEntry[]): void | Promise<void>;
-  /** After the first token was handled (the SSE answer sends it even when its text is ""). */
-  afterFirst?(): void | Promise<void>;
+  /** Each text delta of choice `index` that is safe to show (never part of a stop string), with the log-probabilities of its tokens since the last one. */
+  onText?(index: number, delta: string, logprobs: TokenLogprobsEntry[]): void | Promise<void>;
+  /** After a choice's first token was handled (the SSE answer sends it even when its text is ""). */
+  afterFirst?(index: number): void | Promise<void>;
 }
 
-/** Consumes the generation to its end (or a stop string). Throws ApiError for a broken stream. */
-export async function collectCompletion(o: CollectOptions): Promise<Outcome> {
-  const stops = new StopStringMatcher(o.req.stop);
-  let text = "";
-  let tokens = 1;
-  let finishReason: "stop" | "length" = "length";
-  const logprobs: TokenLogprobsEntry[] = [];
-  let pending: TokenLogprobsEntry[] = [];
-  const scored = (lp: TokenLogprobsEntry | undefined) => {
+/** One choice as its tokens arrive. */
+class ChoiceState {
+  readonly stops: StopStringMatcher;
+  text = "";
+  tokens = 1;
+  finishReason: "stop" | "length" = "length";
+  done = false;
+  readonly logprobs: TokenLogprobsEntry[] = [];
+  pending: TokenLogprobsEntry[] = [];
+
+  constructor(
+    readonly index: number,
+    stop: string[],
+    private readonly o: CollectOptions,
+  ) {
+    this.stops = new StopStringMatcher(stop);
+  }
+
+  scored(lp: TokenLogprobsEntry | undefined): void {
     if (!lp) return;
-    logprobs.push(lp);
-    pending.push(lp);
-  };
-  const emit = async (delta: string) => {
+    this.logprobs.push(lp);
+    this.pending.push(lp);
+  }
+
+  async emit(delta: string): Promise<void> {
     if (!delta) return;
-    text += delta;
-    const carried = pending;
-    pending = [];
-    await o.onText(delta, carried);
-  };
-  o.timing.firstAt = o.timing.lastAt = performance.now();
-  if (!o.first.eos) scored(o.first.logprobs);
-  await emit(stops.push(o.first.text).text);
-  await o.afterFirst?.();
-  if (stops.stoppedBy !== null) finishReason = "stop";
-  else {
-    for (;;) {
-      const r = await o.gen.next();
-      if (r.done) throw new ApiError(502, "worker_stream_broken", "the worker stream ended without a final event");
-      const ev = r.value;
-      if (ev.type === "token") {
-        tokens++;
-        o.timing.lastAt = performance.now();
-        scored(ev.logprobs);
-        await emit(stops.push(ev.text).text);
-        if (stops.stoppedBy !== null) {
-          finishReason = "stop";
-          break;
-        }
-      } else if (ev.type === "done") {
-        tokens = ev.completionTokens;
-        finishReason = ev.finishReason;
-        o.timing.kvMs = ev.kvTransferMs;
-        o.timing.transport = ev.transport;
-        await emit(stops.push(ev.text).text);
-        await emit(stops.flush());
-        break;
-      }
+    this.text += delta;
+    const carried = this.pending;
+    this.pending = [];
+    await this.o.onText?.(this.index, delta, carried);
+  }
+
+  /** Pushes text; true when a stop string ended the choice. */
+  async push(text: string): Promise<boolean> {
+    await this.emit(this.stops.push(text).text);
+    if (this.stops.stoppedBy === null) return false;
+    this.finishReason = "stop";
+    this.done = true;
+    return true;
+  }
+
+  outcome(): ChoiceOutcome {
+    return { index: this.index, text: this.text, finishReason: this.finishReason, tokens: this.tokens, logprobs: this.logprobs, unsent: this.pending };
+  }
+}
+
+/** Consumes one generation to the end of every choice (or their stop strings). Throws ApiError for a broken stream. */
+async function consume(run: Run, n: number, o: CollectOptions): Promise<ChoiceOutcome[]> {
+  const firsts = [run.first, ...(run.first.others ?? [])];
+  if (firsts.length !== n) throw new ApiError(502, "worker_bad_answer", `the worker answered ${firsts.length} first token(s) for ${n} choices`);
+  const states = firsts.map((_, c) => new ChoiceState(run.base + c, o.req.stop, o));
+  o.timing.firstAt ||= performance.now();
+  o.timing.lastAt = performance.now();
+  for (const [c, f] of firsts.entries()) {
+    const st = states[c];
+    if (!f.eos) st.scored(f.logprobs);
+    await st.push(f.text);
+    await o.afterFirst?.(st.index);
+  }
+  while (states.some((s) => !s.done)) {
+    const r = await run.gen.next();
+    if (r.done) throw new ApiError(502, "worker_stream_broken", "the worker stream ended without a final event");
+    const ev = r.value;
+    if (ev.type === "first") continue;
+    const st = states[ev.choice ?? 0];
+    if (!st) throw new ApiError(502, "worker_bad_answer", `the worker sent choice ${ev.choice} of ${n}`);
+    if (st.done) continue;
+    if (ev.type === "token") {
+      st.tokens++;
+      if (run.base === 0 && (ev.choice ?? 0) === 0) o.timing.lastAt = performance.now();
+      st.scored(ev.logprobs);
+      await st.push(ev.text);
+    } else {
+      st.tokens = ev.completionTokens;
+      st.finishReason = ev.finishReason;
+      o.timing.kvMs ??= ev.kvTransferMs;
+      o.timing.transport ??= ev.transport;
+      if (!(await st.push(ev.text))) await st.emit(st.stops.flush());
+      st.done = true;
     }
   }
-  await o.gen.return(undefined);
-  const p = o.first.promptTokens;
-  return { text, finishReason, usage: { prompt_tokens: p, completion_tokens: tokens, total_tokens: p + tokens }, logprobs, unsent: pending };
+  await run.gen.return(undefined);
+  return states.map((s) => s.outcome());
+}
+
+/** Consumes every generation (at once) to its end. A failure of one ends the others and is thrown. */
+export async function collectChoices(o: CollectOptions): Promise<Outcome> {
+  const n = o.req.bestOf;
+  const results = await Promise.allSettled(o.runs.map((run) => consume(run, n, o)));
+  const failure = results.find((r) => r.status === "rejected");
+  if (failure) {
+    await Promise.all(o.runs.map((r) => r.gen.return(undefined).catch(() => {})));
+    throw (failure as PromiseRejectedResult).reason;
+  }
+  const choices = results.flatMap((r) => (r as PromiseFulfilledResult<ChoiceOutcome[]>).value).sort((a, b) => a.index - b.index);
+  const prompt = o.runs.reduce((a, r) => a + r.first.promptTokens, 0);
+  const completion = choices.reduce((a, c) => a + c.tokens, 0);
+  const cached = o.runs.reduce((a, r) => a + (r.first.cachedTokens ?? 0), 0);
+  return { choices, usage: { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion, prompt_tokens_details: { cached_tokens: cached } } };
 }

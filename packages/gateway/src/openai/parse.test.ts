@@ -52,9 +52,11 @@ describe("parseGenerationRequest", () => {
     expect(err("completion", { model: "m", prompt: "x", max_tokens: 0 })).toMatchObject({ status: 400, param: "max_tokens" });
     expect(err("completion", { model: "m", prompt: "x", max_tokens: 512 }, 512)).toMatchObject({ status: 400, code: "context_overflow" });
     expect(err("completion", { model: "m", prompt: "x", max_tokens: 5_000_000 })).toMatchObject({ status: 400, param: "max_tokens" });
-    expect(err("completion", { model: "m", prompt: "x", n: 2 })).toMatchObject({ status: 400, param: "n" });
-    expect(err("completion", { model: "m", prompt: "x", best_of: 3 })).toMatchObject({ status: 400, param: "best_of" });
-    expect(err("completion", { model: "m", prompt: ["a", "b"] })).toMatchObject({ status: 400, param: "prompt" });
+    expect(err("completion", { model: "m", prompt: "x", n: 0 })).toMatchObject({ status: 400, param: "n" });
+    expect(err("completion", { model: "m", prompt: "x", n: 3, best_of: 2 })).toMatchObject({ status: 400, param: "best_of" });
+    expect(err("completion", { model: "m", prompt: "x", best_of: 3, stream: true })).toMatchObject({ status: 400, param: "best_of" });
+    expect(err("chat", { model: "m", messages: [{ role: "user", content: "x" }], best_of: 2 })).toMatchObject({ status: 400, param: "best_of" });
+    expect(err("completion", { model: "m", prompt: ["a", ""] })).toMatchObject({ status: 400, param: "prompt" });
     expect(err("chat", { model: "m", messages: [] })).toMatchObject({ status: 400, param: "messages" });
     expect(err("chat", { model: "m", messages: [{ role: "wizard", content: "x" }] })).toMatchObject({ status: 400, param: "messages.0.role" });
     expect(err("chat", { model: 7, messages: [{ role: "user", content: "x" }] })).toMatchObject({ status: 400, param: "model" });
@@ -158,8 +160,11 @@ describe("structured outputs, tools and the field list", () => {
       expect(() => p(bad)).toThrow(expect.objectContaining({ status: 400, param: "logit_bias" }));
   });
 
-  it("every field OpenAI or vLLM defines is served, a label, or refused by name; others are unrecognized", () => {
-    expect(err("chat", chat({ foo: 1 }))).toMatchObject({ status: 400, param: "foo", message: "unrecognized request argument supplied: foo" });
+  it("every field OpenAI or vLLM defines is served, a label, or refused by name; others are ignored", () => {
+    // A field neither defines is ignored (as vLLM does) and named for the log; one of the other endpoint is refused.
+    expect(parse("chat", chat({ foo: 1, bar: { x: 1 } })).ignored).toEqual(["foo", "bar"]);
+    expect(err("completion", { model: "m", prompt: "x", tools: [] })).toMatchObject({ status: 400, param: "tools" });
+    expect(err("chat", chat({ prompt: "x" })).message).toMatch(/field of \/v1\/completions/);
     expect(err("chat", chat({ min_p: 0.1 }))).toMatchObject({ code: "unsupported_parameter", param: "min_p" });
     expect(err("completion", { model: "m", prompt: "x", use_beam_search: true })).toMatchObject({ code: "unsupported_parameter", param: "use_beam_search" });
     expect(parse("completion", { model: "m", prompt: "x", ignore_eos: true, min_tokens: 3 })).toMatchObject({ ignoreEos: true, minTokens: 3 });
@@ -173,5 +178,34 @@ describe("structured outputs, tools and the field list", () => {
       const body = f.on.includes("chat") ? chat({ [f.name]: "something" }) : { model: "m", prompt: "x", [f.name]: "something" };
       expect(err(f.on.includes("chat") ? "chat" : "completion", body)).toMatchObject({ status: 400, param: f.name });
     }
+  });
+});
+
+describe("n, best_of, batches and penalties", () => {
+  it("n and best_of: choices of candidates, bounded by the decode batch width", () => {
+    expect(parse("completion", { model: "m", prompt: "x", n: 3 })).toMatchObject({ n: 3, bestOf: 3 });
+    expect(parse("completion", { model: "m", prompt: "x", best_of: 4, n: 2 })).toMatchObject({ n: 2, bestOf: 4 });
+    const limited = (extra: object) => parseGenerationRequest("completion", { model: "m", prompt: "x", ...extra }, { maxChoices: 16, tools: TOOLS });
+    expect(limited({ n: 16 }).n).toBe(16);
+    expect(() => limited({ n: 17 })).toThrow(expect.objectContaining({ status: 400, param: "n", message: expect.stringMatching(/at most 16/) }));
+    expect(() => limited({ best_of: 17 })).toThrow(expect.objectContaining({ param: "best_of" }));
+  });
+  it("a completions batch: strings or token-id lists, one generation each", () => {
+    expect(parse("completion", { model: "m", prompt: ["a", "b", "c"] }).prompts).toEqual([{ prompt: "a" }, { prompt: "b" }, { prompt: "c" }]);
+    expect(parse("completion", { model: "m", prompt: [[1, 2], [3]] }).prompts).toEqual([{ promptTokenIds: [1, 2] }, { promptTokenIds: [3] }]);
+    expect(err("completion", { model: "m", prompt: Array(65).fill("a") })).toMatchObject({ param: "prompt" });
+  });
+  it("penalties become sampling parameters, their neutral values none", () => {
+    expect(parse("chat", { model: "m", messages: [{ role: "user", content: "x" }], presence_penalty: 0.5, frequency_penalty: -1, repetition_penalty: 1.2 }).sampling).toMatchObject(
+      {
+        presencePenalty: 0.5,
+        frequencyPenalty: -1,
+        repetitionPenalty: 1.2,
+      },
+    );
+    const plain = parse("completion", { model: "m", prompt: "x", presence_penalty: 0, repetition_penalty: 1 }).sampling;
+    expect([plain.presencePenalty, plain.repetitionPenalty]).toEqual([undefined, undefined]);
+    expect(err("completion", { model: "m", prompt: "x", presence_penalty: 3 })).toMatchObject({ param: "presence_penalty" });
+    expect(err("completion", { model: "m", prompt: "x", repetition_penalty: 0 })).toMatchObject({ param: "repetition_penalty" });
   });
 });

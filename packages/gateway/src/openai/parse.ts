@@ -1,14 +1,14 @@
 // Parses and checks OpenAI /v1/completions and /v1/chat/completions bodies into one
 // GenerationRequest, converting the OpenAI names (snake_case) to the internal contract's types
 // here, once. Every field OpenAI or vLLM defines is served, taken as a label, or refused by name
-// (request-fields.ts); anything else is refused as unrecognized. Knows the wire schema and the
+// (request-fields.ts); a field neither defines is ignored, as vLLM does, and named for a log. Knows the wire schema and the
 // limits a gateway can check without a tokenizer; the prompt + max_tokens against the compiled
 // context is the prefill worker's check, whether a grammar builds the grammar checker's.
 
 import { ApiError, type ChatMessage, type PromptInput } from "@airm/internal-api";
 import type { SamplingParams } from "@airm/rm-core";
 import { z } from "zod";
-import { fieldsOf, type Endpoint } from "./request-fields.ts";
+import { fieldsOf, REQUEST_FIELDS, type Endpoint } from "./request-fields.ts";
 import { constraintOf, type Constraint } from "./structured.ts";
 import { toolsOf, type ToolMode, type ToolSettings } from "./tools.ts";
 
@@ -16,7 +16,14 @@ export interface GenerationRequest {
   kind: "completion" | "chat";
   /** The model named by the request; null when it named none (the gateway then serves its only model). */
   model: string | null;
+  /** The prompt (the first of `prompts`: what one generation runs). */
   input: PromptInput;
+  /** Every prompt of the request (a completions batch has several; each runs as its own generation). */
+  prompts: PromptInput[];
+  /** Choices returned per prompt. */
+  n: number;
+  /** Candidates generated per prompt (best_of; n when not given): the n with the highest cumulative log-probability are returned. */
+  bestOf: number;
   /** null: fill the rest of the compiled context. */
   maxTokens: number | null;
   /** Always carries a seed (the client's or a random one), so prefill and decode draw one sequence. */
@@ -38,6 +45,8 @@ export interface GenerationRequest {
   ignoreEos: boolean;
   /** vLLM's min_tokens: no end-of-sequence token before this many completion tokens. */
   minTokens: number;
+  /** Top-level fields neither OpenAI nor vLLM defines: ignored, as vLLM does (the route logs them once). */
+  ignored: string[];
 }
 
 export interface ParseOptions {
@@ -45,6 +54,8 @@ export interface ParseOptions {
   maxContext?: number;
   /** The served model's vocabulary size, when a worker reported it (logit_bias ids are checked against it). */
   vocabSize?: number;
+  /** Most choices (n, best_of) a decode worker runs at once (its batch width), when one reported it. */
+  maxChoices?: number;
   tools: ToolSettings;
 }
 
@@ -74,6 +85,10 @@ const common = {
   logit_bias: z.record(z.string(), z.number()).nullish(),
   ignore_eos: z.boolean().nullish(),
   min_tokens: int.min(0).nullish(),
+  n: int.min(1).nullish(),
+  presence_penalty: z.number().min(-2).max(2).nullish(),
+  frequency_penalty: z.number().min(-2).max(2).nullish(),
+  repetition_penalty: z.number().gt(0).max(10).nullish(),
   response_format: z.unknown().optional(),
   structured_outputs: z.unknown().optional(),
   timeout: z.number().positive().nullish(),
@@ -85,12 +100,13 @@ const completionSchema = z
     prompt: z.union([z.string(), z.array(z.string()), tokenIds, z.array(tokenIds)]),
     echo: z.boolean().nullish(),
     logprobs: int.nullish(),
+    best_of: int.min(1).nullish(),
   })
   .strict();
 
 const contentPart = z.object({ type: z.string(), text: z.string().optional() }).loose();
 const toolCallSchema = z.object({ id: z.string(), type: z.literal("function"), function: z.object({ name: z.string().min(1), arguments: z.string() }).strict() }).strict();
-const messageSchema = z
+export const messageSchema = z
   .object({
     role: z.enum(["system", "developer", "user", "assistant", "tool"]),
     content: z.union([z.string(), z.array(contentPart), z.null()]).optional(),
@@ -114,7 +130,7 @@ const chatSchema = z
   })
   .strict();
 
-function fromZod(err: z.ZodError): ApiError {
+export function fromZod(err: z.ZodError): ApiError {
   const issue = err.issues[0];
   const param = issue.path.length ? issue.path.map(String).join(".") : null;
   if (issue.code === "unrecognized_keys") {
@@ -132,16 +148,25 @@ function unsupported(param: string, what: string): ApiError {
 }
 
 /**
- * The body without the fields that are labels or refused-but-neutral (see request-fields.ts).
- * Throws 400 unsupported_parameter for a refused field that holds a value that would change the
- * output.
+ * The body's served fields, and the names of the fields neither OpenAI nor vLLM defines (ignored,
+ * as vLLM does: the caller logs them). Labels and refused-but-neutral fields are dropped (see
+ * request-fields.ts). Throws 400 for a refused field that holds a value that would change the
+ * output, and for a field of the other endpoint.
  */
-function screen(kind: Endpoint, body: Record<string, unknown>): Record<string, unknown> {
+function screen(kind: Endpoint, body: Record<string, unknown>): { rest: Record<string, unknown>; ignored: string[] } {
   const fields = fieldsOf(kind);
   const rest: Record<string, unknown> = {};
+  const ignored: string[] = [];
   for (const [k, v] of Object.entries(body)) {
     const f = fields.get(k);
-    if (!f || f.status === "served") {
+    if (!f) {
+      const elsewhere = REQUEST_FIELDS.find((x) => x.name === k);
+      if (elsewhere)
+        throw new ApiError(400, "invalid_request", `'${k}' is a field of ${elsewhere.on.includes("chat") ? "/v1/chat/completions" : "/v1/completions"}, not of this endpoint`, k);
+      ignored.push(k);
+      continue;
+    }
+    if (f.status === "served") {
       rest[k] = v;
       continue;
     }
@@ -151,7 +176,7 @@ function screen(kind: Endpoint, body: Record<string, unknown>): Record<string, u
     }
     if (v != null && !f.neutral?.(v)) throw unsupported(k, f.note.includes("vLLM in 0.12") ? `${k} (${f.note})` : f.note);
   }
-  return rest;
+  return { rest, ignored };
 }
 
 function maxTokensOf(value: number | null | undefined, param: string, fallback: number | null, maxContext: number | undefined): number | null {
@@ -190,6 +215,9 @@ function samplingOf(b: z.infer<typeof completionSchema> | z.infer<typeof chatSch
   if (b.top_k != null && b.top_k > 0) s.topK = b.top_k;
   const bias = logitBiasOf(b.logit_bias, vocabSize);
   if (bias) s.logitBias = bias;
+  if (b.presence_penalty) s.presencePenalty = b.presence_penalty;
+  if (b.frequency_penalty) s.frequencyPenalty = b.frequency_penalty;
+  if (b.repetition_penalty != null && b.repetition_penalty !== 1) s.repetitionPenalty = b.repetition_penalty;
   return s;
 }
 
@@ -200,7 +228,7 @@ function stopsOf(stop: string | string[] | null | undefined): string[] {
 }
 
 /** The chat messages as the internal API carries them (text content; tool calls and the calls tool turns answer). */
-function messagesOf(messages: z.infer<typeof messageSchema>[]): ChatMessage[] {
+export function messagesOf(messages: z.infer<typeof messageSchema>[]): ChatMessage[] {
   return messages.map((m, i) => {
     let content = "";
     if (typeof m.content === "string") content = m.content;
@@ -235,33 +263,52 @@ function stoppingOf(b: { ignore_eos?: boolean | null; min_tokens?: number | null
   return { ignoreEos: b.ignore_eos ?? false, minTokens: b.min_tokens ?? 0 };
 }
 
-function completionInput(p: z.infer<typeof completionSchema>["prompt"]): PromptInput {
-  let input: PromptInput;
-  if (typeof p === "string") input = { prompt: p };
+/** Most prompts in one completions request (each runs as its own generation). */
+export const MAX_BATCH_PROMPTS = 64;
+
+/** The prompts of a completions request: a string, token ids, or a batch of either. */
+function completionInputs(p: z.infer<typeof completionSchema>["prompt"]): PromptInput[] {
+  let inputs: PromptInput[];
+  if (typeof p === "string") inputs = [{ prompt: p }];
   else if (p.length === 0) throw new ApiError(400, "invalid_request", "prompt is empty", "prompt");
-  else if (typeof p[0] === "string") {
-    if (p.length > 1) throw unsupported("prompt", `a batch of ${p.length} prompts in one request`);
-    input = { prompt: p[0] as string };
-  } else if (typeof p[0] === "number") input = { promptTokenIds: p as number[] };
-  else {
-    if (p.length > 1) throw unsupported("prompt", `a batch of ${p.length} prompts in one request`);
-    input = { promptTokenIds: p[0] as number[] };
+  else if (typeof p[0] === "number") inputs = [{ promptTokenIds: p as number[] }];
+  else inputs = (p as (string | number[])[]).map((x) => (typeof x === "string" ? { prompt: x } : { promptTokenIds: x }));
+  if (inputs.length > MAX_BATCH_PROMPTS) throw new ApiError(400, "invalid_request", `a batch of ${inputs.length} prompts is more than ${MAX_BATCH_PROMPTS}; split it`, "prompt");
+  inputs.forEach((input, i) => {
+    if ("prompt" in input && input.prompt.length === 0) throw new ApiError(400, "invalid_request", inputs.length > 1 ? `prompt[${i}] is empty` : "prompt is empty", "prompt");
+  });
+  return inputs;
+}
+
+/** n and best_of: n choices returned of best_of candidates. Throws 400 naming the field. */
+function choicesOf(b: { n?: number | null; best_of?: number | null; stream?: boolean | null }, max: number | undefined): { n: number; bestOf: number } {
+  const n = b.n ?? 1;
+  const bestOf = b.best_of ?? n;
+  if (bestOf < n) throw new ApiError(400, "invalid_request", `best_of (${bestOf}) must be at least n (${n})`, "best_of");
+  if (b.best_of != null && b.best_of > 1 && b.stream)
+    throw new ApiError(400, "invalid_request", "best_of cannot be used with stream (the best candidates are known only at the end)", "best_of");
+  if (max !== undefined && bestOf > max) {
+    const param = b.best_of != null ? "best_of" : "n";
+    throw new ApiError(400, "invalid_request", `${param}=${bestOf} choices exceed the decode workers' ${max} slots (their batch width); ask for at most ${max}`, param);
   }
-  if ("prompt" in input && input.prompt.length === 0) throw new ApiError(400, "invalid_request", "prompt is empty", "prompt");
-  return input;
+  return { n, bestOf };
 }
 
 function parseCompletion(body: Record<string, unknown>, o: ParseOptions): GenerationRequest {
-  const r = completionSchema.safeParse(screen("completion", body));
+  const { rest, ignored } = screen("completion", body);
+  const r = completionSchema.safeParse(rest);
   if (!r.success) throw fromZod(r.error);
   const b = r.data;
   if (b.logprobs != null && (b.logprobs < 0 || b.logprobs > MAX_COMPLETION_LOGPROBS)) {
     throw new ApiError(400, "invalid_request", `logprobs must be between 0 and ${MAX_COMPLETION_LOGPROBS}, got ${b.logprobs}`, "logprobs");
   }
+  const prompts = completionInputs(b.prompt);
   return {
     kind: "completion",
     model: b.model ?? null,
-    input: completionInput(b.prompt),
+    input: prompts[0],
+    prompts,
+    ...choicesOf(b, o.maxChoices),
     maxTokens: maxTokensOf(b.max_tokens, "max_tokens", 16, o.maxContext),
     sampling: samplingOf(b, o.vocabSize),
     stop: stopsOf(b.stop),
@@ -273,11 +320,13 @@ function parseCompletion(body: Record<string, unknown>, o: ParseOptions): Genera
     constraint: constraintOf(b),
     toolMode: { kind: "none" },
     ...stoppingOf(b),
+    ignored,
   };
 }
 
 function parseChat(body: Record<string, unknown>, o: ParseOptions): GenerationRequest {
-  const r = chatSchema.safeParse(screen("chat", body));
+  const { rest, ignored } = screen("chat", body);
+  const r = chatSchema.safeParse(rest);
   if (!r.success) throw fromZod(r.error);
   const b = r.data;
   if (b.top_logprobs != null) {
@@ -302,10 +351,13 @@ function parseChat(body: Record<string, unknown>, o: ParseOptions): GenerationRe
     );
   }
   const param = b.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens";
+  const input: PromptInput = tools.tools ? { messages, tools: tools.tools } : { messages };
   return {
     kind: "chat",
     model: b.model ?? null,
-    input: tools.tools ? { messages, tools: tools.tools } : { messages },
+    input,
+    prompts: [input],
+    ...choicesOf(b, o.maxChoices),
     maxTokens: maxTokensOf(b.max_completion_tokens ?? b.max_tokens, param, null, o.maxContext),
     sampling: samplingOf(b, o.vocabSize),
     stop: stopsOf(b.stop),
@@ -317,6 +369,7 @@ function parseChat(body: Record<string, unknown>, o: ParseOptions): GenerationRe
     constraint: format ?? tools.constraint,
     toolMode: tools.mode,
     ...stoppingOf(b),
+    ignored,
   };
 }
 

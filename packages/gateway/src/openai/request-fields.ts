@@ -1,8 +1,8 @@
 // Every field the OpenAI API or vLLM's OpenAI server defines for /v1/chat/completions and
 // /v1/completions, and what this gateway does with it: serves it, takes it as a label that
 // changes no output, or refuses it by name unless it holds the value that changes nothing. A field
-// on neither list is refused as unrecognized (as OpenAI does). The table is the one source of
-// docs/openai-api.md's field list.
+// neither defines is ignored and logged once (as vLLM does); a field of the other endpoint is
+// refused. The table is the one source of docs/openai-api.md's field list.
 
 export type Endpoint = "chat" | "completion";
 
@@ -46,7 +46,7 @@ export const REQUEST_FIELDS: RequestField[] = [
     "OpenAI",
     "text content (a string or text parts), roles system, developer, user, assistant (with tool_calls), tool (with tool_call_id); `name` is passed to the template",
   ),
-  served("prompt", COMPLETION, "OpenAI", "a string or token ids (one prompt per request)"),
+  served("prompt", COMPLETION, "OpenAI", "a string, token ids, or a batch of up to 64 of either (each its own generation, through the prefix cache)"),
   served("max_tokens", BOTH, "OpenAI", "completions default 16; chat default: the rest of the context"),
   served("max_completion_tokens", CHAT, "OpenAI", "as max_tokens (wins over it)"),
   served("temperature", BOTH, "OpenAI", "default 1; 0 is greedy"),
@@ -55,7 +55,12 @@ export const REQUEST_FIELDS: RequestField[] = [
   served("seed", BOTH, "OpenAI", "the draw of token p is a function of (seed, p): PD reproduces solo"),
   served("stop", BOTH, "OpenAI", "up to 4 strings, cut from the text"),
   served("stream", BOTH, "OpenAI", "server-sent events"),
-  served("stream_options", BOTH, "OpenAI", "include_usage; vLLM's continuous_usage_stats is refused"),
+  served(
+    "stream_options",
+    BOTH,
+    "OpenAI",
+    "include_usage (usage also gives prompt_tokens_details.cached_tokens: prompt tokens from the prefix cache); vLLM's continuous_usage_stats is refused",
+  ),
   served("logit_bias", BOTH, "OpenAI", "token id (decimal string) to a bias in [-100, 100], added before sampling; an id outside the vocabulary is a 400"),
   served("logprobs", BOTH, "OpenAI", "chat: true with top_logprobs 0-20; completions: 0-5 alternatives"),
   served("top_logprobs", CHAT, "OpenAI", "alternatives per token with logprobs"),
@@ -67,15 +72,21 @@ export const REQUEST_FIELDS: RequestField[] = [
   served("parallel_tool_calls", CHAT, "OpenAI", "false: at most one call (required: the grammar allows one; auto: the first is kept)"),
   served("ignore_eos", BOTH, "vLLM", "every end-of-sequence token is ignored: the completion runs to max_tokens (not with a structured output)"),
   served("min_tokens", BOTH, "vLLM", "end-of-sequence tokens cannot be sampled before this many tokens"),
+  served(
+    "n",
+    BOTH,
+    "OpenAI",
+    "choices per prompt, from one prefill: the decode worker forks n streams from one KV import; choice i samples with seed + i; at most the decode batch width",
+  ),
+  served("best_of", COMPLETION, "OpenAI", "candidates per prompt (one prefill), of which the n with the highest cumulative log-probability are returned; not with stream"),
+  served("presence_penalty", BOTH, "OpenAI", "[-2, 2], over the completion's tokens"),
+  served("frequency_penalty", BOTH, "OpenAI", "[-2, 2], over the completion's tokens"),
+  served("repetition_penalty", BOTH, "vLLM", "(0, 10], over the prompt's and the completion's tokens"),
   served("timeout", BOTH, "rngd-pd", "the request's own deadline in seconds (shortens AIRM_REQUEST_TIMEOUT_S)"),
   label("user", BOTH, "OpenAI", "an end-user id for the operator's records; changes no output"),
   label("safety_identifier", CHAT, "OpenAI", "an end-user id for the operator's records; changes no output"),
   label("prompt_cache_key", CHAT, "OpenAI", "a cache routing hint; the prefix cache works without it"),
-  refused("n", BOTH, "OpenAI", "several choices per request", [is(1), "1"]),
-  refused("best_of", BOTH, "vLLM", "best_of", [is(1), "1"]),
-  refused("presence_penalty", BOTH, "OpenAI", "a non-zero presence_penalty", [is(0), "0"]),
-  refused("frequency_penalty", BOTH, "OpenAI", "a non-zero frequency_penalty", [is(0), "0"]),
-  refused("repetition_penalty", BOTH, "vLLM", "a repetition_penalty other than 1", [is(1), "1"]),
+  refused("best_of", CHAT, "vLLM", "best_of on chat (a completions field)", [is(1), "1"]),
   refused("min_p", BOTH, "vLLM", "a non-zero min_p", [is(0), "0"]),
 
   refused("use_beam_search", BOTH, "vLLM", "beam search", [is(false), "false"]),

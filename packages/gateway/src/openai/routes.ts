@@ -1,19 +1,23 @@
 // The OpenAI-compatible routes: /v1/completions and /v1/chat/completions (parse, run, then the
-// JSON or the SSE answer), /v1/models and /health. Worker calls, timeouts and releases are the
-// orchestrator's; the answer shapes are answers.ts's.
+// JSON or the SSE answer), /v1/models and /health (tokenize-routes.ts has the others). Worker
+// calls, timeouts and releases are the orchestrator's; the answer shapes are answers.ts's.
 
 import type { GrammarChecker } from "@airm/grammar";
 import { ApiError, OverloadedError, toApiError } from "@airm/internal-api";
 import { isAirmError } from "@airm/rm-core";
 import { SpanStatusCode, context, trace } from "@opentelemetry/api";
+import { createRequire } from "node:module";
 import type { Context, Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
+import type { Logger } from "pino";
 import type { EndpointPool } from "../endpoint-pool.ts";
 import type { GatewayMetrics } from "../gateway-metrics.ts";
 import { newRequestId, type GenEvent, type Orchestrator, type Placement } from "../orchestrator/index.ts";
 import { jsonAnswer, sseAnswer } from "./answers.ts";
 import { Timing } from "./completion.ts";
 import { parseGenerationRequest, type GenerationRequest } from "./parse.ts";
+import { parseResponsesRequest, type ResponsesRequest, responsesJson, responsesSse } from "./responses.ts";
+import { tokenizeRoutes } from "./tokenize-routes.ts";
 import type { ToolSettings } from "./tools.ts";
 
 export interface GatewayAppOptions {
@@ -35,12 +39,18 @@ export interface GatewayAppOptions {
   grammar: GrammarChecker;
   /** How tool calls are read (the parser of tool_choice auto). */
   tools: ToolSettings;
+  /** The gateway's log (default: warnings and worse, on stderr). */
+  log?: Logger;
 }
+
+/** Field names already logged as ignored (once per name and process: no request body in the log). */
+const loggedFields = new Set<string>();
 
 const tracer = trace.getTracer("@airm/gateway");
 
 /** The request body as a checked GenerationRequest for a model this gateway serves. Throws ApiError (4xx, 503). */
-async function parseRequest(c: Context, kind: "completion" | "chat", o: GatewayAppOptions): Promise<GenerationRequest> {
+/** The request body as JSON. Throws ApiError 400 when it is not UTF-8 JSON. */
+async function jsonBody(c: Context): Promise<unknown> {
   const raw = new Uint8Array(await c.req.arrayBuffer());
   let text: string;
   try {
@@ -48,14 +58,31 @@ async function parseRequest(c: Context, kind: "completion" | "chat", o: GatewayA
   } catch {
     throw new ApiError(400, "invalid_encoding", "the request body is not valid UTF-8");
   }
-  let body: unknown;
   try {
-    body = JSON.parse(text);
+    return JSON.parse(text);
   } catch (err) {
     throw new ApiError(400, "invalid_json", `the request body is not valid JSON: ${(err as Error).message}`);
   }
+}
+
+/** A request's kind: an OpenAI completions body, chat body, or a Responses body (run as chat). */
+type Kind = "completion" | "chat" | "responses";
+
+/**
+ * The request body as a checked GenerationRequest for a model this gateway serves (and, for the
+ * Responses API, its own body). Throws ApiError (4xx, 503).
+ */
+async function parseRequest(c: Context, kind: Kind, o: GatewayAppOptions): Promise<{ req: GenerationRequest; responses?: ResponsesRequest["body"] }> {
+  const body = await jsonBody(c);
   const served = o.modelPool.served();
-  const req = parseGenerationRequest(kind, body, { maxContext: served.maxContext, vocabSize: served.vocabSize, tools: o.tools });
+  const options = { maxContext: served.maxContext, vocabSize: served.vocabSize, maxChoices: served.slots, tools: o.tools };
+  const parsed = kind === "responses" ? parseResponsesRequest(body, options) : { req: parseGenerationRequest(kind, body, options), body: undefined };
+  const req = parsed.req;
+  for (const f of req.ignored) {
+    if (loggedFields.has(f) || loggedFields.size > 1000) continue;
+    loggedFields.add(f);
+    o.log?.warn({ field: f.slice(0, 80) }, "a request field that neither OpenAI nor vLLM defines was ignored (logged once per name)");
+  }
   if (served.modelIds.length === 0) throw new ApiError(503, "no_healthy_worker", `no worker has reported its model yet: ${o.modelPool.describeDown()}`);
   if (req.model === null) {
     // As vLLM does: a request that names no model gets the only one served.
@@ -69,7 +96,7 @@ async function parseRequest(c: Context, kind: "completion" | "chat", o: GatewayA
   }
   // A schema or grammar that does not build is a 400 here, before any worker is called.
   if (req.constraint) await o.grammar.check(req.constraint.spec, req.constraint.param).catch((e) => Promise.reject(toApiError(e)));
-  return req;
+  return { req, responses: parsed.body };
 }
 
 /** The header an llm-d endpoint picker sets to name the prefill pod (llm-d's routing-sidecar protocol). */
@@ -121,8 +148,8 @@ async function* withDeadline(gen: AsyncGenerator<GenEvent>, deadline: AbortSigna
 }
 
 /** Runs one completion request and answers it (JSON or SSE). */
-async function complete(c: Context, kind: "completion" | "chat", o: GatewayAppOptions): Promise<Response> {
-  const req = await parseRequest(c, kind, o);
+async function complete(c: Context, kind: Kind, o: GatewayAppOptions): Promise<Response> {
+  const { req, responses } = await parseRequest(c, kind, o);
   const waiting = o.orchestrator.inFlight.beforeFirst;
   if (o.maxWaiting !== undefined && waiting >= o.maxWaiting) {
     throw new OverloadedError(1, `the server holds ${waiting} requests waiting for their first token, its limit (AIRM_MAX_WAITING); retry in 1 s`);
@@ -134,26 +161,45 @@ async function complete(c: Context, kind: "completion" | "chat", o: GatewayAppOp
   const clientGone = new AbortController();
   const limitS = Math.min(req.timeoutS ?? Number.POSITIVE_INFINITY, o.requestTimeoutS ?? Number.POSITIVE_INFINITY);
   const deadline = Number.isFinite(limitS) ? AbortSignal.timeout(Math.ceil(limitS * 1000)) : undefined;
-  const signals = [c.req.raw.signal, clientGone.signal, ...(deadline ? [deadline] : [])];
-  const run = o.orchestrator.run(req, requestId, AbortSignal.any(signals), placement(c, o));
-  const gen = deadline ? withDeadline(run, deadline, limitS, req.timeoutS !== null && req.timeoutS <= (o.requestTimeoutS ?? Number.POSITIVE_INFINITY)) : run;
-  const r = await gen.next();
-  if (r.done || r.value.type !== "first") throw new ApiError(502, "worker_stream_broken", "the worker answered without a first token");
+  const signal = AbortSignal.any([c.req.raw.signal, clientGone.signal, ...(deadline ? [deadline] : [])]);
+  const at = placement(c, o);
+  const own = req.timeoutS !== null && req.timeoutS <= (o.requestTimeoutS ?? Number.POSITIVE_INFINITY);
+  // One generation per prompt (a completions batch has several), each under its own request id.
+  const gens = req.prompts.map((input, p) => {
+    const run = o.orchestrator.run({ ...req, input }, p === 0 ? requestId : `${requestId}-${p}`, signal, at);
+    return deadline ? withDeadline(run, deadline, limitS, own) : run;
+  });
+  // Every generation's first token before answering: a failure before any token is an HTTP error.
+  const firsts = await Promise.allSettled(gens.map((g) => g.next()));
+  const failed = firsts.find((r) => r.status === "rejected");
+  if (failed) {
+    await Promise.all(gens.map((g) => g.return(undefined).catch(() => {})));
+    throw (failed as PromiseRejectedResult).reason;
+  }
+  const runs = firsts.map((r, p) => {
+    const v = (r as PromiseFulfilledResult<IteratorResult<GenEvent>>).value;
+    if (v.done || v.value.type !== "first") throw new ApiError(502, "worker_stream_broken", "the worker answered without a first token");
+    return { gen: gens[p], first: v.value.first, base: p * req.bestOf };
+  });
   const answer = {
-    kind,
-    id: kind === "chat" ? `chatcmpl-${requestId.slice(5)}` : requestId,
+    kind: kind === "completion" ? ("completion" as const) : ("chat" as const),
+    id: kind === "chat" ? `chatcmpl-${requestId.slice(5)}` : kind === "responses" ? `resp_${requestId.slice(5)}` : requestId,
     created: Math.floor(Date.now() / 1000),
     req,
-    gen,
-    first: r.value.first,
+    runs,
     timing,
     metrics: o.metrics,
     clientGone,
   };
+  if (responses) return req.stream ? responsesSse(c, answer, responses) : responsesJson(c, answer, responses);
   return req.stream ? sseAnswer(c, answer) : jsonAnswer(c, answer);
 }
 
+/** This gateway's version (GET /version). */
+const VERSION = (createRequire(import.meta.url)("../../package.json") as { version: string }).version;
+
 export function openAIRoutes(app: Hono, o: GatewayAppOptions): void {
+  tokenizeRoutes(app, o.modelPool, VERSION);
   app.get("/health", (c) => {
     const roles = o.pools.map((p) => ({
       role: p.role,
@@ -179,6 +225,7 @@ export function openAIRoutes(app: Hono, o: GatewayAppOptions): void {
   for (const [path, kind] of [
     ["/v1/completions", "completion"],
     ["/v1/chat/completions", "chat"],
+    ["/v1/responses", "responses"],
   ] as const) {
     app.post(path, limit, async (c) => {
       const span = tracer.startSpan("gateway.request", { attributes: { "http.route": path } });

@@ -91,7 +91,11 @@ export class ToolCallReader {
   /** llama3_json: the answer began with `{`, so all of it is read at the end. */
   private whole: boolean | null = null;
 
-  constructor(private readonly mode: ToolMode) {}
+  /** `newId` names each call (chat: `chatcmpl-tool-...`; the Responses API: `call_...`). */
+  constructor(
+    private readonly mode: ToolMode,
+    private readonly newId: () => string = toolCallId,
+  ) {}
 
   /** The pieces `text` (the next delta of the answer) completes. */
   push(text: string): AnswerPiece[] {
@@ -137,7 +141,7 @@ export class ToolCallReader {
     if (!call) return this.text(raw);
     if (this.mode.kind === "auto" && !this.mode.parallel && this.calls.length > 0) return [];
     const index = this.calls.length;
-    const c = { id: toolCallId(), ...call };
+    const c = { id: this.newId(), ...call };
     this.calls.push(c);
     return [{ callStart: { index, id: c.id, name: c.name } }, { callArgs: { index, fragment: c.arguments } }];
   }
@@ -145,7 +149,7 @@ export class ToolCallReader {
   private named(t: string): AnswerPiece[] {
     const out: AnswerPiece[] = [];
     if (this.calls.length === 0) {
-      const c = { id: toolCallId(), name: (this.mode as { name: string }).name, arguments: "" };
+      const c = { id: this.newId(), name: (this.mode as { name: string }).name, arguments: "" };
       this.calls.push(c);
       out.push({ callStart: { index: 0, id: c.id, name: c.name } });
     }

@@ -9,7 +9,7 @@ import { context, SpanStatusCode, trace, type Context, type Span } from "@opente
 import type { Endpoint, EndpointPool } from "../endpoint-pool.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
 import type { EndReason, GenEvent } from "./gen-events.ts";
-import { causeOf, isDeadline, isWorkerFault, relayEvents, releaseOn, traceHeaders } from "./worker-calls.ts";
+import { causeOf, isDeadline, isWorkerFault, relayEvents, releaseOn, traceHeaders, workerLogprobs } from "./worker-calls.ts";
 
 const tracer = trace.getTracer("@airm/gateway");
 
@@ -81,10 +81,11 @@ class PdRequest {
           maxTokens: req.maxTokens,
           sampling: req.sampling,
           kvTimeoutMs,
-          logprobs: req.logprobs,
+          logprobs: workerLogprobs(req),
           constraint: req.constraint?.spec,
           ignoreEos: req.ignoreEos,
           minTokens: req.minTokens,
+          n: req.bestOf,
         },
         { headers: traceHeaders(), signal: this.decodeAbort.signal },
       ),
@@ -106,11 +107,12 @@ class PdRequest {
               input: this.req.input,
               maxTokens: this.req.maxTokens,
               sampling: this.req.sampling,
-              logprobs: this.req.logprobs,
+              logprobs: workerLogprobs(this.req),
               echo: this.req.echo,
               constraint: this.req.constraint?.spec,
               ignoreEos: this.req.ignoreEos,
               minTokens: this.req.minTokens,
+              n: this.req.bestOf,
             },
             { headers: traceHeaders(), signal: AbortSignal.any([this.prefillAbort.signal, AbortSignal.timeout(this.o.prefillTimeoutMs)]) },
           ),
@@ -211,8 +213,9 @@ export async function* runPd(o: PdOptions, req: GenerationRequest, requestId: st
       if (!answered) o.decode.callSucceeded(r.dec);
       answered = true;
     };
-    for await (const ev of relayEvents(body, { who: `decode worker ${r.dec.url}`, idleMs: o.decodeIdleTimeoutMs, kv, onReady, onEvent })) {
-      if (ev.type === "done") {
+    let dones = 0;
+    for await (const ev of relayEvents(body, { who: `decode worker ${r.dec.url}`, idleMs: o.decodeIdleTimeoutMs, kv, onReady, onEvent, choices: req.bestOf })) {
+      if (ev.type === "done" && ++dones === req.bestOf) {
         r.finished = true;
         r.reason = "done";
       }

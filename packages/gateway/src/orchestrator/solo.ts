@@ -7,7 +7,7 @@ import { context, SpanStatusCode, trace } from "@opentelemetry/api";
 import type { EndpointPool } from "../endpoint-pool.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
 import type { GenEvent } from "./gen-events.ts";
-import { causeOf, isWorkerFault, relayEvents, traceHeaders } from "./worker-calls.ts";
+import { causeOf, isWorkerFault, relayEvents, traceHeaders, workerLogprobs } from "./worker-calls.ts";
 
 const tracer = trace.getTracer("@airm/gateway");
 
@@ -40,11 +40,12 @@ export async function* runSolo(pool: EndpointPool, t: SoloTimeouts, req: Generat
             input: req.input,
             maxTokens: req.maxTokens,
             sampling: req.sampling,
-            logprobs: req.logprobs,
+            logprobs: workerLogprobs(req),
             echo: req.echo,
             constraint: req.constraint?.spec,
             ignoreEos: req.ignoreEos,
             minTokens: req.minTokens,
+            n: req.bestOf,
           },
           { headers: traceHeaders(), signal: abort.signal },
         ),
@@ -58,7 +59,7 @@ export async function* runSolo(pool: EndpointPool, t: SoloTimeouts, req: Generat
       throw new ApiError(502, "worker_unreachable", `solo worker ${ep.url} unreachable: ${causeOf(err)}`);
     }
     try {
-      for await (const ev of relayEvents(answer, { who: `solo worker ${ep.url}`, idleMs: t.decodeIdleTimeoutMs, kv: null, onEvent: () => pool.alive(ep) })) {
+      for await (const ev of relayEvents(answer, { who: `solo worker ${ep.url}`, idleMs: t.decodeIdleTimeoutMs, kv: null, choices: req.bestOf, onEvent: () => pool.alive(ep) })) {
         if (ev.type === "first") {
           clearTimeout(prefillTimer);
           pool.callSucceeded(ep);

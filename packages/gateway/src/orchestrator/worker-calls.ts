@@ -5,6 +5,7 @@
 import { ApiError, StreamIdleError, type ReleaseReason, type WorkerClient, type WorkerEventStream } from "@airm/internal-api";
 import { context, propagation } from "@opentelemetry/api";
 import type { GenEvent } from "./gen-events.ts";
+import type { GenerationRequest } from "../openai/parse.ts";
 
 /** W3C trace headers of the active span, for a worker call. */
 export function traceHeaders(): Record<string, string> {
@@ -45,8 +46,15 @@ export async function releaseOn(worker: WorkerClient, requestId: string, reason:
   }
 }
 
+/** The log-probabilities a worker is asked for: the request's, or the chosen tokens' alone when best_of must rank candidates. */
+export function workerLogprobs(req: GenerationRequest): number | null {
+  return req.logprobs ?? (req.bestOf > req.n ? 0 : null);
+}
+
 export interface RelayOptions {
   who: string;
+  /** Choices the stream carries: it ends after this many done events. */
+  choices: number;
   idleMs: number;
   /** KV push time of the prefill (PD) or null (solo). */
   kv: { pushMs: number; transport: string } | null;
@@ -56,11 +64,12 @@ export interface RelayOptions {
 }
 
 /**
- * Relays a worker's event stream (decode or generate) as GenEvents until `done`. Throws ApiError:
+ * Relays a worker's event stream (decode or generate) as GenEvents until every choice's `done`. Throws ApiError:
  * the worker's error event, 504 when it went silent, 502 when the stream broke or ended early.
  */
 export async function* relayEvents(answer: WorkerEventStream, o: RelayOptions): AsyncGenerator<GenEvent> {
   let tokens = 0;
+  let dones = 0;
   let loadMs: number | null = null;
   try {
     for await (const ev of answer.events(o.idleMs)) {
@@ -81,7 +90,8 @@ export async function* relayEvents(answer: WorkerEventStream, o: RelayOptions): 
           break;
         case "done":
           yield { ...ev, kvTransferMs: o.kv && loadMs !== null ? o.kv.pushMs + loadMs : null, transport: o.kv?.transport ?? null };
-          return;
+          if (++dones === o.choices) return;
+          break;
         case "error":
           throw new ApiError(ev.status, ev.code, `${o.who}: ${ev.message}`, ev.param);
       }

@@ -2,7 +2,7 @@
 // with a counter-based random draw keyed by (seed, position), so a sequence sampled across two
 // processes (prefill here, decode there) equals the one sampled in one process. Knows nothing
 // of the model or the tokenizer.
-import { ConfigError, type SamplingParams, type TokenLogprobs } from "@airm/rm-core";
+import { ConfigError, type SamplingParams, type TokenHistory, type TokenLogprobs } from "@airm/rm-core";
 
 export type { SamplingParams, TokenLogprobs } from "@airm/rm-core";
 
@@ -68,11 +68,35 @@ export function applyTokenMask(logits: Float32Array, mask: Int32Array): void {
   if (allowed === 0) throw new ConfigError("constraint", "the grammar allows no token of this vocabulary at this position");
 }
 
-/** `logits` with each [id, bias] added (a copy; the caller's logits stay the model's). */
-function biased(logits: Float32Array, bias: [number, number][]): Float32Array {
+/**
+ * `logits` adjusted (a copy; the caller's stay the model's): each [id, bias] added, then vLLM's
+ * penalties: repetition (ids of the prompt or the completion: a positive logit divided by it, a
+ * negative one multiplied), then frequency (times each id came out) and presence (ids that came
+ * out) subtracted.
+ */
+function adjusted(logits: Float32Array, p: SamplingParams, history: TokenHistory | undefined): Float32Array {
   const out = logits.slice();
-  for (const [id, b] of bias) out[id] += b;
+  for (const [id, b] of p.logitBias ?? []) out[id] += b;
+  if (!history) return out;
+  const r = p.repetitionPenalty ?? 1;
+  if (r !== 1) {
+    const seen = new Set<number>(history.prompt);
+    for (const id of history.output.keys()) seen.add(id);
+    for (const id of seen) {
+      if (id < 0 || id >= out.length) continue;
+      const v = out[id];
+      out[id] = v > 0 ? v / r : v * r;
+    }
+  }
+  const f = p.frequencyPenalty ?? 0;
+  const pr = p.presencePenalty ?? 0;
+  if (f !== 0 || pr !== 0) for (const [id, count] of history.output) if (id >= 0 && id < out.length) out[id] -= f * count + pr;
   return out;
+}
+
+/** True when the params change the logits before sampling (a bias or a penalty). */
+function adjusts(p: SamplingParams): boolean {
+  return (p.logitBias?.length ?? 0) > 0 || (p.repetitionPenalty ?? 1) !== 1 || (p.frequencyPenalty ?? 0) !== 0 || (p.presencePenalty ?? 0) !== 0;
 }
 
 function checkParams(p: SamplingParams): void {
@@ -83,6 +107,13 @@ function checkParams(p: SamplingParams): void {
   if (p.topK !== undefined && !(Number.isInteger(p.topK) && p.topK >= 0)) throw new ConfigError("top_k", `must be an integer >= 0, got ${p.topK}`);
   if (p.seed !== undefined && !(Number.isInteger(p.seed) && p.seed >= 0 && p.seed <= 0xffffffff)) {
     throw new ConfigError("seed", `must be an integer in [0, 2^32), got ${p.seed}`);
+  }
+  for (const [name, v, ok] of [
+    ["presence_penalty", p.presencePenalty, (x: number) => x >= -2 && x <= 2],
+    ["frequency_penalty", p.frequencyPenalty, (x: number) => x >= -2 && x <= 2],
+    ["repetition_penalty", p.repetitionPenalty, (x: number) => x > 0 && x <= 10],
+  ] as const) {
+    if (v !== undefined && !ok(v)) throw new ConfigError(name, `out of range: ${v}`);
   }
 }
 
@@ -101,16 +132,17 @@ function byLogitThenId(logits: Float32Array): (a: number, b: number) => number {
 
 /**
  * Picks the next token id. `position` is the index the sampled token will have in the sequence
- * (prompt length for the first generated token). `logitBias` is added first (to a copy). Greedy
+ * (prompt length for the first generated token). `logitBias` and the penalties (over `history`:
+ * the prompt and the completion so far) come first, on a copy (see adjusted). Greedy
  * when temperature is 0 or undefined. Otherwise: keep the top-k ids (logit desc, id asc), scale by 1/temperature, softmax (f64),
  * keep the smallest prefix reaching top-p, and draw with `counterUniform(seed, position)`.
  * Throws ConfigError for out-of-range parameters.
  */
-export function sample(logits: Float32Array, p: SamplingParams, position: number): number {
+export function sample(logits: Float32Array, p: SamplingParams, position: number, history?: TokenHistory): number {
   checkParams(p);
-  if (p.logitBias?.length) {
+  if (adjusts(p)) {
     checkLogitBias(p.logitBias, logits.length);
-    logits = biased(logits, p.logitBias);
+    logits = adjusted(logits, p, history);
   }
   if (!p.temperature) return argmax(logits);
   const V = logits.length;

@@ -1,8 +1,21 @@
-// The routes every role has: /internal/release (ends a request's lease), /health (the contract's
+// The routes every role has: /internal/release (ends a request's lease), /internal/tokenize and
+// /internal/detokenize (the model's tokenizer and chat template), /health (the contract's
 // WorkerHealth) and /metrics (Prometheus), plus the error and not-found answers.
 
-import { ApiError, ReleaseRequestSchema, ROUTES, toApiError, type ReleaseResponse, type WorkerHealth } from "@airm/internal-api";
+import {
+  ApiError,
+  DetokenizeRequestSchema,
+  ReleaseRequestSchema,
+  ROUTES,
+  TokenizeRequestSchema,
+  toApiError,
+  type DetokenizeResponse,
+  type ReleaseResponse,
+  type TokenizeResponse,
+  type WorkerHealth,
+} from "@airm/internal-api";
 import type { Hono } from "hono";
+import { tokenize } from "../generation.ts";
 import type { WorkerRuntime } from "../runtime.ts";
 import { parseBody } from "./http.ts";
 
@@ -18,6 +31,22 @@ export function commonRoutes(app: Hono, rt: WorkerRuntime): void {
     const b = await parseBody(c, ReleaseRequestSchema);
     const released = rt.serving?.transport ? await rt.endLease(b.requestId, b.reason) : false;
     return c.json({ requestId: b.requestId, released } satisfies ReleaseResponse);
+  });
+
+  app.post(ROUTES.tokenize, async (c) => {
+    const { engine } = rt.ready();
+    const b = await parseBody(c, TokenizeRequestSchema);
+    const tokens = "promptTokenIds" in b.input ? b.input.promptTokenIds : tokenize(engine, b.input, b);
+    const maxModelLen = Math.max(...engine.variants().map((v) => v.seqLen));
+    return c.json({ tokens, tokenStrs: tokens.map((t) => engine.tokenizer.decode([t])), maxModelLen } satisfies TokenizeResponse);
+  });
+
+  app.post(ROUTES.detokenize, async (c) => {
+    const { engine } = rt.ready();
+    const b = await parseBody(c, DetokenizeRequestSchema);
+    const bad = b.tokens.find((t) => t >= engine.model.vocabSize);
+    if (bad !== undefined) throw new ApiError(400, "invalid_request", `token id ${bad} is outside the vocabulary (size ${engine.model.vocabSize})`, "tokens");
+    return c.json({ text: engine.tokenizer.decode(b.tokens) } satisfies DetokenizeResponse);
   });
 
   app.get(ROUTES.health, (c) => c.json(health(rt), rt.serving ? 200 : 503));

@@ -3,11 +3,11 @@
 // lease ends on every terminal event: done, error, the client leaving, a release from outside.
 
 import { ApiError, DecodeRequestSchema, ROUTES, toApiError } from "@airm/internal-api";
-import { ContextOverflowError } from "@airm/rm-core";
+import { ContextOverflowError, KVIntegrityError } from "@airm/rm-core";
 import { SpanStatusCode, trace, type Span } from "@opentelemetry/api";
 import type { Context, Hono } from "hono";
 import type { z } from "zod";
-import { checkLogitBias, decodeLoop, isEos, round } from "../generation.ts";
+import { checkChoices, checkLogitBias, decodeChoices, isEos, round } from "../generation.ts";
 import { pullKV } from "../kv-handoff.ts";
 import type { LeaseEnd } from "../kv-leases.ts";
 import type { Serving, WorkerRuntime } from "../runtime.ts";
@@ -20,6 +20,7 @@ export function decodeRoutes(app: Hono, rt: WorkerRuntime): void {
     const b = await parseBody(c, DecodeRequestSchema);
     rt.admit("decode");
     checkLogitBias(serving.engine, b.sampling);
+    checkChoices(rt.slots.capacity, b.n);
     // A constraint that cannot build is a 400 before the stream opens (it compiles during the KV wait).
     if (b.constraint) await rt.checkConstraint(b.constraint);
     const rid = b.requestId;
@@ -64,12 +65,12 @@ async function serveDecode(
   const { engine } = s;
   const rid = b.requestId;
   const aborted = () => sink.gone || stopped.aborted;
-  let stream: EngineStream | undefined;
-  let freeSlot: (() => void) | undefined;
+  const streams: EngineStream[] = [];
+  const freeSlots: (() => void)[] = [];
   const t0 = performance.now();
-  // The grammar compiles while the KV is on its way; its matcher then takes prefill's first token.
-  const opening = b.constraint ? rt.matcher(b.constraint, []) : null;
-  opening?.catch(() => {});
+  // The grammar compiles while the KV is on its way; each choice's matcher then takes its first token.
+  const openings = b.constraint ? Array.from({ length: b.n }, () => rt.matcher(b.constraint!, [])) : [];
+  for (const o of openings) o.catch(() => {});
   rt.kvWaiting++;
   let waiting = true;
   try {
@@ -78,28 +79,34 @@ async function serveDecode(
     const m = pulled.manifest;
     const maxTokens = b.maxTokens ?? m.S - m.n;
     if (m.n + maxTokens > m.S) throw new ContextOverflowError(m.n + maxTokens, m.S, "KV manifest context");
+    const firsts = m.firstTokens ?? [m.firstToken as number];
+    if (firsts.length !== b.n) throw new KVIntegrityError("firstTokens", `the KV manifest carries ${firsts.length} choice(s), the request asks for ${b.n}`);
     rt.kvWaiting--;
     waiting = false;
-    freeSlot = await rt.slots.acquire(stopped);
+    // A request holds a slot per choice: n streams decode in the batch.
+    for (let i = 0; i < b.n; i++) freeSlots.push(await rt.slots.acquire(stopped));
     if (aborted()) return "client_gone";
-    const matcher = opening ? await opening : undefined;
-    if (matcher && !isEos(engine, m.firstToken as number)) matcher.advance(m.firstToken as number);
-    stream = engine.importKV(pulled.kv);
+    const matchers = await Promise.all(openings);
+    matchers.forEach((matcher, i) => {
+      if (!isEos(engine, firsts[i])) matcher.advance(firsts[i]);
+    });
+    for (let i = 0; i < b.n; i++) streams.push(engine.importKV(pulled.kv));
     const kvLoadMs = performance.now() - pulled.arrivedAt;
     // The engine copied the KV: free the transport's copy now rather than at the end of the
     // request (the lease stays open until a terminal event).
     await s.transport!.release(rid).catch((err) => rt.log.warn({ request_id: rid, err: (err as Error).message }, "early KV release failed"));
     rt.metrics.kvLoadMs.observe(kvLoadMs);
     await sink.write({ type: "ready", promptTokens: m.n, seqLen: m.S, kvLoadMs: round(kvLoadMs), kvWaitMs: round(pulled.arrivedAt - t0) });
-    const { finish, decodeMs } = await decodeLoop({
+    const { finish, decodeMs } = await decodeChoices({
       engine,
       batcher: s.batcher,
-      stream,
-      first: m.firstToken as number,
+      streams,
+      firsts,
+      prompt: m.promptTokens ?? [],
       maxTokens,
       sampling: b.sampling,
       logprobs: b.logprobs,
-      matcher,
+      matchers,
       ignoreEos: b.ignoreEos,
       minTokens: b.minTokens,
       write: sink.write,
@@ -116,13 +123,15 @@ async function serveDecode(
     await sink.write({ type: "error", status: e.status, code: e.code, param: e.param, message: e.message });
     return aborted() || c.req.raw.signal.aborted ? "client_gone" : "decode_rejected";
   } finally {
-    void opening?.then(
-      (m) => m.close(),
-      () => {},
-    );
+    for (const o of openings) {
+      void o.then(
+        (m) => m.close(),
+        () => {},
+      );
+    }
     if (waiting) rt.kvWaiting--;
-    if (stream) engine.release(stream);
-    freeSlot?.();
+    for (const st of streams) engine.release(st);
+    for (const free of freeSlots) free();
   }
 }
 

@@ -4,7 +4,7 @@
 
 import { GenerateRequestSchema, ROUTES, toApiError } from "@airm/internal-api";
 import type { Hono } from "hono";
-import { checkLogitBias, decodeLoop, firstToken, isEos, planRequest, prefillExtras, stepConstraint, tokenize } from "../generation.ts";
+import { checkChoices, checkLogitBias, decodeChoices, firstToken, firstTokens, isEos, planRequest, prefillExtras, stepConstraint, tokenize } from "../generation.ts";
 import type { WorkerRuntime } from "../runtime.ts";
 import type { EngineStream } from "../serving-engine.ts";
 import { callerContext, eventStream, parseBody, tracer } from "./http.ts";
@@ -15,35 +15,42 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
     const b = await parseBody(c, GenerateRequestSchema);
     rt.admit("generate");
     checkLogitBias(engine, b.sampling);
+    checkChoices(rt.slots.capacity, b.n);
     const tokens = tokenize(engine, b.input);
     const { maxTokens, seqLen } = planRequest(engine, tokens.length, b.maxTokens, b.seqLen);
     // A bad constraint is a 400 before the stream opens.
-    const matcher = b.constraint ? await rt.matcher(b.constraint, []) : undefined;
+    const matchers = b.constraint ? await Promise.all(Array.from({ length: b.n }, () => rt.matcher(b.constraint!, []))) : [];
     const span = tracer.startSpan("worker.generate", { attributes: { "airm.request_id": b.requestId } }, callerContext(c));
     return eventStream(
       c,
       async (sink) => {
-        let stream: EngineStream | undefined;
-        let freeSlot: (() => void) | undefined;
+        const streams: EngineStream[] = [];
+        const freeSlots: (() => void)[] = [];
         try {
-          freeSlot = await rt.slots.acquire();
+          // One prefill, then a slot and a stream per choice.
+          for (let i = 0; i < b.n; i++) freeSlots.push(await rt.slots.acquire());
           const t0 = performance.now();
-          const constraint = stepConstraint(engine, matcher, b.minTokens, () => 0);
-          const res = await engine.prefill(tokens, { seqLen, sampling: b.sampling, keepStream: true, constraint, ...prefillExtras(b) });
-          if (!isEos(engine, res.firstToken)) matcher?.advance(res.firstToken);
-          stream = res.stream ?? engine.importKV(res.kv);
+          const constraint = stepConstraint(engine, matchers[0], b.minTokens, () => 0);
+          const res = await engine.prefill(tokens, { seqLen, sampling: b.sampling, keepStream: true, constraint, choices: b.n, ...prefillExtras(b) });
+          const firsts = firstTokens(res);
+          matchers.forEach((m, i) => {
+            if (!isEos(engine, firsts[i])) m.advance(firsts[i]);
+          });
+          streams.push(res.stream ?? engine.importKV(res.kv));
+          for (let i = 1; i < b.n; i++) streams.push(engine.importKV(res.kv));
           const prefillMs = res.computeMs ?? performance.now() - t0;
           rt.notePrefill(tokens.length, res.cachedTokens ?? 0, prefillMs);
           await sink.write({ type: "first", ...firstToken(engine, res, { tokens, echo: b.echo }, seqLen, maxTokens, prefillMs) });
-          const { finish, decodeMs } = await decodeLoop({
+          const { finish, decodeMs } = await decodeChoices({
             engine,
             batcher,
-            stream,
-            first: res.firstToken,
+            streams,
+            firsts,
+            prompt: tokens,
             maxTokens,
             sampling: b.sampling,
             logprobs: b.logprobs,
-            matcher,
+            matchers,
             ignoreEos: b.ignoreEos,
             minTokens: b.minTokens,
             write: sink.write,
@@ -57,9 +64,9 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
           rt.metrics.requests.inc({ route: "generate", outcome: e.code });
           await sink.write({ type: "error", status: e.status, code: e.code, param: e.param, message: e.message });
         } finally {
-          matcher?.close();
-          if (stream) engine.release(stream);
-          freeSlot?.();
+          for (const m of matchers) m.close();
+          for (const st of streams) engine.release(st);
+          for (const free of freeSlots) free();
           span.end();
         }
       },

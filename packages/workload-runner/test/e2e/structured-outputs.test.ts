@@ -267,7 +267,6 @@ describe.skipIf(!gguf)(`structured outputs through airm up (PD) with the openai 
       [{ logit_bias: { "10000000": 1 } }, "logit_bias"],
       [{ structured_outputs: { regex: "(ab" } }, "structured_outputs.regex"],
       [{ guided_json: { type: "object" } }, "guided_json"],
-      [{ not_a_field: 1 }, "not_a_field"],
     ];
     for (const [extra, param] of cases) {
       const e = await pd.chat.completions.create({ ...base, ...extra } as OpenAI.Chat.ChatCompletionCreateParamsNonStreaming).then(
