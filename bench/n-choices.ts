@@ -3,8 +3,8 @@
 // forked from it) against n separate requests sent at once (n prefills, n transfers), through
 // airm up's own PD cluster (its defaults, free ports) on the pulled SmolLM2-135M-Instruct GGUF
 // (else the generated 135m preset). The separate requests use seeds s, s+1, ..., so both give the
-// same tokens (checked). Rounds alternate which goes first. Per round: wall time, and the CPU the
-// prefill worker spent (Linux /proc); the prefill worker's request counter gives the prefills.
+// same tokens (checked). Rounds alternate which goes first. Per round: wall time, the CPU the
+// prefill worker and all parts spent (Linux /proc); the prefill worker's counter gives the prefills.
 import { existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -52,15 +52,17 @@ async function prefills(): Promise<number> {
     .reduce((a, l) => a + Number(l.split(" ").at(-1)), 0);
 }
 
-/** Runs `fn`, measuring its wall time, the prefill worker's CPU seconds and its prefills. */
-async function measured(fn: () => Promise<string[]>): Promise<{ ms: number; prefillCpuMs: number; prefills: number; texts: string[] }> {
-  const cpu0 = cpuByPart(process.pid, airmPart).get("prefill workers") ?? 0;
+/** Runs `fn`, measuring its wall time, the prefill worker's and every part's CPU seconds, and the prefills. */
+async function measured(fn: () => Promise<string[]>): Promise<{ ms: number; prefillCpuMs: number; totalCpuMs: number; prefills: number; texts: string[] }> {
+  const total = (m: Map<string, number>) => [...m.values()].reduce((a, x) => a + x, 0);
+  const cpu0 = cpuByPart(process.pid, airmPart);
   const p0 = await prefills();
   const t0 = performance.now();
   const texts = await fn();
   const ms = performance.now() - t0;
-  const cpu1 = cpuByPart(process.pid, airmPart).get("prefill workers") ?? 0;
-  return { ms, prefillCpuMs: (cpu1 - cpu0) * 1000, prefills: (await prefills()) - p0, texts };
+  const cpu1 = cpuByPart(process.pid, airmPart);
+  const prefillCpuMs = ((cpu1.get("prefill workers") ?? 0) - (cpu0.get("prefill workers") ?? 0)) * 1000;
+  return { ms, prefillCpuMs, totalCpuMs: (total(cpu1) - total(cpu0)) * 1000, prefills: (await prefills()) - p0, texts };
 }
 
 const one: Awaited<ReturnType<typeof measured>>[] = [];
@@ -90,6 +92,8 @@ console.log(`\nmodel ${modelPath}; n=${args.n}, ${args.maxTokens} tokens each (i
 console.log(`wall time           one request, n=${args.n}: ${fmt(wall.one)}   ${args.n} requests: ${fmt(wall.separate)}`);
 console.log(`prefill worker CPU  one request: ${fmt(cpu.one)}   ${args.n} requests: ${fmt(cpu.separate)}`);
 console.log(`prefills per round  one request: ${one.map((m) => m.prefills).join(", ")}   ${args.n} requests: ${separate.map((m) => m.prefills).join(", ")}`);
+const total = { one: s(one.map((m) => m.totalCpuMs)), separate: s(separate.map((m) => m.totalCpuMs)) };
+console.log(`CPU of every part   one request: ${fmt(total.one)}   ${args.n} requests: ${fmt(total.separate)}`);
 finalLine({
   bench: "n-choices",
   n: args.n,
@@ -98,6 +102,8 @@ finalLine({
   ratio: wall.one.median / wall.separate.median,
   prefill_cpu_ms: cpu.one.median,
   ref_prefill_cpu_ms: cpu.separate.median,
+  cpu_ms: total.one.median,
+  ref_cpu_ms: total.separate.median,
   prefills: one.map((m) => m.prefills),
   ref_prefills: separate.map((m) => m.prefills),
 });
