@@ -80,10 +80,14 @@ describe("gateway bad-input matrix", () => {
     expectOpenAIError(rc, 400, "max_tokens", "context_overflow");
     expect(rc.body.error.message).toContain(String(S));
   });
-  it("n > 1 and best_of are refused", async () => {
-    expectOpenAIError(await postJson(`${pd.url}${C}`, { ...ok(), n: 2 }), 400, "n");
-    expectOpenAIError(await postJson(`${pd.url}${C}`, { ...ok(), best_of: 3 }), 400, "best_of");
-    expectOpenAIError(await postJson(`${pd.url}${CH}`, { ...chatOk(), n: 4 }), 400, "n");
+  it("n and best_of beyond the decode slots, best_of below n or with stream, and best_of on chat are refused", async () => {
+    const slots = ((await (await fetch(`${pd.part("decode").spec.url}/health`)).json()) as { requests: { slots: number } }).requests.slots;
+    const tooMany = await postJson(`${pd.url}${C}`, { ...ok(), n: slots + 1 });
+    expectOpenAIError(tooMany, 400, "n");
+    expect(tooMany.body.error.message).toMatch(/at most \d+/);
+    expectOpenAIError(await postJson(`${pd.url}${C}`, { ...ok(), n: 3, best_of: 2 }), 400, "best_of");
+    expectOpenAIError(await postJson(`${pd.url}${C}`, { ...ok(), best_of: 2, stream: true }), 400, "best_of");
+    expectOpenAIError(await postJson(`${pd.url}${CH}`, { ...chatOk(), best_of: 2 }), 400, "best_of", "unsupported_parameter");
   });
   it("oversized bodies", async () => {
     const big = JSON.stringify({ ...ok(), prompt: "x".repeat(2 * 1024 * 1024) });
