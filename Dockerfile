@@ -3,7 +3,7 @@
 # Rebellions runtime libraries) are not included: add them in an image built FROM this one, or use
 # `image.mode: hostPath`. The NIXL wheels (the nixl transport's agent) go in a venv under /opt/airm
 # (the chart's nixl.python). Not built in this project's CI (it has no container runtime).
-FROM node:20-bookworm-slim
+FROM node:24.22.3-bookworm-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends libucx0 ca-certificates python3 python3-venv \
  && rm -rf /var/lib/apt/lists/*

@@ -5,5 +5,5 @@ export default defineConfig({
   format: ["esm"],
   dts: { entry: { index: "src/index.ts" } },
   clean: true,
-  target: "node20",
+  target: "node24",
 });

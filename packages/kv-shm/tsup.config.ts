@@ -5,6 +5,6 @@ export default defineConfig({
   format: ["esm"],
   dts: true,
   clean: true,
-  target: "node20",
+  target: "node24",
   external: ["koffi", "@airm/rm-core"],
 });

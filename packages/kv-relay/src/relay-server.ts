@@ -522,8 +522,9 @@ export class Relay implements RelayServer {
       (accepted as unknown as { _handle: unknown })._handle = null;
       accepted.destroy(); // only the wrapper: the handle now belongs to the socket below
       const reader = stagedOnRead(conn);
+      // The accepted socket's libuv handle (typed as net's BoundSocket since @types/node 24).
       socket = new net.Socket({
-        handle,
+        handle: handle as net.SocketConstructorOpts["handle"],
         readable: true,
         writable: true,
         onread: {

@@ -1,7 +1,7 @@
 // `airm up` as a user runs it: a real child process that starts real workers and a gateway on
 // 127.0.0.1, serves a completion, and leaves nothing behind on SIGTERM.
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, realpathSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -63,6 +63,8 @@ async function readyParts(up: Up): Promise<number[]> {
   const all = children(up.child.pid!);
   const parts = all.filter(([, args]) => /airm-(worker|gateway)\.mjs/.test(args)).map(([pid]) => pid);
   expect(parts.length, JSON.stringify(all)).toBe(4);
+  // Every part runs on the Node this test runs on (the pinned one).
+  for (const pid of parts) expect(realpathSync(`/proc/${pid}/exe`)).toBe(realpathSync(process.execPath));
   return parts;
 }
 
