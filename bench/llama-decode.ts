@@ -1,6 +1,8 @@
 // Decode and prefill speed of the CPU reference model with the 135m preset shape, against a
 // bandwidth roofline measured in the same run: streaming the same weight bytes with the plainest
 // fast wasm read loop. Usage: pnpm bench llama-decode [--model DIR] [--threads 1|2] [--steps N]
+// [--placement auto|separate] (separate: the matrices in a wasm memory of their own, as models past
+// 3 GiB of weights have them; the roofline then streams that memory too)
 import { execFileSync } from "node:child_process";
 import { existsSync, renameSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -8,7 +10,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { LlamaModel } from "../packages/llama/src/model/llama-model.ts";
 import type { Checkpoint } from "../packages/llama/src/checkpoint-types.ts";
-import { flagOf, int, text } from "../packages/rm-core/src/index.ts";
+import { flagOf, int, oneOf, text } from "../packages/rm-core/src/index.ts";
 import { benchArgs, finalLine, fmt, progress, progressDone, summarize } from "./lib.ts";
 import { loadCheckpoint } from "../packages/llama/src/checkpoint/load-checkpoint.ts";
 
@@ -19,6 +21,7 @@ const args = benchArgs("llama-decode", "decode tok/s of the CPU reference model 
   threads: flagOf(int({ min: 1, max: 2 }), { default: 1, doc: "kernel threads" }),
   steps: flagOf(int({ min: 1 }), { default: 48, doc: "decode steps per repetition" }),
   reps: flagOf(int({ min: 1 }), { default: 3, doc: "repetitions" }),
+  placement: flagOf(oneOf(["auto", "separate"] as const), { default: "auto", doc: "where the weight matrices live (LlamaModelOptions.placement)" }),
 });
 const modelDir = args.model;
 const threads = args.threads as 1 | 2;
@@ -43,10 +46,12 @@ async function checkpoint(): Promise<{ ckpt: Checkpoint; source: string }> {
 
 const { ckpt, source } = await checkpoint();
 progress("loading weights");
-const model = await LlamaModel.load(ckpt, { threads });
+const model = await LlamaModel.load(ckpt, { threads, placement: args.placement });
 progressDone();
 const c = model.config;
-console.log(`model: ${source} (${c.numLayers} layers, hidden ${c.hiddenSize}, vocab ${c.vocabSize}), threads ${threads}`);
+console.log(
+  `model: ${source} (${c.numLayers} layers, hidden ${c.hiddenSize}, vocab ${c.vocabSize}), threads ${threads}, matrices in ${model.separateWeightBytes > 0 ? "weight memories of their own" : "the main memory"}`,
+);
 console.log(`weight bytes streamed per decode step: ${(model.weightBytesPerToken / 1e6).toFixed(1)} MB`);
 
 const S = 512;
@@ -122,6 +127,7 @@ console.log(`CPU time per step: B=1 ${fmt(c1)}, B=4 ${fmt(c4)}, roofline ${fmt(c
 finalLine({
   bench: "llama-decode",
   threads,
+  placement: args.placement,
   decode_tok_s: decodeTokS,
   decode_b4_tok_s: decodeB4TokS,
   prefill_tok_s: prefillTokS,

@@ -744,21 +744,21 @@
   ;; ---------------------------------------------------------------- bandwidth roofline
   ;; Streams `bytes` (a multiple of 128) from $p, eight 16-byte loads per trip into four
   ;; independent sums, so nothing is dead: the fastest plain read loop we have, the bench's reference.
-  (func (export "stream_read") (param $p i32) (param $bytes i32) (result i32)
+  (func (export "stream_read") (param $w i32) (param $bytes i32) (result i32)
     (local $a v128) (local $b v128) (local $c v128) (local $d v128) (local $end i32)
-    (local.set $end (i32.add (local.get $p) (local.get $bytes)))
+    (local.set $end (i32.add (local.get $w) (local.get $bytes)))
     (block $done
       (br_if $done (i32.eqz (local.get $bytes)))
       (loop $next
-        (local.set $a (i32x4.add (local.get $a) (v128.load offset=0 (local.get $p))))
-        (local.set $b (i32x4.add (local.get $b) (v128.load offset=16 (local.get $p))))
-        (local.set $c (i32x4.add (local.get $c) (v128.load offset=32 (local.get $p))))
-        (local.set $d (i32x4.add (local.get $d) (v128.load offset=48 (local.get $p))))
-        (local.set $a (i32x4.add (local.get $a) (v128.load offset=64 (local.get $p))))
-        (local.set $b (i32x4.add (local.get $b) (v128.load offset=80 (local.get $p))))
-        (local.set $c (i32x4.add (local.get $c) (v128.load offset=96 (local.get $p))))
-        (local.set $d (i32x4.add (local.get $d) (v128.load offset=112 (local.get $p))))
-        (br_if $next (i32.lt_u (local.tee $p (i32.add (local.get $p) (i32.const 128))) (local.get $end)))))
+        (local.set $a (i32x4.add (local.get $a) (v128.load offset=0 (local.get $w))))
+        (local.set $b (i32x4.add (local.get $b) (v128.load offset=16 (local.get $w))))
+        (local.set $c (i32x4.add (local.get $c) (v128.load offset=32 (local.get $w))))
+        (local.set $d (i32x4.add (local.get $d) (v128.load offset=48 (local.get $w))))
+        (local.set $a (i32x4.add (local.get $a) (v128.load offset=64 (local.get $w))))
+        (local.set $b (i32x4.add (local.get $b) (v128.load offset=80 (local.get $w))))
+        (local.set $c (i32x4.add (local.get $c) (v128.load offset=96 (local.get $w))))
+        (local.set $d (i32x4.add (local.get $d) (v128.load offset=112 (local.get $w))))
+        (br_if $next (i32.lt_u (local.tee $w (i32.add (local.get $w) (i32.const 128))) (local.get $end)))))
     (i32x4.extract_lane 0 (i32x4.add (i32x4.add (local.get $a) (local.get $b)) (i32x4.add (local.get $c) (local.get $d)))))
   ;; ================================================================ quantized weights
   ;; GGUF blocks kept as loaded: weights of 32 columns per block with f16 scales; inputs quantized

@@ -39,24 +39,77 @@ export interface AssembledKernels {
   sourceSha256: string;
 }
 
-let assembled: Promise<AssembledKernels> | undefined;
+/**
+ * The WAT with `weightMemories` more imported memories (`env.weights1` ...) and, for each, a copy of
+ * the matmul kernels and stream_read (every function that takes a weight matrix `$w`, except
+ * rmsnorm, whose weights stay in the main memory) whose weight loads read that memory: exported
+ * as `matmul_q4_w1`, `stream_read_w1` and so on. The copies differ from the originals only in the memory index of the
+ * loads through `$w`, so they do the same arithmetic in the same order (same bits).
+ */
+export function withWeightMemories(text: string, weightMemories: number): string {
+  if (weightMemories === 0) return text;
+  const anchor = '(import "env" "memory" (memory 1 65536 shared))';
+  if (!text.includes(anchor)) throw new AirmError("MODEL_LOAD", "kernels.wat: the main memory import is not where the weight memories go");
+  const moduleEnd = text.lastIndexOf(")");
+  const parts = text
+    .slice(0, moduleEnd)
+    .trimEnd()
+    .split(/\n(?= {2}\(func )/);
+  const isWeightKernel = (f: string): boolean => f.includes("(param $w i32)") && !/\(export "(?!matmul|stream_read)/.test(f.slice(0, f.indexOf("(param")));
+  const kernels = parts.slice(1).filter(isWeightKernel);
+  const names = kernels.map((f) => /^ {2}\(func (\$[\w.]+)/.exec(f)?.[1]).filter((n): n is string => n !== undefined);
+  const copies: string[] = [];
+  for (let m = 1; m <= weightMemories; m++) {
+    for (const f of kernels) {
+      let c = f.replace(/\(export "((?:matmul|stream_read)\w*)"\)/, `(export "$1_w${m}")`);
+      for (const n of names) c = c.replaceAll(`(func ${n} `, `(func ${n}.w${m} `).replaceAll(`(call ${n} `, `(call ${n}.w${m} `);
+      const loads = c.match(/\.load/g)?.length ?? 0;
+      let moved = 0;
+      c = c.replace(/\((\w+\.load\w*)((?: offset=\d+)?(?: align=\d+)?) \(local\.get \$w\)\)/g, (_all, op: string, memarg: string) => {
+        moved++;
+        return `(${op} $weights${m}${memarg} (local.get $w))`;
+      });
+      const direct = c.match(/\.load\w*(?: \$\w+)?(?: offset=\d+)?(?: align=\d+)? \(local\.get \$\w+\)\)/g)?.length ?? 0;
+      // Every load must be a direct one (through a local), so none can read the weights through another expression.
+      if (direct !== loads) throw new AirmError("MODEL_LOAD", `kernels.wat: a load in a weight kernel does not address a local directly; weight memories cannot be generated`);
+      if (moved === 0 && !c.includes("(call ")) throw new AirmError("MODEL_LOAD", "kernels.wat: a weight kernel reads no weights");
+      copies.push(c.trimEnd());
+    }
+  }
+  const imports = Array.from({ length: weightMemories }, (_, i) => `\n  (import "env" "weights${i + 1}" (memory $weights${i + 1} 0 65536 shared))`).join("");
+  const head = parts[0].replace(anchor, anchor + imports);
+  const body = [head, ...parts.slice(1), ...copies].join("\n\n");
+  return `${body})\n`;
+}
 
-/** Assembles (once per process) and compiles the kernel module. Throws AirmError MODEL_LOAD when the WAT is missing or invalid. */
-export function assembleKernels(): Promise<AssembledKernels> {
-  assembled ??= (async () => {
+const assembled = new Map<number, Promise<AssembledKernels>>();
+
+/**
+ * Assembles (once per process and weight-memory count) and compiles the kernel module. Throws
+ * AirmError MODEL_LOAD when the WAT is missing or invalid.
+ */
+export function assembleKernels(weightMemories = 0): Promise<AssembledKernels> {
+  let p = assembled.get(weightMemories);
+  if (p) return p;
+  p = (async () => {
     const path = watPath();
-    const text = readFileSync(path, "utf8");
+    const source = readFileSync(path, "utf8");
+    const text = withWeightMemories(source, weightMemories);
     const wabt = await wabtInit();
-    const parsed = wabt.parseWat(path, text, { simd: true, threads: true });
+    // multi_memory is a wabt feature its type declarations leave out.
+    const features = { simd: true, threads: true, multi_memory: weightMemories > 0 } as Parameters<typeof wabt.parseWat>[2];
+    const parsed = wabt.parseWat(path, text, features);
     try {
       parsed.resolveNames();
       // WebAssembly.compile validates; wabt's own validator rejects shared memory imports.
       const wasm = parsed.toBinary({}).buffer.slice();
       const module = await wasmApi.compile(wasm);
-      return { wasm, module, sourceSha256: createHash("sha256").update(text).digest("hex") };
+      // The digest is the source's: the copies for weight memories do the same arithmetic.
+      return { wasm, module, sourceSha256: createHash("sha256").update(source).digest("hex") };
     } finally {
       parsed.destroy();
     }
   })();
-  return assembled;
+  assembled.set(weightMemories, p);
+  return p;
 }

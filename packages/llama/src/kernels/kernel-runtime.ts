@@ -9,6 +9,15 @@ import { wasmApi, type WasmInstance, type WasmMemory, type WasmModule } from "./
 
 const PAGE = 65536;
 const MAX_PAGES = 65536; // wasm32: 4 GiB
+/**
+ * A weight memory's usable bytes: below 4 GiB by a page, so that an image's end address (which the
+ * kernels compute with i32 arithmetic) never wraps to 0.
+ */
+export const WEIGHT_MEMORY_BYTES = MAX_PAGES * PAGE - PAGE;
+/** A weight address is memory * 2^32 + offset; memory 0 is the main one. */
+const WEIGHT_MEMORY_STRIDE = 2 ** 32;
+/** Matmul drivers per memory, by weight kind (quant-image.ts KIND). */
+const KINDS = 5;
 const ALIGN = 64;
 /** Below this many output values a matmul stays on the calling thread (no effect on bits). */
 const SPLIT_MIN_OUTPUTS = 256;
@@ -115,13 +124,19 @@ function claimChunks(
 // Plain script (eval) so the worker needs no TypeScript loader; it only runs matmul row chunks.
 const WORKER_SOURCE = `
 const { workerData, parentPort } = require("node:worker_threads");
-const { module, memory, ctrl: ctrlBuffer } = workerData;
+const { module, memory, weights, ctrl: ctrlBuffer } = workerData;
 const ctrl = new Int32Array(ctrlBuffer);
 const adaptiveWait = ${adaptiveWait.toString()};
 const claimChunks = ${claimChunks.toString()};
-WebAssembly.instantiate(module, { env: { memory } }).then((instance) => {
-  // by weight kind: 0 bf16, 1 q8, 2 q4, 3 q4k, 4 q6k (quant-image.ts KIND)
-  const kernels = [instance.exports.matmul, instance.exports.matmul_q8, instance.exports.matmul_q4, instance.exports.matmul_q4k, instance.exports.matmul_q6k];
+const env = { memory };
+weights.forEach((m, i) => { env["weights" + (i + 1)] = m; });
+WebAssembly.instantiate(module, { env }).then((instance) => {
+  // by memory, then weight kind: 0 bf16, 1 q8, 2 q4, 3 q4k, 4 q6k (quant-image.ts KIND)
+  const kernels = [];
+  for (let m = 0; m <= weights.length; m++) {
+    const s = m === 0 ? "" : "_w" + m;
+    kernels.push(instance.exports["matmul" + s], instance.exports["matmul_q8" + s], instance.exports["matmul_q4" + s], instance.exports["matmul_q4k" + s], instance.exports["matmul_q6k" + s]);
+  }
   parentPort.postMessage("ready");
   let last = 0;
   const spin = { budget: ${SPIN_LOADS}, waits: 0 };
@@ -149,16 +164,29 @@ export interface KernelRuntimeOptions {
   threads?: 1 | 2;
   /** Bytes to reserve up front (weights); the memory grows later as needed. */
   initialBytes?: number;
+  /**
+   * Memories of their own for weight matrices (each up to WEIGHT_MEMORY_BYTES), besides the main
+   * memory that holds everything else. 0 (the default): matrices live in the main memory too.
+   */
+  weightMemories?: number;
+  /** Usable bytes of each weight memory (default WEIGHT_MEMORY_BYTES; tests make it small to spread a small model). */
+  weightMemoryBytes?: number;
 }
 
 /** The kernels plus the memory they run on. Create with `KernelRuntime.create`. */
 export class KernelRuntime {
   readonly memory: WasmMemory;
+  /** The weight memories (`weights1` ... in the kernels); empty when matrices share the main memory. */
+  readonly weightMemories: WasmMemory[];
   readonly threads: 1 | 2;
   readonly kernelSourceSha256: string;
   private readonly k: KernelExports;
-  /** The matmul drivers by weight kind (quant-image.ts KIND). */
+  /** The matmul drivers by memory, then weight kind (quant-image.ts KIND): index KINDS * memory + kind. */
   private readonly matmuls: KernelExports["matmul"][];
+  /** The next free offset in each weight memory (index 0 unused), and the one being filled. */
+  private readonly weightTops: number[];
+  private weightMemory = 1;
+  private readonly weightMemoryBytes: number;
   private top = ALIGN; // address 0 stays unused
   private highWater = ALIGN; // below this, memory may hold old data
   private readonly freeBlocks: { ptr: number; bytes: number }[] = [];
@@ -175,10 +203,18 @@ export class KernelRuntime {
   u32!: Uint32Array;
   f32!: Float32Array;
 
-  private constructor(memory: WasmMemory, instance: WasmInstance, kernels: AssembledKernels, threads: 1 | 2) {
+  private constructor(memory: WasmMemory, weightMemories: WasmMemory[], weightMemoryBytes: number, instance: WasmInstance, kernels: AssembledKernels, threads: 1 | 2) {
     this.memory = memory;
+    this.weightMemoryBytes = weightMemoryBytes;
+    this.weightMemories = weightMemories;
+    this.weightTops = [0, ...weightMemories.map(() => ALIGN)];
     this.k = instance.exports as unknown as KernelExports;
-    this.matmuls = [this.k.matmul, this.k.matmul_q8, this.k.matmul_q4, this.k.matmul_q4k, this.k.matmul_q6k];
+    const ex = instance.exports as Record<string, KernelExports["matmul"]>;
+    this.matmuls = [];
+    for (let m = 0; m <= weightMemories.length; m++) {
+      const s = m === 0 ? "" : `_w${m}`;
+      this.matmuls.push(ex[`matmul${s}`], ex[`matmul_q8${s}`], ex[`matmul_q4${s}`], ex[`matmul_q4k${s}`], ex[`matmul_q6k${s}`]);
+    }
     this.threads = threads;
     this.kernelSourceSha256 = kernels.sourceSha256;
     this.ctrl = new Int32Array(new SharedArrayBuffer(CTRL_WORDS * 4));
@@ -191,7 +227,13 @@ export class KernelRuntime {
   static async create(opts: KernelRuntimeOptions = {}): Promise<KernelRuntime> {
     const threads = opts.threads ?? 1;
     if (threads !== 1 && threads !== 2) throw new ConfigError("threads", `must be 1 or 2, got ${String(threads)}`);
-    const kernels = await assembleKernels();
+    const weightCount = opts.weightMemories ?? 0;
+    if (!Number.isInteger(weightCount) || weightCount < 0 || weightCount > 16) throw new ConfigError("weightMemories", `must be an integer in [0, 16], got ${String(weightCount)}`);
+    const weightMemoryBytes = opts.weightMemoryBytes ?? WEIGHT_MEMORY_BYTES;
+    if (!Number.isInteger(weightMemoryBytes) || weightMemoryBytes < PAGE || weightMemoryBytes > WEIGHT_MEMORY_BYTES) {
+      throw new ConfigError("weightMemoryBytes", `must be an integer in [${PAGE}, ${WEIGHT_MEMORY_BYTES}], got ${String(weightMemoryBytes)}`);
+    }
+    const kernels = await assembleKernels(weightCount);
     const initialPages = Math.min(MAX_PAGES, Math.max(1, Math.ceil(((opts.initialBytes ?? 0) + 4 * PAGE) / PAGE)));
     let memory: WasmMemory;
     try {
@@ -199,14 +241,24 @@ export class KernelRuntime {
     } catch (e) {
       throw new AirmError("MODEL_LOAD", `cannot reserve ${initialPages * PAGE} bytes of wasm memory (4 GiB cap): ${(e as Error).message}`);
     }
-    const instance = await wasmApi.instantiate(kernels.module, { env: { memory } });
-    const rt = new KernelRuntime(memory, instance, kernels, threads);
+    const weights: WasmMemory[] = [];
+    const env: Record<string, WasmMemory> = { memory };
+    for (let m = 1; m <= weightCount; m++) {
+      try {
+        weights.push(new wasmApi.Memory({ initial: 1, maximum: MAX_PAGES, shared: true }));
+      } catch (e) {
+        throw new AirmError("MODEL_LOAD", `cannot reserve weight memory ${m} of ${weightCount}: ${(e as Error).message}`);
+      }
+      env[`weights${m}`] = weights[m - 1];
+    }
+    const instance = await wasmApi.instantiate(kernels.module, { env });
+    const rt = new KernelRuntime(memory, weights, weightMemoryBytes, instance, kernels, threads);
     if (threads === 2) await rt.startWorker(kernels.module);
     return rt;
   }
 
   private async startWorker(module: WasmModule): Promise<void> {
-    const worker = new Worker(WORKER_SOURCE, { eval: true, workerData: { module, memory: this.memory, ctrl: this.ctrl.buffer } });
+    const worker = new Worker(WORKER_SOURCE, { eval: true, workerData: { module, memory: this.memory, weights: this.weightMemories, ctrl: this.ctrl.buffer } });
     await new Promise<void>((resolve, reject) => {
       worker.once("message", () => resolve());
       worker.once("error", reject);
@@ -265,6 +317,59 @@ export class KernelRuntime {
     return ptr;
   }
 
+  /**
+   * Allocates a weight matrix image of `bytes` (64-byte aligned, zeroed) and returns its weight
+   * address (memory * 2^32 + offset; see weightView). Without weight memories this is `alloc`.
+   * With them, images fill weight memory 1, then 2, ...; no image spans two memories. Throws
+   * AirmError MODEL_LOAD when the weight memories are full.
+   */
+  allocWeights(bytes: number): number {
+    if (this.weightMemories.length === 0) return this.alloc(bytes);
+    const size = Math.ceil(Math.max(bytes, 1) / ALIGN) * ALIGN;
+    if (size > this.weightMemoryBytes - ALIGN) throw new AirmError("MODEL_LOAD", `a weight matrix of ${bytes} bytes exceeds one weight memory (${this.weightMemoryBytes} bytes)`);
+    while (this.weightTops[this.weightMemory] + size > this.weightMemoryBytes) {
+      if (this.weightMemory === this.weightMemories.length) {
+        throw new AirmError(
+          "MODEL_LOAD",
+          `the ${this.weightMemories.length} weight memories are full: a matrix of ${bytes} bytes does not fit; the runtime was created with too few weightMemories`,
+        );
+      }
+      this.weightMemory++;
+    }
+    const m = this.weightMemory;
+    const mem = this.weightMemories[m - 1];
+    const ptr = this.weightTops[m];
+    const end = ptr + size;
+    const have = mem.buffer.byteLength;
+    if (end > have) {
+      try {
+        mem.grow(Math.ceil((end - have) / PAGE));
+      } catch (e) {
+        throw new AirmError("MODEL_LOAD", `cannot grow weight memory ${m} to ${end} bytes: ${(e as Error).message}`);
+      }
+    }
+    this.weightTops[m] = end;
+    return m * WEIGHT_MEMORY_STRIDE + ptr;
+  }
+
+  /**
+   * The memory that holds weight address `w` (see allocWeights) as fresh byte views, and `w`'s
+   * byte offset in it. Take new views after any allocation (a memory may have grown).
+   */
+  weightView(w: number): { u8: Uint8Array; u16: Uint16Array; offset: number } {
+    const m = Math.floor(w / WEIGHT_MEMORY_STRIDE);
+    const offset = w - m * WEIGHT_MEMORY_STRIDE;
+    if (m === 0) return { u8: this.u8, u16: this.u16, offset };
+    const mem = this.weightMemories[m - 1];
+    if (mem === undefined) throw new AirmError("MODEL_LOAD", `weight address ${w} names weight memory ${m}, this runtime has ${this.weightMemories.length}`);
+    return { u8: new Uint8Array(mem.buffer), u16: new Uint16Array(mem.buffer), offset };
+  }
+
+  /** The used bytes of each weight memory, [start, end) (the packed image's order after the main memory's range). */
+  weightRanges(): { memory: number; start: number; end: number }[] {
+    return this.weightMemories.map((_, i) => ({ memory: i + 1, start: ALIGN, end: this.weightTops[i + 1] }));
+  }
+
   /** Returns a block to the free list (it is zeroed again when reused). */
   free(ptr: number, bytes: number): void {
     const size = Math.ceil(Math.max(bytes, 1) / ALIGN) * ALIGN;
@@ -278,7 +383,8 @@ export class KernelRuntime {
    * (never the sum).
    */
   matmul(w: number, x: number, y: number, T: number, cols: number, rows: number): void {
-    this.run(0, w, x, y, T, cols, rows, 0, rows);
+    const m = Math.floor(w / WEIGHT_MEMORY_STRIDE);
+    this.run(KINDS * m, w - m * WEIGHT_MEMORY_STRIDE, x, y, T, cols, rows, 0, rows);
   }
 
   /**
@@ -288,8 +394,9 @@ export class KernelRuntime {
    */
   matmulQ(kind: QuantKind, w: number, x: number, y: number, T: number, cols: number, rows: number, r0 = 0, r1 = rows): void {
     // The kernels address group (r >> 2) from w: shift w back so the image's first group is row r0's.
-    const base = (w - (r0 >> 2) * (cols >> 5) * GROUP_BLOCK_BYTES[kind]) | 0;
-    this.run(KIND[kind], base, x, y, T, cols, rows, r0, r1);
+    const m = Math.floor(w / WEIGHT_MEMORY_STRIDE);
+    const base = (w - m * WEIGHT_MEMORY_STRIDE - (r0 >> 2) * (cols >> 5) * GROUP_BLOCK_BYTES[kind]) | 0;
+    this.run(KINDS * m + KIND[kind], base, x, y, T, cols, rows, r0, r1);
   }
 
   private run(kind: number, w: number, x: number, y: number, T: number, cols: number, rows: number, r0: number, r1: number): void {
@@ -399,9 +506,11 @@ export class KernelRuntime {
     this.k.exp_f32(src, dst, n);
   }
 
-  /** Streams `bytes` (multiple of 128) from `p`; returns a fold of the data (keeps the loop alive). */
-  streamRead(p: number, bytes: number): number {
-    return this.k.stream_read(p, bytes);
+  /** Streams `bytes` (multiple of 128) from weight address `w`; returns a fold of the data (keeps the loop alive). */
+  streamRead(w: number, bytes: number): number {
+    const m = Math.floor(w / WEIGHT_MEMORY_STRIDE);
+    const fn = m === 0 ? this.k.stream_read : (this.k as unknown as Record<string, KernelExports["stream_read"]>)[`stream_read_w${m}`];
+    return fn(w - m * WEIGHT_MEMORY_STRIDE, bytes);
   }
 
   /** Stops the second thread. The memory is released with the last reference. */

@@ -134,8 +134,10 @@ export function packStoredRows(
       const d = groupBase + b * gb;
       const dh = rd(s);
       checkScale(dh, file, tensor);
+      // Byte loops, not subarray + set: a view per block made packing run at ~100 MB/s.
       if (kind === "q8") {
-        u8.set(raw.subarray(s + 2, s + 34), d + 32 * j);
+        const to = d + 32 * j;
+        for (let k = 0; k < 32; k++) u8[to + k] = raw[s + 2 + k]!;
         putF32(u8, d + 128 + 4 * j, f16Table[dh]!);
         continue;
       }
@@ -146,11 +148,13 @@ export function packStoredRows(
         checkScale(mh, file, tensor);
         q = s + 4;
       } else {
-        mh = exactF16Bits(-8 * f16Table[dh]!);
+        mh = q4_0Min[dh]!;
+        if (mh === -2) mh = q4_0Min[dh] = exactF16Bits(-8 * f16Table[dh]!);
         if (mh < 0) throw new ModelLoadError(file, `tensor "${tensor}": a Q4_0 scale of ${f16Table[dh]} has no exact -8 d in f16`, { item: tensor });
         q = s + 2;
       }
-      u8.set(raw.subarray(q, q + 16), d + 16 * j);
+      const to = d + 16 * j;
+      for (let k = 0; k < 16; k++) u8[to + k] = raw[q + k]!;
       u8[d + 64 + 2 * j] = dh & 0xff;
       u8[d + 65 + 2 * j] = dh >> 8;
       u8[d + 72 + 2 * j] = mh & 0xff;
@@ -158,6 +162,9 @@ export function packStoredRows(
     }
   }
 }
+
+/** The f16 bits of -8 d for a Q4_0 scale d (by its bits), -1 when inexact, -2 not yet computed. */
+const q4_0Min = new Int32Array(65536).fill(-2);
 
 function putF32(u8: Uint8Array, at: number, v: number): void {
   f32s[0] = v;

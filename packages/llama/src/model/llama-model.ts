@@ -6,9 +6,8 @@ import { createHash } from "node:crypto";
 import { AirmError, ConfigError, ContextOverflowError, KV_LAYOUT } from "@airm/rm-core";
 import type { Checkpoint, ModelConfig, TensorSource } from "../checkpoint-types.ts";
 import { KERNEL_VERSION, NUMERICS_CHOICES } from "../kernels/assemble.ts";
-import { KernelRuntime } from "../kernels/kernel-runtime.ts";
+import { KernelRuntime, WEIGHT_MEMORY_BYTES } from "../kernels/kernel-runtime.ts";
 import {
-  GROUP_BLOCK_BYTES,
   STORED_TYPES,
   dequantImageRow,
   kindOfStored,
@@ -43,7 +42,24 @@ export interface LlamaModelOptions {
   threads?: 1 | 2;
   /** How matrices are held (default `auto`); see WeightsMode. */
   weights?: WeightsMode;
+  /**
+   * Where the weight matrices live: `auto` (default) keeps them in the main wasm memory up to
+   * SHARED_WEIGHTS_MAX bytes, in weight memories of their own past that; `separate` always uses
+   * weight memories. Placement does not change the arithmetic (same kernels, same order).
+   */
+  placement?: WeightPlacement;
+  /** Usable bytes per weight memory (default: all of wasm32's 4 GiB but a page); tests make it small. */
+  weightMemoryBytes?: number;
 }
+
+export type WeightPlacement = "auto" | "separate";
+const PLACEMENTS: readonly WeightPlacement[] = ["auto", "separate"];
+
+/**
+ * Matrix bytes above which `auto` places matrices in weight memories of their own: the main
+ * memory (4 GiB in wasm32) also holds the KV caches, activations and logits.
+ */
+export const SHARED_WEIGHTS_MAX = 3 * 2 ** 30;
 
 /**
  * A run of rows of a (fused) weight matrix held in one kind: its image address, first output row,
@@ -75,6 +91,86 @@ function planKinds(parts: { dtype: string; rows: number }[], cols: number, mode:
   return kinds as QuantKind[];
 }
 
+type Part = { name: string; rows: number };
+
+/**
+ * The image segments of one (fused) matrix group under `mode`: one bf16 image of all its rows, or
+ * runs of consecutive parts of one block kind, each its own image (bytes: the image's size).
+ */
+function planSegments(src: TensorSource, names: Part[], cols: number, mode: WeightsMode): { kind: WeightKind; row0: number; rows: number; bytes: number; parts: Part[] }[] {
+  const plan = planKinds(
+    names.map((n) => ({ dtype: src.info(n.name).dtype, rows: n.rows })),
+    cols,
+    mode,
+  );
+  if (plan === "bf16") {
+    const rows = names.reduce((a, n) => a + n.rows, 0);
+    return [{ kind: "bf16", row0: 0, rows, bytes: rows * cols * 2, parts: names }];
+  }
+  const segs: { kind: WeightKind; row0: number; rows: number; bytes: number; parts: Part[] }[] = [];
+  let at = 0;
+  names.forEach((n, i) => {
+    const last = segs.at(-1);
+    if (last && last.kind === plan[i]) {
+      last.rows += n.rows;
+      last.parts.push(n);
+    } else segs.push({ kind: plan[i], row0: at, rows: n.rows, bytes: 0, parts: [n] });
+    at += n.rows;
+  });
+  for (const seg of segs) seg.bytes = quantImageBytes(seg.kind as QuantKind, seg.rows, cols);
+  return segs;
+}
+
+/** The matrix groups of `c` in load order (the order their images are allocated in). */
+function matrixGroups(c: ModelConfig): { names: Part[]; cols: number }[] {
+  const H = c.numHeads,
+    KV = c.numKvHeads,
+    D = c.headDim;
+  const out: { names: Part[]; cols: number }[] = [];
+  for (let l = 0; l < c.numLayers; l++) {
+    const p = `model.layers.${l}.`;
+    out.push({
+      names: [
+        { name: `${p}self_attn.q_proj.weight`, rows: H * D },
+        { name: `${p}self_attn.k_proj.weight`, rows: KV * D },
+        { name: `${p}self_attn.v_proj.weight`, rows: KV * D },
+      ],
+      cols: c.hiddenSize,
+    });
+    out.push({ names: [{ name: `${p}self_attn.o_proj.weight`, rows: c.hiddenSize }], cols: H * D });
+    out.push({
+      names: [
+        { name: `${p}mlp.gate_proj.weight`, rows: c.intermediateSize },
+        { name: `${p}mlp.up_proj.weight`, rows: c.intermediateSize },
+      ],
+      cols: c.hiddenSize,
+    });
+    out.push({ names: [{ name: `${p}mlp.down_proj.weight`, rows: c.hiddenSize }], cols: c.intermediateSize });
+  }
+  out.push({ names: [{ name: "model.embed_tokens.weight", rows: c.vocabSize }], cols: c.hiddenSize });
+  if (!c.tieWordEmbeddings) out.push({ names: [{ name: "lm_head.weight", rows: c.vocabSize }], cols: c.hiddenSize });
+  return out;
+}
+
+/**
+ * Weight memories of `memoryBytes` that images of `sizes` fill in order, none spanning two (as
+ * KernelRuntime.allocWeights places them).
+ */
+function weightMemoriesFor(sizes: number[], memoryBytes: number): number {
+  let memories = 1;
+  let top = 64;
+  for (const bytes of sizes) {
+    const size = Math.ceil(Math.max(bytes, 1) / 64) * 64;
+    if (size > memoryBytes - 64) throw new AirmError("MODEL_LOAD", `a weight matrix image of ${bytes} bytes does not fit a wasm32 weight memory (${memoryBytes} bytes)`);
+    if (top + size > memoryBytes) {
+      memories++;
+      top = 64;
+    }
+    top += size;
+  }
+  return memories;
+}
+
 /** Writes tensor `name` as rows [row0, row0 + rows) of a quantized image at `ptr` (blocks kept, or quantized from bf16). */
 function fillQuantRows(rt: KernelRuntime, kind: QuantKind, src: TensorSource, name: string, ptr: number, row0: number, rows: number, cols: number): void {
   const info = src.info(name);
@@ -90,7 +186,8 @@ function fillQuantRows(rt: KernelRuntime, kind: QuantKind, src: TensorSource, na
     type = kind === "q8" ? "Q8_0" : "Q4_1";
     raw = quantizeBf16Rows(type as "Q8_0" | "Q4_1", plain, rows, cols);
   }
-  packStoredRows(kind, type, raw, rt.u8, ptr, row0, rows, cols, info.file, name);
+  const view = rt.weightView(ptr);
+  packStoredRows(kind, type, raw, view.u8, view.offset, row0, rows, cols, info.file, name);
 }
 
 export interface PrefillOptions {
@@ -183,6 +280,9 @@ export class LlamaModel {
   private readonly slots: Map<string, WeightSlot>;
   private readonly weightsStart: number;
   private readonly weightsEnd: number;
+  private readonly placement: WeightPlacement;
+  /** Matrices' bytes in weight memories of their own (0 when they share the main memory). */
+  readonly separateWeightBytes: number;
   private readonly embed: Matrix;
   private readonly finalNorm: number;
   private readonly lmHead: Matrix;
@@ -211,8 +311,10 @@ export class LlamaModel {
     weightsStart: number,
     weightsEnd: number,
     weightsMode: WeightsMode,
+    placement: WeightPlacement,
   ) {
     this.weightsMode = weightsMode;
+    this.placement = placement;
     // Every matrix once, in load order (the tied LM head is the embedding).
     const matrices = [...layers.flatMap((L) => [L.wqkv, L.wo, L.wgu, L.wd]), embed, ...(lmHead === embed ? [] : [lmHead])];
     this.weightKinds = { bf16: 0, q8: 0, q4: 0, q4k: 0, q6k: 0 };
@@ -221,6 +323,7 @@ export class LlamaModel {
     this.slots = slots;
     this.weightsStart = weightsStart;
     this.weightsEnd = weightsEnd;
+    this.separateWeightBytes = rt.weightRanges().reduce((a, r) => a + r.end - r.start, 0);
     this.checkpoint = ckpt;
     this.config = ckpt.config;
     this.rt = rt;
@@ -242,8 +345,10 @@ export class LlamaModel {
   static readonly packedFormat = LlamaModel.packedFormatFor("auto");
 
   /** The packed image format of a model loaded with `weights: mode`. */
-  static packedFormatFor(mode: WeightsMode): string {
-    return `${KERNEL_VERSION};weights=interleave4-bf16|q8-group144|q4-group80,mode=${mode},fused=qkv+gate_up,norms+bias=f32;v2`;
+  static packedFormatFor(mode: WeightsMode, placement: WeightPlacement = "auto"): string {
+    // auto: matrices in the main memory's range up to SHARED_WEIGHTS_MAX, else after it, weight memory by weight memory.
+    const where = placement === "auto" ? "" : `,placement=${placement}`;
+    return `${KERNEL_VERSION};weights=interleave4-bf16|q8-group144|q4-group80,mode=${mode}${where},fused=qkv+gate_up,norms+bias=f32;v2`;
   }
 
   /**
@@ -277,33 +382,32 @@ export class LlamaModel {
       I = c.intermediateSize,
       V = c.vocabSize;
     const qkvRows = (H + 2 * KV) * D;
-    // Reserve about what the weights will take (the memory grows later if this is short).
-    const perElement = (dtype: string): number => {
-      if (mode === "bf16") return 2;
-      const kind = kindOfStored(dtype) ?? (mode === "q8_0" ? "q8" : mode === "q4_1" ? "q4" : undefined);
-      return kind ? GROUP_BLOCK_BYTES[kind] / 128 : 2;
-    };
-    const matrixBytes = src
-      .list()
-      .filter((t) => t.shape.length === 2)
-      .reduce((a, t) => a + t.shape[0] * t.shape[1] * perElement(t.dtype), 0);
-    const totalBytes = Math.ceil(matrixBytes) + 4 * (c.numLayers * (2 * hidden + qkvRows) + hidden) + 64 * 16 * c.numLayers;
-    const rt = await KernelRuntime.create({ threads: opts.threads ?? 1, initialBytes: totalBytes });
+    const placement = opts.placement ?? "auto";
+    if (!PLACEMENTS.includes(placement)) throw new ConfigError("placement", `must be one of ${PLACEMENTS.join(", ")}, got ${String(placement)}`);
+    const memoryBytes = opts.weightMemoryBytes ?? WEIGHT_MEMORY_BYTES;
+    if (!Number.isInteger(memoryBytes) || memoryBytes < 65536 || memoryBytes > WEIGHT_MEMORY_BYTES) {
+      throw new ConfigError("weightMemoryBytes", `must be an integer in [65536, ${WEIGHT_MEMORY_BYTES}], got ${String(memoryBytes)}`);
+    }
+    // The image sizes, exactly as the loader below will allocate them.
+    const groups = matrixGroups(c);
+    for (const g of groups) for (const { name, rows } of g.names) expectShape(src, name, [rows, g.cols]);
+    const sizes = groups.flatMap((g) => planSegments(src, g.names, g.cols, mode).map((seg) => seg.bytes));
+    const matrixBytes = sizes.reduce((a, b) => a + b, 0);
+    const vectorBytes = 4 * (c.numLayers * (2 * hidden + qkvRows) + hidden) + 64 * 16 * c.numLayers;
+    const weightMemories = placement === "separate" || matrixBytes > SHARED_WEIGHTS_MAX ? weightMemoriesFor(sizes, memoryBytes) : 0;
+    // Reserve what the weights will take up front (the memory grows later as needed).
+    const totalBytes = weightMemories > 0 ? vectorBytes : matrixBytes + vectorBytes;
+    const rt = await KernelRuntime.create({ threads: opts.threads ?? 1, initialBytes: totalBytes, weightMemories, weightMemoryBytes: opts.weightMemoryBytes });
     const slots = new Map<string, WeightSlot>();
     const fill = image === undefined;
     try {
       const start = rt.allocationTop;
       const loadMatrix = (names: { name: string; rows: number }[], cols: number): Matrix => {
         const rows = names.reduce((a, n) => a + n.rows, 0);
-        for (const { name, rows: r } of names) expectShape(src, name, [r, cols]);
-        const plan = planKinds(
-          names.map((n) => ({ dtype: src.info(n.name).dtype, rows: n.rows })),
-          cols,
-          mode,
-        );
-        if (plan === "bf16") {
-          const bytes = rows * cols * 2;
-          const ptr = rt.alloc(bytes);
+        const segs = planSegments(src, names, cols, mode);
+        if (segs[0].kind === "bf16") {
+          const bytes = segs[0].bytes;
+          const ptr = rt.allocWeights(bytes);
           let at = 0;
           for (const { name, rows: r } of names) {
             slots.set(name, { kind: "matrix", ptr, rowsTotal: rows, cols, row0: at, rows: r, weights: "bf16" });
@@ -316,33 +420,25 @@ export class LlamaModel {
               src.readBf16(name, plain.subarray(off, off + r * cols));
               off += r * cols;
             }
-            interleaveRows(plain, rt.u16, ptr >> 1, rows, cols);
+            const view = rt.weightView(ptr);
+            interleaveRows(plain, view.u16, view.offset / 2, rows, cols);
           }
           return { segs: [{ ptr, kind: "bf16", row0: 0, rows, bytes }] };
         }
         // consecutive parts of one kind share a segment
-        const segs: (Segment & { parts: { name: string; rows: number }[] })[] = [];
-        let at = 0;
-        names.forEach((n, i) => {
-          const last = segs.at(-1);
-          if (last && last.kind === plan[i]) {
-            last.rows += n.rows;
-            last.parts.push(n);
-          } else segs.push({ ptr: 0, kind: plan[i], row0: at, rows: n.rows, bytes: 0, parts: [n] });
-          at += n.rows;
-        });
+        const out: Segment[] = [];
         for (const seg of segs) {
           const kind = seg.kind as QuantKind;
-          seg.bytes = quantImageBytes(kind, seg.rows, cols);
-          seg.ptr = rt.alloc(seg.bytes);
+          const ptr = rt.allocWeights(seg.bytes);
           let within = 0;
           for (const { name, rows: r } of seg.parts) {
-            slots.set(name, { kind: "matrix", ptr: seg.ptr, rowsTotal: seg.rows, cols, row0: within, rows: r, weights: kind });
-            if (fill) fillQuantRows(rt, kind, src, name, seg.ptr, within, r, cols);
+            slots.set(name, { kind: "matrix", ptr, rowsTotal: seg.rows, cols, row0: within, rows: r, weights: kind });
+            if (fill) fillQuantRows(rt, kind, src, name, ptr, within, r, cols);
             within += r;
           }
+          out.push({ ptr, kind, row0: seg.row0, rows: seg.rows, bytes: seg.bytes });
         }
-        return { segs: segs.map(({ parts: _, ...g }) => g) };
+        return { segs: out };
       };
       const loadVectorF32 = (names: { name: string; n: number }[]): number => {
         const total = names.reduce((a, n) => a + n.n, 0);
@@ -392,15 +488,23 @@ export class LlamaModel {
       const lmHead = c.tieWordEmbeddings ? embed : loadMatrix([{ name: "lm_head.weight", rows: V }], hidden);
       const end = rt.allocationTop;
       if (image !== undefined) {
-        if (image.byteLength !== end - start) {
+        const ranges = rt.weightRanges();
+        const packs = end - start + ranges.reduce((a, r) => a + r.end - r.start, 0);
+        if (image.byteLength !== packs) {
           throw new AirmError(
             "MODEL_LOAD",
-            `packed weight image has ${image.byteLength} bytes, this config (${ckpt.id}) packs to ${end - start} under ${LlamaModel.packedFormat}; rebuild the image from the checkpoint`,
+            `packed weight image has ${image.byteLength} bytes, this config (${ckpt.id}) packs to ${packs} under ${LlamaModel.packedFormatFor(mode)}; rebuild the image from the checkpoint`,
           );
         }
-        rt.u8.set(image, start);
+        rt.u8.set(image.subarray(0, end - start), start);
+        let at = end - start;
+        for (const r of ranges) {
+          const view = rt.weightView(r.memory * 2 ** 32 + r.start);
+          view.u8.set(image.subarray(at, at + r.end - r.start), view.offset);
+          at += r.end - r.start;
+        }
       }
-      return new LlamaModel(ckpt, rt, layers, embed, finalNorm, lmHead, slots, start, end, mode);
+      return new LlamaModel(ckpt, rt, layers, embed, finalNorm, lmHead, slots, start, end, mode, placement);
     } catch (e) {
       rt.close();
       throw e;
@@ -414,7 +518,12 @@ export class LlamaModel {
    */
   exportPackedWeights(): { format: string; segments: Uint8Array[] } {
     this.checkOpen();
-    return { format: LlamaModel.packedFormatFor(this.weightsMode), segments: [new Uint8Array(this.rt.memory.buffer, this.weightsStart, this.weightsEnd - this.weightsStart)] };
+    const segments = [new Uint8Array(this.rt.memory.buffer, this.weightsStart, this.weightsEnd - this.weightsStart)];
+    for (const r of this.rt.weightRanges()) {
+      const view = this.rt.weightView(r.memory * 2 ** 32 + r.start);
+      segments.push(view.u8.subarray(view.offset, view.offset + r.end - r.start));
+    }
+    return { format: LlamaModel.packedFormatFor(this.weightsMode, this.placement), segments };
   }
 
   /**
@@ -439,8 +548,9 @@ export class LlamaModel {
     }
     const plain = new Uint16Array(rows * cols);
     source.readBf16(name, plain);
-    const u16 = this.rt.u16;
-    const base = ptr >> 1;
+    const view = this.rt.weightView(ptr);
+    const u16 = view.u16;
+    const base = view.offset / 2;
     for (let r = 0; r < rows; r++) {
       for (let col = 0; col < cols; col++) u16[base + imageIndex(row0 + r, col, rowsTotal, cols)] = plain[r * cols + col];
     }
@@ -739,8 +849,7 @@ export class LlamaModel {
     const s = this.ensureScratch(Math.min(Math.max(T, R), TOKEN_BLOCK));
     const ropeRows = this.ensureRopeRows(T);
     // Views are taken after every allocation above (the memory may have grown).
-    const u16 = rt.u16,
-      u32 = rt.u32,
+    const u32 = rt.u32,
       f32 = rt.f32;
 
     // Each token's cos/sin row (D/2 cos, D/2 sin) where the rope_kv kernel reads it.
@@ -759,11 +868,13 @@ export class LlamaModel {
       const dst = (resid >> 2) + t * hidden;
       const e = this.embed.segs[0];
       if (e.kind !== "bf16") {
-        dequantImageRow(e.kind, rt.u8, e.ptr, tokens[t], hidden, f32, dst);
+        const view = rt.weightView(e.ptr);
+        dequantImageRow(e.kind, view.u8, view.offset, tokens[t], hidden, f32, dst);
         continue;
       }
-      const base = e.ptr >> 1;
-      for (let i = 0; i < hidden; i++) u32[dst + i] = u16[base + imageIndex(tokens[t], i, c.vocabSize, hidden)] << 16;
+      const view = rt.weightView(e.ptr);
+      const base = view.offset / 2;
+      for (let i = 0; i < hidden; i++) u32[dst + i] = view.u16[base + imageIndex(tokens[t], i, c.vocabSize, hidden)] << 16;
     }
 
     const scale = fr(1 / Math.sqrt(D));
