@@ -8,14 +8,23 @@ export type { ChatTool, VocabularyType };
 
 export type Architecture = "llama" | "qwen2";
 
-export interface RopeScaling {
-  /** Llama 3.1 style frequency scaling. */
-  type: "llama3";
-  factor: number;
-  lowFreqFactor: number;
-  highFreqFactor: number;
-  originalMaxPositionEmbeddings: number;
-}
+export type RopeScaling =
+  | {
+      /** Llama 3.1 style frequency scaling (a Hugging Face config's rope_scaling). */
+      type: "llama3";
+      factor: number;
+      lowFreqFactor: number;
+      highFreqFactor: number;
+      originalMaxPositionEmbeddings: number;
+    }
+  | {
+      /**
+       * Per-pair divisors of the inverse frequencies, as GGUF files carry Llama 3.1 scaling (the
+       * f32 tensor `rope_freqs.weight`, head_dim / 2 values; llama.cpp divides by them too).
+       */
+      type: "freq_factors";
+      factors: number[];
+    };
 
 export interface ModelConfig {
   architecture: Architecture;

@@ -13,6 +13,7 @@ import { listModels } from "../src/model-cache/model-cache.ts";
 import { IncrementalDetokenizer } from "@airm/rm-core";
 import { makeTinyModel, CHATML_TEMPLATE } from "../src/tiny/make-tiny-model.ts";
 import { LlamaModel } from "../src/model/llama-model.ts";
+import { ropeInverseFrequencies } from "../src/model/rope.ts";
 import { randomBlocks } from "./model-helpers/quant-blocks.ts";
 import {
   TYPE_IDS,
@@ -242,6 +243,49 @@ describe("loadCheckpoint on a GGUF file converted from a generated model", () =>
     expect(ck.config.tieWordEmbeddings).toBe(true);
     expect(ck.tensors.has("lm_head.weight")).toBe(false);
     ck.tensors.close();
+  });
+
+  it("reads Llama 3.1 rope scaling from rope_freqs.weight (llama.cpp's per-pair divisors) and refuses a wrong one by name", async () => {
+    // The factors llama.cpp's converter writes for rope_scaling {factor 8, low 1, high 4, original 64}
+    // at head_dim 16, theta 10000: pairs in all three regimes (kept, blended, divided by 8).
+    const llama3 = { type: "llama3" as const, factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositionEmbeddings: 64 };
+    const factors = new Float32Array(8);
+    for (let i = 0; i < 8; i++) {
+      const wavelen = (2 * Math.PI) / (1 / 10000 ** ((2 * i) / 16));
+      const smooth = (64 / wavelen - 1) / (4 - 1);
+      factors[i] = wavelen < 64 / 4 ? 1 : wavelen > 64 / 1 ? 8 : 1 / ((1 - smooth) / 8 + smooth);
+    }
+    expect(new Set(factors).size).toBeGreaterThan(2);
+    const withFreqs = (data: Uint8Array, dims: number[], typeId: number = TYPE_IDS.F32) =>
+      ggufBytes({ metadata, tensors: [...tensors, { name: "rope_freqs.weight", dims, typeId, data }] });
+    const path = join(root, "rope-freqs.gguf");
+    writeFileSync(path, withFreqs(new Uint8Array(factors.buffer), [8]));
+    const ck = await loadCheckpoint(path);
+    try {
+      expect(ck.config.ropeScaling).toEqual({ type: "freq_factors", factors: Array.from(factors) });
+      const fromGguf = ropeInverseFrequencies(16, 10000, ck.config.ropeScaling);
+      const fromHf = ropeInverseFrequencies(16, 10000, llama3);
+      for (let i = 0; i < 8; i++) expect(Math.abs(fromGguf[i] - fromHf[i]) / fromHf[i], `pair ${i}`).toBeLessThan(1e-6);
+      const model = await LlamaModel.load(ck);
+      const cache = model.newCache(8);
+      expect(model.prefill([5, 6, 7], cache).every(Number.isFinite)).toBe(true);
+      model.close();
+    } finally {
+      ck.tensors.close();
+    }
+    for (const [name, bytes] of [
+      ["rope-short", withFreqs(new Uint8Array(factors.buffer, 0, 16), [4])],
+      ["rope-zero", withFreqs(new Uint8Array(32), [8])],
+    ] as const) {
+      const bad = join(root, `${name}.gguf`);
+      writeFileSync(bad, bytes);
+      const err = await loadCheckpoint(bad).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err, name).toBeInstanceOf(ModelLoadError);
+      expect((err as Error).message).toContain("rope_freqs.weight");
+    }
   });
 
   it("runs a Q4_K_M-style file (Q4_K q/k/gate/up/embeddings, Q6_K v/down/output) on the K-quant kernels, close to its bf16 dequantisation", async () => {

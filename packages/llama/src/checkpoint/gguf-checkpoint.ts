@@ -3,8 +3,9 @@
 // bf16 on read, and the tokenizer and chat template from metadata. Parsing is gguf-file.ts's job.
 
 import { createHash } from "node:crypto";
+import { readSync } from "node:fs";
 import { basename } from "node:path";
-import type { Architecture, Checkpoint, ModelConfig, TensorInfo, TensorSource } from "../checkpoint-types.ts";
+import type { Architecture, Checkpoint, ModelConfig, RopeScaling, TensorInfo, TensorSource } from "../checkpoint-types.ts";
 import { compileChatTemplate } from "../tokenizer/chat-template.ts";
 import { ggufTokenizer } from "../tokenizer/gguf-tokenizer.ts";
 import { DEQUANT_TYPES, dequantToBf16, type DequantType } from "./gguf-dequant.ts";
@@ -93,6 +94,28 @@ export class GgufMetadata {
 
 const ARCHITECTURES: Record<string, Architecture> = { llama: "llama", qwen2: "qwen2" };
 
+/**
+ * Llama 3.1 rope scaling as GGUF carries it: the F32 tensor `rope_freqs.weight` of head_dim / 2
+ * divisors of the inverse frequencies (null without it). Throws ModelLoadError for another
+ * shape or type, or a factor that is not finite and positive.
+ */
+function ropeFreqFactors(file: GgufFile, headDim: number): RopeScaling | null {
+  const t = file.tensors.find((x) => x.name === "rope_freqs.weight");
+  if (!t) return null;
+  if (t.type !== "F32" || t.dims.length !== 1 || t.dims[0] !== headDim / 2) {
+    throw new ModelLoadError(file.path, `tensor "rope_freqs.weight" must be F32 [${headDim / 2}] (head_dim / 2), got ${t.type} [${t.dims.join(", ")}]`, {
+      item: "rope_freqs.weight",
+    });
+  }
+  const buf = Buffer.alloc(t.byteLength);
+  if (readSync(file.fd, buf, 0, t.byteLength, t.start) !== t.byteLength)
+    throw new ModelLoadError(file.path, `tensor "rope_freqs.weight" is cut short`, { item: "rope_freqs.weight" });
+  const factors = Array.from(new Float32Array(buf.buffer, buf.byteOffset, headDim / 2));
+  if (!factors.every((f) => Number.isFinite(f) && f > 0))
+    throw new ModelLoadError(file.path, `tensor "rope_freqs.weight" holds a factor that is not finite and positive`, { item: "rope_freqs.weight" });
+  return { type: "freq_factors", factors };
+}
+
 /** ModelConfig from GGUF metadata. Throws ModelLoadError naming the missing or unsupported key. */
 export function ggufModelConfig(file: GgufFile): ModelConfig {
   const md = new GgufMetadata(file);
@@ -112,10 +135,7 @@ export function ggufModelConfig(file: GgufFile): ModelConfig {
   const scaling = md.raw(`${a}.rope.scaling.type`);
   if (scaling !== undefined && scaling !== "none")
     throw new ModelLoadError(file.path, `rope scaling "${String(scaling)}" (${a}.rope.scaling.type) is not supported`, { item: `${a}.rope.scaling.type` });
-  if (file.tensors.some((t) => t.name === "rope_freqs.weight"))
-    throw new ModelLoadError(file.path, `tensor "rope_freqs.weight" (Llama 3.1 rope scaling in GGUF) is not supported; use the Hugging Face folder of this model`, {
-      item: "rope_freqs.weight",
-    });
+  const ropeScaling = ropeFreqFactors(file, headDim);
   const tokens = md.has("tokenizer.ggml.tokens") ? (md.raw("tokenizer.ggml.tokens") as unknown[]).length : undefined;
   const vocabSize = md.int(`${a}.vocab_size`, tokens ?? file.tensors.find((t) => t.name === "token_embd.weight")?.dims[1] ?? 0);
   if (vocabSize === 0) throw new ModelLoadError(file.path, `metadata key "${a}.vocab_size" is missing and there is no tokenizer.ggml.tokens`, { item: `${a}.vocab_size` });
@@ -138,7 +158,7 @@ export function ggufModelConfig(file: GgufFile): ModelConfig {
     vocabSize,
     rmsNormEps: md.num(`${a}.attention.layer_norm_rms_epsilon`),
     ropeTheta: md.num(`${a}.rope.freq_base`, 10000),
-    ropeScaling: null,
+    ropeScaling,
     maxPositionEmbeddings: md.int(`${a}.context_length`, 2048),
     tieWordEmbeddings: !file.tensors.some((t) => t.name === "output.weight"),
     attentionBias: file.tensors.some((t) => /^blk\.\d+\.attn_q\.bias$/.test(t.name)),

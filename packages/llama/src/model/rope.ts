@@ -1,15 +1,19 @@
 // Rotary position embedding tables (rotate_half convention of Hugging Face Llama/Qwen2), with
 // Llama 3.1 "llama3" frequency scaling. Knows angles; the model applies them to q and k.
+import { ConfigError } from "@airm/rm-core";
 import type { RopeScaling } from "../checkpoint-types.ts";
 
 const f = Math.fround;
 
-/** Inverse frequencies (f32), one per rotated pair, after optional llama3 scaling. */
+/** Inverse frequencies (f32), one per rotated pair, after optional llama3 scaling or GGUF frequency factors. */
 export function ropeInverseFrequencies(headDim: number, theta: number, scaling: RopeScaling | null): Float32Array {
   const half = headDim >> 1;
   const inv = new Float32Array(half);
   for (let i = 0; i < half; i++) inv[i] = 1 / theta ** ((2 * i) / headDim);
-  if (scaling) {
+  if (scaling?.type === "freq_factors") {
+    if (scaling.factors.length !== half) throw new ConfigError("ropeScaling", `has ${scaling.factors.length} frequency factors, head_dim ${headDim} needs ${half}`);
+    for (let i = 0; i < half; i++) inv[i] = inv[i] / scaling.factors[i];
+  } else if (scaling) {
     const { factor, lowFreqFactor, highFreqFactor, originalMaxPositionEmbeddings: old } = scaling;
     const lowWavelen = old / lowFreqFactor;
     const highWavelen = old / highFreqFactor;
