@@ -4,7 +4,7 @@
 // every read checks length and CRC-32, so a torn or damaged file is a miss, never wrong weights.
 
 import { createHash } from "node:crypto";
-import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, readSync, renameSync, rmSync, statSync, writeSync } from "node:fs";
+import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readSync, renameSync, rmSync, statSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { crc32 } from "@node-rs/crc32";
 import type { EngineVariant } from "@airm/rm-core";
@@ -25,6 +25,9 @@ export interface ArtifactKeyParts {
 }
 
 /** sha-256 hex over the canonical form of `parts`. */
+/** Bytes per read or write call (fs allows under 2 GiB) and per CRC-32 update. */
+const READ_CHUNK = 1 << 30;
+
 export function artifactKey(parts: ArtifactKeyParts): string {
   const canon = JSON.stringify(["airm-artifact/1", parts.kind, parts.weightsFingerprint, parts.variant ? [parts.variant.batch, parts.variant.seqLen] : null, parts.kernelVersion]);
   return createHash("sha256").update(canon).digest("hex");
@@ -82,13 +85,30 @@ export class ArtifactCache {
     const meta = this.meta(key);
     if (!meta || meta.key !== key) return null;
     const file = this.pathFor(key);
-    const all = readFileSync(file);
-    const payload = all.subarray(HEADER_BYTES);
-    if (payload.length !== meta.bytes || crc32(payload) !== meta.crc32) {
+    // Read in chunks: readFileSync stops at 2 GiB, and packed images of large models pass it.
+    const size = statSync(file).size;
+    if (size - HEADER_BYTES !== meta.bytes) {
       rmSync(file, { force: true });
       return null;
     }
-    return new Uint8Array(payload.buffer, payload.byteOffset, payload.length);
+    const payload = new Uint8Array(meta.bytes);
+    const fd = openSync(file, "r");
+    try {
+      for (let at = 0; at < payload.length; ) {
+        const n = readSync(fd, payload, at, Math.min(READ_CHUNK, payload.length - at), HEADER_BYTES + at);
+        if (n === 0) break;
+        at += n;
+      }
+    } finally {
+      closeSync(fd);
+    }
+    let crc = 0;
+    for (let at = 0; at < payload.length; at += READ_CHUNK) crc = crc32(payload.subarray(at, Math.min(payload.length, at + READ_CHUNK)), crc);
+    if (crc !== meta.crc32) {
+      rmSync(file, { force: true });
+      return null;
+    }
+    return payload;
   }
 
   /** Stores `segments` (concatenated) under the key of `parts`, atomically. Returns the key. */
@@ -113,7 +133,7 @@ export class ArtifactCache {
       writeSync(fd, head);
       for (const s of segments) {
         let off = 0;
-        while (off < s.length) off += writeSync(fd, s, off, s.length - off);
+        while (off < s.length) off += writeSync(fd, s, off, Math.min(READ_CHUNK, s.length - off));
       }
       fsyncSync(fd);
     } catch (e) {
