@@ -111,6 +111,48 @@ export class ArtifactCache {
     return payload;
   }
 
+  /**
+   * A reader of `key`'s payload in order, straight into the caller's buffers (a large packed
+   * image is never held twice), or null on a miss or a length that does not match the header.
+   * `verify()` after the last byte: false when the CRC-32 does not match (the file is removed;
+   * discard what was read). Close it either way.
+   */
+  reader(key: string): { byteLength: number; readNext(dst: Uint8Array): void; verify(): boolean; close(): void } | null {
+    const meta = this.meta(key);
+    if (!meta || meta.key !== key) return null;
+    const file = this.pathFor(key);
+    if (statSync(file).size - HEADER_BYTES !== meta.bytes) {
+      rmSync(file, { force: true });
+      return null;
+    }
+    const fd = openSync(file, "r");
+    let at = 0;
+    let crc = 0;
+    let open = true;
+    return {
+      byteLength: meta.bytes,
+      readNext(dst: Uint8Array): void {
+        if (at + dst.length > meta.bytes) throw new RangeError(`artifact ${key.slice(0, 12)}: read past its ${meta.bytes} bytes`);
+        for (let done = 0; done < dst.length; ) {
+          const n = readSync(fd, dst, done, Math.min(READ_CHUNK, dst.length - done), HEADER_BYTES + at + done);
+          if (n === 0) throw new RangeError(`artifact ${key.slice(0, 12)}: the file ended early`);
+          crc = crc32(dst.subarray(done, done + n), crc);
+          done += n;
+        }
+        at += dst.length;
+      },
+      verify: (): boolean => {
+        const ok = at === meta.bytes && crc === meta.crc32;
+        if (!ok) rmSync(file, { force: true });
+        return ok;
+      },
+      close: (): void => {
+        if (open) closeSync(fd);
+        open = false;
+      },
+    };
+  }
+
   /** Stores `segments` (concatenated) under the key of `parts`, atomically. Returns the key. */
   write(parts: ArtifactKeyParts, segments: Uint8Array[]): string {
     const key = artifactKey(parts);

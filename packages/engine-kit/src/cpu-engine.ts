@@ -96,10 +96,18 @@ export async function loadWeights(
     return { model, weightsFrom: "converted", loadMs: performance.now() - t0, cacheNote: "artifact cache disabled" };
   }
   const key = artifactKey({ kind: PACKED_KIND, weightsFingerprint, variant: null, kernelVersion: format });
-  const image = cache.read(key);
-  if (image) {
-    const model = await cls.loadPacked(ckpt, image, { threads, weights });
-    return { model, weightsFrom: "artifact-cache", loadMs: performance.now() - t0, cacheNote: `warm: ${key.slice(0, 12)}` };
+  // Read straight into the model's memories; the CRC-32 is checked once all of it is in.
+  const reader = cache.reader(key);
+  let note = "";
+  if (reader) {
+    try {
+      const model = await cls.loadPacked(ckpt, reader, { threads, weights });
+      if (reader.verify()) return { model, weightsFrom: "artifact-cache", loadMs: performance.now() - t0, cacheNote: `warm: ${key.slice(0, 12)}` };
+      model.close();
+      note = `; the stored image ${key.slice(0, 12)} failed its CRC-32 and was removed`;
+    } finally {
+      reader.close();
+    }
   }
   const model = await cls.load(ckpt, { threads, weights });
   const loadMs = performance.now() - t0;
@@ -113,7 +121,7 @@ export async function loadWeights(
     // A read-only or full cache folder costs the next warm start, not this load.
     return { model, weightsFrom: "converted", loadMs, cacheNote: `cold; could not store the image in ${cache.dir}: ${(e as Error).message}` };
   }
-  return { model, weightsFrom: "converted", loadMs, cacheNote: `cold: stored ${key.slice(0, 12)}` };
+  return { model, weightsFrom: "converted", loadMs, cacheNote: `cold: stored ${key.slice(0, 12)}${note}` };
 }
 
 let streamCounter = 0;

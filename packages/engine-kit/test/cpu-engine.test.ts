@@ -1,7 +1,7 @@
 // The shared engine mechanics on the real CPU reference model (@airm/llama) with a generated
 // tiny model: tokens equal the model run solo, across prefill modes, cache residences, batches,
 // processes-worth of KV export/import, variant swaps and delta loads.
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -561,6 +561,31 @@ describe("artifact cache and hash records", () => {
       await first.close();
       await second.close();
     }
+  });
+
+  it("a stored image with a flipped byte fails its CRC-32 after being read in: the engine loads cold, removes it and stores it again", async () => {
+    const cacheDir = join(root, "artifacts-flip");
+    const first = await CpuBackedEngine.open(modelDir, spec({ artifactCache: new ArtifactCache(cacheDir) }));
+    await first.close();
+    const file = readdirSync(cacheDir, { recursive: true, withFileTypes: true }).find(
+      (d) => d.isFile() && !d.name.endsWith(".json") && statSync(join(d.parentPath, d.name)).size > 100_000,
+    );
+    expect(file).toBeDefined();
+    const path = join(file!.parentPath, file!.name);
+    const bytes = readFileSync(path);
+    bytes[bytes.length - 1000] ^= 0x40;
+    writeFileSync(path, bytes);
+    const second = await CpuBackedEngine.open(modelDir, spec({ artifactCache: new ArtifactCache(cacheDir) }));
+    try {
+      expect(second.stats().weightsFrom).toBe("converted");
+      expect(second.cacheNote).toMatch(/failed its CRC-32 and was removed/);
+      expect(await generate(second, prompts[3], STEPS)).toEqual(reference.get("3"));
+    } finally {
+      await second.close();
+    }
+    const third = await CpuBackedEngine.open(modelDir, spec({ artifactCache: new ArtifactCache(cacheDir) }));
+    expect(third.stats().weightsFrom).toBe("artifact-cache");
+    await third.close();
   });
 
   it("an unwritable cache folder costs the warm start, not the load", async () => {

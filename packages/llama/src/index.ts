@@ -22,7 +22,18 @@ export {
 } from "./model-cache/model-cache.ts";
 
 // The model: wasm kernels, forward pass over explicit KV caches, sampling.
-export { LlamaModel, bf16Bits, WEIGHTS_MODES, type LlamaModelOptions, type PrefillOptions, type DecodeStep, type WeightsMode } from "./model/llama-model.ts";
+export {
+  LlamaModel,
+  bf16Bits,
+  WEIGHTS_MODES,
+  SHARED_WEIGHTS_MAX,
+  type LlamaModelOptions,
+  type PackedImageReader,
+  type PrefillOptions,
+  type DecodeStep,
+  type WeightPlacement,
+  type WeightsMode,
+} from "./model/llama-model.ts";
 export type { KVCache } from "./model/kv-cache.ts";
 export { generate, continueGeneration, continueFromToken, type GenerateOptions, type GenerateResult } from "./model/generate.ts";
 export { sample, argmax, applyTokenMask, checkLogitBias, counterUniform, tokenLogprobs, type SamplingParams, type TokenLogprobs } from "./sampling/sample.ts";

@@ -53,6 +53,15 @@ export interface LlamaModelOptions {
 }
 
 export type WeightPlacement = "auto" | "separate";
+
+/**
+ * A packed weight image read in order straight into the model's memories (an artifact file), so
+ * a warm load never holds the image twice. `readNext` fills `dst` with the next dst.length bytes.
+ */
+export interface PackedImageReader {
+  readonly byteLength: number;
+  readNext(dst: Uint8Array): void;
+}
 const PLACEMENTS: readonly WeightPlacement[] = ["auto", "separate"];
 
 /**
@@ -365,11 +374,22 @@ export class LlamaModel {
    * checkpoint and `packedFormat` (no tensor is read or converted). Throws AirmError MODEL_LOAD
    * when the image does not have the size this config packs to.
    */
-  static async loadPacked(ckpt: Checkpoint, image: Uint8Array, opts: LlamaModelOptions = {}): Promise<LlamaModel> {
+  static async loadPacked(ckpt: Checkpoint, image: Uint8Array | PackedImageReader, opts: LlamaModelOptions = {}): Promise<LlamaModel> {
+    if (image instanceof Uint8Array) {
+      let at = 0;
+      const bytes = image;
+      return LlamaModel.build(ckpt, opts, {
+        byteLength: bytes.byteLength,
+        readNext(dst) {
+          dst.set(bytes.subarray(at, at + dst.length));
+          at += dst.length;
+        },
+      });
+    }
     return LlamaModel.build(ckpt, opts, image);
   }
 
-  private static async build(ckpt: Checkpoint, opts: LlamaModelOptions, image: Uint8Array | undefined): Promise<LlamaModel> {
+  private static async build(ckpt: Checkpoint, opts: LlamaModelOptions, image: PackedImageReader | undefined): Promise<LlamaModel> {
     const c = ckpt.config;
     checkShape(c);
     const mode = opts.weights ?? "auto";
@@ -496,12 +516,10 @@ export class LlamaModel {
             `packed weight image has ${image.byteLength} bytes, this config (${ckpt.id}) packs to ${packs} under ${LlamaModel.packedFormatFor(mode)}; rebuild the image from the checkpoint`,
           );
         }
-        rt.u8.set(image.subarray(0, end - start), start);
-        let at = end - start;
+        image.readNext(rt.u8.subarray(start, end));
         for (const r of ranges) {
           const view = rt.weightView(r.memory * 2 ** 32 + r.start);
-          view.u8.set(image.subarray(at, at + r.end - r.start), view.offset);
-          at += r.end - r.start;
+          image.readNext(view.u8.subarray(view.offset, view.offset + r.end - r.start));
         }
       }
       return new LlamaModel(ckpt, rt, layers, embed, finalNorm, lmHead, slots, start, end, mode, placement);
