@@ -1,5 +1,7 @@
 // pnpm bench pd-vs-solo [--model DIR] [--seq-len 512] [--prompts 12] [--max-tokens 32]
-//                       [--decode-backend atom] [--transport shm] [--warmup 2] [--clean]
+//                       [--decode-backend atom] [--transport shm] [--warmup 2] [--clean] [--sequential]
+// --sequential runs the PD cluster through every prompt, stops it, then the solo worker: for models
+// of which the machine holds two copies but not three (PD's two workers and solo's one).
 // The same prompts through a PD cluster (prefill + decode workers, KV over the transport) and a
 // solo worker, each behind its own gateway, in one run, alternating which goes first. Measures
 // at the client over SSE: TTFT (request sent -> first token chunk) and TPOT ((last - first) /
@@ -22,6 +24,8 @@ const args = benchArgs("pd-vs-solo", "the same prompts through a PD cluster and 
   decodeBackend: flagOf(text({ label: "name" }), { default: "atom", doc: "decode engine backend" }),
   transport: flagOf(text({ label: "name" }), { default: "shm", doc: "KV transport" }),
   clean: switchOf({ doc: "remove the generated model afterwards" }),
+  sequential: switchOf({ doc: "PD first, stopped, then solo (two copies of the weights at a time, not three)" }),
+  readyTimeout: flagOf(int({ min: 1 }), { default: 300, doc: "seconds a cluster may take to become ready (a cold load of a large model is minutes)" }),
 });
 const { seqLen, maxTokens, warmup, decodeBackend, transport } = args;
 const nPrompts = args.prompts;
@@ -51,6 +55,7 @@ function cluster(o: Partial<ClusterOptions>): Promise<RunningCluster> {
     decode: free,
     solo: free,
     env: { AIRM_LOG_LEVEL: "warn", AIRM_ENGINE_LOG: "0" },
+    readyTimeoutMs: args.readyTimeout * 1000,
     ...o,
   });
 }
@@ -102,31 +107,56 @@ async function metricValue(url: string, name: string): Promise<number | null> {
   return m ? Number(m[1]) : null;
 }
 
-const pd = await cluster({ kvTransport: transport, decode: [{ port: 0, backend: decodeBackend }] });
+const modelIdOf = async (c: RunningCluster) => ((await (await fetch(`${c.url}/v1/models`)).json()) as { data: { id: string }[] }).data[0].id;
+/** Every prompt through one system (warm-up requests first). */
+async function all(c: RunningCluster, name: string, ps: number[][]): Promise<Sample[]> {
+  const modelId = await modelIdOf(c);
+  for (let w = 0; w < warmup; w++) await once(c, modelId, ps[w % ps.length]);
+  const out: Sample[] = [];
+  for (const [i, p] of ps.entries()) {
+    progress(`${name}: prompt ${i + 1}/${ps.length} (${p.length} tokens)`);
+    out.push(await once(c, modelId, p));
+  }
+  return out;
+}
+
+progress(args.sequential ? "starting the PD cluster (solo follows once it is stopped)" : "starting the PD cluster and the solo worker");
+let pd: RunningCluster | undefined = await cluster({ kvTransport: transport, decode: [{ port: 0, backend: decodeBackend }] });
 let solo: RunningCluster | undefined;
 try {
-  solo = await cluster({ mode: "solo", solo: [{ port: 0, backend: "rngd" }] });
-  const modelId = ((await (await fetch(`${pd.url}/v1/models`)).json()) as { data: { id: string }[] }).data[0].id;
   const ps = prompts();
-  for (let w = 0; w < warmup; w++) {
-    await once(pd, modelId, ps[w % ps.length]);
-    await once(solo, modelId, ps[w % ps.length]);
+  let pdS: Sample[] = [];
+  let soloS: Sample[] = [];
+  let kvMs: number | null;
+  if (args.sequential) {
+    pdS = await all(pd, "PD", ps);
+    kvMs = await metricValue(pd.metricsUrl!, "airm_kv_transfer_ms");
+    await pd.stop();
+    pd = undefined;
+    progress("starting the solo worker");
+    solo = await cluster({ mode: "solo", solo: [{ port: 0, backend: "rngd" }] });
+    soloS = await all(solo, "solo", ps);
+  } else {
+    solo = await cluster({ mode: "solo", solo: [{ port: 0, backend: "rngd" }] });
+    const modelId = await modelIdOf(pd);
+    for (let w = 0; w < warmup; w++) {
+      await once(pd, modelId, ps[w % ps.length]);
+      await once(solo, modelId, ps[w % ps.length]);
+    }
+    for (const [i, p] of ps.entries()) {
+      progress(`prompt ${i + 1}/${ps.length} (${p.length} tokens)`);
+      const order = i % 2 === 0 ? ([pd, solo] as const) : ([solo, pd] as const);
+      const a = await once(order[0], modelId, p);
+      const b = await once(order[1], modelId, p);
+      const [x, y] = order[0] === pd ? [a, b] : [b, a];
+      pdS.push(x);
+      soloS.push(y);
+    }
+    kvMs = await metricValue(pd.metricsUrl!, "airm_kv_transfer_ms");
   }
-  const pdS: Sample[] = [];
-  const soloS: Sample[] = [];
   let mismatches = 0;
-  for (const [i, p] of ps.entries()) {
-    progress(`prompt ${i + 1}/${ps.length} (${p.length} tokens)`);
-    const order = i % 2 === 0 ? ([pd, solo] as const) : ([solo, pd] as const);
-    const a = await once(order[0], modelId, p);
-    const b = await once(order[1], modelId, p);
-    const [x, y] = order[0] === pd ? [a, b] : [b, a];
-    pdS.push(x);
-    soloS.push(y);
-    if (x.text !== y.text || x.tokens !== y.tokens) mismatches++;
-  }
+  for (const [i, x] of pdS.entries()) if (x.text !== soloS[i].text || x.tokens !== soloS[i].tokens) mismatches++;
   progressDone();
-  const kvMs = await metricValue(pd.metricsUrl!, "airm_kv_transfer_ms");
   const q = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.ceil(p * xs.length) - 1)];
   const stats = (ss: Sample[]) => {
     const ttft = ss.map((s) => s.ttftMs);
@@ -135,7 +165,7 @@ try {
   };
   const P = stats(pdS);
   const R = stats(soloS);
-  console.log(`model ${model} S=${seqLen} prompts=${ps.length} max_tokens=${maxTokens} decode=${decodeBackend} transport=${transport}`);
+  console.log(`model ${model} S=${seqLen} prompts=${ps.length} max_tokens=${maxTokens} decode=${decodeBackend} transport=${transport}${args.sequential ? " (sequential)" : ""}`);
   console.log(`TTFT  PD   ${fmt(P.ttft)} p90 ${P.ttftP90.toFixed(2)} ms`);
   console.log(`TTFT  solo ${fmt(R.ttft)} p90 ${R.ttftP90.toFixed(2)} ms`);
   console.log(`TPOT  PD   ${fmt(P.tpot)} p90 ${P.tpotP90.toFixed(2)} ms`);
@@ -162,9 +192,10 @@ try {
     prompts: ps.length,
     transport,
     decode_backend: decodeBackend,
+    sequential: args.sequential,
   });
 } finally {
   await solo?.stop();
-  await pd.stop();
+  await pd?.stop();
   if (madeModel && args.clean) rmSync(model, { recursive: true, force: true });
 }

@@ -90,6 +90,20 @@ describe("weight memories", () => {
     await expect(LlamaModel.load(ckpt, { placement: "separate", weightMemoryBytes: 100 })).rejects.toThrow(/weightMemoryBytes/);
   });
 
+  it("a model whose weights do not fit the machine's free memory is refused before loading, with both numbers", async () => {
+    // 64 layers of 4 x 32768 x 131072 Q8_0: about 1.2 TB, described but never read.
+    const c = tinyConfig({ hiddenSize: 32768, intermediateSize: 131072, numHeads: 64, numKvHeads: 8, headDim: 512, vocabSize: 300 });
+    const huge = storedCheckpoint(c, Array.from({ length: 64 }, (_, l) => ({ real: l })), () => "Q8_0");
+    const err = await LlamaModel.load(huge, {}).then(
+      () => undefined,
+      (e: unknown) => e as Error,
+    );
+    expect(err?.message).toMatch(/needs \d+ bytes for its weights .* this process can have \d+ more/);
+    const [need, free] = [...err!.message.matchAll(/(\d{6,})/g)].map((m) => Number(m[1]));
+    expect(need).toBeGreaterThan(1e12);
+    expect(free).toBeLessThan(need);
+  });
+
   it("more than 4 GiB of weights: real layers past 2 GiB of the first weight memory and in the second give the tokens of the real layers alone", async () => {
     // 68 layers of 64.5 MB of Q4_0 images (hidden 1024, ffn 32768): 4.39 GB of matrices.
     const c = tinyConfig({ hiddenSize: 1024, intermediateSize: 32768, numHeads: 8, numKvHeads: 2, headDim: 128, vocabSize: 300 });

@@ -414,6 +414,14 @@ export class LlamaModel {
     const sizes = groups.flatMap((g) => planSegments(src, g.names, g.cols, mode).map((seg) => seg.bytes));
     const matrixBytes = sizes.reduce((a, b) => a + b, 0);
     const vectorBytes = 4 * (c.numLayers * (2 * hidden + qkvRows) + hidden) + 64 * 16 * c.numLayers;
+    // Refuse before touching a page: a wasm memory that outgrows the machine dies of OOM later.
+    const free = process.availableMemory();
+    if (matrixBytes + vectorBytes > free) {
+      throw new AirmError(
+        "MODEL_LOAD",
+        `${ckpt.id} needs ${matrixBytes + vectorBytes} bytes for its weights (${mode} mode), and this process can have ${free} more (MemAvailable, or the cgroup limit); use a smaller or more quantized model, or free memory`,
+      );
+    }
     const weightMemories = placement === "separate" || matrixBytes > SHARED_WEIGHTS_MAX ? weightMemoriesFor(sizes, memoryBytes) : 0;
     // Reserve what the weights will take up front (the memory grows later as needed).
     const totalBytes = weightMemories > 0 ? vectorBytes : matrixBytes + vectorBytes;
