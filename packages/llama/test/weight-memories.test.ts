@@ -93,7 +93,11 @@ describe("weight memories", () => {
   it("a model whose weights do not fit the machine's free memory is refused before loading, with both numbers", async () => {
     // 64 layers of 4 x 32768 x 131072 Q8_0: about 1.2 TB, described but never read.
     const c = tinyConfig({ hiddenSize: 32768, intermediateSize: 131072, numHeads: 64, numKvHeads: 8, headDim: 512, vocabSize: 300 });
-    const huge = storedCheckpoint(c, Array.from({ length: 64 }, (_, l) => ({ real: l })), () => "Q8_0");
+    const huge = storedCheckpoint(
+      c,
+      Array.from({ length: 64 }, (_, l) => ({ real: l })),
+      () => "Q8_0",
+    );
     const err = await LlamaModel.load(huge, {}).then(
       () => undefined,
       (e: unknown) => e as Error,
