@@ -7,7 +7,7 @@
 // at the client over SSE: TTFT (request sent -> first token chunk) and TPOT ((last - first) /
 // (completion tokens - 1)); KV handoff ms from the PD gateway's airm_kv_transfer_ms. Without
 // --model it generates the 135m preset (SmolLM2-135M's shape) once into a temp folder.
-import { existsSync, rmSync } from "node:fs";
+import { existsSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { makeTinyModel } from "../packages/llama/src/index.ts";
@@ -102,6 +102,25 @@ async function once(c: RunningCluster, modelId: string, prompt: number[]): Promi
   return { ttftMs: first - t0, tpotMs: tokens > 1 ? (last - first) / (tokens - 1) : null, tokens, text };
 }
 
+/** Each part's resident and peak resident memory in GiB (/proc/<pid>/status), by part name. */
+function partMemory(c: RunningCluster): Record<string, { rssGib: number; peakGib: number }> {
+  const out: Record<string, { rssGib: number; peakGib: number }> = {};
+  for (const p of c.parts) {
+    try {
+      const status = readFileSync(`/proc/${p.child.pid}/status`, "utf8");
+      const kib = (k: string) => Number(new RegExp(`^${k}:\\s+(\\d+) kB`, "m").exec(status)?.[1] ?? Number.NaN);
+      out[p.spec.name] = { rssGib: kib("VmRSS") / 2 ** 20, peakGib: kib("VmHWM") / 2 ** 20 };
+    } catch {
+      // a part that has exited has no status
+    }
+  }
+  return out;
+}
+const memoryLine = (m: Record<string, { rssGib: number; peakGib: number }>) =>
+  Object.entries(m)
+    .map(([name, v]) => `${name} ${v.rssGib.toFixed(2)} (peak ${v.peakGib.toFixed(2)})`)
+    .join(", ");
+
 async function metricValue(url: string, name: string): Promise<number | null> {
   const m = new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, "m").exec(await (await fetch(url)).text());
   return m ? Number(m[1]) : null;
@@ -128,14 +147,18 @@ try {
   let pdS: Sample[] = [];
   let soloS: Sample[] = [];
   let kvMs: number | null;
+  let pdMem: ReturnType<typeof partMemory>;
+  let soloMem: ReturnType<typeof partMemory>;
   if (args.sequential) {
     pdS = await all(pd, "PD", ps);
     kvMs = await metricValue(pd.metricsUrl!, "airm_kv_transfer_ms");
+    pdMem = partMemory(pd);
     await pd.stop();
     pd = undefined;
     progress("starting the solo worker");
     solo = await cluster({ mode: "solo", solo: [{ port: 0, backend: "rngd" }] });
     soloS = await all(solo, "solo", ps);
+    soloMem = partMemory(solo);
   } else {
     solo = await cluster({ mode: "solo", solo: [{ port: 0, backend: "rngd" }] });
     const modelId = await modelIdOf(pd);
@@ -153,6 +176,8 @@ try {
       soloS.push(y);
     }
     kvMs = await metricValue(pd.metricsUrl!, "airm_kv_transfer_ms");
+    pdMem = partMemory(pd);
+    soloMem = partMemory(solo);
   }
   let mismatches = 0;
   for (const [i, x] of pdS.entries()) if (x.text !== soloS[i].text || x.tokens !== soloS[i].tokens) mismatches++;
@@ -171,6 +196,7 @@ try {
   console.log(`TPOT  PD   ${fmt(P.tpot)} p90 ${P.tpotP90.toFixed(2)} ms`);
   console.log(`TPOT  solo ${fmt(R.tpot)} p90 ${R.tpotP90.toFixed(2)} ms`);
   console.log(`KV handoff (push + load, median) ${kvMs?.toFixed(2)} ms; token mismatches PD vs solo: ${mismatches}`);
+  console.log(`RSS per part, GiB: PD ${memoryLine(pdMem)}; solo ${memoryLine(soloMem)}`);
   finalLine({
     bench: "pd-vs-solo",
     median_ms: P.ttft.median,
@@ -193,6 +219,10 @@ try {
     transport,
     decode_backend: decodeBackend,
     sequential: args.sequential,
+    rss_gib: Object.fromEntries([
+      ...Object.entries(pdMem).map(([k, v]) => [k, Number(v.rssGib.toFixed(3))]),
+      ...Object.entries(soloMem).map(([k, v]) => [`solo:${k}`, Number(v.rssGib.toFixed(3))]),
+    ]),
   });
 } finally {
   await solo?.stop();
