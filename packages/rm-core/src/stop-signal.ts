@@ -12,16 +12,18 @@ export function untilStopSignal(env: NodeJS.ProcessEnv | Record<string, string |
   return new Promise((resolve) => {
     const parent = RM_CORE_CONFIG.resolve({ env }).parentPid ?? 0;
     let timer: NodeJS.Timeout | undefined;
+    // The handlers stay after the first signal: a signal to the whole process group arrives more
+    // than once (the group's, then the launcher's own stop), and the later ones must not cut the
+    // stop short with the default action (the launcher sends SIGKILL after its grace period).
+    let stopped = false;
     const done = (why: string) => {
-      process.off("SIGINT", onInt);
-      process.off("SIGTERM", onTerm);
+      if (stopped) return;
+      stopped = true;
       if (timer) clearInterval(timer);
       resolve(why);
     };
-    const onInt = () => done("SIGINT");
-    const onTerm = () => done("SIGTERM");
-    process.once("SIGINT", onInt);
-    process.once("SIGTERM", onTerm);
+    process.on("SIGINT", () => done("SIGINT"));
+    process.on("SIGTERM", () => done("SIGTERM"));
     if (Number.isInteger(parent) && parent > 1) {
       timer = setInterval(() => {
         if (process.ppid !== parent) done("parent exited");

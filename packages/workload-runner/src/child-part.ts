@@ -85,6 +85,15 @@ export class ChildPart {
     return this.exitInfo.signal ? `was killed by ${this.exitInfo.signal}` : `exited with code ${this.exitInfo.code}`;
   }
 
+  /**
+   * It ended the way a stop request ends a part: killed by SIGINT or SIGTERM before it had
+   * handlers, or exited 0 after them (what a signal to the whole process group does).
+   */
+  get stoppedBySignal(): boolean {
+    if (!this.exitInfo) return false;
+    return this.exitInfo.signal === "SIGINT" || this.exitInfo.signal === "SIGTERM" || (this.exitInfo.signal === null && this.exitInfo.code === 0);
+  }
+
   /** Its last output lines. */
   logs(lines = 200): string {
     return this.tail.slice(-lines).join("\n");

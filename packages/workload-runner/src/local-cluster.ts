@@ -120,11 +120,14 @@ export function sweepStaleClusterDirs(under: string, prefix: string): string[] {
 }
 
 /** Waits until the gateway's /health reports every worker healthy (it probes them on its own period). */
-async function gatewaySeesAll(url: string, deadline: number, headers: Record<string, string>): Promise<void> {
+/** Waits until the gateway reports every worker healthy; returns early (false) once `abort` fires. */
+async function gatewaySeesAll(url: string, deadline: number, headers: Record<string, string>, abort?: AbortSignal): Promise<boolean> {
   for (;;) {
+    if (abort?.aborted) return false;
     try {
-      const h = (await (await fetch(`${url}/health`, { signal: AbortSignal.timeout(2000), headers })).json()) as { roles?: { endpoints: { healthy: boolean }[] }[] };
-      if (h.roles?.every((r) => r.endpoints.every((e) => e.healthy))) return;
+      const signal = abort ? AbortSignal.any([abort, AbortSignal.timeout(2000)]) : AbortSignal.timeout(2000);
+      const h = (await (await fetch(`${url}/health`, { signal, headers })).json()) as { roles?: { endpoints: { healthy: boolean }[] }[] };
+      if (h.roles?.every((r) => r.endpoints.every((e) => e.healthy))) return true;
     } catch {
       // not answering yet
     }
@@ -179,6 +182,12 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
   while (pending.size > 0) {
     if (o.abort?.aborted) await aborted();
     const dead = [...pending].find((p) => !p.alive);
+    // A part stopped by SIGINT / SIGTERM while starting: the signal went to the whole process
+    // group (Ctrl-C, a supervisor, a container runtime), and it is on its way to this process too.
+    if (dead?.stoppedBySignal && !sup.isStopping) {
+      await stop();
+      throw new StartAbortedError(`the ${dead.name} ${dead.howItEnded} while starting (a signal to the process group)`);
+    }
     if (sup.isStopping || dead) {
       await stop();
       const why = dead ? `the ${dead.name} ${dead.howItEnded} before it was healthy:\n${dead.logs(40)}` : "see the output above";
@@ -190,6 +199,7 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
       throw new Error(`not healthy within ${o.readyTimeoutMs ?? 300_000} ms: ${names}`);
     }
     for (const p of [...pending]) {
+      if (o.abort?.aborted) break;
       if (await healthy(p, baseEnv)) {
         pending.delete(p);
         log(`airm up: ${p.name} is healthy`);
@@ -200,7 +210,7 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
   if (plan.gatewayUrl) {
     try {
       const gw = parts.find((x) => x.spec.url === plan.gatewayUrl || x.name === "gateway");
-      await gatewaySeesAll(plan.gatewayUrl, deadline, probeHeaders({ ...baseEnv, ...gw?.spec.env }));
+      await gatewaySeesAll(plan.gatewayUrl, deadline, probeHeaders({ ...baseEnv, ...gw?.spec.env }), o.abort);
     } catch (e) {
       await stop();
       throw e;

@@ -155,15 +155,21 @@ export async function up(argv: string[]): Promise<number> {
   // folder, as it does once the cluster is up.
   const abort = new AbortController();
   let cluster: RunningCluster | undefined;
+  // The handlers stay: a signal sent to the whole process group reaches airm up more than once
+  // (from the terminal or supervisor, and again from a parent such as pnpm that forwards it), and
+  // a second one must not kill airm up before it has stopped the parts and removed the folder.
+  let signalled = false;
   const onSignal = (sig: string) => {
+    if (signalled) return;
+    signalled = true;
     if (cluster) void cluster.stop(`airm up: ${sig}: stopping every part`);
     else {
       log(`airm up: ${sig} while starting: stopping the parts started so far`);
       abort.abort(sig);
     }
   };
-  process.once("SIGINT", () => onSignal("SIGINT"));
-  process.once("SIGTERM", () => onSignal("SIGTERM"));
+  process.on("SIGINT", () => onSignal("SIGINT"));
+  process.on("SIGTERM", () => onSignal("SIGTERM"));
   try {
     cluster = await startLocalCluster({
       ...upCluster(f, model),

@@ -125,6 +125,55 @@ describe("airm up", () => {
       expect(existsSync(shm)).toBe(false);
     }));
 
+  /** True while any process of process group `pgid` is alive. */
+  const groupAlive = (pgid: number): boolean => {
+    try {
+      process.kill(-pgid, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+
+  // What a terminal's Ctrl-C, `kill -TERM -<pgid>`, `timeout`, a supervisor or a container
+  // runtime does: the signal reaches airm up and every part at once. At each moment, everything
+  // stops within a grace period and nothing is left: no process, no folder.
+  for (const [sig, when] of [
+    ["SIGTERM", "just started"],
+    ["SIGINT", "parts starting"],
+    ["SIGINT", "serving"],
+    ["SIGTERM", "serving"],
+  ] as const) {
+    test(`${sig} to the whole process group (${when}) stops everything within 15 s and leaves no process and no folder`, () =>
+      withUp(model, async (up) => {
+        const pgid = up.child.pid!;
+        const shm = `/dev/shm/airm-up-${pgid}`;
+        if (when === "just started") await new Promise((r) => setTimeout(r, 300));
+        if (when === "parts starting") {
+          await waitFor(() => children(pgid).some(([, a]) => /airm-worker\.mjs/.test(a)) || up.child.exitCode !== null, 60_000, "the first part to be spawned");
+          await new Promise((r) => setTimeout(r, 400));
+          expect(up.out()).not.toContain("rngd-pd is up");
+        }
+        if (when === "serving") await readyParts(up);
+        const t0 = Date.now();
+        process.kill(-pgid, sig);
+        // and once more to airm up alone, as a parent that forwards signals (pnpm exec) does
+        await new Promise((r) => setTimeout(r, 30));
+        try {
+          process.kill(pgid, sig);
+        } catch {
+          // already gone
+        }
+        const code = await up.exit;
+        await waitFor(() => !groupAlive(pgid), 15_000, "every process of the group to exit");
+        expect(Date.now() - t0).toBeLessThan(15_000);
+        // 0 or 130 from airm up; null when the signal came before it had its handlers (nothing started yet)
+        expect([0, 130, null], up.err()).toContain(code);
+        expect(up.err()).not.toMatch(/\n\s+at /); // no stack trace
+        expect(existsSync(shm)).toBe(false);
+      }));
+  }
+
   test("if airm up itself is SIGKILLed, its parts notice and stop", () =>
     withUp(model, async (up) => {
       const parts = await readyParts(up);
