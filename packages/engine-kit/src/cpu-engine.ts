@@ -417,6 +417,9 @@ export class CpuBackedEngine implements Engine {
     if (options.logprobs !== undefined && !(Number.isInteger(options.logprobs) && options.logprobs >= 0)) {
       throw new ConfigError("logprobs", `must be an integer >= 0, got ${options.logprobs}`);
     }
+    const done = options.completionTokens ?? 0;
+    if (!(Number.isInteger(done) && done >= 0 && done < tokens.length))
+      throw new ConfigError("completionTokens", `must be an integer in [0, ${tokens.length}) (the prompt keeps a token), got ${done}`);
     const S = options.seqLen;
     this.checkSeqLen(S, "prefill requested");
     if (tokens.length > S) throw new ContextOverflowError(tokens.length, S, "prompt alone");
@@ -472,7 +475,9 @@ export class CpuBackedEngine implements Engine {
     let others: PrefillResult["others"];
     try {
       // Every choice draws from the same last row, under the same mask (read once), with its own seed.
-      const history = { output: new Map<number, number>(), prompt: new Set(tokens) };
+      const output = new Map<number, number>();
+      for (const t of tokens.slice(tokens.length - done)) output.set(t, (output.get(t) ?? 0) + 1);
+      const history = { output, prompt: new Set(tokens.slice(0, tokens.length - done)) };
       const mask = options.constraint?.allowedTokens() ?? null;
       const draw = (i: number) =>
         this.pick(rows[rows.length - 1], { ...options.sampling, seed: choiceSeed(options.sampling?.seed, i) }, tokens.length, { mask, top: options.logprobs, history });

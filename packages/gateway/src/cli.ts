@@ -31,6 +31,10 @@ export const GATEWAY_COMMAND = defineCommand({
     }),
     metricsPort: flagOf(int({ min: 0, max: 65535 }), { defaultText: "AIRM_METRICS_PORT, else none", doc: "serve airm_* metrics on this port" }),
     maxBodyBytes: flagOf(int({ min: 1024 }), { default: 1 << 20, doc: "largest request body" }),
+    migrationLimit: flagOf(int({ min: 0, max: 100 }), {
+      defaultText: "AIRM_MIGRATION_LIMIT, else 3",
+      doc: "times a stream may move to another worker when its worker dies or drains, resuming at the next token with the same tokens (0: never)",
+    }),
     toolCallParser: flagOf(oneOf(["hermes", "llama3_json", "none"] as const), {
       defaultText: "AIRM_TOOL_CALL_PARSER, else hermes",
       doc: 'how tool calls are read from answers to tool_choice "auto" (none: auto is refused)',
@@ -55,7 +59,10 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
       process.stdout.write(GATEWAY_COMMAND.help());
       return 0;
     }
-    const cfg = GATEWAY_CONFIG.resolve({ env, options: { metricsPort: f.metricsPort, maxBodyBytes: f.maxBodyBytes, apiKeys: f.apiKey, toolCallParser: f.toolCallParser } });
+    const cfg = GATEWAY_CONFIG.resolve({
+      env,
+      options: { metricsPort: f.metricsPort, maxBodyBytes: f.maxBodyBytes, apiKeys: f.apiKey, toolCallParser: f.toolCallParser, migrationLimit: f.migrationLimit },
+    });
     const prefillPool = f.prefillPool ? { name: f.prefillPool, namespace: f.poolNamespace ?? cfg.podNamespace } : undefined;
     const { internalToken } = RM_CORE_CONFIG.resolve({ env });
     gw = await startGateway({ ...cfg, internalToken, port: f.port, host: f.host, prefill: f.prefill, decode: f.decode, solo: f.solo, prefillPool, localPrefill: f.localPrefill });

@@ -32,6 +32,11 @@ export const GATEWAY_CONFIG = defineConfig("@airm/gateway", {
     default: 1000,
     doc: "How long an open breaker waits before one trial call (ms); each failed trial doubles it, up to 30 s.",
   }),
+  migrationLimit: opt(int({ min: 0, max: 100 }), {
+    env: "AIRM_MIGRATION_LIMIT",
+    default: 3,
+    doc: "Times one streamed generation may move to another worker after its worker died, went silent, lost its KV or handed it back on drain (0: never; the client then gets the error). The prompt and the tokens already sent are prefilled again and decoding resumes at the next token, with the tokens the first worker would have given (the sampler is keyed by seed and position). Not for n or best_of > 1.",
+  }),
   maxBodyBytes: opt(int({ min: 1024 }), { default: 1 << 20, doc: "Largest request body (--max-body-bytes)." }),
   maxWaiting: opt(int({ min: 1 }), {
     env: "AIRM_MAX_WAITING",

@@ -1,8 +1,10 @@
 // The gateway's airm_* figures over the most recent 512 requests, exposed with prom-client:
 // airm_ttft_p90_ms, airm_tpot_p90_ms, airm_tok_s and airm_kv_transfer_ms{kv_transport}
-// (median per-request kv push + load). Knows nothing about how requests are served.
+// (median per-request kv push + load), and the migrations of streams between workers
+// (airm_migrations_total{role,reason}, airm_migration_seconds). Knows nothing about how requests
+// are served.
 
-import { Counter, Gauge, Registry } from "prom-client";
+import { Counter, Gauge, Histogram, Registry } from "prom-client";
 
 export interface RequestRecord {
   startMs: number;
@@ -28,6 +30,10 @@ export class GatewayMetrics {
   readonly registry = new Registry();
   private readonly window: RequestRecord[] = [];
   private readonly requests: Counter<"route" | "status">;
+  /** Streams moved to another worker, by the role of the worker that failed them and why. */
+  readonly migrations: Counter<"role" | "reason">;
+  /** From a stream's break to its next token from the worker that took it over. */
+  readonly migrationSeconds: Histogram;
 
   constructor() {
     const self = this;
@@ -83,6 +89,18 @@ export class GatewayMetrics {
         }
         for (const [t, xs] of by) this.set({ kv_transport: t }, quantile(xs, 0.5));
       },
+    });
+    this.migrations = new Counter({
+      name: "airm_migrations_total",
+      help: "streamed generations moved to another worker mid-stream, by the role of the worker that failed (decode, prefill, solo) and the reason (its error code, e.g. worker_stream_broken, worker_draining, kv_timeout)",
+      labelNames: ["role", "reason"],
+      registers: [this.registry],
+    });
+    this.migrationSeconds = new Histogram({
+      name: "airm_migration_seconds",
+      help: "time from a stream's break to its next token from the worker that took it over (the re-prefill of prompt + tokens sent, and the new worker's queue)",
+      buckets: [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30],
+      registers: [this.registry],
     });
     this.requests = new Counter({
       name: "airm_gateway_requests_total",

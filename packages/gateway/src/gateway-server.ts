@@ -106,14 +106,29 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
   const all = Object.values(pools) as EndpointPool[];
   const members = opts.prefillPool ? await followPrefillPool(opts.prefillPool, pools.prefill!, opts.prefill ?? []) : null;
   await Promise.all(all.map((p) => p.start(cfg.healthIntervalMs)));
+  const metrics = new GatewayMetrics();
+  const log = pino({ name: "airm-gateway", level: cfg.logLevel }, pino.destination(2));
   const orchestrator = new Orchestrator({
     ...pools,
     prefillTimeoutMs: cfg.prefillTimeoutMs,
     decodeIdleTimeoutMs: cfg.decodeIdleTimeoutMs,
     kvTimeoutMs: cfg.kvTimeoutMs,
     localPrefill: localPrefill === true,
+    migration: {
+      limit: cfg.migrationLimit,
+      onMigrate: (m) => {
+        metrics.migrations.inc({ role: m.role, reason: m.reason });
+        log.warn(
+          { request_id: m.requestId, attempt: m.attempt, resume_at: m.resumeAt, role: m.role, worker: m.from, reason: m.reason, err: m.error },
+          "stream moves to another worker",
+        );
+      },
+      onResumed: (m) => {
+        metrics.migrationSeconds.observe(m.seconds);
+        log.info({ request_id: m.requestId, attempt: m.attempt, resume_at: m.resumeAt, ms: Math.round(m.seconds * 1000) }, "stream resumed");
+      },
+    },
   });
-  const metrics = new GatewayMetrics();
   const servingPool = pools.solo ?? pools.decode!;
   registerVllmGauges(
     metrics.registry,
@@ -134,7 +149,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     openPaths: cfg.openPaths,
     grammar,
     tools: { parser: cfg.toolCallParser === "none" ? null : cfg.toolCallParser },
-    log: pino({ name: "airm-gateway", level: cfg.logLevel }, pino.destination(2)),
+    log,
   });
   const server = await listen(app.fetch, opts.port, host);
   const port = (server.address() as AddressInfo).port;

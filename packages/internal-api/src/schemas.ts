@@ -70,6 +70,13 @@ const choices = z
 const ignoreEos = z.boolean().default(false).describe("an end-of-sequence token does not end the completion (it runs to maxTokens)");
 const minTokens = z.number().int().min(0).default(0).describe("end-of-sequence tokens cannot be sampled before this many completion tokens");
 export type PromptInput = z.infer<typeof PromptInputSchema>;
+const resume = z
+  .array(z.number().int().min(0))
+  .min(1)
+  .optional()
+  .describe(
+    "a migrated request: the completion tokens its client already has (the first included). Prefill runs the prompt and these and draws completion token resume.length; decode continues the count, the penalties, min_tokens, the grammar and the text from them",
+  );
 
 const maxTokens = z.number().int().min(1).nullable().describe("the whole completion, first token included; null: the rest of the largest compiled context");
 const logprobs = z
@@ -95,9 +102,12 @@ export const PrefillRequestSchema = z
     ignoreEos,
     minTokens,
     n: choices,
+    resume,
   })
   .strict()
-  .refine((b) => !(b.constraint && b.ignoreEos), { message: "ignoreEos cannot go with a constraint: the grammar ends at its end-of-sequence token", path: ["ignoreEos"] });
+  .refine((b) => !(b.constraint && b.ignoreEos), { message: "ignoreEos cannot go with a constraint: the grammar ends at its end-of-sequence token", path: ["ignoreEos"] })
+  .refine((b) => !(b.resume && b.n > 1), { message: "resume continues one choice: it cannot go with n > 1", path: ["resume"] })
+  .refine((b) => !(b.resume && b.echo), { message: "resume cannot go with echo: the prompt was answered before", path: ["resume"] });
 export type PrefillRequest = z.input<typeof PrefillRequestSchema>;
 export const GenerateRequestSchema = PrefillRequestSchema;
 export type GenerateRequest = PrefillRequest;
@@ -114,9 +124,11 @@ export const DecodeRequestSchema = z
     ignoreEos,
     minTokens,
     n: choices.describe("the choices prefill drew first tokens for (the KV manifest's firstTokens)"),
+    resume: resume.describe("the same resume prefill ran (the KV's last positions hold these tokens)"),
   })
   .strict()
-  .refine((b) => !(b.constraint && b.ignoreEos), { message: "ignoreEos cannot go with a constraint: the grammar ends at its end-of-sequence token", path: ["ignoreEos"] });
+  .refine((b) => !(b.constraint && b.ignoreEos), { message: "ignoreEos cannot go with a constraint: the grammar ends at its end-of-sequence token", path: ["ignoreEos"] })
+  .refine((b) => !(b.resume && b.n > 1), { message: "resume continues one choice: it cannot go with n > 1", path: ["resume"] });
 export type DecodeRequest = z.input<typeof DecodeRequestSchema>;
 
 /** POST /internal/tokenize (every role): a prompt or chat messages as the model's token ids. */
@@ -281,10 +293,10 @@ export const ModelSummarySchema = z
   })
   .strict();
 
-/** GET /health: 200 when ready, 503 while loading or after a fatal load error. */
+/** GET /health: 200 when ready, 503 while loading, draining (it stops) or after a fatal load error. */
 export const WorkerHealthSchema = z
   .object({
-    status: z.enum(["ok", "loading", "failed"]),
+    status: z.enum(["ok", "loading", "draining", "failed"]),
     ready: z.boolean(),
     role: z.enum(ROLES),
     backend: z.string(),

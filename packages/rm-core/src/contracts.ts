@@ -273,6 +273,11 @@ export interface PrefillOptions {
    */
   choices?: number;
   /**
+   * The last this many of the tokens are completion tokens already generated (a migrated request
+   * resuming): the penalties count them as output, not prompt. Default 0.
+   */
+  completionTokens?: number;
+  /**
    * Called once per layer, in order, as soon as that layer's K and V for the whole prompt are
    * final: layer blobs in layout rngd-pd/v1, the same arrays the result's `kv` holds. Compute
    * does not wait for a returned promise; prefill resolves after all of them settle and rejects

@@ -73,7 +73,9 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
     await w?.close().catch(() => {});
     return 1;
   }
-  await untilStopSignal(env);
+  const why = await untilStopSignal(env);
+  // A signal drains first (AIRM_DRAIN_S); a launcher that is gone leaves nobody to serve.
+  if (why !== "parent exited") await w.drain();
   await w.close();
   return 0;
 }

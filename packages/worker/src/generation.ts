@@ -50,6 +50,37 @@ export function planRequest(engine: ServingEngine, promptTokens: number, maxToke
   return { maxTokens: m, seqLen };
 }
 
+/** What a prefill runs: the prompt, a migrated request's delivered tokens after it, and the plan for the rest. */
+export interface ResumedPlan {
+  /** The prompt's ids. */
+  prompt: number[];
+  /** The completion tokens the client already has (empty unless the request resumes). */
+  resumed: number[];
+  /** What the prefill computes: the prompt, then the resumed tokens. */
+  tokens: number[];
+  /** The whole completion's max_tokens (the resumed tokens included). */
+  maxTokens: number;
+  seqLen: number;
+}
+
+/**
+ * Plans a prefill of `prompt` and the request's `resume` tokens: max_tokens counts the whole
+ * completion, so the resumed tokens are part of it and at least one must be left (else 400). The
+ * context S is what the first attempt had (prompt + max_tokens).
+ */
+export function resumedPlan(engine: ServingEngine, prompt: number[], b: { maxTokens: number | null; seqLen?: number; resume?: number[] }): ResumedPlan {
+  const resumed = b.resume ?? [];
+  const bad = resumed.find((t) => t >= engine.model.vocabSize);
+  if (bad !== undefined) throw new ApiError(400, "invalid_request", `resume holds token id ${bad}, outside the vocabulary (size ${engine.model.vocabSize})`, "resume");
+  if (b.maxTokens !== null && resumed.length >= b.maxTokens) {
+    throw new ApiError(400, "invalid_request", `resume holds ${resumed.length} tokens: max_tokens ${b.maxTokens} leaves none to generate`, "resume");
+  }
+  const rest = b.maxTokens === null ? null : b.maxTokens - resumed.length;
+  const tokens = resumed.length ? [...prompt, ...resumed] : prompt;
+  const plan = planRequest(engine, tokens.length, rest, b.seqLen);
+  return { prompt, resumed, tokens, maxTokens: plan.maxTokens + resumed.length, seqLen: plan.seqLen };
+}
+
 export function isEos(engine: ServingEngine, token: number): boolean {
   return engine.tokenizer.eosTokenIds.includes(token) || engine.model.eosTokenIds.includes(token);
 }
@@ -78,6 +109,20 @@ export function stepConstraint(engine: ServingEngine, matcher: TokenConstraint |
 /** The completion's detokenizer (special tokens skipped). */
 export function completionText(engine: ServingEngine): IncrementalDetokenizer {
   return new IncrementalDetokenizer(engine.tokenizer, { skipSpecialTokens: true });
+}
+
+/** The completion's detokenizer after `tokens` (a resumed request's delivered tokens, their text already sent). */
+export function primedText(engine: ServingEngine, tokens: readonly number[]): IncrementalDetokenizer {
+  const text = completionText(engine);
+  for (const t of tokens) text.push(t);
+  return text;
+}
+
+/** The output counts of a resumed request's delivered tokens (what the penalties read). */
+function counts(tokens: readonly number[]): Map<number, number> {
+  const m = new Map<number, number>();
+  for (const t of tokens) m.set(t, (m.get(t) ?? 0) + 1);
+  return m;
 }
 
 /** What the contract calls impossible: -Infinity does not survive JSON, so -9999 as vLLM does. */
@@ -120,12 +165,13 @@ export function firstToken(
   seqLen: number,
   maxTokens: number,
   prefillMs: number,
+  resumed: readonly number[] = [],
 ): FirstToken {
   const token = res.firstToken;
   const eos = isEos(engine, token);
   const first: FirstToken = {
     token,
-    text: eos ? "" : completionText(engine).push(token),
+    text: eos ? "" : primedText(engine, resumed).push(token),
     eos,
     promptTokens: prompt.tokens.length,
     seqLen,
@@ -168,6 +214,11 @@ export interface DecodeLoop {
   ignoreEos: boolean;
   /** End-of-sequence tokens are banned before this many completion tokens. */
   minTokens: number;
+  /**
+   * A migrated request's completion tokens before `first` (empty otherwise): the count, the
+   * event indices, the penalties and the text continue from them.
+   */
+  resumed?: readonly number[];
   /** Writes one event; resolves when the client took it (backpressure). */
   write(ev: WorkerEvent): Promise<void>;
   /** True once the client left or the request was ended from outside. */
@@ -179,14 +230,15 @@ export interface DecodeLoop {
  * and a final done event. Returns the finish reason ("aborted" when stopped early) and the time.
  */
 export async function decodeLoop(d: DecodeLoop): Promise<{ finish: "stop" | "length" | "aborted"; decodeMs: number }> {
-  const text = completionText(d.engine);
+  const resumed = d.resumed ?? [];
+  const text = primedText(d.engine, resumed);
   text.push(d.first);
-  let count = 1;
+  let count = resumed.length + 1;
   let cur = d.first;
   const ends = (t: number) => !d.ignoreEos && isEos(d.engine, t);
   let finish: "stop" | "length" = ends(d.first) ? "stop" : "length";
   const constraint = stepConstraint(d.engine, d.matcher, d.minTokens, () => count);
-  const output = new Map<number, number>([[d.first, 1]]);
+  const output = counts([...resumed, d.first]);
   const history = { output, prompt: d.prompt };
   const choice = d.choice ? { choice: d.choice } : {};
   const t0 = performance.now();

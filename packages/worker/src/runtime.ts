@@ -50,6 +50,10 @@ export class WorkerRuntime {
   readonly metrics: WorkerMetrics;
   /** Requests waiting for their KV to arrive (decode role). */
   kvWaiting = 0;
+  /** Set when the worker drains (SIGTERM, SIGINT): it admits nothing new and /health says draining. */
+  draining = false;
+  /** Aborted (with a worker_draining ApiError) when a draining worker hands its requests back. */
+  readonly handBack = new AbortController();
   /** Prompt tokens of prefills that looked up the engine's prefix cache, and the tokens it gave. */
   private prefixQueried = 0;
   private prefixHit = 0;
@@ -115,18 +119,40 @@ export class WorkerRuntime {
     return this.state.kind === "failed" ? this.state.error : null;
   }
 
-  /** The loaded engine and transport. Throws ApiError 503 (not_ready) while loading or after a failed load. */
   /**
-   * Throws 429 (OverloadedError, Retry-After) when the waiting queue is full: a request past
+   * Throws 503 worker_draining while the worker drains (a gateway sends the request elsewhere),
+   * and 429 (OverloadedError, Retry-After) when the waiting queue is full: a request past
    * AIRM_MAX_WAITING is refused at once, before it holds anything, instead of waiting with no end.
    */
   admit(route: string): void {
+    if (this.draining) {
+      this.metrics.requests.inc({ route, outcome: "draining" });
+      throw new ApiError(503, "worker_draining", `this ${this.role} worker is draining (it was asked to stop) and admits no new request; send it to another worker`);
+    }
     const waiting = this.slots.numWaiting + this.kvWaiting;
     if (waiting < this.maxWaiting) return;
     this.metrics.requests.inc({ route, outcome: "overloaded" });
     throw new OverloadedError(1, `this ${this.role} worker has ${waiting} requests waiting, its limit (AIRM_MAX_WAITING); retry in 1 s`);
   }
 
+  /** True when no request holds or waits for a slot or its KV, and no KV lease is open. */
+  idle(): boolean {
+    return this.slots.numRunning === 0 && this.slots.numWaiting === 0 && this.kvWaiting === 0 && this.leases.counters().outstanding === 0;
+  }
+
+  /** Hands every request in flight back (their streams end with an error event worker_draining). */
+  handBackAll(): void {
+    if (this.handBack.signal.aborted) return;
+    this.handBack.abort(
+      new ApiError(
+        503,
+        "worker_draining",
+        `this ${this.role} worker drained for its grace period (AIRM_DRAIN_S) and handed the request back; a gateway moves it to another worker`,
+      ),
+    );
+  }
+
+  /** The loaded engine and transport. Throws ApiError 503 (not_ready) while loading or after a failed load. */
   ready(): Serving {
     if (this.state.kind === "ready") return this.state;
     const why = this.state.kind === "failed" ? `engine failed to load: ${this.state.error}` : "the engine is still loading; retry when /health says ready";

@@ -43,6 +43,13 @@ export interface RunningWorker {
   /** Resolves once the engine (and transport) loaded; rejects with the load error. */
   ready: Promise<void>;
   close(): Promise<void>;
+  /**
+   * Drains: admits nothing new and reports not ready, lets requests finish for up to `graceMs`
+   * (default AIRM_DRAIN_S),
+   * then hands the rest back (worker_draining) and waits up to 5 s for their streams to end.
+   * Resolves with how many were handed back. Call close() after it.
+   */
+  drain(graceMs?: number): Promise<number>;
 }
 
 const ROLES: WorkerRole[] = ["prefill", "decode", "solo"];
@@ -119,6 +126,21 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
     port,
     runtime: rt,
     ready,
+    async drain(graceMs = cfg.drainS * 1000) {
+      rt.draining = true;
+      const sleep = () => new Promise((r) => setTimeout(r, 50));
+      const running = () => rt.slots.numRunning + rt.slots.numWaiting + rt.kvWaiting;
+      log.info({ running: running(), leases: rt.leases.counters().outstanding, grace_ms: graceMs }, "draining: no new requests");
+      const end = performance.now() + graceMs;
+      while (!rt.idle() && performance.now() < end) await sleep();
+      if (rt.idle()) return 0;
+      const handed = running();
+      rt.handBackAll();
+      log.warn({ handed_back: handed }, "drain grace passed: requests handed back");
+      const last = performance.now() + 5000;
+      while (running() > 0 && performance.now() < last) await sleep();
+      return handed;
+    },
     async close() {
       await new Promise<void>((resolve) => {
         server.close(() => resolve());

@@ -71,12 +71,17 @@ export async function jsonAnswer(c: Context, a: AnswerContext): Promise<Response
       const { finishReason } = reader.finish(ch.finishReason);
       const message: Record<string, unknown> = { role: "assistant", content: reader.messageContent() };
       if (reader.calls.length) message.tool_calls = reader.calls.map((t) => ({ id: t.id, type: "function", function: { name: t.name, arguments: t.arguments } }));
-      return { index: ch.index, message, logprobs: asked ? chatLogprobs(ch.logprobs) : null, finish_reason: finishReason };
+      return { index: ch.index, message, logprobs: asked ? chatLogprobs(ch.logprobs, a.req.tokensAsIds) : null, finish_reason: finishReason };
     }
     const origin = (ch as ChoiceOutcome & { origin?: number }).origin ?? ch.index;
     const echo = a.req.echo ? runOf(a, origin).first.echo : undefined;
     const scored: ScoredToken[] = [...(echo?.tokens ?? []), ...ch.logprobs];
-    return { index: ch.index, text: echoText(a, origin) + ch.text, logprobs: asked ? completionLogprobs(scored, 0).logprobs : null, finish_reason: ch.finishReason };
+    return {
+      index: ch.index,
+      text: echoText(a, origin) + ch.text,
+      logprobs: asked ? completionLogprobs(scored, 0, a.req.tokensAsIds).logprobs : null,
+      finish_reason: ch.finishReason,
+    };
   });
   return c.json({ id: a.id, object: a.kind === "chat" ? "chat.completion" : "text_completion", created: a.created, model: a.req.model, choices, usage: out.usage });
 }
@@ -97,9 +102,9 @@ export function sseAnswer(c: Context, a: AnswerContext): Response {
   const per: StreamChoice[] = Array.from({ length: count }, () => ({ reader: new ToolCallReader(a.req.toolMode), offset: 0, carried: [] }));
   const logprobsOf = (index: number, entries: ScoredToken[]) => {
     if (!asked || entries.length === 0) return null;
-    if (a.kind === "chat") return chatLogprobs(entries as TokenLogprobsEntry[]);
+    if (a.kind === "chat") return chatLogprobs(entries as TokenLogprobsEntry[], a.req.tokensAsIds);
     // completions' text_offset runs over the whole answer text, echo included
-    const r = completionLogprobs(entries, per[index].offset);
+    const r = completionLogprobs(entries, per[index].offset, a.req.tokensAsIds);
     per[index].offset = r.next;
     return r.logprobs;
   };

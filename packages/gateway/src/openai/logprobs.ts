@@ -18,14 +18,19 @@ export interface ChatLogprobs {
   refusal: null;
 }
 
+/** How a token is named: its text, or `token_id:<id>` (vLLM's return_tokens_as_token_ids). */
+function named(e: { token: number; text: string }, asIds: boolean): string {
+  return asIds ? `token_id:${e.token}` : e.text;
+}
+
 /** chat.completion(.chunk) `logprobs` for these generated tokens. */
-export function chatLogprobs(entries: TokenLogprobsEntry[]): ChatLogprobs {
+export function chatLogprobs(entries: TokenLogprobsEntry[], asIds = false): ChatLogprobs {
   return {
     content: entries.map((e) => ({
-      token: e.text,
+      token: named(e, asIds),
       logprob: e.logprob,
       bytes: e.bytes,
-      top_logprobs: e.top.map((t) => ({ token: t.text, logprob: t.logprob, bytes: t.bytes })),
+      top_logprobs: e.top.map((t) => ({ token: named(t, asIds), logprob: t.logprob, bytes: t.bytes })),
     })),
     refusal: null,
   };
@@ -51,18 +56,18 @@ function chars(s: string): number {
  * for the next chunk. Each top_logprobs map holds the alternatives and the chosen token, as in the
  * OpenAI API (a prompt token without a log-probability has null there).
  */
-export function completionLogprobs(entries: ScoredToken[], offset: number): { logprobs: CompletionLogprobs; next: number } {
+export function completionLogprobs(entries: ScoredToken[], offset: number, asIds = false): { logprobs: CompletionLogprobs; next: number } {
   const out: CompletionLogprobs = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
   let at = offset;
   for (const e of entries) {
-    out.tokens.push(e.text);
+    out.tokens.push(named(e, asIds));
     out.token_logprobs.push(e.logprob);
     out.text_offset.push(at);
     if (e.logprob === null) out.top_logprobs.push(null);
     else {
       const top: Record<string, number> = {};
-      for (const t of e.top) if (!(t.text in top)) top[t.text] = t.logprob;
-      if (!(e.text in top)) top[e.text] = e.logprob;
+      for (const t of e.top) if (!(named(t, asIds) in top)) top[named(t, asIds)] = t.logprob;
+      if (!(named(e, asIds) in top)) top[named(e, asIds)] = e.logprob;
       out.top_logprobs.push(top);
     }
     at += chars(e.text);

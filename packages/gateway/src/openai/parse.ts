@@ -35,6 +35,8 @@ export interface GenerationRequest {
   logprobs: number | null;
   /** completions only: the prompt (text and, with logprobs, its scored tokens) comes before the completion. */
   echo: boolean;
+  /** vLLM's return_tokens_as_token_ids: log-probabilities name tokens as `token_id:<id>` instead of their text. */
+  tokensAsIds: boolean;
   /** The request's own deadline in seconds (`timeout`, an extension of the OpenAI body); null: the server's maximum. */
   timeoutS: number | null;
   /** What the output must keep to (structured outputs, or tool_choice required / named), or null. */
@@ -45,6 +47,11 @@ export interface GenerationRequest {
   ignoreEos: boolean;
   /** vLLM's min_tokens: no end-of-sequence token before this many completion tokens. */
   minTokens: number;
+  /**
+   * A migrated generation's completion tokens the client already has (the orchestrator sets it
+   * when it re-dispatches a broken stream; never from the client).
+   */
+  resume?: number[];
   /** Top-level fields neither OpenAI nor vLLM defines: ignored, as vLLM does (the route logs them once). */
   ignored: string[];
 }
@@ -92,6 +99,7 @@ const common = {
   response_format: z.unknown().optional(),
   structured_outputs: z.unknown().optional(),
   timeout: z.number().positive().nullish(),
+  return_tokens_as_token_ids: z.boolean().nullish(),
 };
 
 const completionSchema = z
@@ -316,6 +324,7 @@ function parseCompletion(body: Record<string, unknown>, o: ParseOptions): Genera
     includeUsage: b.stream_options?.include_usage ?? false,
     logprobs: b.logprobs ?? null,
     echo: b.echo ?? false,
+    tokensAsIds: b.return_tokens_as_token_ids ?? false,
     timeoutS: b.timeout ?? null,
     constraint: constraintOf(b),
     toolMode: { kind: "none" },
@@ -365,6 +374,7 @@ function parseChat(body: Record<string, unknown>, o: ParseOptions): GenerationRe
     includeUsage: b.stream_options?.include_usage ?? false,
     logprobs: b.logprobs === true ? (b.top_logprobs ?? 0) : null,
     echo: false,
+    tokensAsIds: b.return_tokens_as_token_ids ?? false,
     timeoutS: b.timeout ?? null,
     constraint: format ?? tools.constraint,
     toolMode: tools.mode,

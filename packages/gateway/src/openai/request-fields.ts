@@ -102,7 +102,7 @@ export const REQUEST_FIELDS: RequestField[] = [
   refused("priority", BOTH, "vLLM", "request priorities", [is(0), "0"]),
   refused("request_id", BOTH, "vLLM", "a client-chosen request id (the gateway names each request)"),
   refused("logits_processors", BOTH, "vLLM", "custom logits processors"),
-  refused("return_tokens_as_token_ids", BOTH, "vLLM", "return_tokens_as_token_ids", [is(false), "false"]),
+  served("return_tokens_as_token_ids", BOTH, "vLLM", "log-probabilities name tokens as `token_id:<id>`"),
   refused("return_token_ids", BOTH, "vLLM", "return_token_ids", [is(false), "false"]),
   refused("cache_salt", BOTH, "vLLM", "cache_salt (per-tenant prefix-cache isolation)"),
   refused("kv_transfer_params", BOTH, "vLLM", "vLLM's KV connector parameters (this server moves KV itself)"),

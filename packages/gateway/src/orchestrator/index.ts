@@ -6,10 +6,12 @@ import { randomBytes } from "node:crypto";
 import type { Endpoint, EndpointPool } from "../endpoint-pool.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
 import type { GenEvent } from "./gen-events.ts";
+import { migrating, type MigrationHooks, type MigrationTrail } from "./migration.ts";
 import { runPd } from "./pd.ts";
 import { runSolo } from "./solo.ts";
 
 export type { GenEvent } from "./gen-events.ts";
+export { isMigratable, type MigrationHooks } from "./migration.ts";
 
 export interface OrchestratorOptions {
   prefill?: EndpointPool;
@@ -23,6 +25,8 @@ export interface OrchestratorOptions {
    * decode worker (its /internal/generate: `airm-worker --local-prefill`), as llm-d's sidecar does.
    */
   localPrefill?: boolean;
+  /** Request migration (limit 0: none); see migration.ts. */
+  migration?: MigrationHooks;
 }
 
 /** A fresh request id: `cmpl-` + 24 hex digits (a valid rm-core request id). */
@@ -59,9 +63,14 @@ export class Orchestrator {
    */
   run(req: GenerationRequest, requestId: string, signal: AbortSignal, at: Placement = {}): AsyncGenerator<GenEvent> {
     const { prefill, decode, solo } = this.o;
-    if (solo) return this.counted(runSolo(solo, this.o, req, requestId, signal));
-    if (this.o.localPrefill && !at.prefill) return this.counted(runSolo(decode!, this.o, req, requestId, signal));
-    return this.counted(runPd({ ...this.o, prefill: prefill!, decode: decode!, prefillAt: at.prefill }, req, requestId, signal));
+    // A moved attempt picks its own prefill worker: the one an endpoint picker named may be the one that failed.
+    const dispatch = (r: GenerationRequest, id: string, trail: MigrationTrail, first: boolean): AsyncGenerator<GenEvent> => {
+      if (solo) return runSolo(solo, { ...this.o, trail }, r, id, signal);
+      const prefillAt = first ? at.prefill : undefined;
+      if (this.o.localPrefill && !prefillAt) return runSolo(decode!, { ...this.o, trail }, r, id, signal);
+      return runPd({ ...this.o, prefill: prefill!, decode: decode!, prefillAt, trail }, r, id, signal);
+    };
+    return this.counted(migrating(dispatch, req, requestId, signal, this.o.migration ?? { limit: 0 }));
   }
 
   /** `gen`, counted as before-first until its first event and as streaming after it, until it ends. */

@@ -9,6 +9,7 @@ import { context, SpanStatusCode, trace, type Context, type Span } from "@opente
 import type { Endpoint, EndpointPool } from "../endpoint-pool.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
 import type { EndReason, GenEvent } from "./gen-events.ts";
+import type { MigrationTrail } from "./migration.ts";
 import { causeOf, isDeadline, isWorkerFault, relayEvents, releaseOn, traceHeaders, workerLogprobs } from "./worker-calls.ts";
 
 const tracer = trace.getTracer("@airm/gateway");
@@ -21,10 +22,13 @@ export interface PdOptions {
   kvTimeoutMs: number;
   /** The prefill endpoint an endpoint picker named for this request (x-prefiller-host-port); else the pool picks. */
   prefillAt?: Endpoint;
+  /** A migrating generation's record: endpoints to avoid when another is healthy, and whom this attempt blames. */
+  trail?: MigrationTrail;
 }
 
-function pickOrFail(pool: EndpointPool): Endpoint {
-  const ep = pool.pick();
+/** The pool's pick, away from `avoid` when another endpoint is healthy. */
+function pickOrFail(pool: EndpointPool, avoid?: Set<Endpoint>): Endpoint {
+  const ep = (avoid?.size ? pool.pick(new Set(avoid)) : undefined) ?? pool.pick();
   if (!ep) throw new ApiError(503, "no_healthy_worker", `no healthy ${pool.role} worker: ${pool.describeDown()}`);
   return ep;
 }
@@ -53,8 +57,8 @@ class PdRequest {
     readonly req: GenerationRequest,
     readonly requestId: string,
   ) {
-    this.pre = o.prefillAt ?? pickOrFail(o.prefill);
-    this.dec = pickOrFail(o.decode);
+    this.pre = o.prefillAt ?? pickOrFail(o.prefill, o.trail?.avoid);
+    this.dec = pickOrFail(o.decode, o.trail?.avoid);
     this.pre.outstanding++;
     this.dec.outstanding++;
     const attrs = { "airm.request_id": requestId };
@@ -86,6 +90,7 @@ class PdRequest {
           ignoreEos: req.ignoreEos,
           minTokens: req.minTokens,
           n: req.bestOf,
+          ...(req.resume ? { resume: req.resume } : {}),
         },
         { headers: traceHeaders(), signal: this.decodeAbort.signal },
       ),
@@ -113,6 +118,7 @@ class PdRequest {
               ignoreEos: this.req.ignoreEos,
               minTokens: this.req.minTokens,
               n: this.req.bestOf,
+              ...(this.req.resume ? { resume: this.req.resume } : {}),
             },
             { headers: traceHeaders(), signal: AbortSignal.any([this.prefillAbort.signal, AbortSignal.timeout(this.o.prefillTimeoutMs)]) },
           ),
@@ -222,6 +228,13 @@ export async function* runPd(o: PdOptions, req: GenerationRequest, requestId: st
       yield ev;
     }
   } catch (err) {
+    if (o.trail && err instanceof ApiError) {
+      // The KV that never arrived was the prefill worker's (it died after answering); anything else is the decode worker's.
+      const prefillSide = r.reason === "prefill_failed" || (err.code.startsWith("kv_") && err.code !== "kv_integrity_error");
+      const ep = prefillSide ? { role: "prefill", e: r.pre } : { role: "decode", e: r.dec };
+      o.trail.blamed = { role: ep.role, url: ep.e.url };
+      o.trail.avoid.add(ep.e);
+    }
     r.spans.decode.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error).message });
     if (r.reason !== "prefill_failed" && r.reason !== "decode_rejected" && !signal.aborted && isWorkerFault(err)) o.decode.callFailed(r.dec, (err as Error).message);
     throw err;

@@ -7,6 +7,7 @@ import { context, SpanStatusCode, trace } from "@opentelemetry/api";
 import type { EndpointPool } from "../endpoint-pool.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
 import type { GenEvent } from "./gen-events.ts";
+import type { MigrationTrail } from "./migration.ts";
 import { causeOf, isWorkerFault, relayEvents, traceHeaders, workerLogprobs } from "./worker-calls.ts";
 
 const tracer = trace.getTracer("@airm/gateway");
@@ -14,10 +15,13 @@ const tracer = trace.getTracer("@airm/gateway");
 export interface SoloTimeouts {
   prefillTimeoutMs: number;
   decodeIdleTimeoutMs: number;
+  /** A migrating generation's record: endpoints to avoid when another is healthy, and whom this attempt blames. */
+  trail?: MigrationTrail;
 }
 
 export async function* runSolo(pool: EndpointPool, t: SoloTimeouts, req: GenerationRequest, requestId: string, signal: AbortSignal): AsyncGenerator<GenEvent> {
-  const ep = pool.pick();
+  const avoid = t.trail?.avoid;
+  const ep = (avoid?.size ? pool.pick(new Set(avoid)) : undefined) ?? pool.pick();
   if (!ep) throw new ApiError(503, "no_healthy_worker", `no healthy ${pool.role} worker: ${pool.describeDown()}`);
   ep.outstanding++;
   const abort = new AbortController();
@@ -46,6 +50,7 @@ export async function* runSolo(pool: EndpointPool, t: SoloTimeouts, req: Generat
             ignoreEos: req.ignoreEos,
             minTokens: req.minTokens,
             n: req.bestOf,
+            ...(req.resume ? { resume: req.resume } : {}),
           },
           { headers: traceHeaders(), signal: abort.signal },
         ),
@@ -73,6 +78,10 @@ export async function* runSolo(pool: EndpointPool, t: SoloTimeouts, req: Generat
       throw e;
     }
   } catch (err) {
+    if (t.trail) {
+      t.trail.blamed = { role: pool.role, url: ep.url };
+      t.trail.avoid.add(ep);
+    }
     span.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error).message });
     throw err;
   } finally {

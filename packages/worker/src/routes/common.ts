@@ -49,7 +49,7 @@ export function commonRoutes(app: Hono, rt: WorkerRuntime): void {
     return c.json({ text: engine.tokenizer.decode(b.tokens) } satisfies DetokenizeResponse);
   });
 
-  app.get(ROUTES.health, (c) => c.json(health(rt), rt.serving ? 200 : 503));
+  app.get(ROUTES.health, (c) => c.json(health(rt), rt.serving && !rt.draining ? 200 : 503));
 
   app.get(ROUTES.metrics, async () => new Response(await rt.metrics.registry.metrics(), { headers: { "content-type": rt.metrics.registry.contentType } }));
 }
@@ -60,8 +60,8 @@ export function health(rt: WorkerRuntime): WorkerHealth {
   const e = s?.engine;
   const leases = rt.leases.counters();
   return {
-    status: e ? "ok" : rt.loadError ? "failed" : "loading",
-    ready: e !== undefined,
+    status: rt.draining ? "draining" : e ? "ok" : rt.loadError ? "failed" : "loading",
+    ready: e !== undefined && !rt.draining,
     role: rt.role,
     backend: rt.backend,
     engine: rt.engineName,

@@ -33,6 +33,9 @@ export function decodeRoutes(app: Hono, rt: WorkerRuntime): void {
     if (!opened) throw new ApiError(409, "duplicate_request", `request ${rid} is already in flight on this worker`, "requestId");
     const onClientGone = () => stopped.abort(new Error("the client disconnected"));
     c.req.raw.signal.addEventListener("abort", onClientGone, { once: true });
+    // A draining worker's hand-back stops the request like a release, with its own error event.
+    const onHandBack = () => stopped.abort(rt.handBack.signal.reason);
+    rt.handBack.signal.addEventListener("abort", onHandBack, { once: true });
     const span = tracer.startSpan("worker.decode", { attributes: { "airm.request_id": rid } }, callerContext(c));
     return eventStream(
       c,
@@ -42,6 +45,7 @@ export function decodeRoutes(app: Hono, rt: WorkerRuntime): void {
           reason = await serveDecode(rt, serving, b, c, sink, stopped.signal, span);
         } finally {
           c.req.raw.signal.removeEventListener("abort", onClientGone);
+          rt.handBack.signal.removeEventListener("abort", onHandBack);
           // A lease ended from outside (release, TTL) has already released the blobs.
           if (!endedFromOutside) await rt.endLease(rid, reason);
           span.end();
@@ -69,7 +73,7 @@ async function serveDecode(
   const freeSlots: (() => void)[] = [];
   const t0 = performance.now();
   // The grammar compiles while the KV is on its way; each choice's matcher then takes its first token.
-  const openings = b.constraint ? Array.from({ length: b.n }, () => rt.matcher(b.constraint!, [])) : [];
+  const openings = b.constraint ? Array.from({ length: b.n }, () => rt.matcher(b.constraint!, b.resume ?? [])) : [];
   for (const o of openings) o.catch(() => {});
   rt.kvWaiting++;
   let waiting = true;
@@ -77,8 +81,16 @@ async function serveDecode(
     const pullSpan = tracer.startSpan("kv.pull", {}, trace.setSpan(callerContext(c), span));
     const pulled = await raceAbort(pullKV(s.transport!, rid, engine.model, engine.variants(), b.kvTimeoutMs ?? rt.kvTimeoutMs), stopped).finally(() => pullSpan.end());
     const m = pulled.manifest;
-    const maxTokens = b.maxTokens ?? m.S - m.n;
-    if (m.n + maxTokens > m.S) throw new ContextOverflowError(m.n + maxTokens, m.S, "KV manifest context");
+    // A resumed request's KV ends with its delivered tokens: the prompt is what comes before them.
+    const resumed = b.resume ?? [];
+    const promptLen = m.n - resumed.length;
+    const held = m.promptTokens?.slice(promptLen) ?? [];
+    if (resumed.length && (promptLen < 1 || held.length !== resumed.length || held.some((t, i) => t !== resumed[i]))) {
+      throw new KVIntegrityError("resume", `the KV's last ${resumed.length} positions do not hold the request's resume tokens`);
+    }
+    const maxTokens = b.maxTokens ?? m.S - promptLen;
+    if (maxTokens <= resumed.length) throw new ApiError(400, "invalid_request", `resume holds ${resumed.length} tokens: max_tokens ${maxTokens} leaves none to generate`, "resume");
+    if (promptLen + maxTokens > m.S) throw new ContextOverflowError(promptLen + maxTokens, m.S, "KV manifest context");
     const firsts = m.firstTokens ?? [m.firstToken as number];
     if (firsts.length !== b.n) throw new KVIntegrityError("firstTokens", `the KV manifest carries ${firsts.length} choice(s), the request asks for ${b.n}`);
     rt.kvWaiting--;
@@ -96,13 +108,14 @@ async function serveDecode(
     // request (the lease stays open until a terminal event).
     await s.transport!.release(rid).catch((err) => rt.log.warn({ request_id: rid, err: (err as Error).message }, "early KV release failed"));
     rt.metrics.kvLoadMs.observe(kvLoadMs);
-    await sink.write({ type: "ready", promptTokens: m.n, seqLen: m.S, kvLoadMs: round(kvLoadMs), kvWaitMs: round(pulled.arrivedAt - t0) });
+    await sink.write({ type: "ready", promptTokens: promptLen, seqLen: m.S, kvLoadMs: round(kvLoadMs), kvWaitMs: round(pulled.arrivedAt - t0) });
     const { finish, decodeMs } = await decodeChoices({
       engine,
       batcher: s.batcher,
       streams,
       firsts,
-      prompt: m.promptTokens ?? [],
+      prompt: m.promptTokens?.slice(0, promptLen) ?? [],
+      resumed,
       maxTokens,
       sampling: b.sampling,
       logprobs: b.logprobs,
@@ -112,6 +125,7 @@ async function serveDecode(
       write: sink.write,
       aborted,
     });
+    if (finish === "aborted" && rt.handBack.signal.aborted && !sink.gone) throw rt.handBack.signal.reason;
     rt.metrics.requests.inc({ route: "decode", outcome: finish === "aborted" ? "client_gone" : "ok" });
     if (finish !== "aborted") rt.metrics.decodeMs.observe(decodeMs);
     return finish === "aborted" ? "client_gone" : "done";

@@ -4,7 +4,7 @@
 
 import { GenerateRequestSchema, ROUTES, toApiError } from "@airm/internal-api";
 import type { Hono } from "hono";
-import { checkChoices, checkLogitBias, decodeChoices, firstToken, firstTokens, isEos, planRequest, prefillExtras, stepConstraint, tokenize } from "../generation.ts";
+import { checkChoices, checkLogitBias, decodeChoices, firstToken, firstTokens, isEos, prefillExtras, resumedPlan, stepConstraint, tokenize } from "../generation.ts";
 import type { WorkerRuntime } from "../runtime.ts";
 import type { EngineStream } from "../serving-engine.ts";
 import { callerContext, eventStream, parseBody, tracer } from "./http.ts";
@@ -16,10 +16,10 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
     rt.admit("generate");
     checkLogitBias(engine, b.sampling);
     checkChoices(rt.slots.capacity, b.n);
-    const tokens = tokenize(engine, b.input);
-    const { maxTokens, seqLen } = planRequest(engine, tokens.length, b.maxTokens, b.seqLen);
-    // A bad constraint is a 400 before the stream opens.
-    const matchers = b.constraint ? await Promise.all(Array.from({ length: b.n }, () => rt.matcher(b.constraint!, []))) : [];
+    const prompt = tokenize(engine, b.input);
+    const { resumed, tokens, maxTokens, seqLen } = resumedPlan(engine, prompt, b);
+    // A bad constraint is a 400 before the stream opens; a resumed request's matcher replays its delivered tokens.
+    const matchers = b.constraint ? await Promise.all(Array.from({ length: b.n }, () => rt.matcher(b.constraint!, resumed))) : [];
     const span = tracer.startSpan("worker.generate", { attributes: { "airm.request_id": b.requestId } }, callerContext(c));
     return eventStream(
       c,
@@ -30,8 +30,16 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
           // One prefill, then a slot and a stream per choice.
           for (let i = 0; i < b.n; i++) freeSlots.push(await rt.slots.acquire());
           const t0 = performance.now();
-          const constraint = stepConstraint(engine, matchers[0], b.minTokens, () => 0);
-          const res = await engine.prefill(tokens, { seqLen, sampling: b.sampling, keepStream: true, constraint, choices: b.n, ...prefillExtras(b) });
+          const constraint = stepConstraint(engine, matchers[0], b.minTokens, () => resumed.length);
+          const res = await engine.prefill(tokens, {
+            seqLen,
+            sampling: b.sampling,
+            keepStream: true,
+            constraint,
+            choices: b.n,
+            completionTokens: resumed.length,
+            ...prefillExtras(b),
+          });
           const firsts = firstTokens(res);
           matchers.forEach((m, i) => {
             if (!isEos(engine, firsts[i])) m.advance(firsts[i]);
@@ -40,13 +48,14 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
           for (let i = 1; i < b.n; i++) streams.push(engine.importKV(res.kv));
           const prefillMs = res.computeMs ?? performance.now() - t0;
           rt.notePrefill(tokens.length, res.cachedTokens ?? 0, prefillMs);
-          await sink.write({ type: "first", ...firstToken(engine, res, { tokens, echo: b.echo }, seqLen, maxTokens, prefillMs) });
+          await sink.write({ type: "first", ...firstToken(engine, res, { tokens: prompt, echo: b.echo }, seqLen, maxTokens, prefillMs, resumed) });
           const { finish, decodeMs } = await decodeChoices({
             engine,
             batcher,
             streams,
             firsts,
-            prompt: tokens,
+            prompt,
+            resumed,
             maxTokens,
             sampling: b.sampling,
             logprobs: b.logprobs,
@@ -54,8 +63,10 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
             ignoreEos: b.ignoreEos,
             minTokens: b.minTokens,
             write: sink.write,
-            aborted: () => sink.gone,
+            aborted: () => sink.gone || rt.handBack.signal.aborted,
           });
+          // A draining worker handed the request back: its stream ends with worker_draining (a gateway moves it).
+          if (finish === "aborted" && rt.handBack.signal.aborted && !sink.gone) throw rt.handBack.signal.reason;
           if (finish !== "aborted") rt.metrics.decodeMs.observe(decodeMs);
           rt.metrics.requests.inc({ route: "generate", outcome: finish === "aborted" ? "client_gone" : "ok" });
         } catch (err) {

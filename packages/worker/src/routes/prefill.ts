@@ -7,7 +7,7 @@ import type { GrammarMatcher } from "@airm/grammar";
 import { SpanStatusCode, trace, type Span } from "@opentelemetry/api";
 import type { Context, Hono } from "hono";
 import type { z } from "zod";
-import { checkLogitBias, firstToken, firstTokens, planRequest, prefillExtras, round, stepConstraint, tokenize } from "../generation.ts";
+import { checkLogitBias, firstToken, firstTokens, prefillExtras, resumedPlan, round, stepConstraint, tokenize, type ResumedPlan } from "../generation.ts";
 import { KVPusher } from "../kv-handoff.ts";
 import type { LeaseEnd } from "../kv-leases.ts";
 import type { WorkerRuntime } from "../runtime.ts";
@@ -21,14 +21,15 @@ export function prefillRoutes(app: Hono, rt: WorkerRuntime): void {
       const b = await parseBody(c, PrefillRequestSchema);
       rt.admit("prefill");
       checkLogitBias(engine, b.sampling);
-      const tokens = tokenize(engine, b.input);
-      const { maxTokens, seqLen } = planRequest(engine, tokens.length, b.maxTokens, b.seqLen);
+      const prompt = tokenize(engine, b.input);
+      const plan = resumedPlan(engine, prompt, b);
       const rid = b.requestId;
       span.setAttribute("airm.request_id", rid);
-      // The grammar is compiled (or found cached) before the request takes a slot or a lease.
-      const matcher = b.constraint ? await rt.matcher(b.constraint, []) : undefined;
+      // The grammar is compiled (or found cached) before the request takes a slot or a lease; a
+      // resumed request's matcher replays its delivered tokens.
+      const matcher = b.constraint ? await rt.matcher(b.constraint, plan.resumed) : undefined;
       try {
-        return await prefillWith(c, rt, b, tokens, maxTokens, seqLen, matcher, span);
+        return await prefillWith(c, rt, b, plan, matcher, span);
       } finally {
         matcher?.close();
       }
@@ -46,13 +47,12 @@ async function prefillWith(
   c: Context,
   rt: WorkerRuntime,
   b: z.output<typeof PrefillRequestSchema>,
-  tokens: number[],
-  maxTokens: number,
-  seqLen: number,
+  plan: ResumedPlan,
   matcher: GrammarMatcher | undefined,
   span: Span,
 ): Promise<Response> {
   const { engine, transport } = rt.ready();
+  const { prompt, resumed, tokens, maxTokens, seqLen } = plan;
   const rid = b.requestId;
   // A release (the client left, its deadline passed) or the TTL can end the lease while prefill
   // still computes: pushes stop, and what was pushed after the release is released again below.
@@ -63,8 +63,16 @@ async function prefillWith(
     freeSlot = await rt.slots.acquire();
     const pusher = new KVPusher(transport!, rid, rt.kvTimeoutMs, () => endedAs !== null);
     const t0 = performance.now();
-    const constraint = stepConstraint(engine, matcher, b.minTokens, () => 0);
-    const res = await engine.prefill(tokens, { seqLen, sampling: b.sampling, onLayer: pusher.onLayer, constraint, choices: b.n, ...prefillExtras(b) });
+    const constraint = stepConstraint(engine, matcher, b.minTokens, () => resumed.length);
+    const res = await engine.prefill(tokens, {
+      seqLen,
+      sampling: b.sampling,
+      onLayer: pusher.onLayer,
+      constraint,
+      choices: b.n,
+      completionTokens: resumed.length,
+      ...prefillExtras(b),
+    });
     const computed = performance.now();
     freeSlot();
     const pushSpan = tracer.startSpan("kv.push", {}, trace.setSpan(callerContext(c), span));
@@ -76,7 +84,7 @@ async function prefillWith(
     rt.metrics.requests.inc({ route: "prefill", outcome: "ok" });
     const answer: PrefillResponse = {
       requestId: rid,
-      first: firstToken(engine, res, { tokens, echo: b.echo }, seqLen, maxTokens, prefillMs),
+      first: firstToken(engine, res, { tokens: prompt, echo: b.echo }, seqLen, maxTokens, prefillMs, resumed),
       transport: transport!.name,
       kvPushMs: round(pushMs),
       kvBytes: res.kv.k.reduce((a, x) => a + x.byteLength, 0) * 2,

@@ -102,8 +102,9 @@ describe("fault matrix", () => {
     await expectNoLeaks(pd);
   });
 
-  it("decode killed mid-stream with two decode workers: only its request fails (a stream error naming it), the other finishes", async () => {
-    const pd = await cluster({ model: slowModel, seqLen: SLOW_S, decode: [{}, {}] });
+  it("decode killed mid-stream with two decode workers and migration off (AIRM_MIGRATION_LIMIT=0): only its request fails (a stream error naming it), the other finishes", async () => {
+    // With migration on (the default) the broken stream moves instead: test/e2e/migration.test.ts.
+    const pd = await cluster({ model: slowModel, seqLen: SLOW_S, decode: [{}, {}], gatewayEnv: { AIRM_MIGRATION_LIMIT: "0", AIRM_HEALTH_INTERVAL_MS: "500" } });
     clusters.push(pd);
     const id = await modelId(pd);
     const stream = async () => {
