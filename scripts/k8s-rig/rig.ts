@@ -3,7 +3,7 @@
 // addresses in 127.1.0.0/24), built by build.sh and started here in a folder of their own. Nothing
 // is mocked but the kubelets. Every part binds 127.0.0.1 (kwok's pod addresses are loopback too).
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -88,11 +88,27 @@ function kubeconfig(dir: string, port: number): string {
   return path;
 }
 
-async function waitFor(what: string, check: () => boolean | Promise<boolean>, ms: number, parts: { name: string; child: ChildProcess; log: string[] }[]): Promise<void> {
+/** A part of the rig: its process and the file its output goes to. */
+interface RigPart {
+  name: string;
+  child: ChildProcess;
+  logFile: string;
+}
+
+/** The last `lines` lines of a part's output. */
+function tail(p: RigPart, lines: number): string {
+  try {
+    return readFileSync(p.logFile, "utf8").split("\n").slice(-lines).join("\n");
+  } catch {
+    return "";
+  }
+}
+
+async function waitFor(what: string, check: () => boolean | Promise<boolean>, ms: number, parts: RigPart[]): Promise<void> {
   const until = Date.now() + ms;
   while (Date.now() < until) {
     for (const p of parts) {
-      if (p.child.exitCode !== null) throw new Error(`k8s rig: ${p.name} exited ${p.child.exitCode} while waiting for ${what}:\n${p.log.slice(-15).join("")}`);
+      if (p.child.exitCode !== null) throw new Error(`k8s rig: ${p.name} exited ${p.child.exitCode} while waiting for ${what}:\n${tail(p, 15)}`);
     }
     if (await check()) return;
     await sleep(200);
@@ -122,17 +138,16 @@ export async function startRig(nodes: RigNode[], opts: { log?: (line: string) =>
   makePki(dir);
   const [etcdPort, peerPort, apiPort] = [await freePort(), await freePort(), await freePort()];
   const kc = kubeconfig(dir, apiPort);
-  const parts: { name: string; child: ChildProcess; log: string[] }[] = [];
+  const parts: RigPart[] = [];
+  // Output goes to a file, not a pipe: the tests call helm and kubectl synchronously, and a pipe
+  // nobody reads for the length of a `helm --wait` fills up and stops a chatty component (the
+  // controller-manager then created no ReplicaSet, and every wait timed out).
   const start = (name: string, exe: string, args: string[]) => {
-    const child = spawn(join(bin, "bin", exe), args, { cwd: dir, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, KUBECONFIG: kc } });
-    const log: string[] = [];
-    const keep = (b: Buffer) => {
-      log.push(b.toString());
-      if (log.length > 200) log.shift();
-    };
-    child.stdout?.on("data", keep);
-    child.stderr?.on("data", keep);
-    parts.push({ name, child, log });
+    const logFile = join(dir, `${name}.log`);
+    const fd = openSync(logFile, "a");
+    const child = spawn(join(bin, "bin", exe), args, { cwd: dir, stdio: ["ignore", fd, fd], env: { ...process.env, KUBECONFIG: kc } });
+    closeSync(fd);
+    parts.push({ name, child, logFile });
   };
   const kubectl = (args: string[], input?: string): string => {
     try {

@@ -35,8 +35,23 @@ function helmRun(args: string[]): string {
   try {
     return execFileSync(helm, [...args, "--kubeconfig", rig.kubeconfig, "--namespace", NS], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
   } catch (e) {
-    throw new Error(`helm ${args.join(" ")}: ${(e as { stderr?: string }).stderr ?? e}`);
+    throw new Error(`helm ${args.join(" ")}: ${(e as { stderr?: string }).stderr ?? e}\n${rigState()}`);
   }
+}
+
+/** What the rig holds when a wait fails: pods, recent events, and the last output of each pod's containers. */
+function rigState(): string {
+  const safe = (f: () => string) => {
+    try {
+      return f();
+    } catch (e) {
+      return (e as Error).message;
+    }
+  };
+  const pods = safe(() => rig.kubectl(["get", "pods", "-A", "-o", "wide"]));
+  const events = safe(() => rig.kubectl(["get", "events", "-A", "--sort-by=.lastTimestamp"]).split("\n").slice(-25).join("\n"));
+  const logs = safe(() => [...runner.pods.values()].flatMap((p) => p.procs.map((c) => `--- ${p.name}/${c.container}\n${c.log.join("").slice(-1500)}`)).join("\n"));
+  return `--- pods\n${pods}\n--- events\n${events}\n${logs}`;
 }
 
 /** Values every install here uses: the tiny model at its path on this host, no pool labels needed. */
