@@ -145,6 +145,8 @@ The worker finds its card with --chip -1 (the kubelet checkpoint and POD_UID).
           fieldPath: metadata.uid
     - name: AIRM_ARTIFACT_CACHE
       value: /cache/artifacts
+    - name: AIRM_DRAIN_S
+      value: {{ $v.airm.drainSeconds | quote }}
     {{- if eq $v.airm.kvTransport "shm" }}
     - name: PD_SHM_ROOT
       value: /dev/shm/rngd_kv_cluster
@@ -254,6 +256,8 @@ for is prefilled by the decode worker (--local-prefill), as llm-d's sidecar does
   env:
     - name: AIRM_METRICS_PORT
       value: {{ $v.airm.metricsPort | quote }}
+    - name: AIRM_MIGRATION_LIMIT
+      value: {{ $v.airm.migrationLimit | quote }}
     {{- if .pool }}
     - name: POD_NAMESPACE
       valueFrom:

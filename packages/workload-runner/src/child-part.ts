@@ -16,6 +16,8 @@ export interface PartSpec {
   ready: { http: string } | "connect";
   /** Scheduling niceness to run at (higher: yields the CPU to the others; default unchanged). */
   nice?: number;
+  /** A worker: SIGTERM drains it (AIRM_DRAIN_S), so the cluster stops it first and waits that long. */
+  drains?: boolean;
 }
 
 export class ChildPart {

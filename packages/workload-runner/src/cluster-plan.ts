@@ -165,7 +165,7 @@ export async function planCluster(o: ClusterShape, launcherPid: number): Promise
       const localPrefill = role === "decode" && o.localPrefill === true;
       const argv = workerArgv({ role, backend: w.backend ?? DEFAULT_BACKENDS[role], host, port, seqLen, batch: w.batch, threads: w.threads, localPrefill });
       const url = `http://${host}:${port}`;
-      parts.push({ name, argv, env: { MODEL: w.model ?? o.model, ...w.env }, url, ready: { http: "/health" }, ...(w.nice === undefined ? {} : { nice: w.nice }) });
+      parts.push({ name, argv, env: { MODEL: w.model ?? o.model, ...w.env }, url, ready: { http: "/health" }, drains: true, ...(w.nice === undefined ? {} : { nice: w.nice }) });
       ports.push({ what: `${name} port`, port });
       workerUrls[role].push(url);
     }

@@ -1,0 +1,159 @@
+// pnpm bench migration [--at 64,128,256] [--rounds 3] [--after 16]
+// What one migration costs a stream: through airm up's own PD cluster (its defaults, parts
+// restarted when they die) on the pulled SmolLM2-135M-Instruct GGUF (else the generated 135m
+// preset), one streamed greedy completion of at + after tokens runs undisturbed, then again with
+// the decode worker serving it killed (SIGKILL) once `at` tokens have arrived. The cost is the
+// gap between token `at` and the next one in the disturbed run (the gateway sees the break,
+// prefills prompt + `at` tokens again and decodes on the other decode worker) less the median gap
+// between tokens of the undisturbed run, measured in the same round. The tokens of both runs are
+// checked to be the same. Also printed: the gateway's own airm_migration_seconds.
+import { existsSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { makeTinyModel } from "../packages/llama/src/index.ts";
+import { flagOf, int, list } from "../packages/rm-core/src/index.ts";
+import { startUpCluster } from "../packages/workload-runner/src/index.ts";
+import { benchArgs, finalLine, fmt, progress, progressDone, summarize } from "./lib.ts";
+import { cachedSmolLM2 } from "./serve-load/model.ts";
+
+const args = benchArgs("migration", "the extra latency of one migration (a decode worker killed mid-stream) at several token counts, through airm up's defaults", {
+  at: flagOf(list(int({ min: 1, max: 2000 })), { default: [64, 128, 256], doc: "tokens a stream has sent when its decode worker is killed" }),
+  rounds: flagOf(int({ min: 1 }), { default: 3, doc: "rounds per point" }),
+  after: flagOf(int({ min: 2, max: 256 }), { default: 16, doc: "tokens after the break" }),
+});
+
+const PROMPT = "Write a long story about a lighthouse keeper who finds a message in a bottle.";
+
+let modelPath = cachedSmolLM2();
+if (!modelPath) {
+  modelPath = join(tmpdir(), "airm-bench-135m");
+  if (!existsSync(join(modelPath, "config.json"))) makeTinyModel({ arch: "llama", preset: "135m", out: modelPath });
+  console.log(`no pulled SmolLM2 GGUF: the generated 135m preset (random weights) at ${modelPath}`);
+}
+const maxAt = Math.max(...args.at);
+const { cluster } = await startUpCluster(["--model", modelPath, "--quiet", "--seq-len", String(Math.max(512, 2 ** Math.ceil(Math.log2(maxAt + args.after + 64))))], {
+  env: process.env,
+  adjust: (c) => ({ ...c, onPartExit: "restart" }),
+});
+const decodes = cluster.parts.filter((p) => p.name.startsWith("decode")).map((p) => p.name);
+if (decodes.length < 2) throw new Error(`the bench needs two decode workers, airm up started ${decodes.length}`);
+
+interface Run {
+  ids: string[];
+  arrivals: number[];
+}
+
+/** Streams one greedy completion of `tokens` tokens; `onToken(n)` runs as token n arrives. */
+async function stream(model: string, tokens: number, onToken: (n: number) => void): Promise<Run> {
+  const r = await fetch(`${cluster.url}/v1/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model, prompt: PROMPT, max_tokens: tokens, temperature: 0, ignore_eos: true, stream: true, logprobs: 0, return_tokens_as_token_ids: true }),
+  });
+  if (r.status !== 200) throw new Error(`${r.status}: ${await r.text()}`);
+  const out: Run = { ids: [], arrivals: [] };
+  const reader = r.body!.getReader();
+  const dec = new TextDecoder();
+  let buf = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buf += dec.decode(value, { stream: true });
+    let at: number;
+    while ((at = buf.indexOf("\n\n")) >= 0) {
+      const data = buf.slice(6, at);
+      buf = buf.slice(at + 2);
+      if (data === "[DONE]") continue;
+      const chunk = JSON.parse(data);
+      if (chunk.error) throw new Error(`stream error: ${JSON.stringify(chunk.error)}`);
+      for (const c of chunk.choices ?? [])
+        for (const t of c.logprobs?.tokens ?? []) {
+          out.ids.push(t);
+          out.arrivals.push(performance.now());
+          onToken(out.ids.length);
+        }
+    }
+  }
+  return out;
+}
+
+async function healthy(url: string): Promise<boolean> {
+  try {
+    return (await fetch(`${url}/health`)).status === 200;
+  } catch {
+    return false;
+  }
+}
+
+async function migrationSeconds(): Promise<{ sum: number; count: number }> {
+  const text = await (await fetch(`${cluster.url}/metrics`)).text();
+  const v = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, "m").exec(text)?.[1] ?? 0);
+  return { sum: v("airm_migration_seconds_sum"), count: v("airm_migration_seconds_count") };
+}
+
+const results: { at: number; extraMs: number[]; gapMs: number[]; tpotMs: number[]; gatewayMs: number[] }[] = [];
+try {
+  const model = ((await (await fetch(`${cluster.url}/v1/models`)).json()) as { data: { id: string }[] }).data[0].id;
+  await stream(model, 8, () => {}); // warm-up
+  for (const at of args.at) {
+    const row = { at, extraMs: [] as number[], gapMs: [] as number[], tpotMs: [] as number[], gatewayMs: [] as number[] };
+    for (let r = 0; r < args.rounds; r++) {
+      progress(`${at} tokens, round ${r + 1}/${args.rounds}`);
+      // Both decode workers serving before each round (the one killed last round was restarted).
+      for (const name of decodes) {
+        const end = performance.now() + 120_000;
+        while (!(await healthy(cluster.part(name).spec.url))) {
+          if (performance.now() > end) throw new Error(`${name} not healthy again within 120 s`);
+          await new Promise((res) => setTimeout(res, 100));
+        }
+      }
+      await new Promise((res) => setTimeout(res, 1500)); // the gateway's probe sees them too
+      const calm = await stream(model, at + args.after, () => {});
+      const gaps = calm.arrivals.slice(1).map((t, i) => t - calm.arrivals[i]);
+      const tpot = summarize(gaps).median;
+      const before = await migrationSeconds();
+      let killed: Promise<void> | null = null;
+      const hit = await stream(model, at + args.after, (n) => {
+        if (n !== at) return;
+        killed = (async () => {
+          for (const name of decodes) {
+            const part = cluster.part(name);
+            const h = (await (await fetch(`${part.spec.url}/health`)).json()) as { requests: { running: number } };
+            if (h.requests.running > 0) part.child.kill("SIGKILL");
+          }
+        })();
+      });
+      await killed;
+      if (hit.ids.join(",") !== calm.ids.join(",")) throw new Error(`${at} tokens, round ${r + 1}: the migrated stream's tokens differ from the undisturbed run`);
+      const after = await migrationSeconds();
+      if (after.count - before.count !== 1) throw new Error(`${at} tokens, round ${r + 1}: the gateway counted ${after.count - before.count} migrations, not 1`);
+      const gap = hit.arrivals[at] - hit.arrivals[at - 1];
+      row.gapMs.push(gap);
+      row.tpotMs.push(tpot);
+      row.extraMs.push(gap - tpot);
+      row.gatewayMs.push((after.sum - before.sum) * 1000);
+    }
+    results.push(row);
+  }
+  progressDone();
+} finally {
+  await cluster.stop();
+}
+
+console.log(`\nmodel ${modelPath}; greedy, ${args.after} tokens after the break; ${args.rounds} rounds per point; tokens identical to the undisturbed run every time`);
+for (const r of results) {
+  console.log(
+    `at ${String(r.at).padStart(4)} tokens  extra latency ${fmt(summarize(r.extraMs))}  gap at the break ${fmt(summarize(r.gapMs))}  undisturbed gap ${fmt(summarize(r.tpotMs))}  gateway's airm_migration_seconds ${fmt(summarize(r.gatewayMs))}`,
+  );
+}
+const first = results[0];
+finalLine({
+  bench: "migration",
+  at: results.map((r) => r.at),
+  extra_ms: results.map((r) => summarize(r.extraMs).median),
+  gateway_ms: results.map((r) => summarize(r.gatewayMs).median),
+  ref_tpot_ms: results.map((r) => summarize(r.tpotMs).median),
+  median_ms: summarize(first.gapMs).median,
+  ref_median_ms: summarize(first.tpotMs).median,
+  ratio: summarize(first.gapMs).median / summarize(first.tpotMs).median,
+});
