@@ -3,7 +3,7 @@
 // environment; docs/configuration.md lists it with every other package's.
 
 import { defineConfig, opt } from "./config/config-spec.ts";
-import { int, list, text } from "./config/value-types.ts";
+import { int, list, num, text } from "./config/value-types.ts";
 
 /** The transport a host opens when none is named. */
 export const DEFAULT_KV_TRANSPORT = "shm";
@@ -28,6 +28,11 @@ export const RM_CORE_CONFIG = defineConfig("@airm/rm-core", {
     env: "AIRM_INTERNAL_TOKEN",
     defaultText: "none: internal routes and the relay accept any caller (airm up generates one for its parts)",
     doc: "Shared secret of one deployment's parts: every worker /internal/* route asks it in the x-airm-internal-token header and the KV relay in each connection's HELLO frame; the gateway and the transports send it. Refused callers get 401 (workers) or an UNAUTHORIZED frame (relay), and are counted.",
+  }),
+  drainS: opt(num({ min: 0 }), {
+    env: "AIRM_DRAIN_S",
+    default: 10,
+    doc: "On SIGTERM or SIGINT a worker drains: it admits nothing new and reports not ready (/health 503, status draining, so gateways and endpoint pickers stop routing to it), lets its requests finish for up to this many seconds, then hands the rest back (an error event worker_draining, which a gateway migrates to another worker at the next token) and exits. 0 hands back at once. `airm up` stops its workers first and waits this long plus 5 s; the chart sets terminationGracePeriodSeconds to it plus 10.",
   }),
   parentPid: opt(int({ min: 1 }), {
     env: "AIRM_PARENT_PID",

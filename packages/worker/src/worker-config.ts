@@ -26,11 +26,6 @@ export const WORKER_CONFIG = defineConfig("@airm/worker", {
     default: 256,
     doc: "Most requests a worker holds waiting (for a slot, or a decode for its KV); one more gets 429 with Retry-After and an OpenAI error body at once. The gateway's own bound has the same variable.",
   }),
-  drainS: opt(num({ min: 0 }), {
-    env: "AIRM_DRAIN_S",
-    default: 10,
-    doc: "On SIGTERM or SIGINT the worker drains: it admits nothing new and reports not ready (/health 503, status draining, so gateways and endpoint pickers stop routing to it), lets its requests finish for up to this many seconds, then hands the rest back (an error event worker_draining, which a gateway migrates to another worker at the next token) and exits. 0 hands back at once. Keep it below the pod's terminationGracePeriodSeconds (the chart adds 10 s).",
-  }),
   grammarCache: opt(int({ min: 1 }), {
     env: "AIRM_GRAMMAR_CACHE",
     default: 64,

@@ -126,7 +126,7 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
     port,
     runtime: rt,
     ready,
-    async drain(graceMs = cfg.drainS * 1000) {
+    async drain(graceMs = RM_CORE_CONFIG.resolve({ env }).drainS * 1000) {
       rt.draining = true;
       const sleep = () => new Promise((r) => setTimeout(r, 50));
       const running = () => rt.slots.numRunning + rt.slots.numWaiting + rt.kvWaiting;

@@ -4,7 +4,7 @@
 // window, which stops everything. "stop-all": any death stops everything. "keep": nothing (tests
 // that kill parts on purpose). Deaths before the cluster is up are left to the start-up loop.
 
-import { WORKER_CONFIG } from "@airm/worker/config";
+import { RM_CORE_CONFIG } from "@airm/rm-core";
 import { ChildPart, type PartSpec } from "./child-part.ts";
 
 export interface RestartPolicy {
@@ -78,7 +78,7 @@ export class Supervisor {
     if (reason) this.o.log(reason);
     // Workers first: each drains (its requests finish for up to AIRM_DRAIN_S while the gateway
     // still streams them), then the gateway and the sidecars stop.
-    const drainMs = (p: ChildPart) => 1000 * WORKER_CONFIG.resolve({ env: { ...this.o.env, ...p.spec.env } }).drainS + 5000;
+    const drainMs = (p: ChildPart) => 1000 * RM_CORE_CONFIG.resolve({ env: { ...this.o.env, ...p.spec.env } }).drainS + 5000;
     await Promise.all(this.parts.filter((p) => p.spec.drains).map((p) => p.stop("SIGTERM", drainMs(p))));
     await Promise.all([...this.parts].reverse().map((p) => p.stop()));
     this.o.afterStop();
