@@ -169,7 +169,7 @@ describe("charts/rngd-pd", () => {
     expect(ms.filter((m) => m.kind === "Deployment").map((m) => m.metadata.name)).toEqual(["rngd-pd-pd"]);
     expect(ms.some((m) => m.metadata.name.includes("kv-relay"))).toBe(false);
     const pd = deployment(ms, "pd");
-    expect(pd.spec.strategy.type).toBe("Recreate");
+    expect(pd.spec.strategy).toEqual({ type: "RollingUpdate", rollingUpdate: { maxSurge: 0, maxUnavailable: 1 } });
     const pod = pd.spec.template.spec;
     expect(pod.nodeSelector).toEqual({ "airm.ai-computing.io/furiosa.RNGD": "true", "airm.ai-computing.io/rebellions.ATOM": "true" });
     expect(pod.containers.map((c: Manifest) => c.name)).toEqual(["prefill", "decode", "gateway"]);

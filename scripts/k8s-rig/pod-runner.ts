@@ -20,11 +20,20 @@ interface RunningPod {
   uid: string;
   name: string;
   ip: string;
+  /** What its readiness probes said last (the pod's Ready condition is patched to follow it). */
+  ready: boolean;
+  /** Seconds its processes get after SIGTERM (terminationGracePeriodSeconds, default 30). */
+  graceS: number;
   procs: { container: string; child: ChildProcess; log: string[] }[];
   dirs: string[];
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Whether a pod is Running with its Ready condition True. */
+function isReady(pod: Obj): boolean {
+  return pod.status?.phase === "Running" && (pod.status?.conditions ?? []).some((c: Obj) => c.type === "Ready" && c.status === "True");
+}
 
 export class PodRunner {
   readonly pods = new Map<string, RunningPod>();
@@ -50,6 +59,7 @@ export class PodRunner {
       while (!this.stopped) {
         try {
           this.sync();
+          await this.probeAll();
         } catch {
           // the API may be busy for a moment (helm applying); try again
         }
@@ -98,10 +108,72 @@ export class PodRunner {
     for (const p of [...this.pods.values()]) if (!live.has(p.uid)) void this.stopPod(p);
   }
 
-  /** A running pod the Service selects, or undefined. */
+  /** A ready pod the Service selects, at random, or undefined (kube-proxy sends only to ready endpoints). */
   private podOf(svc: Obj, pods: Obj[]): Obj | undefined {
     const sel = Object.entries(svc.spec.selector ?? {});
-    return pods.find((p) => p.status?.phase === "Running" && p.status?.podIP && !p.metadata.deletionTimestamp && sel.every(([k, v]) => p.metadata.labels?.[k] === v));
+    const ready = pods.filter((p) => isReady(p) && p.status?.podIP && !p.metadata.deletionTimestamp && sel.every(([k, v]) => p.metadata.labels?.[k] === v));
+    return ready[Math.floor(Math.random() * ready.length)];
+  }
+
+  /**
+   * Runs every started pod's readiness probes (httpGet, tcpSocket; grpc as a TCP connect) against
+   * its processes, as the kubelet would, and patches the pod's Ready condition when the answer
+   * changed: a pod is ready when each container is running and its probe (if any) passes.
+   */
+  private async probeAll(): Promise<void> {
+    await Promise.all(
+      [...this.pods.values()].map(async (p) => {
+        const pod = this.podList.find((x) => x.metadata.uid === p.uid);
+        if (!pod || pod.metadata.deletionTimestamp) return;
+        const ready = (await Promise.all((pod.spec.containers as Obj[]).map((c) => this.probe(p, pod, c)))).every(Boolean);
+        if (ready === p.ready && isReady(pod) === ready) return;
+        p.ready = ready;
+        const status = ready ? "True" : "False";
+        const now = new Date().toISOString();
+        const patch = {
+          status: {
+            conditions: [
+              { type: "Ready", status, lastTransitionTime: now },
+              { type: "ContainersReady", status, lastTransitionTime: now },
+            ],
+          },
+        };
+        this.rig.kubectl(["patch", "pod", pod.metadata.name, "-n", this.namespace, "--subresource=status", "--type=strategic", "-p", JSON.stringify(patch)]);
+        pod.status.conditions = [...(pod.status.conditions ?? []).filter((c: Obj) => c.type !== "Ready" && c.type !== "ContainersReady"), ...patch.status.conditions];
+      }),
+    );
+  }
+
+  private async probe(p: RunningPod, pod: Obj, c: Obj): Promise<boolean> {
+    const proc = p.procs.find((x) => x.container === c.name);
+    if (!proc || proc.child.exitCode !== null || proc.child.signalCode !== null) return false;
+    const r = c.readinessProbe;
+    if (!r) return true;
+    if (r.httpGet) {
+      const port = this.targetPort(pod, r.httpGet.port);
+      try {
+        const res = await fetch(`http://${p.ip}:${port}${r.httpGet.path ?? "/"}`, { signal: AbortSignal.timeout(1000) });
+        await res.arrayBuffer();
+        return res.status >= 200 && res.status < 400;
+      } catch {
+        return false;
+      }
+    }
+    const port = this.targetPort(pod, (r.tcpSocket ?? r.grpc)?.port);
+    if (port === undefined) return true;
+    return new Promise<boolean>((resolve) => {
+      const sock = connect(port, p.ip);
+      sock.setTimeout(1000);
+      sock.once("connect", () => {
+        sock.destroy();
+        resolve(true);
+      });
+      sock.once("error", () => resolve(false));
+      sock.once("timeout", () => {
+        sock.destroy();
+        resolve(false);
+      });
+    });
   }
 
   /** `<svc>.<ns>.svc` -> the Service's stable address, or null while no pod of it runs (a process started then would fail to connect). */
@@ -196,7 +268,15 @@ export class PodRunner {
   }
 
   private startPod(pod: Obj, cmds: Cmd[]): void {
-    const p: RunningPod = { uid: pod.metadata.uid, name: pod.metadata.name, ip: pod.status.podIP, procs: [], dirs: [...new Set(cmds.flatMap((c) => c.dirs))] };
+    const p: RunningPod = {
+      uid: pod.metadata.uid,
+      name: pod.metadata.name,
+      ip: pod.status.podIP,
+      ready: false,
+      graceS: pod.spec.terminationGracePeriodSeconds ?? 30,
+      procs: [],
+      dirs: [...new Set(cmds.flatMap((c) => c.dirs))],
+    };
     for (const d of p.dirs) mkdirSync(d, { recursive: true });
     this.pods.set(p.uid, p);
     for (const c of cmds) this.spawnContainer(p, c, []);
@@ -232,7 +312,7 @@ export class PodRunner {
     this.pods.delete(p.uid);
     for (const c of p.procs) this.stopping.add(c.child);
     for (const c of p.procs) if (c.child.exitCode === null) c.child.kill("SIGTERM");
-    const until = Date.now() + 10_000;
+    const until = Date.now() + p.graceS * 1000;
     while (p.procs.some((c) => c.child.exitCode === null && c.child.signalCode === null) && Date.now() < until) await sleep(100);
     for (const c of p.procs) if (c.child.exitCode === null && c.child.signalCode === null) c.child.kill("SIGKILL");
     while (p.procs.some((c) => c.child.exitCode === null && c.child.signalCode === null)) await sleep(50);

@@ -1,11 +1,25 @@
 // What tests and benches do with a chart release on the rig: run helm against it, find the pods of
 // a component with the IPs the pod runner gave them once they serve, and hold load on a gateway.
-import { execFileSync } from "node:child_process";
+import { execFile } from "node:child_process";
 import { connect } from "node:net";
 import type { PodRunner } from "./pod-runner.ts";
 import type { Rig } from "./rig.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * Runs helm without blocking this process: the pod runner lives here too and must keep starting
+ * pods and answering for their readiness while `helm --wait` waits for them. Throws with helm's
+ * stderr.
+ */
+export function helm(bin: string, args: string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    execFile(bin, args, { encoding: "utf8", maxBuffer: 64 << 20 }, (err, stdout, stderr) => {
+      if (err) reject(new Error(`helm ${args.join(" ")}: ${stderr || err.message}`));
+      else resolve(stdout);
+    });
+  });
+}
 
 /** A pod of the release with the address its processes listen on. */
 export interface PodAt {
@@ -22,17 +36,13 @@ export class Release {
   ) {}
 
   /** Runs helm against the rig in the release's namespace; throws with helm's stderr. */
-  helmRun(args: string[]): string {
-    try {
-      return execFileSync(this.helm, [...args, "--kubeconfig", this.rig.kubeconfig, "--namespace", this.namespace], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
-    } catch (e) {
-      throw new Error(`helm ${args.join(" ")}: ${(e as { stderr?: string }).stderr ?? e}`);
-    }
+  helmRun(args: string[]): Promise<string> {
+    return helm(this.helm, [...args, "--kubeconfig", this.rig.kubeconfig, "--namespace", this.namespace]);
   }
 
   /** Installs the chart at `chart` as release rngd-pd: two PD pods (shm) on `model` at S=`seqLen`, and an InferencePool `pool` over them. */
-  installPdPool(chart: string, o: { model: string; seqLen: number; pool: string }): void {
-    this.helmRun([
+  async installPdPool(chart: string, o: { model: string; seqLen: number; pool: string }): Promise<void> {
+    await this.helmRun([
       "install",
       "rngd-pd",
       chart,

@@ -116,6 +116,30 @@ async function waitFor(what: string, check: () => boolean | Promise<boolean>, ms
   throw new Error(`k8s rig: ${what} not ready within ${ms} ms`);
 }
 
+/**
+ * kwok's pod-ready stage turned into a pod-running one: the pod gets its IP and phase Running but
+ * Ready (and ContainersReady, and each container's ready) stays False. Readiness is the pod
+ * runner's to set, from the containers' readiness probes against the real processes, as a
+ * kubelet would; kwok alone marks every pod Ready at once, so a rollout would delete old pods
+ * while the new ones still load. Written into the rig's folder; returns its path.
+ */
+function podRunningStage(podReady: string, dir: string): string {
+  let text = readFileSync(podReady, "utf8");
+  const swaps: [RegExp, string][] = [
+    [/status: "True"(\s+)type: Ready\b/, 'status: "False"$1type: Ready'],
+    [/status: "True"(\s+)type: ContainersReady\b/, 'status: "False"$1type: ContainersReady'],
+    [/(containerStatuses:[\s\S]*?)ready: true/, "$1ready: false"],
+    [/name: pod-ready\b/, "name: pod-running"],
+  ];
+  for (const [from, to] of swaps) {
+    if (!from.test(text)) throw new Error(`k8s rig: kwok's ${podReady} no longer has ${from}; the pod-running stage needs updating`);
+    text = text.replace(from, to);
+  }
+  const out = join(dir, "pod-running.yaml");
+  writeFileSync(out, text);
+  return out;
+}
+
 function nodeManifest(n: RigNode): string {
   const alloc = { cpu: "32", memory: "256Gi", pods: "110", ...Object.fromEntries(Object.entries(n.devices ?? {}).map(([k, v]) => [k, String(v)])) };
   return JSON.stringify({
@@ -214,7 +238,8 @@ export async function startRig(nodes: RigNode[], opts: { log?: (line: string) =>
       "--root-ca-file=ca.crt",
     ]);
     start("kube-scheduler", "kube-scheduler", [`--kubeconfig=${kc}`, "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0"]);
-    const stages = ["node-initialize", "node-heartbeat", "pod-ready", "pod-complete", "pod-delete"].flatMap((s) => ["--config", join(bin, "stages", `${s}.yaml`)]);
+    const stages = ["node-initialize", "node-heartbeat", "pod-complete", "pod-delete"].flatMap((s) => ["--config", join(bin, "stages", `${s}.yaml`)]);
+    stages.push("--config", podRunningStage(join(bin, "stages", "pod-ready.yaml"), dir));
     start("kwok", "kwok", [
       `--kubeconfig=${kc}`,
       "--manage-all-nodes=false",

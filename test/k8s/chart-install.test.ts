@@ -15,6 +15,7 @@ import { defaultNixlPython } from "../../packages/kv-nixl/src/index.ts";
 import { makeTinyModel } from "../../packages/llama/src/index.ts";
 import { startLocalCluster, type RunningCluster } from "../../packages/workload-runner/src/index.ts";
 import { PodRunner } from "../../scripts/k8s-rig/pod-runner.ts";
+import { helm as runHelm } from "../../scripts/k8s-rig/release.ts";
 import { type Rig, startRig } from "../../scripts/k8s-rig/rig.ts";
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -31,11 +32,11 @@ let reference: RunningCluster;
 const RNGD = "airm.ai-computing.io/furiosa.RNGD";
 const ATOM = "airm.ai-computing.io/rebellions.ATOM";
 
-function helmRun(args: string[]): string {
+async function helmRun(args: string[]): Promise<string> {
   try {
-    return execFileSync(helm, [...args, "--kubeconfig", rig.kubeconfig, "--namespace", NS], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+    return await runHelm(helm, [...args, "--kubeconfig", rig.kubeconfig, "--namespace", NS]);
   } catch (e) {
-    throw new Error(`helm ${args.join(" ")}: ${(e as { stderr?: string }).stderr ?? e}\n${rigState()}`);
+    throw new Error(`${(e as Error).message}\n${rigState()}`);
   }
 }
 
@@ -148,7 +149,7 @@ afterAll(async () => {
 
 describe("charts/rngd-pd on a real control plane", () => {
   test("default values (shm): one PD pod on the node with both cards; a completion through its IP gives airm up's tokens", async () => {
-    helmRun(["install", "rngd-pd", chart, ...base(), "--wait", "--timeout", "120s"]);
+    await helmRun(["install", "rngd-pd", chart, ...base(), "--wait", "--timeout", "120s"]);
     const pods = placement();
     expect(pods.map((p) => p.component)).toEqual(["pd"]);
     expect(pods[0]!.node).toBe("npu-both");
@@ -169,7 +170,7 @@ describe("charts/rngd-pd on a real control plane", () => {
   test.skipIf(!existsSync(defaultNixlPython()))(
     "upgrade to nixl: the PD pod runs the NIXL agent beside its workers, which copy KV through it; same tokens through its gateway",
     async () => {
-      upgrade("nixl.yaml", "--set", `nixl.python=${defaultNixlPython()}`, "--set", "nixl.poolMb=64");
+      await upgrade("nixl.yaml", "--set", `nixl.python=${defaultNixlPython()}`, "--set", "nixl.poolMb=64");
       const pods = placement();
       expect(pods.map((p) => p.component)).toEqual(["pd"]);
       expect(pods[0]!.node).toBe("npu-both");
@@ -182,7 +183,7 @@ describe("charts/rngd-pd on a real control plane", () => {
   );
 
   test("upgrade to tcp: prefill on an RNGD node, decode on an ATOM node, a relay; same tokens through the gateway pod", async () => {
-    upgrade("tcp.yaml");
+    await upgrade("tcp.yaml");
     const pods = await until("the shm pod gone and four tcp pods", () => {
       const p = placement();
       return p.length === 4 && !p.some((x) => x.component === "pd") ? p : null;
@@ -196,10 +197,86 @@ describe("charts/rngd-pd on a real control plane", () => {
     console.log(`tcp: ${pods.map((p) => `${p.component} -> ${p.node}`).join(", ")}`);
   });
 
+  test("rolling restarts of the decode Deployment under held-open load (tcp, two decode pods): every stream is answered whole, drained or moved", async () => {
+    const decodes = () => placement().filter((p) => p.component === "decode");
+    const podsReady = () =>
+      JSON.parse(rig.kubectl(["get", "pods", "-n", NS, "-l", "app.kubernetes.io/component=decode", "-o", "json"])).items.filter((p: any) =>
+        p.status.conditions?.some((c: any) => c.type === "Ready" && c.status === "True"),
+      ).length;
+    /** Four clients, each sending its next streamed completion as soon as one ends, until stopped. */
+    const hold = async (url: string) => {
+      const model = ((await (await fetch(`${url}/v1/models`)).json()) as { data: { id: string }[] }).data[0]!.id;
+      const o = { holding: true, whole: 0, failures: [] as string[], held: [] as Promise<void>[] };
+      const holder = async (i: number) => {
+        while (o.holding) {
+          const r = await fetch(`${url}/v1/completions`, {
+            method: "POST",
+            headers: { "content-type": "application/json" },
+            body: JSON.stringify({ model, prompt: `held ${i}`, max_tokens: 96, ignore_eos: true, temperature: 0, stream: true, stream_options: { include_usage: true } }),
+          }).catch((e: Error) => e);
+          if (r instanceof Error) {
+            o.failures.push(`client ${i}: ${r.message}`);
+            continue;
+          }
+          const text = await r.text();
+          const usage = /"completion_tokens":(\d+)/.exec(text)?.[1];
+          if (r.status !== 200 || text.includes('"error"') || !text.trimEnd().endsWith("data: [DONE]") || usage !== "96")
+            o.failures.push(`client ${i}: ${r.status} ${text.slice(-300)}`);
+          else o.whole++;
+        }
+      };
+      o.held = [0, 1, 2, 3].map(holder);
+      await until("the load running", () => o.whole >= 4 || null);
+      return o;
+    };
+    /** `kubectl rollout restart` of decode under the load; resolves once two new pods are ready and the old ones' processes are gone. */
+    const roll = async (o: { whole: number }) => {
+      const old = new Set(decodes().map((p) => p.pod));
+      rig.kubectl(["rollout", "restart", "deployment/rngd-pd-decode", "-n", NS]);
+      await until(
+        "the rollout done: two new decode pods ready, the old ones' processes gone",
+        () => {
+          const now = decodes();
+          return (now.length === 2 && now.every((p) => !old.has(p.pod)) && podsReady() === 2 && ![...runner.pods.values()].some((p) => old.has(p.name))) || null;
+        },
+        180_000,
+      );
+      const after = o.whole;
+      await until("more answers after the rollout", () => o.whole >= after + 4 || null);
+    };
+    const migrations = async (url: string) =>
+      [...(await (await fetch(`${url}/metrics`)).text()).matchAll(/^airm_migrations_total\{[^}]*\} (\d+)$/gm)].reduce((a, m) => a + Number(m[1]), 0);
+
+    // Defaults: the old pods drain (10 s); these short answers finish where they are.
+    await upgrade("tcp.yaml", "--set", "decode.replicas=2");
+    await until("two ready decode pods", () => (decodes().length === 2 && podsReady() === 2) || null);
+    let url = `http://${await gatewayIp("gateway")}:8000`;
+    let load = await hold(url);
+    await roll(load);
+    load.holding = false;
+    await Promise.all(load.held);
+    console.log(`rolling restart, drain 10 s: ${load.whole} whole answers, ${load.failures.length} failures, ${await migrations(url)} migrations`);
+    expect(load.failures).toEqual([]);
+
+    // airm.drainSeconds=0: the old pods hand their streams back at once, and the gateway moves them.
+    await upgrade("tcp.yaml", "--set", "decode.replicas=2", "--set", "airm.drainSeconds=0");
+    await until("two ready decode pods", () => (decodes().length === 2 && podsReady() === 2) || null);
+    url = `http://${await gatewayIp("gateway")}:8000`;
+    const before = await migrations(url);
+    load = await hold(url);
+    await roll(load);
+    load.holding = false;
+    await Promise.all(load.held);
+    const moved = (await migrations(url)) - before;
+    console.log(`rolling restart, drain 0 s: ${load.whole} whole answers, ${load.failures.length} failures, ${moved} migrations`);
+    expect(load.failures).toEqual([]);
+    expect(moved).toBeGreaterThan(0);
+  });
+
   test("decode-on-RNGD override: the decode pod lands on an RNGD node and asks for no ATOM", async () => {
-    upgrade("tcp.yaml", "-f", join(chart, "examples", "decode-on-rngd.yaml"));
+    await upgrade("tcp.yaml", "-f", join(chart, "examples", "decode-on-rngd.yaml"));
     const specOf = (pod: string) => JSON.parse(rig.kubectl(["get", "pod", pod, "-n", NS, "-o", "json"])).spec;
-    // The new decode pod (Recreate: the ATOM one goes first), on a node with RNGD cards.
+    // The new decode pod (one replica, maxSurge 0: the ATOM one goes first), on a node with RNGD cards.
     const decode = await until(
       "the rngd decode pod scheduled",
       () => placement().find((p) => p.component === "decode" && p.node && specOf(p.pod).containers[0].args.includes("rngd")) ?? null,
@@ -247,7 +324,7 @@ describe("charts/rngd-pd on a real control plane", () => {
   test("uninstall leaves no pod, no process and no shared-memory folder", async () => {
     const pids = runner.pids();
     expect(pids.length).toBeGreaterThan(0);
-    helmRun(["uninstall", "rngd-pd", "--wait", "--timeout", "120s"]);
+    await helmRun(["uninstall", "rngd-pd", "--wait", "--timeout", "120s"]);
     await until("every pod gone and its processes stopped", () => placement().length === 0 && runner.pids().length === 0);
     for (const pid of pids) expect(() => process.kill(pid, 0)).toThrow();
     expect(shmLeft()).toEqual([]);

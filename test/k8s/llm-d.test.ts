@@ -121,7 +121,7 @@ describe("the llm-d path: Envoy -> InferencePool -> endpoint picker -> our pods"
   let pods: { name: string; ip: string }[];
 
   test("the stock GIE EPP v1.5.0: requests pass through Envoy unchanged, and a skewed load goes to the idle replica", async () => {
-    release.installPdPool(chart, { model, seqLen: S, pool: POOL });
+    await release.installPdPool(chart, { model, seqLen: S, pool: POOL });
     pods = await release.serving("pd", 2, 8000);
     modelId = ((await (await fetch(`http://${pods[0]!.ip}:8000/v1/models`)).json()) as any).data[0].id;
     const epp = await startStockEpp(rig, llmd, POOL, NS);
@@ -157,7 +157,7 @@ describe("the llm-d path: Envoy -> InferencePool -> endpoint picker -> our pods"
   });
 
   test("our picker (epp.enabled, packages/epp): the same pass-through and the same shift to the idle replica", async () => {
-    release.helmRun([
+    await release.helmRun([
       "upgrade",
       "rngd-pd",
       chart,
@@ -192,7 +192,7 @@ describe("the llm-d path: Envoy -> InferencePool -> endpoint picker -> our pods"
   });
 
   test("llm-d's sidecar topology: our picker names the prefill pod, the decode pod's gateway prefills there; a host outside the pool is refused", async () => {
-    release.helmRun([
+    await release.helmRun([
       "upgrade",
       "rngd-pd",
       chart,
@@ -278,7 +278,7 @@ describe("the llm-d path: Envoy -> InferencePool -> endpoint picker -> our pods"
   test("uninstall leaves no pod and no process", async () => {
     const pids = runner.pids();
     expect(pids.length).toBeGreaterThan(0);
-    release.helmRun(["uninstall", "rngd-pd", "--wait", "--timeout", "120s"]);
+    await release.helmRun(["uninstall", "rngd-pd", "--wait", "--timeout", "120s"]);
     await release.until("every pod gone and its processes stopped", () => runner.pods.size === 0 && runner.pids().length === 0);
     for (const pid of pids) expect(() => process.kill(pid, 0)).toThrow();
   });

@@ -10,7 +10,7 @@ import type { Endpoint, EndpointPool } from "../endpoint-pool.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
 import type { EndReason, GenEvent } from "./gen-events.ts";
 import type { MigrationTrail } from "./migration.ts";
-import { causeOf, isDeadline, isWorkerFault, relayEvents, releaseOn, traceHeaders, workerLogprobs } from "./worker-calls.ts";
+import { causeOf, isDeadline, isWorkerFault, nothingListens, relayEvents, releaseOn, traceHeaders, workerLogprobs } from "./worker-calls.ts";
 
 const tracer = trace.getTracer("@airm/gateway");
 
@@ -135,7 +135,7 @@ class PdRequest {
         const full = err instanceof ApiError && err.status === 429;
         if (err instanceof ApiError && !full) throw err;
         const timedOut = (err as Error).name === "TimeoutError";
-        if (!timedOut && !full) this.o.prefill.markDown(this.pre, `unreachable: ${causeOf(err)}`);
+        if (!timedOut && !full && nothingListens(err)) this.o.prefill.markDown(this.pre, `unreachable: ${causeOf(err)}`);
         const next = timedOut ? undefined : this.o.prefill.pick(tried);
         if (!next && full) throw err;
         if (!next) throw new ApiError(timedOut ? 504 : 502, "prefill_unreachable", `prefill worker ${this.pre.url} did not answer: ${causeOf(err)}`);
@@ -164,7 +164,7 @@ class PdRequest {
         this.reason = "decode_rejected";
         if (isWorkerFault(err)) this.o.decode.callFailed(this.dec, (err as Error).message);
         if (err instanceof ApiError) throw err;
-        this.o.decode.markDown(this.dec, `unreachable: ${causeOf(err)}`);
+        if (nothingListens(err)) this.o.decode.markDown(this.dec, `unreachable: ${causeOf(err)}`);
         const next = this.o.decode.pick(tried);
         if (!next) throw new ApiError(502, "decode_unreachable", `decode worker ${this.dec.url} did not answer: ${causeOf(err)}`);
         this.dec.outstanding--;

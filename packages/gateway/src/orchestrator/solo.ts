@@ -8,7 +8,7 @@ import type { EndpointPool } from "../endpoint-pool.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
 import type { GenEvent } from "./gen-events.ts";
 import type { MigrationTrail } from "./migration.ts";
-import { causeOf, isWorkerFault, relayEvents, traceHeaders, workerLogprobs } from "./worker-calls.ts";
+import { causeOf, isWorkerFault, nothingListens, relayEvents, traceHeaders, workerLogprobs } from "./worker-calls.ts";
 
 const tracer = trace.getTracer("@airm/gateway");
 
@@ -60,7 +60,7 @@ export async function* runSolo(pool: EndpointPool, t: SoloTimeouts, req: Generat
       if (isWorkerFault(err)) pool.callFailed(ep, (err as Error).message);
       if (err instanceof ApiError) throw err;
       if (prefillTimedOut) throw new ApiError(504, "prefill_timeout", `solo worker ${ep.url} gave no first token within ${t.prefillTimeoutMs} ms`);
-      pool.markDown(ep, `unreachable: ${causeOf(err)}`);
+      if (nothingListens(err)) pool.markDown(ep, `unreachable: ${causeOf(err)}`);
       throw new ApiError(502, "worker_unreachable", `solo worker ${ep.url} unreachable: ${causeOf(err)}`);
     }
     try {

@@ -23,6 +23,17 @@ export function causeOf(err: unknown): string {
 }
 
 /**
+ * True when nothing listens at the endpoint (the connection was refused, or no route or name):
+ * the endpoint is down until a probe says otherwise. A connection that was accepted and then
+ * dropped is not that: behind a Service the next connection may reach another pod, and one pod
+ * going away must not take the whole endpoint out of the pool.
+ */
+export function nothingListens(err: unknown): boolean {
+  const code = (err as { cause?: { code?: string } })?.cause?.code;
+  return code === "ECONNREFUSED" || code === "EHOSTUNREACH" || code === "ENETUNREACH" || code === "ENOTFOUND" || code === "EAI_AGAIN";
+}
+
+/**
  * True when `err` says the worker itself failed the call (a 5xx answer or error event, a broken or
  * silent stream), which counts against its circuit breaker. Not: the client's fault (4xx), an
  * overloaded worker (429/503: busy is not broken), bad KV (the producer's or the wire's fault), or one
