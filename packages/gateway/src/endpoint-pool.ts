@@ -6,7 +6,7 @@
 // OpenAI API.
 
 import { WorkerClient, type WorkerHealth } from "@airm/internal-api";
-import { causeOf } from "./orchestrator/worker-calls.ts";
+import { causeOf, nothingListens } from "./orchestrator/worker-calls.ts";
 
 export interface Endpoint {
   readonly url: string;
@@ -117,7 +117,7 @@ export class EndpointPool {
     await Promise.all(this.endpoints.map((e) => this.probe(e)));
   }
 
-  private async probe(e: Endpoint): Promise<void> {
+  private async probe(e: Endpoint, again = false): Promise<void> {
     e.probedAt = performance.now();
     try {
       const { status, health } = await e.client.health({ signal: AbortSignal.timeout(this.probeTimeoutMs) });
@@ -133,6 +133,9 @@ export class EndpointPool {
         e.lastError = `busy: health probe timed out after ${this.probeTimeoutMs} ms while ${e.outstanding} requests make progress`;
         return;
       }
+      // A connection accepted and then dropped is asked once more at once: behind a Service the
+      // next one may reach another pod, and one pod going away must not take the endpoint out.
+      if (e.healthy && !again && !timedOut && !nothingListens(err)) return this.probe(e, true);
       e.healthy = false;
       e.lastError = `health probe failed: ${causeOf(err)}`;
     }
@@ -193,6 +196,11 @@ export class EndpointPool {
       e.breaker.retryAt = now + e.breaker.cooldownMs;
     }
     return e;
+  }
+
+  /** pick(), away from the endpoints in `avoid` when another one is healthy (a moved request's next try). */
+  pickAvoiding(avoid?: Set<Endpoint>): Endpoint | undefined {
+    return (avoid?.size ? this.pick(avoid) : undefined) ?? this.pick();
   }
 
   /** Why no endpoint could be picked, for the 503 message. */
