@@ -1,20 +1,7 @@
-// pnpm bench migration [--at 64,128,256] [--rounds 3] [--after 16]
-// What one migration costs a stream: through airm up's own PD cluster (its defaults, parts
-// restarted when they die) on the pulled SmolLM2-135M-Instruct GGUF (else the generated 135m
-// preset), one streamed greedy completion of at + after tokens runs undisturbed, then again with
-// the decode worker serving it killed (SIGKILL) once `at` tokens have arrived. The cost is the
-// longest gap between tokens after that point in the disturbed run (the gateway sees the break,
-// prefills prompt + the tokens sent again and decodes on the other decode worker) less the median
-// gap between tokens of the undisturbed run, measured in the same round. The tokens of both runs are
-// checked to be the same. Also printed: the gateway's own airm_migration_seconds.
-import { existsSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { makeTinyModel } from "../packages/llama/src/index.ts";
 import { flagOf, int, list } from "../packages/rm-core/src/index.ts";
 import { startUpCluster } from "../packages/workload-runner/src/index.ts";
-import { benchArgs, finalLine, fmt, progress, progressDone, summarize } from "./lib.ts";
-import { cachedSmolLM2 } from "./serve-load/model.ts";
+import { benchArgs, finalLine, fmt, progress, progressDone, sseEvents, summarize } from "./lib.ts";
+import { benchModel } from "./serve-load/model.ts";
 
 const args = benchArgs("migration", "the extra latency of one migration (a decode worker killed mid-stream) at several token counts, through airm up's defaults", {
   at: flagOf(list(int({ min: 1, max: 2000 })), { default: [64, 128, 256], doc: "tokens a stream has sent when its decode worker is killed" }),
@@ -24,12 +11,7 @@ const args = benchArgs("migration", "the extra latency of one migration (a decod
 
 const PROMPT = "Write a long story about a lighthouse keeper who finds a message in a bottle.";
 
-let modelPath = cachedSmolLM2();
-if (!modelPath) {
-  modelPath = join(tmpdir(), "airm-bench-135m");
-  if (!existsSync(join(modelPath, "config.json"))) makeTinyModel({ arch: "llama", preset: "135m", out: modelPath });
-  console.log(`no pulled SmolLM2 GGUF: the generated 135m preset (random weights) at ${modelPath}`);
-}
+const modelPath = benchModel();
 const maxAt = Math.max(...args.at);
 const { cluster } = await startUpCluster(["--model", modelPath, "--quiet", "--seq-len", String(Math.max(512, 2 ** Math.ceil(Math.log2(maxAt + args.after + 64))))], {
   env: process.env,
@@ -52,27 +34,14 @@ async function stream(model: string, tokens: number, onToken: (n: number) => voi
   });
   if (r.status !== 200) throw new Error(`${r.status}: ${await r.text()}`);
   const out: Run = { ids: [], arrivals: [] };
-  const reader = r.body!.getReader();
-  const dec = new TextDecoder();
-  let buf = "";
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    buf += dec.decode(value, { stream: true });
-    let at: number;
-    while ((at = buf.indexOf("\n\n")) >= 0) {
-      const data = buf.slice(6, at);
-      buf = buf.slice(at + 2);
-      if (data === "[DONE]") continue;
-      const chunk = JSON.parse(data);
-      if (chunk.error) throw new Error(`stream error: ${JSON.stringify(chunk.error)}`);
-      for (const c of chunk.choices ?? [])
-        for (const t of c.logprobs?.tokens ?? []) {
-          out.ids.push(t);
-          out.arrivals.push(performance.now());
-          onToken(out.ids.length);
-        }
-    }
+  for await (const chunk of sseEvents(r.body!)) {
+    if (chunk.error) throw new Error(`stream error: ${JSON.stringify(chunk.error)}`);
+    for (const c of chunk.choices ?? [])
+      for (const t of c.logprobs?.tokens ?? []) {
+        out.ids.push(t);
+        out.arrivals.push(performance.now());
+        onToken(out.ids.length);
+      }
   }
   return out;
 }

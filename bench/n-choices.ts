@@ -1,19 +1,8 @@
-// pnpm bench n-choices [--n 4] [--max-tokens 64] [--rounds 5] [--seed 11]
-// What `n` saves: one request with n choices (one prefill, one KV transfer, n decode streams
-// forked from it) against n separate requests sent at once (n prefills, n transfers), through
-// airm up's own PD cluster (its defaults, free ports) on the pulled SmolLM2-135M-Instruct GGUF
-// (else the generated 135m preset). The separate requests use seeds s, s+1, ..., so both give the
-// same tokens (checked). Rounds alternate which goes first. Per round: wall time, the CPU the
-// prefill worker and all parts spent (Linux /proc); the prefill worker's counter gives the prefills.
-import { existsSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { makeTinyModel } from "../packages/llama/src/index.ts";
 import { flagOf, int } from "../packages/rm-core/src/index.ts";
 import { startUpCluster } from "../packages/workload-runner/src/index.ts";
 import { benchArgs, finalLine, fmt, progress, progressDone, summarize } from "./lib.ts";
 import { airmPart, cpuByPart } from "./serve-load/cpu-time.ts";
-import { cachedSmolLM2 } from "./serve-load/model.ts";
+import { benchModel } from "./serve-load/model.ts";
 
 const args = benchArgs("n-choices", "one request with n choices against n separate requests, through airm up's defaults", {
   n: flagOf(int({ min: 2, max: 16 }), { default: 4, doc: "choices" }),
@@ -24,12 +13,7 @@ const args = benchArgs("n-choices", "one request with n choices against n separa
 
 const PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle.";
 
-let modelPath = cachedSmolLM2();
-if (!modelPath) {
-  modelPath = join(tmpdir(), "airm-bench-135m");
-  if (!existsSync(join(modelPath, "config.json"))) makeTinyModel({ arch: "llama", preset: "135m", out: modelPath });
-  console.log(`no pulled SmolLM2 GGUF: the generated 135m preset (random weights) at ${modelPath}`);
-}
+const modelPath = benchModel();
 const { cluster } = await startUpCluster(["--model", modelPath, "--quiet"], { env: process.env });
 const prefillUrl = cluster.parts.find((p) => p.name.startsWith("prefill"))!.spec.url;
 

@@ -1,21 +1,7 @@
-// pnpm bench structured [--levels 1,8] [--samples 24] [--max-tokens 64] [--seed 1]
-// What a grammar costs a request: the same chat prompts, streamed, with and without a
-// json_schema response_format, through airm up's own PD cluster (its defaults, free ports) and a
-// solo worker on the same model, at each concurrency level. The schema asks for more items than
-// max_tokens can hold, so a constrained answer runs to max_tokens exactly as an unconstrained one
-// with ignore_eos does: both decode the same number of tokens. Rounds alternate unconstrained and
-// constrained batches (the machine's noise falls on both). Per system and level: TTFT and TPOT
-// medians of each, their ratio, and the grammar engine's time per mask from the decode workers'
-// airm_grammar_* counters (computed in the grammar thread; waited for by the sampler). The model:
-// the pulled SmolLM2-135M-Instruct GGUF, else the generated 135m preset (random weights).
-import { existsSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { makeTinyModel } from "../packages/llama/src/index.ts";
 import { flagOf, int, list } from "../packages/rm-core/src/index.ts";
 import { startLocalCluster, startUpCluster, type RunningCluster } from "../packages/workload-runner/src/index.ts";
 import { benchArgs, finalLine, fmt, progress, progressDone, sseEvents, summarize, type Summary } from "./lib.ts";
-import { cachedSmolLM2 } from "./serve-load/model.ts";
+import { benchModel } from "./serve-load/model.ts";
 import { chatPrompts, type ChatPrompt } from "./serve-load/prompts.ts";
 
 const args = benchArgs("structured", "json_schema-constrained against unconstrained streams, same prompts, PD (airm up) and solo, by concurrency", {
@@ -141,12 +127,7 @@ async function modelIdOf(url: string): Promise<string> {
   return ((await (await fetch(`${url}/v1/models`)).json()) as { data: { id: string }[] }).data[0].id;
 }
 
-let modelPath = cachedSmolLM2();
-if (!modelPath) {
-  modelPath = join(tmpdir(), "airm-bench-135m");
-  if (!existsSync(join(modelPath, "config.json"))) makeTinyModel({ arch: "llama", preset: "135m", out: modelPath });
-  console.log(`no pulled SmolLM2 GGUF: the generated 135m preset (random weights) at ${modelPath}`);
-}
+const modelPath = benchModel();
 const rows: Row[] = [];
 const pd = (await startUpCluster(["--model", modelPath, "--quiet"], { env: process.env })).cluster;
 const solo = await startLocalCluster({

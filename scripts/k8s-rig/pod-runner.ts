@@ -31,7 +31,7 @@ interface RunningPod {
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Whether a pod is Running with its Ready condition True. */
-function isReady(pod: Obj): boolean {
+export function isReady(pod: Obj): boolean {
   return pod.status?.phase === "Running" && (pod.status?.conditions ?? []).some((c: Obj) => c.type === "Ready" && c.status === "True");
 }
 
@@ -72,6 +72,11 @@ export class PodRunner {
   logs(pod: string, container: string): string {
     const p = [...this.pods.values()].find((x) => x.name === pod);
     return p?.procs.find((c) => c.container === container)?.log.join("") ?? "";
+  }
+
+  /** The last output of every pod's processes, `chars` per container (for failure messages). */
+  podLogs(chars = 1200): string {
+    return [...this.pods.values()].map((p) => `--- ${p.name} ${p.ip}\n${p.procs.map((c) => `[${c.container}] ${c.log.join("").slice(-chars)}`).join("\n")}`).join("\n");
   }
 
   /** Pids of every process the runner has started that has not exited yet. */

@@ -55,7 +55,7 @@ export class Release {
 
   /** The last output lines of every pod's processes (for failure messages). */
   podLogs(): string {
-    return [...this.runner.pods.values()].map((p) => `--- ${p.name} ${p.ip}\n${p.procs.map((c) => `[${c.container}] ${c.log.join("").slice(-1200)}`).join("\n")}`).join("\n");
+    return this.runner.podLogs();
   }
 
   /** Polls `f` every 250 ms until it gives a truthy value; throws naming `what` (and the pods' logs) after `ms`. */

@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { defaultNixlPython } from "../../packages/kv-nixl/src/index.ts";
 import { makeTinyModel } from "../../packages/llama/src/index.ts";
 import { startLocalCluster, type RunningCluster } from "../../packages/workload-runner/src/index.ts";
-import { PodRunner } from "../../scripts/k8s-rig/pod-runner.ts";
+import { isReady, PodRunner } from "../../scripts/k8s-rig/pod-runner.ts";
 import { helm as runHelm } from "../../scripts/k8s-rig/release.ts";
 import { type Rig, startRig } from "../../scripts/k8s-rig/rig.ts";
 
@@ -51,7 +51,7 @@ function rigState(): string {
   };
   const pods = safe(() => rig.kubectl(["get", "pods", "-A", "-o", "wide"]));
   const events = safe(() => rig.kubectl(["get", "events", "-A", "--sort-by=.lastTimestamp"]).split("\n").slice(-25).join("\n"));
-  const logs = safe(() => [...runner.pods.values()].flatMap((p) => p.procs.map((c) => `--- ${p.name}/${c.container}\n${c.log.join("").slice(-1500)}`)).join("\n"));
+  const logs = safe(() => runner.podLogs(1500));
   return `--- pods\n${pods}\n--- events\n${events}\n${logs}`;
 }
 
@@ -199,10 +199,7 @@ describe("charts/rngd-pd on a real control plane", () => {
 
   test("rolling restarts of the decode Deployment under held-open load (tcp, two decode pods): every stream is answered whole, drained or moved", async () => {
     const decodes = () => placement().filter((p) => p.component === "decode");
-    const podsReady = () =>
-      JSON.parse(rig.kubectl(["get", "pods", "-n", NS, "-l", "app.kubernetes.io/component=decode", "-o", "json"])).items.filter((p: any) =>
-        p.status.conditions?.some((c: any) => c.type === "Ready" && c.status === "True"),
-      ).length;
+    const podsReady = () => JSON.parse(rig.kubectl(["get", "pods", "-n", NS, "-l", "app.kubernetes.io/component=decode", "-o", "json"])).items.filter(isReady).length;
     /** Four clients, each sending its next streamed completion as soon as one ends, until stopped. */
     const hold = async (url: string) => {
       const model = ((await (await fetch(`${url}/v1/models`)).json()) as { data: { id: string }[] }).data[0]!.id;

@@ -63,6 +63,15 @@ export interface ResumedPlan {
   seqLen: number;
 }
 
+/** Throws 400 naming resume when it holds an id outside the vocabulary or leaves max_tokens (null: the context's rest) nothing to generate. */
+export function checkResume(engine: ServingEngine, resumed: readonly number[], maxTokens: number | null): void {
+  const bad = resumed.find((t) => t >= engine.model.vocabSize);
+  if (bad !== undefined) throw new ApiError(400, "invalid_request", `resume holds token id ${bad}, outside the vocabulary (size ${engine.model.vocabSize})`, "resume");
+  if (maxTokens !== null && resumed.length >= maxTokens) {
+    throw new ApiError(400, "invalid_request", `resume holds ${resumed.length} tokens: max_tokens ${maxTokens} leaves none to generate`, "resume");
+  }
+}
+
 /**
  * Plans a prefill of `prompt` and the request's `resume` tokens: max_tokens counts the whole
  * completion, so the resumed tokens are part of it and at least one must be left (else 400). The
@@ -70,11 +79,7 @@ export interface ResumedPlan {
  */
 export function resumedPlan(engine: ServingEngine, prompt: number[], b: { maxTokens: number | null; seqLen?: number; resume?: number[] }): ResumedPlan {
   const resumed = b.resume ?? [];
-  const bad = resumed.find((t) => t >= engine.model.vocabSize);
-  if (bad !== undefined) throw new ApiError(400, "invalid_request", `resume holds token id ${bad}, outside the vocabulary (size ${engine.model.vocabSize})`, "resume");
-  if (b.maxTokens !== null && resumed.length >= b.maxTokens) {
-    throw new ApiError(400, "invalid_request", `resume holds ${resumed.length} tokens: max_tokens ${b.maxTokens} leaves none to generate`, "resume");
-  }
+  checkResume(engine, resumed, b.maxTokens);
   const rest = b.maxTokens === null ? null : b.maxTokens - resumed.length;
   const tokens = resumed.length ? [...prompt, ...resumed] : prompt;
   const plan = planRequest(engine, tokens.length, rest, b.seqLen);

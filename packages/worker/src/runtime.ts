@@ -135,9 +135,14 @@ export class WorkerRuntime {
     throw new OverloadedError(1, `this ${this.role} worker has ${waiting} requests waiting, its limit (AIRM_MAX_WAITING); retry in 1 s`);
   }
 
-  /** True when no request holds or waits for a slot or its KV, and no KV lease is open. */
+  /** Requests holding or waiting for a slot, or waiting for their KV. */
+  inFlight(): number {
+    return this.slots.numRunning + this.slots.numWaiting + this.kvWaiting;
+  }
+
+  /** True when no request is in flight and no KV lease is open. */
   idle(): boolean {
-    return this.slots.numRunning === 0 && this.slots.numWaiting === 0 && this.kvWaiting === 0 && this.leases.counters().outstanding === 0;
+    return this.inFlight() === 0 && this.leases.counters().outstanding === 0;
   }
 
   /** Hands every request in flight back (their streams end with an error event worker_draining). */

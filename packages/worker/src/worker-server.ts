@@ -129,16 +129,15 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
     async drain(graceMs = RM_CORE_CONFIG.resolve({ env }).drainS * 1000) {
       rt.draining = true;
       const sleep = () => new Promise((r) => setTimeout(r, 50));
-      const running = () => rt.slots.numRunning + rt.slots.numWaiting + rt.kvWaiting;
-      log.info({ running: running(), leases: rt.leases.counters().outstanding, grace_ms: graceMs }, "draining: no new requests");
+      log.info({ running: rt.inFlight(), leases: rt.leases.counters().outstanding, grace_ms: graceMs }, "draining: no new requests");
       const end = performance.now() + graceMs;
       while (!rt.idle() && performance.now() < end) await sleep();
       if (rt.idle()) return 0;
-      const handed = running();
+      const handed = rt.inFlight();
       rt.handBackAll();
       log.warn({ handed_back: handed }, "drain grace passed: requests handed back");
       const last = performance.now() + 5000;
-      while (running() > 0 && performance.now() < last) await sleep();
+      while (rt.inFlight() > 0 && performance.now() < last) await sleep();
       return handed;
     },
     async close() {

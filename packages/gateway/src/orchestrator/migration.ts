@@ -18,6 +18,13 @@ export interface MigrationTrail {
   blamed?: { role: string; url: string };
 }
 
+/** Records that `endpoint` (of `role`) failed this attempt: the next one avoids it. */
+export function blame(trail: MigrationTrail | undefined, role: string, endpoint: Endpoint): void {
+  if (!trail) return;
+  trail.blamed = { role, url: endpoint.url };
+  trail.avoid.add(endpoint);
+}
+
 /**
  * Error codes of a failure another worker can take over: the worker broke or went silent, could
  * not be reached or was not ready when the request moved to it, lost the KV on its way (the

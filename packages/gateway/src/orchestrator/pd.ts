@@ -9,7 +9,7 @@ import { context, SpanStatusCode, trace, type Context, type Span } from "@opente
 import type { Endpoint, EndpointPool } from "../endpoint-pool.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
 import type { EndReason, GenEvent } from "./gen-events.ts";
-import type { MigrationTrail } from "./migration.ts";
+import { blame, type MigrationTrail } from "./migration.ts";
 import { causeOf, isDeadline, isWorkerFault, nothingListens, relayEvents, releaseOn, traceHeaders, workerLogprobs } from "./worker-calls.ts";
 
 const tracer = trace.getTracer("@airm/gateway");
@@ -28,7 +28,7 @@ export interface PdOptions {
 
 /** The pool's pick, away from `avoid` when another endpoint is healthy. */
 function pickOrFail(pool: EndpointPool, avoid?: Set<Endpoint>): Endpoint {
-  const ep = (avoid?.size ? pool.pick(new Set(avoid)) : undefined) ?? pool.pick();
+  const ep = pool.pickAvoiding(avoid);
   if (!ep) throw new ApiError(503, "no_healthy_worker", `no healthy ${pool.role} worker: ${pool.describeDown()}`);
   return ep;
 }
@@ -228,12 +228,11 @@ export async function* runPd(o: PdOptions, req: GenerationRequest, requestId: st
       yield ev;
     }
   } catch (err) {
-    if (o.trail && err instanceof ApiError) {
+    if (err instanceof ApiError) {
       // The KV that never arrived was the prefill worker's (it died after answering); anything else is the decode worker's.
       const prefillSide = r.reason === "prefill_failed" || (err.code.startsWith("kv_") && err.code !== "kv_integrity_error");
-      const ep = prefillSide ? { role: "prefill", e: r.pre } : { role: "decode", e: r.dec };
-      o.trail.blamed = { role: ep.role, url: ep.e.url };
-      o.trail.avoid.add(ep.e);
+      if (prefillSide) blame(o.trail, "prefill", r.pre);
+      else blame(o.trail, "decode", r.dec);
     }
     r.spans.decode.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error).message });
     if (r.reason !== "prefill_failed" && r.reason !== "decode_rejected" && !signal.aborted && isWorkerFault(err)) o.decode.callFailed(r.dec, (err as Error).message);

@@ -7,7 +7,7 @@ import { context, SpanStatusCode, trace } from "@opentelemetry/api";
 import type { EndpointPool } from "../endpoint-pool.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
 import type { GenEvent } from "./gen-events.ts";
-import type { MigrationTrail } from "./migration.ts";
+import { blame, type MigrationTrail } from "./migration.ts";
 import { causeOf, isWorkerFault, nothingListens, relayEvents, traceHeaders, workerLogprobs } from "./worker-calls.ts";
 
 const tracer = trace.getTracer("@airm/gateway");
@@ -20,8 +20,7 @@ export interface SoloTimeouts {
 }
 
 export async function* runSolo(pool: EndpointPool, t: SoloTimeouts, req: GenerationRequest, requestId: string, signal: AbortSignal): AsyncGenerator<GenEvent> {
-  const avoid = t.trail?.avoid;
-  const ep = (avoid?.size ? pool.pick(new Set(avoid)) : undefined) ?? pool.pick();
+  const ep = pool.pickAvoiding(t.trail?.avoid);
   if (!ep) throw new ApiError(503, "no_healthy_worker", `no healthy ${pool.role} worker: ${pool.describeDown()}`);
   ep.outstanding++;
   const abort = new AbortController();
@@ -78,10 +77,7 @@ export async function* runSolo(pool: EndpointPool, t: SoloTimeouts, req: Generat
       throw e;
     }
   } catch (err) {
-    if (t.trail) {
-      t.trail.blamed = { role: pool.role, url: ep.url };
-      t.trail.avoid.add(ep);
-    }
+    blame(t.trail, pool.role, ep);
     span.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error).message });
     throw err;
   } finally {

@@ -7,7 +7,7 @@ import { ContextOverflowError, KVIntegrityError } from "@airm/rm-core";
 import { SpanStatusCode, trace, type Span } from "@opentelemetry/api";
 import type { Context, Hono } from "hono";
 import type { z } from "zod";
-import { checkChoices, checkLogitBias, decodeChoices, isEos, round } from "../generation.ts";
+import { checkChoices, checkLogitBias, checkResume, decodeChoices, isEos, round } from "../generation.ts";
 import { pullKV } from "../kv-handoff.ts";
 import type { LeaseEnd } from "../kv-leases.ts";
 import type { Serving, WorkerRuntime } from "../runtime.ts";
@@ -89,7 +89,7 @@ async function serveDecode(
       throw new KVIntegrityError("resume", `the KV's last ${resumed.length} positions do not hold the request's resume tokens`);
     }
     const maxTokens = b.maxTokens ?? m.S - promptLen;
-    if (maxTokens <= resumed.length) throw new ApiError(400, "invalid_request", `resume holds ${resumed.length} tokens: max_tokens ${maxTokens} leaves none to generate`, "resume");
+    checkResume(engine, resumed, maxTokens);
     if (promptLen + maxTokens > m.S) throw new ContextOverflowError(promptLen + maxTokens, m.S, "KV manifest context");
     const firsts = m.firstTokens ?? [m.firstToken as number];
     if (firsts.length !== b.n) throw new KVIntegrityError("firstTokens", `the KV manifest carries ${firsts.length} choice(s), the request asks for ${b.n}`);

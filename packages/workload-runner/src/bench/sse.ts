@@ -1,8 +1,8 @@
 // The events of an OpenAI server-sent-event stream: each `data:` line's JSON, in order, without
-// the closing `[DONE]`, typed as the caller says (unchecked). Throws (SyntaxError) on a data line
-// that is not JSON.
+// the closing `[DONE]` (`o.onDone` hears it), typed as the caller says (unchecked). Throws
+// (SyntaxError) on a data line that is not JSON.
 
-export async function* sseEvents<T = unknown>(body: ReadableStream<Uint8Array>): AsyncGenerator<T> {
+export async function* sseEvents<T = unknown>(body: ReadableStream<Uint8Array>, o: { onDone?(): void } = {}): AsyncGenerator<T> {
   const reader = body.getReader();
   const dec = new TextDecoder();
   let buf = "";
@@ -19,7 +19,8 @@ export async function* sseEvents<T = unknown>(body: ReadableStream<Uint8Array>):
         for (const line of event.split("\n")) {
           if (!line.startsWith("data:")) continue;
           const data = line.slice(5).trim();
-          if (data !== "[DONE]") yield JSON.parse(data) as T;
+          if (data === "[DONE]") o.onDone?.();
+          else yield JSON.parse(data) as T;
         }
       }
     }

@@ -9,7 +9,7 @@
 // limit of 0 gives the client the error instead.
 import { rmSync } from "node:fs";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import type { RunningCluster } from "../../src/index.ts";
+import { sseEvents, type RunningCluster } from "../../src/index.ts";
 import { cluster, health, modelId, tinyModel, until } from "../helpers/cluster.ts";
 
 const S = 512;
@@ -60,37 +60,19 @@ async function stream(url: string, body: unknown, progress: (n: number) => void)
     out.errors.push(await r.text());
     return out;
   }
-  const reader = r.body!.getReader();
-  const dec = new TextDecoder();
-  let buf = "";
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    buf += dec.decode(value, { stream: true });
-    let at: number;
-    while ((at = buf.indexOf("\n\n")) >= 0) {
-      const block = buf.slice(0, at).trim();
-      buf = buf.slice(at + 2);
-      if (!block.startsWith("data: ")) continue;
-      const data = block.slice(6);
-      if (data === "[DONE]") {
-        out.done = true;
-        continue;
-      }
-      const chunk = JSON.parse(data);
-      if (chunk.error) {
-        out.errors.push(chunk.error);
-        continue;
-      }
-      out.ids0.add(chunk.id);
-      if (chunk.usage) out.usage = chunk.usage;
-      for (const c of chunk.choices ?? []) {
-        out.text += c.text ?? "";
-        out.ids.push(...(c.logprobs?.tokens ?? []));
-        if (c.finish_reason) out.finish = c.finish_reason;
-      }
-      progress(out.ids.length);
+  for await (const chunk of sseEvents<any>(r.body!, { onDone: () => (out.done = true) })) {
+    if (chunk.error) {
+      out.errors.push(chunk.error);
+      continue;
     }
+    out.ids0.add(chunk.id);
+    if (chunk.usage) out.usage = chunk.usage;
+    for (const c of chunk.choices ?? []) {
+      out.text += c.text ?? "";
+      out.ids.push(...(c.logprobs?.tokens ?? []));
+      if (c.finish_reason) out.finish = c.finish_reason;
+    }
+    progress(out.ids.length);
   }
   return out;
 }
