@@ -8,7 +8,7 @@ import { existsSync, renameSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { LlamaModel } from "../packages/llama/src/model/llama-model.ts";
+import { LlamaModel, ACTIVATIONS_MODES, DEFAULT_ACTIVATIONS, type ActivationsMode } from "../packages/llama/src/model/llama-model.ts";
 import type { Checkpoint } from "../packages/llama/src/checkpoint-types.ts";
 import { flagOf, int, oneOf, text } from "../packages/rm-core/src/index.ts";
 import { benchArgs, finalLine, fmt, progress, progressDone, summarize } from "./lib.ts";
@@ -22,6 +22,7 @@ const args = benchArgs("llama-decode", "decode tok/s of the CPU reference model 
   steps: flagOf(int({ min: 1 }), { default: 48, doc: "decode steps per repetition" }),
   reps: flagOf(int({ min: 1 }), { default: 3, doc: "repetitions" }),
   placement: flagOf(oneOf(["auto", "separate"] as const), { default: "auto", doc: "where the weight matrices live (LlamaModelOptions.placement)" }),
+  activations: flagOf(oneOf(ACTIVATIONS_MODES), { default: DEFAULT_ACTIVATIONS, doc: "input width of the Q4 kernels (LlamaModelOptions.activations)" }),
 });
 const modelDir = args.model;
 const threads = args.threads as 1 | 2;
@@ -46,13 +47,13 @@ async function checkpoint(): Promise<{ ckpt: Checkpoint; source: string }> {
 
 const { ckpt, source } = await checkpoint();
 progress("loading weights");
-const model = await LlamaModel.load(ckpt, { threads, placement: args.placement });
+const model = await LlamaModel.load(ckpt, { threads, placement: args.placement, activations: args.activations as ActivationsMode });
 progressDone();
 const c = model.config;
 console.log(
   `model: ${source} (${c.numLayers} layers, hidden ${c.hiddenSize}, vocab ${c.vocabSize}), threads ${threads}, matrices in ${model.separateWeightBytes > 0 ? "weight memories of their own" : "the main memory"}`,
 );
-console.log(`weight bytes streamed per decode step: ${(model.weightBytesPerToken / 1e6).toFixed(1)} MB`);
+console.log(`weight bytes streamed per decode step: ${(model.weightBytesPerToken / 1e6).toFixed(1)} MB; activations ${model.activations}: ${model.weightsSummary()}`);
 
 const S = 512;
 const prompt = Array.from({ length: 256 }, (_, i) => (i * 7919 + 13) % c.vocabSize);

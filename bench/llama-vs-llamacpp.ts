@@ -6,7 +6,7 @@
 // every weight byte our decode step touches, as held: quantized blocks or bf16).
 // Usage: pnpm bench llama-vs-llamacpp [--model FILE.gguf] [--weights auto|bf16] [--reps N] [--new-tokens N]
 import { loadCheckpoint } from "../packages/llama/src/checkpoint/load-checkpoint.ts";
-import { LlamaModel, WEIGHTS_MODES, type WeightsMode } from "../packages/llama/src/model/llama-model.ts";
+import { LlamaModel, WEIGHTS_MODES, type WeightsMode, ACTIVATIONS_MODES, DEFAULT_ACTIVATIONS, type ActivationsMode } from "../packages/llama/src/model/llama-model.ts";
 import { argmax } from "../packages/llama/src/sampling/sample.ts";
 import type { TensorInfo } from "../packages/llama/src/checkpoint-types.ts";
 import { assertOneThread, openLlamaCpp, type LlamaCpp } from "../packages/llama/test/fixtures/parity/llamacpp-reference.ts";
@@ -19,6 +19,7 @@ const args = benchArgs("llama-vs-llamacpp", "our CPU backend against llama.cpp o
   reps: flagOf(int({ min: 1 }), { default: 3, doc: "repetitions" }),
   newTokens: flagOf(int({ min: 1 }), { default: 128, doc: "decoded tokens per repetition" }),
   weights: flagOf(oneOf(WEIGHTS_MODES), { default: "auto", doc: "how our engine holds the matrices (auto: the file's Q8_0/Q4_x blocks)" }),
+  activations: flagOf(oneOf(ACTIVATIONS_MODES), { default: DEFAULT_ACTIVATIONS, doc: "input width of the Q4 kernels (LlamaModelOptions.activations)" }),
 });
 const ggufPath = args.model ?? cachedParityModel();
 const { reps, newTokens } = args;
@@ -42,7 +43,7 @@ function storedBytes(t: TensorInfo): number {
 
 progress("loading our engine");
 const ckpt = await loadCheckpoint(ggufPath);
-const ours = await LlamaModel.load(ckpt, { threads: 1, weights: args.weights as WeightsMode });
+const ours = await LlamaModel.load(ckpt, { threads: 1, weights: args.weights as WeightsMode, activations: args.activations as ActivationsMode });
 progress("loading llama.cpp");
 const cpp: LlamaCpp = await openLlamaCpp(ggufPath);
 progressDone();
@@ -207,6 +208,7 @@ finalLine({
   ours_b4_tok_s: (4 * 1000) / o4.median,
   b4_over_b1: (4 * od.median) / o4.median,
   weights: args.weights,
+  activations: ours.activations,
   ours_weight_bytes: ours.weightBytesPerToken,
   llamacpp_weight_bytes: cppBytes,
   weight_bytes_ratio: ours.weightBytesPerToken / cppBytes,

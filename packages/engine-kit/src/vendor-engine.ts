@@ -88,6 +88,7 @@ export async function loadVendorEngine<V extends OptionMap>(
     chunkSize: config.prefillChunk,
     threads,
     weights: config.weights,
+    activations: config.activations,
     artifactCache: cacheOff ? null : new ArtifactCache(config.artifactCache),
     maxStreams: config.kvStreams,
     prefixCache: config.prefixCache,

@@ -26,6 +26,8 @@ export {
   LlamaModel,
   bf16Bits,
   WEIGHTS_MODES,
+  ACTIVATIONS_MODES,
+  DEFAULT_ACTIVATIONS,
   SHARED_WEIGHTS_MAX,
   type LlamaModelOptions,
   type PackedImageReader,
@@ -33,6 +35,7 @@ export {
   type DecodeStep,
   type WeightPlacement,
   type WeightsMode,
+  type ActivationsMode,
 } from "./model/llama-model.ts";
 export type { KVCache } from "./model/kv-cache.ts";
 export { generate, continueGeneration, continueFromToken, type GenerateOptions, type GenerateResult } from "./model/generate.ts";

@@ -332,7 +332,7 @@ describe("loadCheckpoint on a GGUF file converted from a generated model", () =>
     const plain = await LlamaModel.load(ck, { weights: "bf16" });
     try {
       // per layer: qkv = a q4k segment (q, k) + a q6k segment (v), o, gate/up (q4k), down (q6k); embeddings q4k, output q6k
-      expect(quant.weightKinds).toEqual({ bf16: 0, q8: 0, q4: 0, q4k: 7, q6k: 5 });
+      expect(quant.weightKinds).toEqual({ bf16: 0, q8: 0, q4: 0, q4k: 7, q6k: 5, q4a8: 0 });
       expect(plain.weightKinds.bf16).toBe(10);
       expect(quant.weightBytesPerToken).toBeLessThan(plain.weightBytesPerToken / 2);
       expect(quant.numericsFingerprint).not.toBe(plain.numericsFingerprint);

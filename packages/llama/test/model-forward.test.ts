@@ -5,7 +5,7 @@ import { createHash } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isAirmError } from "@airm/rm-core";
 import type { ModelConfig } from "../src/checkpoint-types.ts";
-import { LlamaModel, type WeightsMode } from "../src/model/llama-model.ts";
+import { type ActivationsMode, LlamaModel, type WeightsMode } from "../src/model/llama-model.ts";
 import { generate } from "../src/model/generate.ts";
 import type { KVCache } from "../src/model/kv-cache.ts";
 import { dequantizedCheckpoint, randomCheckpoint, tinyConfig } from "./model-helpers/random-checkpoint.ts";
@@ -19,12 +19,15 @@ const archs: Record<string, ModelConfig> = {
 };
 // Quantized cases: every matrix quantized (intermediate 160: columns a multiple of 32), and one
 // llama with intermediate 136 where down_proj cannot be and stays bf16 (both kinds in one pass).
-// Their reference runs on the dequantised weights: the 16-bit inputs keep the bf16 tolerance.
-const configs: Record<string, { config: ModelConfig; weights: WeightsMode; tolerance: number }> = {
+// Their reference runs on the dequantised weights: 16-bit inputs keep the bf16 tolerance; 8-bit
+// inputs (the Q4 default) add up to amax / 254 per input value, and a wider one.
+const configs: Record<string, { config: ModelConfig; weights: WeightsMode; activations?: ActivationsMode; tolerance: number }> = {
   ...Object.fromEntries(Object.entries(archs).map(([k, config]) => [k, { config, weights: "auto" as const, tolerance: 2e-2 }])),
   "llama q8_0": { config: tinyConfig({ intermediateSize: 160 }), weights: "q8_0", tolerance: 2e-2 },
-  "qwen2 q4_1": { config: { ...archs.qwen2, intermediateSize: 160 }, weights: "q4_1", tolerance: 2e-2 },
-  "llama q4_1 + bf16 down_proj": { config: tinyConfig(), weights: "q4_1", tolerance: 2e-2 },
+  "qwen2 q4_1": { config: { ...archs.qwen2, intermediateSize: 160 }, weights: "q4_1", activations: "i16", tolerance: 2e-2 },
+  "qwen2 q4_1, 8-bit inputs": { config: { ...archs.qwen2, intermediateSize: 160 }, weights: "q4_1", activations: "i8", tolerance: 6e-2 },
+  "llama q4_1 + bf16 down_proj": { config: tinyConfig(), weights: "q4_1", activations: "i16", tolerance: 2e-2 },
+  "llama q4_1 + bf16 down_proj, 8-bit inputs": { config: tinyConfig(), weights: "q4_1", activations: "i8", tolerance: 6e-2 },
 };
 
 function kvDigest(m: LlamaModel, cache: KVCache): string {
@@ -41,7 +44,7 @@ const prompt = [1, 40, 41, 42, 99, 7, 250, 13, 13, 64, 200, 5, 77, 31, 18, 260, 
 
 const models: Record<string, LlamaModel> = {};
 beforeAll(async () => {
-  for (const [k, c] of Object.entries(configs)) models[k] = await LlamaModel.load(randomCheckpoint(c.config, 3), { weights: c.weights });
+  for (const [k, c] of Object.entries(configs)) models[k] = await LlamaModel.load(randomCheckpoint(c.config, 3), { weights: c.weights, activations: c.activations });
 });
 afterAll(() => Object.values(models).forEach((m) => m.close()));
 
@@ -49,7 +52,7 @@ describe.each(Object.keys(configs))("%s", (arch) => {
   it("agrees with the float64 reference forward pass (quantized: within the quantization's error)", () => {
     const m = models[arch];
     const tolerance = configs[arch].tolerance;
-    if (configs[arch].weights !== "auto") expect(m.weightKinds.q8 + m.weightKinds.q4).toBeGreaterThan(0);
+    if (configs[arch].weights !== "auto") expect(m.weightKinds.q8 + m.weightKinds.q4 + m.weightKinds.q4a8).toBeGreaterThan(0);
     const weights = configs[arch].weights;
     const refCkpt = weights === "q8_0" ? dequantizedCheckpoint(m.checkpoint, "Q8_0") : weights === "q4_1" ? dequantizedCheckpoint(m.checkpoint, "Q4_1") : m.checkpoint;
     const ref = referenceForward(refCkpt, prompt);
@@ -347,5 +350,28 @@ describe("rope", () => {
     expect(kept).toBeGreaterThan(0);
     expect(divided).toBeGreaterThan(0);
     expect(blended).toBeGreaterThan(0);
+  });
+});
+
+describe("activations", () => {
+  it("the Q4 input width is part of the numerics fingerprint and of the packed format, and a bad value is refused by name", async () => {
+    const c = tinyConfig({ intermediateSize: 160 });
+    const a8 = await LlamaModel.load(randomCheckpoint(c, 4), { weights: "q4_1", activations: "i8" });
+    const a16 = await LlamaModel.load(randomCheckpoint(c, 4), { weights: "q4_1", activations: "i16" });
+    try {
+      expect(a8.weightKinds.q4a8).toBeGreaterThan(0);
+      expect(a8.weightKinds.q4).toBe(0);
+      expect(a16.weightKinds.q4).toBe(a8.weightKinds.q4a8);
+      expect(a8.numericsFingerprint).not.toBe(a16.numericsFingerprint);
+      expect(a8.exportPackedWeights().format).not.toBe(a16.exportPackedWeights().format);
+      // the two widths compute different logits from the same weights (else the knob would be a no-op)
+      const l8 = a8.prefill(prompt, a8.newCache(32));
+      const l16 = a16.prefill(prompt, a16.newCache(32));
+      expect(bits(l8).equals(bits(l16))).toBe(false);
+    } finally {
+      a8.close();
+      a16.close();
+    }
+    await expect(LlamaModel.load(randomCheckpoint(c, 4), { activations: "i4" as never })).rejects.toThrow(/activations.*i8, i16/);
   });
 });

@@ -44,7 +44,7 @@ describe("(a) prefill in process A, decode in process B", () => {
       maxTokens = 16,
       seed = 21;
     const model = await LlamaModel.load(randomCheckpoint(config, seed), { weights });
-    if (weights !== "auto") expect(model.weightKinds.q4 + model.weightKinds.q8).toBeGreaterThan(0);
+    if (weights !== "auto") expect(model.weightKinds.q4 + model.weightKinds.q4a8 + model.weightKinds.q8).toBeGreaterThan(0);
     const solo = generate(model, prompt, { maxTokens, S, sampling }).tokens;
     model.close();
     const file = join(dir, `kv-${Math.random().toString(16).slice(2)}.bin`);

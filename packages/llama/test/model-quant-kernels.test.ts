@@ -1,5 +1,6 @@
 // The integer kernels over quantized blocks (the q8 / q4 / q4k / q6k images of GGUF Q8_0, Q4_0,
-// Q4_1, Q4_K, Q6_K) against a plain-JS reference of the documented arithmetic, bit for bit: every
+// Q4_1, Q4_K, Q6_K over 16-bit inputs, and q4a8 of Q4_0 / Q4_1 over 8-bit inputs on relaxed-SIMD
+// dots) against a plain-JS reference of the documented arithmetic, bit for bit: every
 // token count (quads and single tokens), row ranges on one and two threads; the image packing and
 // its row dequantiser against a decoder written from ggml's block layouts.
 import { describe, expect, it } from "vitest";
@@ -7,7 +8,7 @@ import { f16BitsToF32 } from "../src/checkpoint/bf16-convert.ts";
 import { dequantToBf16 } from "../src/checkpoint/gguf-dequant.ts";
 import type { KernelRuntime } from "../src/kernels/kernel-runtime.ts";
 import { kernelRuntimes } from "./model-helpers/runtimes.ts";
-import { dequantImageRow, exactF16Bits, f16Round, kindOfStored, packStoredRows, quantImageBytes, quantizeBf16Rows } from "../src/kernels/quant-image.ts";
+import { dequantImageRow, exactF16Bits, f16Round, kindOfStored, packStoredRows, type QuantKind, quantImageBytes, quantizeBf16Rows, takesA8 } from "../src/kernels/quant-image.ts";
 import { type QuantType as Type, randomBlocks } from "./model-helpers/quant-blocks.ts";
 import { f32ToBf16 } from "./model-helpers/reference-math.ts";
 
@@ -102,8 +103,13 @@ function decode(s: Stored, rows: number, cols: number): { q: Int32Array; dA: Flo
   return { q, dA, dB, m };
 }
 
-/** The reference: per row and block, the exact integer sum(s), then the f32 steps in the documented order. */
-function reference(s: Stored, x: Float32Array, T: number, rows: number, cols: number): Float32Array {
+/**
+ * The reference: per row and block, the exact integer sum(s), then the f32 steps in the documented
+ * order. Inputs are quantized to 16 bits (quant_x: amax / 32767) or 8 bits (quant_x8: amax / 127,
+ * clamped to [-127, 127]).
+ */
+function reference(s: Stored, x: Float32Array, T: number, rows: number, cols: number, a8 = false): Float32Array {
+  const qmax = a8 ? 127 : 32767;
   const nb = cols / 32;
   const w = decode(s, rows, cols);
   const y = new Float32Array(T * rows);
@@ -114,11 +120,11 @@ function reference(s: Stored, x: Float32Array, T: number, rows: number, cols: nu
     for (let b = 0; b < nb; b++) {
       let amax = 0;
       for (let k = 0; k < 32; k++) amax = Math.max(amax, Math.abs(x[t * cols + b * 32 + k]));
-      const d = fr(amax / 32767);
+      const d = fr(amax / qmax);
       const id = d !== 0 ? fr(1 / d) : 0;
       let sum = 0;
       for (let k = 0; k < 32; k++) {
-        q[b * 32 + k] = nearest(fr(x[t * cols + b * 32 + k] * id));
+        q[b * 32 + k] = Math.max(-qmax, Math.min(qmax, nearest(fr(x[t * cols + b * 32 + k] * id))));
         sum += q[b * 32 + k];
       }
       dx[b] = d;
@@ -146,17 +152,25 @@ function reference(s: Stored, x: Float32Array, T: number, rows: number, cols: nu
   return y;
 }
 
-function run(rt: KernelRuntime, s: Stored, x: Float32Array, T: number, rows: number, cols: number): Float32Array {
-  const kind = kindOfStored(s.type)!;
+function run(rt: KernelRuntime, s: Stored, x: Float32Array, T: number, rows: number, cols: number, kind: QuantKind = kindOfStored(s.type)!): Float32Array {
   const w = rt.alloc(quantImageBytes(kind, rows, cols));
   packStoredRows(kind, s.type, s.raw, rt.u8, w, 0, rows, cols, "test", "w");
   const xp = rt.alloc(x.byteLength);
   rt.f32.set(x, xp >> 2);
   const xq = rt.alloc(Math.ceil(T / 4) * cols * 9);
   const y = rt.alloc(T * rows * 4);
-  rt.quantX(xp, xq, T, cols);
+  if (takesA8(kind)) rt.quantX8(xp, xq, T, cols);
+  else rt.quantX(xp, xq, T, cols);
   rt.matmulQ(kind, w, xq, y, T, cols, rows);
-  return rt.f32.slice(y >> 2, (y >> 2) + T * rows);
+  const out = rt.f32.slice(y >> 2, (y >> 2) + T * rows);
+  for (const [p, n] of [
+    [w, quantImageBytes(kind, rows, cols)],
+    [xp, x.byteLength],
+    [xq, Math.ceil(T / 4) * cols * 9],
+    [y, T * rows * 4],
+  ])
+    rt.free(p, n);
+  return out;
 }
 
 function problem(type: Type, seed: number, T: number, rows: number, cols: number): { s: Stored; x: Float32Array } {
@@ -173,7 +187,16 @@ const bits = (a: Float32Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLeng
 
 const K = (t: Type) => t === "Q4_K" || t === "Q6_K";
 
-describe.each(["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"] as const)("%s image", (type) => {
+describe.each([
+  ["Q8_0", "q8"],
+  ["Q4_0", "q4"],
+  ["Q4_1", "q4"],
+  ["Q4_K", "q4k"],
+  ["Q6_K", "q6k"],
+  ["Q4_0", "q4a8"],
+  ["Q4_1", "q4a8"],
+] as const)("%s in the %s image", (type, kind) => {
+  const a8 = takesA8(kind);
   it("equals the reference bit for bit for 1-9 tokens (quads and single tokens) and several shapes", () => {
     for (const [rows, cols] of K(type)
       ? [
@@ -188,8 +211,8 @@ describe.each(["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"] as const)("%s image", (ty
         ]) {
       for (let T = 1; T <= 9; T++) {
         const { s, x } = problem(type, rows * 100 + T, T, rows, cols);
-        const want = reference(s, x, T, rows, cols);
-        expect(bits(run(rts.rt1, s, x, T, rows, cols)).equals(bits(want)), `${rows}x${cols} T=${T}`).toBe(true);
+        const want = reference(s, x, T, rows, cols, a8);
+        expect(bits(run(rts.rt1, s, x, T, rows, cols, kind)).equals(bits(want)), `${rows}x${cols} T=${T}`).toBe(true);
       }
     }
   });
@@ -199,12 +222,12 @@ describe.each(["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"] as const)("%s image", (ty
       cols = 256,
       T = 7;
     const { s, x } = problem(type, 5, T, rows, cols);
-    const all = run(rts.rt1, s, x, T, rows, cols);
+    const all = run(rts.rt1, s, x, T, rows, cols, kind);
     for (let t = 0; t < T; t++) {
-      const one = run(rts.rt1, s, x.slice(t * cols, (t + 1) * cols), 1, rows, cols);
+      const one = run(rts.rt1, s, x.slice(t * cols, (t + 1) * cols), 1, rows, cols, kind);
       expect(bits(one).equals(bits(all.slice(t * rows, (t + 1) * rows)))).toBe(true);
     }
-    expect(bits(run(rts.rt2, s, x, T, rows, cols)).equals(bits(all))).toBe(true);
+    expect(bits(run(rts.rt2, s, x, T, rows, cols, kind)).equals(bits(all))).toBe(true);
   });
 
   it("gives the same bits on two threads when the rows do not fill the last chunk the threads claim", () => {
@@ -215,7 +238,7 @@ describe.each(["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"] as const)("%s image", (ty
       [1028, 1], // 8 chunks of 132 rows, the last one 104
     ] as const) {
       const { s, x } = problem(type, rows + T, T, rows, cols);
-      expect(bits(run(rts.rt2, s, x, T, rows, cols)).equals(bits(run(rts.rt1, s, x, T, rows, cols))), `${rows} rows, T=${T}`).toBe(true);
+      expect(bits(run(rts.rt2, s, x, T, rows, cols, kind)).equals(bits(run(rts.rt1, s, x, T, rows, cols, kind))), `${rows} rows, T=${T}`).toBe(true);
     }
   });
 
@@ -225,7 +248,7 @@ describe.each(["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"] as const)("%s image", (ty
       T = 3;
     const { s, x } = problem(type, 77, T, rows, cols);
     const w = decode(s, rows, cols);
-    const got = run(rts.rt1, s, x, T, rows, cols);
+    const got = run(rts.rt1, s, x, T, rows, cols, kind);
     for (let t = 0; t < T; t++) {
       for (let r = 0; r < rows; r++) {
         let want = 0;
@@ -236,7 +259,8 @@ describe.each(["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"] as const)("%s image", (ty
           want += v * x[t * cols + c];
           mag += Math.abs(v * x[t * cols + c]);
         }
-        expect(Math.abs(got[t * rows + r] - want)).toBeLessThan(1e-3 * mag + 1e-6);
+        // 16-bit inputs: relative error ~1/65534 per value; 8-bit: ~1/254
+        expect(Math.abs(got[t * rows + r] - want)).toBeLessThan((a8 ? 2e-2 : 1e-3) * mag + 1e-6);
       }
     }
     expect(got.some((v) => Math.abs(v) > 1e-3)).toBe(true);
@@ -246,7 +270,6 @@ describe.each(["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"] as const)("%s image", (ty
     const rows = 8,
       cols = 256;
     const { s } = problem(type, 3, 1, rows, cols);
-    const kind = kindOfStored(type)!;
     const img = new Uint8Array(quantImageBytes(kind, rows, cols));
     packStoredRows(kind, type, s.raw, img, 0, 0, rows, cols, "test", "w");
     const w = decode(s, rows, cols);
@@ -290,5 +313,82 @@ describe("packing", () => {
     expect(f16Round(1 + 2 ** -11)).toBe(0x3c00); // tie -> even
     expect(f16Round(1 + 3 * 2 ** -11)).toBe(0x3c02);
     expect(f16Round(2 ** -25)).toBe(0); // half the smallest subnormal -> 0 (even)
+  });
+});
+
+describe("q4a8 (8-bit inputs on relaxed-SIMD dots) at the ends of its ranges", () => {
+  // The kernel's exactness rests on two bounds (kernels.wat): the dot's second operand is a nibble
+  // (0..15) and the input is in [-127, 127], so a block's 16-bit pair sums stay within +-30480.
+  const cols = 256;
+  const rows = 8;
+  /** Q4_1 blocks whose nibbles are all `nib` (d = 1, m = 0) or, with nib < 0, alternate 0 and 15. */
+  function nibbleBlocks(nib: number): Stored {
+    const raw = new Uint8Array(rows * (cols / 32) * 20);
+    for (let blk = 0; blk < rows * (cols / 32); blk++) {
+      raw[blk * 20] = 0x00;
+      raw[blk * 20 + 1] = 0x3c; // d = 1
+      for (let k = 0; k < 16; k++) raw[blk * 20 + 4 + k] = nib < 0 ? (k % 2 === 0 ? 0xf0 : 0x0f) : nib * 17;
+    }
+    return { type: "Q4_1", raw };
+  }
+  it("gives the exact sums at the largest weights and inputs of both signs, on every tile and thread", () => {
+    for (const nib of [15, 0, -1]) {
+      for (const sign of [1, -1, 0]) {
+        const T = 9;
+        // sign 0: +-amax alternating in pairs (the pair sums reach +-2 * 15 * 127)
+        const x = new Float32Array(T * cols).map((_, i) => (sign === 0 ? ((i >> 1) % 2 === 0 ? 3 : -3) : sign * 3));
+        const s = nibbleBlocks(nib);
+        const want = reference(s, x, T, rows, cols, true);
+        expect(bits(run(rts.rt1, s, x, T, rows, cols, "q4a8")).equals(bits(want)), `nibbles ${nib}, sign ${sign}`).toBe(true);
+        expect(bits(run(rts.rt2, s, x, T, rows, cols, "q4a8")).equals(bits(want))).toBe(true);
+        if (nib === 15 && sign !== 0) {
+          // every block: 32 * 15 * 127 * sign exactly, times d * dx = 3 / 127, summed over 8 blocks
+          let acc = 0;
+          for (let b = 0; b < cols / 32; b++) acc = fr(acc + fr(sign * 32 * 15 * 127 * fr(1 * fr(3 / 127))));
+          expect(want[0]).toBe(acc); // (m = 0 adds exact zeros)
+        }
+      }
+    }
+  });
+
+  it("quantizes every input into [-127, 127] with the block's scale, whatever the magnitudes", () => {
+    const rt = rts.rt1;
+    const T = 2;
+    const x = new Float32Array(T * 64);
+    const r = rand(9);
+    for (let i = 0; i < x.length; i++) x[i] = r() * 10 ** Math.round(r() * 60);
+    x[0] = 3.4e38; // near f32 max
+    x[1] = -3.4e38;
+    x[32] = 1e-45; // subnormal block max
+    x[33] = -1e-45;
+    for (let k = 34; k < 64; k++) x[k] = 0;
+    x[64] = -1; // token 1, block 0: amax 1, the rest below it
+    x[65] = 0.99999994;
+    for (let k = 66; k < 96; k++) x[k] = r();
+    const src = rt.alloc(x.byteLength);
+    rt.f32.set(x, src >> 2);
+    const dst = rt.alloc(T * 2 * 48);
+    rt.quantX8(src, dst, T, 64);
+    const dv = new DataView(rt.memory.buffer);
+    for (let blk = 0; blk < T * 2; blk++) {
+      const o = dst + blk * 48;
+      let sum = 0;
+      for (let k = 0; k < 32; k++) {
+        const q = (rt.u8[o + k] << 24) >> 24;
+        expect(q).toBeGreaterThanOrEqual(-127);
+        expect(q).toBeLessThanOrEqual(127);
+        sum += q;
+      }
+      const d = dv.getFloat32(o + 32, true);
+      expect(dv.getFloat32(o + 36, true)).toBe(fr(d * sum));
+      let amax = 0;
+      for (let k = 0; k < 32; k++) amax = Math.max(amax, Math.abs(x[blk * 32 + k]));
+      expect(d).toBe(fr(amax / 127));
+    }
+    expect((rt.u8[dst] << 24) >> 24).toBe(127);
+    expect((rt.u8[dst + 1] << 24) >> 24).toBe(-127);
+    expect((rt.u8[dst + 96] << 24) >> 24).toBe(-127);
+    rt.free(src, x.byteLength);
+    rt.free(dst, T * 2 * 48);
   });
 });

@@ -42,6 +42,10 @@ export const UP_COMMAND = defineCommand({
       default: "auto",
       doc: "how the CPU reference holds weight matrices (AIRM_WEIGHTS for every worker): auto keeps a GGUF's quantized blocks and runs integer kernels, float checkpoints as bf16; bf16 dequantises everything; q8_0 / q4_1 also quantize float matrices at load",
     }),
+    activations: flagOf(oneOf(["i8", "i16"] as const), {
+      default: "i8",
+      doc: "input width of the CPU reference's Q4 kernels (AIRM_ACTIVATIONS for every worker): i8 quantizes inputs to 8 bits as llama.cpp does (exact integer dots on relaxed SIMD, the faster); i16 keeps 16 bits (slower, closer to the float model)",
+    }),
     prefillBatchTokens: flagOf(int({ min: 0, max: 65536 }), {
       default: 0,
       doc: "prompts that wait for a busy prefill worker run together in its next pass, up to this many prompt tokens (AIRM_PREFILL_BATCH_TOKENS; same tokens either way); 0 runs them one at a time (a lower median time to first token under load, a higher p90)",
@@ -109,7 +113,7 @@ export function upCluster(f: UpFlags, model: string): ClusterOptions {
     readyTimeoutMs: f.readyTimeout * 1000,
     onPartExit: f.maxRestarts === 0 ? "stop-all" : "restart",
     restart: { maxDeaths: f.maxRestarts + 1 },
-    env: { AIRM_WEIGHTS: f.weights, AIRM_PREFILL_BATCH_TOKENS: String(f.prefillBatchTokens) },
+    env: { AIRM_WEIGHTS: f.weights, AIRM_ACTIVATIONS: f.activations, AIRM_PREFILL_BATCH_TOKENS: String(f.prefillBatchTokens) },
     gatewayEnv: { AIRM_TOOL_CALL_PARSER: f.toolCallParser },
   };
 }
@@ -149,7 +153,7 @@ export async function up(argv: string[]): Promise<number> {
     `airm up: ${f.prefillReplicas} prefill (${f.prefillBackend}, ${f.prefillThreads} thread${f.prefillThreads > 1 ? "s" : ""} each, ` +
       `${f.prefillBatchTokens > 0 ? `waiting prompts batched up to ${f.prefillBatchTokens} tokens` : "prompts one at a time"}) : ` +
       `${f.decodeReplicas} decode (${f.decodeBackend}, ${f.decodeThreads} thread${f.decodeThreads > 1 ? "s" : ""} each, batch ${batchText}, nice ${f.decodeNice}); ` +
-      `weights ${f.weights}; KV over ${f.kvTransport}; S=${f.seqLen}; gateway port ${f.port}`,
+      `weights ${f.weights}, activations ${f.activations}; KV over ${f.kvTransport}; S=${f.seqLen}; gateway port ${f.port}`,
   );
   // Ctrl-C or SIGTERM while the parts start stops the ones started and removes the cluster's
   // folder, as it does once the cluster is up.

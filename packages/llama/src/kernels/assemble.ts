@@ -22,6 +22,7 @@ export const NUMERICS_CHOICES = [
   "rmsnorm=(x*inv)*w,inv=1/sqrt(ss/n+eps) f32",
   "split=rows|heads only",
   "quantized=GGUF Q8_0/Q4_0(as m=-8d)/Q4_1 blocks in 4-row groups, x as i16 per 32-block (d=amax/32767, nearest-even), isum exact i32, acc+=f32(isum)*(dw*dx) then +=m*sx, blocks in order",
+  "a8=Q4 blocks in 4-row lanes over x as i8 per 32-block (d=amax/127, nearest-even, clamp 127), relaxed i16 dot on nibbles (exact), isum exact i32, acc+=f32(isum)*(dw*dx) then +=m*sx",
 ].join(";");
 
 function watPath(): string {
@@ -97,7 +98,7 @@ export function assembleKernels(weightMemories = 0): Promise<AssembledKernels> {
     const text = withWeightMemories(source, weightMemories);
     const wabt = await wabtInit();
     // multi_memory is a wabt feature its type declarations leave out.
-    const features = { simd: true, threads: true, multi_memory: weightMemories > 0 } as Parameters<typeof wabt.parseWat>[2];
+    const features = { simd: true, relaxed_simd: true, threads: true, multi_memory: weightMemories > 0 } as Parameters<typeof wabt.parseWat>[2];
     const parsed = wabt.parseWat(path, text, features);
     try {
       parsed.resolveNames();

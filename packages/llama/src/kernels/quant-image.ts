@@ -8,19 +8,29 @@ import { decodeQ4K, decodeQ6K } from "../checkpoint/gguf-dequant.ts";
 import { ModelLoadError } from "../checkpoint/model-load-error.ts";
 
 /** Kernel ids of the weight formats (0 is the bf16 image of weight-image.ts). */
-export const KIND = { bf16: 0, q8: 1, q4: 2, q4k: 3, q6k: 4 } as const;
+export const KIND = { bf16: 0, q8: 1, q4: 2, q4k: 3, q6k: 4, q4a8: 5 } as const;
 export type WeightKind = keyof typeof KIND;
 export type QuantKind = Exclude<WeightKind, "bf16">;
 
 /**
  * Bytes per block of 32 columns of a 4-row group. q8: 4 x 32 int8 + 4 f32 d; q4: 4 x 16 nibble
  * bytes + 4 f16 d + 4 f16 m; q4k: 4 x 16 nibble bytes + 4 f32 d + 4 f32 m; q6k: 4 x 32 int8
- * (q - 32) + 4 f32 d for columns 0-15 + 4 f32 d for columns 16-31.
+ * (q - 32) + 4 f32 d for columns 0-15 + 4 f32 d for columns 16-31. q4a8 (the kernel over 8-bit
+ * activations) holds the bytes of q4 in another order: the nibble byte of columns c and c + 16
+ * (c < 16) of row j of a block at byte 16 (c >> 2) + 4 j + (c & 3).
  */
-export const GROUP_BLOCK_BYTES = { q8: 144, q4: 80, q4k: 96, q6k: 160 } as const;
+export const GROUP_BLOCK_BYTES = { q8: 144, q4: 80, q4k: 96, q6k: 160, q4a8: 80 } as const;
 
 /** GGUF block types each quantized kind holds. */
-export const STORED_TYPES = { q8: ["Q8_0"], q4: ["Q4_0", "Q4_1"], q4k: ["Q4_K"], q6k: ["Q6_K"] } as const;
+export const STORED_TYPES = { q8: ["Q8_0"], q4: ["Q4_0", "Q4_1"], q4k: ["Q4_K"], q6k: ["Q6_K"], q4a8: ["Q4_0", "Q4_1"] } as const;
+
+/** The kind over 8-bit activations that holds the same blocks as a kind over 16-bit ones, if any. */
+export const A8_KIND: Partial<Record<QuantKind, QuantKind>> = { q4: "q4a8" };
+
+/** Kinds whose kernels take quant_x8's 8-bit input (the others take quant_x's 16-bit input). */
+export function takesA8(kind: QuantKind): boolean {
+  return kind === "q4a8";
+}
 
 /** Elements and bytes of one stored GGUF block. */
 const STORED_BLOCK: Record<string, { n: number; bytes: number }> = {
@@ -31,9 +41,9 @@ const STORED_BLOCK: Record<string, { n: number; bytes: number }> = {
   Q6_K: { n: 256, bytes: 210 },
 };
 
-/** The kind that holds a stored type, if any. */
+/** The kind over 16-bit activations that holds a stored type, if any (A8_KIND maps it to 8-bit). */
 export function kindOfStored(dtype: string): QuantKind | undefined {
-  return (Object.keys(STORED_TYPES) as QuantKind[]).find((k) => (STORED_TYPES[k] as readonly string[]).includes(dtype));
+  return (["q8", "q4", "q4k", "q6k"] as const).find((k) => (STORED_TYPES[k] as readonly string[]).includes(dtype));
 }
 
 /** Whether a [rows][cols] matrix of `kind` fits the quantized kernels (else it stays bf16). */
@@ -153,8 +163,10 @@ export function packStoredRows(
         if (mh < 0) throw new ModelLoadError(file, `tensor "${tensor}": a Q4_0 scale of ${f16Table[dh]} has no exact -8 d in f16`, { item: tensor });
         q = s + 2;
       }
-      const to = d + 16 * j;
-      for (let k = 0; k < 16; k++) u8[to + k] = raw[q + k]!;
+      if (kind === "q4") {
+        const to = d + 16 * j;
+        for (let k = 0; k < 16; k++) u8[to + k] = raw[q + k]!;
+      } else for (let k = 0; k < 16; k++) u8[d + 16 * (k >> 2) + 4 * j + (k & 3)] = raw[q + k]!;
       u8[d + 64 + 2 * j] = dh & 0xff;
       u8[d + 65 + 2 * j] = dh >> 8;
       u8[d + 72 + 2 * j] = mh & 0xff;
@@ -280,15 +292,18 @@ export function dequantImageRow(kind: QuantKind, u8: Uint8Array, base: number, r
   const fr = Math.fround;
   for (let b = 0; b < nb; b++) {
     const d0 = groupBase + b * gb;
+    // byte of column k (k < 32; q4 kinds: k < 16, the nibble byte of k and k + 16) in this block
+    const at =
+      kind === "q4a8" ? (k: number) => d0 + 16 * (k >> 2) + 4 * j + (k & 3) : kind === "q4" || kind === "q4k" ? (k: number) => d0 + 16 * j + k : (k: number) => d0 + 32 * j + k;
     if (kind === "q8" || kind === "q6k") {
       const dA = getF32(u8, d0 + 128 + 4 * j);
-      const dB = kind === "q8" ? dA : getF32(u8, d0 + 144 + 4 * j);
-      for (let k = 0; k < 32; k++) out[outOff + b * 32 + k] = fr(((u8[d0 + 32 * j + k]! << 24) >> 24) * (k < 16 ? dA : dB));
+      const dB = kind === "q6k" ? getF32(u8, d0 + 144 + 4 * j) : dA;
+      for (let k = 0; k < 32; k++) out[outOff + b * 32 + k] = fr(((u8[at(k)]! << 24) >> 24) * (k < 16 ? dA : dB));
     } else {
-      const d = kind === "q4" ? f16Table[u8[d0 + 64 + 2 * j]! | (u8[d0 + 65 + 2 * j]! << 8)]! : getF32(u8, d0 + 64 + 4 * j);
-      const m = kind === "q4" ? f16Table[u8[d0 + 72 + 2 * j]! | (u8[d0 + 73 + 2 * j]! << 8)]! : getF32(u8, d0 + 80 + 4 * j);
+      const d = kind === "q4" || kind === "q4a8" ? f16Table[u8[d0 + 64 + 2 * j]! | (u8[d0 + 65 + 2 * j]! << 8)]! : getF32(u8, d0 + 64 + 4 * j);
+      const m = kind === "q4" || kind === "q4a8" ? f16Table[u8[d0 + 72 + 2 * j]! | (u8[d0 + 73 + 2 * j]! << 8)]! : getF32(u8, d0 + 80 + 4 * j);
       for (let k = 0; k < 16; k++) {
-        const q = u8[d0 + 16 * j + k]!;
+        const q = u8[at(k)]!;
         out[outOff + b * 32 + k] = fr(fr((q & 15) * d) + m);
         out[outOff + b * 32 + k + 16] = fr(fr((q >> 4) * d) + m);
       }

@@ -11,6 +11,8 @@ import {
   STORED_TYPES,
   dequantImageRow,
   kindOfStored,
+  A8_KIND,
+  takesA8,
   packStoredRows,
   quantImageBytes,
   quantizable,
@@ -37,11 +39,25 @@ const TOKEN_BLOCK = 128;
 export type WeightsMode = "auto" | "bf16" | "q8_0" | "q4_1";
 export const WEIGHTS_MODES: readonly WeightsMode[] = ["auto", "bf16", "q8_0", "q4_1"];
 
+/**
+ * The integer width of the inputs of the Q4_0 / Q4_1 kernels. `i8`: inputs quantized to 8 bits
+ * per block of 32 (llama.cpp's scheme), exact integer dot products over wasm relaxed SIMD
+ * (kernels.wat: q4a8), about 1.8x the 16-bit kernel's multiply-adds per second. `i16`: 16-bit
+ * inputs (the more precise, slower kernel). Q8_0 and K-quant matrices take 16-bit inputs either way.
+ * It changes the arithmetic, so it is part of the numerics fingerprint (PD peers must agree).
+ */
+export type ActivationsMode = "i8" | "i16";
+export const ACTIVATIONS_MODES: readonly ActivationsMode[] = ["i8", "i16"];
+/** The default: see docs/decisions.md for the measurements it was chosen from. */
+export const DEFAULT_ACTIVATIONS: ActivationsMode = "i8";
+
 export interface LlamaModelOptions {
   /** Kernel threads: 1 (default) or 2 (rows of each matmul split between two threads). */
   threads?: 1 | 2;
   /** How matrices are held (default `auto`); see WeightsMode. */
   weights?: WeightsMode;
+  /** The input width of the Q4 kernels (default DEFAULT_ACTIVATIONS); see ActivationsMode. */
+  activations?: ActivationsMode;
   /**
    * Where the weight matrices live: `auto` (default) keeps them in the main wasm memory up to
    * SHARED_WEIGHTS_MAX bytes, in weight memories of their own past that; `separate` always uses
@@ -92,12 +108,15 @@ const bytesOf = (ms: Matrix[]): number => ms.reduce((a, m) => a + m.segs.reduce(
 
 const FLOAT_TYPES = ["F32", "F16", "BF16"];
 
-/** The kind of each part of a fused group under `mode`, or "bf16" for the whole group. */
-function planKinds(parts: { dtype: string; rows: number }[], cols: number, mode: WeightsMode): QuantKind[] | "bf16" {
+/**
+ * The kind of each part of a fused group under `mode`, or "bf16" for the whole group. With 8-bit
+ * activations, Q4 parts take the q4a8 kernel.
+ */
+function planKinds(parts: { dtype: string; rows: number }[], cols: number, mode: WeightsMode, acts: ActivationsMode): QuantKind[] | "bf16" {
   if (mode === "bf16") return "bf16";
   const kinds = parts.map((p) => kindOfStored(p.dtype) ?? (FLOAT_TYPES.includes(p.dtype) ? (mode === "q8_0" ? "q8" : mode === "q4_1" ? "q4" : undefined) : undefined));
   if (kinds.some((k, i) => k === undefined || !quantizable(parts[i].rows, cols, k))) return "bf16";
-  return kinds as QuantKind[];
+  return (kinds as QuantKind[]).map((k) => (acts === "i8" ? (A8_KIND[k] ?? k) : k));
 }
 
 type Part = { name: string; rows: number };
@@ -106,11 +125,18 @@ type Part = { name: string; rows: number };
  * The image segments of one (fused) matrix group under `mode`: one bf16 image of all its rows, or
  * runs of consecutive parts of one block kind, each its own image (bytes: the image's size).
  */
-function planSegments(src: TensorSource, names: Part[], cols: number, mode: WeightsMode): { kind: WeightKind; row0: number; rows: number; bytes: number; parts: Part[] }[] {
+function planSegments(
+  src: TensorSource,
+  names: Part[],
+  cols: number,
+  mode: WeightsMode,
+  acts: ActivationsMode,
+): { kind: WeightKind; row0: number; rows: number; bytes: number; parts: Part[] }[] {
   const plan = planKinds(
     names.map((n) => ({ dtype: src.info(n.name).dtype, rows: n.rows })),
     cols,
     mode,
+    acts,
   );
   if (plan === "bf16") {
     const rows = names.reduce((a, n) => a + n.rows, 0);
@@ -192,7 +218,7 @@ function fillQuantRows(rt: KernelRuntime, kind: QuantKind, src: TensorSource, na
   } else {
     const plain = new Uint16Array(rows * cols);
     src.readBf16(name, plain);
-    type = kind === "q8" ? "Q8_0" : "Q4_1";
+    type = kind === "q8" ? "Q8_0" : "Q4_1"; // q4 and q4a8 hold Q4_1
     raw = quantizeBf16Rows(type as "Q8_0" | "Q4_1", plain, rows, cols);
   }
   const view = rt.weightView(ptr);
@@ -227,7 +253,8 @@ type WeightSlot =
 interface Scratch {
   tokens: number; // capacity in tokens (one block)
   normed: number; // f32 [T][widest input]
-  xp: number; // f32 [T][widest input], permuted
+  xp: number; // f32 [T][widest input], permuted, or quant_x's 16-bit input
+  x8: number; // quant_x8's 8-bit input (1.5 bytes per value; the f32 size is kept for simplicity)
   qkv: number; // f32 [T][qkvRows]
   attn: number; // f32 [T][H * D]
   gu: number; // f32 [T][2 I]
@@ -272,6 +299,8 @@ export class LlamaModel {
   readonly kvLayout = KV_LAYOUT;
   /** How matrices are held (the load option). */
   readonly weightsMode: WeightsMode;
+  /** The input width of the Q4 kernels (the load option). */
+  readonly activations: ActivationsMode;
   /** Matrices by kind held in memory (a fused group counts once per segment; the tied LM head is the embedding). */
   readonly weightKinds: Record<WeightKind, number>;
 
@@ -321,12 +350,14 @@ export class LlamaModel {
     weightsEnd: number,
     weightsMode: WeightsMode,
     placement: WeightPlacement,
+    activations: ActivationsMode,
   ) {
     this.weightsMode = weightsMode;
+    this.activations = activations;
     this.placement = placement;
     // Every matrix once, in load order (the tied LM head is the embedding).
     const matrices = [...layers.flatMap((L) => [L.wqkv, L.wo, L.wgu, L.wd]), embed, ...(lmHead === embed ? [] : [lmHead])];
-    this.weightKinds = { bf16: 0, q8: 0, q4: 0, q4k: 0, q6k: 0 };
+    this.weightKinds = { bf16: 0, q8: 0, q4: 0, q4k: 0, q6k: 0, q4a8: 0 };
     for (const g of matrices.flatMap((m) => m.segs)) this.weightKinds[g.kind]++;
     const kindList = matrices.map((m) => m.segs.map((g) => g.kind).join("+")).join(",");
     this.slots = slots;
@@ -353,11 +384,13 @@ export class LlamaModel {
   /** Id of the packed weight image layout (see `exportPackedWeights`); part of an artifact key. */
   static readonly packedFormat = LlamaModel.packedFormatFor("auto");
 
-  /** The packed image format of a model loaded with `weights: mode`. */
-  static packedFormatFor(mode: WeightsMode, placement: WeightPlacement = "auto"): string {
+  /** The packed image format of a model loaded with `weights: mode` and `activations: acts`. */
+  static packedFormatFor(mode: WeightsMode, placement: WeightPlacement = "auto", acts: ActivationsMode = DEFAULT_ACTIVATIONS): string {
     // auto: matrices in the main memory's range up to SHARED_WEIGHTS_MAX, else after it, weight memory by weight memory.
     const where = placement === "auto" ? "" : `,placement=${placement}`;
-    return `${KERNEL_VERSION};weights=interleave4-bf16|q8-group144|q4-group80,mode=${mode}${where},fused=qkv+gate_up,norms+bias=f32;v2`;
+    // i8: Q4 images in the q4a8 byte order
+    const a8 = acts === "i8" ? ",q4=a8-order" : "";
+    return `${KERNEL_VERSION};weights=interleave4-bf16|q8-group144|q4-group80,mode=${mode}${where}${a8},fused=qkv+gate_up,norms+bias=f32;v2`;
   }
 
   /**
@@ -394,6 +427,8 @@ export class LlamaModel {
     checkShape(c);
     const mode = opts.weights ?? "auto";
     if (!WEIGHTS_MODES.includes(mode)) throw new ConfigError("weights", `must be one of ${WEIGHTS_MODES.join(", ")}, got ${String(mode)}`);
+    const acts = opts.activations ?? DEFAULT_ACTIVATIONS;
+    if (!ACTIVATIONS_MODES.includes(acts)) throw new ConfigError("activations", `must be one of ${ACTIVATIONS_MODES.join(", ")}, got ${String(acts)}`);
     const src = ckpt.tensors;
     const H = c.numHeads,
       KV = c.numKvHeads,
@@ -411,7 +446,7 @@ export class LlamaModel {
     // The image sizes, exactly as the loader below will allocate them.
     const groups = matrixGroups(c);
     for (const g of groups) for (const { name, rows } of g.names) expectShape(src, name, [rows, g.cols]);
-    const sizes = groups.flatMap((g) => planSegments(src, g.names, g.cols, mode).map((seg) => seg.bytes));
+    const sizes = groups.flatMap((g) => planSegments(src, g.names, g.cols, mode, acts).map((seg) => seg.bytes));
     const matrixBytes = sizes.reduce((a, b) => a + b, 0);
     const vectorBytes = 4 * (c.numLayers * (2 * hidden + qkvRows) + hidden) + 64 * 16 * c.numLayers;
     // Refuse before touching a page: a wasm memory that outgrows the machine dies of OOM later.
@@ -432,7 +467,7 @@ export class LlamaModel {
       const start = rt.allocationTop;
       const loadMatrix = (names: { name: string; rows: number }[], cols: number): Matrix => {
         const rows = names.reduce((a, n) => a + n.rows, 0);
-        const segs = planSegments(src, names, cols, mode);
+        const segs = planSegments(src, names, cols, mode, acts);
         if (segs[0].kind === "bf16") {
           const bytes = segs[0].bytes;
           const ptr = rt.allocWeights(bytes);
@@ -521,7 +556,7 @@ export class LlamaModel {
         if (image.byteLength !== packs) {
           throw new AirmError(
             "MODEL_LOAD",
-            `packed weight image has ${image.byteLength} bytes, this config (${ckpt.id}) packs to ${packs} under ${LlamaModel.packedFormatFor(mode)}; rebuild the image from the checkpoint`,
+            `packed weight image has ${image.byteLength} bytes, this config (${ckpt.id}) packs to ${packs} under ${LlamaModel.packedFormatFor(mode, placement, acts)}; rebuild the image from the checkpoint`,
           );
         }
         image.readNext(rt.u8.subarray(start, end));
@@ -530,7 +565,7 @@ export class LlamaModel {
           image.readNext(view.u8.subarray(view.offset, view.offset + r.end - r.start));
         }
       }
-      return new LlamaModel(ckpt, rt, layers, embed, finalNorm, lmHead, slots, start, end, mode, placement);
+      return new LlamaModel(ckpt, rt, layers, embed, finalNorm, lmHead, slots, start, end, mode, placement, acts);
     } catch (e) {
       rt.close();
       throw e;
@@ -549,7 +584,7 @@ export class LlamaModel {
       const view = this.rt.weightView(r.memory * 2 ** 32 + r.start);
       segments.push(view.u8.subarray(view.offset, view.offset + r.end - r.start));
     }
-    return { format: LlamaModel.packedFormatFor(this.weightsMode, this.placement), segments };
+    return { format: LlamaModel.packedFormatFor(this.weightsMode, this.placement, this.activations), segments };
   }
 
   /**
@@ -768,6 +803,7 @@ export class LlamaModel {
     const sizes = {
       normed: cap * this.widest,
       xp: cap * this.widest,
+      x8: this.weightKinds.q4a8 > 0 ? cap * this.widest : 0,
       qkv: cap * this.qkvRows,
       attn: cap * c.numHeads * c.headDim,
       gu: cap * 2 * c.intermediateSize,
@@ -825,15 +861,27 @@ export class LlamaModel {
     return this.scores;
   }
 
-  /** y = M x for n tokens of f32 x [n][cols] at `src`, through `xp` (packed or quantized input). */
-  private mm(M: Matrix, src: number, xp: number, y: number, n: number, cols: number, rows: number): void {
+  /**
+   * y = M x for n tokens of f32 x [n][cols] at `src`, through `xp` (packed or 16-bit input) and
+   * `x8` (8-bit input), each made once if a segment takes it.
+   */
+  private mm(M: Matrix, src: number, s: Scratch, y: number, n: number, cols: number, rows: number): void {
     if (M.segs[0].kind === "bf16") {
-      this.rt.packX(src, xp, n, cols);
-      this.rt.matmul(M.segs[0].ptr, xp, y, n, cols, rows);
+      this.rt.packX(src, s.xp, n, cols);
+      this.rt.matmul(M.segs[0].ptr, s.xp, y, n, cols, rows);
       return;
     }
-    this.rt.quantX(src, xp, n, cols);
-    for (const g of M.segs) this.rt.matmulQ(g.kind as QuantKind, g.ptr, xp, y, n, cols, rows, g.row0, g.row0 + g.rows);
+    let x16 = false;
+    let x8 = false;
+    for (const g of M.segs) {
+      const kind = g.kind as QuantKind;
+      const a8 = takesA8(kind);
+      if (a8 && !x8) this.rt.quantX8(src, s.x8, n, cols);
+      else if (!a8 && !x16) this.rt.quantX(src, s.xp, n, cols);
+      x8 ||= a8;
+      x16 ||= !a8;
+      this.rt.matmulQ(kind, g.ptr, a8 ? s.x8 : s.xp, y, n, cols, rows, g.row0, g.row0 + g.rows);
+    }
   }
 
   /**
@@ -916,7 +964,7 @@ export class LlamaModel {
         const res = resid + t0 * hidden * 4;
         // --- attention block
         for (let t = 0; t < n; t++) rt.rmsnorm(res + t * hidden * 4, L.inNorm, s.normed + t * hidden * 4, hidden, eps);
-        this.mm(L.wqkv, s.normed, s.xp, s.qkv, n, hidden, qkvRows);
+        this.mm(L.wqkv, s.normed, s, s.qkv, n, hidden, qkvRows);
         if (L.bqkv) {
           const b = L.bqkv >> 2;
           const f32 = rt.f32;
@@ -939,13 +987,13 @@ export class LlamaModel {
           const lo = l * w.layerBytes;
           rt.attention(s.qkv + t * qkvRows * 4, w.kPtr + lo, w.vPtr + lo, w.S, D, positions[t0 + t] + 1, H, group, scale, scores, s.attn + t * HD * 4);
         }
-        this.mm(L.wo, s.attn, s.xp, s.out, n, HD, hidden);
+        this.mm(L.wo, s.attn, s, s.out, n, HD, hidden);
         rt.addF32(res, s.out, n * hidden);
         // --- MLP block
         for (let t = 0; t < n; t++) rt.rmsnorm(res + t * hidden * 4, L.postNorm, s.normed + t * hidden * 4, hidden, eps);
-        this.mm(L.wgu, s.normed, s.xp, s.gu, n, hidden, 2 * I);
+        this.mm(L.wgu, s.normed, s, s.gu, n, hidden, 2 * I);
         rt.swiglu(s.gu, s.act, I, n);
-        this.mm(L.wd, s.act, s.xp, s.out, n, I, hidden);
+        this.mm(L.wd, s.act, s, s.out, n, I, hidden);
         rt.addF32(res, s.out, n * hidden);
         yield;
       }
@@ -955,7 +1003,7 @@ export class LlamaModel {
     for (let i0 = 0; i0 < R; i0 += TOKEN_BLOCK) {
       const n = Math.min(TOKEN_BLOCK, R - i0);
       for (let i = 0; i < n; i++) rt.rmsnorm(resid + logitRows[i0 + i] * hidden * 4, this.finalNorm, s.normed + i * hidden * 4, hidden, eps);
-      this.mm(this.lmHead, s.normed, s.xp, logitsPtr + i0 * c.vocabSize * 4, n, hidden, c.vocabSize);
+      this.mm(this.lmHead, s.normed, s, logitsPtr + i0 * c.vocabSize * 4, n, hidden, c.vocabSize);
     }
     const out: Float32Array[] = [];
     const logitsF32 = rt.f32;
