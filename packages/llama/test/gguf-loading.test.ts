@@ -329,10 +329,13 @@ describe("loadCheckpoint on a GGUF file converted from a generated model", () =>
     writeFileSync(path, ggufBytes({ version: 3, metadata: md, tensors: kt }));
     const ck = await loadCheckpoint(path);
     const quant = await LlamaModel.load(ck);
+    const quant16 = await LlamaModel.load(ck, { activations: "i16" });
     const plain = await LlamaModel.load(ck, { weights: "bf16" });
     try {
       // per layer: qkv = a q4k segment (q, k) + a q6k segment (v), o, gate/up (q4k), down (q6k); embeddings q4k, output q6k
-      expect(quant.weightKinds).toEqual({ bf16: 0, q8: 0, q4: 0, q4k: 7, q6k: 5, q4a8: 0 });
+      // (8-bit inputs, the default: the kinds over 8-bit inputs)
+      expect(quant.weightKinds).toEqual({ bf16: 0, q8: 0, q4: 0, q4k: 0, q6k: 0, q4a8: 0, q4ka8: 7, q6ka8: 5 });
+      expect(quant16.weightKinds).toEqual({ bf16: 0, q8: 0, q4: 0, q4k: 7, q6k: 5, q4a8: 0, q4ka8: 0, q6ka8: 0 });
       expect(plain.weightKinds.bf16).toBe(10);
       expect(quant.weightBytesPerToken).toBeLessThan(plain.weightBytesPerToken / 2);
       expect(quant.numericsFingerprint).not.toBe(plain.numericsFingerprint);
@@ -341,14 +344,20 @@ describe("loadCheckpoint on a GGUF file converted from a generated model", () =>
       const b = plain.newCache(32);
       const la = quant.prefill(prompt, a);
       const lb = plain.prefill(prompt, b);
-      let maxDiff = 0;
-      let maxRef = 0;
-      for (let i = 0; i < lb.length; i++) {
-        maxDiff = Math.max(maxDiff, Math.abs(la[i] - lb[i]));
-        maxRef = Math.max(maxRef, Math.abs(lb[i]));
-      }
-      expect(maxRef).toBeGreaterThan(0.1);
-      expect(maxDiff / maxRef).toBeLessThan(3e-2);
+      const l16 = quant16.prefill(prompt, quant16.newCache(32));
+      const rel = (l: Float32Array): number => {
+        let maxDiff = 0;
+        let maxRef = 0;
+        for (let i = 0; i < lb.length; i++) {
+          maxDiff = Math.max(maxDiff, Math.abs(l[i] - lb[i]));
+          maxRef = Math.max(maxRef, Math.abs(lb[i]));
+        }
+        expect(maxRef).toBeGreaterThan(0.1);
+        return maxDiff / maxRef;
+      };
+      console.log(`Q4_K_M-style file against its bf16 dequantisation: max |dlogit| / max |logit| ${rel(l16).toFixed(4)} with 16-bit inputs, ${rel(la).toFixed(4)} with 8-bit`);
+      expect(rel(l16)).toBeLessThan(3e-2);
+      expect(rel(la)).toBeLessThan(3e-2);
       // the same prompt token by token fills the same KV and gives the same bits (the 1-token kernels)
       const c = quant.newCache(32);
       let last: Float32Array | undefined;
@@ -363,6 +372,7 @@ describe("loadCheckpoint on a GGUF file converted from a generated model", () =>
       }
     } finally {
       quant.close();
+      quant16.close();
       plain.close();
       ck.tensors.close();
     }

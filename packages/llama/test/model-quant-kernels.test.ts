@@ -195,6 +195,8 @@ describe.each([
   ["Q6_K", "q6k"],
   ["Q4_0", "q4a8"],
   ["Q4_1", "q4a8"],
+  ["Q4_K", "q4ka8"],
+  ["Q6_K", "q6ka8"],
 ] as const)("%s in the %s image", (type, kind) => {
   const a8 = takesA8(kind);
   it("equals the reference bit for bit for 1-9 tokens (quads and single tokens) and several shapes", () => {
@@ -317,8 +319,9 @@ describe("packing", () => {
 });
 
 describe("q4a8 (8-bit inputs on relaxed-SIMD dots) at the ends of its ranges", () => {
-  // The kernel's exactness rests on two bounds (kernels.wat): the dot's second operand is a nibble
-  // (0..15) and the input is in [-127, 127], so a block's 16-bit pair sums stay within +-30480.
+  // The kernels' exactness rests on two bounds (kernels.wat): the dot's second operand is a nibble
+  // (0..15) or Q6_K's q (0..63) and the input is in [-127, 127], so the pair sums added in 16 bits
+  // stay within +-30480 (eight of Q4) or +-32004 (two of Q6_K).
   const cols = 256;
   const rows = 8;
   /** Q4_1 blocks whose nibbles are all `nib` (d = 1, m = 0) or, with nib < 0, alternate 0 and 15. */
@@ -347,6 +350,34 @@ describe("q4a8 (8-bit inputs on relaxed-SIMD dots) at the ends of its ranges", (
           for (let b = 0; b < cols / 32; b++) acc = fr(acc + fr(sign * 32 * 15 * 127 * fr(1 * fr(3 / 127))));
           expect(want[0]).toBe(acc); // (m = 0 adds exact zeros)
         }
+      }
+    }
+  });
+
+  it("Q4_K and Q6_K at their largest integers (nibbles 15, q6 63) give the reference's bits too", () => {
+    for (const type of ["Q4_K", "Q6_K"] as const) {
+      const sb = type === "Q4_K" ? 144 : 210;
+      const raw = new Uint8Array(rows * (cols / 256) * sb);
+      for (let o = 0; o < raw.length; o += sb) {
+        if (type === "Q4_K") {
+          raw.set([0x00, 0x3c, 0x00, 0x00], o); // d = 1, dmin = 0
+          raw.fill(1, o + 4, o + 16); // 6-bit scales and mins of 1 (and 0 high bits)
+          raw.fill(0xff, o + 16, o + 144); // every nibble 15
+        } else {
+          raw.fill(0xff, o, o + 192); // ql and qh: every q 63 (value 31)
+          raw.fill(1, o + 192, o + 208); // int8 scales of 1
+          raw.set([0x00, 0x3c], o + 208); // d = 1
+        }
+      }
+      for (const sign of [1, -1, 0]) {
+        const T = 5;
+        const x = new Float32Array(T * cols).map((_, i) => (sign === 0 ? ((i >> 1) % 2 === 0 ? 3 : -3) : sign * 3));
+        const s: Stored = { type, raw };
+        const kind = type === "Q4_K" ? "q4ka8" : "q6ka8";
+        const want = reference(s, x, T, rows, cols, true);
+        expect(bits(run(rts.rt1, s, x, T, rows, cols, kind)).equals(bits(want)), `${type}, sign ${sign}`).toBe(true);
+        expect(bits(run(rts.rt2, s, x, T, rows, cols, kind)).equals(bits(want))).toBe(true);
+        if (sign !== 0) expect(Math.abs(want[0])).toBeGreaterThan(0); // (alternating pairs against constant weights sum to 0)
       }
     }
   });

@@ -1623,20 +1623,27 @@
   ;; quantized to 8 bits (llama.cpp's scheme). i16x8.relaxed_dot_i8x16_i7x16_s(a, b) gives in
   ;; 16-bit lane j a[2j] b[2j] + a[2j+1] b[2j+1]; it is exact (the integer result on every engine
   ;; and CPU: x86 vpmaddubsw, Arm sdot/smull) when every byte of b is in 0..127, because then no
-  ;; pair sum saturates (|a| <= 128, b <= 127: 2 * 128 * 127 = 32512 < 2^15). The kernel passes as
-  ;; b only Q4 nibbles (v128.and 0x0f: 0..15), as a only the input q, clamped to [-127, 127]. It
-  ;; adds a block's 8 pair sums in 16 bits (|sum| <= 8 * 2 * 15 * 127 = 30480 < 2^15: exact), then
-  ;; i32x4.dot_i16x8_s with ones sums lanes 2i and 2i + 1 into lane i = row i. Every integer below
-  ;; is exact, so its association does not matter. (Q8_0 weights are signed: as b they would need
-  ;; a split into two dots; measured on AVX2 without VNNI that is slower than the 16-bit q8 kernel,
-  ;; so Q8_0 matrices keep quant_x's 16-bit input; see docs/decisions.md.)
+  ;; pair sum saturates (|a| <= 128, b <= 127: 2 * 128 * 127 = 32512 < 2^15). The kernels pass as b
+  ;; only weights that are unsigned by construction: Q4 / Q4_K nibbles (v128.and 0x0f: 0..15) and
+  ;; Q6_K's stored q (0..63, its value is q - 32); as a only the input q, clamped to [-127, 127].
+  ;; Q4 kernels add a block's 8 pair sums in 16 bits (|sum| <= 8 * 2 * 15 * 127 = 30480 < 2^15),
+  ;; Q6_K adds 2 (<= 2 * 2 * 63 * 127 = 32004); i32x4.dot_i16x8_s with ones then sums lanes 2i and
+  ;; 2i + 1 into lane i = row i. Every integer below is exact, so its association does not matter.
+  ;; (Q8_0 weights are signed: as b they would need a split into two dots; measured on AVX2
+  ;; without VNNI that is slower than the 16-bit q8 kernel, so Q8_0 keeps quant_x's 16-bit input;
+  ;; see docs/decisions.md.)
   ;;   q4a8 block (80 bytes per 4-row group): 4 vectors V0..V3, byte 4r + c of Vp holds row r's
   ;;     column 4p + c in its low nibble and column 16 + 4p + c in its high nibble; then d[4] f16,
   ;;     m[4] f16 as in q4 (Q4_0 as m = -8 d).
-  ;; Input (quant_x8), token t's block b at x + (t * nb + b) * 48: q (32 int8, column order), then
-  ;; dx f32 at +32 and sx = dx * sum(q) f32 at +36.
+  ;;   q4ka8 block (96 bytes): the nibbles as in q4a8, then d[4] f32 and m[4] f32 as in q4k.
+  ;;   q6ka8 block (160 bytes): 8 vectors W0..W7, byte 4r + c of Wk = row r's q (0..63) at column
+  ;;     4k + c; then d[4] f32 of columns 0-15 and d[4] f32 of columns 16-31 as in q6k.
+  ;; Input (quant_x8), token t's block b at x + (t * nb + b) * 48: q (32 int8, column order), dx f32
+  ;; at +32, sx = dx * sum(q) f32 at +36, and the i32 sums of q over columns 0-15 and 16-31 at +40
+  ;; and +44 (Q6_K: sum (q6 - 32) x = sum q6 x - 32 sum x, per 16 columns).
   ;; Per output, blocks in column order: isum = the exact integer dot of the block;
-  ;;   acc += f32(isum) * (d_w * dx);  then acc += m_w * sx.
+  ;;   acc += f32(isum) * (d_w * dx);  then acc += m_w * sx (Q4 kinds); Q6_K per 16-column half:
+  ;;   acc += f32(isum_lo) * (d_lo * dx);  acc += f32(isum_hi) * (d_hi * dx).
   ;; Every tile (one token, four tokens; either thread) does exactly these f32 operations.
 
   ;; src f32 [T][cols] -> 8-bit input at dst. Per token and block: amax = max |x|, dx = amax / 127,
@@ -1645,7 +1652,7 @@
     (local $n i32) (local $i i32) (local $p i32) (local $o i32)
     (local $v0 v128) (local $v1 v128) (local $v2 v128) (local $v3 v128) (local $v4 v128) (local $v5 v128) (local $v6 v128) (local $v7 v128)
     (local $m v128) (local $vid v128) (local $amax f32) (local $d f32) (local $sum v128) (local $b0 v128) (local $b1 v128)
-    (local $lo v128) (local $hi v128)
+    (local $lo v128) (local $hi v128) (local $slo v128) (local $shi v128)
     (local.set $lo (i32x4.splat (i32.const -127)))
     (local.set $hi (i32x4.splat (i32.const 127)))
     (local.set $n (i32.mul (local.get $T) (i32.shr_u (local.get $cols) (i32.const 5))))
@@ -1680,8 +1687,13 @@
       (local.set $b1 (i8x16.narrow_i16x8_s (i16x8.narrow_i32x4_s (local.get $v4) (local.get $v5)) (i16x8.narrow_i32x4_s (local.get $v6) (local.get $v7))))
       (v128.store offset=0 (local.get $o) (local.get $b0))
       (v128.store offset=16 (local.get $o) (local.get $b1))
-      (local.set $sum (i32x4.add (i32x4.add (i32x4.add (local.get $v0) (local.get $v1)) (i32x4.add (local.get $v2) (local.get $v3)))
-                                 (i32x4.add (i32x4.add (local.get $v4) (local.get $v5)) (i32x4.add (local.get $v6) (local.get $v7)))))
+      (local.set $slo (i32x4.add (i32x4.add (local.get $v0) (local.get $v1)) (i32x4.add (local.get $v2) (local.get $v3))))
+      (local.set $shi (i32x4.add (i32x4.add (local.get $v4) (local.get $v5)) (i32x4.add (local.get $v6) (local.get $v7))))
+      (i32.store offset=40 (local.get $o) (i32.add (i32.add (i32x4.extract_lane 0 (local.get $slo)) (i32x4.extract_lane 1 (local.get $slo)))
+                                                   (i32.add (i32x4.extract_lane 2 (local.get $slo)) (i32x4.extract_lane 3 (local.get $slo)))))
+      (i32.store offset=44 (local.get $o) (i32.add (i32.add (i32x4.extract_lane 0 (local.get $shi)) (i32x4.extract_lane 1 (local.get $shi)))
+                                                   (i32.add (i32x4.extract_lane 2 (local.get $shi)) (i32x4.extract_lane 3 (local.get $shi)))))
+      (local.set $sum (i32x4.add (local.get $slo) (local.get $shi)))
       (f32.store offset=32 (local.get $o) (local.get $d))
       (f32.store offset=36 (local.get $o) (f32.mul (local.get $d) (f32.convert_i32_s
         (i32.add (i32.add (i32x4.extract_lane 0 (local.get $sum)) (i32x4.extract_lane 1 (local.get $sum)))
@@ -1839,6 +1851,304 @@
       (block $singles_done (loop $single
         (br_if $singles_done (i32.ge_u (local.get $t) (local.get $T)))
         (call $q4a8_1t (local.get $wg) (i32.add (local.get $x) (i32.mul (local.get $t) (local.get $xt)))
+          (i32.add (i32.add (local.get $y) (i32.mul (local.get $t) (local.get $ys))) (i32.shl (local.get $rb) (i32.const 2)))
+          (local.get $nb) (i32.shr_u (i32.sub (local.get $re) (local.get $rb)) (i32.const 2)))
+        (local.set $t (i32.add (local.get $t) (i32.const 1)))
+        (br $single)))
+      (local.set $rb (local.get $re))
+      (br $row_chunk))))
+
+  ;; ---------------------------------------------------------------- q4ka8: four rows x one token
+  ;; $groups 4-row groups from $w (96 bytes per block), one token (8-bit input,
+  ;; 48 bytes per block); y[4g + r] at $y + 16 g.
+  (func $q4ka8_1t (param $w i32) (param $x i32) (param $y i32) (param $nb i32) (param $groups i32)
+    (local $v v128) (local $wl v128) (local $wh v128) (local $dw v128) (local $dm v128) (local $mw v128) (local $c_lo4b v128) (local $c_one16 v128) (local $c_f16sign v128) (local $c_f16mag v128) (local $c_f16bias v128) (local $s0 v128) (local $n0 v128) (local $a0 v128)
+    (local $end i32) (local $yend i32) (local $xb0 i32)
+    (local.set $c_lo4b (global.get $k_lo4b))
+    (local.set $c_one16 (global.get $k_one16))
+    (local.set $c_f16sign (global.get $k_f16sign))
+    (local.set $c_f16mag (global.get $k_f16mag))
+    (local.set $c_f16bias (global.get $k_f16bias))
+    (local.set $yend (i32.add (local.get $y) (i32.shl (local.get $groups) (i32.const 4))))
+    (block $all_done (loop $group
+      (br_if $all_done (i32.ge_u (local.get $y) (local.get $yend)))
+      (local.set $a0 (v128.const i32x4 0 0 0 0))
+      (local.set $xb0 (local.get $x))
+      (local.set $end (i32.add (local.get $w) (i32.mul (local.get $nb) (i32.const 96))))
+      (loop $block
+        (local.set $v (v128.load offset=0 (local.get $w)))
+        (local.set $wl (v128.and (local.get $v) (local.get $c_lo4b)))
+        (local.set $wh (v128.and (i16x8.shr_u (local.get $v) (i32.const 4)) (local.get $c_lo4b)))
+        (local.set $s0 (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=0 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=16 (local.get $xb0)) (local.get $wh))))
+        (local.set $v (v128.load offset=16 (local.get $w)))
+        (local.set $wl (v128.and (local.get $v) (local.get $c_lo4b)))
+        (local.set $wh (v128.and (i16x8.shr_u (local.get $v) (i32.const 4)) (local.get $c_lo4b)))
+        (local.set $s0 (i16x8.add (local.get $s0) (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=4 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=20 (local.get $xb0)) (local.get $wh)))))
+        (local.set $v (v128.load offset=32 (local.get $w)))
+        (local.set $wl (v128.and (local.get $v) (local.get $c_lo4b)))
+        (local.set $wh (v128.and (i16x8.shr_u (local.get $v) (i32.const 4)) (local.get $c_lo4b)))
+        (local.set $n0 (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=8 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=24 (local.get $xb0)) (local.get $wh))))
+        (local.set $v (v128.load offset=48 (local.get $w)))
+        (local.set $wl (v128.and (local.get $v) (local.get $c_lo4b)))
+        (local.set $wh (v128.and (i16x8.shr_u (local.get $v) (i32.const 4)) (local.get $c_lo4b)))
+        (local.set $n0 (i16x8.add (local.get $n0) (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=12 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=28 (local.get $xb0)) (local.get $wh)))))
+        (local.set $dw (v128.load offset=64 (local.get $w)))
+        (local.set $mw (v128.load offset=80 (local.get $w)))
+        (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (f32x4.convert_i32x4_s (i32x4.dot_i16x8_s (i16x8.add (local.get $s0) (local.get $n0)) (local.get $c_one16))) (f32x4.mul (local.get $dw) (f32x4.splat (f32.load offset=32 (local.get $xb0)))))))
+        (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (local.get $mw) (f32x4.splat (f32.load offset=36 (local.get $xb0))))))
+        (local.set $xb0 (i32.add (local.get $xb0) (i32.const 48)))
+        (br_if $block (i32.lt_u (local.tee $w (i32.add (local.get $w) (i32.const 96))) (local.get $end))))
+      (v128.store (local.get $y) (local.get $a0))
+      (local.set $y (i32.add (local.get $y) (i32.const 16)))
+      (br $group))))
+
+  ;; ---------------------------------------------------------------- q4ka8: four rows x four tokens
+  ;; $groups 4-row groups from $w (96 bytes per block), tokens at $x + t * $xt (8-bit input,
+  ;; 48 bytes per block); y[4g + r] of token t at $y + t * $ys at $y + 16 g.
+  (func $q4ka8_4t (param $w i32) (param $x i32) (param $y i32) (param $nb i32) (param $groups i32) (param $xt i32) (param $ys i32)
+    (local $v v128) (local $wl v128) (local $wh v128) (local $dw v128) (local $dm v128) (local $mw v128) (local $c_lo4b v128) (local $c_one16 v128) (local $c_f16sign v128) (local $c_f16mag v128) (local $c_f16bias v128) (local $s0 v128) (local $s1 v128) (local $s2 v128) (local $s3 v128) (local $n0 v128) (local $n1 v128) (local $n2 v128) (local $n3 v128) (local $a0 v128) (local $a1 v128) (local $a2 v128) (local $a3 v128)
+    (local $end i32) (local $yend i32) (local $xb0 i32) (local $xb1 i32) (local $xb2 i32) (local $xb3 i32)
+    (local.set $c_lo4b (global.get $k_lo4b))
+    (local.set $c_one16 (global.get $k_one16))
+    (local.set $c_f16sign (global.get $k_f16sign))
+    (local.set $c_f16mag (global.get $k_f16mag))
+    (local.set $c_f16bias (global.get $k_f16bias))
+    (local.set $yend (i32.add (local.get $y) (i32.shl (local.get $groups) (i32.const 4))))
+    (block $all_done (loop $group
+      (br_if $all_done (i32.ge_u (local.get $y) (local.get $yend)))
+      (local.set $a0 (v128.const i32x4 0 0 0 0))
+      (local.set $xb0 (local.get $x))
+      (local.set $a1 (v128.const i32x4 0 0 0 0))
+      (local.set $xb1 (i32.add (local.get $x) (i32.mul (local.get $xt) (i32.const 1))))
+      (local.set $a2 (v128.const i32x4 0 0 0 0))
+      (local.set $xb2 (i32.add (local.get $x) (i32.mul (local.get $xt) (i32.const 2))))
+      (local.set $a3 (v128.const i32x4 0 0 0 0))
+      (local.set $xb3 (i32.add (local.get $x) (i32.mul (local.get $xt) (i32.const 3))))
+      (local.set $end (i32.add (local.get $w) (i32.mul (local.get $nb) (i32.const 96))))
+      (loop $block
+        (local.set $v (v128.load offset=0 (local.get $w)))
+        (local.set $wl (v128.and (local.get $v) (local.get $c_lo4b)))
+        (local.set $wh (v128.and (i16x8.shr_u (local.get $v) (i32.const 4)) (local.get $c_lo4b)))
+        (local.set $s0 (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=0 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=16 (local.get $xb0)) (local.get $wh))))
+        (local.set $s1 (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=0 (local.get $xb1)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=16 (local.get $xb1)) (local.get $wh))))
+        (local.set $s2 (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=0 (local.get $xb2)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=16 (local.get $xb2)) (local.get $wh))))
+        (local.set $s3 (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=0 (local.get $xb3)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=16 (local.get $xb3)) (local.get $wh))))
+        (local.set $v (v128.load offset=16 (local.get $w)))
+        (local.set $wl (v128.and (local.get $v) (local.get $c_lo4b)))
+        (local.set $wh (v128.and (i16x8.shr_u (local.get $v) (i32.const 4)) (local.get $c_lo4b)))
+        (local.set $s0 (i16x8.add (local.get $s0) (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=4 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=20 (local.get $xb0)) (local.get $wh)))))
+        (local.set $s1 (i16x8.add (local.get $s1) (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=4 (local.get $xb1)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=20 (local.get $xb1)) (local.get $wh)))))
+        (local.set $s2 (i16x8.add (local.get $s2) (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=4 (local.get $xb2)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=20 (local.get $xb2)) (local.get $wh)))))
+        (local.set $s3 (i16x8.add (local.get $s3) (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=4 (local.get $xb3)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=20 (local.get $xb3)) (local.get $wh)))))
+        (local.set $v (v128.load offset=32 (local.get $w)))
+        (local.set $wl (v128.and (local.get $v) (local.get $c_lo4b)))
+        (local.set $wh (v128.and (i16x8.shr_u (local.get $v) (i32.const 4)) (local.get $c_lo4b)))
+        (local.set $n0 (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=8 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=24 (local.get $xb0)) (local.get $wh))))
+        (local.set $n1 (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=8 (local.get $xb1)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=24 (local.get $xb1)) (local.get $wh))))
+        (local.set $n2 (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=8 (local.get $xb2)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=24 (local.get $xb2)) (local.get $wh))))
+        (local.set $n3 (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=8 (local.get $xb3)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=24 (local.get $xb3)) (local.get $wh))))
+        (local.set $v (v128.load offset=48 (local.get $w)))
+        (local.set $wl (v128.and (local.get $v) (local.get $c_lo4b)))
+        (local.set $wh (v128.and (i16x8.shr_u (local.get $v) (i32.const 4)) (local.get $c_lo4b)))
+        (local.set $n0 (i16x8.add (local.get $n0) (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=12 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=28 (local.get $xb0)) (local.get $wh)))))
+        (local.set $n1 (i16x8.add (local.get $n1) (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=12 (local.get $xb1)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=28 (local.get $xb1)) (local.get $wh)))))
+        (local.set $n2 (i16x8.add (local.get $n2) (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=12 (local.get $xb2)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=28 (local.get $xb2)) (local.get $wh)))))
+        (local.set $n3 (i16x8.add (local.get $n3) (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=12 (local.get $xb3)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=28 (local.get $xb3)) (local.get $wh)))))
+        (local.set $dw (v128.load offset=64 (local.get $w)))
+        (local.set $mw (v128.load offset=80 (local.get $w)))
+        (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (f32x4.convert_i32x4_s (i32x4.dot_i16x8_s (i16x8.add (local.get $s0) (local.get $n0)) (local.get $c_one16))) (f32x4.mul (local.get $dw) (f32x4.splat (f32.load offset=32 (local.get $xb0)))))))
+        (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (local.get $mw) (f32x4.splat (f32.load offset=36 (local.get $xb0))))))
+        (local.set $a1 (f32x4.add (local.get $a1) (f32x4.mul (f32x4.convert_i32x4_s (i32x4.dot_i16x8_s (i16x8.add (local.get $s1) (local.get $n1)) (local.get $c_one16))) (f32x4.mul (local.get $dw) (f32x4.splat (f32.load offset=32 (local.get $xb1)))))))
+        (local.set $a1 (f32x4.add (local.get $a1) (f32x4.mul (local.get $mw) (f32x4.splat (f32.load offset=36 (local.get $xb1))))))
+        (local.set $a2 (f32x4.add (local.get $a2) (f32x4.mul (f32x4.convert_i32x4_s (i32x4.dot_i16x8_s (i16x8.add (local.get $s2) (local.get $n2)) (local.get $c_one16))) (f32x4.mul (local.get $dw) (f32x4.splat (f32.load offset=32 (local.get $xb2)))))))
+        (local.set $a2 (f32x4.add (local.get $a2) (f32x4.mul (local.get $mw) (f32x4.splat (f32.load offset=36 (local.get $xb2))))))
+        (local.set $a3 (f32x4.add (local.get $a3) (f32x4.mul (f32x4.convert_i32x4_s (i32x4.dot_i16x8_s (i16x8.add (local.get $s3) (local.get $n3)) (local.get $c_one16))) (f32x4.mul (local.get $dw) (f32x4.splat (f32.load offset=32 (local.get $xb3)))))))
+        (local.set $a3 (f32x4.add (local.get $a3) (f32x4.mul (local.get $mw) (f32x4.splat (f32.load offset=36 (local.get $xb3))))))
+        (local.set $xb0 (i32.add (local.get $xb0) (i32.const 48)))
+        (local.set $xb1 (i32.add (local.get $xb1) (i32.const 48)))
+        (local.set $xb2 (i32.add (local.get $xb2) (i32.const 48)))
+        (local.set $xb3 (i32.add (local.get $xb3) (i32.const 48)))
+        (br_if $block (i32.lt_u (local.tee $w (i32.add (local.get $w) (i32.const 96))) (local.get $end))))
+      (v128.store (local.get $y) (local.get $a0))
+      (v128.store (i32.add (local.get $y) (i32.mul (local.get $ys) (i32.const 1))) (local.get $a1))
+      (v128.store (i32.add (local.get $y) (i32.mul (local.get $ys) (i32.const 2))) (local.get $a2))
+      (v128.store (i32.add (local.get $y) (i32.mul (local.get $ys) (i32.const 3))) (local.get $a3))
+      (local.set $y (i32.add (local.get $y) (i32.const 16)))
+      (br $group))))
+
+  ;; ---------------------------------------------------------------- q4ka8 matmul driver
+  ;; Y[t][r] = W[r] . X[t] for rows [r0, r1) (multiples of 4) of a q4ka8 image at $w and an input
+  ;; quantized by quant_x8 at $x; chunks of 32 rows, token quads, then single tokens. $scr unused.
+  (func (export "matmul_q4ka8") (param $w i32) (param $x i32) (param $y i32) (param $T i32)
+        (param $cols i32) (param $rows i32) (param $r0 i32) (param $r1 i32) (param $scr i32)
+    (local $nb i32) (local $gb i32) (local $xt i32) (local $ys i32) (local $tq i32) (local $t i32) (local $rb i32) (local $re i32) (local $wg i32)
+    (local.set $nb (i32.shr_u (local.get $cols) (i32.const 5)))
+    (local.set $gb (i32.mul (local.get $nb) (i32.const 96)))
+    (local.set $xt (i32.mul (local.get $nb) (i32.const 48)))
+    (local.set $ys (i32.shl (local.get $rows) (i32.const 2)))
+    (local.set $tq (i32.and (local.get $T) (i32.const -4)))
+    (local.set $rb (local.get $r0))
+    (block $rows_done (loop $row_chunk
+      (br_if $rows_done (i32.ge_u (local.get $rb) (local.get $r1)))
+      (local.set $re (i32.add (local.get $rb) (i32.const 32)))
+      (if (i32.gt_u (local.get $re) (local.get $r1)) (then (local.set $re (local.get $r1))))
+      (local.set $wg (i32.add (local.get $w) (i32.mul (i32.shr_u (local.get $rb) (i32.const 2)) (local.get $gb))))
+      (local.set $t (i32.const 0))
+      (block $quads_done (loop $quad
+        (br_if $quads_done (i32.ge_u (local.get $t) (local.get $tq)))
+        (call $q4ka8_4t (local.get $wg) (i32.add (local.get $x) (i32.mul (local.get $t) (local.get $xt)))
+          (i32.add (i32.add (local.get $y) (i32.mul (local.get $t) (local.get $ys))) (i32.shl (local.get $rb) (i32.const 2)))
+          (local.get $nb) (i32.shr_u (i32.sub (local.get $re) (local.get $rb)) (i32.const 2)) (local.get $xt) (local.get $ys))
+        (local.set $t (i32.add (local.get $t) (i32.const 4)))
+        (br $quad)))
+      (block $singles_done (loop $single
+        (br_if $singles_done (i32.ge_u (local.get $t) (local.get $T)))
+        (call $q4ka8_1t (local.get $wg) (i32.add (local.get $x) (i32.mul (local.get $t) (local.get $xt)))
+          (i32.add (i32.add (local.get $y) (i32.mul (local.get $t) (local.get $ys))) (i32.shl (local.get $rb) (i32.const 2)))
+          (local.get $nb) (i32.shr_u (i32.sub (local.get $re) (local.get $rb)) (i32.const 2)))
+        (local.set $t (i32.add (local.get $t) (i32.const 1)))
+        (br $single)))
+      (local.set $rb (local.get $re))
+      (br $row_chunk))))
+
+  ;; ---------------------------------------------------------------- q6ka8: four rows x one token
+  ;; $groups 4-row groups from $w (160 bytes per block), one token (8-bit input,
+  ;; 48 bytes per block); y[4g + r] at $y + 16 g.
+  (func $q6ka8_1t (param $w i32) (param $x i32) (param $y i32) (param $nb i32) (param $groups i32)
+    (local $v v128) (local $wl v128) (local $wh v128) (local $dw v128) (local $dm v128) (local $mw v128) (local $c_lo4b v128) (local $c_one16 v128) (local $c_f16sign v128) (local $c_f16mag v128) (local $c_f16bias v128) (local $s0 v128) (local $n0 v128) (local $a0 v128)
+    (local $end i32) (local $yend i32) (local $xb0 i32)
+    (local.set $c_lo4b (global.get $k_lo4b))
+    (local.set $c_one16 (global.get $k_one16))
+    (local.set $c_f16sign (global.get $k_f16sign))
+    (local.set $c_f16mag (global.get $k_f16mag))
+    (local.set $c_f16bias (global.get $k_f16bias))
+    (local.set $yend (i32.add (local.get $y) (i32.shl (local.get $groups) (i32.const 4))))
+    (block $all_done (loop $group
+      (br_if $all_done (i32.ge_u (local.get $y) (local.get $yend)))
+      (local.set $a0 (v128.const i32x4 0 0 0 0))
+      (local.set $xb0 (local.get $x))
+      (local.set $end (i32.add (local.get $w) (i32.mul (local.get $nb) (i32.const 160))))
+      (loop $block
+        (local.set $wl (v128.load offset=0 (local.get $w)))
+        (local.set $wh (v128.load offset=16 (local.get $w)))
+        (local.set $s0 (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=0 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=4 (local.get $xb0)) (local.get $wh))) (local.get $c_one16)))
+        (local.set $wl (v128.load offset=32 (local.get $w)))
+        (local.set $wh (v128.load offset=48 (local.get $w)))
+        (local.set $s0 (i32x4.add (local.get $s0) (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=8 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=12 (local.get $xb0)) (local.get $wh))) (local.get $c_one16))))
+        (local.set $wl (v128.load offset=64 (local.get $w)))
+        (local.set $wh (v128.load offset=80 (local.get $w)))
+        (local.set $n0 (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=16 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=20 (local.get $xb0)) (local.get $wh))) (local.get $c_one16)))
+        (local.set $wl (v128.load offset=96 (local.get $w)))
+        (local.set $wh (v128.load offset=112 (local.get $w)))
+        (local.set $n0 (i32x4.add (local.get $n0) (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=24 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=28 (local.get $xb0)) (local.get $wh))) (local.get $c_one16))))
+        (local.set $dw (v128.load offset=128 (local.get $w)))
+        (local.set $mw (v128.load offset=144 (local.get $w)))
+        (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (f32x4.convert_i32x4_s (i32x4.sub (local.get $s0) (i32x4.splat (i32.shl (i32.load offset=40 (local.get $xb0)) (i32.const 5))))) (f32x4.mul (local.get $dw) (f32x4.splat (f32.load offset=32 (local.get $xb0)))))))
+        (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (f32x4.convert_i32x4_s (i32x4.sub (local.get $n0) (i32x4.splat (i32.shl (i32.load offset=44 (local.get $xb0)) (i32.const 5))))) (f32x4.mul (local.get $mw) (f32x4.splat (f32.load offset=32 (local.get $xb0)))))))
+        (local.set $xb0 (i32.add (local.get $xb0) (i32.const 48)))
+        (br_if $block (i32.lt_u (local.tee $w (i32.add (local.get $w) (i32.const 160))) (local.get $end))))
+      (v128.store (local.get $y) (local.get $a0))
+      (local.set $y (i32.add (local.get $y) (i32.const 16)))
+      (br $group))))
+
+  ;; ---------------------------------------------------------------- q6ka8: four rows x four tokens
+  ;; $groups 4-row groups from $w (160 bytes per block), tokens at $x + t * $xt (8-bit input,
+  ;; 48 bytes per block); y[4g + r] of token t at $y + t * $ys at $y + 16 g.
+  (func $q6ka8_4t (param $w i32) (param $x i32) (param $y i32) (param $nb i32) (param $groups i32) (param $xt i32) (param $ys i32)
+    (local $v v128) (local $wl v128) (local $wh v128) (local $dw v128) (local $dm v128) (local $mw v128) (local $c_lo4b v128) (local $c_one16 v128) (local $c_f16sign v128) (local $c_f16mag v128) (local $c_f16bias v128) (local $s0 v128) (local $s1 v128) (local $s2 v128) (local $s3 v128) (local $n0 v128) (local $n1 v128) (local $n2 v128) (local $n3 v128) (local $a0 v128) (local $a1 v128) (local $a2 v128) (local $a3 v128)
+    (local $end i32) (local $yend i32) (local $xb0 i32) (local $xb1 i32) (local $xb2 i32) (local $xb3 i32)
+    (local.set $c_lo4b (global.get $k_lo4b))
+    (local.set $c_one16 (global.get $k_one16))
+    (local.set $c_f16sign (global.get $k_f16sign))
+    (local.set $c_f16mag (global.get $k_f16mag))
+    (local.set $c_f16bias (global.get $k_f16bias))
+    (local.set $yend (i32.add (local.get $y) (i32.shl (local.get $groups) (i32.const 4))))
+    (block $all_done (loop $group
+      (br_if $all_done (i32.ge_u (local.get $y) (local.get $yend)))
+      (local.set $a0 (v128.const i32x4 0 0 0 0))
+      (local.set $xb0 (local.get $x))
+      (local.set $a1 (v128.const i32x4 0 0 0 0))
+      (local.set $xb1 (i32.add (local.get $x) (i32.mul (local.get $xt) (i32.const 1))))
+      (local.set $a2 (v128.const i32x4 0 0 0 0))
+      (local.set $xb2 (i32.add (local.get $x) (i32.mul (local.get $xt) (i32.const 2))))
+      (local.set $a3 (v128.const i32x4 0 0 0 0))
+      (local.set $xb3 (i32.add (local.get $x) (i32.mul (local.get $xt) (i32.const 3))))
+      (local.set $end (i32.add (local.get $w) (i32.mul (local.get $nb) (i32.const 160))))
+      (loop $block
+        (local.set $wl (v128.load offset=0 (local.get $w)))
+        (local.set $wh (v128.load offset=16 (local.get $w)))
+        (local.set $s0 (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=0 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=4 (local.get $xb0)) (local.get $wh))) (local.get $c_one16)))
+        (local.set $s1 (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=0 (local.get $xb1)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=4 (local.get $xb1)) (local.get $wh))) (local.get $c_one16)))
+        (local.set $s2 (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=0 (local.get $xb2)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=4 (local.get $xb2)) (local.get $wh))) (local.get $c_one16)))
+        (local.set $s3 (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=0 (local.get $xb3)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=4 (local.get $xb3)) (local.get $wh))) (local.get $c_one16)))
+        (local.set $wl (v128.load offset=32 (local.get $w)))
+        (local.set $wh (v128.load offset=48 (local.get $w)))
+        (local.set $s0 (i32x4.add (local.get $s0) (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=8 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=12 (local.get $xb0)) (local.get $wh))) (local.get $c_one16))))
+        (local.set $s1 (i32x4.add (local.get $s1) (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=8 (local.get $xb1)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=12 (local.get $xb1)) (local.get $wh))) (local.get $c_one16))))
+        (local.set $s2 (i32x4.add (local.get $s2) (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=8 (local.get $xb2)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=12 (local.get $xb2)) (local.get $wh))) (local.get $c_one16))))
+        (local.set $s3 (i32x4.add (local.get $s3) (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=8 (local.get $xb3)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=12 (local.get $xb3)) (local.get $wh))) (local.get $c_one16))))
+        (local.set $wl (v128.load offset=64 (local.get $w)))
+        (local.set $wh (v128.load offset=80 (local.get $w)))
+        (local.set $n0 (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=16 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=20 (local.get $xb0)) (local.get $wh))) (local.get $c_one16)))
+        (local.set $n1 (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=16 (local.get $xb1)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=20 (local.get $xb1)) (local.get $wh))) (local.get $c_one16)))
+        (local.set $n2 (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=16 (local.get $xb2)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=20 (local.get $xb2)) (local.get $wh))) (local.get $c_one16)))
+        (local.set $n3 (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=16 (local.get $xb3)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=20 (local.get $xb3)) (local.get $wh))) (local.get $c_one16)))
+        (local.set $wl (v128.load offset=96 (local.get $w)))
+        (local.set $wh (v128.load offset=112 (local.get $w)))
+        (local.set $n0 (i32x4.add (local.get $n0) (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=24 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=28 (local.get $xb0)) (local.get $wh))) (local.get $c_one16))))
+        (local.set $n1 (i32x4.add (local.get $n1) (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=24 (local.get $xb1)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=28 (local.get $xb1)) (local.get $wh))) (local.get $c_one16))))
+        (local.set $n2 (i32x4.add (local.get $n2) (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=24 (local.get $xb2)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=28 (local.get $xb2)) (local.get $wh))) (local.get $c_one16))))
+        (local.set $n3 (i32x4.add (local.get $n3) (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=24 (local.get $xb3)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=28 (local.get $xb3)) (local.get $wh))) (local.get $c_one16))))
+        (local.set $dw (v128.load offset=128 (local.get $w)))
+        (local.set $mw (v128.load offset=144 (local.get $w)))
+        (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (f32x4.convert_i32x4_s (i32x4.sub (local.get $s0) (i32x4.splat (i32.shl (i32.load offset=40 (local.get $xb0)) (i32.const 5))))) (f32x4.mul (local.get $dw) (f32x4.splat (f32.load offset=32 (local.get $xb0)))))))
+        (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (f32x4.convert_i32x4_s (i32x4.sub (local.get $n0) (i32x4.splat (i32.shl (i32.load offset=44 (local.get $xb0)) (i32.const 5))))) (f32x4.mul (local.get $mw) (f32x4.splat (f32.load offset=32 (local.get $xb0)))))))
+        (local.set $a1 (f32x4.add (local.get $a1) (f32x4.mul (f32x4.convert_i32x4_s (i32x4.sub (local.get $s1) (i32x4.splat (i32.shl (i32.load offset=40 (local.get $xb1)) (i32.const 5))))) (f32x4.mul (local.get $dw) (f32x4.splat (f32.load offset=32 (local.get $xb1)))))))
+        (local.set $a1 (f32x4.add (local.get $a1) (f32x4.mul (f32x4.convert_i32x4_s (i32x4.sub (local.get $n1) (i32x4.splat (i32.shl (i32.load offset=44 (local.get $xb1)) (i32.const 5))))) (f32x4.mul (local.get $mw) (f32x4.splat (f32.load offset=32 (local.get $xb1)))))))
+        (local.set $a2 (f32x4.add (local.get $a2) (f32x4.mul (f32x4.convert_i32x4_s (i32x4.sub (local.get $s2) (i32x4.splat (i32.shl (i32.load offset=40 (local.get $xb2)) (i32.const 5))))) (f32x4.mul (local.get $dw) (f32x4.splat (f32.load offset=32 (local.get $xb2)))))))
+        (local.set $a2 (f32x4.add (local.get $a2) (f32x4.mul (f32x4.convert_i32x4_s (i32x4.sub (local.get $n2) (i32x4.splat (i32.shl (i32.load offset=44 (local.get $xb2)) (i32.const 5))))) (f32x4.mul (local.get $mw) (f32x4.splat (f32.load offset=32 (local.get $xb2)))))))
+        (local.set $a3 (f32x4.add (local.get $a3) (f32x4.mul (f32x4.convert_i32x4_s (i32x4.sub (local.get $s3) (i32x4.splat (i32.shl (i32.load offset=40 (local.get $xb3)) (i32.const 5))))) (f32x4.mul (local.get $dw) (f32x4.splat (f32.load offset=32 (local.get $xb3)))))))
+        (local.set $a3 (f32x4.add (local.get $a3) (f32x4.mul (f32x4.convert_i32x4_s (i32x4.sub (local.get $n3) (i32x4.splat (i32.shl (i32.load offset=44 (local.get $xb3)) (i32.const 5))))) (f32x4.mul (local.get $mw) (f32x4.splat (f32.load offset=32 (local.get $xb3)))))))
+        (local.set $xb0 (i32.add (local.get $xb0) (i32.const 48)))
+        (local.set $xb1 (i32.add (local.get $xb1) (i32.const 48)))
+        (local.set $xb2 (i32.add (local.get $xb2) (i32.const 48)))
+        (local.set $xb3 (i32.add (local.get $xb3) (i32.const 48)))
+        (br_if $block (i32.lt_u (local.tee $w (i32.add (local.get $w) (i32.const 160))) (local.get $end))))
+      (v128.store (local.get $y) (local.get $a0))
+      (v128.store (i32.add (local.get $y) (i32.mul (local.get $ys) (i32.const 1))) (local.get $a1))
+      (v128.store (i32.add (local.get $y) (i32.mul (local.get $ys) (i32.const 2))) (local.get $a2))
+      (v128.store (i32.add (local.get $y) (i32.mul (local.get $ys) (i32.const 3))) (local.get $a3))
+      (local.set $y (i32.add (local.get $y) (i32.const 16)))
+      (br $group))))
+
+  ;; ---------------------------------------------------------------- q6ka8 matmul driver
+  ;; Y[t][r] = W[r] . X[t] for rows [r0, r1) (multiples of 4) of a q6ka8 image at $w and an input
+  ;; quantized by quant_x8 at $x; chunks of 32 rows, token quads, then single tokens. $scr unused.
+  (func (export "matmul_q6ka8") (param $w i32) (param $x i32) (param $y i32) (param $T i32)
+        (param $cols i32) (param $rows i32) (param $r0 i32) (param $r1 i32) (param $scr i32)
+    (local $nb i32) (local $gb i32) (local $xt i32) (local $ys i32) (local $tq i32) (local $t i32) (local $rb i32) (local $re i32) (local $wg i32)
+    (local.set $nb (i32.shr_u (local.get $cols) (i32.const 5)))
+    (local.set $gb (i32.mul (local.get $nb) (i32.const 160)))
+    (local.set $xt (i32.mul (local.get $nb) (i32.const 48)))
+    (local.set $ys (i32.shl (local.get $rows) (i32.const 2)))
+    (local.set $tq (i32.and (local.get $T) (i32.const -4)))
+    (local.set $rb (local.get $r0))
+    (block $rows_done (loop $row_chunk
+      (br_if $rows_done (i32.ge_u (local.get $rb) (local.get $r1)))
+      (local.set $re (i32.add (local.get $rb) (i32.const 32)))
+      (if (i32.gt_u (local.get $re) (local.get $r1)) (then (local.set $re (local.get $r1))))
+      (local.set $wg (i32.add (local.get $w) (i32.mul (i32.shr_u (local.get $rb) (i32.const 2)) (local.get $gb))))
+      (local.set $t (i32.const 0))
+      (block $quads_done (loop $quad
+        (br_if $quads_done (i32.ge_u (local.get $t) (local.get $tq)))
+        (call $q6ka8_4t (local.get $wg) (i32.add (local.get $x) (i32.mul (local.get $t) (local.get $xt)))
+          (i32.add (i32.add (local.get $y) (i32.mul (local.get $t) (local.get $ys))) (i32.shl (local.get $rb) (i32.const 2)))
+          (local.get $nb) (i32.shr_u (i32.sub (local.get $re) (local.get $rb)) (i32.const 2)) (local.get $xt) (local.get $ys))
+        (local.set $t (i32.add (local.get $t) (i32.const 4)))
+        (br $quad)))
+      (block $singles_done (loop $single
+        (br_if $singles_done (i32.ge_u (local.get $t) (local.get $T)))
+        (call $q6ka8_1t (local.get $wg) (i32.add (local.get $x) (i32.mul (local.get $t) (local.get $xt)))
           (i32.add (i32.add (local.get $y) (i32.mul (local.get $t) (local.get $ys))) (i32.shl (local.get $rb) (i32.const 2)))
           (local.get $nb) (i32.shr_u (i32.sub (local.get $re) (local.get $rb)) (i32.const 2)))
         (local.set $t (i32.add (local.get $t) (i32.const 1)))

@@ -22,7 +22,7 @@ export const NUMERICS_CHOICES = [
   "rmsnorm=(x*inv)*w,inv=1/sqrt(ss/n+eps) f32",
   "split=rows|heads only",
   "quantized=GGUF Q8_0/Q4_0(as m=-8d)/Q4_1 blocks in 4-row groups, x as i16 per 32-block (d=amax/32767, nearest-even), isum exact i32, acc+=f32(isum)*(dw*dx) then +=m*sx, blocks in order",
-  "a8=Q4 blocks in 4-row lanes over x as i8 per 32-block (d=amax/127, nearest-even, clamp 127), relaxed i16 dot on nibbles (exact), isum exact i32, acc+=f32(isum)*(dw*dx) then +=m*sx",
+  "a8=Q4_0/Q4_1/Q4_K/Q6_K blocks in 4-row lanes over x as i8 per 32-block (d=amax/127, nearest-even, clamp 127), relaxed i16 dot with unsigned weights (nibbles, q6 0..63: exact), isum exact i32 (q6: minus 32*sum x per 16 cols), acc+=f32(isum)*(dw*dx) then +=m*sx (q6: lo half then hi half)",
 ].join(";");
 
 function watPath(): string {

@@ -8,28 +8,29 @@ import { decodeQ4K, decodeQ6K } from "../checkpoint/gguf-dequant.ts";
 import { ModelLoadError } from "../checkpoint/model-load-error.ts";
 
 /** Kernel ids of the weight formats (0 is the bf16 image of weight-image.ts). */
-export const KIND = { bf16: 0, q8: 1, q4: 2, q4k: 3, q6k: 4, q4a8: 5 } as const;
+export const KIND = { bf16: 0, q8: 1, q4: 2, q4k: 3, q6k: 4, q4a8: 5, q4ka8: 6, q6ka8: 7 } as const;
 export type WeightKind = keyof typeof KIND;
 export type QuantKind = Exclude<WeightKind, "bf16">;
 
 /**
  * Bytes per block of 32 columns of a 4-row group. q8: 4 x 32 int8 + 4 f32 d; q4: 4 x 16 nibble
  * bytes + 4 f16 d + 4 f16 m; q4k: 4 x 16 nibble bytes + 4 f32 d + 4 f32 m; q6k: 4 x 32 int8
- * (q - 32) + 4 f32 d for columns 0-15 + 4 f32 d for columns 16-31. q4a8 (the kernel over 8-bit
- * activations) holds the bytes of q4 in another order: the nibble byte of columns c and c + 16
- * (c < 16) of row j of a block at byte 16 (c >> 2) + 4 j + (c & 3).
+ * (q - 32) + 4 f32 d for columns 0-15 + 4 f32 d for columns 16-31. The kinds over 8-bit
+ * activations hold the same blocks with the integers in another order: q4a8 / q4ka8 (as q4 / q4k)
+ * the nibble byte of columns c and c + 16 (c < 16) of row j at byte 16 (c >> 2) + 4 j + (c & 3);
+ * q6ka8 (as q6k) Q6_K's unsigned q (0..63, not q - 32) of column c at 16 (c >> 2) + 4 j + (c & 3).
  */
-export const GROUP_BLOCK_BYTES = { q8: 144, q4: 80, q4k: 96, q6k: 160, q4a8: 80 } as const;
+export const GROUP_BLOCK_BYTES = { q8: 144, q4: 80, q4k: 96, q6k: 160, q4a8: 80, q4ka8: 96, q6ka8: 160 } as const;
 
 /** GGUF block types each quantized kind holds. */
-export const STORED_TYPES = { q8: ["Q8_0"], q4: ["Q4_0", "Q4_1"], q4k: ["Q4_K"], q6k: ["Q6_K"], q4a8: ["Q4_0", "Q4_1"] } as const;
+export const STORED_TYPES = { q8: ["Q8_0"], q4: ["Q4_0", "Q4_1"], q4k: ["Q4_K"], q6k: ["Q6_K"], q4a8: ["Q4_0", "Q4_1"], q4ka8: ["Q4_K"], q6ka8: ["Q6_K"] } as const;
 
 /** The kind over 8-bit activations that holds the same blocks as a kind over 16-bit ones, if any. */
-export const A8_KIND: Partial<Record<QuantKind, QuantKind>> = { q4: "q4a8" };
+export const A8_KIND: Partial<Record<QuantKind, QuantKind>> = { q4: "q4a8", q4k: "q4ka8", q6k: "q6ka8" };
 
 /** Kinds whose kernels take quant_x8's 8-bit input (the others take quant_x's 16-bit input). */
 export function takesA8(kind: QuantKind): boolean {
-  return kind === "q4a8";
+  return kind === "q4a8" || kind === "q4ka8" || kind === "q6ka8";
 }
 
 /** Elements and bytes of one stored GGUF block. */
@@ -48,7 +49,7 @@ export function kindOfStored(dtype: string): QuantKind | undefined {
 
 /** Whether a [rows][cols] matrix of `kind` fits the quantized kernels (else it stays bf16). */
 export function quantizable(rows: number, cols: number, kind: QuantKind = "q8"): boolean {
-  return rows % 4 === 0 && cols % (kind === "q4k" || kind === "q6k" ? 256 : 32) === 0;
+  return rows % 4 === 0 && cols % (kind === "q4k" || kind === "q6k" || kind === "q4ka8" || kind === "q6ka8" ? 256 : 32) === 0;
 }
 
 /** Bytes of the image of a [rows][cols] matrix of `kind`. */
@@ -128,7 +129,7 @@ export function packStoredRows(
   const need = (rows * cols * blk.bytes) / blk.n;
   if (cols % blk.n !== 0 || raw.byteLength !== need)
     throw new ModelLoadError(file, `tensor "${tensor}" has ${raw.byteLength} bytes, ${rows} rows of ${cols} ${type} need ${need}`, { item: tensor });
-  if (kind === "q4k" || kind === "q6k") {
+  if (kind === "q4k" || kind === "q6k" || kind === "q4ka8" || kind === "q6ka8") {
     packKRows(kind, raw, u8, base, row0, rows, cols, file, tensor);
     return;
   }
@@ -196,11 +197,23 @@ function getF32(u8: Uint8Array, at: number): number {
  * kept per 32 columns as q, d1 = d sc and -m1 = -(dmin m) in f32; Q6_K as q - 32 (int8) and
  * d sc per 16 columns in f32 (all exact).
  */
-function packKRows(kind: "q4k" | "q6k", raw: Uint8Array, u8: Uint8Array, base: number, row0: number, rows: number, cols: number, file: string, tensor: string): void {
+function packKRows(
+  kind: "q4k" | "q6k" | "q4ka8" | "q6ka8",
+  raw: Uint8Array,
+  u8: Uint8Array,
+  base: number,
+  row0: number,
+  rows: number,
+  cols: number,
+  file: string,
+  tensor: string,
+): void {
   const nb = cols / 32;
   const nsb = cols / 256;
   const gb = GROUP_BLOCK_BYTES[kind];
-  const sbBytes = kind === "q4k" ? 144 : 210;
+  const q4kind = kind === "q4k" || kind === "q4ka8";
+  const a8 = kind === "q4ka8" || kind === "q6ka8";
+  const sbBytes = q4kind ? 144 : 210;
   const q4 = new Uint8Array(256);
   const q6 = new Int8Array(256);
   const sc = new Float32Array(16);
@@ -211,13 +224,13 @@ function packKRows(kind: "q4k" | "q6k", raw: Uint8Array, u8: Uint8Array, base: n
     const groupBase = base + (r >> 2) * nb * gb;
     for (let s = 0; s < nsb; s++) {
       const o = (i * nsb + s) * sbBytes;
-      if (kind === "q4k") {
+      if (q4kind) {
         checkScale(raw[o]! | (raw[o + 1]! << 8), file, tensor);
         checkScale(raw[o + 2]! | (raw[o + 3]! << 8), file, tensor);
         decodeQ4K(raw, o, q4, sc, mn);
         for (let k = 0; k < 8; k++) {
           const d0 = groupBase + (s * 8 + k) * gb;
-          for (let b = 0; b < 16; b++) u8[d0 + 16 * j + b] = q4[32 * k + b]! | (q4[32 * k + 16 + b]! << 4);
+          for (let b = 0; b < 16; b++) u8[a8 ? d0 + 16 * (b >> 2) + 4 * j + (b & 3) : d0 + 16 * j + b] = q4[32 * k + b]! | (q4[32 * k + 16 + b]! << 4);
           putF32(u8, d0 + 64 + 4 * j, sc[k]!);
           putF32(u8, d0 + 80 + 4 * j, -mn[k]!);
         }
@@ -227,7 +240,8 @@ function packKRows(kind: "q4k" | "q6k", raw: Uint8Array, u8: Uint8Array, base: n
       decodeQ6K(raw, o, q6, sc);
       for (let k = 0; k < 8; k++) {
         const d0 = groupBase + (s * 8 + k) * gb;
-        u8.set(new Uint8Array(q6.buffer, 32 * k, 32), d0 + 32 * j);
+        if (a8) for (let c = 0; c < 32; c++) u8[d0 + 16 * (c >> 2) + 4 * j + (c & 3)] = q6[32 * k + c]! + 32;
+        else u8.set(new Uint8Array(q6.buffer, 32 * k, 32), d0 + 32 * j);
         putF32(u8, d0 + 128 + 4 * j, sc[2 * k]!);
         putF32(u8, d0 + 144 + 4 * j, sc[2 * k + 1]!);
       }
@@ -294,11 +308,17 @@ export function dequantImageRow(kind: QuantKind, u8: Uint8Array, base: number, r
     const d0 = groupBase + b * gb;
     // byte of column k (k < 32; q4 kinds: k < 16, the nibble byte of k and k + 16) in this block
     const at =
-      kind === "q4a8" ? (k: number) => d0 + 16 * (k >> 2) + 4 * j + (k & 3) : kind === "q4" || kind === "q4k" ? (k: number) => d0 + 16 * j + k : (k: number) => d0 + 32 * j + k;
-    if (kind === "q8" || kind === "q6k") {
+      kind === "q4a8" || kind === "q4ka8" || kind === "q6ka8"
+        ? (k: number) => d0 + 16 * (k >> 2) + 4 * j + (k & 3)
+        : kind === "q4" || kind === "q4k"
+          ? (k: number) => d0 + 16 * j + k
+          : (k: number) => d0 + 32 * j + k;
+    if (kind === "q8" || kind === "q6k" || kind === "q6ka8") {
       const dA = getF32(u8, d0 + 128 + 4 * j);
-      const dB = kind === "q6k" ? getF32(u8, d0 + 144 + 4 * j) : dA;
-      for (let k = 0; k < 32; k++) out[outOff + b * 32 + k] = fr(((u8[at(k)]! << 24) >> 24) * (k < 16 ? dA : dB));
+      const dB = kind === "q8" ? dA : getF32(u8, d0 + 144 + 4 * j);
+      // q6ka8 holds q (0..63), the others signed int8
+      const val = kind === "q6ka8" ? (k: number) => u8[at(k)]! - 32 : (k: number) => (u8[at(k)]! << 24) >> 24;
+      for (let k = 0; k < 32; k++) out[outOff + b * 32 + k] = fr(val(k) * (k < 16 ? dA : dB));
     } else {
       const d = kind === "q4" || kind === "q4a8" ? f16Table[u8[d0 + 64 + 2 * j]! | (u8[d0 + 65 + 2 * j]! << 8)]! : getF32(u8, d0 + 64 + 4 * j);
       const m = kind === "q4" || kind === "q4a8" ? f16Table[u8[d0 + 72 + 2 * j]! | (u8[d0 + 73 + 2 * j]! << 8)]! : getF32(u8, d0 + 80 + 4 * j);

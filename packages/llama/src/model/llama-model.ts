@@ -40,11 +40,11 @@ export type WeightsMode = "auto" | "bf16" | "q8_0" | "q4_1";
 export const WEIGHTS_MODES: readonly WeightsMode[] = ["auto", "bf16", "q8_0", "q4_1"];
 
 /**
- * The integer width of the inputs of the Q4_0 / Q4_1 kernels. `i8`: inputs quantized to 8 bits
- * per block of 32 (llama.cpp's scheme), exact integer dot products over wasm relaxed SIMD
- * (kernels.wat: q4a8), about 1.8x the 16-bit kernel's multiply-adds per second. `i16`: 16-bit
- * inputs (the more precise, slower kernel). Q8_0 and K-quant matrices take 16-bit inputs either way.
- * It changes the arithmetic, so it is part of the numerics fingerprint (PD peers must agree).
+ * The integer width of the inputs of the Q4_0 / Q4_1 / Q4_K / Q6_K kernels. `i8`: inputs quantized
+ * to 8 bits per block of 32 (llama.cpp's scheme), exact integer dot products over wasm relaxed
+ * SIMD (kernels.wat: q4a8, q4ka8, q6ka8), about 1.8x the 16-bit kernels' multiply-adds per second.
+ * `i16`: 16-bit inputs (the more precise, slower kernels). Q8_0 matrices take 16-bit inputs either
+ * way. It changes the arithmetic, so it is part of the numerics fingerprint (PD peers must agree).
  */
 export type ActivationsMode = "i8" | "i16";
 export const ACTIVATIONS_MODES: readonly ActivationsMode[] = ["i8", "i16"];
@@ -110,7 +110,7 @@ const FLOAT_TYPES = ["F32", "F16", "BF16"];
 
 /**
  * The kind of each part of a fused group under `mode`, or "bf16" for the whole group. With 8-bit
- * activations, Q4 parts take the q4a8 kernel.
+ * activations, Q4_0 / Q4_1 / Q4_K / Q6_K parts take the kernels over 8-bit inputs.
  */
 function planKinds(parts: { dtype: string; rows: number }[], cols: number, mode: WeightsMode, acts: ActivationsMode): QuantKind[] | "bf16" {
   if (mode === "bf16") return "bf16";
@@ -218,7 +218,7 @@ function fillQuantRows(rt: KernelRuntime, kind: QuantKind, src: TensorSource, na
   } else {
     const plain = new Uint16Array(rows * cols);
     src.readBf16(name, plain);
-    type = kind === "q8" ? "Q8_0" : "Q4_1"; // q4 and q4a8 hold Q4_1
+    type = kind === "q8" ? "Q8_0" : "Q4_1"; // float matrices quantize to q8 or q4 / q4a8 (Q4_1)
     raw = quantizeBf16Rows(type as "Q8_0" | "Q4_1", plain, rows, cols);
   }
   const view = rt.weightView(ptr);
@@ -357,7 +357,7 @@ export class LlamaModel {
     this.placement = placement;
     // Every matrix once, in load order (the tied LM head is the embedding).
     const matrices = [...layers.flatMap((L) => [L.wqkv, L.wo, L.wgu, L.wd]), embed, ...(lmHead === embed ? [] : [lmHead])];
-    this.weightKinds = { bf16: 0, q8: 0, q4: 0, q4k: 0, q6k: 0, q4a8: 0 };
+    this.weightKinds = { bf16: 0, q8: 0, q4: 0, q4k: 0, q6k: 0, q4a8: 0, q4ka8: 0, q6ka8: 0 };
     for (const g of matrices.flatMap((m) => m.segs)) this.weightKinds[g.kind]++;
     const kindList = matrices.map((m) => m.segs.map((g) => g.kind).join("+")).join(",");
     this.slots = slots;
@@ -388,8 +388,8 @@ export class LlamaModel {
   static packedFormatFor(mode: WeightsMode, placement: WeightPlacement = "auto", acts: ActivationsMode = DEFAULT_ACTIVATIONS): string {
     // auto: matrices in the main memory's range up to SHARED_WEIGHTS_MAX, else after it, weight memory by weight memory.
     const where = placement === "auto" ? "" : `,placement=${placement}`;
-    // i8: Q4 images in the q4a8 byte order
-    const a8 = acts === "i8" ? ",q4=a8-order" : "";
+    // i8: Q4 / Q4_K / Q6_K images in the byte order of the kernels over 8-bit inputs
+    const a8 = acts === "i8" ? ",q4+q4k+q6k=a8-order" : "";
     return `${KERNEL_VERSION};weights=interleave4-bf16|q8-group144|q4-group80,mode=${mode}${where}${a8},fused=qkv+gate_up,norms+bias=f32;v2`;
   }
 
@@ -803,7 +803,7 @@ export class LlamaModel {
     const sizes = {
       normed: cap * this.widest,
       xp: cap * this.widest,
-      x8: this.weightKinds.q4a8 > 0 ? cap * this.widest : 0,
+      x8: this.weightKinds.q4a8 + this.weightKinds.q4ka8 + this.weightKinds.q6ka8 > 0 ? cap * this.widest : 0,
       qkv: cap * this.qkvRows,
       attn: cap * c.numHeads * c.headDim,
       gu: cap * 2 * c.intermediateSize,
