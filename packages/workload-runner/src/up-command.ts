@@ -44,7 +44,7 @@ export const UP_COMMAND = defineCommand({
     }),
     activations: flagOf(oneOf(["i8", "i16"] as const), {
       default: "i8",
-      doc: "input width of the CPU reference's Q4 kernels (AIRM_ACTIVATIONS for every worker): i8 quantizes inputs to 8 bits as llama.cpp does (exact integer dots on relaxed SIMD, the faster); i16 keeps 16 bits (slower, closer to the float model)",
+      doc: "input width of the CPU reference's Q4_0/Q4_1/Q4_K/Q6_K kernels (AIRM_ACTIVATIONS for every worker): i8 quantizes inputs to 8 bits as llama.cpp does (exact integer dots on relaxed SIMD, the faster); i16 keeps 16 bits (slower, closer to the float model)",
     }),
     prefillBatchTokens: flagOf(int({ min: 0, max: 65536 }), {
       default: 0,
