@@ -15,6 +15,8 @@ import { NetnsRig } from "../scripts/netns-rig/rig.ts";
 const why = process.getuid?.() !== 0 ? "needs root (CAP_NET_ADMIN)" : ["/usr/sbin/ip", "/usr/sbin/tc"].some((p) => !existsSync(p)) ? "needs iproute2 (ip, tc)" : null;
 const bin = (pkg: string, name: string) => fileURLToPath(new URL(`../packages/${pkg}/bin/${name}.mjs`, import.meta.url));
 const QUIET = { AIRM_LOG_LEVEL: "warn", AIRM_ENGINE_LOG: "0" };
+/** A decode's pull gives up after this long (the cut below lasts longer). */
+const KV_TIMEOUT_MS = 3000;
 
 /** Runs a fetch from inside `host` (this process cannot reach the rig's addresses) and returns the body. */
 function fetchIn(rig: NetnsRig, host: string, url: string, body?: unknown): string {
@@ -44,8 +46,8 @@ describe.skipIf(why !== null)(`PD across network namespaces${why ? ` (skipped: $
     [soloPort, soloGatewayPort] = [await freePort(), await freePort()];
     rig = await NetnsRig.up({ hosts: ["gateway-node", "prefill-node", "decode-node", "relay-node"], link: { rate: "1gbit", burst: "256kb", mtu: 1500 } });
     const ip = (h: string) => rig.host(h).address;
-    const env = { ...process.env, ...QUIET, AIRM_KV_TRANSPORT: "tcp", AIRM_KV_TCP_ADDR: `${ip("relay-node")}:7400` };
-    rig.spawn("relay-node", process.execPath, [bin("kv-relay", "airm-kv-relay"), "--listen", `${ip("relay-node")}:7400`], { stdio: "ignore", env });
+    const env = { ...process.env, ...QUIET, AIRM_KV_TRANSPORT: "tcp", AIRM_KV_TCP_ADDR: `${ip("relay-node")}:7400`, AIRM_KV_TIMEOUT_MS: String(KV_TIMEOUT_MS) };
+    rig.spawn("relay-node", process.execPath, [bin("kv-relay", "airm-kv-relay"), "--listen", `${ip("relay-node")}:7400`, "--metrics-port", "9400"], { stdio: "ignore", env });
     rig.spawn(
       "prefill-node",
       process.execPath,
@@ -113,7 +115,7 @@ describe.skipIf(why !== null)(`PD across network namespaces${why ? ` (skipped: $
     await rig?.down();
   });
 
-  it("prefill, decode, relay and gateway on four hosts give the solo worker's tokens, greedy and seeded", async () => {
+  it("prefill, decode, relay and gateway on four hosts give the solo worker's tokens, greedy and seeded", { timeout: 60_000 }, async () => {
     const gw = `http://${rig.host("gateway-node").address}:8000`;
     for (const extra of [{ temperature: 0 }, { temperature: 0.9, top_p: 0.95, seed: 4242 }]) {
       const req = { model: "m", prompt: "The quick brown fox jumps over the lazy dog and", max_tokens: 24, ...extra };
@@ -134,4 +136,58 @@ describe.skipIf(why !== null)(`PD across network namespaces${why ? ` (skipped: $
     expect(conns).toContain(rig.host("prefill-node").address);
     expect(conns).toContain(rig.host("decode-node").address);
   });
+
+  it("a link cut in the middle of a request gives the client a bounded error, leaks nothing on any host, and the next request is whole", async () => {
+    const ip = (h: string) => rig.host(h).address;
+    const gw = `http://${ip("gateway-node")}:8000`;
+    const model = JSON.parse(fetchIn(rig, "gateway-node", `${gw}/v1/models`)).data[0].id;
+    const req = { model, prompt: "The quick brown fox jumps over the lazy dog and", max_tokens: 8, temperature: 0 };
+    // a slow prefill host (the KV push then takes seconds), cut while it pushes, for twice the KV timeout
+    rig.shape("prefill-node", "50kbit", "4kb", "2s");
+    const t0 = Date.now();
+    const client = rig.spawn("gateway-node", process.execPath, [
+      "-e",
+      `fetch(${JSON.stringify(`${gw}/v1/completions`)}, ${JSON.stringify({ method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(req) })}).then(async (r) => process.stdout.write(r.status + " " + (await r.text())), (e) => process.stdout.write("fetch " + String(e.cause ?? e)))`,
+    ]);
+    let out = "";
+    client.stdout!.on("data", (d: Buffer) => {
+      out += d.toString();
+    });
+    const done = new Promise<void>((r) => client.once("exit", () => r()));
+    const gauge = (host: string, url: string, name: string) => Number(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, "m").exec(fetchIn(rig, host, url))?.[1]);
+    // cut once the prefill worker holds the request (its KV push is then under way on the slow link)
+    await until("the prefill worker takes the request", () => gauge("prefill-node", `http://${ip("prefill-node")}:8101/metrics`, "airm_kv_leases_outstanding") >= 1, 30);
+    rig.setLink("prefill-node", false);
+    await Promise.race([done, new Promise((r) => setTimeout(r, 2 * KV_TIMEOUT_MS))]);
+    rig.setLink("prefill-node", true);
+    rig.shape("prefill-node", "1gbit");
+    await Promise.race([done, new Promise((r) => setTimeout(r, 30_000))]);
+    const ms = Date.now() - t0;
+    console.log(`link cut mid-request: the client got ${JSON.stringify(out.slice(0, 300))} after ${ms} ms`);
+    // bounded: an error (OpenAI body with a type) well within the gateway's own timeouts, not a hang
+    expect(client.exitCode).toBe(0);
+    const status = Number(out.split(" ")[0]);
+    expect(status).toBeGreaterThanOrEqual(500);
+    expect(JSON.parse(out.slice(out.indexOf(" ") + 1)).error.type).toBeTruthy();
+    expect(ms).toBeLessThan(30_000);
+    // nothing left: no blob in the relay, no lease on either worker
+    const held = () =>
+      [
+        gauge("relay-node", `http://${ip("relay-node")}:9400/metrics`, "airm_kv_relay_blobs"),
+        gauge("prefill-node", `http://${ip("prefill-node")}:8101/metrics`, "airm_kv_leases_outstanding"),
+        gauge("decode-node", `http://${ip("decode-node")}:8102/metrics`, "airm_kv_leases_outstanding"),
+      ].join(" / ");
+    console.log(`held after the error (relay blobs / prefill leases / decode leases): ${held()}`);
+    await until(
+      "the relay and the workers hold nothing",
+      () =>
+        gauge("relay-node", `http://${ip("relay-node")}:9400/metrics`, "airm_kv_relay_blobs") === 0 &&
+        gauge("prefill-node", `http://${ip("prefill-node")}:8101/metrics`, "airm_kv_leases_outstanding") === 0 &&
+        gauge("decode-node", `http://${ip("decode-node")}:8102/metrics`, "airm_kv_leases_outstanding") === 0,
+      30,
+    );
+    // and the next request is answered whole
+    const next = JSON.parse(fetchIn(rig, "gateway-node", `${gw}/v1/completions`, req));
+    expect(next.usage.completion_tokens).toBe(8);
+  }, 90_000);
 });

@@ -153,6 +153,11 @@ export class NetnsRig {
     return p;
   }
 
+  /** Re-shapes a host's egress (tc tbf) while the rig runs; the host must have been shaped at up(). */
+  shape(host: string, rate: string, burst = "256kb", latency = "50ms"): void {
+    this.sh(host, "tc", ["qdisc", "change", "dev", "eth0", "root", "tbf", "rate", rate, "burst", burst, "latency", latency]);
+  }
+
   /** Cuts or restores a host's link (its eth0), as a pulled cable would. */
   setLink(host: string, up: boolean): void {
     this.sh(host, "ip", ["link", "set", "eth0", up ? "up" : "down"]);
