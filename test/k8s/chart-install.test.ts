@@ -267,7 +267,10 @@ describe("charts/rngd-pd on a real control plane", () => {
     const moved = (await migrations(url)) - before;
     console.log(`rolling restart, drain 0 s: ${load.whole} whole answers, ${load.failures.length} failures, ${moved} migrations`);
     expect(load.failures).toEqual([]);
-    expect(moved).toBeGreaterThan(0);
+    // How many streams move depends on whether an old pod still had one when it stopped: 2 and 3 in
+    // two CI runs, 0 in a third (short answers on the tiny model). Moving a cut stream is checked
+    // deterministically by packages/workload-runner/test/e2e/migration.test.ts; here the count is
+    // only reported, and every answer must be whole.
   });
 
   test("decode-on-RNGD override: the decode pod lands on an RNGD node and asks for no ATOM", async () => {
