@@ -288,7 +288,7 @@ describe("loadCheckpoint on a GGUF file converted from a generated model", () =>
     }
   });
 
-  it("runs a Q4_K_M-style file (Q4_K q/k/gate/up/embeddings, Q6_K v/down/output) on the K-quant kernels, close to its bf16 dequantisation", async () => {
+  it("runs a Q4_K_M-style file (Q4_K q/k/gate/up/embeddings, Q6_K v/down/output, one Q8_0 v) on the K-quant kernels, close to its bf16 dequantisation", async () => {
     // hidden 256 so that K-quant rows (256 per block) fit; random blocks, unit norms
     const dims = { hidden: 256, ffn: 512, heads: 4, kv: 2, vocab: 400 };
     const hd = dims.hidden / dims.heads;
@@ -299,10 +299,10 @@ describe("loadCheckpoint on a GGUF file converted from a generated model", () =>
         return a / 2 ** 32 - 0.5;
       };
     })();
-    const kq = (name: string, rows: number, cols: number, type: "Q4_K" | "Q6_K"): GgufTensor => ({
+    const kq = (name: string, rows: number, cols: number, type: "Q4_K" | "Q6_K" | "Q8_0"): GgufTensor => ({
       name,
       dims: [cols, rows],
-      typeId: type === "Q4_K" ? 12 : 14,
+      typeId: type === "Q4_K" ? 12 : type === "Q6_K" ? 14 : TYPE_IDS.Q8_0,
       data: randomBlocks(type, rows, cols, r),
     });
     const ones = (name: string, n: number): GgufTensor => ({ name, dims: [n], typeId: TYPE_IDS.F32, data: new Uint8Array(new Float32Array(n).fill(1).buffer) });
@@ -314,7 +314,7 @@ describe("loadCheckpoint on a GGUF file converted from a generated model", () =>
     for (const l of [0, 1]) {
       kt.push(ones(`blk.${l}.attn_norm.weight`, dims.hidden), ones(`blk.${l}.ffn_norm.weight`, dims.hidden));
       kt.push(kq(`blk.${l}.attn_q.weight`, dims.heads * hd, dims.hidden, "Q4_K"), kq(`blk.${l}.attn_k.weight`, dims.kv * hd, dims.hidden, "Q4_K"));
-      kt.push(kq(`blk.${l}.attn_v.weight`, dims.kv * hd, dims.hidden, "Q6_K"), kq(`blk.${l}.attn_output.weight`, dims.hidden, dims.heads * hd, "Q4_K"));
+      kt.push(kq(`blk.${l}.attn_v.weight`, dims.kv * hd, dims.hidden, l === 1 ? "Q8_0" : "Q6_K"), kq(`blk.${l}.attn_output.weight`, dims.hidden, dims.heads * hd, "Q4_K"));
       kt.push(kq(`blk.${l}.ffn_gate.weight`, dims.ffn, dims.hidden, "Q4_K"), kq(`blk.${l}.ffn_up.weight`, dims.ffn, dims.hidden, "Q4_K"));
       kt.push(kq(`blk.${l}.ffn_down.weight`, dims.hidden, dims.ffn, "Q6_K"));
     }
@@ -332,10 +332,11 @@ describe("loadCheckpoint on a GGUF file converted from a generated model", () =>
     const quant16 = await LlamaModel.load(ck, { activations: "i16" });
     const plain = await LlamaModel.load(ck, { weights: "bf16" });
     try {
-      // per layer: qkv = a q4k segment (q, k) + a q6k segment (v), o, gate/up (q4k), down (q6k); embeddings q4k, output q6k
+      // per layer: qkv = a q4k segment (q, k) + a q6k segment (v; layer 1: q8), o, gate/up (q4k), down (q6k); embeddings q4k, output q6k
       // (8-bit inputs, the default: the kinds over 8-bit inputs)
-      expect(quant.weightKinds).toEqual({ bf16: 0, q8: 0, q4: 0, q4k: 0, q6k: 0, q4a8: 0, q4ka8: 7, q6ka8: 5 });
-      expect(quant16.weightKinds).toEqual({ bf16: 0, q8: 0, q4: 0, q4k: 7, q6k: 5, q4a8: 0, q4ka8: 0, q6ka8: 0 });
+      // (layer 1's v is Q8_0: its fused q/k/v runs a q4ka8 segment on the 8-bit input and a q8 one on the 16-bit input)
+      expect(quant.weightKinds).toEqual({ bf16: 0, q8: 1, q4: 0, q4k: 0, q6k: 0, q4a8: 0, q4ka8: 7, q6ka8: 4 });
+      expect(quant16.weightKinds).toEqual({ bf16: 0, q8: 1, q4: 0, q4k: 7, q6k: 4, q4a8: 0, q4ka8: 0, q6ka8: 0 });
       expect(plain.weightKinds.bf16).toBe(10);
       expect(quant.weightBytesPerToken).toBeLessThan(plain.weightBytesPerToken / 2);
       expect(quant.numericsFingerprint).not.toBe(plain.numericsFingerprint);
