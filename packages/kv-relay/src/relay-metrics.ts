@@ -11,6 +11,7 @@ interface StatsSource {
   stats(): RelayStats;
   readonly bytesIn: number;
   readonly bytesOut: number;
+  readonly latePushes: number;
   readonly address: string;
 }
 
@@ -49,6 +50,7 @@ export class RelayMetrics {
       });
     total("airm_kv_relay_crc_failures_total", "Pushes refused because their CRC-32 did not match", () => source.stats().crcFailures);
     total("airm_kv_relay_received_bytes_total", "Bytes read from clients", () => source.bytesIn);
+    total("airm_kv_relay_late_pushes_total", "Pushes dropped because their request was released before they completed", () => source.latePushes);
     total("airm_kv_relay_sent_bytes_total", "Blob bytes sent to pullers", () => source.bytesOut);
     this.expired = new Counter({ name: "airm_kv_relay_expired_total", help: "Blobs dropped by the TTL, by whether they had been read", labelNames: ["read"], registers: r });
     this.framesRejected = new Counter({

@@ -116,6 +116,8 @@ enum ReadState {
 
 /** The longest a pull or space wait may park in the relay (ms); a longer request is clamped. */
 const MAX_WAIT_MS = 3_600_000;
+/** Released request ids remembered (for the TTL) to drop late pushes: ~100 bytes each. */
+const MAX_RELEASED = 100_000;
 /** How long a refused connection may linger (its answer going out, its peer closing) before it is cut. */
 const REFUSED_LINGER_MS = 2_000;
 
@@ -344,6 +346,18 @@ class RelayConnection {
       );
       return;
     }
+    if (this.relay.wasReleased(this.key)) {
+      // its request was released while the bytes were on their way: storing them would hold them until the TTL
+      this.relay.releaseSlot(slot);
+      this.relay.onLatePush(this.key, h.payloadLength);
+      this.reply(
+        Op.PUSH,
+        h.tag,
+        Status.RELEASED,
+        `request ${requestIdOf(this.key)} was released before its blob ${this.key} arrived at relay ${this.relay.address}; nothing was stored`,
+      );
+      return;
+    }
     this.relay.store(this.key, slot, h.payloadLength, hasCrc ? h.crc >>> 0 : undefined);
     this.reply(Op.PUSH, h.tag, Status.OK, "", this.relay.expired);
   }
@@ -437,6 +451,12 @@ export class Relay implements RelayServer {
   framesRejected = 0;
   private readonly blobs = new Map<string, StoredBlob>();
   private readonly byRequest = new Map<string, Set<string>>();
+  /**
+   * Requests released in the last TTL (request id -> when), oldest first, at most
+   * MAX_RELEASED: a push of theirs that completes later is dropped, not held until the TTL.
+   */
+  private readonly released = new Map<string, number>();
+  latePushes = 0;
   private readonly pullWaiters = new Map<string, Set<PullWaiter>>();
   private readonly conns = new Set<RelayConnection>();
   private bytesHeld = 0;
@@ -677,6 +697,9 @@ export class Relay implements RelayServer {
     }
     const keys = this.byRequest.get(requestId);
     let n = 0;
+    this.released.delete(requestId);
+    this.released.set(requestId, Date.now());
+    if (this.released.size > MAX_RELEASED) this.released.delete(this.released.keys().next().value!);
     if (keys) {
       for (const key of [...keys]) {
         const blob = this.blobs.get(key);
@@ -713,9 +736,26 @@ export class Relay implements RelayServer {
     conn.spaceWaits.add(w);
   }
 
-  /** Drops blobs older than the TTL (the map is in push order, so the scan stops at the first young one). */
+  /** True when `key`'s request was released within the TTL. */
+  wasReleased(key: string): boolean {
+    return this.released.has(requestIdOf(key));
+  }
+
+  onLatePush(key: string, bytes: number): void {
+    this.latePushes++;
+    this.log.info({ key, bytes }, `dropped blob ${key}: its request was released before the push completed`);
+  }
+
+  /**
+   * Drops blobs older than the TTL (the map is in push order, so the scan stops at the first young
+   * one), and forgets releases older than the TTL.
+   */
   private sweep(): void {
     const cutoff = Date.now() - this.ttlMs;
+    for (const [rid, at] of this.released) {
+      if (at > cutoff) break;
+      this.released.delete(rid);
+    }
     for (const blob of this.blobs.values()) {
       if (blob.pushedAt > cutoff) break;
       this.expired++;
