@@ -27,8 +27,8 @@ export function fmt(s: Summary, unit = "ms", digits = 2): string {
 
 /** Prints the bench's one final JSON line (always last on stdout). */
 export function finalLine(obj: Record<string, unknown>): void {
-  const round = (v: unknown): unknown => (typeof v === "number" && !Number.isInteger(v) ? Number(v.toFixed(4)) : v);
-  console.log(JSON.stringify(Object.fromEntries(Object.entries(obj).map(([k, v]) => [k, round(v)]))));
+  // numbers to 4 decimals, in nested objects too
+  console.log(JSON.stringify(obj, (_k, v: unknown) => (typeof v === "number" && !Number.isInteger(v) ? Number(v.toFixed(4)) : v)));
 }
 
 /** Progress on a TTY only (stderr), quiet in CI and pipes. */
