@@ -2,7 +2,7 @@
 // each on a host of its own (scripts/netns-rig: network namespaces joined by a switch, links
 // shaped to 1 Gbit/s), KV over `tcp` through the relay; the answers equal a solo worker's on this
 // host's loopback, greedy and seeded. Needs root (CI runs as root); skipped with the reason otherwise.
-import { type ChildProcess, spawn } from "node:child_process";
+import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -18,17 +18,28 @@ const QUIET = { AIRM_LOG_LEVEL: "warn", AIRM_ENGINE_LOG: "0" };
 /** A decode's pull gives up after this long (the cut below lasts longer). */
 const KV_TIMEOUT_MS = 3000;
 /**
- * The relay drops blobs nobody released after this long. A push the link cut stalled can land in
- * the relay after its request failed (TCP resumes when the link comes back), and then only the TTL
- * removes it: seen in CI (2 blobs held after the error), not yet released at once.
+ * The relay drops blobs nobody released after this long: longer than the test, so that what it
+ * finds released was released at once. (A push the link cut stalled can complete after its
+ * request failed and was released, as TCP resumes when the link comes back; the relay then drops
+ * it and counts a late push instead of holding it for the TTL.)
  */
-const RELAY_TTL_S = 5;
+const RELAY_TTL_S = 300;
 
 /** Runs a fetch from inside `host` (this process cannot reach the rig's addresses) and returns the body. */
 function fetchIn(rig: NetnsRig, host: string, url: string, body?: unknown): string {
   const script = `fetch(${JSON.stringify(url)}, ${body === undefined ? "{}" : JSON.stringify({ method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) })})
     .then(async (r) => { process.stdout.write(await r.text()); process.exit(r.ok ? 0 : 4); }, (e) => { console.error(String(e.cause ?? e)); process.exit(3); });`;
   return rig.sh(host, process.execPath, ["-e", script]);
+}
+
+/** A POST from inside `host` that answers whatever came back: the status and body, or "fetch <error>"; and how long it took. */
+function postIn(rig: NetnsRig, host: string, url: string, body: unknown, timeoutS: number): { status: number; body: string; ms: number } {
+  const script = `fetch(${JSON.stringify(url)}, ${JSON.stringify({ method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) })})
+    .then(async (r) => process.stdout.write(r.status + " " + (await r.text())), (e) => process.stdout.write("0 fetch " + String(e.cause ?? e)));`;
+  const t0 = Date.now();
+  const out = spawnSync("nsenter", ["-t", String(rig.host(host).pid), "-n", "--", process.execPath, "-e", script], { encoding: "utf8", timeout: timeoutS * 1000 });
+  const text = out.stdout ?? "";
+  return { status: Number(text.split(" ")[0]) || 0, body: text.slice(text.indexOf(" ") + 1), ms: Date.now() - t0 };
 }
 
 async function until(what: string, ok: () => boolean, seconds: number): Promise<void> {
@@ -39,6 +50,17 @@ async function until(what: string, ok: () => boolean, seconds: number): Promise<
   }
 }
 
+/**
+ * One PD cluster per transport in the same rig: its prefill worker on prefill-node, its decode
+ * worker on decode-node, its gateway on gateway-node, sharing the relay on relay-node. nixl-ucx
+ * runs with UCX_TLS=tcp: the hosts share this machine's memory, and UCX would otherwise take a
+ * shared-memory path between them instead of the link.
+ */
+const STACKS = [
+  { transport: "tcp", prefill: 8101, decode: 8102, gateway: 8000, env: {} },
+  { transport: "nixl-ucx", prefill: 8201, decode: 8202, gateway: 8001, env: { UCX_TLS: "tcp", AIRM_KV_UCX_POOL_MB: "256" } },
+] as const;
+
 describe.skipIf(why !== null)(`PD across network namespaces${why ? ` (skipped: ${why})` : ""}`, () => {
   let rig: NetnsRig;
   let solo: ChildProcess;
@@ -46,31 +68,25 @@ describe.skipIf(why !== null)(`PD across network namespaces${why ? ` (skipped: $
   let soloPort = 0;
   let soloGatewayPort = 0;
   const model = mkdtempSync(join(tmpdir(), "airm-netns-model-"));
+  let kvLowerBound = 0;
 
-  beforeAll(async () => {
-    makeTinyModel({ arch: "llama", out: model });
-    [soloPort, soloGatewayPort] = [await freePort(), await freePort()];
-    rig = await NetnsRig.up({ hosts: ["gateway-node", "prefill-node", "decode-node", "relay-node"], link: { rate: "1gbit", burst: "256kb", mtu: 1500 } });
+  const startStack = (stack: (typeof STACKS)[number]) => {
     const ip = (h: string) => rig.host(h).address;
-    const env = { ...process.env, ...QUIET, AIRM_KV_TRANSPORT: "tcp", AIRM_KV_TCP_ADDR: `${ip("relay-node")}:7400`, AIRM_KV_TIMEOUT_MS: String(KV_TIMEOUT_MS) };
-    rig.spawn(
-      "relay-node",
-      process.execPath,
-      [bin("kv-relay", "airm-kv-relay"), "--listen", `${ip("relay-node")}:7400`, "--metrics-port", "9400", "--ttl-s", String(RELAY_TTL_S)],
-      { stdio: "ignore", env },
-    );
-    rig.spawn(
-      "prefill-node",
-      process.execPath,
-      [bin("worker", "airm-worker"), "--role", "prefill", "--backend", "rngd-full", "--host", ip("prefill-node"), "--port", "8101", "--model", model],
-      { stdio: "ignore", env },
-    );
-    rig.spawn(
-      "decode-node",
-      process.execPath,
-      [bin("worker", "airm-worker"), "--role", "decode", "--backend", "atom", "--host", ip("decode-node"), "--port", "8102", "--model", model],
-      { stdio: "ignore", env },
-    );
+    const env = {
+      ...process.env,
+      ...QUIET,
+      ...stack.env,
+      AIRM_KV_TRANSPORT: stack.transport,
+      AIRM_KV_TCP_ADDR: `${ip("relay-node")}:7400`,
+      AIRM_KV_TIMEOUT_MS: String(KV_TIMEOUT_MS),
+    };
+    const worker = (host: string, role: string, backend: string, port: number) =>
+      rig.spawn(host, process.execPath, [bin("worker", "airm-worker"), "--role", role, "--backend", backend, "--host", ip(host), "--port", String(port), "--model", model], {
+        stdio: "ignore",
+        env,
+      });
+    worker("prefill-node", "prefill", "rngd-full", stack.prefill);
+    worker("decode-node", "decode", "atom", stack.decode);
     rig.spawn(
       "gateway-node",
       process.execPath,
@@ -79,14 +95,33 @@ describe.skipIf(why !== null)(`PD across network namespaces${why ? ` (skipped: $
         "--host",
         ip("gateway-node"),
         "--port",
-        "8000",
+        String(stack.gateway),
         "--prefill",
-        `http://${ip("prefill-node")}:8101`,
+        `http://${ip("prefill-node")}:${stack.prefill}`,
         "--decode",
-        `http://${ip("decode-node")}:8102`,
+        `http://${ip("decode-node")}:${stack.decode}`,
       ],
       { stdio: "ignore", env: { ...process.env, ...QUIET, AIRM_HEALTH_INTERVAL_MS: "500" } },
     );
+  };
+
+  beforeAll(async () => {
+    const { config } = makeTinyModel({ arch: "llama", out: model });
+    // a lower bound of one request's KV: 2 (k, v) x layers x kv heads x head dim x bf16 x the
+    // positions the request needs at least (its 24 new tokens and a prompt of 10 or more); the
+    // blobs are S wide, S >= that
+    const c = config as { num_hidden_layers: number; num_key_value_heads: number; head_dim: number };
+    kvLowerBound = 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * 2 * (24 + 10);
+    [soloPort, soloGatewayPort] = [await freePort(), await freePort()];
+    rig = await NetnsRig.up({ hosts: ["gateway-node", "prefill-node", "decode-node", "relay-node"], link: { rate: "1gbit", burst: "256kb", mtu: 1500 } });
+    const ip = (h: string) => rig.host(h).address;
+    rig.spawn(
+      "relay-node",
+      process.execPath,
+      [bin("kv-relay", "airm-kv-relay"), "--listen", `${ip("relay-node")}:7400`, "--metrics-port", "9400", "--ttl-s", String(RELAY_TTL_S)],
+      { stdio: "ignore", env: { ...process.env, ...QUIET } },
+    );
+    for (const stack of STACKS) startStack(stack);
     // the reference: one solo worker and its gateway on this host's loopback, outside the rig
     solo = spawn(process.execPath, [bin("worker", "airm-worker"), "--role", "solo", "--backend", "rngd-full", "--port", String(soloPort), "--model", model], {
       stdio: "ignore",
@@ -103,7 +138,8 @@ describe.skipIf(why !== null)(`PD across network namespaces${why ? ` (skipped: $
         return false;
       }
     };
-    await until("the gateway in the rig is healthy", healthy("gateway-node", `http://${ip("gateway-node")}:8000/health`), 120);
+    for (const stack of STACKS)
+      await until(`the ${stack.transport} gateway in the rig is healthy`, healthy("gateway-node", `http://${ip("gateway-node")}:${stack.gateway}/health`), 120);
     let soloUp = false;
     await until(
       "the solo gateway is healthy",
@@ -126,8 +162,10 @@ describe.skipIf(why !== null)(`PD across network namespaces${why ? ` (skipped: $
     await rig?.down();
   });
 
-  it("prefill, decode, relay and gateway on four hosts give the solo worker's tokens, greedy and seeded", { timeout: 60_000 }, async () => {
-    const gw = `http://${rig.host("gateway-node").address}:8000`;
+  it.each(STACKS)("prefill, decode, relay and gateway on four hosts give the solo worker's tokens over $transport, greedy and seeded", { timeout: 60_000 }, async (stack) => {
+    const gw = `http://${rig.host("gateway-node").address}:${stack.gateway}`;
+    const decodeIf = () => Number(/eth0:\s*(\d+)/.exec(rig.sh("decode-node", "cat", ["/proc/net/dev"]))?.[1]);
+    const received0 = decodeIf();
     for (const extra of [{ temperature: 0 }, { temperature: 0.9, top_p: 0.95, seed: 4242 }]) {
       const req = { model: "m", prompt: "The quick brown fox jumps over the lazy dog and", max_tokens: 24, ...extra };
       const pd = JSON.parse(fetchIn(rig, "gateway-node", `${gw}/v1/completions`, { ...req, model: JSON.parse(fetchIn(rig, "gateway-node", `${gw}/v1/models`)).data[0].id }));
@@ -142,10 +180,18 @@ describe.skipIf(why !== null)(`PD across network namespaces${why ? ` (skipped: $
       expect(pd.usage.completion_tokens).toBe(24);
       expect(pd.choices[0].text).toBe(ref.choices[0]!.text);
     }
-    // the KV crossed the rig: the relay's host saw the decode and prefill hosts' connections
-    const conns = rig.sh("relay-node", "ss", ["-tn", "state", "established"]);
-    expect(conns).toContain(rig.host("prefill-node").address);
-    expect(conns).toContain(rig.host("decode-node").address);
+    // the KV crossed the rig: the decode host's link received at least the two requests' KV
+    const received = decodeIf() - received0;
+    console.log(`${stack.transport}: the decode host's link received ${received} bytes for 2 requests (their KV: at least ${2 * kvLowerBound})`);
+    expect(received).toBeGreaterThan(2 * kvLowerBound);
+    if (stack.transport === "tcp") {
+      const conns = rig.sh("relay-node", "ss", ["-tn", "state", "established"]);
+      expect(conns).toContain(rig.host("prefill-node").address);
+      expect(conns).toContain(rig.host("decode-node").address);
+    } else {
+      // the decode host READ from the prefill host directly (UCX over TCP), not through the relay
+      expect(rig.sh("decode-node", "ss", ["-tn", "state", "established"])).toContain(rig.host("prefill-node").address);
+    }
   });
 
   it("a link cut in the middle of a request gives the client a bounded error, leaks nothing on any host, and the next request is whole", async () => {
@@ -181,7 +227,7 @@ describe.skipIf(why !== null)(`PD across network namespaces${why ? ` (skipped: $
     expect(status).toBeGreaterThanOrEqual(500);
     expect(JSON.parse(out.slice(out.indexOf(" ") + 1)).error.type).toBeTruthy();
     expect(ms).toBeLessThan(30_000);
-    // nothing left: no lease on either worker, and no blob in the relay once its TTL has passed
+    // nothing left: no lease on either worker, and no blob in the relay (long before its TTL)
     const held = () =>
       [
         gauge("relay-node", `http://${ip("relay-node")}:9400/metrics`, "airm_kv_relay_blobs"),
@@ -189,6 +235,7 @@ describe.skipIf(why !== null)(`PD across network namespaces${why ? ` (skipped: $
         gauge("decode-node", `http://${ip("decode-node")}:8102/metrics`, "airm_kv_leases_outstanding"),
       ].join(" / ");
     console.log(`held after the error (relay blobs / prefill leases / decode leases): ${held()}`);
+    const late = () => gauge("relay-node", `http://${ip("relay-node")}:9400/metrics`, "airm_kv_relay_late_pushes_total");
     await until(
       "the relay and the workers hold nothing",
       () =>
@@ -197,8 +244,48 @@ describe.skipIf(why !== null)(`PD across network namespaces${why ? ` (skipped: $
         gauge("decode-node", `http://${ip("decode-node")}:8102/metrics`, "airm_kv_leases_outstanding") === 0,
       30,
     );
+    console.log(`pushes the relay dropped as late (their request was released first): ${late()}`);
     // and the next request is answered whole
     const next = JSON.parse(fetchIn(rig, "gateway-node", `${gw}/v1/completions`, req));
     expect(next.usage.completion_tokens).toBe(8);
   }, 90_000);
+
+  it("a black-holed relay host (its address gone, its links up: nothing answers, nothing refuses) gives a bounded error, and requests are whole once it is back", async () => {
+    const ip = (h: string) => rig.host(h).address;
+    const gw = `http://${ip("gateway-node")}:8000`;
+    const model = JSON.parse(fetchIn(rig, "gateway-node", `${gw}/v1/models`)).data[0].id;
+    const req = { model, prompt: "Pack my box with five dozen liquor jugs", max_tokens: 8, temperature: 0 };
+    const want = JSON.parse(fetchIn(rig, "gateway-node", `${gw}/v1/completions`, req)).choices[0].text;
+    // the workers' pooled connections to the relay stay open: their segments now go unanswered
+    rig.sh("relay-node", "ip", ["addr", "del", `${ip("relay-node")}/24`, "dev", "eth0"]);
+    let r: ReturnType<typeof postIn>;
+    try {
+      r = postIn(rig, "gateway-node", `${gw}/v1/completions`, req, 60);
+    } finally {
+      rig.sh("relay-node", "ip", ["addr", "add", `${ip("relay-node")}/24`, "dev", "eth0"]);
+    }
+    console.log(`black-holed relay: the client got ${r.status} ${r.body.slice(0, 300)} after ${r.ms} ms`);
+    expect(r.status).toBeGreaterThanOrEqual(500);
+    expect(JSON.parse(r.body).error.code).toMatch(/^kv_/);
+    expect(r.ms).toBeLessThan(30_000);
+    // back: the next requests are whole (the first may still meet a connection the outage broke)
+    let next: ReturnType<typeof postIn> | undefined;
+    await until(
+      "a request is answered whole after the relay host is back",
+      () => {
+        next = postIn(rig, "gateway-node", `${gw}/v1/completions`, req, 30);
+        return next.status === 200;
+      },
+      60,
+    );
+    expect(JSON.parse(next!.body).choices[0].text).toBe(want);
+    const gauge = (host: string, url: string, name: string) => Number(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, "m").exec(fetchIn(rig, host, url))?.[1]);
+    await until(
+      "the workers hold no lease",
+      () =>
+        gauge("prefill-node", `http://${ip("prefill-node")}:8101/metrics`, "airm_kv_leases_outstanding") === 0 &&
+        gauge("decode-node", `http://${ip("decode-node")}:8102/metrics`, "airm_kv_leases_outstanding") === 0,
+      30,
+    );
+  }, 180_000);
 });
