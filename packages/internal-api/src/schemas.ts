@@ -294,6 +294,21 @@ export const ModelSummarySchema = z
   .strict();
 
 /** GET /health: 200 when ready, 503 while loading, draining (it stops) or after a fatal load error. */
+/** What a worker measured for the disaggregation decision (rm-core's disaggregation.ts); null: not measured yet. */
+export const WorkerEstimatesSchema = z
+  .object({
+    prefill: z
+      .object({ fixedMs: z.number(), msPerToken: z.number() })
+      .strict()
+      .nullable()
+      .describe("this worker's prefill time model, ms = fixedMs + msPerToken x computed tokens (least squares over its last 64 prefills)"),
+    kvBandwidth: z.number().nullable().describe("decode: bytes/s of its KV pulls while the bytes were moving (EWMA)"),
+    kvBytes: z.number().nullable().describe("decode: KV bytes per request received, whole S-wide blobs (EWMA)"),
+    localPrefill: z.boolean().describe("a decode worker that also prefills whole requests (--local-prefill)"),
+  })
+  .strict();
+export type WorkerEstimates = z.infer<typeof WorkerEstimatesSchema>;
+
 export const WorkerHealthSchema = z
   .object({
     status: z.enum(["ok", "loading", "draining", "failed"]),
@@ -309,6 +324,7 @@ export const WorkerHealthSchema = z
     leases: z.object({ outstanding: z.number().int(), expired: z.number().int() }).strict(),
     requests: z.object({ waiting: z.number().int(), running: z.number().int(), slots: z.number().int().describe("requests the engine runs at once (its batch width)") }).strict(),
     error: z.string().nullable().describe("why the load failed"),
+    estimates: WorkerEstimatesSchema.optional().describe("the disaggregation decision's inputs measured here (absent from workers before this field)"),
   })
   .strict();
 export type WorkerHealth = z.infer<typeof WorkerHealthSchema>;

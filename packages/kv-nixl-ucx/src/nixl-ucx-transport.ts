@@ -225,6 +225,7 @@ class NixlUcxTransport implements KVTransport {
       eng.free(offset);
       throw new TransportTimeoutError(`nixl-ucx: pull of ${key} ran out of its ${timeoutMs} ms before the READ could start`);
     }
+    const readStart = performance.now();
     const read = eng.read(peer, d.remoteAddr, d.length, offset, left);
     let threadCrc: number | undefined;
     try {
@@ -238,6 +239,7 @@ class NixlUcxTransport implements KVTransport {
       if (isAirmError(e, "TRANSPORT_TIMEOUT")) throw new TransportTimeoutError(`pull of ${key}: ${why}`);
       throw new TransportError(`pull of ${key}: ${why}`, isAirmError(e, "TRANSPORT_CLOSED") ? "TRANSPORT_CLOSED" : "TRANSPORT_ERROR", { cause: e });
     }
+    const transfer = { startMs: readStart, endMs: performance.now() };
     if (this.closed) {
       eng.free(offset);
       throw new TransportError(`nixl-ucx: pull of ${key}: the endpoint was closed during the READ`, "TRANSPORT_CLOSED");
@@ -258,14 +260,14 @@ class NixlUcxTransport implements KVTransport {
       options.into.set(view);
       eng.free(offset);
       // `got` was measured over the arena's bytes, not over this copy.
-      return { bytes: options.into.subarray(0, d.length), crc32: null };
+      return { bytes: options.into.subarray(0, d.length), crc32: null, transfer };
     }
     const rid = requestIdOf(key);
     const list = this.pulled.get(rid);
     if (list) list.push({ eng, offset });
     else this.pulled.set(rid, [{ eng, offset }]);
     // `got` was measured over these very bytes.
-    return { bytes: view, crc32: got };
+    return { bytes: view, crc32: got, transfer };
   }
 
   async release(requestId: string): Promise<void> {

@@ -30,6 +30,8 @@ export interface ExchangeResult {
   crcMismatch?: { sent: number; got: number };
   /** The CRC-32 computed over the payload as it arrived, when it was checked and matched. */
   crc?: number;
+  /** A PULL's blob: from its header to its last byte (performance.now() ms), the relay's wait for the push excluded. */
+  transfer?: { startMs: number; endMs: number };
 }
 
 export interface Exchange {
@@ -88,6 +90,8 @@ interface Body {
   checkCrc: boolean;
   /** Why the blob is being thrown away (a destination too small). */
   refusal?: Error;
+  /** When its header arrived (performance.now()): the relay sends a blob's header as it starts sending the blob. */
+  startedAt: number;
 }
 
 /** One TCP connection to a relay. */
@@ -271,7 +275,7 @@ export class ClientConnection {
       clearTimeout(ex.timer);
       ex.timer = undefined;
     }
-    const body: Body = { h, ex, kind: BodyKind.Discard, target: this.scratch, fill: 0, left: h.payloadLength, crcState: 0, checkCrc: false };
+    const body: Body = { h, ex, kind: BodyKind.Discard, target: this.scratch, fill: 0, left: h.payloadLength, crcState: 0, checkCrc: false, startedAt: performance.now() };
     if (ex && !ex.settled) {
       if (h.status === Status.OK && (h.op & ~RESPONSE_BIT) === ex.op && ex.op === Op.PULL) {
         if (ex.into && ex.into.byteLength < h.payloadLength) {
@@ -309,6 +313,7 @@ export class ClientConnection {
     if (b.kind === BodyKind.Message) r.message = Buffer.from(b.target.buffer, b.target.byteOffset, b.target.byteLength).toString("utf8");
     else if (b.kind === BodyKind.Blob) {
       r.payload = b.target;
+      r.transfer = { startMs: b.startedAt, endMs: performance.now() };
       if (b.checkCrc) {
         if (b.crcState >>> 0 !== b.h.crc >>> 0) r.crcMismatch = { sent: b.h.crc >>> 0, got: b.crcState >>> 0 };
         else r.crc = b.crcState >>> 0;
@@ -527,7 +532,10 @@ export class RelayClient {
    * `crc32` is the CRC measured over the bytes as they arrived (null without CRCs). Throws
    * TransportTimeoutError, KVIntegrityError (damaged on the way), TransportError.
    */
-  async pull(key: string, options: { timeoutMs?: number; into?: Uint8Array } = {}): Promise<{ bytes: Uint8Array; crc32: number | null }> {
+  async pull(
+    key: string,
+    options: { timeoutMs?: number; into?: Uint8Array } = {},
+  ): Promise<{ bytes: Uint8Array; crc32: number | null; transfer?: { startMs: number; endMs: number } }> {
     const waitMs = Math.min(Math.max(0, options.timeoutMs ?? DEFAULT_TIMEOUT_MS), MAX_WAIT_ARG);
     const r = await this.exchange(Op.PULL, key, undefined, { arg: waitMs, guardMs: waitMs + ANSWER_GRACE_MS, connectMs: waitMs, into: options.into });
     if (r.status !== Status.OK) throw this.errorFor(r, key);
@@ -538,7 +546,7 @@ export class RelayClient {
           `the bytes were damaged on the way; do not use them, pull again or re-run the request`,
       );
     }
-    return { bytes: r.payload!, crc32: r.crc ?? null };
+    return { bytes: r.payload!, crc32: r.crc ?? null, ...(r.transfer ? { transfer: r.transfer } : {}) };
   }
 
   /** Frees every blob of one request in the relay. Throws TransportError, InvalidKeyError. */

@@ -189,7 +189,11 @@ export class ShmTransport implements KVTransport {
         if (code !== "ENOENT" && code !== "ENOTDIR") throw new TransportError(`pull ${key}: cannot read ${link}: ${(e as Error).message}`, "TRANSPORT_ERROR", { cause: e });
       }
       // A mapping of the producer's slab: no CRC was taken on the way (the KV handoff checks it).
-      if (target !== undefined) return { bytes: this.resolve(key, target, options.into), crc32: null };
+      if (target !== undefined) {
+        const startMs = performance.now();
+        const bytes = this.resolve(key, target, options.into);
+        return { bytes, crc32: null, transfer: { startMs, endMs: performance.now() } };
+      }
       const left = deadline - Date.now();
       if (left <= 0) {
         throw new TransportTimeoutError(

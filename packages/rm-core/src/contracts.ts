@@ -67,6 +67,12 @@ export interface PulledBlob {
    * when it took none. The KV handoff compares it with the manifest instead of reading the blob again.
    */
   crc32: number | null;
+  /**
+   * When the bytes began and finished moving to this process (performance.now() ms), waits for a
+   * blob not yet pushed excluded; absent when the transport does not time them. The decode worker
+   * learns its KV path's bandwidth from these.
+   */
+  transfer?: { startMs: number; endMs: number };
 }
 
 /** A push/pull KV transport. Keys follow `kv-key.ts`. */

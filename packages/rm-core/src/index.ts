@@ -23,3 +23,18 @@ export { StopStringMatcher, type StopResult } from "./text/stop-strings.ts";
 export { openEngine } from "./open-engine.ts";
 export { SamplingSchema, MAX_TOP_LOGPROBS, choiceSeed, type SamplingParams, type TokenHistory, type TokenLogprobs, type TopLogprob } from "./sampling.ts";
 export { declaredBackends, engineForBackend, transportNeeds, type TransportNeeds } from "./plugin-meta.ts";
+export {
+  CHARS_PER_TOKEN,
+  DISAGGREGATION_REASONS,
+  ESTIMATE_GAUGES,
+  Ewma,
+  PrefillFit,
+  decideDisaggregation,
+  estimateTokens,
+  prefillMs,
+  unionMs,
+  type DisaggregationDecision,
+  type DisaggregationInputs,
+  type DisaggregationReason,
+  type PrefillModel,
+} from "./disaggregation.ts";

@@ -12,6 +12,7 @@ import {
   KVIntegrityError,
   KV_LAYOUT,
   manifestKey,
+  unionMs,
   verifyBlob,
   type KVBlobs,
   type PulledBlob,
@@ -96,6 +97,8 @@ export interface PulledKV {
   kv: KVBlobs;
   /** When the manifest and every blob had arrived (performance.now()). */
   arrivedAt: number;
+  /** The layers' bytes and how long they were moving (the union of the blobs' transfer intervals), when the transport timed every blob. */
+  transfer?: { bytes: number; movingMs: number };
 }
 
 /**
@@ -155,11 +158,14 @@ export async function pullKV(transport: KVTransport, requestId: string, model: M
   const arrivedAt = performance.now();
   const k: Uint8Array[] = [];
   const v: Uint8Array[] = [];
+  const blobs = pairs.flat();
+  const timed = blobs.every((b) => b.transfer !== undefined);
+  const transfer = timed ? { bytes: blobs.reduce((a, b) => a + b.bytes.byteLength, 0), movingMs: unionMs(blobs.map((b) => b.transfer!)) } : undefined;
   pairs.forEach(([kb, vb], l) => {
     verifyBlob(manifest, l, "k", kb);
     verifyBlob(manifest, l, "v", vb);
     k.push(kb.bytes);
     v.push(vb.bytes);
   });
-  return { manifest, kv: { seqLen: manifest.S, n: manifest.n, k, v }, arrivedAt };
+  return { manifest, kv: { seqLen: manifest.S, n: manifest.n, k, v }, arrivedAt, ...(transfer ? { transfer } : {}) };
 }

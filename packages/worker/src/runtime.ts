@@ -3,8 +3,8 @@
 // from loading to ready or failed exactly once. Routes ask `ready()` and get a 503 while loading.
 
 import { GrammarEngine, type GrammarMatcher, type GrammarSpec } from "@airm/grammar";
-import { ApiError, OverloadedError, slotGeometry } from "@airm/internal-api";
-import type { KVTransport, WorkerRole } from "@airm/rm-core";
+import { ApiError, OverloadedError, slotGeometry, type WorkerEstimates } from "@airm/internal-api";
+import { Ewma, PrefillFit, type KVTransport, type WorkerRole } from "@airm/rm-core";
 import type { Logger } from "pino";
 import { DecodeBatcher } from "./decode-batcher.ts";
 import { LeaseTable, type LeaseEnd } from "./kv-leases.ts";
@@ -34,6 +34,8 @@ export interface RuntimeOptions {
   maxWaiting?: number;
   /** Compiled grammars kept (structured outputs; default 64). */
   grammarCache?: number;
+  /** A decode worker that also prefills whole requests (--local-prefill). */
+  localPrefill?: boolean;
   log: Logger;
 }
 
@@ -50,6 +52,16 @@ export class WorkerRuntime {
   readonly metrics: WorkerMetrics;
   /** Requests waiting for their KV to arrive (decode role). */
   kvWaiting = 0;
+  /** What the disaggregation decision reads (rm-core's disaggregation.ts), measured on this worker's own requests. */
+  readonly estimates = {
+    /** This worker's prefills: ms over computed tokens. */
+    prefill: new PrefillFit(),
+    /** Decode: bytes/s of its KV pulls while the bytes moved. */
+    kvBandwidth: new Ewma(),
+    /** Decode: KV bytes per request received. */
+    kvBytes: new Ewma(),
+  };
+  readonly localPrefill: boolean;
   /** Set when the worker drains (SIGTERM, SIGINT): it admits nothing new and /health says draining. */
   draining = false;
   /** Aborted (with a worker_draining ApiError) when a draining worker hands its requests back. */
@@ -68,6 +80,7 @@ export class WorkerRuntime {
     this.kvTimeoutMs = o.kvTimeoutMs;
     this.maxWaiting = o.maxWaiting ?? Number.POSITIVE_INFINITY;
     this.grammarCache = o.grammarCache ?? 64;
+    this.localPrefill = o.localPrefill === true && o.role === "decode";
     this.log = o.log;
     this.slots = new RequestSlots(o.batch);
     this.leases = new LeaseTable(
@@ -95,14 +108,33 @@ export class WorkerRuntime {
         leases: () => this.leases.counters(),
         prefixCache: () => (this.serving ? { queriedTokens: this.prefixQueried, hitTokens: this.prefixHit } : null),
         grammar: () => this.serving?.grammar?.stats ?? null,
+        estimates: () => this.estimatesNow(),
       },
       { role: o.role, backend: o.backend },
     );
   }
 
+  /** The disaggregation inputs this worker measured so far (null: not yet). */
+  estimatesNow(): WorkerEstimates {
+    return {
+      prefill: this.estimates.prefill.model(),
+      kvBandwidth: this.estimates.kvBandwidth.value,
+      kvBytes: this.estimates.kvBytes.value,
+      localPrefill: this.localPrefill,
+    };
+  }
+
+  /** Records a KV pull's bytes and the time they were moving (decode): a bandwidth sample. */
+  noteKvTransfer(bytes: number, movingMs: number): void {
+    if (!(bytes > 0 && movingMs > 0)) return;
+    this.estimates.kvBandwidth.add(bytes / (movingMs / 1000));
+    this.estimates.kvBytes.add(bytes);
+  }
+
   /** Records a finished prefill: its time, and what the engine's prefix cache (if on) gave. */
   notePrefill(promptTokens: number, cachedTokens: number, prefillMs: number): void {
     this.metrics.prefillMs.observe(prefillMs);
+    this.estimates.prefill.add(promptTokens - cachedTokens, prefillMs);
     if (this.prefixCacheOn) {
       this.prefixQueried += promptTokens;
       this.prefixHit += cachedTokens;

@@ -5,6 +5,8 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import { registerVllmGauges, type CacheGeometry } from "@airm/internal-api";
 import type { GrammarEngineStats } from "@airm/grammar";
+import type { WorkerEstimates } from "@airm/internal-api";
+import { ESTIMATE_GAUGES } from "@airm/rm-core";
 import type { LeaseCounters } from "./kv-leases.ts";
 
 export interface WorkerState {
@@ -19,6 +21,8 @@ export interface WorkerState {
   prefixCache(): { queriedTokens: number; hitTokens: number } | null;
   /** The grammar engine's work (structured outputs), null while loading or without one. */
   grammar(): GrammarEngineStats | null;
+  /** The disaggregation decision's inputs measured here. */
+  estimates(): WorkerEstimates;
 }
 
 const MS_BUCKETS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000];
@@ -90,6 +94,24 @@ export class WorkerMetrics {
     grammarCounter("airm_grammar_masks_total", "token masks the sampler applied (one per constrained token)", (g) => g.masks);
     grammarCounter("airm_grammar_mask_seconds_total", "time the grammar thread spent computing those masks (while the forward pass ran)", (g) => g.maskFillUs / 1e6);
     grammarCounter("airm_grammar_mask_wait_seconds_total", "time samplers waited for a mask that was not ready: what constraints added to decode steps", (g) => g.maskWaitUs / 1e6);
+    const estimate = (name: string, help: string, read: (e: WorkerEstimates) => number | null | undefined) =>
+      new Gauge({
+        name,
+        help,
+        registers: r,
+        collect() {
+          this.set(read(state.estimates()) ?? Number.NaN);
+        },
+      });
+    estimate(ESTIMATE_GAUGES.kvBandwidth, "decode: bytes/s of this worker's KV pulls while the bytes moved (EWMA; NaN until its first PD request)", (e) => e.kvBandwidth);
+    estimate(ESTIMATE_GAUGES.kvBytes, "decode: KV bytes per request received, whole S-wide blobs (EWMA; NaN until its first PD request)", (e) => e.kvBytes);
+    estimate(ESTIMATE_GAUGES.prefillFixed, "this worker's prefill time model: fixed part (s; least squares over its last 64 prefills, NaN before the first)", (e) =>
+      e.prefill ? e.prefill.fixedMs / 1000 : null,
+    );
+    estimate(ESTIMATE_GAUGES.prefillPerToken, "this worker's prefill time model: seconds per computed prompt token (NaN before the first prefill)", (e) =>
+      e.prefill ? e.prefill.msPerToken / 1000 : null,
+    );
+    estimate(ESTIMATE_GAUGES.localPrefill, "1 when this decode worker also prefills whole requests (--local-prefill): both paths exist", (e) => (e.localPrefill ? 1 : 0));
     this.leaseEnds = new Counter({ name: "airm_kv_leases_released_total", help: "KV leases ended, by reason", labelNames: ["reason"], registers: r });
     this.decodeBatch = new Histogram({
       name: "airm_worker_decode_batch_size",

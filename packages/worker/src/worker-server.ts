@@ -83,6 +83,7 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
     kvTimeoutMs: cfg.kvTimeoutMs,
     maxWaiting: cfg.maxWaiting,
     grammarCache: cfg.grammarCache,
+    localPrefill: o.localPrefill,
     log,
   });
   const host = o.host ?? "127.0.0.1";

@@ -84,5 +84,6 @@ export function health(rt: WorkerRuntime): WorkerHealth {
     leases: { outstanding: leases.outstanding, expired: leases.expired },
     requests: { waiting: rt.slots.numWaiting + rt.kvWaiting, running: rt.slots.numRunning, slots: rt.slots.capacity },
     error: rt.loadError,
+    estimates: rt.estimatesNow(),
   };
 }

@@ -104,6 +104,7 @@ async function serveDecode(
     });
     for (let i = 0; i < b.n; i++) streams.push(engine.importKV(pulled.kv));
     const kvLoadMs = performance.now() - pulled.arrivedAt;
+    if (pulled.transfer) rt.noteKvTransfer(pulled.transfer.bytes, pulled.transfer.movingMs);
     // The engine copied the KV: free the transport's copy now rather than at the end of the
     // request (the lease stays open until a terminal event).
     await s.transport!.release(rid).catch((err) => rt.log.warn({ request_id: rid, err: (err as Error).message }, "early KV release failed"));
