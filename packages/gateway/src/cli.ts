@@ -4,6 +4,7 @@
 import { defineCommand, flagOf, switchOf, int, isAirmError, list, oneOf, RM_CORE_CONFIG, text, untilStopSignal } from "@airm/rm-core";
 import { GATEWAY_CONFIG } from "./gateway-config.ts";
 import { startGateway } from "./gateway-server.ts";
+import { DISAGGREGATION_MODES } from "./orchestrator/index.ts";
 
 const urls = list(text({ label: "URL" }));
 
@@ -27,7 +28,11 @@ export const GATEWAY_COMMAND = defineCommand({
     }),
     poolNamespace: flagOf(text({ label: "namespace" }), { defaultText: "POD_NAMESPACE, else default", doc: "namespace of --prefill-pool" }),
     localPrefill: switchOf({
-      doc: "a request without x-prefiller-host-port runs whole on a decode worker (started with --local-prefill) instead of on a prefill worker: an endpoint picker that names no prefill pod decided not to disaggregate it (llm-d's sidecar behaviour)",
+      doc: "the --decode workers also prefill whole requests (they were started with --local-prefill): a request may run there instead of shipping its KV from a prefill worker; --disaggregation says when",
+    }),
+    disaggregation: flagOf(oneOf(DISAGGREGATION_MODES), {
+      default: "auto",
+      doc: "with --local-prefill, where a request runs: auto = an endpoint picker's x-prefiller-host-port ships its KV, else ship only when max(prefill worker's prefill time, KV bytes / the decode worker's KV bandwidth) is under the decode worker's own prefill time (both measured by the workers; see docs/decisions.md); header = llm-d's sidecar rule (the header ships, no header runs locally); always = ship every request; never = run every request on the decode worker",
     }),
     metricsPort: flagOf(int({ min: 0, max: 65535 }), { defaultText: "AIRM_METRICS_PORT, else none", doc: "serve airm_* metrics on this port" }),
     maxBodyBytes: flagOf(int({ min: 1024 }), { default: 1 << 20, doc: "largest request body" }),
@@ -65,7 +70,18 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
     });
     const prefillPool = f.prefillPool ? { name: f.prefillPool, namespace: f.poolNamespace ?? cfg.podNamespace } : undefined;
     const { internalToken } = RM_CORE_CONFIG.resolve({ env });
-    gw = await startGateway({ ...cfg, internalToken, port: f.port, host: f.host, prefill: f.prefill, decode: f.decode, solo: f.solo, prefillPool, localPrefill: f.localPrefill });
+    gw = await startGateway({
+      ...cfg,
+      internalToken,
+      port: f.port,
+      host: f.host,
+      prefill: f.prefill,
+      decode: f.decode,
+      solo: f.solo,
+      prefillPool,
+      localPrefill: f.localPrefill,
+      disaggregation: f.disaggregation,
+    });
   } catch (err) {
     console.error(`airm-gateway: ${(isAirmError(err) ? err.message : (err as Error).message).replace(/^airm-gateway: /, "")}`);
     return 2;

@@ -34,6 +34,8 @@ export class GatewayMetrics {
   readonly migrations: Counter<"role" | "reason">;
   /** From a stream's break to its next token from the worker that took it over. */
   readonly migrationSeconds: Histogram;
+  /** PD requests by path (pd: the KV shipped, local: the decode worker prefilled) and why. */
+  readonly paths: Counter<"path" | "reason">;
 
   constructor() {
     const self = this;
@@ -89,6 +91,12 @@ export class GatewayMetrics {
         }
         for (const [t, xs] of by) this.set({ kv_transport: t }, quantile(xs, 0.5));
       },
+    });
+    this.paths = new Counter({
+      name: "airm_disaggregation_picks_total",
+      help: "PD requests by path (pd: KV shipped from a prefill worker; local: prefilled on the decode worker) and reason (kv_faster, local_faster, explore_kv, explore_local: the measured decision; header: an endpoint picker's placement or llm-d's sidecar rule; forced: --disaggregation always/never, or no local path)",
+      labelNames: ["path", "reason"],
+      registers: [this.registry],
     });
     this.migrations = new Counter({
       name: "airm_migrations_total",

@@ -13,7 +13,7 @@ import { createGatewayApp } from "./app.ts";
 import { EndpointPool, type PoolOptions } from "./endpoint-pool.ts";
 import { GATEWAY_CONFIG, type GatewayConfig } from "./gateway-config.ts";
 import { GatewayMetrics } from "./gateway-metrics.ts";
-import { Orchestrator } from "./orchestrator/index.ts";
+import { Orchestrator, type DisaggregationMode } from "./orchestrator/index.ts";
 import { decodeSlots, podGeometry, podLoad } from "./pod-load.ts";
 
 export interface GatewayOptions extends Partial<GatewayConfig> {
@@ -28,8 +28,10 @@ export interface GatewayOptions extends Partial<GatewayConfig> {
    * (llm-d's topology: this gateway is the decode pod's sidecar, the picker names the prefill pod).
    */
   prefillPool?: { name: string; namespace: string };
-  /** PD: requests without x-prefiller-host-port run whole on a decode worker (started with --local-prefill). */
+  /** PD: the decode workers also prefill whole requests (started with --local-prefill): a request may run there instead of shipping its KV. */
   localPrefill?: boolean;
+  /** With localPrefill, how each request's path is chosen (default auto: measured; see orchestrator/disaggregation.ts). */
+  disaggregation?: DisaggregationMode;
   /** The deployment's internal token (AIRM_INTERNAL_TOKEN), sent on every worker call. */
   internalToken?: string;
 }
@@ -98,8 +100,10 @@ async function followPrefillPool(at: { name: string; namespace: string }, pool: 
  * neither --solo nor both --prefill and --decode are given, or both are.
  */
 export async function startGateway(opts: GatewayOptions): Promise<RunningGateway> {
-  const { port: _p, host: _h, prefill: _pr, decode: _d, solo: _s, prefillPool: _pp, localPrefill, internalToken, ...settings } = opts;
+  const { port: _p, host: _h, prefill: _pr, decode: _d, solo: _s, prefillPool: _pp, localPrefill, disaggregation, internalToken, ...settings } = opts;
   if (localPrefill && opts.solo?.length) throw new ConfigError("--local-prefill", "is for a PD gateway (--decode workers started with --local-prefill), not --solo");
+  if ((disaggregation === "never" || disaggregation === "header") && !localPrefill)
+    throw new ConfigError("--disaggregation", `${disaggregation} runs requests whole on the decode workers: it needs --local-prefill (and decode workers started with it)`);
   const cfg = GATEWAY_CONFIG.resolve({ options: settings });
   const host = opts.host ?? "127.0.0.1";
   const pools = workerPools(opts, { token: internalToken, breakerFailures: cfg.breakerFailures, breakerCooldownMs: cfg.breakerCooldownMs });
@@ -114,6 +118,11 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     decodeIdleTimeoutMs: cfg.decodeIdleTimeoutMs,
     kvTimeoutMs: cfg.kvTimeoutMs,
     localPrefill: localPrefill === true,
+    disaggregation: disaggregation ?? "auto",
+    onPath: (id, p) => {
+      metrics.paths.inc({ path: p.local ? "local" : "pd", reason: p.reason });
+      if (p.decision) log.debug({ request_id: id, path: p.local ? "local" : "pd", prompt_tokens: p.promptTokens, ...p.decision }, "disaggregation decision");
+    },
     migration: {
       limit: cfg.migrationLimit,
       onMigrate: (m) => {

@@ -1,8 +1,10 @@
-// Not disaggregating a request: with --local-prefill a gateway runs a request that no endpoint
-// picker gave a prefill pod (no x-prefiller-host-port) whole on its decode worker, which then
-// serves /internal/generate too (airm-worker --local-prefill). Real in-process workers on a tiny
-// model, KV over a real shm root: the local answer is token-identical to the disaggregated one,
-// the prefill worker is not called, and a decode worker without the flag refuses /generate.
+// Not disaggregating a request: with --local-prefill a gateway may run a request whole on its
+// decode worker, which then serves /internal/generate too (airm-worker --local-prefill). With
+// --disaggregation header (llm-d's sidecar rule) a request no endpoint picker gave a prefill pod
+// (no x-prefiller-host-port) runs there; with auto (the default) the gateway decides from what the
+// workers measured (their /health estimates). Real in-process workers on a tiny model, KV over a
+// real shm root: the local answer is token-identical to the disaggregated one, the prefill worker
+// is not called, and a decode worker without the flag refuses /generate.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -37,8 +39,8 @@ async function served(w: RunningWorker, route: string): Promise<number> {
   return Number(new RegExp(`^airm_worker_requests_total\\{route="${route}",outcome="ok"[^}]*\\} (\\d+)$`, "m").exec(text)?.[1] ?? 0);
 }
 
-async function complete(headers: Record<string, string> = {}): Promise<string> {
-  const r = await fetch(`${gw.url}/v1/completions`, {
+async function complete(headers: Record<string, string> = {}, at = gw): Promise<string> {
+  const r = await fetch(`${at.url}/v1/completions`, {
     method: "POST",
     headers: { "content-type": "application/json", ...headers },
     body: JSON.stringify({ model: id, prompt: "short prompts stay", max_tokens: 12, temperature: 0 }),
@@ -51,7 +53,7 @@ async function complete(headers: Record<string, string> = {}): Promise<string> {
 beforeAll(async () => {
   makeTinyModel({ arch: "llama", out: model, layers: 2, seed: 5 });
   [prefill, decode, plainDecode] = await Promise.all([start("prefill", "rngd-full"), start("decode", "atom", true), start("decode", "atom")]);
-  gw = await startGateway({ port: 0, prefill: [prefill.url], decode: [decode.url], localPrefill: true });
+  gw = await startGateway({ port: 0, prefill: [prefill.url], decode: [decode.url], localPrefill: true, disaggregation: "header" });
   id = ((await (await fetch(`${gw.url}/v1/models`)).json()) as { data: { id: string }[] }).data[0]!.id;
 });
 afterAll(async () => {
@@ -80,5 +82,46 @@ describe("--local-prefill", () => {
     expect(((await r.json()) as any).error.code).toBe("wrong_role");
     await expect(startWorker({ role: "prefill", backend: "rngd-full", model, port: 0, env, logger, localPrefill: true })).rejects.toThrow(/--local-prefill.*decode workers/);
     await expect(startGateway({ port: 0, solo: [plainDecode.url], localPrefill: true })).rejects.toThrow(/--local-prefill/);
+  });
+});
+
+describe("--disaggregation auto (the default with --local-prefill)", () => {
+  it("learns both paths, then runs each request where the workers' measurements say its first token comes sooner", async () => {
+    const fresh = await start("decode", "atom", true); // nothing measured yet
+    const auto = await startGateway({ port: 0, prefill: [prefill.url], decode: [fresh.url], localPrefill: true, healthIntervalMs: 50 });
+    try {
+      const paths = async () => {
+        const t = await (await fetch(`${auto.url}/metrics`)).text();
+        return [...t.matchAll(/^airm_disaggregation_picks_total\{path="(\w+)",reason="(\w+)"\} (\d+)$/gm)].map((m) => `${m[1]}/${m[2]}=${m[3]}`).sort();
+      };
+      const probed = () => new Promise((r) => setTimeout(r, 200)); // the pools' probes carry the workers' new estimates
+      const want = await complete({}, auto);
+      // nothing measured yet: the KV path first (the decode worker learns its bandwidth) ...
+      expect(await paths()).toEqual(["pd/explore_kv=1"]);
+      await probed();
+      const h = (await (await fetch(`${fresh.url}/health`)).json()) as any;
+      expect(h.estimates.kvBandwidth).toBeGreaterThan(0);
+      expect(h.estimates.kvBytes).toBe(2 * 2 * 2 * 16 * S * 2); // k and v, 2 layers, 2 kv heads x 16, S positions of bf16: whole S-wide blobs
+      expect(h.estimates.localPrefill).toBe(true);
+      expect(h.estimates.prefill).toBeNull(); // it has not prefilled yet
+      // ... then the local prefill
+      expect(await complete({}, auto)).toBe(want);
+      expect(await paths()).toEqual(["local/explore_local=1", "pd/explore_kv=1"]);
+      await probed();
+      // then measured: the decision and its path agree, the text is the same either way
+      expect(await complete({}, auto)).toBe(want);
+      const last = (await paths()).find((p) => /kv_faster|local_faster/.test(p));
+      expect(last === "pd/kv_faster=1" || last === "local/local_faster=1", String(await paths())).toBe(true);
+      const gauges = await (await fetch(`${fresh.url}/metrics`)).text();
+      expect(Number(/^airm_kv_bandwidth_bytes_per_second\S* (\S+)$/m.exec(gauges)?.[1])).toBeGreaterThan(0);
+      expect(Number(/^airm_worker_prefill_seconds_per_token\S* (\S+)$/m.exec(gauges)?.[1])).toBeGreaterThan(0);
+      expect(/^airm_worker_local_prefill\S* 1$/m.test(gauges)).toBe(true);
+    } finally {
+      await auto.close();
+    }
+  });
+
+  it("never and header need the local path", async () => {
+    await expect(startGateway({ port: 0, prefill: [prefill.url], decode: [decode.url], disaggregation: "never" })).rejects.toThrow(/--disaggregation: never .*--local-prefill/);
   });
 });

@@ -93,7 +93,8 @@ export function workerArgv(o: {
   ];
   if (o.batch !== undefined) argv.push("--B", String(o.batch));
   if (o.threads !== undefined) argv.push("--threads", String(o.threads));
-  if (o.localPrefill) argv.push("--local-prefill");
+  // the baseline of a comparison: every request prefilled on the decode worker, none decided
+  if (o.localPrefill) argv.push("--local-prefill", "--disaggregation", "never");
   return argv;
 }
 
@@ -101,7 +102,8 @@ export function workerArgv(o: {
 export function gatewayArgv(o: { host: string; port: number; prefill?: string[]; decode?: string[]; solo?: string[]; localPrefill?: boolean }): string[] {
   const argv = [process.execPath, binPath("@airm/gateway", "airm-gateway"), "--host", o.host, "--port", String(o.port)];
   for (const role of ["prefill", "decode", "solo"] as const) if (o[role]?.length) argv.push(`--${role}`, o[role]!.join(","));
-  if (o.localPrefill) argv.push("--local-prefill");
+  // the baseline of a comparison: every request prefilled on the decode worker, none decided
+  if (o.localPrefill) argv.push("--local-prefill", "--disaggregation", "never");
   return argv;
 }
 

@@ -6,12 +6,14 @@ import { randomBytes } from "node:crypto";
 import type { Endpoint, EndpointPool } from "../endpoint-pool.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
 import type { GenEvent } from "./gen-events.ts";
+import { choosePath, type DisaggregationMode, type PathChoice } from "./disaggregation.ts";
 import { migrating, type MigrationHooks, type MigrationTrail } from "./migration.ts";
 import { runPd } from "./pd.ts";
 import { runSolo } from "./solo.ts";
 
 export type { GenEvent } from "./gen-events.ts";
 export { isMigratable, type MigrationHooks } from "./migration.ts";
+export { DISAGGREGATION_MODES, type DisaggregationMode, type PathChoice } from "./disaggregation.ts";
 
 export interface OrchestratorOptions {
   prefill?: EndpointPool;
@@ -25,6 +27,10 @@ export interface OrchestratorOptions {
    * decode worker (its /internal/generate: `airm-worker --local-prefill`), as llm-d's sidecar does.
    */
   localPrefill?: boolean;
+  /** With localPrefill: how a request's path is chosen (default auto; see disaggregation.ts). */
+  disaggregation?: DisaggregationMode;
+  /** Told each PD request's path and why. */
+  onPath?(requestId: string, path: PathChoice): void;
   /** Request migration (limit 0: none); see migration.ts. */
   migration?: MigrationHooks;
 }
@@ -67,7 +73,9 @@ export class Orchestrator {
     const dispatch = (r: GenerationRequest, id: string, trail: MigrationTrail, first: boolean): AsyncGenerator<GenEvent> => {
       if (solo) return runSolo(solo, { ...this.o, trail }, r, id, signal);
       const prefillAt = first ? at.prefill : undefined;
-      if (this.o.localPrefill && !prefillAt) return runSolo(decode!, { ...this.o, trail }, r, id, signal);
+      const path = choosePath(this.o.disaggregation ?? "auto", this.o.localPrefill === true, prefillAt !== undefined, r.input, this.o);
+      this.o.onPath?.(id, path);
+      if (path.local) return runSolo(decode!, { ...this.o, trail }, r, id, signal);
       return runPd({ ...this.o, prefill: prefill!, decode: decode!, prefillAt, trail }, r, id, signal);
     };
     return this.counted(migrating(dispatch, req, requestId, signal, this.o.migration ?? { limit: 0 }));
