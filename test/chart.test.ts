@@ -140,6 +140,8 @@ describe("charts/rngd-pd", () => {
     expect(gw.args).not.toContain("--prefill");
     // A request the picker names no prefill pod for is prefilled by the decode worker (llm-d's sidecar behaviour).
     expect(gw.args).toContain("--local-prefill");
+    // the picker decides where a request runs; the sidecar follows its header
+    expect(gw.args.slice(gw.args.indexOf("--disaggregation"), gw.args.indexOf("--disaggregation") + 2)).toEqual(["--disaggregation", "header"]);
     expect(container(decode, "decode").args).toContain("--local-prefill");
     expect(container(prefill, "prefill").args).not.toContain("--local-prefill");
     expect(envOf(gw).POD_NAMESPACE).toEqual({ fieldRef: { fieldPath: "metadata.namespace" } });
@@ -151,10 +153,11 @@ describe("charts/rngd-pd", () => {
     expect(role.rules.flatMap((r: Manifest) => r.verbs)).not.toContain("create");
     expect(ms.find((m) => m.kind === "RoleBinding").subjects[0].name).toBe(sa);
     const e = container(epp, "epp");
-    expect([arg(e, "--pool-name"), arg(e, "--pool-namespace"), arg(e, "--grpc-port"), arg(e, "--local-prefill-max-tokens")]).toEqual([
+    expect([arg(e, "--pool-name"), arg(e, "--pool-namespace"), arg(e, "--grpc-port"), arg(e, "--disaggregation"), arg(e, "--local-prefill-max-tokens")]).toEqual([
       pool.metadata.name,
       "serving",
       String(pool.spec.endpointPickerRef.port.number),
+      "auto",
       "0",
     ]);
     const svc = ms.find((m) => m.kind === "Service" && m.metadata.name === pool.spec.endpointPickerRef.name);

@@ -204,6 +204,8 @@ describe("the llm-d path: Envoy -> InferencePool -> endpoint picker -> our pods"
       "--set",
       "decode.replicas=2",
       "--set",
+      "epp.disaggregation=prompt-length",
+      "--set",
       "epp.localPrefillMaxTokens=4",
       "--wait",
       "--timeout",

@@ -240,7 +240,7 @@ through, listening on localhost, with the pod's /dev/shm (their arenas) mounted.
 The gateway container in front of the given prefill and decode URLs. Args: dict "root" $
 "prefill" URL "decode" URL; or "pool" NAME instead of "prefill": the prefill workers are the
 InferencePool's prefill pods (topology sidecar), and a request the picker names no prefill pod
-for is prefilled by the decode worker (--local-prefill), as llm-d's sidecar does.
+for is prefilled by the decode worker (--local-prefill), as llm-d's sidecar does (--disaggregation header: the picker decides).
 */}}
 {{- define "rngd-pd.gateway" -}}
 {{- $v := .root.Values -}}
@@ -249,7 +249,7 @@ for is prefilled by the decode worker (--local-prefill), as llm-d's sidecar does
   imagePullPolicy: {{ $v.image.pullPolicy }}
   command: ["node", "/app/packages/gateway/bin/airm-gateway.mjs"]
   {{- if .pool }}
-  args: ["--host", "0.0.0.0", "--port", {{ $v.gateway.port | quote }}, "--prefill-pool", {{ .pool | quote }}, "--decode", {{ .decode | quote }}, "--local-prefill"]
+  args: ["--host", "0.0.0.0", "--port", {{ $v.gateway.port | quote }}, "--prefill-pool", {{ .pool | quote }}, "--decode", {{ .decode | quote }}, "--local-prefill", "--disaggregation", "header"]
   {{- else }}
   args: ["--host", "0.0.0.0", "--port", {{ $v.gateway.port | quote }}, "--prefill", {{ .prefill | quote }}, "--decode", {{ .decode | quote }}]
   {{- end }}

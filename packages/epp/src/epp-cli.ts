@@ -32,6 +32,7 @@ export const EPP_COMMAND = defineCommand({
     scrapeIntervalMs: flagFor("scrapeIntervalMs", { metavar: "MS" }),
     staleAfterMs: flagFor("staleAfterMs", { metavar: "MS" }),
     localPrefillMaxTokens: flagFor("localPrefillMaxTokens", { metavar: "TOKENS" }),
+    disaggregation: flagFor("disaggregation"),
     failureMode: flagFor("failureMode", { metavar: "FailOpen|FailClose" }),
     logLevel: flagFor("logLevel", { metavar: "LEVEL" }),
   },
@@ -52,6 +53,9 @@ export async function main(argv: string[], env: Record<string, string | undefine
       return 0;
     }
     c = EPP_CONFIG.resolve({ env, options: f });
+    if (c.localPrefillMaxTokens > 0 && c.disaggregation !== "prompt-length") {
+      throw new UsageError(`airm-epp: --local-prefill-max-tokens ${c.localPrefillMaxTokens} is the prompt-length rule: add --disaggregation prompt-length, or leave it 0`);
+    }
     if ((c.poolName === undefined) === (c.endpointsFile === undefined)) {
       throw new UsageError("airm-epp: give exactly one of --pool-name (Kubernetes) or --endpoints-file (static)");
     }
@@ -79,7 +83,7 @@ export async function main(argv: string[], env: Record<string, string | undefine
       metricsPort: c.metricsPort,
       scrapeIntervalMs: c.scrapeIntervalMs,
       staleAfterMs: c.staleAfterMs,
-      picker: { localPrefillMaxTokens: c.localPrefillMaxTokens },
+      picker: { localPrefillMaxTokens: c.localPrefillMaxTokens, disaggregation: c.disaggregation },
       failureMode: c.failureMode,
       log,
     });

@@ -5,6 +5,7 @@
 // itself.
 
 import { defineConfig, int, oneOf, opt, text } from "@airm/rm-core";
+import { DISAGGREGATION_MODES } from "./picker.ts";
 import { FAILURE_MODES } from "./request-router.ts";
 
 export const EPP_CONFIG = defineConfig("@airm/epp", {
@@ -23,9 +24,16 @@ export const EPP_CONFIG = defineConfig("@airm/epp", {
   healthPort: opt(int({ min: 0, max: 65535 }), { default: 9003, doc: "A second gRPC port serving only grpc.health.v1 (GIE's 9003); 0 picks a free one." }),
   scrapeIntervalMs: opt(int({ min: 1 }), { default: 50, doc: "How often each endpoint's /metrics is scraped, in ms." }),
   staleAfterMs: opt(int({ min: 1 }), { default: 2000, doc: "An endpoint whose last good scrape is older than this (ms) is not picked; all stale answers 503." }),
+  disaggregation: opt(oneOf(DISAGGREGATION_MODES), {
+    default: "auto",
+    doc:
+      "Whether a request to a decode pod gets a prefill pod (its KV ships) or is prefilled by the decode pod itself (its gateway and worker run with --local-prefill). " +
+      "auto: for decode pods that prefill locally (airm_worker_local_prefill 1), ship only when max(the prefill pod's prefill time, KV bytes / the decode pod's KV bandwidth) is under the decode pod's own prefill time, all from the pods' airm_* estimate gauges (docs/decisions.md); " +
+      "always: every request gets a prefill pod; prompt-length: --local-prefill-max-tokens decides.",
+  }),
   localPrefillMaxTokens: opt(int({ min: 0 }), {
     default: 0,
-    doc: "Prompts of at most this many tokens (estimated as characters / 4) are not disaggregated: no prefill pod is named, and the decode pod prefills them itself (its gateway and worker run with --local-prefill). 0: every request to a decode pod gets a prefill pod.",
+    doc: "With --disaggregation prompt-length: prompts of at most this many tokens (estimated as characters / 4) are not disaggregated. 0: every request to a decode pod gets a prefill pod. Refused with another mode.",
   }),
   failureMode: opt(oneOf(FAILURE_MODES), {
     default: "FailClose",

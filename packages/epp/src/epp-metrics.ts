@@ -14,6 +14,7 @@ const DECISION_BUCKETS_MS = [0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 25, 50];
 export class EppMetrics {
   readonly registry = new Registry();
   readonly picks: Counter<"reason" | "role">;
+  readonly paths: Counter<"path" | "reason">;
   readonly decisionMs: Histogram;
   readonly immediate: Counter<"status" | "code">;
   readonly scrapeErrors: Counter<"endpoint">;
@@ -22,6 +23,12 @@ export class EppMetrics {
   constructor(states: () => EndpointState[], staleAfterMs: number) {
     const registers = [this.registry];
     this.picks = new Counter({ name: "airm_epp_picks_total", help: "Endpoints picked, by reason and by the picked endpoint's role", labelNames: ["reason", "role"], registers });
+    this.paths = new Counter({
+      name: "airm_epp_disaggregation_picks_total",
+      help: "Requests to a decode-only endpoint with prefill endpoints available, by path (pd: a prefill endpoint named; local: the decode endpoint prefills) and reason (kv_faster, local_faster, explore_kv, explore_local: the measured decision; prompt_length: the threshold rule; forced: always, or no local path)",
+      labelNames: ["path", "reason"],
+      registers,
+    });
     this.decisionMs = new Histogram({
       name: "airm_epp_decision_duration_ms",
       help: "Time from a request's complete body to its destination (parse and pick), in ms",

@@ -95,9 +95,9 @@ test("pickAny takes fresh decode-capable endpoints in turn, else any known one",
   expect(pickerOf([s[1]]).pickAny()).toBeNull();
 });
 
-test("with localPrefillMaxTokens, a short prompt names no prefill endpoint (the decode pod prefills it); a longer one does", () => {
+test("with disaggregation prompt-length, a short prompt names no prefill endpoint (the decode pod prefills it); a longer one does", () => {
   const s = [state(1, "prefill", {}), state(2, "decode", {})];
-  const p = new Picker({ states: () => s }, { now, localPrefillMaxTokens: 16 });
+  const p = new Picker({ states: () => s }, { now, localPrefillMaxTokens: 16, disaggregation: "prompt-length" });
   const short = p.pick("m", "x".repeat(64)); // 16 tokens estimated
   expect(short.ok && [short.destination.key, short.prefill, short.local]).toEqual(["10.0.0.2:8000", null, true]);
   const longer = p.pick("m", "x".repeat(65)); // 17
@@ -106,6 +106,34 @@ test("with localPrefillMaxTokens, a short prompt names no prefill endpoint (the 
   const off = pickerOf(s).pick("m", "x");
   expect(off.ok && [off.prefill?.key, off.local]).toEqual(["10.0.0.1:8000", false]);
   // A "both" destination prefills itself anyway; it is not counted as a local decision.
-  const both = new Picker({ states: () => [state(3, "both", {})] }, { now, localPrefillMaxTokens: 16 }).pick("m", "x");
+  const both = new Picker({ states: () => [state(3, "both", {})] }, { now, localPrefillMaxTokens: 16, disaggregation: "prompt-length" }).pick("m", "x");
   expect(both.ok && [both.prefill, both.local]).toEqual([null, false]);
+  // the threshold belongs to its rule
+  expect(() => new Picker({ states: () => s }, { now, localPrefillMaxTokens: 16 })).toThrow(/prompt-length/);
+});
+
+test("auto (the default): a decode pod that prefills locally gets a prefill pod only when the KV is predicted to arrive sooner", () => {
+  const local = { fixedMs: 5, msPerToken: 1 }; // the decode pod's own prefill: 261 ms for 256 tokens
+  const remote = { fixedMs: 5, msPerToken: 0.25 }; // the prefill pod's: 69 ms
+  const decodeAt = (kvBandwidth: number | undefined) =>
+    state(2, "decode", { estimates: { localPrefill: true, kvBytes: 10e6, ...(kvBandwidth ? { kvBandwidth } : {}), prefill: local } });
+  const pick = (dest: EndpointState, prompt: string) =>
+    new Picker({ states: () => [state(1, "prefill", { estimates: { localPrefill: false, prefill: remote } }), dest] }, { now }).pick("m", prompt);
+  const p256 = "x".repeat(256 * 4);
+  // 10 MB at 1 GB/s: 10 ms, the remote 69 ms -> ship
+  const fast = pick(decodeAt(1e9), p256);
+  expect(fast.ok && [fast.prefill?.key, fast.local, fast.path?.reason]).toEqual(["10.0.0.1:8000", false, "kv_faster"]);
+  expect(fast.ok && fast.path?.decision?.pdMs).toBeCloseTo(69, 9);
+  // at 12.5 MB/s (100 Mbit/s): 800 ms -> the decode pod prefills it
+  const slow = pick(decodeAt(12.5e6), p256);
+  expect(slow.ok && [slow.prefill, slow.local, slow.path?.reason]).toEqual([null, true, "local_faster"]);
+  // nothing measured yet: the KV path is tried first
+  const fresh = pick(decodeAt(undefined), p256);
+  expect(fresh.ok && [fresh.prefill?.key, fresh.path?.reason]).toEqual(["10.0.0.1:8000", "explore_kv"]);
+  // a decode pod without the local path (no airm_worker_local_prefill 1, or not our worker) always gets a prefill pod
+  const plain = pick(state(2, "decode", {}), p256);
+  expect(plain.ok && [plain.prefill?.key, plain.local, plain.path?.reason]).toEqual(["10.0.0.1:8000", false, "forced"]);
+  // always: every request ships
+  const always = new Picker({ states: () => [state(1, "prefill", {}), decodeAt(12.5e6)] }, { now, disaggregation: "always" }).pick("m", p256);
+  expect(always.ok && [always.prefill?.key, always.local]).toEqual(["10.0.0.1:8000", false]);
 });

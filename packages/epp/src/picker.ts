@@ -5,6 +5,7 @@
 // or a "both" destination). Says why when nothing can be picked: 503 when nothing is ready, 429
 // when everything ready is saturated.
 
+import { CHARS_PER_TOKEN, decideDisaggregation, estimateTokens, type DisaggregationDecision } from "@airm/rm-core";
 import { decodes, type Role } from "./endpoint.ts";
 import { isFresh, pendingPicks, type EndpointState, type MetricsScraper } from "./metrics-scraper.ts";
 import { PrefixIndex } from "./prefix-index.ts";
@@ -17,9 +18,20 @@ export interface Picked {
   /** The prefill endpoint for a decode-only destination (null when the destination prefills itself). */
   prefill: EndpointState | null;
   prefillReason: PickReason | null;
-  /** True when a decode-only destination prefills this prompt itself (short prompt, not disaggregated). */
+  /** True when a decode-only destination prefills this prompt itself (not disaggregated). */
   local: boolean;
+  /** Why a decode-only destination with prefill endpoints available got its path (null otherwise). */
+  path: { reason: DisaggregationDecision["reason"] | "prompt_length" | "forced"; decision?: DisaggregationDecision } | null;
 }
+
+/**
+ * How a decode-only destination's path is chosen when prefill endpoints are available: auto = the
+ * measured decision (rm-core's decideDisaggregation, from the endpoints' airm_* estimate gauges)
+ * for destinations that prefill locally (airm_worker_local_prefill 1), always = every request gets
+ * a prefill endpoint, prompt-length = the older threshold (localPrefillMaxTokens).
+ */
+export const DISAGGREGATION_MODES = ["auto", "always", "prompt-length"] as const;
+export type DisaggregationMode = (typeof DISAGGREGATION_MODES)[number];
 
 /** Nothing could be picked: the HTTP status and OpenAI error the client gets. */
 export interface Refusal {
@@ -42,10 +54,12 @@ export interface PickerOptions {
    * decode-only destination gets no prefill endpoint and prefills them itself (default 0: off).
    */
   localPrefillMaxTokens?: number;
+  /** How the path is chosen (default auto). */
+  disaggregation?: DisaggregationMode;
 }
 
 /** Characters per token of the estimate the disaggregation decision uses (no tokenizer here). */
-export const CHARS_PER_TOKEN = 4;
+export { CHARS_PER_TOKEN };
 
 /** What a group of endpoints offers: the unsaturated fresh ones, or why there are none. */
 type Offer = { ok: true; open: EndpointState[] } | Refusal;
@@ -56,6 +70,7 @@ export class Picker {
   readonly saturation: SaturationLimits;
   readonly prefix: PrefixIndex;
   readonly localPrefillMaxTokens: number;
+  readonly disaggregation: DisaggregationMode;
   private readonly now: () => number;
   private turn = 0;
 
@@ -69,6 +84,9 @@ export class Picker {
     this.prefix = options.prefix ?? new PrefixIndex();
     this.now = options.now ?? (() => performance.now());
     this.localPrefillMaxTokens = options.localPrefillMaxTokens ?? 0;
+    this.disaggregation = options.disaggregation ?? "auto";
+    if (this.localPrefillMaxTokens > 0 && this.disaggregation !== "prompt-length")
+      throw new Error(`localPrefillMaxTokens (${this.localPrefillMaxTokens}) is the prompt-length rule: set disaggregation to prompt-length, or leave it 0`);
   }
 
   /** Picks for one request and counts the picks (they weigh on the next picks until scraped). */
@@ -85,16 +103,38 @@ export class Picker {
     const hashes = this.prefix.hashes(model, prompt);
     this.turn++;
     const dest = this.best(destOffer.open, hashes, (s) => s.endpoint.role === "both");
-    // Disaggregate unless the prompt is short enough that the decode pod prefills it sooner than
-    // its KV would cross from a prefill pod.
-    const local = dest.state.endpoint.role === "decode" && this.localPrefillMaxTokens > 0 && Math.ceil(prompt.length / CHARS_PER_TOKEN) <= this.localPrefillMaxTokens;
     let prefill: { state: EndpointState; reason: PickReason } | null = null;
-    if (dest.state.endpoint.role === "decode" && prefillOffer?.ok && !local) prefill = this.best(prefillOffer.open, hashes, () => true);
+    let local = false;
+    let path: Picked["path"] = null;
+    if (dest.state.endpoint.role === "decode") {
+      const tokens = estimateTokens(prompt.length);
+      if (this.disaggregation === "prompt-length") {
+        // the older rule: short prompts are not disaggregated
+        local = this.localPrefillMaxTokens > 0 && tokens <= this.localPrefillMaxTokens;
+        if (prefillOffer?.ok) path = { reason: "prompt_length" };
+      }
+      if (prefillOffer?.ok && !local) prefill = this.best(prefillOffer.open, hashes, () => true);
+      const est = dest.state.load?.estimates;
+      if (prefill && this.disaggregation === "auto" && est?.localPrefill) {
+        const decision = decideDisaggregation({
+          promptTokens: tokens,
+          bandwidth: est.kvBandwidth ?? null,
+          kvBytes: est.kvBytes ?? null,
+          remote: prefill.state.load?.estimates?.prefill ?? null,
+          local: est.prefill ?? null,
+        });
+        path = { reason: decision.reason, decision };
+        if (!decision.ship) {
+          local = true;
+          prefill = null;
+        }
+      } else if (prefill && path === null) path = { reason: "forced" };
+    }
     dest.state.picks++;
     if (prefill) prefill.state.picks++;
     const prefilledAt = prefill?.state ?? (dest.state.endpoint.role === "both" || local ? dest.state : null);
     if (prefilledAt && hashes.length) this.prefix.record(hashes, prefilledAt.key);
-    return { ok: true, destination: dest.state, reason: dest.reason, prefill: prefill?.state ?? null, prefillReason: prefill?.reason ?? null, local };
+    return { ok: true, destination: dest.state, reason: dest.reason, prefill: prefill?.state ?? null, prefillReason: prefill?.reason ?? null, local, path };
   }
 
   /**

@@ -26,3 +26,19 @@ test("a missing gauge or a malformed line is an error naming it", () => {
   expect(() => parseServerLoad('vllm:num_requests_waiting{a="1" 1\nvllm:num_requests_running 1\nvllm:kv_cache_usage_perc 0\n')).toThrow(/malformed labels/);
   expect(() => parseServerLoad("vllm:num_requests_waiting many\nvllm:num_requests_running 1\nvllm:kv_cache_usage_perc 0\n")).toThrow(/malformed value/);
 });
+
+test("our workers' disaggregation estimates are read when present; NaN (not measured yet) leaves a field out", () => {
+  const base = "vllm:num_requests_waiting 0\nvllm:num_requests_running 0\nvllm:kv_cache_usage_perc 0\n";
+  expect(parseServerLoad(base).estimates).toBeUndefined(); // another server: nothing to read
+  const text =
+    base +
+    'airm_kv_bandwidth_bytes_per_second{role="decode",backend="atom"} 117000000\n' +
+    'airm_kv_request_bytes{role="decode",backend="atom"} 67108864\n' +
+    'airm_worker_prefill_fixed_seconds{role="decode",backend="atom"} 0.005\n' +
+    'airm_worker_prefill_seconds_per_token{role="decode",backend="atom"} 0.001\n' +
+    'airm_worker_local_prefill{role="decode",backend="atom"} 1\n';
+  expect(parseServerLoad(text).estimates).toEqual({ localPrefill: true, kvBandwidth: 117e6, kvBytes: 67108864, prefill: { fixedMs: 5, msPerToken: 1 } });
+  const fresh = `${base}airm_kv_bandwidth_bytes_per_second NaN\nairm_worker_prefill_fixed_seconds NaN\nairm_worker_prefill_seconds_per_token NaN\nairm_worker_local_prefill 0\n`;
+  expect(parseServerLoad(fresh).estimates).toEqual({ localPrefill: false });
+  expect(() => parseServerLoad(`${base}airm_kv_request_bytes lots\n`)).toThrow(/malformed value/);
+});

@@ -1,6 +1,9 @@
 // Reads the three load figures the picker needs out of a model server's Prometheus text
-// exposition (vLLM's names, as GIE v1.5.0's metrics extractor reads them). Pure; one pass over
-// the text, no regular expressions per line, so a 50 ms scrape of a large page stays cheap.
+// exposition (vLLM's names, as GIE v1.5.0's metrics extractor reads them), and our workers'
+// disaggregation inputs when they are there. Pure; one pass over the text, no regular
+// expressions per line, so a 50 ms scrape of a large page stays cheap.
+
+import { ESTIMATE_GAUGES, type PrefillModel } from "@airm/rm-core";
 
 /** The load of one model server as its /metrics says. */
 export interface ServerLoad {
@@ -10,7 +13,20 @@ export interface ServerLoad {
   running: number;
   /** vllm:kv_cache_usage_perc: share of the KV cache in use, 0-1. */
   kvUsage: number;
+  /** Our workers' disaggregation inputs (rm-core ESTIMATE_GAUGES), when they export them and have measured them. */
+  estimates?: Estimates;
 }
+
+/** What an endpoint measured for the disaggregation decision; a field is absent until measured. */
+export interface Estimates {
+  kvBandwidth?: number;
+  kvBytes?: number;
+  prefill?: PrefillModel;
+  /** A decode endpoint that also prefills whole requests. */
+  localPrefill: boolean;
+}
+
+const ESTIMATE_OF = new Map<string, keyof typeof ESTIMATE_GAUGES>(Object.entries(ESTIMATE_GAUGES).map(([k, name]) => [name, k as keyof typeof ESTIMATE_GAUGES]));
 
 export const LOAD_METRICS = {
   waiting: "vllm:num_requests_waiting",
@@ -18,7 +34,7 @@ export const LOAD_METRICS = {
   kvUsage: "vllm:kv_cache_usage_perc",
 } as const;
 
-const FIELD_OF = new Map<string, keyof ServerLoad>(Object.entries(LOAD_METRICS).map(([field, name]) => [name, field as keyof ServerLoad]));
+const FIELD_OF = new Map<string, keyof typeof LOAD_METRICS>(Object.entries(LOAD_METRICS).map(([field, name]) => [name, field as keyof typeof LOAD_METRICS]));
 
 /** Index just past the closing "}" of a label set starting at `open` (quotes and escapes honoured), or -1. */
 function endOfLabels(text: string, open: number, lineEnd: number): number {
@@ -39,33 +55,50 @@ function endOfLabels(text: string, open: number, lineEnd: number): number {
  * figure is missing (the endpoint is then not ready: it is not a model server the picker knows).
  */
 export function parseServerLoad(text: string): ServerLoad {
-  const sums: Partial<Record<keyof ServerLoad, number>> = {};
+  const sums: Partial<Record<keyof typeof LOAD_METRICS, number>> = {};
+  const est: Partial<Record<keyof typeof ESTIMATE_GAUGES, number>> = {};
   let pos = 0;
   while (pos < text.length) {
     let lineEnd = text.indexOf("\n", pos);
     if (lineEnd < 0) lineEnd = text.length;
     const first = text.charCodeAt(pos);
-    if (first === 118 /* "v": only vllm:* lines matter; comments and other names are skipped */) {
+    if (first === 118 /* "v": vllm:* */ || first === 97 /* "a": airm_*; comments and other names are skipped */) {
       let nameEnd = pos;
       while (nameEnd < lineEnd) {
         const c = text.charCodeAt(nameEnd);
         if (c === 123 /* { */ || c === 32 || c === 9) break;
         nameEnd++;
       }
-      const field = FIELD_OF.get(text.slice(pos, nameEnd));
-      if (field) {
+      const name = text.slice(pos, nameEnd);
+      const field = FIELD_OF.get(name);
+      const estimate = field ? undefined : ESTIMATE_OF.get(name);
+      if (field || estimate) {
         const valueStart = text.charCodeAt(nameEnd) === 123 ? endOfLabels(text, nameEnd, lineEnd) : nameEnd;
         if (valueStart < 0) throw new Error(`malformed labels in: ${text.slice(pos, lineEnd)}`);
-        const value = Number(text.slice(valueStart, lineEnd).trim().split(/\s+/)[0]);
-        if (Number.isNaN(value)) throw new Error(`malformed value in: ${text.slice(pos, lineEnd)}`);
-        sums[field] = (sums[field] ?? 0) + value;
+        const raw = text.slice(valueStart, lineEnd).trim().split(/\s+/)[0];
+        const value = Number(raw);
+        if (field) {
+          if (Number.isNaN(value)) throw new Error(`malformed value in: ${text.slice(pos, lineEnd)}`);
+          sums[field] = (sums[field] ?? 0) + value;
+        } else if (Number.isFinite(value))
+          est[estimate!] = value; // NaN: not measured yet
+        else if (raw !== "NaN") throw new Error(`malformed value in: ${text.slice(pos, lineEnd)}`);
       }
     }
     pos = lineEnd + 1;
   }
   const missing = Object.entries(LOAD_METRICS)
-    .filter(([f]) => sums[f as keyof ServerLoad] === undefined)
+    .filter(([f]) => sums[f as keyof typeof LOAD_METRICS] === undefined)
     .map(([, name]) => name);
   if (missing.length) throw new Error(`/metrics lacks ${missing.join(", ")}`);
-  return sums as ServerLoad;
+  const load = sums as ServerLoad;
+  if (Object.keys(est).length) {
+    load.estimates = {
+      localPrefill: est.localPrefill === 1,
+      ...(est.kvBandwidth !== undefined ? { kvBandwidth: est.kvBandwidth } : {}),
+      ...(est.kvBytes !== undefined ? { kvBytes: est.kvBytes } : {}),
+      ...(est.prefillFixed !== undefined && est.prefillPerToken !== undefined ? { prefill: { fixedMs: est.prefillFixed * 1000, msPerToken: est.prefillPerToken * 1000 } } : {}),
+    };
+  }
+  return load;
 }

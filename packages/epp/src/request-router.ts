@@ -40,8 +40,9 @@ export class PickingRouter implements Router {
       this.count(p.destination, p.reason);
       if (p.prefill) this.count(p.prefill, p.prefillReason!);
       if (p.local) this.o.metrics?.picks.inc({ reason: "local_prefill", role: p.destination.endpoint.role });
+      if (p.path) this.o.metrics?.paths.inc({ path: p.local ? "local" : "pd", reason: p.path.reason });
       const answer: RouteAnswer = { kind: "route", destination: p.destination.key, prefill: p.prefill?.key ?? null };
-      this.o.log.debug({ requestId: headers.get("x-request-id"), model: req.model, ...answer, reason: p.reason }, "picked");
+      this.o.log.debug({ requestId: headers.get("x-request-id"), model: req.model, ...answer, reason: p.reason, path: p.path?.reason, ...p.path?.decision }, "picked");
       return answer;
     } catch (e) {
       if (e instanceof BadRequestBody) return { kind: "refuse", status: 400, code: "invalid_request", message: e.message, param: e.param };
