@@ -26,6 +26,8 @@ export interface AgentHealth {
   arenas: number;
   publications: number;
   copies_in_flight: number;
+  remote_agents: number;
+  remote_publications: number;
   instance: string;
   python_pid: number;
   fd_socket: string;

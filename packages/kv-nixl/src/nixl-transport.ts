@@ -4,6 +4,9 @@
 // consumer, in any process of the host, adopts the publication: it binds a slot of its own arena
 // as dst, plans (the route table), submits the NIXL READ and waits on the fence, then checks the
 // CRC-32. The producer's slot is reused once the sidecar reports it read, released or expired.
+// With a cross-host sidecar (AIRM_KV_NIXL_CROSS_HOST=1), a pull of a blob it has not got also
+// asks it to look for the blob on other hosts (a `want`): it finds it through the relay and the
+// READ comes from the producer host's agent.
 
 import { randomBytes } from "node:crypto";
 import { status, type ClientDuplexStream, type ClientReadableStream } from "@grpc/grpc-js";
@@ -34,8 +37,9 @@ import { Arena } from "./arena.ts";
 import { NixlAgentClient } from "./agent-client.ts";
 import type { AllocationMsg } from "./protos.ts";
 
+/** cross-node: with AIRM_KV_NIXL_CROSS_HOST=1 on the sidecars of the hosts and the KV relay (see the README). */
 export const NIXL_SUPPORT: TransportSupport = {
-  scope: ["same-host"],
+  scope: ["same-host", "cross-node"],
   tiers: ["host-dram", "device-dram", "dmabuf"],
   dtypes: ["bf16", "fp16"],
   layouts: [KV_LAYOUT],
@@ -109,6 +113,7 @@ type CopyState = { state: string; reason: string };
 interface SessionOut {
   kind: string;
   request_id: string;
+  error: string;
   items: { key: string; src: AllocationMsg; crc32: number }[];
   copied: { id: string; states: CopyState[]; code: number; error: string } | null;
 }
@@ -148,6 +153,8 @@ export class NixlCopyTransport implements CopyOnlyTransport {
   /** The registration with a sidecar that came back, while it runs (see ensureOpen). */
   private reopening: Promise<void> | null = null;
   private closed = false;
+  /** The sidecar looks up blobs published on other hosts (it said so at registration). */
+  private crossHost = false;
 
   private constructor(
     private readonly o: NixlOptions,
@@ -184,8 +191,10 @@ export class NixlCopyTransport implements CopyOnlyTransport {
       arena: number;
       agent: string;
       instance: string;
+      cross_host: boolean;
     };
     (this as { agent: string }).agent = r.agent;
+    this.crossHost = r.cross_host;
     this.arenaId = r.arena;
     this.instance = r.instance;
     this.subscribe();
@@ -225,6 +234,7 @@ export class NixlCopyTransport implements CopyOnlyTransport {
       if (m.kind === "publications") this.published(m.request_id, m.items);
       else if (m.kind === "watch_end") this.watchEnded(m.request_id);
       else if (m.kind === "copied" && m.copied) this.copied(m.copied);
+      else if (m.kind === "want_failed") this.wantFailed(m.request_id, m.error);
     });
     s.on("error", (e: Error) => this.sessionLost(s, e));
     s.on("end", () => this.sessionLost(s, Object.assign(new Error("the sidecar ended the session"), { code: status.UNAVAILABLE })));
@@ -361,7 +371,21 @@ export class NixlCopyTransport implements CopyOnlyTransport {
       const l = p.waiting.get(key) ?? [];
       l.push(w);
       p.waiting.set(key, l);
+      // not published at this host's sidecar (yet): a cross-host sidecar (AIRM_KV_NIXL_CROSS_HOST)
+      // also looks for it among the other hosts' publications (the relay)
+      if (l.length === 1 && this.crossHost) this.session?.write({ kind: "want", want: { key, timeout_ms: Math.max(0, Math.round(timeoutMs)) } });
     });
+  }
+
+  /** The sidecar could not get `key` from the host that published it: its pulls fail with why. */
+  private wantFailed(key: string, error: string): void {
+    const pf = this.prefetches.get(requestIdOf(key));
+    const l = pf?.waiting.get(key);
+    if (!pf || !l) return;
+    pf.waiting.delete(key);
+    const failed = Promise.reject(new TransportError(`nixl: ${error}`));
+    failed.catch(() => undefined);
+    for (const w of l.splice(0)) w(failed);
   }
 
   /** Starts the watch of request `rid` on the session (see adopt). */

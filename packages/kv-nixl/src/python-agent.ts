@@ -78,16 +78,29 @@ export class PythonAgent {
     name: string;
     backends?: string[];
     fdSocket?: string;
+    /** Runs NIXL's progress thread with this poll timeout (µs): peers READ from this agent (cross-host). */
+    progressUs?: number;
     startTimeoutMs?: number;
     env?: Record<string, string | undefined>;
   }): Promise<PythonAgent> {
     if (!existsSync(opts.python)) {
       throw new TransportError(`nixl: no Python with the NIXL wheels at ${opts.python}; run scripts/tools/nixl.sh (or set AIRM_NIXL_PYTHON)`);
     }
-    const child = spawn(opts.python, ["-u", AGENT_SCRIPT, opts.name, (opts.backends ?? ["UCX"]).join(","), ...(opts.fdSocket ? [opts.fdSocket] : [])], {
-      stdio: ["pipe", "pipe", "pipe"],
-      env: opts.env ?? {},
-    });
+    const child = spawn(
+      opts.python,
+      [
+        "-u",
+        AGENT_SCRIPT,
+        opts.name,
+        (opts.backends ?? ["UCX"]).join(","),
+        ...(opts.fdSocket || opts.progressUs !== undefined ? [opts.fdSocket ?? ""] : []),
+        ...(opts.progressUs !== undefined ? [String(opts.progressUs)] : []),
+      ],
+      {
+        stdio: ["pipe", "pipe", "pipe"],
+        env: opts.env ?? {},
+      },
+    );
     let stderr = "";
     child.stderr!.on("data", (d: Buffer) => {
       stderr = (stderr + d.toString()).slice(-4000);

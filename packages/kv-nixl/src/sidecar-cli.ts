@@ -1,6 +1,7 @@
 // airm-kv-nixl-agent: runs the host's NIXL agent sidecar until SIGINT/SIGTERM.
 
-import { RM_CORE_CONFIG, defineCommand, defineConfig, flagOf, hostPort, isAirmError, num, opt, text, untilStopSignal } from "@airm/rm-core";
+import { RELAY_CLIENT_CONFIG } from "@airm/kv-relay";
+import { ConfigError, RM_CORE_CONFIG, defineCommand, defineConfig, flag, flagOf, hostPort, isAirmError, num, opt, text, untilStopSignal } from "@airm/rm-core";
 import { defaultNixlPython } from "./python-agent.ts";
 import { startSidecar } from "./sidecar.ts";
 import { DEFAULT_NIXL_ADDR } from "./nixl-transport.ts";
@@ -16,6 +17,16 @@ export const SIDECAR_CONFIG = defineConfig("@airm/kv-nixl sidecar", {
     default: 300,
     doc: "Seconds a published blob that no consumer read lives before its slot is given back to its producer (counted as expired).",
   }),
+  crossHost: opt(flag(), {
+    env: "AIRM_KV_NIXL_CROSS_HOST",
+    default: false,
+    doc: "1: copies between hosts. The sidecar announces each publication in the KV relay (AIRM_KV_TCP_ADDR), looks up there the blobs its consumers pull that were published on another host, and READs them from that host's agent (NIXL's progress thread then serves other hosts' READs). 0: copies between the arenas of this host only, no relay.",
+  }),
+  peerAddr: opt(hostPort(), {
+    env: "AIRM_KV_NIXL_PEER_ADDR",
+    defaultText: "the --listen address (then not a loopback one)",
+    doc: "With AIRM_KV_NIXL_CROSS_HOST=1: the host:port at which the other hosts' sidecars reach this one (they fetch its NIXL metadata there and report the blobs they read).",
+  }),
 });
 
 export const SIDECAR_COMMAND = defineCommand({
@@ -26,9 +37,21 @@ export const SIDECAR_COMMAND = defineCommand({
     listen: flagOf(hostPort(), { default: DEFAULT_NIXL_ADDR, doc: "address of the gRPC control API" }),
     python: flagOf(text({ label: "path" }), { defaultText: "AIRM_NIXL_PYTHON", doc: "Python with the NIXL wheels" }),
   },
-  env: [SIDECAR_CONFIG, RM_CORE_CONFIG],
+  env: [SIDECAR_CONFIG, RELAY_CLIENT_CONFIG, RM_CORE_CONFIG],
   notes: 'Prints "airm-kv-nixl-agent listening on HOST:PORT (agent NAME)" once ready; exits 1 if the NIXL agent process dies.',
 });
+
+/** The address other hosts reach this sidecar at: never a loopback or wildcard one. */
+function peerAddress(addr: string): string {
+  const host = addr.slice(0, addr.lastIndexOf(":")).replace(/^\[|\]$/g, "");
+  if (/^(127\.|0\.0\.0\.0$|::1?$|localhost$)/.test(host)) {
+    throw new ConfigError(
+      "peerAddr",
+      `AIRM_KV_NIXL_CROSS_HOST=1: other hosts cannot reach this sidecar at ${addr}; set AIRM_KV_NIXL_PEER_ADDR (or --listen) to an address of this host they reach`,
+    );
+  }
+  return addr;
+}
 
 export async function main(argv = process.argv.slice(2), env: Record<string, string | undefined> = process.env): Promise<number> {
   let sidecar: Awaited<ReturnType<typeof startSidecar>>;
@@ -40,7 +63,9 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
     }
     const c = SIDECAR_CONFIG.resolve({ env, options: { python: f.python } });
     const { internalToken } = RM_CORE_CONFIG.resolve({ env });
+    const crossHost = c.crossHost ? { relay: RELAY_CLIENT_CONFIG.resolve({ env }).addr, peer: peerAddress(c.peerAddr ?? f.listen) } : undefined;
     sidecar = await startSidecar({
+      crossHost,
       listen: f.listen,
       python: c.python ?? defaultNixlPython(),
       ttlS: c.ttlS,
