@@ -4,6 +4,8 @@
 // (airm_migrations_total{role,reason}, airm_migration_seconds). Knows nothing about how requests
 // are served.
 
+import type { WorkerEstimates } from "@airm/internal-api";
+import { ESTIMATE_GAUGES } from "@airm/rm-core";
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 
 export interface RequestRecord {
@@ -36,6 +38,32 @@ export class GatewayMetrics {
   readonly migrationSeconds: Histogram;
   /** PD requests by path (pd: the KV shipped, local: the decode worker prefilled) and why. */
   readonly paths: Counter<"path" | "reason">;
+
+  /**
+   * Re-exports a decode worker's disaggregation estimates under the workers' own gauge names: in
+   * llm-d's topology an endpoint picker scrapes the decode pod's serving port, which is this
+   * gateway (NaN: nothing measured, or no decode worker reports them).
+   */
+  exportEstimates(read: () => WorkerEstimates | null, localPath: boolean): void {
+    const r = [this.registry];
+    const gauge = (name: string, help: string, value: (e: WorkerEstimates) => number | null) =>
+      new Gauge({
+        name,
+        help,
+        registers: r,
+        collect() {
+          const e = read();
+          this.set((e && value(e)) ?? Number.NaN);
+        },
+      });
+    gauge(ESTIMATE_GAUGES.kvBandwidth, "the decode worker's KV bandwidth (bytes/s while the bytes moved; EWMA), from its /health", (e) => e.kvBandwidth);
+    gauge(ESTIMATE_GAUGES.kvBytes, "KV bytes per request the decode worker received (whole S-wide blobs; EWMA), from its /health", (e) => e.kvBytes);
+    gauge(ESTIMATE_GAUGES.prefillFixed, "the decode worker's own prefill time model: fixed part (s), from its /health", (e) => (e.prefill ? e.prefill.fixedMs / 1000 : null));
+    gauge(ESTIMATE_GAUGES.prefillPerToken, "the decode worker's own prefill time model: s per token, from its /health", (e) => (e.prefill ? e.prefill.msPerToken / 1000 : null));
+    gauge(ESTIMATE_GAUGES.localPrefill, "1 when this gateway and its decode worker run requests whole there (--local-prefill): both paths exist", (e) =>
+      localPath && e.localPrefill ? 1 : 0,
+    );
+  }
 
   constructor() {
     const self = this;

@@ -13,7 +13,7 @@ import { createGatewayApp } from "./app.ts";
 import { EndpointPool, type PoolOptions } from "./endpoint-pool.ts";
 import { GATEWAY_CONFIG, type GatewayConfig } from "./gateway-config.ts";
 import { GatewayMetrics } from "./gateway-metrics.ts";
-import { Orchestrator, type DisaggregationMode } from "./orchestrator/index.ts";
+import { Orchestrator, estimatesOf, type DisaggregationMode } from "./orchestrator/index.ts";
 import { decodeSlots, podGeometry, podLoad } from "./pod-load.ts";
 
 export interface GatewayOptions extends Partial<GatewayConfig> {
@@ -139,6 +139,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     },
   });
   const servingPool = pools.solo ?? pools.decode!;
+  if (pools.decode) metrics.exportEstimates(() => estimatesOf(pools.decode), localPrefill === true);
   registerVllmGauges(
     metrics.registry,
     () => podLoad(orchestrator.inFlight, decodeSlots(servingPool)),

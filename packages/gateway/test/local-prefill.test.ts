@@ -113,9 +113,15 @@ describe("--disaggregation auto (the default with --local-prefill)", () => {
       const last = (await paths()).find((p) => /kv_faster|local_faster/.test(p));
       expect(last === "pd/kv_faster=1" || last === "local/local_faster=1", String(await paths())).toBe(true);
       const gauges = await (await fetch(`${fresh.url}/metrics`)).text();
+      await probed();
+      const h2 = (await (await fetch(`${fresh.url}/health`)).json()) as any;
       expect(Number(/^airm_kv_bandwidth_bytes_per_second\S* (\S+)$/m.exec(gauges)?.[1])).toBeGreaterThan(0);
       expect(Number(/^airm_worker_prefill_seconds_per_token\S* (\S+)$/m.exec(gauges)?.[1])).toBeGreaterThan(0);
       expect(/^airm_worker_local_prefill\S* 1$/m.test(gauges)).toBe(true);
+      // the gateway re-exports them: in llm-d's topology a picker scrapes the decode pod's serving port, the gateway
+      const own = await (await fetch(`${auto.url}/metrics`)).text();
+      expect(Number(/^airm_kv_bandwidth_bytes_per_second (\S+)$/m.exec(own)?.[1])).toBe(h2.estimates.kvBandwidth);
+      expect(/^airm_worker_local_prefill 1$/m.test(own)).toBe(true);
     } finally {
       await auto.close();
     }

@@ -34,7 +34,7 @@ export function promptTokensOf(input: PromptInput): number {
 }
 
 /** The estimates of the healthy endpoint the pool would pick next (fewest outstanding), or null. */
-function estimatesOf(pool: EndpointPool | undefined): WorkerEstimates | null {
+export function estimatesOf(pool: EndpointPool | undefined): WorkerEstimates | null {
   const healthy = (pool?.endpoints ?? []).filter((e) => e.healthy && e.health?.estimates);
   if (!healthy.length) return null;
   const least = healthy.reduce((a, e) => (e.outstanding < a.outstanding ? e : a));

@@ -13,7 +13,7 @@ import { runSolo } from "./solo.ts";
 
 export type { GenEvent } from "./gen-events.ts";
 export { isMigratable, type MigrationHooks } from "./migration.ts";
-export { DISAGGREGATION_MODES, type DisaggregationMode, type PathChoice } from "./disaggregation.ts";
+export { DISAGGREGATION_MODES, estimatesOf, type DisaggregationMode, type PathChoice } from "./disaggregation.ts";
 
 export interface OrchestratorOptions {
   prefill?: EndpointPool;
