@@ -67,8 +67,6 @@ export const Status = {
   INVALID_KEY: 5,
   /** The caller did not present the relay's token (no HELLO first, or another token); the relay then closes the connection. */
   UNAUTHORIZED: 6,
-  /** A push that completed after its request was released (a push stalled on a cut link, say): nothing was stored. */
-  RELEASED: 7,
 } as const;
 export type StatusCode = (typeof Status)[keyof typeof Status];
 

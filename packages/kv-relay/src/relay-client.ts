@@ -576,8 +576,6 @@ export class RelayClient {
         return new InvalidKeyError(r.message);
       case Status.UNAUTHORIZED:
         return unauthorizedError(this.address);
-      case Status.RELEASED:
-        return new TransportError(r.message);
       default:
         return new TransportError(`relay ${this.address} answered ${key} with unknown status ${r.status}: ${r.message}`);
     }

@@ -347,15 +347,12 @@ class RelayConnection {
       return;
     }
     if (this.relay.wasReleased(this.key)) {
-      // its request was released while the bytes were on their way: storing them would hold them until the TTL
+      // Its request was released while the bytes were on their way (a consumer gave up, a link
+      // cut stalled the push): storing them would hold them until the TTL. Nobody will pull them,
+      // so the pusher is answered as usual (its request's fate is told by whoever released it).
       this.relay.releaseSlot(slot);
       this.relay.onLatePush(this.key, h.payloadLength);
-      this.reply(
-        Op.PUSH,
-        h.tag,
-        Status.RELEASED,
-        `request ${requestIdOf(this.key)} was released before its blob ${this.key} arrived at relay ${this.relay.address}; nothing was stored`,
-      );
+      this.reply(Op.PUSH, h.tag, Status.OK, "", this.relay.expired);
       return;
     }
     this.relay.store(this.key, slot, h.payloadLength, hasCrc ? h.crc >>> 0 : undefined);
