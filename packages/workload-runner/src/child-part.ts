@@ -12,6 +12,8 @@ export interface PartSpec {
   env: Record<string, string>;
   /** http://host:port of a worker or the gateway; host:port of a sidecar. */
   url: string;
+  /** The rig host it runs on (airm up --topology); none: this machine's own namespace. */
+  host?: string;
   /** How to tell it is up: GET <url><path> answers 200, or a TCP connect to host:port. */
   ready: { http: string } | "connect";
   /** Scheduling niceness to run at (higher: yields the CPU to the others; default unchanged). */

@@ -9,6 +9,22 @@ export { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS, DEFAULT_SEQ_LEN,
 export { ChildPart, type PartSpec } from "./child-part.ts";
 export { chooseDefaultModel, type ChosenModel } from "./default-model.ts";
 export { UP_COMMAND, startUpCluster, upCluster, type UpFlags } from "./up-command.ts";
+export { NetnsRig, resolveTopology, type HostSpec, type RigHost, type RigOptions, type Topology } from "./netns-rig.ts";
+export { NsBridge, MAX_BRIDGE_CONNECTIONS } from "./ns-bridge.ts";
+export {
+  checkTopology,
+  placeCluster,
+  planPlaced,
+  readTopology,
+  RIG_UCX_ENV,
+  TopologyError,
+  TransportAcrossHostsError,
+  type Placement,
+  type PlacedCluster,
+  type RigView,
+  type TopologyFile,
+} from "./topology.ts";
+export type { PartReach } from "./local-cluster.ts";
 export { RUN_COMMAND } from "./run-command.ts";
 export { K8S_COMMAND, SWEEP_SITE_CONFIG, genSweep, renderSweep, parseEnvFile } from "./k8s-command.ts";
 export { BENCH_LOAD_COMMAND, BENCH_REPORT_COMMAND, BENCH_SLO_COMMAND, BENCH_SWEEP_COMMAND, BENCH_TARGET_CONFIG, benchCommand } from "./bench/bench-command.ts";

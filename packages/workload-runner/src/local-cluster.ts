@@ -33,6 +33,22 @@ export interface ClusterOptions extends ClusterShape {
    * folder, and rejects with StartAbortedError (airm up's Ctrl-C before it is up).
    */
   abort?: AbortSignal;
+  /** Plans the processes instead of planCluster (airm up --topology: each part in a host of the rig). */
+  planner?(shape: ClusterShape, launcherPid: number): Promise<ClusterPlan>;
+  /**
+   * How this process reaches parts that are not on its own loopback (airm up --topology): the
+   * readiness probes, the gateway's health and the returned URLs go through it; the ports are
+   * then not checked here (they are in other namespaces).
+   */
+  reach?: PartReach;
+}
+
+/** Reaches parts in other network namespaces (ns-bridge.ts). */
+export interface PartReach {
+  /** A URL of this process's loopback that reaches the part's `url`. */
+  http(url: string): Promise<string>;
+  /** Whether the part's `hostPort` accepts a TCP connection where it runs. */
+  connect(hostPort: string): Promise<boolean>;
 }
 
 /** startLocalCluster was aborted (ClusterOptions.abort) before the cluster was up; everything it started is stopped. */
@@ -85,10 +101,11 @@ function probeHeaders(env: Record<string, string | undefined>): Record<string, s
   return key ? { authorization: `Bearer ${key}` } : {};
 }
 
-async function healthy(p: ChildPart, env: Record<string, string | undefined>): Promise<boolean> {
+async function healthy(p: ChildPart, env: Record<string, string | undefined>, reach?: PartReach): Promise<boolean> {
   const r = p.spec.ready;
-  if (r === "connect") return tcpOpen(p.url);
-  const base = /^https?:\/\//.test(p.url) ? p.url : `http://${p.url}`;
+  if (r === "connect") return reach ? reach.connect(p.url) : tcpOpen(p.url);
+  const url = /^https?:\/\//.test(p.url) ? p.url : `http://${p.url}`;
+  const base = reach ? await reach.http(url) : url;
   try {
     return (await fetch(`${base}${r.http}`, { signal: AbortSignal.timeout(2000), headers: probeHeaders({ ...env, ...p.spec.env }) })).status === 200;
   } catch {
@@ -149,8 +166,8 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
   // The parts share one internal token (AIRM_INTERNAL_TOKEN): the one given, else a fresh one, so
   // nothing else on the host can call the workers' internal routes or the relay.
   const internalToken = o.env?.AIRM_INTERNAL_TOKEN || inherited.AIRM_INTERNAL_TOKEN || newInternalToken();
-  const plan = await planCluster({ ...o, env: { ...o.env, AIRM_INTERNAL_TOKEN: internalToken } }, process.pid);
-  await checkPorts(plan);
+  const plan = await (o.planner ?? planCluster)({ ...o, env: { ...o.env, AIRM_INTERNAL_TOKEN: internalToken } }, process.pid);
+  if (!o.reach) await checkPorts(plan);
   const dir = plan.clusterDir;
   if (dir) {
     for (const d of sweepStaleClusterDirs(dir.under, dir.prefix)) log(`airm up: removed ${d}, left by an earlier launcher that was killed`);
@@ -165,7 +182,7 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
     policy: { ...RESTART_POLICY, ...o.restart },
     log,
     childLog: o.childLog ?? (() => {}),
-    probe: (p) => healthy(p, baseEnv),
+    probe: (p) => healthy(p, baseEnv, o.reach),
     afterStop: () => {
       if (dir && existsSync(dir.path)) rmSync(dir.path, { recursive: true, force: true });
     },
@@ -200,7 +217,7 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
     }
     for (const p of [...pending]) {
       if (o.abort?.aborted) break;
-      if (await healthy(p, baseEnv)) {
+      if (await healthy(p, baseEnv, o.reach)) {
         pending.delete(p);
         log(`airm up: ${p.name} is healthy`);
       }
@@ -210,7 +227,8 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
   if (plan.gatewayUrl) {
     try {
       const gw = parts.find((x) => x.spec.url === plan.gatewayUrl || x.name === "gateway");
-      await gatewaySeesAll(plan.gatewayUrl, deadline, probeHeaders({ ...baseEnv, ...gw?.spec.env }), o.abort);
+      const url = o.reach ? await o.reach.http(plan.gatewayUrl) : plan.gatewayUrl;
+      await gatewaySeesAll(url, deadline, probeHeaders({ ...baseEnv, ...gw?.spec.env }), o.abort);
     } catch (e) {
       await stop();
       throw e;
@@ -224,9 +242,10 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
     await stop();
     throw new Error(`the cluster did not come up: the ${dead.name} ${dead.howItEnded}:\n${dead.logs(40)}`);
   }
+  const reached = async (url: string | null) => (url && o.reach ? o.reach.http(url) : url);
   return {
-    url: plan.gatewayUrl ?? "",
-    metricsUrl: plan.metricsUrl,
+    url: (await reached(plan.gatewayUrl)) ?? "",
+    metricsUrl: await reached(plan.metricsUrl),
     clusterDir: dir?.path ?? null,
     plan,
     internalToken,

@@ -6,11 +6,12 @@ import { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS, DEFAULT_SEQ_LEN,
 import { chooseDefaultModel } from "./default-model.ts";
 import { firstApiKey, StartAbortedError, startLocalCluster, type ClusterOptions, type RunningCluster } from "./local-cluster.ts";
 import { RESTART_POLICY } from "./supervisor.ts";
+import { checkTopologyRun, openTopologyRun, type CheckedTopology, type TopologyRun } from "./up-topology.ts";
 
 export const UP_COMMAND = defineCommand({
   name: "airm up",
   summary: "a local PD cluster on 127.0.0.1, on the CPU reference backend unless NPUs are present",
-  usage: ["airm up [--model PATH] [--kv-transport NAME] [--port 8000] [--decode-backend NAME] [options]"],
+  usage: ["airm up [--model PATH] [--kv-transport NAME] [--port 8000] [--decode-backend NAME] [options]", "airm up --topology FILE [options]   (as root)"],
   flags: {
     model: flagOf(text({ label: "path" }), {
       defaultText: "SmolLM2-135M-Instruct from the model cache if `airm model pull smollm2-135m-instruct` was run, else a generated tiny Llama (random weights)",
@@ -66,6 +67,10 @@ export const UP_COMMAND = defineCommand({
     maxRestarts: flagOf(int({ min: 0, max: 100 }), {
       default: RESTART_POLICY.maxDeaths - 1,
       doc: `a part that dies is restarted after ${RESTART_POLICY.firstDelayMs} ms, doubling up to ${RESTART_POLICY.maxDelayMs / 1000} s, at most this many times within ${RESTART_POLICY.windowMs / 1000} s; one more death stops the cluster (0: the first death does)`,
+    }),
+    topology: flagOf(text({ label: "file" }), {
+      defaultText: "none: every part on 127.0.0.1",
+      doc: "YAML or JSON: hosts of a rig of network namespaces on one switch (links shaped with tc: rate, burst, latency, mtu) and `place`, the host of gateway, prefill, decode (a list: one worker per entry) and relay; each part runs in its host's namespace on its address, the transport's per-host sidecar (the NIXL agent) beside the workers, and the gateway is reached on 127.0.0.1:--port. Needs root. The hosts share this machine's memory, so UCX is held to TCP over eth0 (UCX_TLS=tcp, UCX_NET_DEVICES=eth0 unless set). A transport with a folder of one machine (shm) is refused across hosts",
     }),
     quiet: switchOf({ doc: "do not echo the parts' own log lines" }),
   },
@@ -142,6 +147,8 @@ export async function up(argv: string[]): Promise<number> {
     return 0;
   }
   const log = (line: string) => process.stderr.write(`${line}\n`);
+  // a topology is checked (placement, transport across hosts, root) before anything starts
+  const checked = f.topology ? checkTopologyRun(f.topology, upCluster(f, "")) : undefined;
   let model = f.model;
   if (!model) {
     const chosen = await chooseDefaultModel(process.env);
@@ -174,14 +181,19 @@ export async function up(argv: string[]): Promise<number> {
   };
   process.on("SIGINT", () => onSignal("SIGINT"));
   process.on("SIGTERM", () => onSignal("SIGTERM"));
+  let topo: TopologyRun | undefined;
   try {
+    topo = checked ? await openTopology(checked, upCluster(f, model), f.port, log) : undefined;
+    if (abort.signal.aborted) throw new StartAbortedError(String(abort.signal.reason));
     cluster = await startLocalCluster({
       ...upCluster(f, model),
+      ...topo?.options,
       log,
       childLog: f.quiet ? () => {} : (part, line) => process.stderr.write(`${part.padEnd(8)}| ${line}\n`),
       abort: abort.signal,
     });
   } catch (e) {
+    await topo?.close();
     if (!(e instanceof StartAbortedError)) throw e;
     log(`airm up: ${e.message}`);
     return 130;
@@ -191,11 +203,14 @@ export async function up(argv: string[]): Promise<number> {
     .then((r) => r.json() as Promise<{ data?: { id: string }[] }>)
     .then((b) => b.data?.[0]?.id ?? "default")
     .catch(() => "default");
-  const sidecars = cluster.plan.transport?.sidecar ? `, ${cluster.plan.transport.sidecar.name} on ${cluster.part(cluster.plan.transport.sidecar.name).url}` : "";
+  const sidecar = cluster.plan.transport?.sidecar?.name;
+  const sidecars = sidecar && !topo ? `, ${sidecar} on ${cluster.part(sidecar).url}` : "";
+  const placement = topo ? ["", `placed by ${f.topology}:`, topo.placement(cluster.parts)] : [];
   process.stdout.write(
     [
       "",
       `rngd-pd is up: ${cluster.url}  (KV transport ${f.kvTransport}${sidecars}, decode on ${f.decodeBackend})`,
+      ...placement,
       "",
       tryIt(cluster.url, modelId, Boolean(key)),
       "",
@@ -203,5 +218,17 @@ export async function up(argv: string[]): Promise<number> {
       "",
     ].join("\n"),
   );
-  return cluster.done;
+  const code = await cluster.done;
+  if (topo) {
+    await topo.close();
+    log("airm up: the rig is down");
+  }
+  return code;
+}
+
+/** Makes the topology's rig; the user learns where each host is. */
+async function openTopology(c: CheckedTopology, shape: ClusterOptions, port: number, log: (line: string) => void): Promise<TopologyRun> {
+  const run = await openTopologyRun(c, shape, port, process.env);
+  log(`airm up: rig of ${c.file} is up: ${[...run.rig.hosts.values()].map((h) => `${h.name} ${h.address}`).join(", ")}`);
+  return run;
 }
