@@ -1,4 +1,4 @@
-// pnpm bench kv-link [--rate 1gbit,10gbit,unshaped] [--transports tcp,nixl-ucx] [--reps N] [--iperf-seconds S]
+// pnpm bench kv-link [--rate 1gbit,10gbit,unshaped] [--transports tcp,nixl-ucx,nixl] [--reps N] [--iperf-seconds S]
 // The KV transports across a real link: three hosts of scripts/netns-rig (prefill-node,
 // decode-node, relay-node; one network namespace each, joined by a switch, every host's egress
 // shaped with tc tbf at --rate, or not shaped at all for "unshaped"). A producer on prefill-node
@@ -10,7 +10,8 @@
 // What crosses which link: `tcp` pushes the bytes to the relay (prefill-node's link) and pulls them
 // from it (relay-node's link), so a request crosses a link twice; `nixl-ucx` copies them into the
 // producer's registered arena (push: no bytes on the wire but the descriptor) and the consumer
-// READs them from the producer's host over UCX's TCP transport (prefill-node's link, once).
+// READs them from the producer's host over UCX's TCP transport (prefill-node's link, once);
+// `nixl` the same through the hosts' NIXL agent sidecars (cross-host mode, descriptors in the relay).
 // Every blob's CRC-32 is checked on arrival in both.
 //
 // Needs root (network namespaces), iproute2, iperf3 and libucx. Final JSON line:
@@ -30,7 +31,7 @@ const BLOB_BYTES = 1 << 20;
 const REQUEST_BYTES = BLOBS * BLOB_BYTES;
 const IN_FLIGHT = [1, 8] as const;
 const self = fileURLToPath(import.meta.url);
-const TRANSPORTS = ["tcp", "nixl-ucx"] as const;
+const TRANSPORTS = ["tcp", "nixl-ucx", "nixl"] as const;
 type Transport = (typeof TRANSPORTS)[number];
 
 // ---------------------------------------------------------------------------------------------
@@ -43,6 +44,11 @@ async function endpoint(transport: Transport, addr: string): Promise<void> {
   if (transport === "tcp") {
     const { createTcpTransport } = await import("../packages/kv-tcp/src/index.ts");
     t = createTcpTransport({ addr, crc: true, connections: 2 });
+  } else if (transport === "nixl") {
+    // its host's sidecar (AIRM_KV_NIXL_ADDR, set by the driver), which finds other hosts' blobs through the relay
+    const nixl = await import("../packages/kv-nixl/src/index.ts");
+    const { FencedTransport } = await import("../packages/rm-core/src/index.ts");
+    t = new FencedTransport(await nixl.NixlCopyTransport.open(nixl.NIXL_CONFIG.resolve({ env: process.env, options: { poolMb: 640 } })));
   } else {
     const ucx = await import("../packages/kv-nixl-ucx/src/index.ts");
     // 8 requests in flight must fit in the arenas: 8 x 64 MiB plus room
@@ -112,7 +118,7 @@ class Endpoint {
 async function startEndpoint(rig: NetnsRig, host: string, transport: Transport, addr: string): Promise<Endpoint> {
   const p = rig.spawn(host, process.execPath, ["--import", "tsx", self, "--role", "endpoint", "--transports", transport, "--addr", addr], {
     stdio: ["pipe", "pipe", "inherit"],
-    env: { ...process.env, AIRM_LOG_LEVEL: "warn" },
+    env: { ...process.env, AIRM_LOG_LEVEL: "warn", AIRM_KV_NIXL_ADDR: `${rig.host(host).address}:7500` },
   });
   const e = new Endpoint(p);
   await e.next<{ ready: boolean }>();
@@ -153,6 +159,30 @@ function iperf3(rig: NetnsRig, seconds: number): number {
   }
 }
 
+/**
+ * nixl: a NIXL agent sidecar on the prefill and decode hosts, cross-host (each announces its
+ * publications in the relay and READs other hosts' blobs). UCX is held to TCP over eth0: the
+ * namespaces share this machine, where UCX would otherwise move the bytes through shared memory.
+ */
+async function startSidecars(rig: NetnsRig, relay: string): Promise<void> {
+  const env = { ...process.env, AIRM_LOG_LEVEL: "warn", AIRM_KV_TCP_ADDR: relay, AIRM_KV_NIXL_CROSS_HOST: "1", UCX_TLS: "tcp", UCX_NET_DEVICES: "eth0" };
+  const bin = fileURLToPath(new URL("../packages/kv-nixl/bin/airm-kv-nixl-agent.mjs", import.meta.url));
+  await Promise.all(
+    ["prefill-node", "decode-node"].map(
+      (h) =>
+        new Promise<void>((resolve, reject) => {
+          const p = rig.spawn(h, process.execPath, [bin, "--listen", `${rig.host(h).address}:7500`], { stdio: ["ignore", "pipe", "inherit"], env });
+          let out = "";
+          p.stdout!.on("data", (d: Buffer) => {
+            out += d.toString();
+            if (out.includes("listening on")) resolve();
+          });
+          p.once("exit", (code) => reject(new Error(`the NIXL sidecar on ${h} exited ${code} before listening`)));
+        }),
+    ),
+  );
+}
+
 interface LinkResult {
   transport: Transport;
   ms: Record<string, number[]>;
@@ -177,6 +207,7 @@ async function measureRate(rate: string, transports: Transport[], reps: number, 
       "--",
     ]);
     try {
+      if (transports.includes("nixl")) await startSidecars(rig, relay.address);
       for (const transport of transports) {
         const producer = await startEndpoint(rig, "prefill-node", transport, relay.address);
         const consumer = await startEndpoint(rig, "decode-node", transport, relay.address);
