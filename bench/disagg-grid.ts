@@ -19,6 +19,7 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { flagOf, int, list, oneOf, text } from "../packages/rm-core/src/index.ts";
+import { gatewayArgv } from "../packages/workload-runner/src/rngd-pd-workload.ts";
 import { NetnsRig } from "../scripts/netns-rig/rig.ts";
 import { benchArgs, finalLine, progress, progressDone, sseEvents, summarize } from "./lib.ts";
 
@@ -165,25 +166,15 @@ function startCluster(rig: NetnsRig, model: string): void {
   worker("prefill-node", ["--role", "prefill", "--backend", "rngd-full", "--port", "8101", "--threads", "2"]);
   worker("decode-node", ["--role", "decode", "--backend", "atom", "--port", "8102", "--threads", "1", "--local-prefill"]);
   for (const [mode, port] of Object.entries(GATEWAYS)) {
-    rig.spawn(
-      "gateway-node",
-      process.execPath,
-      [
-        bin("gateway", "airm-gateway"),
-        "--host",
-        ip("gateway-node"),
-        "--port",
-        String(port),
-        "--prefill",
-        `http://${ip("prefill-node")}:8101`,
-        "--decode",
-        `http://${ip("decode-node")}:8102`,
-        "--local-prefill",
-        "--disaggregation",
-        mode,
-      ],
-      { stdio: "ignore", env: { ...quiet, AIRM_HEALTH_INTERVAL_MS: "200" } },
-    );
+    const gw = gatewayArgv({
+      host: ip("gateway-node"),
+      port,
+      prefill: [`http://${ip("prefill-node")}:8101`],
+      decode: [`http://${ip("decode-node")}:8102`],
+      localPrefill: true,
+      disaggregation: mode as keyof typeof GATEWAYS,
+    });
+    rig.spawn("gateway-node", gw[0]!, gw.slice(1), { stdio: "ignore", env: { ...quiet, AIRM_HEALTH_INTERVAL_MS: "200" } });
   }
 }
 

@@ -4,17 +4,17 @@
 // decode-node pulls them: its sidecar finds the descriptors in the relay, adds the producer's
 // agent and READs the bytes over UCX's TCP transport across the link (the counters of the hosts'
 // eth0 show it). Needs root and the NIXL wheels; skipped with the reason otherwise.
-import { type ChildProcess, spawn } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
-import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SIDECAR_CONFIG, defaultNixlPython } from "../packages/kv-nixl/src/index.ts";
 import { makeTinyModel } from "../packages/llama/src/index.ts";
-import { freePort } from "../packages/workload-runner/src/cluster-plan.ts";
+import { gatewayArgv } from "../packages/workload-runner/src/rngd-pd-workload.ts";
 import { NetnsRig } from "../scripts/netns-rig/rig.ts";
+import { bin, fetchIn, QUIET, SoloReference, until } from "./netns-helpers.ts";
 
 const python = SIDECAR_CONFIG.resolve({ env: process.env }).python ?? defaultNixlPython();
 const why =
@@ -25,7 +25,6 @@ const why =
       : !existsSync(python)
         ? `the NIXL wheels are not installed (no ${python}); run scripts/tools/nixl.sh`
         : null;
-const bin = (pkg: string, name: string) => fileURLToPath(new URL(`../packages/${pkg}/bin/${name}.mjs`, import.meta.url));
 const src = (path: string) => new URL(`../packages/${path}`, import.meta.url).href;
 const MIB = 1 << 20;
 const BLOBS = 64;
@@ -122,14 +121,6 @@ class Endpoint {
       this.answers.push(resolve);
       this.p.stdin!.write(`${JSON.stringify(cmd)}\n`);
     });
-  }
-}
-
-async function until(what: string, ok: () => Promise<boolean> | boolean, seconds: number): Promise<void> {
-  const t0 = Date.now();
-  while (!(await ok())) {
-    if (Date.now() - t0 > seconds * 1000) throw new Error(`${what}: not within ${seconds} s`);
-    await new Promise((r) => setTimeout(r, 200));
   }
 }
 
@@ -294,25 +285,13 @@ describe.skipIf(why !== null)(`nixl across network namespaces${why ? ` (skipped:
   });
 });
 
-/** Runs a fetch from inside `host` (this process cannot reach the rig's addresses) and returns the body. */
-function fetchIn(rig: NetnsRig, host: string, url: string, body?: unknown): string {
-  const script = `fetch(${JSON.stringify(url)}, ${body === undefined ? "{}" : JSON.stringify({ method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) })})
-    .then(async (r) => { process.stdout.write(await r.text()); process.exit(r.ok ? 0 : 4); }, (e) => { console.error(String(e.cause ?? e)); process.exit(3); });`;
-  return rig.sh(host, process.execPath, ["-e", script]);
-}
-
 describe.skipIf(why !== null)(`PD over nixl across network namespaces${why ? ` (skipped: ${why})` : ""}`, () => {
-  const QUIET = { AIRM_LOG_LEVEL: "warn", AIRM_ENGINE_LOG: "0" };
   let rig: NetnsRig;
-  let solo: ChildProcess;
-  let soloGateway: ChildProcess;
-  let soloPort = 0;
-  let soloGatewayPort = 0;
+  const solo = new SoloReference();
   const model = mkdtempSync(join(tmpdir(), "airm-netns-nixl-model-"));
 
   beforeAll(async () => {
     makeTinyModel({ arch: "llama", out: model });
-    [soloPort, soloGatewayPort] = [await freePort(), await freePort()];
     rig = await NetnsRig.up({ hosts: ["gateway-node", "prefill-node", "decode-node", "relay-node"], link: { rate: "1gbit", burst: "256kb", mtu: 1500 } });
     const ip = (h: string) => rig.host(h).address;
     const env = {
@@ -338,30 +317,9 @@ describe.skipIf(why !== null)(`PD over nixl across network namespaces${why ? ` (
         env: hostEnv,
       });
     }
-    rig.spawn(
-      "gateway-node",
-      process.execPath,
-      [
-        bin("gateway", "airm-gateway"),
-        "--host",
-        ip("gateway-node"),
-        "--port",
-        "8000",
-        "--prefill",
-        `http://${ip("prefill-node")}:8101`,
-        "--decode",
-        `http://${ip("decode-node")}:8102`,
-      ],
-      { stdio: "ignore", env: { ...process.env, ...QUIET, AIRM_HEALTH_INTERVAL_MS: "500" } },
-    );
-    solo = spawn(process.execPath, [bin("worker", "airm-worker"), "--role", "solo", "--backend", "rngd-full", "--port", String(soloPort), "--model", model], {
-      stdio: "ignore",
-      env: { ...process.env, ...QUIET },
-    });
-    soloGateway = spawn(process.execPath, [bin("gateway", "airm-gateway"), "--port", String(soloGatewayPort), "--solo", `http://127.0.0.1:${soloPort}`], {
-      stdio: "ignore",
-      env: { ...process.env, ...QUIET, AIRM_HEALTH_INTERVAL_MS: "500" },
-    });
+    const gw = gatewayArgv({ host: ip("gateway-node"), port: 8000, prefill: [`http://${ip("prefill-node")}:8101`], decode: [`http://${ip("decode-node")}:8102`] });
+    rig.spawn("gateway-node", gw[0]!, gw.slice(1), { stdio: "ignore", env: { ...process.env, ...QUIET, AIRM_HEALTH_INTERVAL_MS: "500" } });
+    await solo.start(model);
     await until(
       "the gateway in the rig is healthy",
       () => {
@@ -373,20 +331,10 @@ describe.skipIf(why !== null)(`PD over nixl across network namespaces${why ? ` (
       },
       120,
     );
-    await until(
-      "the solo gateway is healthy",
-      async () =>
-        fetch(`http://127.0.0.1:${soloGatewayPort}/health`).then(
-          async (r) => r.ok && ((await r.json()) as { status?: string }).status === "ok",
-          () => false,
-        ),
-      120,
-    );
   }, 240_000);
 
   afterAll(async () => {
-    solo?.kill("SIGTERM");
-    soloGateway?.kill("SIGTERM");
+    solo.stop();
     await rig?.down();
     rmSync(model, { recursive: true, force: true });
   });
@@ -394,19 +342,11 @@ describe.skipIf(why !== null)(`PD over nixl across network namespaces${why ? ` (
   it("prefill and decode on two hosts, KV by NIXL READs across the link, give the solo worker's tokens, greedy and seeded", { timeout: 60_000 }, async () => {
     const gw = `http://${rig.host("gateway-node").address}:8000`;
     const pdModel = JSON.parse(fetchIn(rig, "gateway-node", `${gw}/v1/models`)).data[0].id;
-    const soloModel = ((await (await fetch(`http://127.0.0.1:${soloGatewayPort}/v1/models`)).json()) as { data: { id: string }[] }).data[0]!.id;
     for (const extra of [{ temperature: 0 }, { temperature: 0.9, top_p: 0.95, seed: 4242 }]) {
       const req = { prompt: "The quick brown fox jumps over the lazy dog and", max_tokens: 24, ...extra };
       const pd = JSON.parse(fetchIn(rig, "gateway-node", `${gw}/v1/completions`, { ...req, model: pdModel }));
-      const ref = (await (
-        await fetch(`http://127.0.0.1:${soloGatewayPort}/v1/completions`, {
-          method: "POST",
-          headers: { "content-type": "application/json" },
-          body: JSON.stringify({ ...req, model: soloModel }),
-        })
-      ).json()) as { choices: { text: string }[] };
       expect(pd.usage.completion_tokens).toBe(24);
-      expect(pd.choices[0].text).toBe(ref.choices[0]!.text);
+      expect(pd.choices[0].text).toBe(await solo.text(req));
     }
     // the KV came by the cross-host path: the decode host's agent added the prefill host's, and
     // nothing it was handed is left unread; the prefill host's agent holds no publication

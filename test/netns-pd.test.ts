@@ -2,19 +2,16 @@
 // each on a host of its own (scripts/netns-rig: network namespaces joined by a switch, links
 // shaped to 1 Gbit/s), KV over `tcp` through the relay; the answers equal a solo worker's on this
 // host's loopback, greedy and seeded. Needs root (CI runs as root); skipped with the reason otherwise.
-import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { makeTinyModel } from "../packages/llama/src/index.ts";
-import { freePort } from "../packages/workload-runner/src/cluster-plan.ts";
+import { gatewayArgv } from "../packages/workload-runner/src/rngd-pd-workload.ts";
 import { NetnsRig } from "../scripts/netns-rig/rig.ts";
+import { bin, fetchIn, postIn, QUIET, SoloReference, until } from "./netns-helpers.ts";
 
 const why = process.getuid?.() !== 0 ? "needs root (CAP_NET_ADMIN)" : ["/usr/sbin/ip", "/usr/sbin/tc"].some((p) => !existsSync(p)) ? "needs iproute2 (ip, tc)" : null;
-const bin = (pkg: string, name: string) => fileURLToPath(new URL(`../packages/${pkg}/bin/${name}.mjs`, import.meta.url));
-const QUIET = { AIRM_LOG_LEVEL: "warn", AIRM_ENGINE_LOG: "0" };
 /** A decode's pull gives up after this long (the cut below lasts longer). */
 const KV_TIMEOUT_MS = 3000;
 /**
@@ -24,31 +21,6 @@ const KV_TIMEOUT_MS = 3000;
  * it and counts a late push instead of holding it for the TTL.)
  */
 const RELAY_TTL_S = 300;
-
-/** Runs a fetch from inside `host` (this process cannot reach the rig's addresses) and returns the body. */
-function fetchIn(rig: NetnsRig, host: string, url: string, body?: unknown): string {
-  const script = `fetch(${JSON.stringify(url)}, ${body === undefined ? "{}" : JSON.stringify({ method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) })})
-    .then(async (r) => { process.stdout.write(await r.text()); process.exit(r.ok ? 0 : 4); }, (e) => { console.error(String(e.cause ?? e)); process.exit(3); });`;
-  return rig.sh(host, process.execPath, ["-e", script]);
-}
-
-/** A POST from inside `host` that answers whatever came back: the status and body, or "fetch <error>"; and how long it took. */
-function postIn(rig: NetnsRig, host: string, url: string, body: unknown, timeoutS: number): { status: number; body: string; ms: number } {
-  const script = `fetch(${JSON.stringify(url)}, ${JSON.stringify({ method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) })})
-    .then(async (r) => process.stdout.write(r.status + " " + (await r.text())), (e) => process.stdout.write("0 fetch " + String(e.cause ?? e)));`;
-  const t0 = Date.now();
-  const out = spawnSync("nsenter", ["-t", String(rig.host(host).pid), "-n", "--", process.execPath, "-e", script], { encoding: "utf8", timeout: timeoutS * 1000 });
-  const text = out.stdout ?? "";
-  return { status: Number(text.split(" ")[0]) || 0, body: text.slice(text.indexOf(" ") + 1), ms: Date.now() - t0 };
-}
-
-async function until(what: string, ok: () => boolean, seconds: number): Promise<void> {
-  const t0 = Date.now();
-  while (!ok()) {
-    if (Date.now() - t0 > seconds * 1000) throw new Error(`${what}: not within ${seconds} s`);
-    await new Promise((r) => setTimeout(r, 300));
-  }
-}
 
 /**
  * One PD cluster per transport in the same rig: its prefill worker on prefill-node, its decode
@@ -63,10 +35,7 @@ const STACKS = [
 
 describe.skipIf(why !== null)(`PD across network namespaces${why ? ` (skipped: ${why})` : ""}`, () => {
   let rig: NetnsRig;
-  let solo: ChildProcess;
-  let soloGateway: ChildProcess;
-  let soloPort = 0;
-  let soloGatewayPort = 0;
+  const solo = new SoloReference();
   const model = mkdtempSync(join(tmpdir(), "airm-netns-model-"));
   let kvLowerBound = 0;
 
@@ -87,22 +56,13 @@ describe.skipIf(why !== null)(`PD across network namespaces${why ? ` (skipped: $
       });
     worker("prefill-node", "prefill", "rngd-full", stack.prefill);
     worker("decode-node", "decode", "atom", stack.decode);
-    rig.spawn(
-      "gateway-node",
-      process.execPath,
-      [
-        bin("gateway", "airm-gateway"),
-        "--host",
-        ip("gateway-node"),
-        "--port",
-        String(stack.gateway),
-        "--prefill",
-        `http://${ip("prefill-node")}:${stack.prefill}`,
-        "--decode",
-        `http://${ip("decode-node")}:${stack.decode}`,
-      ],
-      { stdio: "ignore", env: { ...process.env, ...QUIET, AIRM_HEALTH_INTERVAL_MS: "500" } },
-    );
+    const gw = gatewayArgv({
+      host: ip("gateway-node"),
+      port: stack.gateway,
+      prefill: [`http://${ip("prefill-node")}:${stack.prefill}`],
+      decode: [`http://${ip("decode-node")}:${stack.decode}`],
+    });
+    rig.spawn("gateway-node", gw[0]!, gw.slice(1), { stdio: "ignore", env: { ...process.env, ...QUIET, AIRM_HEALTH_INTERVAL_MS: "500" } });
   };
 
   beforeAll(async () => {
@@ -112,7 +72,6 @@ describe.skipIf(why !== null)(`PD across network namespaces${why ? ` (skipped: $
     // blobs are S wide, S >= that
     const c = config as { num_hidden_layers: number; num_key_value_heads: number; head_dim: number };
     kvLowerBound = 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * 2 * (24 + 10);
-    [soloPort, soloGatewayPort] = [await freePort(), await freePort()];
     rig = await NetnsRig.up({ hosts: ["gateway-node", "prefill-node", "decode-node", "relay-node"], link: { rate: "1gbit", burst: "256kb", mtu: 1500 } });
     const ip = (h: string) => rig.host(h).address;
     rig.spawn(
@@ -123,14 +82,7 @@ describe.skipIf(why !== null)(`PD across network namespaces${why ? ` (skipped: $
     );
     for (const stack of STACKS) startStack(stack);
     // the reference: one solo worker and its gateway on this host's loopback, outside the rig
-    solo = spawn(process.execPath, [bin("worker", "airm-worker"), "--role", "solo", "--backend", "rngd-full", "--port", String(soloPort), "--model", model], {
-      stdio: "ignore",
-      env: { ...process.env, ...QUIET },
-    });
-    soloGateway = spawn(process.execPath, [bin("gateway", "airm-gateway"), "--port", String(soloGatewayPort), "--solo", `http://127.0.0.1:${soloPort}`], {
-      stdio: "ignore",
-      env: { ...process.env, ...QUIET, AIRM_HEALTH_INTERVAL_MS: "500" },
-    });
+    await solo.start(model);
     const healthy = (host: string, url: string) => () => {
       try {
         return JSON.parse(fetchIn(rig, host, url)).status === "ok";
@@ -140,25 +92,10 @@ describe.skipIf(why !== null)(`PD across network namespaces${why ? ` (skipped: $
     };
     for (const stack of STACKS)
       await until(`the ${stack.transport} gateway in the rig is healthy`, healthy("gateway-node", `http://${ip("gateway-node")}:${stack.gateway}/health`), 120);
-    let soloUp = false;
-    await until(
-      "the solo gateway is healthy",
-      () => {
-        void fetch(`http://127.0.0.1:${soloGatewayPort}/health`).then(
-          async (r) => {
-            soloUp = r.ok && ((await r.json()) as { status?: string }).status === "ok";
-          },
-          () => {},
-        );
-        return soloUp;
-      },
-      120,
-    );
   }, 240_000);
 
   afterAll(async () => {
-    solo?.kill("SIGTERM");
-    soloGateway?.kill("SIGTERM");
+    solo.stop();
     await rig?.down();
   });
 
@@ -169,16 +106,8 @@ describe.skipIf(why !== null)(`PD across network namespaces${why ? ` (skipped: $
     for (const extra of [{ temperature: 0 }, { temperature: 0.9, top_p: 0.95, seed: 4242 }]) {
       const req = { model: "m", prompt: "The quick brown fox jumps over the lazy dog and", max_tokens: 24, ...extra };
       const pd = JSON.parse(fetchIn(rig, "gateway-node", `${gw}/v1/completions`, { ...req, model: JSON.parse(fetchIn(rig, "gateway-node", `${gw}/v1/models`)).data[0].id }));
-      const soloModel = ((await (await fetch(`http://127.0.0.1:${soloGatewayPort}/v1/models`)).json()) as { data: { id: string }[] }).data[0]!.id;
-      const ref = (await (
-        await fetch(`http://127.0.0.1:${soloGatewayPort}/v1/completions`, {
-          method: "POST",
-          headers: { "content-type": "application/json" },
-          body: JSON.stringify({ ...req, model: soloModel }),
-        })
-      ).json()) as { choices: { text: string }[]; usage: { completion_tokens: number } };
       expect(pd.usage.completion_tokens).toBe(24);
-      expect(pd.choices[0].text).toBe(ref.choices[0]!.text);
+      expect(pd.choices[0].text).toBe(await solo.text(req));
     }
     // the KV crossed the rig: the decode host's link received at least the two requests' KV
     const received = decodeIf() - received0;

@@ -1,3 +1,4 @@
+import { Gauge, Registry } from "prom-client";
 import { expect, test } from "vitest";
 import { parseServerLoad } from "./prometheus-text.ts";
 
@@ -41,4 +42,22 @@ test("our workers' disaggregation estimates are read when present; NaN (not meas
   const fresh = `${base}airm_kv_bandwidth_bytes_per_second NaN\nairm_worker_prefill_fixed_seconds NaN\nairm_worker_prefill_seconds_per_token NaN\nairm_worker_local_prefill 0\n`;
   expect(parseServerLoad(fresh).estimates).toEqual({ localPrefill: false });
   expect(() => parseServerLoad(`${base}airm_kv_request_bytes lots\n`)).toThrow(/malformed value/);
+});
+
+test("a page rendered by prom-client (our workers' and gateways' library, which writes NaN as Nan) parses", async () => {
+  const r = new Registry();
+  for (const [name, v] of [
+    ["vllm:num_requests_waiting", 1],
+    ["vllm:num_requests_running", 2],
+    ["vllm:kv_cache_usage_perc", 0.5],
+    ["airm_kv_bandwidth_bytes_per_second", Number.NaN],
+    ["airm_kv_request_bytes", Number.NaN],
+    ["airm_worker_prefill_fixed_seconds", 0.002],
+    ["airm_worker_prefill_seconds_per_token", 0.0005],
+    ["airm_worker_local_prefill", 1],
+  ] as const)
+    new Gauge({ name, help: "h", registers: [r] }).set(v);
+  const text = await r.metrics();
+  expect(text).toMatch(/^airm_kv_bandwidth_bytes_per_second Nan$/m);
+  expect(parseServerLoad(text)).toEqual({ waiting: 1, running: 2, kvUsage: 0.5, estimates: { localPrefill: true, prefill: { fixedMs: 2, msPerToken: 0.5 } } });
 });

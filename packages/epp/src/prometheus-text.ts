@@ -80,9 +80,9 @@ export function parseServerLoad(text: string): ServerLoad {
         if (field) {
           if (Number.isNaN(value)) throw new Error(`malformed value in: ${text.slice(pos, lineEnd)}`);
           sums[field] = (sums[field] ?? 0) + value;
-        } else if (Number.isFinite(value))
-          est[estimate!] = value; // NaN: not measured yet
-        else if (raw !== "NaN") throw new Error(`malformed value in: ${text.slice(pos, lineEnd)}`);
+        } else if (Number.isFinite(value)) est[estimate!] = value;
+        // NaN (prom-client writes "Nan"): not measured yet
+        else if (!/^nan$/i.test(raw ?? "")) throw new Error(`malformed value in: ${text.slice(pos, lineEnd)}`);
       }
     }
     pos = lineEnd + 1;

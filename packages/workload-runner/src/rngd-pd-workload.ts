@@ -99,11 +99,19 @@ export function workerArgv(o: {
 }
 
 /** argv of an airm-gateway process in front of the given workers. */
-export function gatewayArgv(o: { host: string; port: number; prefill?: string[]; decode?: string[]; solo?: string[]; localPrefill?: boolean }): string[] {
+export function gatewayArgv(o: {
+  host: string;
+  port: number;
+  prefill?: string[];
+  decode?: string[];
+  solo?: string[];
+  localPrefill?: boolean;
+  /** With localPrefill (default never: the baseline of a comparison, every request prefilled on the decode worker). */
+  disaggregation?: "auto" | "always" | "never" | "header";
+}): string[] {
   const argv = [process.execPath, binPath("@airm/gateway", "airm-gateway"), "--host", o.host, "--port", String(o.port)];
   for (const role of ["prefill", "decode", "solo"] as const) if (o[role]?.length) argv.push(`--${role}`, o[role]!.join(","));
-  // the baseline of a comparison: every request prefilled on the decode worker, none decided
-  if (o.localPrefill) argv.push("--local-prefill", "--disaggregation", "never");
+  if (o.localPrefill) argv.push("--local-prefill", "--disaggregation", o.disaggregation ?? "never");
   return argv;
 }
 
