@@ -124,7 +124,11 @@ describe.skipIf(why !== null)(`the image's containers${why ? ` (skipped: ${why})
     // a container that only holds the volume, to look into it after the workers are gone
     const observer = run("shm-observer", ["node", "-e", "setInterval(() => {}, 1 << 30)"], ["-v", `${volume}:/v`]);
     // the chart's memory limit of the gateway container (values.yaml gateway.resources.limits.memory: 1Gi)
-    const gateway = run("shm-gateway", ["airm-gateway", "--host", "127.0.0.1", "--port", String(gp), "--prefill", `http://127.0.0.1:${pp}`, "--decode", `http://127.0.0.1:${dp}`], ["--memory", "1g"]);
+    const gateway = run(
+      "shm-gateway",
+      ["airm-gateway", "--host", "127.0.0.1", "--port", String(gp), "--prefill", `http://127.0.0.1:${pp}`, "--decode", `http://127.0.0.1:${dp}`],
+      ["--memory", "1g"],
+    );
     await until("the gateway container is ready", () => healthy(`http://127.0.0.1:${gp}`), 120);
     console.log(`shm: four containers ready ${((Date.now() - t0) / 1000).toFixed(1)} s after the first podman run`);
     expect(await complete(`http://127.0.0.1:${gp}`, PROMPT)).toBe(want);
