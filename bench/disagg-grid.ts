@@ -20,7 +20,7 @@ import { createInterface } from "node:readline";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { flagOf, int, list, oneOf, text } from "../packages/rm-core/src/index.ts";
 import { gatewayArgv } from "../packages/workload-runner/src/rngd-pd-workload.ts";
-import { NetnsRig } from "../scripts/netns-rig/rig.ts";
+import { NetnsRig, TBF_RATE } from "../scripts/netns-rig/rig.ts";
 import { benchArgs, finalLine, progress, progressDone, sseEvents, summarize } from "./lib.ts";
 
 const self = fileURLToPath(import.meta.url);
@@ -125,24 +125,6 @@ async function driver(gatewayIp: string, decodeUrl: string): Promise<void> {
 // ---------------------------------------------------------------------------------------------
 // The orchestration (caller's namespace).
 
-/** Sets every host's egress to `rate` (tc tbf, burst scaled as in kv-link) or removes the qdisc. */
-function shapeAll(rig: NetnsRig, rate: string): void {
-  for (const h of rig.hosts.keys()) {
-    if (rate === "unshaped") {
-      try {
-        rig.sh(h, "tc", ["qdisc", "del", "dev", "eth0", "root"]);
-      } catch {
-        // already unshaped
-      }
-      continue;
-    }
-    const m = /^(\d+(?:\.\d+)?)(kbit|mbit|gbit)$/.exec(rate)!;
-    const bits = Number(m[1]) * { kbit: 1e3, mbit: 1e6, gbit: 1e9 }[m[2] as "kbit"];
-    const burst = `${Math.max(32, Math.round((256 * bits) / 1e9))}kb`;
-    rig.sh(h, "tc", ["qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", rate, "burst", burst, "latency", "50ms"]);
-  }
-}
-
 class Driver {
   private readonly lines: AsyncIterator<string>;
   constructor(readonly proc: ChildProcess) {
@@ -199,7 +181,7 @@ async function main(argv: string[]): Promise<void> {
     console.error(`no model at ${a.model}: pass --model (pnpm bench serve-load fetches SmolLM2 into ~/.cache/airm/models)`);
     process.exit(2);
   }
-  for (const r of a.rates) if (r !== "unshaped" && !/^\d+(\.\d+)?(kbit|mbit|gbit)$/.test(r)) throw new Error(`--rates: like 100mbit, 1gbit or unshaped, got ${r}`);
+  for (const r of a.rates) if (r !== "unshaped" && !TBF_RATE.test(r)) throw new Error(`--rates: like 100mbit, 1gbit or unshaped, got ${r}`);
   const rig = await NetnsRig.up({ hosts: ["gateway-node", "prefill-node", "decode-node", "relay-node"], link: { rate: "1gbit", burst: "256kb", mtu: 1500 } });
   const cells: Record<string, unknown>[] = [];
   try {
@@ -215,7 +197,7 @@ async function main(argv: string[]): Promise<void> {
       `model ${ready.model}: ${ready.tokensPerWord.toFixed(2)} tokens per word; prefill worker 2 threads, decode worker 1 thread (--local-prefill); S=${SEQ_LEN}; KV over tcp via the relay host`,
     );
     for (const rate of a.rates) {
-      shapeAll(rig, rate);
+      for (const h of rig.hosts.keys()) rig.shape(h, rate);
       for (const tokens of a.tokens) {
         progress(`disagg-grid: ${rate}, ${tokens} tokens`);
         const r = await d.ask<{ forced: { always: number[]; never: number[] }; auto: number[]; paths: Record<string, number>; promptTokens: number; estimates: unknown }>({

@@ -23,7 +23,7 @@ import { createInterface } from "node:readline";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { spawnRelay } from "../packages/kv-relay/src/index.ts";
 import { flagOf, int, list, num, oneOf, text } from "../packages/rm-core/src/index.ts";
-import { NetnsRig } from "../scripts/netns-rig/rig.ts";
+import { NetnsRig, TBF_RATE } from "../scripts/netns-rig/rig.ts";
 import { benchArgs, finalLine, fmt, progress, progressDone, summarize } from "./lib.ts";
 
 const BLOBS = 64;
@@ -125,13 +125,6 @@ async function startEndpoint(rig: NetnsRig, host: string, transport: Transport, 
   return e;
 }
 
-/** tbf needs a burst of at least rate/HZ; 256 kB at 1 Gbit/s (the issue's measured setting), scaled with the rate. */
-function burstFor(rate: string): string {
-  const m = /^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$/.exec(rate)!;
-  const bits = Number(m[1]) * { bit: 1, kbit: 1e3, mbit: 1e6, gbit: 1e9 }[m[2] as "bit"];
-  return `${Math.max(32, Math.round((256 * bits) / 1e9))}kb`;
-}
-
 /** One iperf3 run (one stream) from prefill-node to decode-node; GB/s received. */
 function iperf3(rig: NetnsRig, seconds: number): number {
   const server = rig.spawn("decode-node", "iperf3", ["-s", "-1", "-B", rig.host("decode-node").address, "-p", "5201"], { stdio: "ignore" });
@@ -193,7 +186,7 @@ async function measureRate(rate: string, transports: Transport[], reps: number, 
   const shaped = rate !== "unshaped";
   const rig = await NetnsRig.up({
     hosts: ["prefill-node", "decode-node", "relay-node"],
-    link: shaped ? { rate, burst: burstFor(rate), latency: "50ms", mtu: 1500 } : { mtu: 1500 },
+    link: shaped ? { rate, latency: "50ms", mtu: 1500 } : { mtu: 1500 }, // the rig scales tbf's burst with the rate
   });
   const iperf: number[] = [];
   const results: LinkResult[] = [];
@@ -281,7 +274,7 @@ async function main(argv: string[]): Promise<void> {
     console.error("kv-link needs root: it makes network namespaces (CAP_NET_ADMIN)");
     process.exit(2);
   }
-  for (const r of a.rate) if (r !== "unshaped" && !/^\d+(\.\d+)?(bit|kbit|mbit|gbit)$/.test(r)) throw new Error(`--rate: like 1gbit, 100mbit or unshaped, got ${r}`);
+  for (const r of a.rate) if (r !== "unshaped" && !TBF_RATE.test(r)) throw new Error(`--rate: like 1gbit, 100mbit or unshaped, got ${r}`);
   const out: Record<string, Record<string, unknown>> = {};
   for (const rate of a.rate) {
     const { iperf, results } = await measureRate(rate, a.transports, a.reps, a.iperfSeconds);

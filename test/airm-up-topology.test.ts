@@ -13,12 +13,11 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { makeTinyModel } from "../packages/llama/src/index.ts";
 import { freePort } from "../packages/workload-runner/src/cluster-plan.ts";
 import { checkTopology, TopologyError } from "../packages/workload-runner/src/topology.ts";
+import { QUIET, SoloReference, until } from "./netns-helpers.ts";
 
 const why = process.getuid?.() !== 0 ? "needs root (CAP_NET_ADMIN)" : ["/usr/sbin/ip", "/usr/sbin/tc"].some((p) => !existsSync(p)) ? "needs iproute2 (ip, tc)" : null;
 const airm = fileURLToPath(new URL("../packages/workload-runner/bin/airm.mjs", import.meta.url));
-const bin = (pkg: string, name: string) => fileURLToPath(new URL(`../packages/${pkg}/bin/${name}.mjs`, import.meta.url));
 const example = fileURLToPath(new URL("../examples/topology-4-hosts.yaml", import.meta.url));
-const QUIET = { AIRM_LOG_LEVEL: "warn", AIRM_ENGINE_LOG: "0" };
 const HOSTS = ["gateway-node", "prefill-node", "decode-node", "relay-node"];
 const dir = mkdtempSync(join(tmpdir(), "airm-up-topology-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -84,13 +83,6 @@ const alive = (pid: number) => {
     return false;
   }
 };
-async function until(what: string, ok: () => boolean | Promise<boolean>, seconds: number): Promise<void> {
-  const t0 = Date.now();
-  while (!(await ok())) {
-    if (Date.now() - t0 > seconds * 1000) throw new Error(`${what}: not within ${seconds} s`);
-    await new Promise((r) => setTimeout(r, 300));
-  }
-}
 const complete = async (port: number, prompt: string) => {
   const r = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
     method: "POST",
@@ -107,13 +99,11 @@ describe.skipIf(why !== null)(`airm up --topology on four hosts${why ? ` (skippe
   let out = "";
   let err = "";
   let port = 0;
-  const solo: ChildProcess[] = [];
-  let soloPort = 0;
+  const solo = new SoloReference();
 
   beforeAll(async () => {
     makeTinyModel({ arch: "llama", out: model });
-    [port, soloPort] = [await freePort(), await freePort()];
-    const soloWorker = await freePort();
+    port = await freePort();
     const env = { ...process.env, ...QUIET };
     up = spawn(process.execPath, [airm, "up", "--topology", example, "--kv-transport", "tcp", "--model", model, "--decode-replicas", "1", "--port", String(port), "--quiet"], {
       env,
@@ -122,28 +112,11 @@ describe.skipIf(why !== null)(`airm up --topology on four hosts${why ? ` (skippe
     });
     up.stdout!.on("data", (d) => (out += d));
     up.stderr!.on("data", (d) => (err += d));
-    // the reference: a solo worker and its gateway on this host's loopback, outside the rig
-    solo.push(
-      spawn(process.execPath, [bin("worker", "airm-worker"), "--role", "solo", "--backend", "rngd-full", "--port", String(soloWorker), "--model", model], { stdio: "ignore", env }),
-    );
-    solo.push(
-      spawn(process.execPath, [bin("gateway", "airm-gateway"), "--port", String(soloPort), "--solo", `http://127.0.0.1:${soloWorker}`], {
-        stdio: "ignore",
-        env: { ...env, AIRM_HEALTH_INTERVAL_MS: "500" },
-      }),
-    );
     try {
       await until("airm up --topology is up", () => out.includes("rngd-pd is up") || up.exitCode !== null, 150);
       expect(up.exitCode, err).toBeNull();
-      await until(
-        "the solo gateway is healthy",
-        () =>
-          fetch(`http://127.0.0.1:${soloPort}/health`).then(
-            async (r) => r.ok && ((await r.json()) as { status?: string }).status === "ok",
-            () => false,
-          ),
-        120,
-      );
+      // the reference: a solo worker and its gateway on this host's loopback, outside the rig
+      await solo.start(model);
     } catch (e) {
       console.error(`airm up stdout:\n${out}\nstderr:\n${err}`);
       throw e;
@@ -151,7 +124,7 @@ describe.skipIf(why !== null)(`airm up --topology on four hosts${why ? ` (skippe
   }, 300_000);
 
   afterAll(() => {
-    for (const p of solo) p.kill("SIGKILL");
+    solo.stop();
     try {
       process.kill(-up.pid!, "SIGKILL");
     } catch {
@@ -160,7 +133,8 @@ describe.skipIf(why !== null)(`airm up --topology on four hosts${why ? ` (skippe
   });
 
   it("serves through 127.0.0.1 what a solo worker answers, each part on its host's address, and SIGINT leaves nothing", { timeout: 120_000 }, async () => {
-    for (const prompt of ["The capital of France is", "one two three four"]) expect(await complete(port, prompt)).toBe(await complete(soloPort, prompt));
+    for (const prompt of ["The capital of France is", "one two three four"])
+      expect(await complete(port, prompt)).toBe(await solo.text({ prompt, max_tokens: 16, temperature: 0, seed: 1 }));
     expect(out).toMatch(/kv-relay\s+on relay-node\s+10\.77\.0\.4:7400/);
 
     // each host's TCP listeners (ss inside its namespace) are on its own address only

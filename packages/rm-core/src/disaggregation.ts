@@ -41,16 +41,24 @@ export function prefillMs(m: PrefillModel, tokens: number): number {
 /** Least squares over the last `window` (tokens, ms) samples. */
 export class PrefillFit {
   private readonly samples: [number, number][] = [];
+  /** The fit of the current samples (read at every /health and /metrics; refitted only after a new sample). */
+  private fitted: PrefillModel | null | undefined = null;
   constructor(private readonly window = 64) {}
 
   add(tokens: number, ms: number): void {
     if (!(tokens > 0 && ms >= 0 && Number.isFinite(ms))) return;
     this.samples.push([tokens, ms]);
     if (this.samples.length > this.window) this.samples.shift();
+    this.fitted = undefined;
   }
 
   /** The model, or null before the first sample. With one prompt length only: through the origin. */
   model(): PrefillModel | null {
+    if (this.fitted === undefined) this.fitted = this.fit();
+    return this.fitted;
+  }
+
+  private fit(): PrefillModel | null {
     const s = this.samples;
     if (s.length === 0) return null;
     const n = s.length;

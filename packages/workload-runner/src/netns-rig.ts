@@ -49,8 +49,7 @@ export function resolveTopology(t: Topology): { hosts: (HostSpec & { address: st
     if (seen.has(spec.name)) throw new Error(`topology.hosts[${i}].name: ${spec.name} twice`);
     seen.add(spec.name);
     const link = { ...t.link, ...spec };
-    if (link.rate !== undefined && !/^\d+(\.\d+)?(bit|kbit|mbit|gbit)$/.test(link.rate))
-      throw new Error(`topology: ${spec.name}'s rate must be like 1gbit or 100mbit, got ${link.rate}`);
+    if (link.rate !== undefined && !TBF_RATE.test(link.rate)) throw new Error(`topology: ${spec.name}'s rate must be like 1gbit or 100mbit, got ${link.rate}`);
     if (link.mtu !== undefined && !(Number.isInteger(link.mtu) && link.mtu >= 576 && link.mtu <= 65535))
       throw new Error(`topology: ${spec.name}'s mtu must be 576-65535, got ${link.mtu}`);
     return { ...link, name: spec.name, address: `${subnet}.${i + 1}` };
@@ -96,6 +95,20 @@ async function settled(p: ChildProcess): Promise<number> {
   throw new Error("unshare -n did not enter a namespace of its own within 2 s");
 }
 
+/** tbf's rate: like 1gbit, 100mbit. */
+export const TBF_RATE = /^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$/;
+
+/**
+ * A tbf burst for `rate`: 256 kB per Gbit/s (at 1 Gbit/s, iperf3 then gets 950 Mbit/s), at least
+ * 32 kB. tbf needs at least rate / HZ; a fixed 256 kB would cap a 10 Gbit/s link well below its rate.
+ */
+export function tbfBurst(rate: string): string {
+  const m = TBF_RATE.exec(rate);
+  if (!m) throw new Error(`a tbf rate is like 1gbit or 100mbit, got ${JSON.stringify(rate)}`);
+  const bits = Number(m[1]) * { bit: 1, kbit: 1e3, mbit: 1e6, gbit: 1e9 }[m[2] as "bit"];
+  return `${Math.max(32, Math.round((256 * bits) / 1e9))}kb`;
+}
+
 export class NetnsRig {
   readonly hosts: ReadonlyMap<string, RigHost>;
   private readonly holders: ChildProcess[];
@@ -133,7 +146,8 @@ export class NetnsRig {
         if (h.mtu !== undefined) inNs(pid, "ip", ["link", "set", "eth0", "mtu", String(h.mtu)]);
         inNs(pid, "ip", ["addr", "add", `${h.address}/24`, "dev", "eth0"]);
         inNs(pid, "ip", ["link", "set", "eth0", "up"]);
-        if (h.rate !== undefined) inNs(pid, "tc", ["qdisc", "add", "dev", "eth0", "root", "tbf", "rate", h.rate, "burst", h.burst ?? "256kb", "latency", h.latency ?? "50ms"]);
+        if (h.rate !== undefined)
+          inNs(pid, "tc", ["qdisc", "add", "dev", "eth0", "root", "tbf", "rate", h.rate, "burst", h.burst ?? tbfBurst(h.rate), "latency", h.latency ?? "50ms"]);
         const { name, address, ...link } = h;
         out.set(name, { name, pid, address, iface: "eth0", link });
       }
@@ -167,9 +181,10 @@ export class NetnsRig {
     return p;
   }
 
-  /** Re-shapes a host's egress (tc tbf) while the rig runs; the host must have been shaped at up(). */
-  shape(host: string, rate: string, burst = "256kb", latency = "50ms"): void {
-    this.sh(host, "tc", ["qdisc", "change", "dev", "eth0", "root", "tbf", "rate", rate, "burst", burst, "latency", latency]);
+  /** Shapes (or re-shapes) a host's egress with tc tbf while the rig runs; "unshaped" removes the qdisc. */
+  shape(host: string, rate: string, burst = rate === "unshaped" ? "" : tbfBurst(rate), latency = "50ms"): void {
+    if (rate !== "unshaped") this.sh(host, "tc", ["qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", rate, "burst", burst, "latency", latency]);
+    else if (/\btbf\b/.test(this.sh(host, "tc", ["qdisc", "show", "dev", "eth0", "root"]))) this.sh(host, "tc", ["qdisc", "del", "dev", "eth0", "root"]);
   }
 
   /** Cuts or restores a host's link (its eth0), as a pulled cable would. */
