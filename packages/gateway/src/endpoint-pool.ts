@@ -39,6 +39,9 @@ export interface PoolOptions {
 
 const BREAKER_MAX_COOLDOWN_MS = 30_000;
 
+/** How many more times a healthy endpoint that answered "draining" is asked at once before it is taken out (a Service may still send kept-open connections to its draining pod). */
+export const DRAINING_RETRIES = 3;
+
 /** How often an unhealthy endpoint is probed (ms; the interval when that is shorter). */
 export const RECOVERY_PROBE_MS = 250;
 
@@ -117,10 +120,15 @@ export class EndpointPool {
     await Promise.all(this.endpoints.map((e) => this.probe(e)));
   }
 
-  private async probe(e: Endpoint, again = false): Promise<void> {
+  private async probe(e: Endpoint, again = false, drainingSeen = 0): Promise<void> {
     e.probedAt = performance.now();
     try {
       const { status, health } = await e.client.health({ signal: AbortSignal.timeout(this.probeTimeoutMs) });
+      // A pod that drains answers "draining" and closes that connection. Behind a Service a new
+      // connection reaches another pod, but the pool may hold more kept-open ones on the draining
+      // pod, so an endpoint that was healthy is asked again at once, up to DRAINING_RETRIES times
+      // (a worker addressed directly that drains keeps saying so, and is taken out).
+      if (e.healthy && drainingSeen < DRAINING_RETRIES && health?.status === "draining") return this.probe(e, again, drainingSeen + 1);
       e.health = health ?? e.health;
       e.healthy = status === 200 && health?.ready === true;
       e.lastError = e.healthy ? null : `health answered ${status}${health?.ready === false ? ` (${health.status}${health.error ? `: ${health.error}` : ""})` : ""}`;
@@ -135,7 +143,7 @@ export class EndpointPool {
       }
       // A connection accepted and then dropped is asked once more at once: behind a Service the
       // next one may reach another pod, and one pod going away must not take the endpoint out.
-      if (e.healthy && !again && !timedOut && !nothingListens(err)) return this.probe(e, true);
+      if (e.healthy && !again && !timedOut && !nothingListens(err)) return this.probe(e, true, drainingSeen);
       e.healthy = false;
       e.lastError = `health probe failed: ${causeOf(err)}`;
     }

@@ -19,6 +19,13 @@ const ROLE_ROUTES = { prefill: prefillRoutes, decode: decodeRoutes, solo: genera
  */
 export function createWorkerApp(rt: WorkerRuntime, localPrefill = false, internalToken?: string): Hono {
   const app = new Hono();
+  // A draining worker closes each connection after its answer: a client that kept one open (a
+  // gateway's pool, through a Service whose proxy keeps established connections on the old pod)
+  // connects again, and the Service sends the new connection to a pod that is not going away.
+  app.use("*", async (c, next) => {
+    await next();
+    if (rt.draining) c.header("connection", "close");
+  });
   if (internalToken) app.use("/internal/*", requireInternalToken(rt, internalToken));
   ROLE_ROUTES[rt.role](app, rt);
   if (localPrefill && rt.role === "decode") generateRoutes(app, rt);

@@ -129,10 +129,17 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
     ready,
     async drain(graceMs = RM_CORE_CONFIG.resolve({ env }).drainS * 1000) {
       rt.draining = true;
+      // Idle keep-alive connections (a gateway's pool) close now, so their next call connects
+      // again and, behind a Service, reaches a pod that is not draining.
+      server.closeIdleConnections?.();
       const sleep = () => new Promise((r) => setTimeout(r, 50));
       log.info({ running: rt.inFlight(), leases: rt.leases.counters().outstanding, grace_ms: graceMs }, "draining: no new requests");
       const end = performance.now() + graceMs;
-      while (!rt.idle() && performance.now() < end) await sleep();
+      // A connection whose stream ended while draining is idle now: close it too.
+      while (!rt.idle() && performance.now() < end) {
+        await sleep();
+        server.closeIdleConnections?.();
+      }
       if (rt.idle()) return 0;
       const handed = rt.inFlight();
       rt.handBackAll();
