@@ -20,6 +20,7 @@ import { SHM_CONFIG } from "../packages/kv-shm/src/index.ts";
 import { TCP_CONFIG } from "../packages/kv-tcp/src/index.ts";
 import { MODEL_CACHE_CONFIG } from "../packages/llama/src/index.ts";
 import { configMarkdown, RM_CORE_CONFIG, type ConfigRow, type ConfigSpec, type OptionMap } from "../packages/rm-core/src/index.ts";
+import { TELEMETRY_CONFIG } from "../packages/telemetry/src/index.ts";
 import { WORKER_CONFIG } from "../packages/worker/src/index.ts";
 import { BENCH_TARGET_CONFIG, SWEEP_SITE_CONFIG } from "../packages/workload-runner/src/index.ts";
 
@@ -40,6 +41,7 @@ export const PACKAGE_CONFIGS: Record<string, ConfigSpec<OptionMap>[]> = {
   worker: [WORKER_CONFIG],
   gateway: [GATEWAY_CONFIG],
   epp: [EPP_CONFIG],
+  telemetry: [TELEMETRY_CONFIG],
   "workload-runner": [SWEEP_SITE_CONFIG, BENCH_TARGET_CONFIG],
 };
 

@@ -49,4 +49,4 @@ test("render fills in the node and home from the env file, the shell wins, and a
   const half = run(["render", matrix, "--site-env", join(dir, "absent.env")], { RNGD_PD_HOME: "/h" });
   expect(half.stderr).toMatch(/RNGD_PD_NODE not set/);
   expect(execFileSync(process.execPath, [airm, "k8s", "--help"], { encoding: "utf8" })).toContain("RNGD_PD_NODE");
-});
+}, 60_000); // six CLI runs of about a second each on an idle 2-core machine

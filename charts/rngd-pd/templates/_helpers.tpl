@@ -164,6 +164,9 @@ The worker finds its card with --chip -1 (the kubelet checkpoint and POD_UID).
     {{- with include "rngd-pd.credentialsEnv" (dict "root" .root "gateway" false) | trim }}
     {{- . | nindent 4 }}
     {{- end }}
+    {{- with include "rngd-pd.tracingEnv" (dict "root" .root "service" "airm-worker" "container" .role) | trim }}
+    {{- . | nindent 4 }}
+    {{- end }}
   ports:
     - name: {{ .role }}
       containerPort: {{ .spec.port }}
@@ -267,6 +270,9 @@ for is prefilled by the decode worker (--local-prefill), as llm-d's sidecar does
     {{- with include "rngd-pd.credentialsEnv" (dict "root" .root "gateway" true) | trim }}
     {{- . | nindent 4 }}
     {{- end }}
+    {{- with include "rngd-pd.tracingEnv" (dict "root" .root "service" "airm-gateway" "container" "gateway" "hasNamespace" .pool) | trim }}
+    {{- . | nindent 4 }}
+    {{- end }}
   ports:
     - name: http
       containerPort: {{ $v.gateway.port }}
@@ -303,5 +309,51 @@ token for every part, and with "gateway" true the API keys too. Args: dict "root
 - name: AIRM_API_KEY
   valueFrom:
     secretKeyRef: { name: {{ $s.apiKeySecret | quote }}, key: keys }
+{{- end }}
+{{- end -}}
+
+{{/*
+The OpenTelemetry env entries of a part that exports spans (the gateway and the workers), with
+tracing.enabled. POD_NAME and POD_NAMESPACE come from the downward API before
+OTEL_RESOURCE_ATTRIBUTES, which names them as $(POD_NAME) and $(POD_NAMESPACE): the kubelet
+expands earlier entries. The user's resourceAttributes follow, their values percent-encoded.
+Args: dict "root" $ "service" airm-gateway|airm-worker "container" NAME ["hasNamespace" true: the
+container sets POD_NAMESPACE already].
+*/}}
+{{- define "rngd-pd.tracingEnv" -}}
+{{- $t := .root.Values.tracing -}}
+{{- if $t.enabled }}
+{{- $ratio := list "traceidratio" "parentbased_traceidratio" }}
+{{- if and (not (kindIs "invalid" $t.samplerArg)) (not (has $t.sampler $ratio)) }}
+{{- fail (printf "tracing.samplerArg is read by the traceidratio and parentbased_traceidratio samplers only, not %s" $t.sampler) }}
+{{- end }}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+{{- if not .hasNamespace }}
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+{{- end }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ required "tracing.otlpEndpoint is required with tracing.enabled" $t.otlpEndpoint | quote }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: {{ $t.protocol | quote }}
+- name: OTEL_TRACES_SAMPLER
+  value: {{ $t.sampler | quote }}
+{{- if not (kindIs "invalid" $t.samplerArg) }}
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ $t.samplerArg | toString | quote }}
+{{- end }}
+- name: OTEL_SERVICE_NAME
+  value: {{ .service | quote }}
+{{- $attrs := list "k8s.pod.name=$(POD_NAME)" "k8s.namespace.name=$(POD_NAMESPACE)" (printf "k8s.container.name=%s" .container) }}
+{{- range $k, $v := $t.resourceAttributes }}
+{{- $attrs = append $attrs (printf "%s=%s" $k ($v | toString | urlquery | replace "+" "%20")) }}
+{{- end }}
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: {{ join "," $attrs | quote }}
 {{- end }}
 {{- end -}}

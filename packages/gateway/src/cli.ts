@@ -2,6 +2,7 @@
 // starts the gateway and stops it on SIGINT/SIGTERM (or when the `airm up` that started it is gone).
 
 import { defineCommand, flagOf, switchOf, int, isAirmError, list, oneOf, RM_CORE_CONFIG, text, untilStopSignal } from "@airm/rm-core";
+import { startTracing, TELEMETRY_CONFIG, type Tracing } from "@airm/telemetry";
 import { GATEWAY_CONFIG } from "./gateway-config.ts";
 import { startGateway } from "./gateway-server.ts";
 import { DISAGGREGATION_MODES } from "./orchestrator/index.ts";
@@ -44,13 +45,17 @@ export const GATEWAY_COMMAND = defineCommand({
       defaultText: "AIRM_TOOL_CALL_PARSER, else hermes",
       doc: 'how tool calls are read from answers to tool_choice "auto" (none: auto is refused)',
     }),
+    otlpTracesEndpoint: flagOf(text({ label: "URL" }), {
+      defaultText: "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else none",
+      doc: "export spans to this OTLP receiver URL (vLLM's flag; the OTEL_* variables set the rest: protocol, sampler, service name)",
+    }),
     apiKey: flagOf(list(text({ label: "key" })), {
       metavar: "KEYS",
       defaultText: "AIRM_API_KEY, else none",
       doc: "API keys, comma-separated: requests need `Authorization: Bearer <key>` (prefer AIRM_API_KEY: a flag shows in the process list)",
     }),
   },
-  env: [GATEWAY_CONFIG, RM_CORE_CONFIG],
+  env: [GATEWAY_CONFIG, RM_CORE_CONFIG, TELEMETRY_CONFIG],
   notes:
     "Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics (airm_* and the vllm:* gauges an endpoint picker reads). A request with x-prefiller-host-port runs its prefill on that prefill worker when it is one of --prefill (else 403).",
 });
@@ -58,6 +63,7 @@ export const GATEWAY_COMMAND = defineCommand({
 /** Runs the CLI; resolves with an exit code once the gateway has stopped (or failed to start). */
 export async function main(argv = process.argv.slice(2), env: Record<string, string | undefined> = process.env): Promise<number> {
   let gw: Awaited<ReturnType<typeof startGateway>>;
+  let tracing: Tracing;
   try {
     const { values: f, help } = GATEWAY_COMMAND.parse(argv);
     if (help) {
@@ -70,6 +76,7 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
     });
     const prefillPool = f.prefillPool ? { name: f.prefillPool, namespace: f.poolNamespace ?? cfg.podNamespace } : undefined;
     const { internalToken } = RM_CORE_CONFIG.resolve({ env });
+    tracing = await startTracing({ service: "airm-gateway", env, attributes: { "airm.role": "gateway" }, options: { tracesEndpoint: f.otlpTracesEndpoint } });
     gw = await startGateway({
       ...cfg,
       internalToken,
@@ -86,8 +93,9 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
     console.error(`airm-gateway: ${(isAirmError(err) ? err.message : (err as Error).message).replace(/^airm-gateway: /, "")}`);
     return 2;
   }
-  console.log(JSON.stringify({ msg: "airm-gateway listening", url: gw.url, metrics_port: gw.metricsPort }));
+  console.log(JSON.stringify({ msg: "airm-gateway listening", url: gw.url, metrics_port: gw.metricsPort, traces: tracing.description }));
   await untilStopSignal(env);
   await gw.close();
+  await tracing.shutdown().catch(() => {});
   return 0;
 }

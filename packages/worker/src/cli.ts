@@ -3,6 +3,7 @@
 // command line, 1 with the reason when the engine or transport cannot load.
 
 import { defineCommand, flagOf, switchOf, int, isAirmError, oneOf, RM_CORE_CONFIG, text, untilStopSignal } from "@airm/rm-core";
+import { startTracing, TELEMETRY_CONFIG, type Tracing } from "@airm/telemetry";
 import { WORKER_CONFIG } from "./worker-config.ts";
 import { type RunningWorker, startWorker, type WorkerOptions } from "./worker-server.ts";
 
@@ -25,17 +26,22 @@ export const WORKER_COMMAND = defineCommand({
     B: flagOf(int({ min: 1 }), { name: "B", defaultText: "the engine's", doc: "batch width" }),
     threads: flagOf(int({ min: 1, max: 2 }), { defaultText: "AIRM_THREADS, else 1", doc: "CPU threads of the reference backend" }),
     kvTransport: flagOf(text({ label: "name" }), { defaultText: "AIRM_KV_TRANSPORT, else shm", doc: "KV transport name (an installed airm.kv_transports plugin)" }),
+    otlpTracesEndpoint: flagOf(text({ label: "URL" }), {
+      defaultText: "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else none",
+      doc: "export spans to this OTLP receiver URL (vLLM's flag; the OTEL_* variables set the rest)",
+    }),
     localPrefill: switchOf({
       doc: "decode role: also serve /internal/generate, so a gateway can have short prompts prefilled here instead of on a prefill worker (llm-d's topology, when the picker names no prefill pod)",
     }),
   },
-  env: [WORKER_CONFIG, RM_CORE_CONFIG],
+  env: [WORKER_CONFIG, RM_CORE_CONFIG, TELEMETRY_CONFIG],
   notes: "The engine's and the transport's own variables are listed in docs/configuration.md. API: docs/internal-api.md.",
 });
 
 /** Runs the CLI; resolves with the exit code once the worker stopped (or failed). */
 export async function main(argv = process.argv.slice(2), env: Record<string, string | undefined> = process.env): Promise<number> {
   let opts: WorkerOptions;
+  let tracing: Tracing;
   try {
     const { values: f, help } = WORKER_COMMAND.parse(argv);
     if (help) {
@@ -60,6 +66,12 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
       localPrefill: f.localPrefill,
       env,
     };
+    tracing = await startTracing({
+      service: "airm-worker",
+      env,
+      attributes: { "airm.role": f.role, "airm.backend": f.backend },
+      options: { tracesEndpoint: f.otlpTracesEndpoint },
+    });
   } catch (err) {
     console.error(`airm-worker: ${(err as Error).message.replace(/^airm-worker: /, "")}\n\n${WORKER_COMMAND.help()}`);
     return 2;
@@ -71,11 +83,13 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
   } catch (err) {
     console.error(`airm-worker: ${isAirmError(err) ? `${err.code}: ${err.message}` : (err as Error).message}`);
     await w?.close().catch(() => {});
+    await tracing.shutdown().catch(() => {});
     return 1;
   }
   const why = await untilStopSignal(env);
   // A signal drains first (AIRM_DRAIN_S); a launcher that is gone leaves nobody to serve.
   if (why !== "parent exited") await w.drain();
   await w.close();
+  await tracing.shutdown().catch(() => {});
   return 0;
 }

@@ -7,6 +7,7 @@ import type { EngineStream, ServingEngine } from "./serving-engine.ts";
 
 interface Pending {
   step: DecodeStep & { stream: EngineStream };
+  onGroup?: (size: number) => void;
   resolve(next: DecodeResult): void;
   reject(err: unknown): void;
 }
@@ -21,10 +22,13 @@ export class DecodeBatcher {
     private readonly onStep: (streams: number) => void = () => {},
   ) {}
 
-  /** Appends the step's token to its stream and resolves with the stream's next token (and log-probabilities when asked). */
-  step(step: DecodeStep & { stream: EngineStream }): Promise<DecodeResult> {
+  /**
+   * Appends the step's token to its stream and resolves with the stream's next token (and
+   * log-probabilities when asked). `onGroup` is told how many streams shared the engine call.
+   */
+  step(step: DecodeStep & { stream: EngineStream }, onGroup?: (size: number) => void): Promise<DecodeResult> {
     return new Promise((resolve, reject) => {
-      this.queue.push({ step, resolve, reject });
+      this.queue.push({ step, onGroup, resolve, reject });
       if (!this.scheduled) {
         this.scheduled = true;
         setImmediate(() => void this.drain());
@@ -42,6 +46,7 @@ export class DecodeBatcher {
   private async drain(): Promise<void> {
     const group = this.queue.splice(0, this.batch);
     this.onStep(group.length);
+    for (const g of group) g.onGroup?.(group.length);
     try {
       const next = await this.engine.decode(group.map((g) => g.step));
       for (const [i, g] of group.entries()) {

@@ -226,6 +226,8 @@ export interface DecodeLoop {
   resumed?: readonly number[];
   /** Writes one event; resolves when the client took it (backpressure). */
   write(ev: WorkerEvent): Promise<void>;
+  /** Told, at each step, how many streams shared the engine call (the decode batch size). */
+  onBatch?(size: number): void;
   /** True once the client left or the request was ended from outside. */
   aborted(): boolean;
 }
@@ -249,14 +251,17 @@ export async function decodeLoop(d: DecodeLoop): Promise<{ finish: "stop" | "len
   const t0 = performance.now();
   while (finish !== "stop" && count < d.maxTokens) {
     if (d.aborted()) return { finish: "aborted", decodeMs: performance.now() - t0 };
-    const next = await d.batcher.step({
-      stream: d.stream,
-      token: cur,
-      sampling: d.sampling,
-      history,
-      ...(d.logprobs === null ? {} : { logprobs: d.logprobs }),
-      ...(constraint ? { constraint } : {}),
-    });
+    const next = await d.batcher.step(
+      {
+        stream: d.stream,
+        token: cur,
+        sampling: d.sampling,
+        history,
+        ...(d.logprobs === null ? {} : { logprobs: d.logprobs }),
+        ...(constraint ? { constraint } : {}),
+      },
+      d.onBatch,
+    );
     count++;
     output.set(next.token, (output.get(next.token) ?? 0) + 1);
     if (ends(next.token)) {

@@ -138,6 +138,7 @@ export function sseAnswer(c: Context, a: AnswerContext): Response {
     };
     s.onAbort(() => {
       a.clientGone.abort();
+      a.timing.endSpan("the client left before the end of the stream");
       for (const r of a.runs) void r.gen.return(undefined).catch(() => {});
     });
     try {
@@ -176,6 +177,7 @@ export function sseAnswer(c: Context, a: AnswerContext): Response {
       a.timing.record(a.metrics, out);
     } catch (err) {
       for (const r of a.runs) await r.gen.return(undefined).catch(() => {});
+      a.timing.endSpan((err as Error).message);
       if (!s.aborted && !a.clientGone.signal.aborted) {
         const e = err instanceof ApiError ? err : new ApiError(500, "internal_error", (err as Error).message);
         await send(e.body());

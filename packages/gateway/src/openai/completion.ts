@@ -7,6 +7,7 @@
 
 import { ApiError, type FirstToken, type TokenLogprobsEntry } from "@airm/internal-api";
 import { StopStringMatcher } from "@airm/rm-core";
+import { type Span, SpanStatusCode } from "@opentelemetry/api";
 import type { GatewayMetrics } from "../gateway-metrics.ts";
 import type { GenEvent } from "../orchestrator/index.ts";
 import type { GenerationRequest } from "./parse.ts";
@@ -46,19 +47,46 @@ export class Timing {
   lastAt = 0;
   kvMs: number | null = null;
   transport: string | null = null;
+  /** The answer is a stream: its end, not the route's, ends the request's span. */
+  streaming = false;
+  private spanEnded = false;
 
-  /** Records a finished request in `metrics` (TPOT over choice 0 of the first generation's tokens). */
+  /** @param span the request's gateway.request span, ended by record() or endSpan(). */
+  constructor(readonly span?: Span) {}
+
+  /** Records a finished request in `metrics` (TPOT over choice 0 of the first generation's tokens) and on its span, and ends the span. */
   record(metrics: GatewayMetrics, out: Outcome): void {
     const n = out.choices[0]?.tokens ?? 0;
+    const ttftMs = this.firstAt - this.startedAt;
+    const tpotMs = n > 1 ? (this.lastAt - this.firstAt) / (n - 1) : null;
     metrics.record({
       startMs: this.startMs,
       endMs: Date.now(),
-      ttftMs: this.firstAt - this.startedAt,
-      tpotMs: n > 1 ? (this.lastAt - this.firstAt) / (n - 1) : null,
+      ttftMs,
+      tpotMs,
       completionTokens: out.usage.completion_tokens,
       kvTransferMs: this.kvMs,
       transport: this.transport,
     });
+    this.span?.setAttributes({
+      "gen_ai.usage.input_tokens": out.usage.prompt_tokens,
+      "gen_ai.usage.output_tokens": out.usage.completion_tokens,
+      "airm.cached_tokens": out.usage.prompt_tokens_details.cached_tokens,
+      "gen_ai.response.finish_reasons": out.choices.map((c) => c.finishReason),
+      "airm.ttft_ms": Math.round(ttftMs * 1000) / 1000,
+      ...(tpotMs !== null ? { "airm.tpot_ms": Math.round(tpotMs * 1000) / 1000 } : {}),
+      ...(this.kvMs !== null ? { "airm.kv_transfer_ms": this.kvMs } : {}),
+      ...(this.transport !== null ? { "airm.kv_transport": this.transport } : {}),
+    });
+    this.endSpan();
+  }
+
+  /** Ends the request's span once (with an error status when `error` is given). */
+  endSpan(error?: string): void {
+    if (!this.span || this.spanEnded) return;
+    this.spanEnded = true;
+    if (error !== undefined) this.span.setStatus({ code: SpanStatusCode.ERROR, message: error });
+    this.span.end();
   }
 }
 

@@ -257,6 +257,7 @@ export function responsesSse(c: Context, a: AnswerContext, b: ResponsesBody): Re
     const send = (type: string, data: Record<string, unknown>) => s.writeSSE({ event: type, data: JSON.stringify({ type, sequence_number: seq++, ...data }) });
     s.onAbort(() => {
       a.clientGone.abort();
+      a.timing.endSpan("the client left before the end of the stream");
       for (const r of a.runs) void r.gen.return(undefined).catch(() => {});
     });
     const items: Item[] = [];
@@ -319,6 +320,7 @@ export function responsesSse(c: Context, a: AnswerContext, b: ResponsesBody): Re
       a.timing.record(a.metrics, out);
     } catch (err) {
       for (const r of a.runs) await r.gen.return(undefined).catch(() => {});
+      a.timing.endSpan((err as Error).message);
       if (!s.aborted && !a.clientGone.signal.aborted) {
         const e = err instanceof ApiError ? err : new ApiError(500, "internal_error", (err as Error).message);
         const failed = { ...responseJson(a, b, items, null), status: "failed", error: { code: e.status >= 500 ? "server_error" : "invalid_prompt", message: e.message } };

@@ -5,7 +5,7 @@
 import type { GrammarChecker } from "@airm/grammar";
 import { ApiError, OverloadedError, toApiError } from "@airm/internal-api";
 import { isAirmError } from "@airm/rm-core";
-import { SpanStatusCode, context, trace } from "@opentelemetry/api";
+import { SpanKind, context, trace } from "@opentelemetry/api";
 import { createRequire } from "node:module";
 import type { Context, Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
@@ -148,15 +148,22 @@ async function* withDeadline(gen: AsyncGenerator<GenEvent>, deadline: AbortSigna
 }
 
 /** Runs one completion request and answers it (JSON or SSE). */
-async function complete(c: Context, kind: Kind, o: GatewayAppOptions): Promise<Response> {
+async function complete(c: Context, kind: Kind, o: GatewayAppOptions, timing: Timing): Promise<Response> {
   const { req, responses } = await parseRequest(c, kind, o);
+  timing.span?.setAttributes({
+    "gen_ai.operation.name": kind === "chat" ? "chat" : kind === "responses" ? "responses" : "text_completion",
+    ...(req.model !== null ? { "gen_ai.request.model": req.model } : {}),
+    ...(req.maxTokens !== null ? { "gen_ai.request.max_tokens": req.maxTokens } : {}),
+    "airm.stream": req.stream,
+    "airm.n": req.n,
+    "airm.prompts": req.prompts.length,
+  });
   const waiting = o.orchestrator.inFlight.beforeFirst;
   if (o.maxWaiting !== undefined && waiting >= o.maxWaiting) {
     throw new OverloadedError(1, `the server holds ${waiting} requests waiting for their first token, its limit (AIRM_MAX_WAITING); retry in 1 s`);
   }
-  const timing = new Timing();
   const requestId = newRequestId();
-  trace.getActiveSpan()?.setAttribute("airm.request_id", requestId);
+  timing.span?.setAttribute("airm.request_id", requestId);
   // Aborted when the client goes away: the request signal, or the SSE body being cancelled (which can come first).
   const clientGone = new AbortController();
   const limitS = Math.min(req.timeoutS ?? Number.POSITIVE_INFINITY, o.requestTimeoutS ?? Number.POSITIVE_INFINITY);
@@ -191,6 +198,7 @@ async function complete(c: Context, kind: Kind, o: GatewayAppOptions): Promise<R
     metrics: o.metrics,
     clientGone,
   };
+  timing.streaming = req.stream;
   if (responses) return req.stream ? responsesSse(c, answer, responses) : responsesJson(c, answer, responses);
   return req.stream ? sseAnswer(c, answer) : jsonAnswer(c, answer);
 }
@@ -228,18 +236,22 @@ export function openAIRoutes(app: Hono, o: GatewayAppOptions): void {
     ["/v1/responses", "responses"],
   ] as const) {
     app.post(path, limit, async (c) => {
-      const span = tracer.startSpan("gateway.request", { attributes: { "http.route": path } });
+      const span = tracer.startSpan("gateway.request", { kind: SpanKind.SERVER, attributes: { "http.request.method": "POST", "http.route": path } });
+      // The span ends with the answer: here for a JSON body or an error, at the stream's end for SSE.
+      const timing = new Timing(span);
       let status = 200;
       try {
-        return await context.with(trace.setSpan(context.active(), span), () => complete(c, kind, o));
+        return await context.with(trace.setSpan(context.active(), span), () => complete(c, kind, o, timing));
       } catch (err) {
         const e = err instanceof ApiError ? err : isAirmError(err) ? toApiError(err) : new ApiError(500, "internal_error", `gateway error: ${(err as Error).message}`);
         status = e.status;
-        span.setStatus({ code: SpanStatusCode.ERROR, message: e.message });
+        span.setAttributes({ "http.response.status_code": e.status, "error.type": e.code });
+        timing.streaming = false;
+        timing.endSpan(e.message);
         return e.toResponse();
       } finally {
         o.metrics.countRequest(path, status);
-        span.end();
+        if (!timing.streaming) timing.endSpan();
       }
     });
   }

@@ -3,6 +3,7 @@
 // for a worker fault; knows nothing about the OpenAI wire format or stop strings.
 
 import { randomBytes } from "node:crypto";
+import { trace } from "@opentelemetry/api";
 import type { Endpoint, EndpointPool } from "../endpoint-pool.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
 import type { GenEvent } from "./gen-events.ts";
@@ -69,16 +70,44 @@ export class Orchestrator {
    */
   run(req: GenerationRequest, requestId: string, signal: AbortSignal, at: Placement = {}): AsyncGenerator<GenEvent> {
     const { prefill, decode, solo } = this.o;
+    // The request's span (gateway.request) gets an event per attempt and per migration.
+    const span = trace.getActiveSpan();
     // A moved attempt picks its own prefill worker: the one an endpoint picker named may be the one that failed.
     const dispatch = (r: GenerationRequest, id: string, trail: MigrationTrail, first: boolean): AsyncGenerator<GenEvent> => {
-      if (solo) return runSolo(solo, { ...this.o, trail }, r, id, signal);
+      if (solo) {
+        span?.addEvent("airm.dispatch", { "airm.request_id": id, "airm.path": "solo" });
+        return runSolo(solo, { ...this.o, trail }, r, id, signal);
+      }
       const prefillAt = first ? at.prefill : undefined;
       const path = choosePath(this.o.disaggregation ?? "auto", this.o.localPrefill === true, prefillAt !== undefined, r.input, this.o);
       this.o.onPath?.(id, path);
+      span?.addEvent("airm.dispatch", {
+        "airm.request_id": id,
+        "airm.path": path.local ? "local" : "pd",
+        "airm.path.reason": path.reason,
+        ...(path.decision?.pdMs !== undefined ? { "airm.path.pd_ms": path.decision.pdMs } : {}),
+        ...(path.decision?.localMs !== undefined ? { "airm.path.local_ms": path.decision.localMs } : {}),
+      });
       if (path.local) return runSolo(decode!, { ...this.o, trail }, r, id, signal);
       return runPd({ ...this.o, prefill: prefill!, decode: decode!, prefillAt, trail }, r, id, signal);
     };
-    return this.counted(migrating(dispatch, req, requestId, signal, this.o.migration ?? { limit: 0 }));
+    const hooks = this.o.migration ?? { limit: 0 };
+    const traced: MigrationHooks = {
+      ...hooks,
+      onMigrate(m) {
+        span?.addEvent("airm.migration", {
+          "airm.attempt": m.attempt,
+          "airm.resume_at": m.resumeAt,
+          "airm.failed_role": m.role,
+          "airm.reason": m.reason,
+          ...(m.from ? { "airm.failed_worker": m.from } : {}),
+          "airm.error": m.error,
+        });
+        span?.setAttribute("airm.migrations", m.attempt);
+        hooks.onMigrate?.(m);
+      },
+    };
+    return this.counted(migrating(dispatch, req, requestId, signal, traced));
   }
 
   /** `gen`, counted as before-first until its first event and as streaming after it, until it ends. */

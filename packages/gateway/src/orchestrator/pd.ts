@@ -5,8 +5,8 @@
 // on the workers that hold it.
 
 import { ApiError, type PrefillResponse, type WorkerEventStream } from "@airm/internal-api";
-import { context, SpanStatusCode, trace, type Context, type Span } from "@opentelemetry/api";
-import type { Endpoint, EndpointPool } from "../endpoint-pool.ts";
+import { context, SpanKind, SpanStatusCode, trace, type Context, type Span } from "@opentelemetry/api";
+import { type Endpoint, type EndpointPool, pickReason } from "../endpoint-pool.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
 import type { EndReason, GenEvent } from "./gen-events.ts";
 import { blame, type MigrationTrail } from "./migration.ts";
@@ -59,13 +59,15 @@ class PdRequest {
   ) {
     this.pre = o.prefillAt ?? pickOrFail(o.prefill, o.trail?.avoid);
     this.dec = pickOrFail(o.decode, o.trail?.avoid);
+    const preWhy = o.prefillAt ? "named by the endpoint picker (x-prefiller-host-port)" : pickReason(o.prefill, this.pre, o.trail?.avoid);
+    const decWhy = pickReason(o.decode, this.dec, o.trail?.avoid);
     this.pre.outstanding++;
     this.dec.outstanding++;
     const attrs = { "airm.request_id": requestId };
     this.spans = {
-      prefill: tracer.startSpan("prefill", { attributes: { ...attrs, "airm.worker": this.pre.url } }, this.parent),
+      prefill: tracer.startSpan("prefill", { kind: SpanKind.CLIENT, attributes: { ...attrs, "airm.worker": this.pre.url, "airm.pick.reason": preWhy } }, this.parent),
       kv: tracer.startSpan("kv", { attributes: attrs }, this.parent),
-      decode: tracer.startSpan("decode", { attributes: { ...attrs, "airm.worker": this.dec.url } }, this.parent),
+      decode: tracer.startSpan("decode", { kind: SpanKind.CLIENT, attributes: { ...attrs, "airm.worker": this.dec.url, "airm.pick.reason": decWhy } }, this.parent),
     };
   }
 
@@ -139,6 +141,8 @@ class PdRequest {
         const next = timedOut ? undefined : this.o.prefill.pick(tried);
         if (!next && full) throw err;
         if (!next) throw new ApiError(timedOut ? 504 : 502, "prefill_unreachable", `prefill worker ${this.pre.url} did not answer: ${causeOf(err)}`);
+        this.spans.prefill.addEvent("airm.retry", { "airm.from": this.pre.url, "airm.to": next.url, "airm.reason": full ? "full (429)" : causeOf(err) });
+        this.spans.prefill.setAttributes({ "airm.worker": next.url, "airm.pick.reason": pickReason(this.o.prefill, next, tried) });
         this.pre.outstanding--;
         this.pre = next;
         this.pre.outstanding++;
@@ -167,10 +171,11 @@ class PdRequest {
         if (nothingListens(err)) this.o.decode.markDown(this.dec, `unreachable: ${causeOf(err)}`);
         const next = this.o.decode.pick(tried);
         if (!next) throw new ApiError(502, "decode_unreachable", `decode worker ${this.dec.url} did not answer: ${causeOf(err)}`);
+        this.spans.decode.addEvent("airm.retry", { "airm.from": this.dec.url, "airm.to": next.url, "airm.reason": causeOf(err) });
         this.dec.outstanding--;
         this.dec = next;
         this.dec.outstanding++;
-        this.spans.decode.setAttribute("airm.worker", this.dec.url);
+        this.spans.decode.setAttributes({ "airm.worker": this.dec.url, "airm.pick.reason": pickReason(this.o.decode, next, tried) });
         this.reason = "aborted";
         call = this.startDecode();
       }
@@ -203,14 +208,23 @@ export async function* runPd(o: PdOptions, req: GenerationRequest, requestId: st
     const decodeCall = r.startDecode();
     const answer = await r.prefill(signal);
     if (!answer) return;
-    r.spans.prefill.setAttributes({ "airm.prompt_tokens": answer.first.promptTokens, "airm.prefill_ms": answer.first.prefillMs });
+    r.spans.prefill.setAttributes({
+      "airm.prompt_tokens": answer.first.promptTokens,
+      "airm.prefill_ms": answer.first.prefillMs,
+      "airm.cached_tokens": answer.first.cachedTokens ?? 0,
+    });
     endOnce(r.spans.prefill, r.ended);
     yield { type: "first", first: answer.first };
     const body = await r.decodeBody(decodeCall, signal);
     if (!body) return;
     const kv = { pushMs: answer.kvPushMs, transport: answer.transport };
     const onReady = (loadMs: number) => {
-      r.spans.kv.setAttributes({ "airm.kv_push_ms": kv.pushMs, "airm.kv_load_ms": loadMs, "airm.kv_transport": kv.transport });
+      r.spans.kv.setAttributes({
+        "airm.kv_push_ms": kv.pushMs,
+        "airm.kv_load_ms": loadMs,
+        "airm.kv_transport": kv.transport,
+        ...(answer.kvBytes !== undefined ? { "airm.kv_bytes": answer.kvBytes } : {}),
+      });
       endOnce(r.spans.kv, r.ended);
     };
     let answered = false;

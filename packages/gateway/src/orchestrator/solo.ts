@@ -3,8 +3,8 @@
 // the call is aborted.
 
 import { ApiError, type WorkerEventStream } from "@airm/internal-api";
-import { context, SpanStatusCode, trace } from "@opentelemetry/api";
-import type { EndpointPool } from "../endpoint-pool.ts";
+import { context, SpanKind, SpanStatusCode, trace } from "@opentelemetry/api";
+import { type EndpointPool, pickReason } from "../endpoint-pool.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
 import type { GenEvent } from "./gen-events.ts";
 import { blame, type MigrationTrail } from "./migration.ts";
@@ -32,7 +32,10 @@ export async function* runSolo(pool: EndpointPool, t: SoloTimeouts, req: Generat
     abort.abort(new DOMException(`no first token within ${t.prefillTimeoutMs} ms`, "TimeoutError"));
   }, t.prefillTimeoutMs);
   signal.addEventListener("abort", onAbort);
-  const span = tracer.startSpan("solo.generate", { attributes: { "airm.request_id": requestId, "airm.worker": ep.url } });
+  const span = tracer.startSpan("solo.generate", {
+    kind: SpanKind.CLIENT,
+    attributes: { "airm.request_id": requestId, "airm.worker": ep.url, "airm.pick.reason": pickReason(pool, ep, t.trail?.avoid) },
+  });
   try {
     let answer: WorkerEventStream;
     try {

@@ -12,7 +12,7 @@ import { pullKV } from "../kv-handoff.ts";
 import type { LeaseEnd } from "../kv-leases.ts";
 import type { Serving, WorkerRuntime } from "../runtime.ts";
 import type { EngineStream } from "../serving-engine.ts";
-import { callerContext, eventStream, parseBody, tracer, type EventSink } from "./http.ts";
+import { batchTrace, callerContext, eventStream, parseBody, tracer, type EventSink } from "./http.ts";
 
 export function decodeRoutes(app: Hono, rt: WorkerRuntime): void {
   app.post(ROUTES.decode, async (c) => {
@@ -36,7 +36,11 @@ export function decodeRoutes(app: Hono, rt: WorkerRuntime): void {
     // A draining worker's hand-back stops the request like a release, with its own error event.
     const onHandBack = () => stopped.abort(rt.handBack.signal.reason);
     rt.handBack.signal.addEventListener("abort", onHandBack, { once: true });
-    const span = tracer.startSpan("worker.decode", { attributes: { "airm.request_id": rid } }, callerContext(c));
+    const span = tracer.startSpan(
+      "worker.decode",
+      { attributes: { "airm.request_id": rid, "airm.n": b.n, "airm.kv_transport": serving.transport?.name ?? "none" } },
+      callerContext(c),
+    );
     return eventStream(
       c,
       async (sink) => {
@@ -78,8 +82,9 @@ async function serveDecode(
   rt.kvWaiting++;
   let waiting = true;
   try {
-    const pullSpan = tracer.startSpan("kv.pull", {}, trace.setSpan(callerContext(c), span));
+    const pullSpan = tracer.startSpan("kv.pull", { attributes: { "airm.request_id": rid, "airm.kv_transport": s.transport!.name } }, trace.setSpan(callerContext(c), span));
     const pulled = await raceAbort(pullKV(s.transport!, rid, engine.model, engine.variants(), b.kvTimeoutMs ?? rt.kvTimeoutMs), stopped).finally(() => pullSpan.end());
+    if (pulled.transfer) pullSpan.setAttributes({ "airm.kv_bytes": pulled.transfer.bytes, "airm.kv_moving_ms": round(pulled.transfer.movingMs) });
     const m = pulled.manifest;
     // A resumed request's KV ends with its delivered tokens: the prompt is what comes before them.
     const resumed = b.resume ?? [];
@@ -96,7 +101,9 @@ async function serveDecode(
     rt.kvWaiting--;
     waiting = false;
     // A request holds a slot per choice: n streams decode in the batch.
+    const queued = performance.now();
     for (let i = 0; i < b.n; i++) freeSlots.push(await rt.slots.acquire(stopped));
+    span.setAttribute("airm.queue_wait_ms", round(performance.now() - queued));
     if (aborted()) return "client_gone";
     const matchers = await Promise.all(openings);
     matchers.forEach((matcher, i) => {
@@ -110,6 +117,14 @@ async function serveDecode(
     await s.transport!.release(rid).catch((err) => rt.log.warn({ request_id: rid, err: (err as Error).message }, "early KV release failed"));
     rt.metrics.kvLoadMs.observe(kvLoadMs);
     await sink.write({ type: "ready", promptTokens: promptLen, seqLen: m.S, kvLoadMs: round(kvLoadMs), kvWaitMs: round(pulled.arrivedAt - t0) });
+    span.setAttributes({
+      "airm.prompt_tokens": promptLen,
+      "airm.resumed_tokens": resumed.length,
+      "airm.kv_wait_ms": round(pulled.arrivedAt - t0),
+      "airm.kv_load_ms": round(kvLoadMs),
+      ...(pulled.transfer ? { "airm.kv_bytes": pulled.transfer.bytes } : {}),
+    });
+    const batches = batchTrace(span);
     const { finish, decodeMs } = await decodeChoices({
       engine,
       batcher: s.batcher,
@@ -124,8 +139,11 @@ async function serveDecode(
       ignoreEos: b.ignoreEos,
       minTokens: b.minTokens,
       write: sink.write,
+      onBatch: batches.onBatch,
       aborted,
     });
+    batches.finish();
+    span.setAttributes({ "airm.decode_ms": round(decodeMs), "airm.finish": finish });
     if (finish === "aborted" && rt.handBack.signal.aborted && !sink.gone) throw rt.handBack.signal.reason;
     rt.metrics.requests.inc({ route: "decode", outcome: finish === "aborted" ? "client_gone" : "ok" });
     if (finish !== "aborted") rt.metrics.decodeMs.observe(decodeMs);

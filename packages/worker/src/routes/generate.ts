@@ -4,10 +4,10 @@
 
 import { GenerateRequestSchema, ROUTES, toApiError } from "@airm/internal-api";
 import type { Hono } from "hono";
-import { checkChoices, checkLogitBias, decodeChoices, firstToken, firstTokens, isEos, prefillExtras, resumedPlan, stepConstraint, tokenize } from "../generation.ts";
+import { checkChoices, checkLogitBias, decodeChoices, firstToken, firstTokens, isEos, prefillExtras, resumedPlan, round, stepConstraint, tokenize } from "../generation.ts";
 import type { WorkerRuntime } from "../runtime.ts";
 import type { EngineStream } from "../serving-engine.ts";
-import { callerContext, eventStream, parseBody, tracer } from "./http.ts";
+import { batchTrace, callerContext, eventStream, parseBody, tracer } from "./http.ts";
 
 export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
   app.post(ROUTES.generate, async (c) => {
@@ -20,7 +20,7 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
     const { resumed, tokens, maxTokens, seqLen } = resumedPlan(engine, prompt, b);
     // A bad constraint is a 400 before the stream opens; a resumed request's matcher replays its delivered tokens.
     const matchers = b.constraint ? await Promise.all(Array.from({ length: b.n }, () => rt.matcher(b.constraint!, resumed))) : [];
-    const span = tracer.startSpan("worker.generate", { attributes: { "airm.request_id": b.requestId } }, callerContext(c));
+    const span = tracer.startSpan("worker.generate", { attributes: { "airm.request_id": b.requestId, "airm.n": b.n, "airm.prompt_tokens": tokens.length } }, callerContext(c));
     return eventStream(
       c,
       async (sink) => {
@@ -28,8 +28,10 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
         const freeSlots: (() => void)[] = [];
         try {
           // One prefill, then a slot and a stream per choice.
+          const queued = performance.now();
           for (let i = 0; i < b.n; i++) freeSlots.push(await rt.slots.acquire());
           const t0 = performance.now();
+          span.setAttribute("airm.queue_wait_ms", round(t0 - queued));
           const constraint = stepConstraint(engine, matchers[0], b.minTokens, () => resumed.length);
           const res = await engine.prefill(tokens, {
             seqLen,
@@ -48,6 +50,8 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
           for (let i = 1; i < b.n; i++) streams.push(engine.importKV(res.kv));
           const prefillMs = res.computeMs ?? performance.now() - t0;
           rt.notePrefill(tokens.length, res.cachedTokens ?? 0, prefillMs);
+          span.setAttributes({ "airm.prefill_ms": round(prefillMs), "airm.cached_tokens": res.cachedTokens ?? 0 });
+          const batches = batchTrace(span);
           await sink.write({ type: "first", ...firstToken(engine, res, { tokens: prompt, echo: b.echo }, seqLen, maxTokens, prefillMs, resumed) });
           const { finish, decodeMs } = await decodeChoices({
             engine,
@@ -63,8 +67,11 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
             ignoreEos: b.ignoreEos,
             minTokens: b.minTokens,
             write: sink.write,
+            onBatch: batches.onBatch,
             aborted: () => sink.gone || rt.handBack.signal.aborted,
           });
+          batches.finish();
+          span.setAttributes({ "airm.decode_ms": round(decodeMs), "airm.finish": finish });
           // A draining worker handed the request back: its stream ends with worker_draining (a gateway moves it).
           if (finish === "aborted" && rt.handBack.signal.aborted && !sink.gone) throw rt.handBack.signal.reason;
           if (finish !== "aborted") rt.metrics.decodeMs.observe(decodeMs);

@@ -3,7 +3,7 @@
 // (which tells the route when the client has gone).
 
 import { ApiError, encodeEvent, invalidRequest, NDJSON, type WorkerEvent } from "@airm/internal-api";
-import { context as otelContext, propagation, type Context as OtelContext, trace } from "@opentelemetry/api";
+import { context as otelContext, propagation, type Context as OtelContext, type Span, trace } from "@opentelemetry/api";
 import type { Context } from "hono";
 import { stream } from "hono/streaming";
 import type { z } from "zod";
@@ -55,4 +55,39 @@ export function eventStream(c: Context, run: (sink: EventSink) => Promise<void>,
     },
     async (e) => onError(e),
   );
+}
+
+/** Most batch-size events one request's span carries (the size changes at most this often are kept). */
+export const MAX_BATCH_EVENTS = 32;
+
+/**
+ * The decode batch size of a request's steps, for its span: an event each time the size changes
+ * (at most MAX_BATCH_EVENTS) and the steps, smallest, largest and mean at the end. Nothing is
+ * observed when the span is not recording (no exporter, or a trace not sampled).
+ */
+export function batchTrace(span: Span): { onBatch?: (size: number) => void; finish(): void } {
+  if (!span.isRecording()) return { finish() {} };
+  let steps = 0;
+  let sum = 0;
+  let min = Number.POSITIVE_INFINITY;
+  let max = 0;
+  let last = 0;
+  let events = 0;
+  return {
+    onBatch(size) {
+      steps++;
+      sum += size;
+      if (size < min) min = size;
+      if (size > max) max = size;
+      if (size !== last && events < MAX_BATCH_EVENTS) {
+        events++;
+        span.addEvent("airm.decode.batch_size", { "airm.batch_size": size, "airm.step": steps });
+      }
+      last = size;
+    },
+    finish() {
+      if (steps)
+        span.setAttributes({ "airm.decode.steps": steps, "airm.decode.batch_size.min": min, "airm.decode.batch_size.max": max, "airm.decode.batch_size.mean": sum / steps });
+    },
+  };
 }

@@ -24,7 +24,7 @@ export function prefillRoutes(app: Hono, rt: WorkerRuntime): void {
       const prompt = tokenize(engine, b.input);
       const plan = resumedPlan(engine, prompt, b);
       const rid = b.requestId;
-      span.setAttribute("airm.request_id", rid);
+      span.setAttributes({ "airm.request_id": rid, "airm.n": b.n, "airm.prompt_tokens": plan.tokens.length, "airm.resumed_tokens": plan.resumed.length });
       // The grammar is compiled (or found cached) before the request takes a slot or a lease; a
       // resumed request's matcher replays its delivered tokens.
       const matcher = b.constraint ? await rt.matcher(b.constraint, plan.resumed) : undefined;
@@ -60,7 +60,9 @@ async function prefillWith(
   if (!rt.leases.open(rid, (reason) => (endedAs = reason))) throw new ApiError(409, "duplicate_request", `request ${rid} is already in flight on this worker`, "requestId");
   let freeSlot: (() => void) | undefined;
   try {
+    const queued = performance.now();
     freeSlot = await rt.slots.acquire();
+    span.setAttribute("airm.queue_wait_ms", round(performance.now() - queued));
     const pusher = new KVPusher(transport!, rid, rt.kvTimeoutMs, () => endedAs !== null);
     const t0 = performance.now();
     const constraint = stepConstraint(engine, matcher, b.minTokens, () => resumed.length);
@@ -75,7 +77,12 @@ async function prefillWith(
     });
     const computed = performance.now();
     freeSlot();
-    const pushSpan = tracer.startSpan("kv.push", {}, trace.setSpan(callerContext(c), span));
+    const kvBytes = res.kv.k.reduce((a, x) => a + x.byteLength, 0) * 2;
+    const pushSpan = tracer.startSpan(
+      "kv.push",
+      { attributes: { "airm.request_id": rid, "airm.kv_transport": transport!.name, "airm.kv_bytes": kvBytes } },
+      trace.setSpan(callerContext(c), span),
+    );
     await pusher.finish(engine.model, res.kv, firstTokens(res), tokens).finally(() => pushSpan.end());
     const pushMs = performance.now() - computed;
     const prefillMs = res.computeMs ?? computed - t0;
@@ -87,8 +94,15 @@ async function prefillWith(
       first: firstToken(engine, res, { tokens: prompt, echo: b.echo }, seqLen, maxTokens, prefillMs, resumed),
       transport: transport!.name,
       kvPushMs: round(pushMs),
-      kvBytes: res.kv.k.reduce((a, x) => a + x.byteLength, 0) * 2,
+      kvBytes,
     };
+    span.setAttributes({
+      "airm.prefill_ms": round(prefillMs),
+      "airm.cached_tokens": res.cachedTokens ?? 0,
+      "airm.kv_transport": transport!.name,
+      "airm.kv_bytes": kvBytes,
+      "airm.kv_push_ms": round(pushMs),
+    });
     return c.json(answer);
   } catch (err) {
     freeSlot?.();

@@ -47,9 +47,10 @@ describe("PD faults", () => {
     expect(r.status).toBeGreaterThanOrEqual(500);
     expect(r.body.error.message).toMatch(/decode worker/);
     expect(await settledLeftovers(pd.clusterDir!)).toEqual([]);
-    // the prefill worker's lease ended by the gateway's release, not by expiry
-    const h = await health(pd.part("prefill").url);
-    expect(h.leases).toEqual({ outstanding: 0, expired: 0 });
+    // the prefill worker's lease ended by the gateway's release (sent as the client got its
+    // answer, so it may land a moment later), not by expiry
+    await until(async () => (await health(pd.part("prefill").url)).leases.outstanding === 0, "the prefill lease to be released");
+    expect((await health(pd.part("prefill").url)).leases).toEqual({ outstanding: 0, expired: 0 });
     // and the gateway answers the next request with a clear 5xx, not a hang
     const next = await postJson(`${pd.url}/v1/completions`, { model: id, prompt: "hi", max_tokens: 2 });
     expect(next.status).toBeGreaterThanOrEqual(500);
