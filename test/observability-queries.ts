@@ -1,7 +1,7 @@
 // The PromQL the chart ships (the Grafana dashboard's panels and variables, the Prometheus rules)
 // and the metric names the parts really export, read from their prom-client registries (the
-// gateway's with the vllm:* gauges and estimate gauges gateway-server.ts adds, the worker's, the KV
-// relay's, the endpoint picker's), for test/observability.test.ts and for a rig test that wants
+// gateway's with the vllm:* gauges, estimate gauges and endpoint gauges gateway-server.ts adds, the
+// worker's, the KV relay's, the endpoint picker's; each with prom-client's default metrics), for test/observability.test.ts and for a rig test that wants
 // the queries that must return series.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -47,6 +47,8 @@ export async function exportedMetrics(): Promise<Map<string, string>> {
   const out = new Map<string, string>();
   const gateway = new GatewayMetrics();
   gateway.exportEstimates(() => null, false);
+  // gateway-server.ts registers the endpoint gauges (airm_endpoint_healthy, _circuit_state) over its pools.
+  gateway.exportEndpoints(() => []);
   registerVllmGauges(
     gateway.registry,
     () => ({ waiting: 0, running: 0, kvUsage: 0 }),

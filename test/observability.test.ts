@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { beforeAll, describe, expect, test } from "vitest";
 import { parse, parseAllDocuments, stringify } from "yaml";
 import { declaredVariables } from "../scripts/gen-docs.ts";
+import { LATENCY_BUCKETS } from "../packages/gateway/src/gateway-metrics.ts";
 import {
   chartDir,
   dashboardFile,
@@ -67,13 +68,17 @@ function runPromtool(args: string[]): string {
 const recorded = () => new Set(ruleGroups().flatMap((g) => g.rules.flatMap((r) => (r.record ? [r.record] : []))));
 
 describe("the parts' exported metrics", () => {
-  test("are read from the registries: gateway, worker (with the prom-client defaults), relay and picker", () => {
+  test("are read from the registries: gateway, worker, relay and picker (each with the prom-client defaults)", () => {
     for (const [name, part] of [
       ["airm_tpot_p90_ms", "gateway"],
+      ["airm_tpot_seconds_bucket", "gateway"],
+      ["airm_ttft_seconds_count", "gateway"],
+      ["airm_endpoint_healthy", "gateway"],
+      ["airm_endpoint_circuit_state", "gateway"],
       ["airm_gateway_requests_total", "gateway"],
       ["airm_worker_decode_batch_size_bucket", "worker"],
       ["airm_kv_leases_outstanding", "worker"],
-      ["process_start_time_seconds", "worker"],
+      ["process_start_time_seconds", "gateway, worker, kv-relay, epp"],
       ["airm_kv_relay_frames_rejected_total", "kv-relay"],
       ["airm_epp_immediate_responses_total", "epp"],
     ]) {
@@ -86,7 +91,8 @@ describe("the parts' exported metrics", () => {
     const q = (expr: string, needs: string | null = null) => ({ where: "x", expr, needs });
     expect(metricNames('sum by (pod, le) (rate(airm_worker_kv_push_ms_bucket{pod=~"$pod"}[$__rate_interval]))')).toEqual(["airm_worker_kv_push_ms_bucket"]);
     expect(metricNames('label_replace(vllm:num_requests_waiting{namespace="a"}, "role", "gateway", "role", "") > bool 1e-3')).toEqual(["vllm:num_requests_waiting"]);
-    expect(unknownMetrics(q("histogram_quantile(0.99, sum by (le) (rate(airm_tpot_seconds_bucket[5m])))"), exported, new Set())).toEqual(["airm_tpot_seconds_bucket"]);
+    expect(unknownMetrics(q("histogram_quantile(0.99, sum by (le) (rate(airm_queue_seconds_bucket[5m])))"), exported, new Set())).toEqual(["airm_queue_seconds_bucket"]);
+    expect(unknownMetrics(q('histogram_quantile(0.99, sum by (le) (rate(airm_tpot_seconds_bucket{le="0.15"}[5m])))'), exported, new Set())).toEqual([]);
     expect(unknownMetrics(q("airm_tok_s / on (pod) group_left kv_bytes_total"), exported, new Set())).toEqual(["kv_bytes_total"]);
     expect(unknownMetrics(q('count({__name__=~"airm_breaker_.*"})'), exported, new Set())).toEqual(["~airm_breaker_.*"]);
     expect(unknownMetrics(q("increase(kube_pod_container_status_restarts_total[1h])"), exported, new Set())).toEqual(["kube_pod_container_status_restarts_total"]);
@@ -114,15 +120,18 @@ describe("Grafana dashboard", () => {
   test("has the panels operators asked for, on a datasource variable and namespace/pod filters", () => {
     const titles = panels.map((p: Manifest) => p.title);
     for (const want of [
-      /TTFT/,
-      /TPOT/,
+      /TTFT p50, p90, p99/,
+      /TPOT p50, p90, p99/,
+      /SLO: share of requests within TPOT 150 ms/,
       /tokens\/s/,
       /KV transfer time by transport/,
       /Queue depth/,
       /Decode batch size/,
       /KV leases outstanding/,
       /429s/,
-      /Worker restarts/,
+      /Part restarts/,
+      /Circuit breakers/,
+      /Endpoint health/,
       /Container restarts \(needs kube-state-metrics\)/,
       /Migrations/,
       /KV transfer errors/,
@@ -152,7 +161,7 @@ describe("Grafana dashboard", () => {
   });
 
   test("every query parses (promtool, with the Grafana variables filled in)", () => {
-    const fill = (e: string) => e.replaceAll("$__rate_interval", "5m").replaceAll("$namespace", ".*").replaceAll("$pod", ".*");
+    const fill = (e: string) => e.replaceAll("$__rate_interval", "5m").replaceAll("$__range", "3h").replaceAll("$namespace", ".*").replaceAll("$pod", ".*");
     const rules = dashboardQueries(dashboard).map((q, i) => ({ record: `dashboard:query_${i}`, expr: fill(q.expr) }));
     const file = join(mkdtempSync(join(tmpdir(), "airm-dashboard-")), "queries.yaml");
     writeFileSync(file, stringify({ groups: [{ name: "dashboard", rules }] }));
@@ -197,11 +206,10 @@ describe("Prometheus rules", () => {
     const queries = ruleQueries();
     expect(queries.flatMap((q) => unknownMetrics(q, exported, rec).map((n) => `${q.where}: ${n}`))).toEqual([]);
     expect(queries.map((q) => q.where)).toEqual([
-      "record pod:airm_tpot_p90_within_150ms:bool",
-      "record namespace:airm_tpot_slo_good:ratio_5m",
-      "record namespace:airm_tpot_slo_good:ratio_30m",
-      "record namespace:airm_tpot_slo_good:ratio_1h",
-      "record namespace:airm_tpot_slo_good:ratio_6h",
+      "record namespace:airm_tpot_within_150ms:ratio_rate5m",
+      "record namespace:airm_tpot_within_150ms:ratio_rate30m",
+      "record namespace:airm_tpot_within_150ms:ratio_rate1h",
+      "record namespace:airm_tpot_within_150ms:ratio_rate6h",
       "alert RngdPdTpotSloFastBurn",
       "alert RngdPdTpotSloSlowBurn",
       "alert RngdPdKvTransferErrors",
@@ -209,7 +217,18 @@ describe("Prometheus rules", () => {
       "alert RngdPdKvLeasesStuck",
       "alert RngdPdKvLeasesExpiring",
       "alert RngdPdPartRestarted",
+      "alert RngdPdCircuitOpen",
     ]);
+  });
+
+  test('the TPOT SLO reads the bucket le="0.15" of airm_tpot_seconds, a boundary of the gateway\'s LATENCY_BUCKETS', () => {
+    expect(LATENCY_BUCKETS).toContain(0.15);
+    const slo = ruleQueries().filter((q) => q.where.startsWith("record namespace:airm_tpot_within_150ms:ratio_rate"));
+    expect(slo.map((q) => q.where.split("ratio_rate")[1])).toEqual(["5m", "30m", "1h", "6h"]);
+    for (const q of slo) {
+      const w = q.where.split("ratio_rate")[1];
+      expect(q.expr).toBe(`sum by (namespace) (rate(airm_tpot_seconds_bucket{le="0.15"}[${w}])) / sum by (namespace) (rate(airm_tpot_seconds_count[${w}]))`);
+    }
   });
 
   test("promtool check rules and promtool test rules pass", () => {

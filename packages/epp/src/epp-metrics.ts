@@ -4,7 +4,7 @@
 
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import { ROLES } from "./endpoint.ts";
 import { isFresh, type EndpointState } from "./metrics-scraper.ts";
 
@@ -22,6 +22,8 @@ export class EppMetrics {
   /** `states()` is read at every scrape; `staleAfterMs` decides which endpoints count as ready. */
   constructor(states: () => EndpointState[], staleAfterMs: number) {
     const registers = [this.registry];
+    // The process's own figures (process_start_time_seconds shows a restart), as every part exports them.
+    collectDefaultMetrics({ register: this.registry });
     this.picks = new Counter({ name: "airm_epp_picks_total", help: "Endpoints picked, by reason and by the picked endpoint's role", labelNames: ["reason", "role"], registers });
     this.paths = new Counter({
       name: "airm_epp_disaggregation_picks_total",

@@ -1,12 +1,15 @@
 // The gateway's airm_* figures over the most recent 512 requests, exposed with prom-client:
 // airm_ttft_p90_ms, airm_tpot_p90_ms, airm_tok_s and airm_kv_transfer_ms{kv_transport}
-// (median per-request kv push + load), and the migrations of streams between workers
-// (airm_migrations_total{role,reason}, airm_migration_seconds). Knows nothing about how requests
-// are served.
+// (median per-request kv push + load); every request's TTFT and TPOT as histograms
+// (airm_ttft_seconds, airm_tpot_seconds: a Prometheus computes any quantile and the SLO share
+// from them), the migrations of streams between workers (airm_migrations_total{role,reason},
+// airm_migration_seconds), each worker endpoint's health and circuit-breaker state, and the
+// process's own figures (process_start_time_seconds, ...). Knows nothing about how requests are
+// served.
 
 import type { WorkerEstimates } from "@airm/internal-api";
 import { ESTIMATE_GAUGES } from "@airm/rm-core";
-import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 
 export interface RequestRecord {
   startMs: number;
@@ -20,6 +23,20 @@ export interface RequestRecord {
 }
 
 export const WINDOW = 512;
+
+/** TTFT and TPOT histogram buckets (s): fine around the seed's SLO (p99 TPOT 150 ms), up to a minute. */
+export const LATENCY_BUCKETS = [0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.125, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 10, 30, 60];
+
+/** A worker endpoint as the gauges see it (the gateway's pools). */
+export interface EndpointView {
+  role: string;
+  url: string;
+  healthy: boolean;
+  circuit: "closed" | "half-open" | "open";
+}
+
+/** Circuit-breaker states, as the airm_endpoint_circuit_state label says them. */
+export const CIRCUIT_STATES = ["closed", "half_open", "open"] as const;
 
 /** The q-quantile (0-1) of `xs` by nearest rank; NaN when empty. */
 export function quantile(xs: number[], q: number): number {
@@ -38,6 +55,8 @@ export class GatewayMetrics {
   readonly migrationSeconds: Histogram;
   /** PD requests by path (pd: the KV shipped, local: the decode worker prefilled) and why. */
   readonly paths: Counter<"path" | "reason">;
+  private readonly ttft: Histogram;
+  private readonly tpot: Histogram;
 
   /**
    * Re-exports a decode worker's disaggregation estimates under the workers' own gauge names: in
@@ -138,6 +157,19 @@ export class GatewayMetrics {
       buckets: [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30],
       registers: [this.registry],
     });
+    this.ttft = new Histogram({
+      name: "airm_ttft_seconds",
+      help: "time to first token of each request answered whole (s), from the request's arrival",
+      buckets: LATENCY_BUCKETS,
+      registers: [this.registry],
+    });
+    this.tpot = new Histogram({
+      name: "airm_tpot_seconds",
+      help: "mean time per output token after the first of each request answered whole (s; requests of two or more tokens)",
+      buckets: LATENCY_BUCKETS,
+      registers: [this.registry],
+    });
+    collectDefaultMetrics({ register: this.registry });
     this.requests = new Counter({
       name: "airm_gateway_requests_total",
       help: "requests answered by the gateway, by route and HTTP status",
@@ -150,8 +182,38 @@ export class GatewayMetrics {
     return Number.isNaN(x) ? 0 : x;
   }
 
-  /** Adds one finished request to the window. */
+  /**
+   * Exports each worker endpoint's state at every scrape: airm_endpoint_healthy{role,endpoint}
+   * (its last probe) and airm_endpoint_circuit_state{role,endpoint,state} (1 for its breaker's
+   * state, 0 for the others).
+   */
+  exportEndpoints(endpoints: () => EndpointView[]): void {
+    new Gauge({
+      name: "airm_endpoint_healthy",
+      help: "1 when the worker endpoint answered its last health probe ready, else 0",
+      labelNames: ["role", "endpoint"],
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        for (const e of endpoints()) this.set({ role: e.role, endpoint: e.url }, e.healthy ? 1 : 0);
+      },
+    });
+    new Gauge({
+      name: "airm_endpoint_circuit_state",
+      help: "the worker endpoint's circuit breaker: 1 for its state (closed, half_open, open), 0 for the others",
+      labelNames: ["role", "endpoint", "state"],
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        for (const e of endpoints()) for (const state of CIRCUIT_STATES) this.set({ role: e.role, endpoint: e.url, state }, e.circuit.replace("-", "_") === state ? 1 : 0);
+      },
+    });
+  }
+
+  /** Adds one finished request to the window and the histograms. */
   record(r: RequestRecord): void {
+    this.ttft.observe(r.ttftMs / 1000);
+    if (r.tpotMs !== null) this.tpot.observe(r.tpotMs / 1000);
     this.window.push(r);
     if (this.window.length > WINDOW) this.window.shift();
   }

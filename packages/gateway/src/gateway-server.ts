@@ -140,6 +140,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
   });
   const servingPool = pools.solo ?? pools.decode!;
   if (pools.decode) metrics.exportEstimates(() => estimatesOf(pools.decode), localPrefill === true);
+  metrics.exportEndpoints(() => all.flatMap((p) => p.endpoints.map((e) => ({ role: p.role, url: e.url, healthy: e.healthy, circuit: e.breaker.state }))));
   registerVllmGauges(
     metrics.registry,
     () => podLoad(orchestrator.inFlight, decodeSlots(servingPool)),

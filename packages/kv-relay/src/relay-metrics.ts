@@ -4,7 +4,7 @@
 import type { AddressInfo } from "node:net";
 import { serve, type ServerType } from "@hono/node-server";
 import { Hono } from "hono";
-import { Counter, Gauge, Registry } from "prom-client";
+import { Counter, Gauge, Registry, collectDefaultMetrics } from "prom-client";
 import type { RelayStats } from "./relay-server.ts";
 
 interface StatsSource {
@@ -22,6 +22,8 @@ export class RelayMetrics {
 
   constructor(source: StatsSource) {
     const r = [this.registry];
+    // The process's own figures (process_start_time_seconds shows a restart), as every part exports them.
+    collectDefaultMetrics({ register: this.registry });
     const gauge = (name: string, help: string, read: (s: RelayStats) => number) =>
       new Gauge({
         name,
