@@ -3,8 +3,9 @@
 # once per version, into the airm tool cache, and prints the binary's path as the last stdout line.
 # Debian's prometheus (2.42) has no kubernetes_sd_configs. Only the file, http and kubernetes
 # discoveries are built in (remove_all_sd,enable_kubernetes_sd) and the web UI is left out (no
-# builtinassets: the API and /-/ready work, the UI pages 404). Cold: ~4 min on 2 cores; warm:
-# immediate. Needs Go >= 1.26.7 (the module's go directive). promtool is not built: Debian's works.
+# builtinassets: the API and /-/ready work, the UI pages fail). Cold: ~7.5 min on 2 busy cores
+# (~450 s CPU, ~1 GB more Go build cache); warm: immediate. Needs Go >= 1.26.7 (the module's go
+# directive). promtool is not built: Debian's checks rules, but not a config with kubernetes_sd_configs.
 set -euo pipefail
 PROM=3.16.0
 # Prometheus 3.x is published on the module proxy as github.com/prometheus/prometheus v0.3MM.P.
