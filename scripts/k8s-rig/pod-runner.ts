@@ -5,12 +5,13 @@
 // /dev/shm), and the pod's own loopback and 0.0.0.0 become its IP. Services get what kube-proxy
 // gives them: a stable address (127.2.0.0/24 here) whose ports forward each new connection to a
 // running pod the Service selects, so `<svc>.<ns>.svc` keeps working when the pods behind it are
-// replaced. A pod that goes away has its processes stopped and its folders removed.
+// replaced. A pod that goes away has its processes stopped and its folders removed. Pods on a node
+// kwok does not manage (a real kubelet's, node.ts) are left to that kubelet.
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdirSync, rmSync } from "node:fs";
 import { connect, createServer, type Server } from "node:net";
 import { join } from "node:path";
-import type { Rig } from "./rig.ts";
+import { KWOK_NODE, type Rig } from "./rig.ts";
 
 /** A Kubernetes object as kubectl prints it, read field by field. */
 // biome-ignore lint/suspicious/noExplicitAny: objects of every kind, read field by field
@@ -45,6 +46,8 @@ export class PodRunner {
   /** The Services as last listed, by name.namespace. */
   private readonly serviceSpecs = new Map<string, Obj>();
   private nextService = 1;
+  /** Node name -> whether kwok manages it (its pods are ours to run); filled as pods name nodes. */
+  private readonly kwokNodes = new Map<string, boolean>();
   private stopped = false;
   private loop: Promise<void> | null = null;
 
@@ -102,7 +105,7 @@ export class PodRunner {
     for (const pod of list.items) {
       const uid = pod.metadata.uid as string;
       const running = pod.status?.phase === "Running" && pod.status?.podIP && !pod.metadata.deletionTimestamp;
-      if (!running) continue;
+      if (!running || !this.onKwokNode(pod)) continue;
       live.add(uid);
       if (this.pods.has(uid)) continue;
       const resolved = this.resolver(list.items, services.items);
@@ -111,6 +114,17 @@ export class PodRunner {
       this.startPod(pod, cmds as Cmd[]);
     }
     for (const p of [...this.pods.values()]) if (!live.has(p.uid)) void this.stopPod(p);
+  }
+
+  /** Whether the pod's node is one of kwok's (lists the nodes again when it names one not seen yet). */
+  private onKwokNode(pod: Obj): boolean {
+    const node = pod.spec?.nodeName as string | undefined;
+    if (!node) return false;
+    if (!this.kwokNodes.has(node)) {
+      const nodes = JSON.parse(this.rig.kubectl(["get", "nodes", "-o", "json"])) as { items: Obj[] };
+      for (const n of nodes.items) this.kwokNodes.set(n.metadata.name, n.metadata.annotations?.[KWOK_NODE[0]] === KWOK_NODE[1]);
+    }
+    return this.kwokNodes.get(node) ?? false;
   }
 
   /** A ready pod the Service selects, at random, or undefined (kube-proxy sends only to ready endpoints). */

@@ -158,3 +158,19 @@ export async function holdOpen(release: Release, url: string, model: string, n =
     await Promise.all(held);
   };
 }
+
+/**
+ * The chart tests' completion (greedy, 12 tokens, one fixed prompt) through a gateway at `url`:
+ * its text and token count, or an error with the answer when it is not a 200.
+ */
+export async function chartCompletion(url: string): Promise<{ text: string; tokens: number }> {
+  const models = (await (await fetch(`${url}/v1/models`)).json()) as { data: { id: string }[] };
+  const r = await fetch(`${url}/v1/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: models.data[0]!.id, prompt: "The chart puts prefill on RNGD and", max_tokens: 12, temperature: 0 }),
+  });
+  const body = (await r.json()) as { choices: { text: string }[]; usage: { completion_tokens: number } };
+  if (r.status !== 200) throw new Error(`completion through ${url}: ${r.status} ${JSON.stringify(body)}`);
+  return { text: body.choices[0]!.text, tokens: body.usage.completion_tokens };
+}

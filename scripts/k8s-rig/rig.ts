@@ -2,6 +2,7 @@
 // kube-controller-manager, kube-scheduler and kwok (which plays the kubelets and gives pods
 // addresses in 127.1.0.0/24), built by build.sh and started here in a folder of their own. Nothing
 // is mocked but the kubelets. Every part binds 127.0.0.1 (kwok's pod addresses are loopback too).
+// kwok manages only the nodes created here; node.ts adds real ones (containerd + kubelet) beside them.
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
@@ -27,7 +28,8 @@ export interface Rig {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-function freePort(): Promise<number> {
+/** A free TCP port on 127.0.0.1 (closed again before it is returned). */
+export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const s = createServer();
     s.once("error", reject);
@@ -140,6 +142,9 @@ function podRunningStage(podReady: string, dir: string): string {
   return out;
 }
 
+/** The annotation (and label) kwok manages nodes by: only the rig's fake nodes carry it, never a real one (node.ts). */
+export const KWOK_NODE = ["kwok.x-k8s.io/node", "fake"] as const;
+
 function nodeManifest(n: RigNode): string {
   const alloc = { cpu: "32", memory: "256Gi", pods: "110", ...Object.fromEntries(Object.entries(n.devices ?? {}).map(([k, v]) => [k, String(v)])) };
   return JSON.stringify({
@@ -147,8 +152,8 @@ function nodeManifest(n: RigNode): string {
     kind: "Node",
     metadata: {
       name: n.name,
-      labels: { "kubernetes.io/hostname": n.name, "kwok.x-k8s.io/node": "fake", ...n.labels },
-      annotations: { "kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0" },
+      labels: { "kubernetes.io/hostname": n.name, [KWOK_NODE[0]]: KWOK_NODE[1], ...n.labels },
+      annotations: { [KWOK_NODE[0]]: KWOK_NODE[1], "node.alpha.kubernetes.io/ttl": "0" },
     },
     spec: {},
     status: { allocatable: alloc, capacity: alloc },
@@ -215,6 +220,8 @@ export async function startRig(nodes: RigNode[], opts: { log?: (line: string) =>
       "--disable-admission-plugins=ServiceAccount",
       "--endpoint-reconciler-type=none",
       "--allow-privileged=true",
+      // A real node (node.ts) is reached at its InternalIP: there is no DNS for node names here.
+      "--kubelet-preferred-address-types=InternalIP",
     ]);
     await waitFor(
       "kube-apiserver /readyz",
@@ -242,8 +249,9 @@ export async function startRig(nodes: RigNode[], opts: { log?: (line: string) =>
     stages.push("--config", podRunningStage(join(bin, "stages", "pod-ready.yaml"), dir));
     start("kwok", "kwok", [
       `--kubeconfig=${kc}`,
+      // Only the nodes created below (annotated): a real kubelet's node (node.ts) is its own.
       "--manage-all-nodes=false",
-      "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+      `--manage-nodes-with-annotation-selector=${KWOK_NODE[0]}=${KWOK_NODE[1]}`,
       "--cidr=127.1.0.0/24",
       "--node-ip=127.0.0.1",
       "--server-address=",

@@ -4,9 +4,9 @@
 // reads them back with their resource's service.name and airm.role.
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { freePort } from "../k8s-rig/rig.ts";
 
 export interface OtlpAttr {
   key: string;
@@ -51,17 +51,6 @@ export function attrsOf(list: OtlpAttr[] = []): Record<string, unknown> {
     return Object.values(v)[0];
   };
   return Object.fromEntries(list.map((a) => [a.key, val(a.value)]));
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 /** Starts a collector; resolves once it is ready. */

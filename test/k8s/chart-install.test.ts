@@ -15,7 +15,7 @@ import { defaultNixlPython } from "../../packages/kv-nixl/src/index.ts";
 import { makeTinyModel } from "../../packages/llama/src/index.ts";
 import { startLocalCluster, type RunningCluster } from "../../packages/workload-runner/src/index.ts";
 import { isReady, PodRunner } from "../../scripts/k8s-rig/pod-runner.ts";
-import { helm as runHelm } from "../../scripts/k8s-rig/release.ts";
+import { chartCompletion, helm as runHelm } from "../../scripts/k8s-rig/release.ts";
 import { type Rig, startRig } from "../../scripts/k8s-rig/rig.ts";
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -110,17 +110,7 @@ async function gatewayIp(component: string): Promise<string> {
   });
 }
 
-async function completion(url: string): Promise<{ text: string; tokens: number }> {
-  const models = (await (await fetch(`${url}/v1/models`)).json()) as { data: { id: string }[] };
-  const r = await fetch(`${url}/v1/completions`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({ model: models.data[0]!.id, prompt: "The chart puts prefill on RNGD and", max_tokens: 12, temperature: 0 }),
-  });
-  const body = (await r.json()) as any;
-  expect(r.status, JSON.stringify(body)).toBe(200);
-  return { text: body.choices[0].text, tokens: body.usage.completion_tokens };
-}
+const completion = chartCompletion;
 
 const shmLeft = () => readdirSync("/dev/shm").filter((f) => f.startsWith("airm-rig-"));
 

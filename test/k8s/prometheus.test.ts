@@ -11,7 +11,6 @@
 // a scraped target. Nothing listens beyond loopback (the test runs in its own network namespace).
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
@@ -19,7 +18,7 @@ import { makeTinyModel } from "../../packages/llama/src/index.ts";
 import { applyGieCrds, llmdBinaries } from "../../scripts/k8s-rig/llm-d.ts";
 import { PodRunner } from "../../scripts/k8s-rig/pod-runner.ts";
 import { Release } from "../../scripts/k8s-rig/release.ts";
-import { type Rig, startRig } from "../../scripts/k8s-rig/rig.ts";
+import { freePort, type Rig, startRig } from "../../scripts/k8s-rig/rig.ts";
 import { dashboardQueries, metricNames, type Query, ruleQueries, rulesFile } from "../observability-queries.ts";
 
 const repo = join(import.meta.dirname, "..", "..");
@@ -35,17 +34,6 @@ let prom: ChildProcess | undefined;
 let promUrl: string;
 const promDir = mkdtempSync(join(tmpdir(), "airm-prometheus-"));
 let promLog = "";
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 /** The Prometheus configuration: the rig's API server with its admin certificate, the chart's rules. */
 function promConfig(): string {
