@@ -3,42 +3,26 @@
 // renders must hold (pods on the right nodes, the relay only when the transport needs it, the
 // device-plugin checkpoint and POD_UID for --chip -1, the ATOM map-merge trap, every variable the
 // chart sets declared by the code). Installing into a control plane is not done here yet.
-import { execFileSync, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { beforeAll, describe, expect, test } from "vitest";
-import { parseAllDocuments } from "yaml";
 import { declaredVariables } from "../scripts/gen-docs.ts";
+import { helmBinary, type Manifest, manifests as manifestsOf, render as renderChart } from "./chart-render.ts";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const chart = join(root, "charts", "rngd-pd");
 const example = (name: string) => join(chart, "examples", `${name}.yaml`);
 const golden = (name: string) => join(chart, "test", "golden", `${name}.yaml`);
 let helm = "";
+const render = (files: string[] = [], set: string[] = []) => renderChart(helm, files, set);
+const manifests = (files: string[] = [], set: string[] = []): Manifest[] => manifestsOf(helm, files, set);
 
 beforeAll(() => {
-  helm = execFileSync("bash", [join(root, "scripts", "tools", "helm.sh")], { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] }).trim();
+  helm = helmBinary();
 }, 1_200_000);
-
-/** `helm template rngd-pd charts/rngd-pd` with these value files and --set pairs. */
-function render(files: string[] = [], set: string[] = []): { ok: boolean; out: string; err: string } {
-  const args = ["template", "rngd-pd", chart, "--namespace", "serving", ...files.flatMap((f) => ["-f", f]), ...set.flatMap((s) => ["--set", s])];
-  const r = spawnSync(helm, args, { encoding: "utf8" });
-  return { ok: r.status === 0, out: r.stdout, err: r.stderr };
-}
-
-/** A rendered manifest, checked field by field. */
-type Manifest = any;
-
-function manifests(files: string[] = [], set: string[] = []): Manifest[] {
-  const r = render(files, set);
-  expect(r.ok, r.err).toBe(true);
-  return parseAllDocuments(r.out)
-    .map((d) => d.toJS())
-    .filter(Boolean);
-}
 
 const deployment = (ms: Manifest[], suffix: string) => ms.find((m) => m.kind === "Deployment" && m.metadata.name === `rngd-pd-${suffix}`);
 const container = (d: Manifest, name: string) => d.spec.template.spec.containers.find((c: Manifest) => c.name === name);

@@ -3,13 +3,14 @@
 // checked and unit-tested with promtool (Debian's `prometheus` package; CI installs it, and this
 // test fails without it); and every metric the dashboard's and the rules' PromQL names checked
 // against what the parts' prom-client registries really export.
-import { execFileSync, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { beforeAll, describe, expect, test } from "vitest";
-import { parse, parseAllDocuments, stringify } from "yaml";
+import { parse, stringify } from "yaml";
 import { declaredVariables } from "../scripts/gen-docs.ts";
+import { helmBinary, type Manifest, manifests as manifestsOf, render as renderChart } from "./chart-render.ts";
 import { LATENCY_BUCKETS } from "../packages/gateway/src/gateway-metrics.ts";
 import {
   chartDir,
@@ -24,35 +25,19 @@ import {
   rulesTestFile,
   unknownMetrics,
 } from "./observability-queries.ts";
-import { root } from "./source-files.ts";
 
 const example = (name: string) => join(chartDir, "examples", `${name}.yaml`);
 let helm = "";
+const render = (files: string[] = [], set: string[] = []) => renderChart(helm, files, set);
+const manifests = (files: string[] = [], set: string[] = []): Manifest[] => manifestsOf(helm, files, set);
 let promtool = "";
 let exported = new Map<string, string>();
 
 beforeAll(async () => {
-  helm = execFileSync("bash", [join(root, "scripts", "tools", "helm.sh")], { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] }).trim();
+  helm = helmBinary();
   promtool = spawnSync("bash", ["-c", "command -v promtool"], { encoding: "utf8" }).stdout.trim();
   exported = await exportedMetrics();
 }, 1_200_000);
-
-type Manifest = any;
-
-/** `helm template rngd-pd charts/rngd-pd` with these value files and --set pairs. */
-function render(files: string[] = [], set: string[] = []): { ok: boolean; out: string; err: string } {
-  const args = ["template", "rngd-pd", chartDir, "--namespace", "serving", ...files.flatMap((f) => ["-f", f]), ...set.flatMap((s) => ["--set", s])];
-  const r = spawnSync(helm, args, { encoding: "utf8" });
-  return { ok: r.status === 0, out: r.stdout, err: r.stderr };
-}
-
-function manifests(files: string[] = [], set: string[] = []): Manifest[] {
-  const r = render(files, set);
-  expect(r.ok, r.err).toBe(true);
-  return parseAllDocuments(r.out)
-    .map((d) => d.toJS())
-    .filter(Boolean);
-}
 
 const containers = (ms: Manifest[]) =>
   ms.filter((m) => m.kind === "Deployment").flatMap((d) => d.spec.template.spec.containers.map((c: Manifest) => ({ pod: d.metadata.name, c })));
@@ -234,7 +219,7 @@ describe("Prometheus rules", () => {
   test("promtool check rules and promtool test rules pass", () => {
     expect(runPromtool(["check", "rules", rulesFile])).toContain("SUCCESS: 12 rules found");
     expect(runPromtool(["test", "rules", rulesTestFile])).toContain("SUCCESS");
-  });
+  }, 60_000); // promtool evaluates hours of fixture series: ~2 s idle, several on a loaded machine
 
   test("the promtool tests cover every alert firing and not firing, and every SLO ratio by value", () => {
     const tests = parse(readFileSync(rulesTestFile, "utf8"));
