@@ -232,10 +232,3 @@ export class EndpointPool {
     return { modelIds: [...ids], maxContext: ctx, vocabSize: vocab, slots };
   }
 }
-
-/** Why the pool picked `ep` (a span attribute): the least loaded of its healthy endpoints, or the only one. */
-export function pickReason(pool: EndpointPool, ep: Endpoint, avoid?: Set<Endpoint>): string {
-  const healthy = pool.endpoints.filter((e) => e.healthy).length;
-  const away = avoid?.size && !avoid.has(ep) ? ", away from the worker a moved stream left" : "";
-  return healthy <= 1 ? `the only healthy ${pool.role} worker${away}` : `fewest outstanding requests (${ep.outstanding}) of ${healthy} healthy${away}`;
-}

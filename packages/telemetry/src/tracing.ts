@@ -39,6 +39,10 @@ export interface ExportPlan {
   sampler: SamplerName;
   ratio: number | undefined;
   resource: Record<string, string | number | boolean>;
+  /** One export's bound (ms). */
+  timeoutMs: number;
+  /** The batch span processor's settings. */
+  batch: { scheduledDelayMillis: number; maxQueueSize: number; maxExportBatchSize: number; exportTimeoutMillis: number };
 }
 
 const OFF: Tracing = { enabled: false, description: "off", forceFlush: async () => {}, shutdown: async () => {} };
@@ -96,6 +100,13 @@ export function exportPlan(o: TracingOptions): ExportPlan | null {
     sampler: c.sampler,
     ratio: ratioSampler ? (c.samplerArg ?? 1) : undefined,
     resource,
+    timeoutMs: c.timeoutMs,
+    batch: {
+      scheduledDelayMillis: c.bspScheduleDelayMs,
+      maxQueueSize: c.bspMaxQueueSize,
+      maxExportBatchSize: c.bspMaxExportBatchSize,
+      exportTimeoutMillis: c.bspExportTimeoutMs,
+    },
   };
 }
 
@@ -106,10 +117,9 @@ export function exportPlan(o: TracingOptions): ExportPlan | null {
 export async function startTracing(o: TracingOptions): Promise<Tracing> {
   const plan = exportPlan(o);
   if (!plan) return OFF;
-  const c = TELEMETRY_CONFIG.resolve({ env: o.env, options: o.options });
   const sdk = await import("@opentelemetry/sdk-trace-node");
   const { resourceFromAttributes } = await import("@opentelemetry/resources");
-  const exporter = await makeExporter(plan, c.timeoutMs);
+  const exporter = await makeExporter(plan);
   const ratio = plan.ratio ?? 1;
   const samplers: Record<SamplerName, () => Sampler> = {
     always_on: () => new sdk.AlwaysOnSampler(),
@@ -119,12 +129,7 @@ export async function startTracing(o: TracingOptions): Promise<Tracing> {
     parentbased_always_off: () => new sdk.ParentBasedSampler({ root: new sdk.AlwaysOffSampler() }),
     parentbased_traceidratio: () => new sdk.ParentBasedSampler({ root: new sdk.TraceIdRatioBasedSampler(ratio) }),
   };
-  const processor = new sdk.BatchSpanProcessor(exporter, {
-    scheduledDelayMillis: c.bspScheduleDelayMs,
-    maxQueueSize: c.bspMaxQueueSize,
-    maxExportBatchSize: c.bspMaxExportBatchSize,
-    exportTimeoutMillis: c.bspExportTimeoutMs,
-  });
+  const processor = new sdk.BatchSpanProcessor(exporter, plan.batch);
   const provider = new sdk.NodeTracerProvider({ resource: resourceFromAttributes(plan.resource), sampler: samplers[plan.sampler](), spanProcessors: [processor] });
   provider.register();
   let stopped = false;
@@ -140,7 +145,8 @@ export async function startTracing(o: TracingOptions): Promise<Tracing> {
   };
 }
 
-async function makeExporter(plan: ExportPlan, timeoutMillis: number) {
+async function makeExporter(plan: ExportPlan) {
+  const timeoutMillis = plan.timeoutMs;
   if (plan.protocol === "grpc") {
     const { OTLPTraceExporter } = await import("@opentelemetry/exporter-trace-otlp-grpc");
     const { Metadata } = await import("@grpc/grpc-js");

@@ -68,16 +68,17 @@ export class Timing {
       kvTransferMs: this.kvMs,
       transport: this.transport,
     });
-    this.span?.setAttributes({
-      "gen_ai.usage.input_tokens": out.usage.prompt_tokens,
-      "gen_ai.usage.output_tokens": out.usage.completion_tokens,
-      "airm.cached_tokens": out.usage.prompt_tokens_details.cached_tokens,
-      "gen_ai.response.finish_reasons": out.choices.map((c) => c.finishReason),
-      "airm.ttft_ms": Math.round(ttftMs * 1000) / 1000,
-      ...(tpotMs !== null ? { "airm.tpot_ms": Math.round(tpotMs * 1000) / 1000 } : {}),
-      ...(this.kvMs !== null ? { "airm.kv_transfer_ms": this.kvMs } : {}),
-      ...(this.transport !== null ? { "airm.kv_transport": this.transport } : {}),
-    });
+    if (this.span?.isRecording())
+      this.span.setAttributes({
+        "gen_ai.usage.input_tokens": out.usage.prompt_tokens,
+        "gen_ai.usage.output_tokens": out.usage.completion_tokens,
+        "airm.cached_tokens": out.usage.prompt_tokens_details.cached_tokens,
+        "gen_ai.response.finish_reasons": out.choices.map((c) => c.finishReason),
+        "airm.ttft_ms": Math.round(ttftMs * 1000) / 1000,
+        ...(tpotMs !== null ? { "airm.tpot_ms": Math.round(tpotMs * 1000) / 1000 } : {}),
+        ...(this.kvMs !== null ? { "airm.kv_transfer_ms": this.kvMs } : {}),
+        ...(this.transport !== null ? { "airm.kv_transport": this.transport } : {}),
+      });
     this.endSpan();
   }
 

@@ -70,8 +70,9 @@ export class Orchestrator {
    */
   run(req: GenerationRequest, requestId: string, signal: AbortSignal, at: Placement = {}): AsyncGenerator<GenEvent> {
     const { prefill, decode, solo } = this.o;
-    // The request's span (gateway.request) gets an event per attempt and per migration.
-    const span = trace.getActiveSpan();
+    // The request's span (gateway.request) gets an event per attempt and per migration, when it records.
+    const active = trace.getActiveSpan();
+    const span = active?.isRecording() ? active : undefined;
     // A moved attempt picks its own prefill worker: the one an endpoint picker named may be the one that failed.
     const dispatch = (r: GenerationRequest, id: string, trail: MigrationTrail, first: boolean): AsyncGenerator<GenEvent> => {
       if (solo) {

@@ -6,11 +6,11 @@
 
 import { ApiError, type PrefillResponse, type WorkerEventStream } from "@airm/internal-api";
 import { context, SpanKind, SpanStatusCode, trace, type Context, type Span } from "@opentelemetry/api";
-import { type Endpoint, type EndpointPool, pickReason } from "../endpoint-pool.ts";
+import type { Endpoint, EndpointPool } from "../endpoint-pool.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
 import type { EndReason, GenEvent } from "./gen-events.ts";
 import { blame, type MigrationTrail } from "./migration.ts";
-import { causeOf, isDeadline, isWorkerFault, nothingListens, relayEvents, releaseOn, traceHeaders, workerLogprobs } from "./worker-calls.ts";
+import { causeOf, isDeadline, isWorkerFault, nothingListens, notePick, relayEvents, releaseOn, traceHeaders, workerLogprobs } from "./worker-calls.ts";
 
 const tracer = trace.getTracer("@airm/gateway");
 
@@ -59,16 +59,16 @@ class PdRequest {
   ) {
     this.pre = o.prefillAt ?? pickOrFail(o.prefill, o.trail?.avoid);
     this.dec = pickOrFail(o.decode, o.trail?.avoid);
-    const preWhy = o.prefillAt ? "named by the endpoint picker (x-prefiller-host-port)" : pickReason(o.prefill, this.pre, o.trail?.avoid);
-    const decWhy = pickReason(o.decode, this.dec, o.trail?.avoid);
     this.pre.outstanding++;
     this.dec.outstanding++;
     const attrs = { "airm.request_id": requestId };
     this.spans = {
-      prefill: tracer.startSpan("prefill", { kind: SpanKind.CLIENT, attributes: { ...attrs, "airm.worker": this.pre.url, "airm.pick.reason": preWhy } }, this.parent),
+      prefill: tracer.startSpan("prefill", { kind: SpanKind.CLIENT, attributes: attrs }, this.parent),
       kv: tracer.startSpan("kv", { attributes: attrs }, this.parent),
-      decode: tracer.startSpan("decode", { kind: SpanKind.CLIENT, attributes: { ...attrs, "airm.worker": this.dec.url, "airm.pick.reason": decWhy } }, this.parent),
+      decode: tracer.startSpan("decode", { kind: SpanKind.CLIENT, attributes: attrs }, this.parent),
     };
+    notePick(this.spans.prefill, o.prefill, this.pre, o.trail?.avoid, o.prefillAt ? "named by the endpoint picker (x-prefiller-host-port)" : undefined);
+    notePick(this.spans.decode, o.decode, this.dec, o.trail?.avoid);
   }
 
   /**
@@ -142,7 +142,7 @@ class PdRequest {
         if (!next && full) throw err;
         if (!next) throw new ApiError(timedOut ? 504 : 502, "prefill_unreachable", `prefill worker ${this.pre.url} did not answer: ${causeOf(err)}`);
         this.spans.prefill.addEvent("airm.retry", { "airm.from": this.pre.url, "airm.to": next.url, "airm.reason": full ? "full (429)" : causeOf(err) });
-        this.spans.prefill.setAttributes({ "airm.worker": next.url, "airm.pick.reason": pickReason(this.o.prefill, next, tried) });
+        notePick(this.spans.prefill, this.o.prefill, next, tried);
         this.pre.outstanding--;
         this.pre = next;
         this.pre.outstanding++;
@@ -175,7 +175,7 @@ class PdRequest {
         this.dec.outstanding--;
         this.dec = next;
         this.dec.outstanding++;
-        this.spans.decode.setAttributes({ "airm.worker": this.dec.url, "airm.pick.reason": pickReason(this.o.decode, next, tried) });
+        notePick(this.spans.decode, this.o.decode, next, tried);
         this.reason = "aborted";
         call = this.startDecode();
       }

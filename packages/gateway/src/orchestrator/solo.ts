@@ -4,11 +4,11 @@
 
 import { ApiError, type WorkerEventStream } from "@airm/internal-api";
 import { context, SpanKind, SpanStatusCode, trace } from "@opentelemetry/api";
-import { type EndpointPool, pickReason } from "../endpoint-pool.ts";
+import type { EndpointPool } from "../endpoint-pool.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
 import type { GenEvent } from "./gen-events.ts";
 import { blame, type MigrationTrail } from "./migration.ts";
-import { causeOf, isWorkerFault, nothingListens, relayEvents, traceHeaders, workerLogprobs } from "./worker-calls.ts";
+import { causeOf, isWorkerFault, nothingListens, notePick, relayEvents, traceHeaders, workerLogprobs } from "./worker-calls.ts";
 
 const tracer = trace.getTracer("@airm/gateway");
 
@@ -32,10 +32,8 @@ export async function* runSolo(pool: EndpointPool, t: SoloTimeouts, req: Generat
     abort.abort(new DOMException(`no first token within ${t.prefillTimeoutMs} ms`, "TimeoutError"));
   }, t.prefillTimeoutMs);
   signal.addEventListener("abort", onAbort);
-  const span = tracer.startSpan("solo.generate", {
-    kind: SpanKind.CLIENT,
-    attributes: { "airm.request_id": requestId, "airm.worker": ep.url, "airm.pick.reason": pickReason(pool, ep, t.trail?.avoid) },
-  });
+  const span = tracer.startSpan("solo.generate", { kind: SpanKind.CLIENT, attributes: { "airm.request_id": requestId } });
+  notePick(span, pool, ep, t.trail?.avoid);
   try {
     let answer: WorkerEventStream;
     try {

@@ -3,7 +3,8 @@
 // and the fire-and-forget release.
 
 import { ApiError, StreamIdleError, type ReleaseReason, type WorkerClient, type WorkerEventStream } from "@airm/internal-api";
-import { context, propagation } from "@opentelemetry/api";
+import { context, propagation, type Span } from "@opentelemetry/api";
+import type { Endpoint, EndpointPool } from "../endpoint-pool.ts";
 import type { GenEvent } from "./gen-events.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
 
@@ -113,4 +114,20 @@ export async function* relayEvents(answer: WorkerEventStream, o: RelayOptions): 
     throw new ApiError(502, "worker_stream_broken", `${o.who} broke the stream after ${tokens} tokens: ${causeOf(err)}`);
   }
   throw new ApiError(502, "worker_stream_broken", `${o.who} closed the stream after ${tokens} tokens without finishing (did it crash?)`);
+}
+
+/**
+ * Puts the endpoint a call went to on its span, and why it was picked (`why`, else the pool's
+ * rule); the reason is worked out only when the span records (export on, trace sampled).
+ */
+export function notePick(span: Span, pool: EndpointPool, ep: Endpoint, avoid?: Set<Endpoint>, why?: string): void {
+  span.setAttribute("airm.worker", ep.url);
+  if (span.isRecording()) span.setAttribute("airm.pick.reason", why ?? pickReason(pool, ep, avoid));
+}
+
+/** Why the pool picked `ep` (a span attribute): the least loaded of its healthy endpoints, or the only one. */
+function pickReason(pool: EndpointPool, ep: Endpoint, avoid?: Set<Endpoint>): string {
+  const healthy = pool.endpoints.filter((e) => e.healthy).length;
+  const away = avoid?.size && !avoid.has(ep) ? ", away from the worker a moved stream left" : "";
+  return healthy <= 1 ? `the only healthy ${pool.role} worker${away}` : `fewest outstanding requests (${ep.outstanding}) of ${healthy} healthy${away}`;
 }
