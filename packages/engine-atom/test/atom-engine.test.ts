@@ -7,9 +7,9 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Registry, layerBytes, openEngine } from "@airm/rm-core";
+import { Registry, blocksToDense, openEngine } from "@airm/rm-core";
 import { loadCheckpoint, makeTinyModel } from "@airm/llama";
-import { decodeGraphIO, engineTokens, referenceTokens } from "@airm/engine-kit";
+import { decodeGraphIO, denseLayerBytes, engineTokens, referenceTokens } from "@airm/engine-kit";
 import type { Engine, EnginePlugin } from "@airm/rm-core";
 import { atomEngine, atomSpec } from "../src/index.ts";
 
@@ -30,14 +30,14 @@ function env(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   return { AIRM_DEV_ROOT: noCards, AIRM_ARTIFACT_CACHE: join(root, "artifacts"), AIRM_ENGINE_LOG: "0", ...extra };
 }
 
-const generate = (engine: Engine, tokens: number[], steps: number, seqLen = S) => engineTokens(engine, tokens, steps, seqLen);
+const generate = (engine: Engine, tokens: number[], steps: number) => engineTokens(engine, tokens, steps);
 
 beforeAll(async () => {
   makeTinyModel({ arch: "llama", out: modelDir, layers: 2, seed: 11 });
   const ckpt = await loadCheckpoint(modelDir);
   prompts = ["ATOM decodes what RNGD prefilled", "x", "a somewhat longer prompt with more words in it than the others"].map((p) => ckpt.tokenizer.encode(p));
   ckpt.tensors.close();
-  for (const p of prompts) reference.push(await referenceTokens(modelDir, p, STEPS, S));
+  for (const p of prompts) reference.push(await referenceTokens(modelDir, p, STEPS));
   mkdirSync(noCards, { recursive: true });
   mkdirSync(oneAtom, { recursive: true });
   for (const n of ["rbln0", "rsd0"]) writeFileSync(join(oneAtom, n), "");
@@ -71,7 +71,7 @@ describe("registry host with both engines", () => {
   for (const name of ["rngd", "atom"]) {
     it(`${name} generates the greedy tokens of @airm/llama solo`, async () => {
       const plugin = (await registry.load("airm.workloads", name)) as V2Plugin;
-      const engine = await openEngine(plugin, { model: modelDir, seqLen: S, batch: 4, chip: 0 }, { env: env() });
+      const engine = await openEngine(plugin, { model: modelDir, maxModelLen: S, batch: 4, chip: 0 }, { env: env() });
       try {
         expect(engine.name).toBe(name);
         for (const [i, p] of prompts.entries()) expect(await generate(engine, p, STEPS)).toEqual(reference[i]);
@@ -81,14 +81,14 @@ describe("registry host with both engines", () => {
     });
   }
 
-  it("RNGD prefill -> KV in layout rngd-pd/v1 -> ATOM decode (whole cache as host input) equals solo, batched", async () => {
-    const rngd = await openEngine((await registry.load("airm.workloads", "rngd")) as V2Plugin, { model: modelDir, backend: "rngd-chunk", seqLen: S }, { env: env() });
-    const atom = await openEngine((await registry.load("airm.workloads", "atom")) as V2Plugin, { model: modelDir, seqLen: S, batch: 4 }, { env: env() });
+  it("RNGD prefill -> KV in layout rngd-pd/v2 -> ATOM decode (the cache as a host input) equals solo, batched", async () => {
+    const rngd = await openEngine((await registry.load("airm.workloads", "rngd")) as V2Plugin, { model: modelDir, backend: "rngd-chunk", maxModelLen: S }, { env: env() });
+    const atom = await openEngine((await registry.load("airm.workloads", "atom")) as V2Plugin, { model: modelDir, maxModelLen: S, batch: 4 }, { env: env() });
     try {
       expect(rngd.model.modelFingerprint).toBe(atom.model.modelFingerprint);
       expect(rngd.model.numericsFingerprint).toBe(atom.model.numericsFingerprint);
-      const handoffs = await Promise.all(prompts.map((p) => rngd.prefill(p, { seqLen: S })));
-      const streams = handoffs.map((h) => atom.importKV({ seqLen: h.kv.seqLen, n: h.kv.n, k: h.kv.k.map((x) => x.slice()), v: h.kv.v.map((x) => x.slice()) }));
+      const handoffs = await Promise.all(prompts.map((p) => rngd.prefill(p, {})));
+      const streams = handoffs.map((h) => atom.importKV({ blockSize: h.kv!.blockSize, n: h.kv!.n, k: h.kv!.k.map((x) => x.slice()), v: h.kv!.v.map((x) => x.slice()) }));
       expect(streams.every((s) => s.residence === "host")).toBe(true);
       const outs = handoffs.map((h) => [h.firstToken]);
       while (outs[0].length < STEPS) (await atom.decode(streams.map((stream, i) => ({ stream, token: outs[i][outs[i].length - 1] })))).forEach((r, i) => outs[i].push(r.token));
@@ -109,7 +109,7 @@ describe("ATOM native path (fake librbln_runtime.so)", () => {
   });
 
   it("stays on the CPU reference without a card, and says why", async () => {
-    const engine = await openEngine(atomEngine, { model: modelDir, seqLen: S }, { env: env({ AIRM_RBLN_LIB: lib }) });
+    const engine = await openEngine(atomEngine, { model: modelDir, maxModelLen: S }, { env: env({ AIRM_RBLN_LIB: lib }) });
     try {
       expect(engine.device).toMatchObject({ path: "cpu-reference", device: null });
       expect(engine.device.detail).toContain("no ATOM card is visible");
@@ -119,11 +119,11 @@ describe("ATOM native path (fake librbln_runtime.so)", () => {
   });
 
   it("refuses a card + runtime without compiled graphs, and a runtime path that does not exist", async () => {
-    await expect(openEngine(atomEngine, { model: modelDir, seqLen: S }, { env: env({ AIRM_RBLN_LIB: lib, AIRM_DEV_ROOT: oneAtom }) })).rejects.toMatchObject({
+    await expect(openEngine(atomEngine, { model: modelDir, maxModelLen: S }, { env: env({ AIRM_RBLN_LIB: lib, AIRM_DEV_ROOT: oneAtom }) })).rejects.toMatchObject({
       code: "CONFIG",
       key: "AIRM_RBLN_GRAPHS",
     });
-    await expect(openEngine(atomEngine, { model: modelDir, seqLen: S }, { env: env({ AIRM_RBLN_LIB: join(root, "missing.so") }) })).rejects.toMatchObject({
+    await expect(openEngine(atomEngine, { model: modelDir, maxModelLen: S }, { env: env({ AIRM_RBLN_LIB: join(root, "missing.so") }) })).rejects.toMatchObject({
       code: "CONFIG",
       key: "AIRM_RBLN_LIB",
     });
@@ -139,39 +139,45 @@ describe("ATOM native path (fake librbln_runtime.so)", () => {
     writeFileSync(join(graphs, "decode-B4xS64.rbln"), `FAKE-RBLN 1\nin ${io.inputs.join(" ")}\nout ${io.outputs.join(" ")}\n`);
     const engine = await openEngine(
       atomEngine,
-      { model: modelDir, seqLen: S, batch: 4, chip: 0 },
+      { model: modelDir, maxModelLen: S, batch: 4, chip: 0 },
       // Only B4 is compiled on the host, so a one-stream step runs the B4 graph with padding.
       { env: env({ AIRM_RBLN_LIB: lib, AIRM_DEV_ROOT: oneAtom, AIRM_RBLN_GRAPHS: graphs, AIRM_VARIANTS: `B4xS${S}` }) },
     );
     try {
       expect(engine.device).toMatchObject({ vendor: "rebellions", path: "native", device: "rbln:0" });
-      const r = await engine.prefill(prompts[0], { seqLen: S, keepStream: true });
+      const r = await engine.prefill(prompts[0], { keepStream: true });
       const before = engine.exportKV(r.stream!);
       await engine.decode([{ stream: r.stream!, token: 7 }]);
       const after = engine.exportKV(r.stream!);
       expect(after.n).toBe(before.n + 1);
       // Recompute what the fake graph returns for these inputs (its byte recipe) and check that
-      // the engine wrote exactly that into position n of its host cache.
-      const lb = layerBytes(shape, S);
-      const pad = (x: Uint8Array): Uint8Array => {
-        const o = new Uint8Array(4 * lb);
-        o.set(x);
-        return o;
+      // the engine wrote exactly that into position n of the stream's block. The graph's input is
+      // the stream's positions gathered from its blocks into a dense S-wide cache.
+      const lb = denseLayerBytes(shape, S);
+      const dense = (l: number): [Uint8Array, Uint8Array] => {
+        const K = new Uint8Array(4 * lb);
+        const V = new Uint8Array(4 * lb);
+        blocksToDense(shape, before.blockSize, before.n, before.k[l], before.v[l], S, K.subarray(0, lb), V.subarray(0, lb));
+        return [K, V];
       };
       const inputs: Uint8Array[] = [new Uint8Array(new Int32Array([7, 0, 0, 0]).buffer), new Uint8Array(new Int32Array([before.n, 0, 0, 0]).buffer)];
-      for (let l = 0; l < shape.layers; l++) inputs.push(pad(before.k[l]), pad(before.v[l]));
+      for (let l = 0; l < shape.layers; l++) inputs.push(...dense(l));
       const recipe = (o: number, j: number): number => inputs.reduce((acc, x) => acc + x[j % x.length], o) & 0xff;
       const p = before.n;
+      const bs = after.blockSize;
+      const blk = shape.kvHeads * shape.headDim * bs * 2;
+      const at = Math.floor(p / bs) * blk;
+      const o = p % bs;
       for (let l = 0; l < shape.layers; l++) {
         for (let r2 = 0; r2 < shape.kvHeads * shape.headDim; r2++) {
-          expect([after.k[l][(r2 * S + p) * 2], after.k[l][(r2 * S + p) * 2 + 1]]).toEqual([recipe(1 + 2 * l, 2 * r2), recipe(1 + 2 * l, 2 * r2 + 1)]);
+          expect([after.k[l][at + (r2 * bs + o) * 2], after.k[l][at + (r2 * bs + o) * 2 + 1]]).toEqual([recipe(1 + 2 * l, 2 * r2), recipe(1 + 2 * l, 2 * r2 + 1)]);
         }
         const run = shape.headDim * 2;
         for (let h = 0; h < shape.kvHeads; h++) {
-          for (let j = 0; j < run; j++) expect(after.v[l][(h * S + p) * run + j]).toBe(recipe(2 + 2 * l, h * run + j));
+          for (let j = 0; j < run; j++) expect(after.v[l][at + (h * bs + o) * run + j]).toBe(recipe(2 + 2 * l, h * run + j));
         }
         // Positions before n are untouched.
-        expect(Buffer.from(after.k[l].subarray(0, 2 * p)).equals(Buffer.from(before.k[l].subarray(0, 2 * p)))).toBe(true);
+        expect(Buffer.from(after.k[l].subarray(0, at)).equals(Buffer.from(before.k[l].subarray(0, at)))).toBe(true);
       }
     } finally {
       await engine.close();

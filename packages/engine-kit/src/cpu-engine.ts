@@ -1,46 +1,81 @@
 // Engine mechanics on the CPU reference backend (@airm/llama), shared by engine-rngd and
-// engine-atom: weights loaded once (warm from the artifact cache when the model offers a packed
-// image), a KV arena per compiled context S, prefill whole or chunked with per-layer callbacks,
-// decode of B streams per step with the cache resident ("device") or passed whole as a host input
-// each step ("host"), KV import/export in rngd-pd/v1, variant swap and per-tensor delta updates.
-// What is vendor-specific (names, device selection, native paths) lives in the engine packages.
+// engine-atom: weights loaded once (warm from the artifact cache when it has the image), a paged
+// KV cache sized from a memory budget, streams holding blocks of it, one scheduler (pass-loop.ts)
+// that runs decode steps and prompt chunks together, admission by reserved blocks, preemption by
+// recompute when blocks run out, prompt-prefix reuse by shared blocks, KV import/export in
+// rngd-pd/v2, variant swap and per-tensor delta updates. The NPU execution models keep their
+// compiled (batch, context) buckets, which decide what fits; on the CPU reference only the
+// positions in use are computed. What is vendor-specific lives in the engine packages.
 
 import { performance } from "node:perf_hooks";
-import { ConfigError, ContextOverflowError, KVIntegrityError, UnsupportedError, choiceSeed } from "@airm/rm-core";
-import type { DeviceInfo, EngineVariant, KVBlobs, ModelInfo, SamplingParams, TokenHistory } from "@airm/rm-core";
-import { type ArtifactCache, artifactKey } from "./artifact-cache.ts";
-import { LLAMA, type CpuCheckpoint, type CpuKVCache, type CpuModel, type CpuWeightsMode, type CpuActivationsMode, type LlamaModule } from "./cpu-model.ts";
-import { planTensorDelta } from "./delta-plan.ts";
-import { checkpointHashes, type CheckpointHashes } from "./tensor-hash-manifest.ts";
+import {
+  ConfigError,
+  ContextOverflowError,
+  KVIntegrityError,
+  PreemptedError,
+  UnsupportedError,
+  blocksFor,
+  blocksToDense,
+  checkKVBlobs,
+  choiceSeed,
+  isAirmError,
+} from "@airm/rm-core";
 import type {
   DecodeResult,
   DecodeStep,
   DeltaResult,
+  DeviceInfo,
+  Engine,
   EngineStats,
   EngineTokenizer,
-  Engine,
+  EngineVariant,
+  KVBlobs,
+  KVCacheInfo,
+  KVReservation,
   KVStream,
+  ModelInfo,
   PrefillOptions,
   PrefillResult,
+  SamplingParams,
   SwapResult,
   TokenConstraint,
+  TokenHistory,
 } from "@airm/rm-core";
+import type { ArtifactCache } from "./artifact-cache.ts";
+import { LLAMA, type CpuCheckpoint, type CpuModel, type CpuWeightsMode, type CpuActivationsMode, type LlamaModule } from "./cpu-model.ts";
+import { planTensorDelta } from "./delta-plan.ts";
+import { DEFAULT_KV_SHARE, kvBudgetBlocks, type KvCacheMemory } from "./kv-budget.ts";
+import { loadWeights, type LoadedWeights } from "./load-weights.ts";
+import { type DecodeGraphShape, type DenseKV, type HostDecodeResult, denseLayerBytes, writeBlockColumn } from "./native/rbln-decode-graph.ts";
+import { PassLoop, type DecodeWork } from "./pass-loop.ts";
 import { PrefixCache } from "./prefix-cache.ts";
-import { checkKVBlobs, copyPosition, copyPrefix, layerBytes, requestKVBytes, zeroPrefix, type KVGeometry } from "@airm/rm-core";
-import { appendColumn, type DecodeGraphShape, type HostDecodeResult } from "./native/rbln-decode-graph.ts";
-import { normalizeVariants, pickVariant, variantName } from "./variants.ts";
+import { checkpointHashes, type CheckpointHashes } from "./tensor-hash-manifest.ts";
+import { defaultVariants, normalizeVariants, pickVariant, variantName } from "./variants.ts";
+
+export { loadWeights } from "./load-weights.ts";
+
+/** Most tokens per pass unless configured: a whole prompt of this length runs in one pass. */
+export const DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048;
+/** Share of a decode pass's time a prompt chunk beside it may add (TPOT up to 1.25x while a prompt prefills beside running streams). */
+export const DEFAULT_PREFILL_SHARE = 0.25;
+/** wasm memory kept free for working buffers (activations, scores, logits) when sizing the KV cache. */
+const WORKING_RESERVE = 256 * 2 ** 20;
+const WASM_CAP = 2 ** 32;
 
 export interface CpuEngineSpec {
   /** Plugin name (`rngd`, `atom`). */
   name: string;
   backend: string;
-  /** `whole`: one prefill call; `chunked`: prefillChunk against the live cache. */
+  /** `whole`: a prompt runs in one pass when it fits the pass budget; `chunked`: in chunks of chunkSize. */
   prefillMode: "whole" | "chunked";
-  /** Where decode streams keep their KV. */
+  /** Where decode streams keep their KV (the NPU model: resident on the card, or a host input each step). */
   residence: "device" | "host";
   device: DeviceInfo;
-  variants: EngineVariant[];
-  /** The variant new requests run on; default: the widest batch at the largest S. */
+  /** The compiled (batch, context) variants; default: batches 1, 4, 8, 16 (and `batch`) at every context bucket up to max_model_len. */
+  variants?: EngineVariant[];
+  /** The batch width asked for (the worker's --B): caps the default batches (B8 compiles B1, B4, B8) and is compiled too. */
+  batch?: number;
+  /** The variant new requests run on; default: the widest batch at the largest context. */
   activeVariant?: EngineVariant;
   chunkSize: number;
   threads: 1 | 2;
@@ -50,108 +85,86 @@ export interface CpuEngineSpec {
   activations?: CpuActivationsMode;
   /** Null disables the artifact cache. */
   artifactCache: ArtifactCache | null;
-  /** Streams the engine is sized for (kv_cache_usage_perc denominator). */
-  maxStreams: number;
   /** A vendor runtime that runs host-input decode steps instead of the CPU model (ATOM native). */
   nativeHostDecode?: NativeHostDecode;
-  /** Prompts whose KV is kept for prefix reuse (0: off; default 0). */
+  /** Prompts whose full KV blocks are kept for prefix reuse (0: off; default 0). */
   prefixCache?: number;
-  /**
-   * Whole prompts that wait for the model run together in one forward pass, up to this many
-   * prompt tokens per pass (AIRM_PREFILL_BATCH_TOKENS); 0 or unset: one at a time.
-   */
+  /** Whole prompts that wait together share a pass up to this many tokens (AIRM_PREFILL_BATCH_TOKENS); 0 or unset: one at a time. */
   prefillBatchTokens?: number;
+  /** Positions per KV block (--block-size; default 16). */
+  blockSize?: number;
+  /** The KV cache budget (--kv-cache-memory); default DEFAULT_KV_SHARE of the memory available after the weights. */
+  kvCacheMemory?: KvCacheMemory;
+  /** The longest request served (--max-model-len); default the model's context (max_position_embeddings). */
+  maxModelLen?: number;
+  /** Most tokens per pass, decode steps included (--max-num-batched-tokens). */
+  maxNumBatchedTokens?: number;
+  /** Share of a decode pass's time a prompt chunk beside it may add (--prefill-share). */
+  prefillShare?: number;
 }
 
 /** Opens the decode graph of a variant on the card; `step` runs one host-input decode step. */
 export interface NativeHostDecode {
-  open(variant: EngineVariant, shape: DecodeGraphShape): { step(host: KVBlobs[], tokens: number[]): HostDecodeResult[]; close(): void };
+  open(variant: EngineVariant, shape: DecodeGraphShape): { step(host: DenseKV[], tokens: number[]): HostDecodeResult[]; close(): void };
 }
 
-interface LoadedWeights {
-  model: CpuModel;
-  weightsFrom: EngineStats["weightsFrom"];
-  loadMs: number;
-  /** Why the artifact cache was not used, when it was not. */
-  cacheNote: string;
-}
-
-const PACKED_KIND = "packed-weights";
-
-/**
- * Loads the model for `ckpt`: from the packed image in `cache` when it exists (warm), else by
- * converting the checkpoint (cold), then stores the image.
- */
-export async function loadWeights(
-  llama: LlamaModule,
-  ckpt: CpuCheckpoint,
-  weightsFingerprint: string,
-  threads: 1 | 2,
-  cache: ArtifactCache | null,
-  weights: CpuWeightsMode = "auto",
-  activations?: CpuActivationsMode,
-): Promise<LoadedWeights> {
-  const cls = llama.LlamaModel;
-  const format = cls.packedFormatFor(weights, "auto", activations);
-  const t0 = performance.now();
-  if (!cache) {
-    const model = await cls.load(ckpt, { threads, weights, activations });
-    return { model, weightsFrom: "converted", loadMs: performance.now() - t0, cacheNote: "artifact cache disabled" };
-  }
-  const key = artifactKey({ kind: PACKED_KIND, weightsFingerprint, variant: null, kernelVersion: format });
-  // Read straight into the model's memories; the CRC-32 is checked once all of it is in.
-  const reader = cache.reader(key);
-  let note = "";
-  if (reader) {
-    try {
-      const model = await cls.loadPacked(ckpt, reader, { threads, weights, activations });
-      if (reader.verify()) return { model, weightsFrom: "artifact-cache", loadMs: performance.now() - t0, cacheNote: `warm: ${key.slice(0, 12)}` };
-      model.close();
-      note = `; the stored image ${key.slice(0, 12)} failed its CRC-32 and was removed`;
-    } finally {
-      reader.close();
-    }
-  }
-  const model = await cls.load(ckpt, { threads, weights, activations });
-  const loadMs = performance.now() - t0;
-  const packed = model.exportPackedWeights();
-  if (packed.format !== format) {
-    return {
-      model,
-      weightsFrom: "converted",
-      loadMs,
-      cacheNote: `packed format ${packed.format} != LlamaModel.packedFormatFor(${weights}, auto, ${activations}) ${format}; not stored`,
-    };
-  }
-  try {
-    cache.write({ kind: PACKED_KIND, weightsFingerprint, variant: null, kernelVersion: packed.format }, packed.segments);
-  } catch (e) {
-    // A read-only or full cache folder costs the next warm start, not this load.
-    return { model, weightsFrom: "converted", loadMs, cacheNote: `cold; could not store the image in ${cache.dir}: ${(e as Error).message}` };
-  }
-  return { model, weightsFrom: "converted", loadMs, cacheNote: `cold: stored ${key.slice(0, 12)}${note}` };
-}
+/** What the engine keeps of the paged cache of one sequence (llama's PagedKVCache). */
+type Cache = ReturnType<CpuModel["newCache"]> & {
+  blocks: number[];
+  reservedBlocks: number;
+  ensure(to: number): void;
+  blocksNeeded(to: number): number;
+  addReservation(n: number): void;
+  adopt(ids: readonly number[]): void;
+  fork(): Cache;
+  clear(): void;
+};
 
 let streamCounter = 0;
-
 const yieldToLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 class EngineStream implements KVStream {
   readonly id: string;
-  readonly seqLen: number;
   readonly residence: "device" | "host";
   readonly owner: CpuBackedEngine;
-  cache: CpuKVCache | null = null;
-  host: KVBlobs | null = null;
+  /** Arrival order: the newest stream is preempted first. */
+  readonly seq: number;
+  cache: Cache;
+  preempted = false;
+  /** Being recomputed after a preemption (not preemptible meanwhile). */
+  recomputing = false;
   released = false;
-  constructor(owner: CpuBackedEngine, seqLen: number, residence: "device" | "host") {
+  constructor(owner: CpuBackedEngine, cache: Cache, residence: "device" | "host") {
     this.owner = owner;
-    this.id = `${owner.name}-${process.pid}-${++streamCounter}`;
-    this.seqLen = seqLen;
+    this.seq = ++streamCounter;
+    this.id = `${owner.name}-${process.pid}-${this.seq}`;
+    this.cache = cache;
     this.residence = residence;
   }
   get length(): number {
-    return this.cache ? this.cache.n : this.host ? this.host.n : 0;
+    return this.cache.n;
+  }
+  get blocks(): number {
+    return this.cache.blocks.length;
+  }
+}
+
+class Reservation implements KVReservation {
+  private left: number;
+  constructor(
+    private readonly pool: { unreserve(n: number): void },
+    readonly blocks: number,
+  ) {
+    this.left = blocks;
+  }
+  /** Hands the reserved blocks to a cache (which spends them first); the reservation is then empty. */
+  moveTo(cache: Cache): void {
+    cache.addReservation(this.left);
+    this.left = 0;
+  }
+  release(): void {
+    if (this.left > 0) this.pool.unreserve(this.left);
+    this.left = 0;
   }
 }
 
@@ -161,41 +174,16 @@ function defaultActive(variants: EngineVariant[]): EngineVariant {
   return variants.filter((v) => v.seqLen === S).sort((a, b) => b.batch - a.batch)[0];
 }
 
-/**
- * Times model computation that lets the event loop run in between: `pause` (for a forward pass's
- * yields) stops the clock across a setImmediate, `finish` stops it at the end; the computing time
- * accumulates in `timing.computeMs`.
- */
-function computeClock(timing: { computeMs: number }): { pause: () => Promise<void>; finish: <T>(x: T) => T } {
-  let resumed = performance.now();
-  return {
-    pause: async () => {
-      timing.computeMs += performance.now() - resumed;
-      await new Promise<void>((r) => setImmediate(r));
-      resumed = performance.now();
-    },
-    finish: (x) => {
-      timing.computeMs += performance.now() - resumed;
-      return x;
-    },
-  };
-}
-
-interface PrefillJob {
-  tokens: number[];
-  cache: CpuKVCache;
-  emit: (layer: number) => void;
-  timing: { computeMs: number };
-  resolve: (logits: Float32Array) => void;
-  reject: (e: unknown) => void;
-}
-
 /** An Engine running on the CPU reference model. Create with `CpuBackedEngine.open`. */
 export class CpuBackedEngine implements Engine {
   readonly name: string;
   readonly backend: string;
   readonly device: DeviceInfo;
   model: ModelInfo;
+  /** The longest request (prompt + max_tokens) served. */
+  readonly maxModelLen: number;
+  /** How the KV cache was sized, e.g. "0.25 of 18.20 GiB available". */
+  readonly kvBudgetNote: string;
   private readonly spec: CpuEngineSpec;
   private readonly llama: LlamaModule;
   private ckpt: CpuCheckpoint;
@@ -203,30 +191,20 @@ export class CpuBackedEngine implements Engine {
   private cpu: CpuModel;
   private variantList: EngineVariant[];
   private active: EngineVariant;
-  private readonly geometry: KVGeometry;
-  private readonly arena = new Map<number, CpuKVCache[]>();
-  /**
-   * What an idle cache still holds from the host-input decode path: positions [0, n) of the host
-   * KV `host` (see decodeHostInput). Any other use of the cache forgets it (takeCache).
-   */
-  private readonly heldInput = new WeakMap<CpuKVCache, { host: WeakRef<KVBlobs>; n: number }>();
-  /** Idle caches: positions [0, n) may hold data, the rest are zero (see returnCache). */
-  private readonly dirty = new WeakMap<CpuKVCache, number>();
   private readonly prefixes: PrefixCache;
-  /** Settles when the model computation in progress (if any) is done; see exclusive(). */
-  private gate: Promise<void> = Promise.resolve();
-  /** Whole prompts waiting for the model: they run together in one forward pass (runPrefillBatch). */
-  private readonly prefillQueue: PrefillJob[] = [];
-  /** Whether a runPrefillBatch is waiting for its turn at the gate. */
-  private prefillScheduled = false;
-  /** Prefill forward passes and the prompts they ran (stats().prefillPasses). */
-  private readonly prefillCount = { passes: 0, prompts: 0 };
-  /** Idle caches kept per S: the widest batch among the variants prepared at that S. */
-  private readonly prepared = new Map<number, number>();
+  private readonly loop: PassLoop;
   private readonly streams = new Set<EngineStream>();
+  /** The stream of each decode step waiting in the loop (to preempt it there). */
+  private readonly workStream = new WeakMap<DecodeWork, EngineStream>();
+  private readonly freedListeners = new Set<() => void>();
+  private preemptions = 0;
   private weightsFrom: EngineStats["weightsFrom"];
   private loadMs: number;
   readonly cacheNote: string;
+  private closed = false;
+  /** Open native decode graphs by variant name (one per batch width and context the steps have needed). */
+  private readonly nativeGraphs = new Map<string, ReturnType<NativeHostDecode["open"]>>();
+
   /** How the weight matrices are held, e.g. "120 q4, 1 q8 (98.2 MB per token)". */
   get weightsHeld(): string {
     return this.cpu.weightsSummary();
@@ -235,13 +213,9 @@ export class CpuBackedEngine implements Engine {
   get configDefaults(): string[] {
     return this.ckpt.configDefaults ?? [];
   }
-  private closed = false;
-  /** Open native decode graphs by variant name (one per batch width the steps have needed). */
-  private readonly nativeGraphs = new Map<string, ReturnType<NativeHostDecode["open"]>>();
 
   private constructor(spec: CpuEngineSpec, llama: LlamaModule, ckpt: CpuCheckpoint, hashes: CheckpointHashes, weights: LoadedWeights) {
     this.spec = spec;
-    this.prefixes = new PrefixCache(spec.prefixCache ?? 0);
     this.name = spec.name;
     this.backend = spec.backend;
     this.device = spec.device;
@@ -252,14 +226,27 @@ export class CpuBackedEngine implements Engine {
     this.weightsFrom = weights.weightsFrom;
     this.loadMs = weights.loadMs;
     this.cacheNote = weights.cacheNote;
-    this.variantList = normalizeVariants(spec.variants);
+    this.maxModelLen = resolveMaxModelLen(spec, ckpt.config.maxPositionEmbeddings);
+    this.variantList = spec.variants?.length ? normalizeVariants(spec.variants) : defaultVariants({ maxModelLen: this.maxModelLen, batch: spec.batch });
     this.active = spec.activeVariant ?? defaultActive(this.variantList);
-    const c = ckpt.config;
-    this.geometry = { layers: c.numLayers, kvHeads: c.numKvHeads, headDim: c.headDim };
+    this.kvBudgetNote = this.sizePool();
+    this.prefixes = new PrefixCache(spec.prefixCache ?? 0, this.cpu.kvPool.blockSize, this.cpu.kvPool);
+    this.cpu.kvPool.onFreed = () => this.blocksFreed();
+    this.loop = new PassLoop(
+      () => this.cpu,
+      {
+        batch: this.widestBatch(),
+        maxTokens: spec.maxNumBatchedTokens ?? DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        chunkSize: spec.prefillMode === "chunked" ? spec.chunkSize : undefined,
+        prefillShare: spec.prefillShare ?? DEFAULT_PREFILL_SHARE,
+        packTokens: spec.prefillBatchTokens ?? 0,
+      },
+      (steps) => this.makeRoom(steps),
+    );
     this.model = this.describe();
   }
 
-  /** Loads the checkpoint at `modelPath` and the weights, then prepares the active variant's KV arena. */
+  /** Loads the checkpoint at `modelPath` and the weights, then sizes the KV cache. */
   static async open(modelPath: string, spec: CpuEngineSpec): Promise<CpuBackedEngine> {
     const llama = LLAMA;
     const ckpt = await llama.loadCheckpoint(modelPath);
@@ -269,15 +256,39 @@ export class CpuBackedEngine implements Engine {
       await yieldToLoop();
       const hashes = checkpointHashes(ckpt, spec.artifactCache?.dir ?? null);
       await yieldToLoop();
-      const weights = await loadWeights(llama, ckpt, hashes.fingerprint, spec.threads, spec.artifactCache, spec.weights, spec.activations);
+      const weights = await loadWeights(llama, ckpt, hashes.fingerprint, spec.artifactCache, {
+        threads: spec.threads,
+        weights: spec.weights,
+        activations: spec.activations,
+        blockSize: spec.blockSize,
+      });
       await yieldToLoop();
-      const engine = new CpuBackedEngine(spec, llama, ckpt, hashes, weights);
-      engine.prepareArena(engine.active);
-      return engine;
+      try {
+        return new CpuBackedEngine(spec, llama, ckpt, hashes, weights);
+      } catch (e) {
+        weights.model.close();
+        throw e;
+      }
     } catch (e) {
       ckpt.tensors.close();
       throw e;
     }
+  }
+
+  /** Sets the pool's budget from spec.kvCacheMemory; throws ConfigError when it cannot hold one request of max_model_len. */
+  private sizePool(): string {
+    const pool = this.cpu.kvPool;
+    const room = Math.max(0, WASM_CAP - this.cpu.rt.allocationTop - WORKING_RESERVE);
+    const budget = kvBudgetBlocks({ memory: this.spec.kvCacheMemory ?? { share: DEFAULT_KV_SHARE }, blockBytes: pool.blockBytes, available: process.availableMemory(), room });
+    const need = blocksFor(this.maxModelLen, pool.blockSize);
+    if (budget.blocks < need) {
+      throw new ConfigError(
+        "kv-cache-memory",
+        `the KV cache (${budget.how}) holds ${budget.blocks} blocks of ${pool.blockSize} positions (${budget.blocks * pool.blockSize} tokens), fewer than one request of max_model_len ${this.maxModelLen} needs (${need} blocks of ${pool.blockBytes} bytes); raise --kv-cache-memory or lower --max-model-len`,
+      );
+    }
+    pool.setMaxBlocks(budget.blocks);
+    return budget.how;
   }
 
   /** How the checkpoint's hashes were obtained at the last load or delta (`record` = no re-hash). */
@@ -325,53 +336,409 @@ export class CpuBackedEngine implements Engine {
     return { ...pickVariant(this.variantList, promptTokens, maxTokens, batch) };
   }
 
-  // --- KV arena -------------------------------------------------------------------------------
+  /** The widest batch any compiled variant runs: how many decode steps one pass takes. */
+  widestBatch(): number {
+    return Math.max(1, ...this.variantList.map((v) => v.batch));
+  }
+
+  // --- the paged KV cache ---------------------------------------------------------------------
+
+  kvCache(): KVCacheInfo {
+    const pool = this.cpu.kvPool;
+    const cached = this.prefixes.evictableBlocks();
+    const used = pool.usedBlocks + pool.reservedBlocks - cached;
+    return {
+      blockSize: pool.blockSize,
+      totalBlocks: pool.totalBlocks,
+      usedBlocks: used,
+      freeBlocks: pool.totalBlocks - used,
+      cachedBlocks: cached,
+      blockBytes: pool.blockBytes,
+      maxModelLen: this.maxModelLen,
+      preemptions: this.preemptions,
+    };
+  }
+
+  reserve(positions: number, extra = 0): KVReservation | null {
+    this.live();
+    const pool = this.cpu.kvPool;
+    if (!Number.isInteger(positions) || positions < 1 || !Number.isInteger(extra) || extra < 0) {
+      throw new ConfigError("positions", `must be an integer >= 1 (and extra >= 0), got ${positions} (+${extra})`);
+    }
+    const blocks = blocksFor(positions, pool.blockSize) + extra;
+    if (blocks > pool.totalBlocks) {
+      throw new ContextOverflowError(positions, pool.totalBlocks * pool.blockSize, `${pool.totalBlocks} blocks of ${pool.blockSize} positions`, "the KV cache");
+    }
+    while (!pool.reserve(blocks)) if (!this.prefixes.evictOldest()) return null;
+    return new Reservation(pool, blocks);
+  }
+
+  onBlocksFreed(listener: () => void): () => void {
+    this.freedListeners.add(listener);
+    return () => this.freedListeners.delete(listener);
+  }
+
+  private blocksFreed(): void {
+    for (const l of this.freedListeners) l();
+  }
+
+  /** A reservation made by this engine's reserve(), or a TypeError. */
+  private takeReservation(r: KVReservation | undefined, cache: Cache): void {
+    if (r === undefined) return;
+    if (!(r instanceof Reservation)) throw new ConfigError("reservation", "the reservation was not made by this engine's reserve()");
+    r.moveTo(cache);
+  }
+
+  private newCache(): Cache {
+    return this.cpu.newCache(this.maxModelLen) as Cache;
+  }
 
   /**
-   * Sizes `v`'s workspace: up to B caches of its S are kept for reuse once used (a prepared
-   * variant stays prepared, as on the card). Caches are made when first needed, so an engine
-   * compiled for B16 holds memory for the streams it has actually run.
+   * Makes the pool hold the blocks the decode steps write: evicts kept prefixes first, then
+   * preempts the newest streams (possibly ones in this pass, whose steps then fail with
+   * PreemptedError). Returns the steps that stay.
    */
-  private prepareArena(v: EngineVariant): void {
-    this.prepared.set(v.seqLen, Math.max(this.prepared.get(v.seqLen) ?? 0, v.batch));
-    if (!this.arena.has(v.seqLen)) this.arena.set(v.seqLen, []);
+  private makeRoom(steps: DecodeWork[]): DecodeWork[] {
+    const pool = this.cpu.kvPool;
+    let live = steps.filter((w) => this.stillLive(w));
+    for (;;) {
+      const need = live.reduce((a, w) => a + Math.max(0, (w.cache as Cache).blocksNeeded(w.cache.n + 1) - (w.cache as Cache).reservedBlocks), 0);
+      if (need <= pool.availableBlocks) return live;
+      if (this.prefixes.evictOldest()) continue;
+      const victim = [...this.streams].filter((s) => !s.preempted && !s.recomputing && s.cache.blocks.length > 0).sort((a, b) => b.seq - a.seq)[0];
+      if (!victim) return live;
+      this.preempt(victim);
+      live = live.filter((w) => this.stillLive(w));
+    }
   }
 
-  /** A cache of context S from the arena (or new). `zero` clears a reused one (exported KV stays deterministic). */
-  private takeCache(S: number, zero = true): CpuKVCache {
-    const free = this.arena.get(S);
-    const reused = free?.length ? free.pop()! : null;
-    const cache = reused ?? this.cpu.newCache(S);
-    if (reused) this.heldInput.delete(reused);
-    if (reused && zero) {
-      // Only the positions a last user may have written: the rest is still zero.
-      const dirty = this.dirty.get(reused) ?? S;
-      for (let l = 0; l < this.geometry.layers; l++) zeroPrefix(this.geometry, S, dirty, cache.layerK(l), cache.layerV(l));
+  /** False (and the step failed with PreemptedError) when the step's stream was preempted. */
+  private stillLive(w: DecodeWork): boolean {
+    const s = this.workStream.get(w);
+    if (!s?.preempted) return true;
+    w.reject(new PreemptedError(s.id));
+    return false;
+  }
+
+  /** Takes a stream's blocks back; it must be recomputed (engine.recompute) before it steps again. */
+  private preempt(s: EngineStream): void {
+    s.preempted = true;
+    this.preemptions++;
+    s.cache.clear();
+  }
+
+  // --- decode ---------------------------------------------------------------------------------
+
+  async decode(steps: DecodeStep[]): Promise<DecodeResult[]> {
+    this.live();
+    const own = steps.map((s) => this.own(s.stream));
+    if (new Set(own).size !== own.length) throw new ConfigError("steps", "a stream appears twice in one decode step");
+    this.checkTokens(
+      steps.map((s) => s.token),
+      "token",
+    );
+    for (const s of steps) {
+      this.checkSampling(s.sampling);
+      if (s.logprobs !== undefined && !(Number.isInteger(s.logprobs) && s.logprobs >= 0)) throw new ConfigError("logprobs", `must be an integer >= 0, got ${s.logprobs}`);
     }
-    cache.n = 0;
-    return cache;
+    for (const s of own) {
+      if (!s.preempted && s.length >= this.maxModelLen) throw new ContextOverflowError(s.length + 1, this.maxModelLen, `stream ${s.id} is full`);
+    }
+    const out: DecodeResult[] = new Array(steps.length);
+    const running: number[] = [];
+    own.forEach((s, i) => {
+      if (s.preempted || s.recomputing) out[i] = { token: -1, error: new PreemptedError(s.id) };
+      else running.push(i);
+    });
+    const logits = this.spec.nativeHostDecode
+      ? await this.decodeNative(running.map((i) => own[i]), running.map((i) => steps[i].token))
+      : await Promise.allSettled(running.map((i) => this.queueStep(own[i], steps[i].token)));
+    running.forEach((i, k) => {
+      const r = logits[k];
+      if (r.status === "rejected") {
+        if (!isAirmError(r.reason, "PREEMPTED")) throw r.reason;
+        out[i] = { token: -1, error: r.reason };
+        return;
+      }
+      // A stream whose constraint fails fails alone: the others' tokens stand.
+      const g = steps[i];
+      try {
+        out[i] = this.pick(r.value, g.sampling, own[i].length, { constraint: g.constraint, top: g.logprobs, history: g.history });
+      } catch (error) {
+        out[i] = { token: -1, error };
+      }
+    });
+    return out;
+  }
+
+  private queueStep(s: EngineStream, token: number): Promise<Float32Array> {
+    return new Promise<Float32Array>((resolve, reject) => {
+      const work: DecodeWork = { cache: s.cache, token, resolve, reject };
+      this.workStream.set(work, s);
+      this.loop.decode([work]);
+    });
+  }
+
+  /** The smallest compiled variant with context >= `need` that holds `count` streams (the widest there when none does). */
+  private variantFor(count: number, need: number): EngineVariant {
+    const S = Math.min(...this.variantList.filter((v) => v.seqLen >= need).map((v) => v.seqLen));
+    const atS = this.variantList.filter((v) => v.seqLen === S).sort((a, b) => a.batch - b.batch);
+    return atS.find((v) => v.batch >= count) ?? atS[atS.length - 1];
+  }
+
+  private graphFor(v: EngineVariant): ReturnType<NativeHostDecode["open"]> {
+    const key = variantName(v);
+    let graph = this.nativeGraphs.get(key);
+    if (!graph) {
+      const c = this.ckpt.config;
+      graph = this.spec.nativeHostDecode!.open({ ...v }, { layers: c.numLayers, kvHeads: c.numKvHeads, headDim: c.headDim, vocabSize: c.vocabSize });
+      this.nativeGraphs.set(key, graph);
+    }
+    return graph;
   }
 
   /**
-   * Keeps an idle cache for the next user (or frees it). `written`: the positions [0, written)
-   * that may hold data since it was zeroed; the rest must be zero (the default: every position).
+   * ATOM's decode graph, on the card: each stream's positions are gathered from its blocks into
+   * the graph's dense input of the smallest compiled context that holds them, and the new
+   * position it returns is written back into the stream's block. Groups of the widest batch.
    */
-  private returnCache(cache: CpuKVCache, written = cache.S): void {
-    const free = this.arena.get(cache.S) ?? [];
-    if (free.length < (this.prepared.get(cache.S) ?? 0)) {
-      this.dirty.set(cache, Math.min(cache.S, written));
-      free.push(cache);
-      this.arena.set(cache.S, free);
-      return;
+  private async decodeNative(streams: EngineStream[], tokens: number[]): Promise<PromiseSettledResult<Float32Array>[]> {
+    await this.loop.idle();
+    const out: PromiseSettledResult<Float32Array>[] = [];
+    const c = this.ckpt.config;
+    const g = { kvHeads: c.numKvHeads, headDim: c.headDim };
+    const pool = this.cpu.kvPool;
+    const B = this.widestBatch();
+    for (let at = 0; at < streams.length; at += B) {
+      const group = streams.slice(at, at + B);
+      const works = group.map((s) => {
+        const w: DecodeWork = { cache: s.cache, token: 0, resolve: () => {}, reject: () => {} };
+        this.workStream.set(w, s);
+        return w;
+      });
+      const kept = new Set(this.makeRoom(works).map((w) => w.cache));
+      for (const s of group) if (!kept.has(s.cache)) out.push({ status: "rejected", reason: new PreemptedError(s.id) });
+      const live = group.filter((s) => kept.has(s.cache));
+      if (live.length === 0) continue;
+      const v = this.variantFor(live.length, Math.max(...live.map((s) => s.length + 1)));
+      const dense: DenseKV[] = live.map((s) => {
+        const kv = this.cpu.exportKV(s.cache);
+        const d: DenseKV = { seqLen: v.seqLen, n: kv.n, k: [], v: [] };
+        for (let l = 0; l < c.numLayers; l++) {
+          const K = new Uint8Array(denseLayerBytes(g, v.seqLen));
+          const V = new Uint8Array(K.length);
+          blocksToDense(g, kv.blockSize, kv.n, kv.k[l], kv.v[l], v.seqLen, K, V);
+          d.k.push(K);
+          d.v.push(V);
+        }
+        return d;
+      });
+      const results = this.graphFor(v).step(
+        dense,
+        live.map((s) => tokens[streams.indexOf(s)]),
+      );
+      live.forEach((s, i) => {
+        const p = s.cache.n;
+        s.cache.ensure(p + 1);
+        const id = s.cache.blocks[Math.floor(p / pool.blockSize)];
+        for (let l = 0; l < c.numLayers; l++) writeBlockColumn(g, pool.blockSize, p % pool.blockSize, pool.view(id, l, "k"), pool.view(id, l, "v"), results[i].k[l], results[i].v[l]);
+        s.cache.n = p + 1;
+        out.push({ status: "fulfilled", value: results[i].logits });
+      });
     }
-    this.cpu.freeCache(cache);
+    // in the order of `streams`
+    const byStream = new Map<EngineStream, PromiseSettledResult<Float32Array>>();
+    let k = 0;
+    for (let at = 0; at < streams.length; at += B) for (const s of streams.slice(at, at + B)) byStream.set(s, out[k++]);
+    return streams.map((s) => byStream.get(s)!);
   }
 
-  private checkSeqLen(S: number, what: string): void {
-    if (!this.variantList.some((v) => v.seqLen === S)) {
-      throw new KVIntegrityError("seqLen", `${what} at S=${S}, but this engine compiled ${this.variantList.map(variantName).join(", ")}`);
+  // --- prefill --------------------------------------------------------------------------------
+
+  async prefill(tokens: number[], options: PrefillOptions): Promise<PrefillResult> {
+    this.live();
+    if (!Array.isArray(tokens) || tokens.length === 0) throw new ConfigError("tokens", "prefill needs at least one token");
+    this.checkTokens(tokens, "tokens");
+    this.checkSampling(options.sampling);
+    if (options.logprobs !== undefined && !(Number.isInteger(options.logprobs) && options.logprobs >= 0)) {
+      throw new ConfigError("logprobs", `must be an integer >= 0, got ${options.logprobs}`);
+    }
+    const done = options.completionTokens ?? 0;
+    if (!(Number.isInteger(done) && done >= 0 && done < tokens.length))
+      throw new ConfigError("completionTokens", `must be an integer in [0, ${tokens.length}) (the prompt keeps a token), got ${done}`);
+    if (tokens.length > this.maxModelLen) throw new ContextOverflowError(tokens.length, this.maxModelLen, "prompt alone");
+    const cache = this.newCache();
+    let stream: EngineStream | undefined;
+    try {
+      this.takeReservation(options.reservation, cache);
+      const run = await this.runPrompt(tokens, cache, { onLayer: options.onLayer, promptLogprobs: options.promptLogprobs === true, exportKV: !options.keepStream });
+      const result = this.firstTokens(tokens, run.rows, options);
+      if (options.keepStream) {
+        stream = new EngineStream(this, cache, this.spec.residence);
+        this.streams.add(stream);
+      }
+      try {
+        for (const p of run.pending) await p;
+      } catch (e) {
+        if (stream) this.release(stream);
+        stream = undefined;
+        throw e;
+      }
+      return { ...result, ...(run.kv ? { kv: run.kv } : {}), stream, computeMs: run.computeMs, cachedTokens: run.cachedTokens };
+    } finally {
+      if (!stream) cache.clear();
     }
   }
+
+  /**
+   * Runs `tokens` into an empty cache through the scheduler: a kept prefix's blocks shared first,
+   * the rest computed in passes. Returns the last (or, for prompt log-probabilities, every)
+   * position's logits, the time computed, and with `exportKV` the prompt's blobs (taken layer by
+   * layer as the last chunk finishes each, when onLayer is called).
+   */
+  private async runPrompt(
+    tokens: number[],
+    cache: Cache,
+    o: { onLayer?: PrefillOptions["onLayer"]; promptLogprobs: boolean; exportKV: boolean },
+  ): Promise<{ rows: Float32Array[]; computeMs: number; cachedTokens: number; kv?: KVBlobs; pending: Promise<void>[] }> {
+    const L = this.ckpt.config.numLayers;
+    // Prompt log-probabilities need every position's logits, so they compute the whole prompt.
+    const hit = o.promptLogprobs ? null : this.prefixes.lookup(tokens);
+    if (hit) cache.adopt(hit.blocks);
+    const k: Uint8Array[] = new Array(L);
+    const v: Uint8Array[] = new Array(L);
+    const pending: Promise<void>[] = [];
+    const emit = (layer: number): void => {
+      if (!o.exportKV && !o.onLayer) return;
+      k[layer] = cache.layerK(layer, tokens.length);
+      v[layer] = cache.layerV(layer, tokens.length);
+      const r = o.onLayer?.(layer, k[layer], v[layer]);
+      if (r && typeof (r as Promise<void>).then === "function") {
+        const p = Promise.resolve(r);
+        p.catch(() => undefined); // observed by the caller; no unhandled rejection meanwhile
+        pending.push(p);
+      }
+    };
+    const timing = { computeMs: 0 };
+    const rows = await new Promise<Float32Array[]>((resolve, reject) => {
+      this.loop.prefill({
+        tokens: tokens.slice(cache.n),
+        cache,
+        allLogits: o.promptLogprobs,
+        onLayer: emit,
+        take: (count) => cache.ensure(cache.n + count),
+        rows: [],
+        timing,
+        resolve,
+        reject,
+      });
+    });
+    for (let l = 0; l < L; l++) if (!k[l]) emit(l);
+    this.prefixes.store(tokens, cache.blocks);
+    const kv = o.exportKV ? { blockSize: this.cpu.kvPool.blockSize, n: tokens.length, k, v } : undefined;
+    return { rows, computeMs: timing.computeMs, cachedTokens: hit?.n ?? 0, kv, pending };
+  }
+
+  /** Every choice's first token from the prompt's last logits (and the prompt's log-probabilities when asked). */
+  private firstTokens(tokens: number[], rows: Float32Array[], options: PrefillOptions): Pick<PrefillResult, "firstToken" | "firstLogprobs" | "others" | "promptLogprobs"> {
+    const top = options.logprobs ?? 0;
+    const done = options.completionTokens ?? 0;
+    const out: Pick<PrefillResult, "firstToken" | "firstLogprobs" | "others" | "promptLogprobs"> = { firstToken: -1 };
+    // Prompt positions are scored before the last row is masked for the first token.
+    if (options.promptLogprobs) out.promptLogprobs = tokens.slice(1).map((t, i) => this.llama.tokenLogprobs(rows[i], t, top));
+    // Every choice draws from the same last row, under the same mask (read once), with its own seed.
+    const output = new Map<number, number>();
+    for (const t of tokens.slice(tokens.length - done)) output.set(t, (output.get(t) ?? 0) + 1);
+    const history = { output, prompt: new Set(tokens.slice(0, tokens.length - done)) };
+    const mask = options.constraint?.allowedTokens() ?? null;
+    const draw = (i: number) =>
+      this.pick(rows[rows.length - 1], { ...options.sampling, seed: choiceSeed(options.sampling?.seed, i) }, tokens.length, { mask, top: options.logprobs, history });
+    const first = draw(0);
+    out.firstToken = first.token;
+    if (first.logprobs) out.firstLogprobs = first.logprobs;
+    if ((options.choices ?? 1) > 1) out.others = Array.from({ length: options.choices! - 1 }, (_, i) => draw(i + 1));
+    return out;
+  }
+
+  async recompute(stream: KVStream, tokens: number[], reservation?: KVReservation): Promise<void> {
+    this.live();
+    const s = this.own(stream);
+    if (!s.preempted || s.recomputing) throw new KVIntegrityError("stream", `stream ${s.id} was not preempted (or is being recomputed); nothing to recompute`);
+    if (!Array.isArray(tokens) || tokens.length === 0) throw new ConfigError("tokens", "recompute needs the stream's tokens");
+    this.checkTokens(tokens, "tokens");
+    if (tokens.length > this.maxModelLen) throw new ContextOverflowError(tokens.length, this.maxModelLen, "recompute");
+    s.recomputing = true;
+    try {
+      this.takeReservation(reservation, s.cache);
+      const hit = this.prefixes.lookup(tokens);
+      if (hit) s.cache.adopt(hit.blocks);
+      await new Promise<Float32Array[]>((resolve, reject) => {
+        // Ahead of new prompts: a preempted stream was admitted before them.
+        this.loop.prefill(
+          { tokens: tokens.slice(s.cache.n), cache: s.cache, allLogits: false, take: (count) => s.cache.ensure(s.cache.n + count), rows: [], timing: { computeMs: 0 }, resolve, reject },
+          true,
+        );
+      });
+      s.preempted = false;
+    } catch (e) {
+      s.cache.clear();
+      throw e;
+    } finally {
+      s.recomputing = false;
+    }
+  }
+
+  // --- KV exchange ----------------------------------------------------------------------------
+
+  importKV(kv: KVBlobs, reservation?: KVReservation): KVStream {
+    this.live();
+    const c = this.ckpt.config;
+    if (kv.blockSize !== this.cpu.kvPool.blockSize) {
+      throw new KVIntegrityError("blockSize", `imported KV is in blocks of ${kv.blockSize} positions; this engine uses ${this.cpu.kvPool.blockSize} (--block-size must match on both sides)`);
+    }
+    checkKVBlobs({ layers: c.numLayers, kvHeads: c.numKvHeads, headDim: c.headDim }, kv);
+    if (kv.n > this.maxModelLen) throw new KVIntegrityError("n", `imported KV holds ${kv.n} positions, past max_model_len ${this.maxModelLen}`);
+    const cache = this.newCache();
+    try {
+      this.takeReservation(reservation, cache);
+      this.cpu.importKV(cache, kv);
+    } catch (e) {
+      cache.clear();
+      throw e;
+    }
+    const stream = new EngineStream(this, cache, this.spec.residence);
+    this.streams.add(stream);
+    return stream;
+  }
+
+  fork(stream: KVStream): KVStream {
+    const s = this.own(stream);
+    if (s.preempted) throw new PreemptedError(s.id);
+    const cache = s.cache.fork();
+    // One of the parent's reserved blocks goes with the copy (each writes its own copy of the shared last block).
+    if (s.cache.reservedBlocks > 1) {
+      s.cache.reservedBlocks--;
+      cache.addReservation(1);
+    }
+    const f = new EngineStream(this, cache, this.spec.residence);
+    this.streams.add(f);
+    return f;
+  }
+
+  exportKV(stream: KVStream): KVBlobs {
+    const s = this.own(stream);
+    if (s.preempted) throw new PreemptedError(s.id);
+    return this.cpu.exportKV(s.cache);
+  }
+
+  release(stream: KVStream): void {
+    if (!(stream instanceof EngineStream) || stream.owner !== this || stream.released) return;
+    stream.released = true;
+    this.streams.delete(stream);
+    stream.cache.clear();
+  }
+
+  // --- checks and sampling ----------------------------------------------------------------------
 
   private live(): void {
     if (this.closed) throw new UnsupportedError(`engine ${this.name} is closed`);
@@ -415,374 +782,6 @@ export class CpuBackedEngine implements Engine {
     }
   }
 
-  // --- prefill --------------------------------------------------------------------------------
-
-  async prefill(tokens: number[], options: PrefillOptions): Promise<PrefillResult> {
-    this.live();
-    if (!Array.isArray(tokens) || tokens.length === 0) throw new ConfigError("tokens", "prefill needs at least one token");
-    this.checkTokens(tokens, "tokens");
-    this.checkSampling(options.sampling);
-    if (options.logprobs !== undefined && !(Number.isInteger(options.logprobs) && options.logprobs >= 0)) {
-      throw new ConfigError("logprobs", `must be an integer >= 0, got ${options.logprobs}`);
-    }
-    const done = options.completionTokens ?? 0;
-    if (!(Number.isInteger(done) && done >= 0 && done < tokens.length))
-      throw new ConfigError("completionTokens", `must be an integer in [0, ${tokens.length}) (the prompt keeps a token), got ${done}`);
-    const S = options.seqLen;
-    this.checkSeqLen(S, "prefill requested");
-    if (tokens.length > S) throw new ContextOverflowError(tokens.length, S, "prompt alone");
-    const g = this.geometry;
-    const cache = this.takeCache(S);
-    const k: Uint8Array[] = new Array(g.layers);
-    const v: Uint8Array[] = new Array(g.layers);
-    const pending: Promise<void>[] = [];
-    const emit = (layer: number): void => {
-      k[layer] = cache.layerK(layer).slice();
-      v[layer] = cache.layerV(layer).slice();
-      if (options.onLayer) {
-        const r = options.onLayer(layer, k[layer], v[layer]);
-        if (r && typeof (r as Promise<void>).then === "function") {
-          const p = Promise.resolve(r);
-          p.catch(() => undefined); // observed below; avoid an unhandled rejection meanwhile
-          pending.push(p);
-        }
-      }
-    };
-    let rows: Float32Array[];
-    const timing = { computeMs: 0 };
-    // A kept prefix is copied in and only the rest is computed (same bits: see prefix-cache.ts).
-    // Prompt log-probabilities need every position's logits, so they compute the whole prompt.
-    const hit = options.promptLogprobs ? null : this.prefixes.lookup(S, tokens);
-    try {
-      if (hit) {
-        for (let l = 0; l < g.layers; l++) copyPrefix(g, S, hit.n, hit.k[l], hit.v[l], cache.layerK(l), cache.layerV(l));
-        cache.n = hit.n;
-      }
-      const rest = hit ? tokens.slice(hit.n) : tokens;
-      // Whole prompts that wait for the model run together (same bits as alone); prompt
-      // log-probabilities and chunked prefill run one prompt at a time.
-      if ((this.spec.prefillBatchTokens ?? 0) > 0 && this.spec.prefillMode === "whole" && !options.promptLogprobs) rows = [await this.prefillBatched(rest, cache, emit, timing)];
-      else
-        rows = await this.exclusive(() => {
-          this.prefillCount.passes++;
-          this.prefillCount.prompts++;
-          return this.prefillRows(rest, cache, emit, options.promptLogprobs === true, timing);
-        });
-      if (cache.n !== tokens.length) cache.n = tokens.length;
-      for (let l = 0; l < g.layers; l++) if (!k[l]) emit(l);
-    } catch (e) {
-      this.returnCache(cache);
-      throw e;
-    }
-    const computeMs = timing.computeMs;
-    const top = options.logprobs ?? 0;
-    const logprobs: Pick<PrefillResult, "firstLogprobs" | "promptLogprobs"> = {};
-    // Prompt positions are scored before the last row is masked for the first token.
-    if (options.promptLogprobs) logprobs.promptLogprobs = tokens.slice(1).map((t, i) => this.llama.tokenLogprobs(rows[i], t, top));
-    let firstToken: number;
-    let others: PrefillResult["others"];
-    try {
-      // Every choice draws from the same last row, under the same mask (read once), with its own seed.
-      const output = new Map<number, number>();
-      for (const t of tokens.slice(tokens.length - done)) output.set(t, (output.get(t) ?? 0) + 1);
-      const history = { output, prompt: new Set(tokens.slice(0, tokens.length - done)) };
-      const mask = options.constraint?.allowedTokens() ?? null;
-      const draw = (i: number) =>
-        this.pick(rows[rows.length - 1], { ...options.sampling, seed: choiceSeed(options.sampling?.seed, i) }, tokens.length, { mask, top: options.logprobs, history });
-      const first = draw(0);
-      firstToken = first.token;
-      if (first.logprobs) logprobs.firstLogprobs = first.logprobs;
-      if ((options.choices ?? 1) > 1) others = Array.from({ length: options.choices! - 1 }, (_, i) => draw(i + 1));
-    } catch (e) {
-      this.returnCache(cache, tokens.length);
-      throw e;
-    }
-    let stream: EngineStream | undefined;
-    if (options.keepStream) {
-      stream = new EngineStream(this, S, this.spec.residence);
-      if (this.spec.residence === "device") stream.cache = cache;
-      else {
-        stream.host = { seqLen: S, n: tokens.length, k: k.map((x) => x.slice()), v: v.map((x) => x.slice()) };
-        this.returnCache(cache, tokens.length);
-      }
-      this.streams.add(stream);
-    } else this.returnCache(cache, tokens.length); // a prefill writes the prompt's positions only
-    try {
-      for (const p of pending) await p;
-    } catch (e) {
-      if (stream) this.release(stream);
-      throw e;
-    }
-    this.prefixes.store(S, tokens, k, v);
-    return { firstToken, ...logprobs, ...(others ? { others } : {}), kv: { seqLen: S, n: tokens.length, k, v }, stream, computeMs, cachedTokens: hit?.n ?? 0 };
-  }
-
-  /**
-   * Runs the prompt into `cache` the backend's way (whole, or in chunks against the live cache)
-   * and returns the logits of the last position, or of every position when `all` (same kernels
-   * and order, so the last row is the same either way). Lets the event loop run between blocks
-   * of work (a worker keeps answering /health during a long prompt); `timing.computeMs` gets the
-   * time spent computing, without those pauses.
-   */
-  private async prefillRows(tokens: number[], cache: CpuKVCache, emit: (layer: number) => void, all: boolean, timing: { computeMs: number }): Promise<Float32Array[]> {
-    const { pause, finish } = computeClock(timing);
-    if (this.spec.prefillMode === "whole") return finish(await this.cpu.prefillAsync(tokens, cache, { onLayer: emit, allLogits: all, pause }));
-    // Chunked prefill finishes a layer only with the last chunk: layers are emitted by the caller then.
-    const rows: Float32Array[] = [];
-    for (let i = 0; i < tokens.length; i += this.spec.chunkSize) {
-      const chunk = await this.cpu.prefillAsync(tokens.slice(i, i + this.spec.chunkSize), cache, { allLogits: all, pause });
-      if (all || i + this.spec.chunkSize >= tokens.length) rows.push(...chunk);
-    }
-    return finish(rows);
-  }
-
-  /**
-   * Queues a whole prompt (already checked, its cached prefix copied in) for the next forward
-   * pass and resolves with the logits of its last position. A prompt that finds the model idle
-   * starts at once; prompts that arrive while the model computes wait, and then all of them (up
-   * to spec.prefillBatchTokens) run in one pass, so a burst of prompts finishes together instead of
-   * one after another. `timing.computeMs` gets the pass's compute time.
-   */
-  private prefillBatched(tokens: number[], cache: CpuKVCache, emit: (layer: number) => void, timing: { computeMs: number }): Promise<Float32Array> {
-    return new Promise<Float32Array>((resolve, reject) => {
-      this.prefillQueue.push({ tokens, cache, emit, timing, resolve, reject });
-      this.schedulePrefillBatch();
-    });
-  }
-
-  private schedulePrefillBatch(): void {
-    if (this.prefillScheduled || this.prefillQueue.length === 0) return;
-    this.prefillScheduled = true;
-    // runPrefillBatch settles every job it takes itself; nothing is left to observe here
-    this.exclusive(() => this.runPrefillBatch()).catch(() => undefined);
-  }
-
-  /** Takes the waiting prompts (at least one, then up to spec.prefillBatchTokens in all) and runs them in one pass. */
-  private async runPrefillBatch(): Promise<void> {
-    this.prefillScheduled = false;
-    let total = 0;
-    let take = 0;
-    while (take < this.prefillQueue.length && (take === 0 || total + this.prefillQueue[take].tokens.length <= (this.spec.prefillBatchTokens ?? 0))) {
-      total += this.prefillQueue[take].tokens.length;
-      take++;
-    }
-    const jobs = this.prefillQueue.splice(0, take);
-    this.prefillCount.passes++;
-    this.prefillCount.prompts += jobs.length;
-    this.schedulePrefillBatch(); // the rest waits for the next turn
-    const pass = { computeMs: 0 };
-    const { pause, finish } = computeClock(pass);
-    try {
-      const logits = finish(
-        await this.cpu.prefillManyAsync(
-          jobs.map((j) => ({ tokens: j.tokens, cache: j.cache })),
-          {
-            onLayer: (l) => {
-              for (const j of jobs) j.emit(l);
-            },
-            pause,
-          },
-        ),
-      );
-      jobs.forEach((j, i) => {
-        j.timing.computeMs += pass.computeMs;
-        j.resolve(logits[i]);
-      });
-    } catch (e) {
-      for (const j of jobs) j.reject(e);
-    }
-  }
-
-  /**
-   * Runs `fn` when no other model computation is in progress. A prefill pauses between blocks of
-   * work, and the model's scratch buffers belong to one forward pass at a time, so prefills and
-   * decode steps take turns here.
-   */
-  private async exclusive<T>(fn: () => Promise<T> | T): Promise<T> {
-    const before = this.gate;
-    let done!: () => void;
-    this.gate = new Promise<void>((r) => (done = r));
-    await before;
-    try {
-      return await fn();
-    } finally {
-      done();
-    }
-  }
-
-  // --- decode ---------------------------------------------------------------------------------
-
-  async decode(steps: DecodeStep[]): Promise<DecodeResult[]> {
-    this.live();
-    const own = steps.map((s) => this.own(s.stream));
-    if (new Set(own).size !== own.length) throw new ConfigError("steps", "a stream appears twice in one decode step");
-    this.checkTokens(
-      steps.map((s) => s.token),
-      "token",
-    );
-    for (const s of steps) {
-      this.checkSampling(s.sampling);
-      if (s.logprobs !== undefined && !(Number.isInteger(s.logprobs) && s.logprobs >= 0)) throw new ConfigError("logprobs", `must be an integer >= 0, got ${s.logprobs}`);
-    }
-    for (const s of own) {
-      if (s.length >= s.seqLen) throw new ContextOverflowError(s.length + 1, s.seqLen, `stream ${s.id} is full`);
-    }
-    const out: DecodeResult[] = new Array(steps.length);
-    // Groups as wide as the widest compiled batch; each runs as the smallest variant that holds it.
-    const B = this.widestBatch();
-    await this.exclusive(() => {
-      for (let at = 0; at < steps.length; at += B) {
-        const group = steps.slice(at, at + B);
-        const streams = own.slice(at, at + B);
-        const logits = this.spec.residence === "device" ? this.decodeResident(streams, group) : this.decodeHostInput(streams, group);
-        for (let i = 0; i < group.length; i++) {
-          // A stream whose constraint fails fails alone: the others' tokens stand.
-          try {
-            out[at + i] = this.pick(logits[i], group[i].sampling, streams[i].length, { constraint: group[i].constraint, top: group[i].logprobs, history: group[i].history });
-          } catch (error) {
-            out[at + i] = { token: -1, error };
-          }
-        }
-      }
-    });
-    return out;
-  }
-
-  /** The widest batch any compiled variant runs: how many streams one decode step takes. */
-  widestBatch(): number {
-    return Math.max(1, ...this.variantList.map((v) => v.batch));
-  }
-
-  /** The smallest compiled variant at S that holds `count` streams (the widest at S when none does). */
-  private variantFor(count: number, S: number): EngineVariant {
-    const atS = this.variantList.filter((v) => v.seqLen === S).sort((a, b) => a.batch - b.batch);
-    return atS.find((v) => v.batch >= count) ?? atS[atS.length - 1] ?? this.active;
-  }
-
-  private decodeResident(streams: EngineStream[], group: DecodeStep[]): Float32Array[] {
-    const before = streams.map((s) => s.cache!.n);
-    const logits = this.cpu.decode(group.map((g, i) => ({ cache: streams[i].cache!, token: g.token })));
-    streams.forEach((s, i) => {
-      if (s.cache!.n === before[i]) s.cache!.n = before[i] + 1;
-    });
-    return logits;
-  }
-
-  private graphFor(v: EngineVariant = this.active): ReturnType<NativeHostDecode["open"]> {
-    const key = variantName(v);
-    let graph = this.nativeGraphs.get(key);
-    if (!graph) {
-      graph = this.spec.nativeHostDecode!.open({ ...v }, { ...this.geometry, vocabSize: this.ckpt.config.vocabSize });
-      this.nativeGraphs.set(key, graph);
-    }
-    return graph;
-  }
-
-  /** ATOM's decode graph is fed every cached position from host memory on each step and returns the new position's K/V. */
-  private decodeHostInput(streams: EngineStream[], group: DecodeStep[]): Float32Array[] {
-    const g = this.geometry;
-    if (this.spec.nativeHostDecode) {
-      for (const s of streams) {
-        if (s.seqLen !== this.active.seqLen) throw new ConfigError("variant", `stream ${s.id} has S=${s.seqLen}; swap to a variant with S=${s.seqLen} first`);
-      }
-      const results = this.graphFor(this.variantFor(streams.length, this.active.seqLen)).step(
-        streams.map((s) => s.host!),
-        group.map((x) => x.token),
-      );
-      for (const [i, s] of streams.entries()) appendColumn(g, s.host!, results[i].k, results[i].v);
-      return results.map((r) => r.logits);
-    }
-    // The host cache is the input of the step: its valid positions go into a working cache
-    // (attention reads positions [0, n] only, so what lies past them does not matter). An idle
-    // cache that still holds this stream's positions [0, n) from its previous step (the step wrote
-    // the new position there and copied it to the host) is taken as it is: the same bytes as the
-    // copy, without copying n positions of every layer again.
-    const held = streams.map((s) => {
-      const free = this.arena.get(s.seqLen) ?? [];
-      const at = free.findIndex((c) => {
-        const t = this.heldInput.get(c);
-        return t !== undefined && t.n === s.host!.n && t.host.deref() === s.host;
-      });
-      if (at < 0) return null;
-      const c = free.splice(at, 1)[0];
-      this.heldInput.delete(c);
-      c.n = s.host!.n;
-      return c;
-    });
-    const scratch = streams.map((s, i) => {
-      const kept = held[i];
-      if (kept) return kept;
-      const c = this.takeCache(s.seqLen, false);
-      const h = s.host!;
-      for (let l = 0; l < g.layers; l++) copyPrefix(g, s.seqLen, h.n, h.k[l], h.v[l], c.layerK(l), c.layerV(l));
-      c.n = h.n;
-      return c;
-    });
-    let stepped = false;
-    try {
-      const logits = this.cpu.decode(group.map((x, i) => ({ cache: scratch[i], token: x.token })));
-      streams.forEach((s, i) => {
-        const host = s.host!;
-        const p = host.n;
-        for (let l = 0; l < g.layers; l++) copyPosition(g, s.seqLen, p, scratch[i].layerK(l), scratch[i].layerV(l), host.k[l], host.v[l]);
-        host.n = p + 1;
-      });
-      stepped = true;
-      return logits;
-    } finally {
-      for (const [i, c] of scratch.entries()) {
-        if (stepped) this.heldInput.set(c, { host: new WeakRef(streams[i].host!), n: streams[i].host!.n });
-        this.returnCache(c);
-      }
-    }
-  }
-
-  // --- KV exchange ----------------------------------------------------------------------------
-
-  importKV(kv: KVBlobs): KVStream {
-    this.live();
-    checkKVBlobs(this.geometry, kv);
-    this.checkSeqLen(kv.seqLen, "imported KV");
-    const stream = new EngineStream(this, kv.seqLen, this.spec.residence);
-    if (this.spec.residence === "device") {
-      const cache = this.takeCache(kv.seqLen, false); // every byte is overwritten below
-      for (let l = 0; l < this.geometry.layers; l++) {
-        cache.layerK(l).set(kv.k[l]);
-        cache.layerV(l).set(kv.v[l]);
-      }
-      cache.n = kv.n;
-      stream.cache = cache;
-    } else {
-      stream.host = { seqLen: kv.seqLen, n: kv.n, k: kv.k.map((x) => x.slice()), v: kv.v.map((x) => x.slice()) };
-    }
-    this.streams.add(stream);
-    return stream;
-  }
-
-  exportKV(stream: KVStream): KVBlobs {
-    const s = this.own(stream);
-    if (s.cache) {
-      const L = this.geometry.layers;
-      return {
-        seqLen: s.seqLen,
-        n: s.cache.n,
-        k: Array.from({ length: L }, (_, l) => s.cache!.layerK(l).slice()),
-        v: Array.from({ length: L }, (_, l) => s.cache!.layerV(l).slice()),
-      };
-    }
-    const h = s.host!;
-    return { seqLen: h.seqLen, n: h.n, k: h.k.map((x) => x.slice()), v: h.v.map((x) => x.slice()) };
-  }
-
-  release(stream: KVStream): void {
-    if (!(stream instanceof EngineStream) || stream.owner !== this || stream.released) return;
-    stream.released = true;
-    this.streams.delete(stream);
-    if (stream.cache) this.returnCache(stream.cache);
-    stream.cache = null;
-    stream.host = null;
-  }
-
   // --- swap and delta -------------------------------------------------------------------------
 
   async swap(variant: EngineVariant): Promise<SwapResult> {
@@ -790,14 +789,14 @@ export class CpuBackedEngine implements Engine {
     if (!Number.isInteger(variant.batch) || variant.batch < 1 || !Number.isInteger(variant.seqLen) || variant.seqLen < 8) {
       throw new ConfigError("variant", `batch must be >= 1 and seqLen >= 8, got ${JSON.stringify(variant)}`);
     }
+    if (variant.seqLen > this.maxModelLen) throw new ConfigError("variant", `seqLen ${variant.seqLen} is past max_model_len ${this.maxModelLen}`);
     const t0 = performance.now();
     const from = { ...this.active };
     const compiled = !this.variantList.some((v) => v.batch === variant.batch && v.seqLen === variant.seqLen);
     if (compiled) this.variantList = normalizeVariants([...this.variantList, { batch: variant.batch, seqLen: variant.seqLen }]);
     this.active = { batch: variant.batch, seqLen: variant.seqLen };
-    // Weights stay; only the variant's workspace is made resident (kept for a later swap back).
-    this.prepareArena(this.active);
-    if (this.spec.nativeHostDecode) this.graphFor();
+    // Weights and the KV cache stay; on a card only the variant's graph would be made resident.
+    if (this.spec.nativeHostDecode) this.graphFor(this.active);
     return { from, to: { ...this.active }, compiled, ms: performance.now() - t0 };
   }
 
@@ -806,6 +805,7 @@ export class CpuBackedEngine implements Engine {
     if (this.streams.size > 0) {
       throw new UnsupportedError(`applyDelta with ${this.streams.size} live stream(s): their KV was computed with the old weights; release them first`);
     }
+    await this.loop.idle();
     const t0 = performance.now();
     const next = await this.llama.loadCheckpoint(modelDir, { reuseTokenizerFrom: this.ckpt });
     let nextHashes: CheckpointHashes;
@@ -828,15 +828,18 @@ export class CpuBackedEngine implements Engine {
       for (const name of plan.changed) this.cpu.updateTensor(name, next.tensors);
       mode = "tensors";
     } else {
-      const weights = await loadWeights(this.llama, next, nextHashes.fingerprint, this.spec.threads, this.spec.artifactCache, this.spec.weights);
-      for (const free of this.arena.values()) for (const c of free) this.cpu.freeCache(c);
-      this.arena.clear();
-      this.prepared.clear();
+      const weights = await loadWeights(this.llama, next, nextHashes.fingerprint, this.spec.artifactCache, {
+        threads: this.spec.threads,
+        weights: this.spec.weights,
+        activations: this.spec.activations,
+        blockSize: this.cpu.kvPool.blockSize,
+      });
+      weights.model.kvPool.setMaxBlocks(this.cpu.kvPool.totalBlocks);
+      weights.model.kvPool.onFreed = () => this.blocksFreed();
       this.cpu.close();
       this.cpu = weights.model;
       this.weightsFrom = weights.weightsFrom;
       this.loadMs = weights.loadMs;
-      this.prepareArena(this.active);
       mode = "full-reload";
     }
     this.ckpt.tensors.close();
@@ -855,13 +858,12 @@ export class CpuBackedEngine implements Engine {
   }
 
   stats(): EngineStats {
-    let kvBytes = 0;
-    for (const s of this.streams) kvBytes += requestKVBytes(this.geometry, s.seqLen);
+    const kv = this.kvCache();
     return {
       variant: { ...this.active },
       streams: this.streams.size,
-      kvBytes,
-      kvCapacityBytes: this.spec.maxStreams * requestKVBytes(this.geometry, this.active.seqLen),
+      kvBytes: kv.usedBlocks * kv.blockBytes,
+      kvCapacityBytes: kv.totalBlocks * kv.blockBytes,
       weightsFrom: this.weightsFrom,
       loadMs: this.loadMs,
       prefixCache: {
@@ -871,24 +873,46 @@ export class CpuBackedEngine implements Engine {
         entries: this.prefixes.size,
         capacity: this.prefixes.capacity,
       },
-      prefillPasses: { ...this.prefillCount },
+      prefillPasses: { passes: this.loop.counts.prefillPasses, prompts: this.loop.counts.prompts },
     };
   }
 
-  /** Bytes of one layer blob at `S` (what a transport moves per (layer, K|V)). */
-  layerBlobBytes(S: number): number {
-    return layerBytes(this.geometry, S);
+  /** The pass loop's counters (passes, chunks, prompts, decode steps, passes that mixed both). */
+  passCounts(): PassLoop["counts"] {
+    return { ...this.loop.counts };
+  }
+
+  /** Bytes of one block of the KV cache (every layer's K and V). */
+  kvBlockBytes(): number {
+    return this.cpu.kvPool.blockBytes;
+  }
+
+  /** Blocks whose memory the KV cache has touched so far (it takes memory as blocks are first used). */
+  kvMaterializedBlocks(): number {
+    return this.cpu.kvPool.materializedBlocks;
   }
 
   async close(): Promise<void> {
     if (this.closed) return;
+    await this.loop.idle();
     for (const s of [...this.streams]) this.release(s);
+    this.prefixes.clear();
     for (const graph of this.nativeGraphs.values()) graph.close();
     this.nativeGraphs.clear();
-    for (const free of this.arena.values()) for (const c of free) this.cpu.freeCache(c);
-    this.arena.clear();
     this.cpu.close();
     this.ckpt.tensors.close();
     this.closed = true;
   }
+}
+
+/** max_model_len: --max-model-len, else the model's context, never past it (nor past the largest compiled variant when variants are given). */
+function resolveMaxModelLen(spec: CpuEngineSpec, modelContext: number): number {
+  const asked = spec.maxModelLen;
+  if (asked !== undefined && (!Number.isInteger(asked) || asked < 8)) throw new ConfigError("max-model-len", `must be an integer >= 8, got ${asked}`);
+  if (asked !== undefined && asked > modelContext) {
+    throw new ConfigError("max-model-len", `${asked} is past the model's context of ${modelContext} tokens (max_position_embeddings / context_length); ask for at most ${modelContext}`);
+  }
+  const largest = spec.variants?.length ? Math.max(...spec.variants.map((v) => v.seqLen)) : Number.POSITIVE_INFINITY;
+  if (asked !== undefined && asked > largest) throw new ConfigError("max-model-len", `${asked} is past the largest compiled variant's context ${largest} (AIRM_VARIANTS)`);
+  return Math.min(asked ?? modelContext, largest);
 }

@@ -6,9 +6,10 @@
 
 import { homedir } from "node:os";
 import { join } from "node:path";
-import { ConfigError, defineConfig, flag, int, oneOf, opt, text, type ConfigValues, type EngineVariant, type ValueType } from "@airm/rm-core";
+import { BLOCK_SIZES, ConfigError, DEFAULT_BLOCK_SIZE, defineConfig, flag, int, num, oneOf, opt, text, type ConfigValues, type EngineVariant, type ValueType } from "@airm/rm-core";
+import { DEFAULT_KV_SHARE, parseKvCacheMemory, showKvCacheMemory, type KvCacheMemory } from "./kv-budget.ts";
 import { DEFAULT_KUBELET_CHECKPOINT } from "./kubelet-checkpoint.ts";
-import { CHART_SEQ_LEN, parseVariants, variantName } from "./variants.ts";
+import { parseVariants, variantName } from "./variants.ts";
 
 /** `B4xS512,B1xS256` (or an array of variants in code). */
 const variantList: ValueType<EngineVariant[]> = {
@@ -23,6 +24,31 @@ const variantList: ValueType<EngineVariant[]> = {
     }
   },
   show: (v) => v.map(variantName).join(","),
+};
+
+/** `0.25` (a share of the memory available) or bytes (`512M`, `2G`, `189000000`). */
+const kvMemory: ValueType<KvCacheMemory> = {
+  label: "share|bytes",
+  parse(raw) {
+    if (typeof raw === "object" && raw !== null && ("share" in raw || "bytes" in raw)) return raw as KvCacheMemory;
+    try {
+      return parseKvCacheMemory(String(raw));
+    } catch (e) {
+      throw new Error((e as Error).message.replace(/^kv-cache-memory: /, ""));
+    }
+  },
+  show: showKvCacheMemory,
+};
+
+/** A block size the kernels take. */
+const blockSize: ValueType<number> = {
+  label: BLOCK_SIZES.join("|"),
+  parse(raw) {
+    const n = typeof raw === "number" ? raw : Number(String(raw).trim());
+    if (!(BLOCK_SIZES as readonly number[]).includes(n)) throw new Error(`must be one of ${BLOCK_SIZES.join(", ")}, got ${JSON.stringify(raw)}`);
+    return n;
+  },
+  show: String,
 };
 
 /** Where cards are found and how `--chip -1` learns this pod's allocation. */
@@ -68,27 +94,42 @@ export const ENGINE_RUN_CONFIG = defineConfig("@airm/engine-kit", {
   prefixCache: opt(int({ min: 0, max: 1024 }), {
     env: "AIRM_PREFIX_CACHE",
     default: 4,
-    doc: "Prompts whose KV a prefill engine keeps for prefix reuse: a prompt starting with a kept one's first tokens (in blocks of 4; a chat template's system prompt) copies their KV instead of computing it, same bits. 0 turns it off.",
+    doc: "Prompts whose full KV blocks an engine keeps for prefix reuse: a prompt that starts with a kept one's first blocks (a chat template's system prompt) shares them instead of computing them, same bits. Kept blocks are given back first when the cache runs short. 0 turns it off.",
   }),
   prefillBatchTokens: opt(int({ min: 0, max: 65536 }), {
     env: "AIRM_PREFILL_BATCH_TOKENS",
     default: 0,
     doc: "Whole prompts that wait for a busy prefill engine run together in its next forward pass, up to this many prompt tokens per pass (same bits as one by one). 0 (default) runs them one at a time, first come first served: under a closed loop of chat clients on a CPU, batching cut the time to first token's p90 by ~20% and tripled its median (bench/RESULTS.md).",
   }),
-  kvStreams: opt(int({ min: 1, max: 4096 }), {
-    env: "AIRM_KV_STREAMS",
-    default: 16,
-    doc: "KV streams the engine is sized for (the denominator of its KV usage).",
+  blockSize: opt(blockSize, {
+    env: "AIRM_BLOCK_SIZE",
+    default: DEFAULT_BLOCK_SIZE,
+    doc: "Positions per block of the paged KV cache (vLLM's --block-size). Prefill and decode workers must agree: the KV crosses in blocks.",
+  }),
+  kvCacheMemory: opt(kvMemory, {
+    env: "AIRM_KV_CACHE_MEMORY",
+    default: { share: DEFAULT_KV_SHARE },
+    doc: `The paged KV cache's budget: a share (0-1] of the memory the process can still have once the weights are in (MemAvailable, or the cgroup limit), or bytes (512M, 2G). Default ${DEFAULT_KV_SHARE}: the cache takes memory only as blocks are used, and a quarter leaves room for the other parts of a cluster on the same machine. It must hold one request of max_model_len; the start-up line prints the blocks and tokens it buys.`,
+  }),
+  maxModelLen: opt(int({ min: 8, max: 1 << 20 }), {
+    env: "AIRM_MAX_MODEL_LEN",
+    defaultText: "the model's context (max_position_embeddings / context_length)",
+    doc: "The longest request (prompt + max_tokens) served (vLLM's --max-model-len); at most the model's own context. The worker's --max-model-len wins.",
+  }),
+  maxNumBatchedTokens: opt(int({ min: 16, max: 1 << 20 }), {
+    env: "AIRM_MAX_NUM_BATCHED_TOKENS",
+    default: 2048,
+    doc: "Most tokens in one forward pass, decode steps included (vLLM's --max-num-batched-tokens): a longer prompt prefills in chunks of this size.",
+  }),
+  prefillShare: opt(num({ min: 0.01, max: 1 }), {
+    env: "AIRM_PREFILL_SHARE",
+    default: 0.25,
+    doc: "Where streams decode on the worker that prefills (solo, --local-prefill, a preempted stream's recompute), a prompt chunk shares their passes and adds at most this share of a decode pass's time (from measured costs): running streams keep their pace (TPOT up to 1 + share) while a long prompt prefills beside them.",
   }),
   variants: opt(variantList, {
     env: "AIRM_VARIANTS",
-    defaultText: "batches 1, 4, 8 and 16 (and --B) at the seq len",
-    doc: "The compiled variants, e.g. B4xS512,B1xS512; wins over --seq-len and the default batches.",
-  }),
-  seqLen: opt(int({ min: 8, max: 131072 }), {
-    env: "AIRM_SEQ_LEN",
-    default: CHART_SEQ_LEN,
-    doc: "Compiled context S when the worker gives no --seq-len (the chart's seqLen).",
+    defaultText: "batches 1, 4, 8 and 16 (and --B) at contexts 512, 1024, ... up to max_model_len",
+    doc: "The compiled (batch, context) variants an NPU would run, e.g. B4xS512,B1xS2048: which requests fit a graph. The largest context caps max_model_len.",
   }),
   artifactCache: opt(text({ label: "path|off" }), {
     env: "AIRM_ARTIFACT_CACHE",

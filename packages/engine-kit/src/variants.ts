@@ -1,14 +1,11 @@
-// Compiled variants: a graph is compiled for a fixed batch width B and context S. Lists them,
-// picks the smallest that fits a request, and refuses with ContextOverflowError past the largest S.
-// Knows nothing about what runs a variant.
+// Compiled variants: an NPU graph is compiled for a fixed batch width B and context bucket S.
+// Lists them, picks the smallest that fits a request, and refuses with ContextOverflowError past
+// the largest S (max_model_len). Knows nothing about what runs a variant.
 
 import { ConfigError, ContextOverflowError } from "@airm/rm-core";
 import type { EngineVariant } from "@airm/rm-core";
+import { contextBuckets } from "./kv-budget.ts";
 
-/** S compiled in the Helm chart by default. */
-export const CHART_SEQ_LEN = 256;
-/** S compiled in the ai-rm deployment. */
-export const DEPLOYMENT_SEQ_LEN = 512;
 /** Batch widths compiled for decode by default: B1 and the seed's B4/B8/B16 (a step runs the smallest that holds its streams). */
 export const DEFAULT_DECODE_BATCHES = [1, 4, 8, 16];
 
@@ -53,18 +50,14 @@ export function variantName(v: EngineVariant): string {
 }
 
 /**
- * The variants an engine compiles by default: `configured` (AIRM_VARIANTS) when given, else every
- * batch of the defaults (and `batch`) at `seqLen` (the load option, else `configuredSeqLen`
- * (AIRM_SEQ_LEN), else the chart's 256).
+ * The variants an engine compiles by default: batches 1, 4, 8 and 16 (capped by, and including,
+ * an asked `batch`: B8 compiles B1, B4, B8) at every context bucket up to max_model_len (512,
+ * 1024, ... and max_model_len itself).
  */
-export function defaultVariants(options: { seqLen?: number; batch?: number; configured?: EngineVariant[]; configuredSeqLen?: number }): EngineVariant[] {
-  if (options.configured?.length) return normalizeVariants(options.configured);
-  const seqLen = options.seqLen ?? options.configuredSeqLen ?? CHART_SEQ_LEN;
-  if (!Number.isInteger(seqLen) || seqLen < 8) throw new ConfigError("seqLen", `must be an integer >= 8, got ${seqLen}`);
-  // An asked batch width caps the buckets (B8 compiles B1, B4, B8); none asked compiles them all.
-  const cap = options.batch ?? Infinity;
-  const batches = new Set([...DEFAULT_DECODE_BATCHES.filter((b) => b <= cap), options.batch ?? 1]);
-  return normalizeVariants([...batches].map((batch) => ({ batch, seqLen })));
+export function defaultVariants(o: { maxModelLen: number; batch?: number }): EngineVariant[] {
+  if (!Number.isInteger(o.maxModelLen) || o.maxModelLen < 8) throw new ConfigError("maxModelLen", `must be an integer >= 8, got ${o.maxModelLen}`);
+  const batches = new Set([...DEFAULT_DECODE_BATCHES.filter((b) => b <= (o.batch ?? Number.POSITIVE_INFINITY)), o.batch ?? 1]);
+  return normalizeVariants(contextBuckets(o.maxModelLen).flatMap((seqLen) => [...batches].map((batch) => ({ batch, seqLen }))));
 }
 
 /**

@@ -39,6 +39,16 @@ export interface VendorEngineSpec<V extends OptionMap = OptionMap> {
   probeNative(selection: ChipSelection, config: ConfigValues<V>): NativeProbe;
 }
 
+/** "KV cache: N blocks = M tokens (...)": the start-up line about the paged KV cache. */
+export function kvLine(engine: CpuBackedEngine): string {
+  const kv = engine.kvCache();
+  const gib = (kv.totalBlocks * kv.blockBytes) / 2 ** 30;
+  return (
+    `KV cache: ${kv.totalBlocks} blocks = ${kv.totalBlocks * kv.blockSize} tokens (${gib.toFixed(2)} GiB, ${engine.kvBudgetNote}; blocks of ${kv.blockSize}); ` +
+    `max_model_len ${kv.maxModelLen}: ${Math.floor(kv.totalBlocks / Math.ceil(kv.maxModelLen / kv.blockSize))} requests of that length at once`
+  );
+}
+
 /** The full config of a vendor engine: ENGINE_CONFIG plus the vendor's own entries (each row keeps its package). */
 export function vendorEngineConfig<V extends OptionMap>(spec: { config: ConfigSpec<V> }): ConfigSpec<typeof ENGINE_CONFIG.options & V> {
   return ENGINE_CONFIG.with(spec.config);
@@ -63,15 +73,9 @@ export async function loadVendorEngine<V extends OptionMap>(
   const ids = spec.deviceIdMap?.(config) ?? null;
   const selection = selectChip({ vendor: spec.vendor, chip: options.chip ?? 0, config, deviceIds: ids?.map });
   if (ids) selection.detail = `${selection.detail}; ${ids.detail}`;
-  const variants: EngineVariant[] = options.variants?.length
-    ? normalizeVariants(options.variants)
-    : defaultVariants({ seqLen: options.seqLen, batch: options.batch, configured: config.variants, configuredSeqLen: config.seqLen });
-  // The variant new requests run on: the one asked for, else the widest batch at the asked S (a
-  // decode step then takes as many streams as any compiled variant holds).
-  const active =
-    options.seqLen !== undefined || options.batch !== undefined
-      ? variants.filter((v) => v.seqLen === (options.seqLen ?? v.seqLen) && v.batch === (options.batch ?? v.batch)).sort((a, b) => b.seqLen - a.seqLen || b.batch - a.batch)[0]
-      : undefined;
+  // Explicit variants (the load option, else AIRM_VARIANTS); unset, the engine compiles its
+  // defaults up to max_model_len.
+  const variants: EngineVariant[] | undefined = options.variants?.length ? normalizeVariants(options.variants) : config.variants;
   const probe = spec.probeNative(selection, config);
   const device: DeviceInfo = probe.hostDecode
     ? { vendor: spec.vendor, path: "native", device: probe.device ?? selection.device, detail: `${probe.detail}; ${selection.detail}` }
@@ -84,22 +88,27 @@ export async function loadVendorEngine<V extends OptionMap>(
     residence: mode.residence,
     device,
     variants,
-    activeVariant: active,
+    batch: options.batch,
     chunkSize: config.prefillChunk,
     threads,
     weights: config.weights,
     activations: config.activations,
     artifactCache: cacheOff ? null : new ArtifactCache(config.artifactCache),
-    maxStreams: config.kvStreams,
     prefixCache: config.prefixCache,
     prefillBatchTokens: config.prefillBatchTokens,
+    blockSize: config.blockSize,
+    kvCacheMemory: config.kvCacheMemory,
+    maxModelLen: options.maxModelLen ?? config.maxModelLen,
+    maxNumBatchedTokens: config.maxNumBatchedTokens,
+    prefillShare: config.prefillShare,
     nativeHostDecode: probe.hostDecode,
   });
   if (config.engineLog) {
     const defaults = engine.configDefaults.length ? `; config.json lacks ${engine.configDefaults.join(", ")}: architecture defaults used` : "";
     process.stderr.write(
       `[${spec.name}] backend ${backend}, path ${device.path}${device.device ? ` on ${device.device}` : ""}, ` +
-        `weights ${engine.stats().weightsFrom} in ${engine.stats().loadMs.toFixed(0)} ms (${engine.cacheNote}; held as ${engine.weightsHeld}); ${device.detail}${defaults}\n`,
+        `weights ${engine.stats().weightsFrom} in ${engine.stats().loadMs.toFixed(0)} ms (${engine.cacheNote}; held as ${engine.weightsHeld}); ${device.detail}${defaults}\n` +
+        `[${spec.name}] ${kvLine(engine)}\n`,
     );
   }
   return engine;

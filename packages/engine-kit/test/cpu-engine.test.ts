@@ -50,12 +50,11 @@ function spec(over: Partial<CpuEngineSpec> = {}): CpuEngineSpec {
     chunkSize: 5,
     threads: 1,
     artifactCache: new ArtifactCache(join(root, "artifacts")),
-    maxStreams: 8,
     ...over,
   };
 }
 
-const generate = (engine: Engine, tokens: number[], steps: number, seqLen = S) => engineTokens(engine, tokens, steps, seqLen);
+const generate = (engine: Engine, tokens: number[], steps: number) => engineTokens(engine, tokens, steps);
 
 beforeAll(async () => {
   makeTinyModel({ arch: "llama", out: modelDir, layers: 2, seed: 7 });
@@ -89,24 +88,23 @@ describe("prefill and decode equal the model run solo", () => {
     try {
       const seen: number[] = [];
       const a = await whole.prefill(prompts[2], {
-        seqLen: S,
         onLayer: async (l, k, v) => {
           seen.push(l);
           expect(k.some((x) => x !== 0) && v.some((x) => x !== 0)).toBe(true); // already computed
-          expect(k.length).toBe(whole.model.kvHeads * whole.model.headDim * S * 2);
+          expect(k.length).toBe(Math.ceil(prompts[2].length / 16) * whole.model.kvHeads * whole.model.headDim * 16 * 2); // the prompt's blocks
           expect(v.length).toBe(k.length);
           await new Promise((r) => setImmediate(r));
         },
       });
-      const b = await chunked.prefill(prompts[2], { seqLen: S });
+      const b = await chunked.prefill(prompts[2], {});
       expect(seen).toEqual([0, 1]);
       expect(a.firstToken).toBe(b.firstToken);
-      expect(a.kv.n).toBe(prompts[2].length);
+      expect(a.kv!.n).toBe(prompts[2].length);
       for (let l = 0; l < 2; l++) {
-        expect(Buffer.from(a.kv.k[l]).equals(Buffer.from(b.kv.k[l]))).toBe(true);
-        expect(Buffer.from(a.kv.v[l]).equals(Buffer.from(b.kv.v[l]))).toBe(true);
+        expect(Buffer.from(a.kv!.k[l]).equals(Buffer.from(b.kv!.k[l]))).toBe(true);
+        expect(Buffer.from(a.kv!.v[l]).equals(Buffer.from(b.kv!.v[l]))).toBe(true);
       }
-      expect(a.kv.k[0].some((x) => x !== 0)).toBe(true);
+      expect(a.kv!.k[0].some((x) => x !== 0)).toBe(true);
     } finally {
       await whole.close();
       await chunked.close();
@@ -128,7 +126,7 @@ describe("prefill and decode equal the model run solo", () => {
           setImmediate(turn);
         };
         setImmediate(turn);
-        const long = await engine.prefill(prompts[2], { seqLen: S });
+        const long = await engine.prefill(prompts[2], {});
         done = true;
         expect(turns).toBeGreaterThanOrEqual(2); // at least one pause per layer (2 layers)
         expect(long.firstToken).toBe(reference.get("2")![0]);
@@ -142,34 +140,34 @@ describe("prefill and decode equal the model run solo", () => {
   });
 
   it("with prefillBatchTokens, whole prompts that arrive while the model computes run together in one pass, each with the KV bytes and first token it gets alone", async () => {
-    const alone = await CpuBackedEngine.open(modelDir, spec());
-    const batched = await CpuBackedEngine.open(modelDir, spec({ prefixCache: 3, prefillBatchTokens: 1024 }));
+    const alone = await CpuBackedEngine.open(modelDir, spec({ blockSize: 4 }));
+    const batched = await CpuBackedEngine.open(modelDir, spec({ prefixCache: 3, prefillBatchTokens: 1024, blockSize: 4 }));
     try {
       const burst = [...prompts, [...prompts[2].slice(0, 9), 5, 6, 7], prompts[1]];
       const solo: PrefillResult[] = [];
-      for (const p of burst) solo.push(await alone.prefill([...p], { seqLen: S }));
+      for (const p of burst) solo.push(await alone.prefill([...p], {}));
       // without prefillBatchTokens (the default) a burst still runs one prompt per pass
-      await Promise.all(burst.slice(0, 3).map((p) => alone.prefill([...p], { seqLen: S })));
+      await Promise.all(burst.slice(0, 3).map((p) => alone.prefill([...p], {})));
       expect(alone.stats().prefillPasses).toEqual({ passes: burst.length + 3, prompts: burst.length + 3 });
-      await batched.prefill([...prompts[2]], { seqLen: S }); // kept: the burst's 5th prompt reuses its prefix
+      await batched.prefill([...prompts[2]], {}); // kept: the burst's 5th prompt reuses its prefix
       const layers = burst.map(() => [] as number[]);
-      const got = await Promise.all(burst.map((p, i) => batched.prefill([...p], { seqLen: S, onLayer: (l) => void layers[i].push(l) })));
+      const got = await Promise.all(burst.map((p, i) => batched.prefill([...p], { onLayer: (l) => void layers[i].push(l) })));
       // prompts issued in one turn of the event loop go in one pass
       expect(batched.stats().prefillPasses).toEqual({ passes: 2, prompts: burst.length + 1 });
       expect(got[4].cachedTokens).toBe(8);
       got.forEach((g, i) => {
         expect(g.firstToken, `prompt ${i}`).toBe(solo[i].firstToken);
-        expect(g.kv.n).toBe(burst[i].length);
+        expect(g.kv!.n).toBe(burst[i].length);
         expect(layers[i]).toEqual([0, 1]);
         for (let l = 0; l < 2; l++) {
-          expect(Buffer.from(g.kv.k[l]).equals(Buffer.from(solo[i].kv.k[l])), `prompt ${i} K ${l}`).toBe(true);
-          expect(Buffer.from(g.kv.v[l]).equals(Buffer.from(solo[i].kv.v[l])), `prompt ${i} V ${l}`).toBe(true);
+          expect(Buffer.from(g.kv!.k[l]).equals(Buffer.from(solo[i].kv!.k[l])), `prompt ${i} K ${l}`).toBe(true);
+          expect(Buffer.from(g.kv!.v[l]).equals(Buffer.from(solo[i].kv!.v[l])), `prompt ${i} V ${l}`).toBe(true);
         }
       });
       // prompts that arrive while a pass computes wait for it, then go together in the next one
-      const first = batched.prefill([...prompts[2]], { seqLen: S });
+      const first = batched.prefill([...prompts[2]], {});
       await new Promise((r) => setImmediate(r)); // the first pass is under way (it pauses after each block)
-      const later = await Promise.all([0, 1, 3].map((i) => batched.prefill([...prompts[i]], { seqLen: S })));
+      const later = await Promise.all([0, 1, 3].map((i) => batched.prefill([...prompts[i]], {})));
       expect((await first).firstToken).toBe(solo[2].firstToken);
       later.forEach((g, j) => expect(g.firstToken).toBe(solo[[0, 1, 3][j]].firstToken));
       expect(batched.stats().prefillPasses).toEqual({ passes: 4, prompts: burst.length + 5 });
@@ -178,9 +176,9 @@ describe("prefill and decode equal the model run solo", () => {
       runs.forEach((r, i) => expect(r).toEqual(reference.get(String(i))));
       // a bad prompt in a burst fails alone; the others are served
       const mixed = await Promise.allSettled([
-        batched.prefill([...prompts[0]], { seqLen: S }),
-        batched.prefill([...prompts[2]], { seqLen: S }),
-        batched.prefill([1, 1e9], { seqLen: S }),
+        batched.prefill([...prompts[0]], {}),
+        batched.prefill([...prompts[2]], {}),
+        batched.prefill([1, 1e9], {}),
       ]);
       expect(mixed.map((m) => m.status)).toEqual(["fulfilled", "fulfilled", "rejected"]);
     } finally {
@@ -189,28 +187,29 @@ describe("prefill and decode equal the model run solo", () => {
     }
   });
 
-  it("prefix cache: a prompt that starts like a kept one copies that KV and gives the same bits as computing it", async () => {
+  it("prefix cache: a prompt that starts like a kept one shares its blocks and gives the same bits as computing it", async () => {
     for (const prefillMode of ["whole", "chunked"] as const) {
-      const plain = await CpuBackedEngine.open(modelDir, spec({ prefillMode }));
-      const cached = await CpuBackedEngine.open(modelDir, spec({ prefillMode, prefixCache: 3 }));
+      const plain = await CpuBackedEngine.open(modelDir, spec({ prefillMode, blockSize: 4 }));
+      // blocks of 4 positions: these short prompts share whole blocks
+      const cached = await CpuBackedEngine.open(modelDir, spec({ prefillMode, prefixCache: 3, blockSize: 4 }));
       try {
         const base = prompts[2]; // 13+ tokens
         const sharing = [...base.slice(0, 9), 5, 6, 7]; // 9 shared tokens: 8 reusable in blocks of 4
         const other = [...base.slice(0, 3), 9, 9, 9, 9, 9]; // shares fewer than a block
-        expect((await cached.prefill(base, { seqLen: S })).cachedTokens).toBe(0);
+        expect((await cached.prefill(base, {})).cachedTokens).toBe(0);
         for (const [tokens, reused] of [
           [sharing, 8],
           [other, 0],
           [base, Math.floor((base.length - 1) / 4) * 4], // itself again: every whole block short of the last token
         ] as const) {
-          const a = await cached.prefill([...tokens], { seqLen: S });
-          const b = await plain.prefill([...tokens], { seqLen: S });
+          const a = await cached.prefill([...tokens], {});
+          const b = await plain.prefill([...tokens], {});
           expect(a.cachedTokens).toBe(reused);
           expect(b.cachedTokens).toBe(0);
           expect(a.firstToken).toBe(b.firstToken);
           for (let l = 0; l < 2; l++) {
-            expect(Buffer.from(a.kv.k[l]).equals(Buffer.from(b.kv.k[l]))).toBe(true);
-            expect(Buffer.from(a.kv.v[l]).equals(Buffer.from(b.kv.v[l]))).toBe(true);
+            expect(Buffer.from(a.kv!.k[l]).equals(Buffer.from(b.kv!.k[l]))).toBe(true);
+            expect(Buffer.from(a.kv!.v[l]).equals(Buffer.from(b.kv!.v[l]))).toBe(true);
           }
         }
         // Generations from a reused prefix equal the model run solo.
@@ -218,7 +217,7 @@ describe("prefill and decode equal the model run solo", () => {
         expect(cached.stats().prefixCache).toMatchObject({ hits: 3, capacity: 3, entries: 3 });
         expect(plain.stats().prefixCache).toMatchObject({ queries: 0, capacity: 0 });
         // Echo (prompt log-probabilities) computes every position: no reuse.
-        expect((await cached.prefill(sharing, { seqLen: S, promptLogprobs: true, logprobs: 0 })).cachedTokens).toBe(0);
+        expect((await cached.prefill(sharing, { promptLogprobs: true, logprobs: 0 })).cachedTokens).toBe(0);
       } finally {
         await plain.close();
         await cached.close();
@@ -231,20 +230,20 @@ describe("prefill and decode equal the model run solo", () => {
       const used = await CpuBackedEngine.open(modelDir, spec({ residence }));
       const fresh = await CpuBackedEngine.open(modelDir, spec({ residence }));
       try {
-        await used.prefill(prompts[2], { seqLen: S }); // the longest prompt first, in the cache the next one reuses
+        await used.prefill(prompts[2], {}); // the longest prompt first, in the cache the next one reuses
         const short = prompts[1];
-        const a = await used.prefill(short, { seqLen: S });
-        const b = await fresh.prefill(short, { seqLen: S });
+        const a = await used.prefill(short, {});
+        const b = await fresh.prefill(short, {});
         expect(prompts[2].length).toBeGreaterThan(short.length + 4);
         for (let l = 0; l < 2; l++) {
-          expect(Buffer.from(a.kv.k[l]).equals(Buffer.from(b.kv.k[l]))).toBe(true);
-          expect(Buffer.from(a.kv.v[l]).equals(Buffer.from(b.kv.v[l]))).toBe(true);
+          expect(Buffer.from(a.kv!.k[l]).equals(Buffer.from(b.kv!.k[l]))).toBe(true);
+          expect(Buffer.from(a.kv!.v[l]).equals(Buffer.from(b.kv!.v[l]))).toBe(true);
         }
         // A long prompt, a failed one (positions written, then thrown away), then the short one again.
-        await used.prefill(prompts[2], { seqLen: S });
-        await expect(used.prefill(prompts[2], { seqLen: S, onLayer: () => Promise.reject(new Error("push failed")) })).rejects.toThrow("push failed");
-        const c = await used.prefill(short, { seqLen: S });
-        for (let l = 0; l < 2; l++) expect(Buffer.from(c.kv.k[l]).equals(Buffer.from(b.kv.k[l])) && Buffer.from(c.kv.v[l]).equals(Buffer.from(b.kv.v[l]))).toBe(true);
+        await used.prefill(prompts[2], {});
+        await expect(used.prefill(prompts[2], { onLayer: () => Promise.reject(new Error("push failed")) })).rejects.toThrow("push failed");
+        const c = await used.prefill(short, {});
+        for (let l = 0; l < 2; l++) expect(Buffer.from(c.kv!.k[l]).equals(Buffer.from(b.kv!.k[l])) && Buffer.from(c.kv!.v[l]).equals(Buffer.from(b.kv!.v[l]))).toBe(true);
       } finally {
         await used.close();
         await fresh.close();
@@ -255,7 +254,7 @@ describe("prefill and decode equal the model run solo", () => {
   it("a rejected onLayer promise fails the prefill and frees its stream", async () => {
     const engine = await CpuBackedEngine.open(modelDir, spec());
     try {
-      await expect(engine.prefill(prompts[0], { seqLen: S, keepStream: true, onLayer: (l) => (l === 1 ? Promise.reject(new Error("push failed")) : undefined) })).rejects.toThrow(
+      await expect(engine.prefill(prompts[0], { keepStream: true, onLayer: (l) => (l === 1 ? Promise.reject(new Error("push failed")) : undefined) })).rejects.toThrow(
         "push failed",
       );
       expect(engine.stats().streams).toBe(0);
@@ -294,7 +293,7 @@ describe("log-probabilities", () => {
     ] as const) {
       const engine = await CpuBackedEngine.open(modelDir, spec({ prefillMode, residence }));
       try {
-        const r = await engine.prefill(p, { seqLen: S, keepStream: true, logprobs: 3, promptLogprobs: true });
+        const r = await engine.prefill(p, { keepStream: true, logprobs: 3, promptLogprobs: true });
         expect(r.promptLogprobs, `${prefillMode}/${residence}`).toEqual(want.prompt);
         const got = [r.firstLogprobs];
         let token = r.firstToken;
@@ -306,10 +305,10 @@ describe("log-probabilities", () => {
         expect(got, `${prefillMode}/${residence}`).toEqual(want.generated);
         engine.release(r.stream!);
         // none asked for: none computed
-        const plain = await engine.prefill(p, { seqLen: S });
+        const plain = await engine.prefill(p, {});
         expect(plain.firstLogprobs).toBeUndefined();
         expect(plain.promptLogprobs).toBeUndefined();
-        await expect(engine.prefill(p, { seqLen: S, logprobs: -1 })).rejects.toMatchObject({ code: "CONFIG" });
+        await expect(engine.prefill(p, { logprobs: -1 })).rejects.toMatchObject({ code: "CONFIG" });
       } finally {
         await engine.close();
       }
@@ -323,9 +322,9 @@ describe("KV handoff and batching", () => {
     const decoders = [await CpuBackedEngine.open(modelDir, spec()), await CpuBackedEngine.open(modelDir, spec({ residence: "host" }))];
     try {
       for (const [i, p] of prompts.entries()) {
-        const r = await prefill.prefill(p, { seqLen: S });
+        const r = await prefill.prefill(p, {});
         // What crosses a transport: fresh copies of the layer blobs.
-        const wire = { seqLen: r.kv.seqLen, n: r.kv.n, k: r.kv.k.map((x) => new Uint8Array(x)), v: r.kv.v.map((x) => new Uint8Array(x)) };
+        const wire = { blockSize: r.kv!.blockSize, n: r.kv!.n, k: r.kv!.k.map((x) => new Uint8Array(x)), v: r.kv!.v.map((x) => new Uint8Array(x)) };
         for (const d of decoders) {
           const stream = d.importKV(wire);
           const out = [r.firstToken];
@@ -346,7 +345,7 @@ describe("KV handoff and batching", () => {
     for (const residence of ["device", "host"] as const) {
       const engine = await CpuBackedEngine.open(modelDir, spec({ residence }));
       try {
-        const started = await Promise.all(prompts.map((p) => engine.prefill(p, { seqLen: S, keepStream: true })));
+        const started = await Promise.all(prompts.map((p) => engine.prefill(p, { keepStream: true })));
         const outs = started.map((r) => [r.firstToken]);
         while (outs[0].length < STEPS) {
           const next = await engine.decode(started.map((r, i) => ({ stream: r.stream!, token: outs[i][outs[i].length - 1] })));
@@ -354,7 +353,9 @@ describe("KV handoff and batching", () => {
         }
         outs.forEach((o, i) => expect(o).toEqual(reference.get(String(i))));
         expect(engine.stats().streams).toBe(prompts.length);
-        expect(engine.stats().kvBytes).toBe(prompts.length * 2 * 2 * engine.model.kvHeads * engine.model.headDim * S * 2);
+        // the blocks of the positions in use, not a context's worth per stream
+        const blocks = prompts.reduce((a, p) => a + Math.ceil((p.length + STEPS - 1) / 16), 0);
+        expect(engine.stats().kvBytes).toBe(blocks * engine.kvBlockBytes());
       } finally {
         await engine.close();
       }
@@ -377,7 +378,7 @@ describe("KV handoff and batching", () => {
           for (const i of names) {
             if (streams[i]) stepping.push(i);
             else {
-              const r = await engine.prefill(prompts[i], { seqLen: S, keepStream: true });
+              const r = await engine.prefill(prompts[i], { keepStream: true });
               streams[i] = r.stream!;
               outs[i].push(r.firstToken);
             }
@@ -397,7 +398,7 @@ describe("KV handoff and batching", () => {
     const engine = await CpuBackedEngine.open(modelDir, spec());
     const other = await CpuBackedEngine.open(modelDir, spec());
     try {
-      const r = await engine.prefill(prompts[0], { seqLen: S });
+      const r = await engine.prefill(prompts[0], {});
       const code = (fn: () => unknown): string => {
         try {
           fn();
@@ -406,24 +407,26 @@ describe("KV handoff and batching", () => {
         }
         return "none";
       };
-      expect(code(() => engine.importKV({ ...r.kv, k: r.kv.k.slice(0, 1) }))).toBe("KV_INTEGRITY");
-      expect(code(() => engine.importKV({ ...r.kv, n: S + 1 }))).toBe("KV_INTEGRITY");
-      expect(code(() => engine.importKV({ ...r.kv, k: r.kv.k.map((x) => x.subarray(1)) }))).toBe("KV_INTEGRITY");
-      expect(code(() => engine.importKV({ seqLen: 100, n: 1, k: r.kv.k, v: r.kv.v }))).toBe("KV_INTEGRITY");
-      const s = other.importKV(r.kv);
+      expect(code(() => engine.importKV({ ...r.kv!, k: r.kv!.k.slice(0, 1) }))).toBe("KV_INTEGRITY");
+      expect(code(() => engine.importKV({ ...r.kv!, n: 17 }))).toBe("KV_INTEGRITY");
+      expect(code(() => engine.importKV({ ...r.kv!, k: r.kv!.k.map((x) => x.subarray(1)) }))).toBe("KV_INTEGRITY");
+      expect(code(() => engine.importKV({ blockSize: 8, n: 1, k: r.kv!.k, v: r.kv!.v }))).toBe("KV_INTEGRITY");
+      expect(() => engine.importKV({ blockSize: 8, n: 1, k: r.kv!.k, v: r.kv!.v })).toThrow(/blocks of 8 positions; this engine uses 16/);
+      const s = other.importKV(r.kv!);
       await expect(engine.decode([{ stream: s, token: 1 }])).rejects.toMatchObject({ code: "KV_INTEGRITY" });
       other.release(s);
       await expect(other.decode([{ stream: s, token: 1 }])).rejects.toMatchObject({ code: "KV_INTEGRITY" });
-      const full = engine.importKV({ ...r.kv, n: S });
+      // a stream at max_model_len (the largest compiled context here, 2S) takes no step more
+      const blob = () => new Uint8Array(((2 * S) / 16) * engine.model.kvHeads * engine.model.headDim * 16 * 2);
+      const full = engine.importKV({ blockSize: 16, n: 2 * S, k: [blob(), blob()], v: [blob(), blob()] });
       await expect(engine.decode([{ stream: full, token: 1 }])).rejects.toMatchObject({ code: "CONTEXT_OVERFLOW" });
-      await expect(engine.prefill(new Array(S + 1).fill(5), { seqLen: S })).rejects.toMatchObject({ code: "CONTEXT_OVERFLOW" });
-      await expect(engine.prefill([5, 1e9], { seqLen: S })).rejects.toMatchObject({ code: "CONFIG" });
-      await expect(engine.prefill([], { seqLen: S })).rejects.toMatchObject({ code: "CONFIG" });
+      await expect(engine.prefill(new Array(2 * S + 1).fill(5), {})).rejects.toMatchObject({ code: "CONTEXT_OVERFLOW" });
+      await expect(engine.prefill([5, 1e9], {})).rejects.toMatchObject({ code: "CONFIG" });
+      await expect(engine.prefill([], {})).rejects.toMatchObject({ code: "CONFIG" });
       const live = engine.stats().streams;
-      await expect(engine.prefill([5], { seqLen: S, keepStream: true, sampling: { temperature: 1, topP: 7 } })).rejects.toMatchObject({ code: "CONFIG" });
+      await expect(engine.prefill([5], { keepStream: true, sampling: { temperature: 1, topP: 7 } })).rejects.toMatchObject({ code: "CONFIG" });
       expect(engine.stats().streams).toBe(live);
-      await expect(engine.prefill([5], { seqLen: 96 })).rejects.toMatchObject({ code: "KV_INTEGRITY" });
-      const twice = engine.importKV(r.kv);
+      const twice = engine.importKV(r.kv!);
       await expect(
         engine.decode([
           { stream: twice, token: 1 },
@@ -435,7 +438,7 @@ describe("KV handoff and batching", () => {
         expect.unreachable();
       } catch (e) {
         expect(isAirmError(e, "CONTEXT_OVERFLOW")).toBe(true);
-        expect((e as Error).message).toMatch(/129 tokens exceeds the compiled context of 128/);
+        expect((e as Error).message).toMatch(/129 tokens exceeds max_model_len of 128 tokens/);
       }
       expect(engine.pickVariant(100, 28)).toEqual({ batch: 4, seqLen: 128 });
     } finally {
@@ -453,13 +456,13 @@ describe("swap and delta", () => {
       const a = await engine.swap({ batch: 4, seqLen: 2 * S });
       expect([a.compiled, a.from, a.to]).toEqual([false, { batch: 4, seqLen: S }, { batch: 4, seqLen: 2 * S }]);
       expect(engine.activeVariant).toEqual({ batch: 4, seqLen: 2 * S });
-      expect(await generate(engine, prompts[0], STEPS, 2 * S)).toEqual(before);
+      expect(await generate(engine, prompts[0], STEPS)).toEqual(before);
       const b = await engine.swap({ batch: 2, seqLen: 96 });
       expect(b.compiled).toBe(true);
       expect(engine.variants()).toContainEqual({ batch: 2, seqLen: 96 });
-      expect(await generate(engine, prompts[0], STEPS, 96)).toEqual(before);
+      expect(await generate(engine, prompts[0], STEPS)).toEqual(before);
       // A stream made under one variant keeps decoding after a swap.
-      const r = await engine.prefill(prompts[1], { seqLen: 96, keepStream: true });
+      const r = await engine.prefill(prompts[1], { keepStream: true });
       await engine.swap({ batch: 4, seqLen: S });
       const out = [r.firstToken];
       while (out.length < STEPS) out.push((await engine.decode([{ stream: r.stream!, token: out[out.length - 1] }]))[0].token);
@@ -494,7 +497,7 @@ describe("swap and delta", () => {
       expect(d.uploadBytes).toBeLessThan(d.totalBytes / 2);
       expect((await engine.applyDelta(newDir)).mode).toBe("none");
       // Live streams block a delta: their KV belongs to the old weights.
-      const r = await engine.prefill(prompts[0], { seqLen: S, keepStream: true });
+      const r = await engine.prefill(prompts[0], { keepStream: true });
       await expect(engine.applyDelta(modelDir)).rejects.toMatchObject({ code: "UNSUPPORTED" });
       engine.release(r.stream as KVStream);
       await engine.applyDelta(modelDir);

@@ -6,8 +6,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { isAirmError, layerBytes } from "@airm/rm-core";
-import { appendColumn, decodeGraphFile, decodeGraphIO, findRblnLibrary, type NativeRuntimeError, RblnDecodeGraph, RblnGraphSession, RblnRuntimeLibrary } from "../src/index.ts";
+import { isAirmError } from "@airm/rm-core";
+import { decodeGraphFile, decodeGraphIO, denseLayerBytes, writeBlockColumn, findRblnLibrary, type NativeRuntimeError, RblnDecodeGraph, RblnGraphSession, RblnRuntimeLibrary } from "../src/index.ts";
 
 const source = fileURLToPath(new URL("./fixtures/fake-rbln-runtime.c", import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), "airm-rbln-"));
@@ -128,7 +128,7 @@ describe("ATOM decode graph contract (fake library)", () => {
     const file = decodeGraphFile(dir, variant);
     writeFileSync(file, `FAKE-RBLN 1\nin ${io.inputs.join(" ")}\nout ${io.outputs.join(" ")}\n`);
     const g = new RblnDecodeGraph(lib, file, 0, shape, variant);
-    const lb = layerBytes(shape, 8);
+    const lb = denseLayerBytes(shape, 8);
     const host = { seqLen: 8, n: 3, k: [0, 1].map((l) => new Uint8Array(lb).map((_, i) => i + l)), v: [0, 1].map((l) => new Uint8Array(lb).map((_, i) => 3 * i + l)) };
     const [r] = g.step([host], [4]);
     // The inputs the graph saw, rebuilt: ids/positions as int32 rows, caches padded to B rows.
@@ -147,19 +147,19 @@ describe("ATOM decode graph contract (fake library)", () => {
     g.close();
   });
 
-  it("writes the new position into the host cache in layout rngd-pd/v1", () => {
-    const g = { layers: 1, kvHeads: 2, headDim: 2 };
-    const S = 4;
-    const host = { seqLen: S, n: 1, k: [new Uint8Array(2 * 2 * S * 2)], v: [new Uint8Array(2 * S * 2 * 2)] };
-    const k = [new Uint8Array([1, 2, 3, 4, 5, 6, 7, 8])];
-    const v = [new Uint8Array([11, 12, 13, 14, 15, 16, 17, 18])];
-    appendColumn(g, host, k, v);
-    expect(host.n).toBe(2);
-    // K [kvh, hd, S]: row r = (h, d), position 1 -> bytes (r*S + 1)*2.
-    for (let r = 0; r < 4; r++) expect([host.k[0][(r * S + 1) * 2], host.k[0][(r * S + 1) * 2 + 1]]).toEqual([k[0][2 * r], k[0][2 * r + 1]]);
-    // V [kvh, S, hd]: head h, position 1 -> 4 contiguous bytes at (h*S + 1)*4.
-    expect([...host.v[0].subarray(4, 8)]).toEqual([11, 12, 13, 14]);
-    expect([...host.v[0].subarray((S + 1) * 4, (S + 1) * 4 + 4)]).toEqual([15, 16, 17, 18]);
-    expect(host.k[0].reduce((a, b) => a + b, 0)).toBe(36);
+  it("writes the new position into its block in layout rngd-pd/v2", () => {
+    const g = { kvHeads: 2, headDim: 2 };
+    const bs = 4;
+    const kBlock = new Uint8Array(2 * 2 * bs * 2);
+    const vBlock = new Uint8Array(2 * bs * 2 * 2);
+    const k = new Uint8Array([1, 2, 3, 4, 5, 6, 7, 8]);
+    const v = new Uint8Array([11, 12, 13, 14, 15, 16, 17, 18]);
+    writeBlockColumn(g, bs, 1, kBlock, vBlock, k, v);
+    // K [kvh, hd, block]: row r = (h, d), position 1 -> bytes (r*bs + 1)*2.
+    for (let r = 0; r < 4; r++) expect([kBlock[(r * bs + 1) * 2], kBlock[(r * bs + 1) * 2 + 1]]).toEqual([k[2 * r], k[2 * r + 1]]);
+    // V [kvh, block, hd]: head h, position 1 -> 4 contiguous bytes at (h*bs + 1)*4.
+    expect([...vBlock.subarray(4, 8)]).toEqual([11, 12, 13, 14]);
+    expect([...vBlock.subarray((bs + 1) * 4, (bs + 1) * 4 + 4)]).toEqual([15, 16, 17, 18]);
+    expect(kBlock.reduce((a, b) => a + b, 0)).toBe(36);
   });
 });

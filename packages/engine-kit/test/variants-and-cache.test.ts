@@ -19,25 +19,30 @@ const root = mkdtempSync(join(tmpdir(), "airm-cache-"));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
 describe("compiled variants", () => {
-  it("default to the chart's S=256, or AIRM_SEQ_LEN (512 in the ai-rm deployment)", () => {
-    expect(defaultVariants({})).toEqual([
-      { batch: 1, seqLen: 256 },
-      { batch: 4, seqLen: 256 },
-      { batch: 8, seqLen: 256 },
-      { batch: 16, seqLen: 256 },
-    ]);
-    expect(defaultVariants({ configuredSeqLen: ENGINE_CONFIG.resolve({ env: { AIRM_SEQ_LEN: "512" } }).seqLen }).map((v) => v.seqLen)).toEqual([512, 512, 512, 512]);
-    expect(defaultVariants({ seqLen: 512, batch: 8 })).toEqual([
-      { batch: 1, seqLen: 512 },
-      { batch: 4, seqLen: 512 },
-      { batch: 8, seqLen: 512 },
-    ]);
+  it("default to batches 1/4/8/16 at every context bucket up to max_model_len; --B caps the batches", () => {
+    expect(defaultVariants({ maxModelLen: 2048 }).map((v) => `${v.batch}x${v.seqLen}`)).toEqual(
+      [512, 1024, 2048].flatMap((s) => [1, 4, 8, 16].map((b) => `${b}x${s}`)),
+    );
+    expect(defaultVariants({ maxModelLen: 3000, batch: 8 }).map((v) => `${v.batch}x${v.seqLen}`)).toEqual(
+      [512, 1024, 2048, 3000].flatMap((s) => [1, 4, 8].map((b) => `${b}x${s}`)),
+    );
+    expect(defaultVariants({ maxModelLen: 256 })).toEqual([1, 4, 8, 16].map((batch) => ({ batch, seqLen: 256 })));
     const configured = ENGINE_CONFIG.resolve({ env: { AIRM_VARIANTS: "B8xS128,4x64" } }).variants;
-    expect(defaultVariants({ seqLen: 512, configured })).toEqual([
+    expect(configured).toEqual([
       { batch: 4, seqLen: 64 },
       { batch: 8, seqLen: 128 },
     ]);
     expect(() => ENGINE_CONFIG.resolve({ env: { AIRM_VARIANTS: "B8" } })).toThrow(expect.objectContaining({ code: "CONFIG", key: "AIRM_VARIANTS" }));
+  });
+  it("read the KV cache's settings: block size, budget (share or bytes), max_model_len, pass budget", () => {
+    const c = ENGINE_CONFIG.resolve({ env: { AIRM_BLOCK_SIZE: "32", AIRM_KV_CACHE_MEMORY: "512M", AIRM_MAX_MODEL_LEN: "4096", AIRM_MAX_NUM_BATCHED_TOKENS: "512" } });
+    expect([c.blockSize, c.kvCacheMemory, c.maxModelLen, c.maxNumBatchedTokens]).toEqual([32, { bytes: 512 * 2 ** 20 }, 4096, 512]);
+    const d = ENGINE_CONFIG.resolve({ env: {} });
+    expect([d.blockSize, d.kvCacheMemory, d.maxModelLen, d.prefillShare]).toEqual([16, { share: 0.25 }, undefined, 0.25]);
+    expect(ENGINE_CONFIG.resolve({ env: { AIRM_KV_CACHE_MEMORY: "0.5" } }).kvCacheMemory).toEqual({ share: 0.5 });
+    expect(ENGINE_CONFIG.resolve({ env: { AIRM_KV_CACHE_MEMORY: "2GiB" } }).kvCacheMemory).toEqual({ bytes: 2 ** 31 });
+    expect(() => ENGINE_CONFIG.resolve({ env: { AIRM_BLOCK_SIZE: "12" } })).toThrow(expect.objectContaining({ key: "AIRM_BLOCK_SIZE" }));
+    expect(() => ENGINE_CONFIG.resolve({ env: { AIRM_KV_CACHE_MEMORY: "lots" } })).toThrow(/AIRM_KV_CACHE_MEMORY.*neither a share/);
   });
   it("parse AIRM_VARIANTS and reject nonsense with a ConfigError naming the item", () => {
     expect(parseVariants("B4xS512, 1x256,B4xS512")).toEqual([

@@ -28,7 +28,7 @@ beforeAll(async () => {
   const ckpt = await loadCheckpoint(modelDir);
   prompt = ckpt.tokenizer.encode("RNGD prefills this prompt, then decodes it");
   ckpt.tensors.close();
-  reference = await referenceTokens(modelDir, prompt, STEPS, 256);
+  reference = await referenceTokens(modelDir, prompt, STEPS);
   mkdirSync(noCards, { recursive: true });
   mkdirSync(join(threeCards, "rngd"), { recursive: true });
   for (const i of [0, 1, 3]) for (const n of ["mgmt", "pe0", "pe1", "pe0-1"]) writeFileSync(join(threeCards, "rngd", `npu${i}${n}`), "");
@@ -49,14 +49,10 @@ describe("engine rngd", () => {
       const engine = await openEngine(rngdEngine, { model: modelDir, backend, chip: 0 }, { env: env() });
       try {
         expect(engine.backend).toBe(backend);
-        expect(engine.variants()).toEqual([
-          { batch: 1, seqLen: 256 },
-          { batch: 4, seqLen: 256 },
-          { batch: 8, seqLen: 256 },
-          { batch: 16, seqLen: 256 },
-        ]);
-        const v = engine.pickVariant(prompt.length, STEPS);
-        expect(await generate(engine, prompt, STEPS, v.seqLen)).toEqual(reference);
+        // the context buckets an RNGD compiles up to the model's context (2048 for this tiny model)
+        expect(engine.variants()).toEqual([512, 1024, 2048].flatMap((seqLen) => [1, 4, 8, 16].map((batch) => ({ batch, seqLen }))));
+        expect(engine.pickVariant(prompt.length, STEPS)).toEqual({ batch: 1, seqLen: 512 });
+        expect(await generate(engine, prompt, STEPS)).toEqual(reference);
       } finally {
         await engine.close();
       }
@@ -111,8 +107,8 @@ describe("engine rngd", () => {
     await expect(openEngine(rngdEngine, { model: modelDir }, { env: env(), options: { threads: 3 } })).rejects.toMatchObject({ code: "CONFIG" });
   });
 
-  it("compiles S from the deployment (512) and refuses requests past it, stating both numbers", async () => {
-    const engine = await openEngine(rngdEngine, { model: modelDir, seqLen: 512 }, { env: env() });
+  it("serves up to --max-model-len (512 here) and refuses requests past it, stating both numbers", async () => {
+    const engine = await openEngine(rngdEngine, { model: modelDir, maxModelLen: 512 }, { env: env() });
     try {
       // New requests run on the widest batch compiled at S; one stream picks the smallest that holds it.
       expect(engine.activeVariant).toEqual({ batch: 16, seqLen: 512 });
@@ -122,8 +118,7 @@ describe("engine rngd", () => {
         expect.unreachable();
       } catch (e) {
         expect(isAirmError(e, "CONTEXT_OVERFLOW")).toBe(true);
-        expect((e as Error).message).toContain("513");
-        expect((e as Error).message).toContain("512");
+        expect((e as Error).message).toContain("prompt + max_tokens = 513 tokens exceeds max_model_len of 512 tokens");
       }
     } finally {
       await engine.close();

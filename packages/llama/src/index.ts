@@ -33,11 +33,13 @@ export {
   type PackedImageReader,
   type PrefillOptions,
   type DecodeStep,
+  type PassItem,
   type WeightPlacement,
   type WeightsMode,
   type ActivationsMode,
 } from "./model/llama-model.ts";
-export type { KVCache } from "./model/kv-cache.ts";
+export { PagedKVCache, type KVCache } from "./model/kv-cache.ts";
+export { KVBlockPool, type KVPoolOptions, type KVPoolShape } from "./model/kv-pool.ts";
 export { generate, continueGeneration, continueFromToken, type GenerateOptions, type GenerateResult } from "./model/generate.ts";
 export { sample, argmax, applyTokenMask, checkLogitBias, counterUniform, tokenLogprobs, type SamplingParams, type TokenLogprobs } from "./sampling/sample.ts";
 export { ropeInverseFrequencies } from "./model/rope.ts";

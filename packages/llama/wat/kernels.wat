@@ -644,6 +644,119 @@
       (local.set $h (i32.add (local.get $h) (i32.const 1)))
       (br $each_h))))
 
+  ;; ---------------------------------------------------------------- paged attention
+  ;; The cache in blocks of $bs positions (layout rngd-pd/v2): $table holds the byte address of
+  ;; each block of the token's sequence in position order (i32 each); within a block, this layer's
+  ;; K of KV head g is at block + $kOff + g*D*bs*2 ([D][bs], positions contiguous) and its V at
+  ;; block + $vOff + g*bs*D*2 ([bs][D]). $bs is a multiple of 4, so attn_scores' groups of 4
+  ;; positions never cross a block. Scores are each a sum over d (as above), so scoring block by
+  ;; block gives the contiguous layout's bits; values keep one set of accumulators over all
+  ;; positions, in increasing s, as attn_values does (same bits again).
+
+  ;; out[d] = sum_s p[s] * V[s][d] (s increasing, from 0) over the blocks in $table, for one KV
+  ;; head whose V starts $vOff into each block.
+  (func $attn_values_paged (param $p i32) (param $table i32) (param $vOff i32) (param $bs i32) (param $D i32) (param $n i32) (param $out i32)
+    (local $s i32) (local $end i32) (local $t i32) (local $ps v128) (local $row i32) (local $o i32) (local $vs i32) (local $dg i32)
+    (local $a0 v128) (local $a1 v128) (local $a2 v128) (local $a3 v128)
+    (local $a4 v128) (local $a5 v128) (local $a6 v128) (local $a7 v128)
+    (local.set $vs (i32.shl (local.get $D) (i32.const 1)))
+    (block $g_done (loop $group
+      (br_if $g_done (i32.gt_u (i32.add (local.get $dg) (i32.const 64)) (local.get $vs)))
+      (local.set $a0 (v128.const i32x4 0 0 0 0))
+      (local.set $a1 (v128.const i32x4 0 0 0 0))
+      (local.set $a2 (v128.const i32x4 0 0 0 0))
+      (local.set $a3 (v128.const i32x4 0 0 0 0))
+      (local.set $a4 (v128.const i32x4 0 0 0 0))
+      (local.set $a5 (v128.const i32x4 0 0 0 0))
+      (local.set $a6 (v128.const i32x4 0 0 0 0))
+      (local.set $a7 (v128.const i32x4 0 0 0 0))
+      (local.set $s (i32.const 0))
+      (local.set $t (local.get $table))
+      (block $blocks_done (loop $each_block
+        (br_if $blocks_done (i32.ge_u (local.get $s) (local.get $n)))
+        (local.set $row (i32.add (i32.add (i32.load (local.get $t)) (local.get $vOff)) (local.get $dg)))
+        (local.set $end (i32.add (local.get $s) (local.get $bs)))
+        (if (i32.gt_u (local.get $end) (local.get $n)) (then (local.set $end (local.get $n))))
+        (block $s_done (loop $each_s
+          (br_if $s_done (i32.ge_u (local.get $s) (local.get $end)))
+          (local.set $ps (f32x4.splat (f32.load (i32.add (local.get $p) (i32.shl (local.get $s) (i32.const 2))))))
+            (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (local.get $ps) (i32x4.shl (v128.load16x4_u offset=0 (local.get $row)) (i32.const 16)))))
+            (local.set $a1 (f32x4.add (local.get $a1) (f32x4.mul (local.get $ps) (i32x4.shl (v128.load16x4_u offset=8 (local.get $row)) (i32.const 16)))))
+            (local.set $a2 (f32x4.add (local.get $a2) (f32x4.mul (local.get $ps) (i32x4.shl (v128.load16x4_u offset=16 (local.get $row)) (i32.const 16)))))
+            (local.set $a3 (f32x4.add (local.get $a3) (f32x4.mul (local.get $ps) (i32x4.shl (v128.load16x4_u offset=24 (local.get $row)) (i32.const 16)))))
+            (local.set $a4 (f32x4.add (local.get $a4) (f32x4.mul (local.get $ps) (i32x4.shl (v128.load16x4_u offset=32 (local.get $row)) (i32.const 16)))))
+            (local.set $a5 (f32x4.add (local.get $a5) (f32x4.mul (local.get $ps) (i32x4.shl (v128.load16x4_u offset=40 (local.get $row)) (i32.const 16)))))
+            (local.set $a6 (f32x4.add (local.get $a6) (f32x4.mul (local.get $ps) (i32x4.shl (v128.load16x4_u offset=48 (local.get $row)) (i32.const 16)))))
+            (local.set $a7 (f32x4.add (local.get $a7) (f32x4.mul (local.get $ps) (i32x4.shl (v128.load16x4_u offset=56 (local.get $row)) (i32.const 16)))))
+          (local.set $row (i32.add (local.get $row) (local.get $vs)))
+          (local.set $s (i32.add (local.get $s) (i32.const 1)))
+          (br $each_s)))
+        (local.set $t (i32.add (local.get $t) (i32.const 4)))
+        (br $each_block)))
+      (local.set $o (i32.add (local.get $out) (i32.shl (local.get $dg) (i32.const 1))))
+      (v128.store offset=0 (local.get $o) (local.get $a0))
+      (v128.store offset=16 (local.get $o) (local.get $a1))
+      (v128.store offset=32 (local.get $o) (local.get $a2))
+      (v128.store offset=48 (local.get $o) (local.get $a3))
+      (v128.store offset=64 (local.get $o) (local.get $a4))
+      (v128.store offset=80 (local.get $o) (local.get $a5))
+      (v128.store offset=96 (local.get $o) (local.get $a6))
+      (v128.store offset=112 (local.get $o) (local.get $a7))
+      (local.set $dg (i32.add (local.get $dg) (i32.const 64)))
+      (br $group)))
+    (block $b_done (loop $lanes
+      (br_if $b_done (i32.ge_u (local.get $dg) (local.get $vs)))
+      (local.set $a0 (v128.const i32x4 0 0 0 0))
+      (local.set $s (i32.const 0))
+      (local.set $t (local.get $table))
+      (block $blocks1_done (loop $each_block1
+        (br_if $blocks1_done (i32.ge_u (local.get $s) (local.get $n)))
+        (local.set $row (i32.add (i32.add (i32.load (local.get $t)) (local.get $vOff)) (local.get $dg)))
+        (local.set $end (i32.add (local.get $s) (local.get $bs)))
+        (if (i32.gt_u (local.get $end) (local.get $n)) (then (local.set $end (local.get $n))))
+        (block $s1_done (loop $each_s1
+          (br_if $s1_done (i32.ge_u (local.get $s) (local.get $end)))
+          (local.set $ps (f32x4.splat (f32.load (i32.add (local.get $p) (i32.shl (local.get $s) (i32.const 2))))))
+          (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (local.get $ps) (i32x4.shl (v128.load16x4_u (local.get $row)) (i32.const 16)))))
+          (local.set $row (i32.add (local.get $row) (local.get $vs)))
+          (local.set $s (i32.add (local.get $s) (i32.const 1)))
+          (br $each_s1)))
+        (local.set $t (i32.add (local.get $t) (i32.const 4)))
+        (br $each_block1)))
+      (v128.store (i32.add (local.get $out) (i32.shl (local.get $dg) (i32.const 1))) (local.get $a0))
+      (local.set $dg (i32.add (local.get $dg) (i32.const 8)))
+      (br $lanes))))
+
+  ;; Attention of one token over positions [0, n) of one layer of a paged cache, all H query
+  ;; heads (head h reads KV head h / group): scores block by block into p, softmax at $scale,
+  ;; the weighted sum of V into out + h*D*4. q: f32 [H][D]; p: f32 scratch for n rounded up to 4.
+  (func (export "attention_paged") (param $q i32) (param $table i32) (param $kOff i32) (param $vOff i32) (param $bs i32)
+        (param $D i32) (param $n i32) (param $H i32) (param $group i32) (param $scale f32) (param $p i32) (param $out i32)
+    (local $h i32) (local $g i32) (local $s i32) (local $t i32) (local $count i32) (local $qh i32) (local $headK i32)
+    (block $done (loop $each_h
+      (br_if $done (i32.ge_u (local.get $h) (local.get $H)))
+      (local.set $g (i32.div_u (local.get $h) (local.get $group)))
+      (local.set $qh (i32.add (local.get $q) (i32.shl (i32.mul (local.get $h) (local.get $D)) (i32.const 2))))
+      (local.set $headK (i32.add (local.get $kOff) (i32.shl (i32.mul (i32.mul (local.get $g) (local.get $D)) (local.get $bs)) (i32.const 1))))
+      (local.set $s (i32.const 0))
+      (local.set $t (local.get $table))
+      (block $blocks_done (loop $each_block
+        (br_if $blocks_done (i32.ge_u (local.get $s) (local.get $n)))
+        (local.set $count (i32.sub (local.get $n) (local.get $s)))
+        (if (i32.gt_u (local.get $count) (local.get $bs)) (then (local.set $count (local.get $bs))))
+        (call $attn_scores (local.get $qh) (i32.add (i32.load (local.get $t)) (local.get $headK))
+          (local.get $bs) (local.get $D) (local.get $count) (i32.add (local.get $p) (i32.shl (local.get $s) (i32.const 2))))
+        (local.set $s (i32.add (local.get $s) (local.get $bs)))
+        (local.set $t (i32.add (local.get $t) (i32.const 4)))
+        (br $each_block)))
+      (call $softmax (local.get $p) (local.get $n) (local.get $scale))
+      (call $attn_values_paged (local.get $p) (local.get $table)
+        (i32.add (local.get $vOff) (i32.shl (i32.mul (i32.mul (local.get $g) (local.get $bs)) (local.get $D)) (i32.const 1)))
+        (local.get $bs) (local.get $D) (local.get $n)
+        (i32.add (local.get $out) (i32.shl (i32.mul (local.get $h) (local.get $D)) (i32.const 2))))
+      (local.set $h (i32.add (local.get $h) (i32.const 1)))
+      (br $each_h))))
+
   ;; ---------------------------------------------------------------- RoPE and the K/V append
   ;; f32 bits -> bf16 bits, round to nearest even; a NaN stays a quiet NaN.
   (func $bf16 (param $b i32) (result i32)

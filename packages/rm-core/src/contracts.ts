@@ -196,7 +196,7 @@ export interface TransportEntryMeta {
 export interface EngineVariant {
   /** Batch width the graph was compiled for. */
   batch: number;
-  /** Context length S the graph was compiled for. */
+  /** Context length S the graph was compiled for (a bucket: requests up to S positions run on it). */
   seqLen: number;
 }
 
@@ -228,30 +228,67 @@ export interface EngineLoadOptions {
   model: string;
   backend?: string;
   chip?: number;
-  seqLen?: number;
+  /** The longest request served (prompt + max_tokens); default the engine's config, else the model's context. */
+  maxModelLen?: number;
+  /** The decode batch width (caps the compiled batches). */
   batch?: number;
-  /** Compiled variants; default from the engine's config (AIRM_VARIANTS) or every default batch at seqLen. */
+  /** Compiled variants; default from the engine's config (AIRM_VARIANTS) or every default batch at every context bucket up to max_model_len. */
   variants?: EngineVariant[];
 }
 
-/** Host-side KV of one request in layout rngd-pd/v1: one K and one V array per layer. */
+/**
+ * Host-side KV of one request in layout rngd-pd/v2: per layer one K and one V array, each the
+ * request's blocks of `blockSize` positions in order (kv-layout.ts), positions past n zero.
+ */
 export interface KVBlobs {
-  seqLen: number;
+  blockSize: number;
   /** Valid positions [0, n). */
   n: number;
   k: Uint8Array[];
   v: Uint8Array[];
 }
 
-/** A request's KV as the engine holds it: resident on the card (rngd) or host memory (atom). */
+/** A request's KV as the engine holds it: blocks of its paged cache, resident on the card (rngd) or in host memory (atom). */
 export interface KVStream {
   readonly id: string;
-  /** Compiled context of the stream's cache. */
-  readonly seqLen: number;
   /** Tokens whose K/V are in the cache (positions [0, length)). */
   readonly length: number;
+  /** Blocks of the paged cache the stream holds (shared ones included). */
+  readonly blocks: number;
   /** `device`: resident, decode reads it in place; `host`: an input of every step. */
   readonly residence: "device" | "host";
+  /** True once the engine took the stream's blocks back to let older streams go on (preemption): recompute it before stepping it again. */
+  readonly preempted: boolean;
+}
+
+/**
+ * Blocks of the paged KV cache set aside for one request before it runs (admission), so that
+ * what it was admitted for cannot be taken by others meanwhile. Spent by the prefill, import or
+ * recompute it is passed to; `release()` returns what is left (idempotent).
+ */
+export interface KVReservation {
+  readonly blocks: number;
+  release(): void;
+}
+
+/** The paged KV cache of an engine: its geometry and how much of it is in use. */
+export interface KVCacheInfo {
+  /** Positions per block. */
+  blockSize: number;
+  /** Blocks of the pool (the memory budget). */
+  totalBlocks: number;
+  /** Blocks held by streams and reservations (what vllm:kv_cache_usage_perc divides by totalBlocks). */
+  usedBlocks: number;
+  /** Blocks a reservation or a growing stream can take now (free ones and cached prefixes that can be evicted). */
+  freeBlocks: number;
+  /** Blocks that hold kept prompt prefixes and no live stream (evicted first when blocks run out). */
+  cachedBlocks: number;
+  /** Bytes of one block (K and V, every layer). */
+  blockBytes: number;
+  /** The longest request (prompt + max_tokens) the engine serves: the model's context, or --max-model-len. */
+  maxModelLen: number;
+  /** Streams preempted so far (their blocks taken back and their KV recomputed later). */
+  preemptions: number;
 }
 
 /**
@@ -268,8 +305,6 @@ export interface TokenConstraint {
 }
 
 export interface PrefillOptions {
-  /** Context S of the variant to run (from pickVariant); also the S of the returned KV. */
-  seqLen: number;
   sampling?: SamplingParams;
   /** Restricts the first token to what a grammar allows (structured outputs). */
   constraint?: TokenConstraint;
@@ -285,13 +320,15 @@ export interface PrefillOptions {
   completionTokens?: number;
   /**
    * Called once per layer, in order, as soon as that layer's K and V for the whole prompt are
-   * final: layer blobs in layout rngd-pd/v1, the same arrays the result's `kv` holds. Compute
-   * does not wait for a returned promise; prefill resolves after all of them settle and rejects
-   * with the first rejection.
+   * final: layer blobs in layout rngd-pd/v2 (the prompt's blocks), the same arrays the result's
+   * `kv` holds. Compute does not wait for a returned promise; prefill resolves after all of them
+   * settle and rejects with the first rejection.
    */
   onLayer?(layer: number, k: Uint8Array, v: Uint8Array): void | Promise<void>;
-  /** Keep the cache as a decode stream in this engine (solo role) and return it. */
+  /** Keep the cache as a decode stream in this engine (solo role) and return it; `kv` is then not exported. */
   keepStream?: boolean;
+  /** Blocks set aside for this prompt at admission (engine.reserve); without one the prefill takes free blocks or throws KVCacheFullError. */
+  reservation?: KVReservation;
   /**
    * Return the first token's log-probability and its `logprobs` most likely alternatives
    * (`firstLogprobs`), from the logits the sampler saw. Unset: none are computed.
@@ -313,7 +350,8 @@ export interface PrefillResult {
   others?: { token: number; logprobs?: TokenLogprobs }[];
   /** With `promptLogprobs`: entry i scores prompt token i + 1 (the first prompt token has no prefix to score it). */
   promptLogprobs?: TokenLogprobs[];
-  kv: KVBlobs;
+  /** The prompt's KV in layout rngd-pd/v2; absent when `keepStream` was set. */
+  kv?: KVBlobs;
   /** Present when `keepStream` was set. */
   stream?: KVStream;
   /** Wall time of the prefill itself (ms), without waiting on onLayer promises. */
@@ -339,7 +377,10 @@ export interface DecodeStep {
 export interface DecodeResult {
   token: number;
   logprobs?: TokenLogprobs;
-  /** Set when this stream's step failed on its own (its constraint): `token` is then meaningless; the other streams' results stand. */
+  /**
+   * Set when this stream's step failed on its own (its constraint, or PreemptedError when the
+   * engine took its blocks back): `token` is then meaningless; the other streams' results stand.
+   */
   error?: unknown;
 }
 
@@ -366,9 +407,9 @@ export interface DeltaResult {
 export interface EngineStats {
   variant: EngineVariant;
   streams: number;
-  /** Bytes of KV held by live streams. */
+  /** Bytes of KV held by live streams (their blocks). */
   kvBytes: number;
-  /** Bytes of KV all live streams could hold at most (for kv_cache_usage_perc). */
+  /** Bytes of the whole KV block pool (the memory budget). */
   kvCapacityBytes: number;
   /** How the weights got ready at load: `artifact-cache` (warm), `converted` (cold) or `native`. */
   weightsFrom: "artifact-cache" | "converted" | "native";
@@ -430,20 +471,39 @@ export interface Engine {
   /** The variant new requests run on. */
   readonly activeVariant: EngineVariant;
   variants(): EngineVariant[];
-  /** Throws ContextOverflowError when promptTokens + maxTokens exceeds the largest S. */
+  /** Throws ContextOverflowError when promptTokens + maxTokens exceeds the largest S (max_model_len). */
   pickVariant(promptTokens: number, maxTokens: number, batch?: number): EngineVariant;
+  /** The paged KV cache: geometry and occupancy. */
+  kvCache(): KVCacheInfo;
+  /**
+   * Sets aside the blocks `positions` positions need (plus `extra` blocks), or returns null when
+   * they are not free now (retry after onBlocksFreed). Throws ContextOverflowError when they
+   * exceed the whole pool (no amount of waiting would admit them).
+   */
+  reserve(positions: number, extra?: number): KVReservation | null;
+  /** Calls `listener` whenever blocks return to the pool (a stream released or preempted); returns the unsubscribe function. */
+  onBlocksFreed(listener: () => void): () => void;
   prefill(tokens: number[], options: PrefillOptions): Promise<PrefillResult>;
   /**
-   * One decode step for up to B streams (more are run in groups of B): appends each step's token
-   * and returns the next token of each stream, in order. Throws ContextOverflowError when a stream
-   * is full, KVIntegrityError for a released stream.
+   * One decode step for many streams: appends each step's token and returns the next token of
+   * each stream, in order. A stream that needs a block when none is free makes the engine preempt
+   * the newest stream (its result, now or at its next step, carries PreemptedError). Throws
+   * ContextOverflowError when a stream is at max_model_len, KVIntegrityError for a released stream.
    */
   decode(steps: DecodeStep[]): Promise<DecodeResult[]>;
-  /** Adopts KV from another process (layout rngd-pd/v1). Throws KVIntegrityError on a shape mismatch. */
-  importKV(kv: KVBlobs): KVStream;
-  /** A host copy of a stream's KV in layout rngd-pd/v1. */
+  /**
+   * Recomputes a preempted stream's KV from its tokens (prompt and generated so far, the last
+   * one excluded: it is the next step's input), with the same bits it held. Throws
+   * KVIntegrityError when the stream was not preempted, KVCacheFullError without blocks.
+   */
+  recompute(stream: KVStream, tokens: number[], reservation?: KVReservation): Promise<void>;
+  /** Adopts KV from another process (layout rngd-pd/v2). Throws KVIntegrityError on a shape mismatch, KVCacheFullError without blocks. */
+  importKV(kv: KVBlobs, reservation?: KVReservation): KVStream;
+  /** A second stream with the same KV (another choice of the request): full blocks are shared, a shared block is copied when written. */
+  fork(stream: KVStream): KVStream;
+  /** A host copy of a stream's KV in layout rngd-pd/v2. */
   exportKV(stream: KVStream): KVBlobs;
-  /** Frees a stream. Idempotent. */
+  /** Frees a stream (its blocks go back to the pool unless shared). Idempotent. */
   release(stream: KVStream): void;
   /** Makes `variant` active, keeping the weights resident; compiles (prepares) it when new. */
   swap(variant: EngineVariant): Promise<SwapResult>;

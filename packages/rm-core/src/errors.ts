@@ -15,6 +15,8 @@ export type AirmErrorCode =
   | "UNSUPPORTED"
   | "KV_INTEGRITY"
   | "CONTEXT_OVERFLOW"
+  | "KV_CACHE_FULL"
+  | "PREEMPTED"
   | "CONFIG"
   | "DEVICE"
   | "MODEL_LOAD"
@@ -117,17 +119,42 @@ export class KVIntegrityError extends AirmError {
   }
 }
 
-/** A request whose prompt plus max_tokens does not fit the largest compiled context. */
+/**
+ * A request whose prompt plus max_tokens does not fit a limit: the model's context
+ * (max_model_len, the default), the whole KV cache, or one cache's capacity. The message names it.
+ */
 export class ContextOverflowError extends AirmError {
   readonly requested: number;
   readonly limit: number;
-  constructor(requested: number, limit: number, detail = "") {
+  /** What the limit is, as the message names it (e.g. "max_model_len"). */
+  readonly limitName: string;
+  constructor(requested: number, limit: number, detail = "", limitName = "max_model_len") {
     super(
       "CONTEXT_OVERFLOW",
-      `prompt + max_tokens = ${requested} tokens exceeds the compiled context of ${limit} tokens${detail ? ` (${detail})` : ""}; shorten the prompt or lower max_tokens.`,
+      `prompt + max_tokens = ${requested} tokens exceeds ${limitName} of ${limit} tokens${detail ? ` (${detail})` : ""}; shorten the prompt or lower max_tokens.`,
     );
     this.requested = requested;
     this.limit = limit;
+    this.limitName = limitName;
+  }
+}
+
+/**
+ * No block of the paged KV cache is free for what was asked right now. Transient: admission
+ * waits for blocks, and a growing stream makes the engine preempt another one instead.
+ */
+export class KVCacheFullError extends AirmError {
+  constructor(message: string) {
+    super("KV_CACHE_FULL", message);
+  }
+}
+
+/** The engine took a stream's blocks back so that older streams go on; recompute it (engine.recompute) before stepping it again. */
+export class PreemptedError extends AirmError {
+  readonly streamId: string;
+  constructor(streamId: string) {
+    super("PREEMPTED", `stream ${streamId} was preempted (its KV blocks were needed by older streams); recompute it from its tokens to go on`);
+    this.streamId = streamId;
   }
 }
 

@@ -1,17 +1,24 @@
-// The one KV layout, rngd-pd/v1, and its byte geometry: per layer K [kv_heads, head_dim, S] and
-// V [kv_heads, S, head_dim], bf16. Blob sizes (what a transport moves per layer and K|V), shape
-// checks for imported KV, and copying positions between caches. Every package takes these from
-// here: the model's caches, the engines, the manifest and the transports.
+// The one KV layout, rngd-pd/v2 (paged), and its byte geometry. KV lives in blocks of
+// `blockSize` positions; within a block, per layer, K is [kv_heads, head_dim, block_size] and V
+// is [kv_heads, block_size, head_dim], bf16. A request's KV crosses as one blob per (layer, K|V):
+// its blocks in position order, concatenated, the positions past n in the last block zero. Every
+// package takes the geometry from here: the model's block pool, the engines, the manifest and
+// the transports.
 
 import type { KVBlobs } from "./contracts.ts";
 import { KVIntegrityError } from "./errors.ts";
 
-/** The only KV layout: K [layers, kv_heads, head_dim, S], V [layers, kv_heads, S, head_dim]. */
-export const KV_LAYOUT = "rngd-pd/v1";
+/** The only KV layout: paged, see the module comment. */
+export const KV_LAYOUT = "rngd-pd/v2";
 export type KVDtype = "bf16" | "fp16";
 
 /** Bytes per element of each KV dtype. */
 export const KV_DTYPE_BYTES: Record<KVDtype, number> = { bf16: 2, fp16: 2 };
+
+/** Positions per KV block unless configured (vLLM's default `--block-size`). */
+export const DEFAULT_BLOCK_SIZE = 16;
+/** Block sizes the kernels take: multiples of 4 (attention reads positions in groups of 4 that never cross a block). */
+export const BLOCK_SIZES = [4, 8, 16, 32, 64, 128, 256] as const;
 
 export interface KVGeometry {
   layers: number;
@@ -19,79 +26,103 @@ export interface KVGeometry {
   headDim: number;
 }
 
-/** Bytes of one blob (one layer's K or V) at context S: kv_heads x head_dim x S x element size. */
-export function layerBytes(g: Pick<KVGeometry, "kvHeads" | "headDim">, S: number, dtype: KVDtype = "bf16"): number {
-  return g.kvHeads * g.headDim * S * KV_DTYPE_BYTES[dtype];
+/** Throws KVIntegrityError("blockSize") for a block size the kernels cannot read. */
+export function checkBlockSize(blockSize: number): number {
+  if (!(BLOCK_SIZES as readonly number[]).includes(blockSize)) {
+    throw new KVIntegrityError("blockSize", `KV block size ${JSON.stringify(blockSize)} is not one of ${BLOCK_SIZES.join(", ")}`);
+  }
+  return blockSize;
 }
 
-/** Bytes of a whole request's KV (K and V, every layer) at context S. */
-export function requestKVBytes(g: KVGeometry, S: number): number {
-  return 2 * g.layers * layerBytes(g, S);
+/** Blocks that hold `n` positions. */
+export function blocksFor(n: number, blockSize: number): number {
+  return Math.ceil(n / blockSize);
+}
+
+/** Bytes of one layer's K (or V) of one block: kv_heads x head_dim x block_size x element size. */
+export function blockLayerBytes(g: Pick<KVGeometry, "kvHeads" | "headDim">, blockSize: number, dtype: KVDtype = "bf16"): number {
+  return g.kvHeads * g.headDim * blockSize * KV_DTYPE_BYTES[dtype];
+}
+
+/** Bytes of one blob (one layer's K or V of a request holding `n` positions). */
+export function layerBlobBytes(g: Pick<KVGeometry, "kvHeads" | "headDim">, blockSize: number, n: number, dtype: KVDtype = "bf16"): number {
+  return blocksFor(n, blockSize) * blockLayerBytes(g, blockSize, dtype);
+}
+
+/** Bytes a request of `n` positions moves (K and V, every layer, whole blocks). */
+export function requestKVBytes(g: KVGeometry, blockSize: number, n: number): number {
+  return 2 * g.layers * layerBlobBytes(g, blockSize, n);
+}
+
+/** Bytes of KV per position (K and V, every layer): what one token holds in the cache. */
+export function bytesPerPosition(g: KVGeometry, dtype: KVDtype = "bf16"): number {
+  return 2 * g.layers * g.kvHeads * g.headDim * KV_DTYPE_BYTES[dtype];
 }
 
 /** Throws KVIntegrityError naming the field when `kv` does not fit the geometry. */
 export function checkKVBlobs(g: KVGeometry, kv: KVBlobs): void {
-  if (!Number.isInteger(kv.seqLen) || kv.seqLen < 1) throw new KVIntegrityError("seqLen", `KV seqLen ${kv.seqLen} is not a positive integer`);
-  if (!Number.isInteger(kv.n) || kv.n < 0 || kv.n > kv.seqLen) throw new KVIntegrityError("n", `KV holds n=${kv.n} positions, outside [0, ${kv.seqLen}]`);
+  checkBlockSize(kv.blockSize);
+  if (!Number.isInteger(kv.n) || kv.n < 1) throw new KVIntegrityError("n", `KV holds n=${kv.n} positions; it must be an integer >= 1`);
   if (kv.k.length !== g.layers || kv.v.length !== g.layers) {
     throw new KVIntegrityError("layers", `KV has ${kv.k.length} K and ${kv.v.length} V layers; this model has ${g.layers}`);
   }
-  const want = layerBytes(g, kv.seqLen);
+  const want = layerBlobBytes(g, kv.blockSize, kv.n);
   for (let l = 0; l < g.layers; l++) {
     if (kv.k[l].length !== want || kv.v[l].length !== want) {
       throw new KVIntegrityError(
         "shape",
-        `layer ${l}: K ${kv.k[l].length} / V ${kv.v[l].length} bytes, expected ${want} (${g.kvHeads} kv heads x ${g.headDim} x S ${kv.seqLen} x bf16)`,
+        `layer ${l}: K ${kv.k[l].length} / V ${kv.v[l].length} bytes, expected ${want} (${blocksFor(kv.n, kv.blockSize)} blocks x ${g.kvHeads} kv heads x ${g.headDim} x ${kv.blockSize} positions x bf16)`,
       );
     }
   }
 }
 
-/** Copies position `p` of one layer from (srcK, srcV) into (dstK, dstV); both at context S. */
-export function copyPosition(g: KVGeometry, S: number, p: number, srcK: Uint8Array, srcV: Uint8Array, dstK: Uint8Array, dstV: Uint8Array): void {
-  const rows = g.kvHeads * g.headDim;
-  for (let r = 0; r < rows; r++) {
-    const o = (r * S + p) * 2;
-    dstK[o] = srcK[o];
-    dstK[o + 1] = srcK[o + 1];
-  }
-  const run = g.headDim * 2;
-  for (let h = 0; h < g.kvHeads; h++) {
-    const o = (h * S + p) * run;
-    dstV.set(srcV.subarray(o, o + run), o);
-  }
+/**
+ * Zeroes the positions at and past `from` (within [0, blockSize)) of one block's layer K slice
+ * ([kv_heads, head_dim, block_size]): what an exported last block holds past n, so its bytes do
+ * not depend on what the block held before.
+ */
+export function zeroBlockTailK(g: Pick<KVGeometry, "kvHeads" | "headDim">, blockSize: number, from: number, k: Uint8Array): void {
+  if (from >= blockSize) return;
+  for (let r = 0; r < g.kvHeads * g.headDim; r++) k.fill(0, (r * blockSize + from) * 2, (r + 1) * blockSize * 2);
 }
 
-/** Copies positions [0, n) of one layer from (srcK, srcV) into (dstK, dstV); both at context S. */
-export function copyPrefix(g: KVGeometry, S: number, n: number, srcK: Uint8Array, srcV: Uint8Array, dstK: Uint8Array, dstV: Uint8Array): void {
-  if (n <= 0) return;
-  if (n === S) {
-    dstK.set(srcK);
-    dstV.set(srcV);
-    return;
-  }
-  const rows = g.kvHeads * g.headDim;
-  for (let r = 0; r < rows; r++) {
-    const o = r * S * 2;
-    dstK.set(srcK.subarray(o, o + n * 2), o);
-  }
+/** As zeroBlockTailK, for a V slice ([kv_heads, block_size, head_dim]). */
+export function zeroBlockTailV(g: Pick<KVGeometry, "kvHeads" | "headDim">, blockSize: number, from: number, v: Uint8Array): void {
+  if (from >= blockSize) return;
   const run = g.headDim * 2;
-  for (let h = 0; h < g.kvHeads; h++) {
-    const o = h * S * run;
-    dstV.set(srcV.subarray(o, o + n * run), o);
-  }
+  for (let h = 0; h < g.kvHeads; h++) v.fill(0, (h * blockSize + from) * run, (h + 1) * blockSize * run);
 }
 
-/** Sets positions [0, n) of one layer's (k, v) at context S to zero (every position when n >= S). */
-export function zeroPrefix(g: Pick<KVGeometry, "kvHeads" | "headDim">, S: number, n: number, k: Uint8Array, v: Uint8Array): void {
-  if (n <= 0) return;
-  if (n >= S) {
-    k.fill(0);
-    v.fill(0);
-    return;
+/**
+ * Gathers positions [0, n) of one layer blob (`blockSize` layout) into a dense K [kv_heads,
+ * head_dim, S] and V [kv_heads, S, head_dim] pair at context S >= n: the input shape of a
+ * compiled decode graph (the ATOM host-input model). Positions past n stay as they are in the
+ * destination.
+ */
+export function blocksToDense(
+  g: Pick<KVGeometry, "kvHeads" | "headDim">,
+  blockSize: number,
+  n: number,
+  k: Uint8Array,
+  v: Uint8Array,
+  S: number,
+  denseK: Uint8Array,
+  denseV: Uint8Array,
+): void {
+  const D = g.headDim;
+  const blockBytes = blockLayerBytes(g, blockSize);
+  for (let j = 0; j * blockSize < n; j++) {
+    const count = Math.min(blockSize, n - j * blockSize);
+    const base = j * blockBytes;
+    const p0 = j * blockSize;
+    for (let r = 0; r < g.kvHeads * D; r++) {
+      const src = base + r * blockSize * 2;
+      denseK.set(k.subarray(src, src + count * 2), (r * S + p0) * 2);
+    }
+    for (let h = 0; h < g.kvHeads; h++) {
+      const src = base + h * blockSize * D * 2;
+      denseV.set(v.subarray(src, src + count * D * 2), (h * S + p0) * D * 2);
+    }
   }
-  const rows = g.kvHeads * g.headDim;
-  for (let r = 0; r < rows; r++) k.fill(0, r * S * 2, (r * S + n) * 2);
-  const run = g.headDim * 2;
-  for (let h = 0; h < g.kvHeads; h++) v.fill(0, h * S * run, (h * S + n) * run);
 }

@@ -4,10 +4,11 @@ import { KVIntegrityError } from "./errors.ts";
 
 function manifest(over: Partial<KVManifest> = {}): KVManifest {
   const m: KVManifest = {
-    layout: "rngd-pd/v1",
+    layout: "rngd-pd/v2",
     dtype: "bf16",
-    S: 8,
+    blockSize: 4,
     n: 5,
+    blocks: 2,
     layers: 2,
     kvHeads: 2,
     headDim: 4,
@@ -32,9 +33,10 @@ function fieldOf(f: () => unknown): string | undefined {
 }
 
 describe("KV manifest", () => {
-  test("blob size is kv_heads x head_dim x S x 2", () => {
-    expect(blobBytes(manifest())).toBe(2 * 4 * 8 * 2);
-    expect(blobBytes({ kvHeads: 8, headDim: 128, S: 512, dtype: "bf16" })).toBe(1 << 20);
+  test("blob size is blocks x kv_heads x head_dim x block size x 2", () => {
+    expect(blobBytes(manifest())).toBe(2 * 2 * 4 * 4 * 2);
+    // Llama-3.1-8B, a 20-token prompt in blocks of 16: 2 blocks of 32 KiB per layer's K or V.
+    expect(blobBytes({ kvHeads: 8, headDim: 128, blockSize: 16, blocks: 2, dtype: "bf16" })).toBe(2 * 32768);
   });
   test("round trips through bytes", () => {
     const m = manifest();
@@ -43,8 +45,10 @@ describe("KV manifest", () => {
   test.each([
     [{ layout: "rngd-pd/v0" }, "layout"],
     [{ dtype: "fp32" }, "dtype"],
-    [{ S: 0 }, "S"],
-    [{ n: 9 }, "n"],
+    [{ blockSize: 0 }, "blockSize"],
+    [{ blockSize: 12, blocks: 1 }, "blockSize"],
+    [{ n: 9 }, "blocks"],
+    [{ blocks: 3 }, "blocks"],
     [{ n: 0 }, "n"],
     [{ requestId: "../x" }, "requestId"],
     [{ modelFingerprint: "" }, "modelFingerprint"],
@@ -56,7 +60,7 @@ describe("KV manifest", () => {
     ["modelFingerprint", "other-model"],
     ["numericsFingerprint", "n2"],
     ["headDim", 8],
-    ["S", 16],
+    ["blockSize", 16],
     ["layers", 3],
   ] as const)("a mismatch of %s with this side is refused naming it", (field, want) => {
     const err = (() => {

@@ -5,16 +5,18 @@
 import { crc32 } from "@node-rs/crc32";
 import { KVIntegrityError } from "./errors.ts";
 import type { PulledBlob } from "./contracts.ts";
-import { KV_LAYOUT, layerBytes, type KVDtype } from "./kv-layout.ts";
+import { BLOCK_SIZES, KV_LAYOUT, blockLayerBytes, blocksFor, type KVDtype } from "./kv-layout.ts";
 import { blobKey, validateRequestId } from "./kv-key.ts";
 
 export interface KVManifest {
   layout: typeof KV_LAYOUT;
   dtype: KVDtype;
-  /** Compiled context length (the S axis of every blob). */
-  S: number;
+  /** Positions per block (every blob holds whole blocks). */
+  blockSize: number;
   /** Valid positions [0, n). */
   n: number;
+  /** Blocks per blob: ceil(n / blockSize). */
+  blocks: number;
   layers: number;
   kvHeads: number;
   headDim: number;
@@ -31,13 +33,13 @@ export interface KVManifest {
 }
 
 /** What the receiving side expects; any field left out is not checked. */
-export type ManifestExpectation = Partial<Pick<KVManifest, "layout" | "dtype" | "S" | "layers" | "kvHeads" | "headDim" | "modelFingerprint" | "numericsFingerprint">> & {
+export type ManifestExpectation = Partial<Pick<KVManifest, "layout" | "dtype" | "blockSize" | "layers" | "kvHeads" | "headDim" | "modelFingerprint" | "numericsFingerprint">> & {
   maxN?: number;
 };
 
-/** Bytes of one blob of the manifest's request (see layerBytes). */
-export function blobBytes(m: Pick<KVManifest, "kvHeads" | "headDim" | "S" | "dtype">): number {
-  return layerBytes(m, m.S, m.dtype);
+/** Bytes of one blob of the manifest's request: its blocks of one layer's K or V. */
+export function blobBytes(m: Pick<KVManifest, "kvHeads" | "headDim" | "blockSize" | "blocks" | "dtype">): number {
+  return m.blocks * blockLayerBytes(m, m.blockSize, m.dtype);
 }
 
 export function kvCrc32(data: Uint8Array): number {
@@ -56,11 +58,15 @@ export function validateManifest(input: unknown, expect: ManifestExpectation = {
     throw new KVIntegrityError("layout", `KV layout ${JSON.stringify(m.layout)} is not ${KV_LAYOUT}`);
   }
   if (m.dtype !== "bf16" && m.dtype !== "fp16") throw new KVIntegrityError("dtype", `KV dtype ${JSON.stringify(m.dtype)} is not bf16 or fp16`);
-  for (const f of ["S", "layers", "kvHeads", "headDim"] as const) {
+  for (const f of ["blockSize", "blocks", "layers", "kvHeads", "headDim"] as const) {
     if (!isPosInt(m[f])) throw new KVIntegrityError(f, `manifest field ${f} must be a positive integer, got ${JSON.stringify(m[f])}`);
   }
-  if (!Number.isInteger(m.n) || m.n < 1 || m.n > m.S) {
-    throw new KVIntegrityError("n", `manifest n=${JSON.stringify(m.n)} must be an integer in [1, S=${m.S}]`);
+  if (!(BLOCK_SIZES as readonly number[]).includes(m.blockSize)) {
+    throw new KVIntegrityError("blockSize", `manifest blockSize ${m.blockSize} is not one of ${BLOCK_SIZES.join(", ")}`);
+  }
+  if (!Number.isInteger(m.n) || m.n < 1) throw new KVIntegrityError("n", `manifest n=${JSON.stringify(m.n)} must be an integer >= 1`);
+  if (m.blocks !== blocksFor(m.n, m.blockSize)) {
+    throw new KVIntegrityError("blocks", `manifest blocks=${m.blocks} does not hold n=${m.n} positions in blocks of ${m.blockSize} (${blocksFor(m.n, m.blockSize)})`);
   }
   try {
     validateRequestId(m.requestId);
@@ -81,9 +87,10 @@ export function validateManifest(input: unknown, expect: ManifestExpectation = {
     }
     const got = m[field as keyof KVManifest];
     if (got !== want) {
+      const what = field === "blockSize" ? "KV block size (--block-size)" : "model, layout and numerics";
       throw new KVIntegrityError(
         field,
-        `KV manifest ${field} is ${JSON.stringify(got)} but this side expects ${JSON.stringify(want)}: prefill and decode must run the same model, layout and numerics`,
+        `KV manifest ${field} is ${JSON.stringify(got)} but this side expects ${JSON.stringify(want)}: prefill and decode must run the same ${what}`,
       );
     }
   }

@@ -1,7 +1,10 @@
 // The I/O contract of an ATOM decode graph compiled for (B, S), driven through the RBLN runtime
 // binding: the whole KV cache is a host input on every step and the graph returns the logits and
-// the K/V of the new position, which the engine writes back into its host cache. The graph file
-// is produced on the host beforehand (the compile step is not part of this package).
+// the K/V of the new position, which the engine writes back into its host cache. The engine keeps
+// that cache in blocks (layout rngd-pd/v2) and gathers a stream's positions into the graph's
+// dense S-wide input each step (S: the smallest compiled context that holds them); the new
+// position goes back into the stream's block (writeBlockColumn). The graph file is produced on
+// the host beforehand (the compile step is not part of this package).
 //
 //   in[0]      token ids      int32 [B]
 //   in[1]      positions      int32 [B]             (the position each token is written at)
@@ -15,14 +18,27 @@
 
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import type { EngineVariant, KVBlobs } from "@airm/rm-core";
+import type { EngineVariant } from "@airm/rm-core";
 import { NativeRuntimeError } from "../device-errors.ts";
-import { layerBytes, type KVGeometry } from "@airm/rm-core";
+import { type KVGeometry } from "@airm/rm-core";
 import { variantName } from "../variants.ts";
 import { RblnGraphSession, type RblnRuntimeLibrary } from "./rbln-runtime.ts";
 
 export interface DecodeGraphShape extends KVGeometry {
   vocabSize: number;
+}
+
+/** One stream's cache as a graph input: positions [0, n) of dense K [kv_heads, head_dim, S] and V [kv_heads, S, head_dim] per layer. */
+export interface DenseKV {
+  seqLen: number;
+  n: number;
+  k: Uint8Array[];
+  v: Uint8Array[];
+}
+
+/** Bytes of one layer's dense K (or V) at context S. */
+export function denseLayerBytes(g: Pick<KVGeometry, "kvHeads" | "headDim">, S: number): number {
+  return g.kvHeads * g.headDim * S * 2;
 }
 
 /** The graph file for a variant inside a graph folder: `decode-B4xS512.rbln`. */
@@ -37,7 +53,7 @@ export function decodeGraphIO(shape: DecodeGraphShape, v: EngineVariant): { inpu
   const outputs = [4 * B * shape.vocabSize];
   const column = B * shape.kvHeads * shape.headDim * 2;
   for (let l = 0; l < shape.layers; l++) {
-    inputs.push(B * layerBytes(shape, v.seqLen), B * layerBytes(shape, v.seqLen));
+    inputs.push(B * denseLayerBytes(shape, v.seqLen), B * denseLayerBytes(shape, v.seqLen));
     outputs.push(column, column);
   }
   return { inputs, outputs };
@@ -87,7 +103,7 @@ export class RblnDecodeGraph {
   }
 
   /** One step for up to B streams: `host[i]` is stream i's whole cache, `tokens[i]` its token. */
-  step(host: KVBlobs[], tokens: number[]): HostDecodeResult[] {
+  step(host: DenseKV[], tokens: number[]): HostDecodeResult[] {
     const { batch: B, seqLen: S } = this.variant;
     const g = this.shape;
     if (host.length === 0 || host.length > B || tokens.length !== host.length) {
@@ -102,7 +118,7 @@ export class RblnDecodeGraph {
     });
     this.session.setInput(0, new Uint8Array(ids.buffer));
     this.session.setInput(1, new Uint8Array(pos.buffer));
-    const lb = layerBytes(g, S);
+    const lb = denseLayerBytes(g, S);
     const staging = new Uint8Array(B * lb);
     for (let l = 0; l < g.layers; l++) {
       staging.fill(0);
@@ -129,20 +145,17 @@ export class RblnDecodeGraph {
   }
 }
 
-/** Writes a new position (K/V [kv_heads, head_dim] bf16 per layer) into a host cache at `host.n`. */
-export function appendColumn(g: KVGeometry, host: KVBlobs, k: Uint8Array[], v: Uint8Array[]): void {
-  const S = host.seqLen;
-  const p = host.n;
-  for (let l = 0; l < g.layers; l++) {
-    const K = host.k[l];
-    const V = host.v[l];
-    for (let r = 0; r < g.kvHeads * g.headDim; r++) {
-      const o = (r * S + p) * 2;
-      K[o] = k[l][r * 2];
-      K[o + 1] = k[l][r * 2 + 1];
-    }
-    const run = g.headDim * 2;
-    for (let h = 0; h < g.kvHeads; h++) V.set(v[l].subarray(h * run, (h + 1) * run), (h * S + p) * run);
+/**
+ * Writes a new position's K and V ([kv_heads, head_dim] bf16, as the graph returns them) into
+ * one layer of a block (layout rngd-pd/v2: K [kv_heads, head_dim, block_size], V [kv_heads,
+ * block_size, head_dim]) at offset `p` within the block.
+ */
+export function writeBlockColumn(g: Pick<KVGeometry, "kvHeads" | "headDim">, blockSize: number, p: number, kBlock: Uint8Array, vBlock: Uint8Array, k: Uint8Array, v: Uint8Array): void {
+  for (let r = 0; r < g.kvHeads * g.headDim; r++) {
+    const o = (r * blockSize + p) * 2;
+    kBlock[o] = k[r * 2];
+    kBlock[o + 1] = k[r * 2 + 1];
   }
-  host.n = p + 1;
+  const run = g.headDim * 2;
+  for (let h = 0; h < g.kvHeads; h++) vBlock.set(v.subarray(h * run, (h + 1) * run), (h * blockSize + p) * run);
 }

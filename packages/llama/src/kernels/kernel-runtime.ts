@@ -49,6 +49,7 @@ interface KernelExports {
   attn_scores(q: number, k: number, S: number, D: number, n: number, out: number): void;
   attn_values(p: number, v: number, D: number, n: number, out: number): void;
   attention(q: number, k: number, v: number, S: number, D: number, n: number, H: number, group: number, scale: number, p: number, out: number): void;
+  attention_paged(q: number, table: number, kOff: number, vOff: number, bs: number, D: number, n: number, H: number, group: number, scale: number, p: number, out: number): void;
   softmax(p: number, n: number, scale: number): void;
   swiglu(gu: number, act: number, I: number, T: number): void;
   rope_kv(x: number, cs: number, heads: number, D: number, k: number, kv: number, kDst: number, vDst: number, S: number): void;
@@ -497,6 +498,16 @@ export class KernelRuntime {
    */
   attention(q: number, k: number, v: number, S: number, D: number, n: number, H: number, group: number, scale: number, p: number, out: number): void {
     this.k.attention(q, k, v, S, D, n, H, group, scale, p, out);
+  }
+
+  /**
+   * `attention` over a paged cache (layout rngd-pd/v2): `table` holds the i32 byte addresses of
+   * the sequence's blocks in position order; this layer's K of KV head g is at block + kOff +
+   * g*D*bs*2 ([D][bs]) and its V at block + vOff + g*bs*D*2 ([bs][D]). Same bits as `attention`
+   * over the same positions in the contiguous layout.
+   */
+  attentionPaged(q: number, table: number, kOff: number, vOff: number, bs: number, D: number, n: number, H: number, group: number, scale: number, p: number, out: number): void {
+    this.k.attention_paged(q, table, kOff, vOff, bs, D, n, H, group, scale, p, out);
   }
 
   /** p[i] = softmax(p[i] * scale) over [0, n), the kernel's exp, sum in increasing i; room for n rounded up to 4. */

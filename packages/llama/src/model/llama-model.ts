@@ -3,7 +3,7 @@
 // agree bit for bit). Knows the architecture and the numerics; loading files and sampling are
 // done elsewhere.
 import { createHash } from "node:crypto";
-import { AirmError, ConfigError, ContextOverflowError, KV_LAYOUT } from "@airm/rm-core";
+import { AirmError, ConfigError, ContextOverflowError, KVCacheFullError, KVIntegrityError, KV_LAYOUT, checkKVBlobs, type KVBlobs } from "@airm/rm-core";
 import type { Checkpoint, ModelConfig, TensorSource } from "../checkpoint-types.ts";
 import { KERNEL_VERSION, NUMERICS_CHOICES } from "../kernels/assemble.ts";
 import { KernelRuntime, WEIGHT_MEMORY_BYTES } from "../kernels/kernel-runtime.ts";
@@ -21,7 +21,8 @@ import {
   type WeightKind,
 } from "../kernels/quant-image.ts";
 import { imageIndex, interleaveRows } from "../kernels/weight-image.ts";
-import { WasmKVCache, type KVCache } from "./kv-cache.ts";
+import { PagedKVCache, type KVCache } from "./kv-cache.ts";
+import { KVBlockPool, type KVPoolOptions } from "./kv-pool.ts";
 import { RopeTable } from "./rope.ts";
 
 const fr = Math.fround;
@@ -66,6 +67,8 @@ export interface LlamaModelOptions {
   placement?: WeightPlacement;
   /** Usable bytes per weight memory (default: all of wasm32's 4 GiB but a page); tests make it small. */
   weightMemoryBytes?: number;
+  /** The paged KV cache: block size (default 16) and budget in blocks (default: what the memory holds). */
+  kv?: KVPoolOptions;
 }
 
 export type WeightPlacement = "auto" | "separate";
@@ -235,6 +238,14 @@ export interface DecodeStep {
   token: number;
 }
 
+/** One item of a forward pass (LlamaModel.pass): tokens going in at the cache's position n. */
+export interface PassItem {
+  tokens: number[];
+  cache: KVCache;
+  /** Which logits come back: the last position's (default), every position's, or none. */
+  logits?: "last" | "all" | "none";
+}
+
 interface LayerWeights {
   inNorm: number; // f32 [hidden]
   postNorm: number; // f32 [hidden]
@@ -314,6 +325,8 @@ export class LlamaModel {
   }
 
   /** @internal */ readonly rt: KernelRuntime;
+  /** The paged KV cache every cache of this model takes its blocks from. */
+  readonly kvPool: KVBlockPool;
   private readonly layers: LayerWeights[];
   private readonly slots: Map<string, WeightSlot>;
   private readonly weightsStart: number;
@@ -334,6 +347,8 @@ export class LlamaModel {
   private ropeRowsTokens = 0;
   private logits = 0;
   private logitsRows = 0;
+  private tables = 0;
+  private tablesCap = 0;
   private resid = 0;
   private residTokens = 0;
   private closed = false;
@@ -351,6 +366,7 @@ export class LlamaModel {
     weightsMode: WeightsMode,
     placement: WeightPlacement,
     activations: ActivationsMode,
+    kv: KVPoolOptions | undefined,
   ) {
     this.weightsMode = weightsMode;
     this.activations = activations;
@@ -375,6 +391,7 @@ export class LlamaModel {
     this.weightBytesPerToken = bytesOf([...layers.flatMap((L) => [L.wqkv, L.wo, L.wgu, L.wd]), lmHead]);
     const c = ckpt.config;
     this.rope = new RopeTable(c.headDim, c.ropeTheta, c.ropeScaling);
+    this.kvPool = new KVBlockPool(rt, { layers: c.numLayers, kvHeads: c.numKvHeads, headDim: c.headDim }, kv);
     this.qkvRows = (c.numHeads + 2 * c.numKvHeads) * c.headDim;
     this.widest = Math.max(c.hiddenSize, c.numHeads * c.headDim, c.intermediateSize);
     // The kind of every matrix is part of the arithmetic: a bf16 and a q8 model never share KV.
@@ -565,7 +582,7 @@ export class LlamaModel {
           image.readNext(view.u8.subarray(view.offset, view.offset + r.end - r.start));
         }
       }
-      return new LlamaModel(ckpt, rt, layers, embed, finalNorm, lmHead, slots, start, end, mode, placement, acts);
+      return new LlamaModel(ckpt, rt, layers, embed, finalNorm, lmHead, slots, start, end, mode, placement, acts, opts.kv);
     } catch (e) {
       rt.close();
       throw e;
@@ -617,19 +634,51 @@ export class LlamaModel {
     }
   }
 
-  /** A zeroed cache for context S (n = 0), in this model's memory. Throws ConfigError for a bad S. */
+  /**
+   * An empty cache (n = 0) of at most S positions over this model's block pool: blocks are taken
+   * as positions are written. Throws ConfigError for a bad S.
+   */
   newCache(S: number): KVCache {
     this.checkOpen();
-    const c = this.config;
-    return new WasmKVCache(this.rt, this, c.numLayers, c.numKvHeads, c.headDim, S);
+    return new PagedKVCache(this.kvPool, this, S);
   }
 
-  /** Returns a cache's memory for reuse; the cache must not be used afterwards. */
+  /** The cache's KV as blobs of layout rngd-pd/v2 (copies): per layer K and V, its blocks of [0, n). */
+  exportKV(cache: KVCache): KVBlobs {
+    const w = this.own(cache);
+    const L = this.config.numLayers;
+    return {
+      blockSize: this.kvPool.blockSize,
+      n: w.n,
+      k: Array.from({ length: L }, (_, l) => w.layerBlob(l, "k")),
+      v: Array.from({ length: L }, (_, l) => w.layerBlob(l, "v")),
+    };
+  }
+
+  /**
+   * Fills an empty cache with KV of layout rngd-pd/v2 (from exportKV, here or in another
+   * process): takes its blocks and writes every layer. Throws KVIntegrityError for another block
+   * size or a wrong shape, ContextOverflowError past the cache's S, KVCacheFullError without
+   * blocks (nothing changed then).
+   */
+  importKV(cache: KVCache, kv: KVBlobs): void {
+    const w = this.own(cache);
+    const c = this.config;
+    if (kv.blockSize !== this.kvPool.blockSize) {
+      throw new KVIntegrityError("blockSize", `KV in blocks of ${kv.blockSize} positions; this cache uses blocks of ${this.kvPool.blockSize} (--block-size)`);
+    }
+    checkKVBlobs({ layers: c.numLayers, kvHeads: c.numKvHeads, headDim: c.headDim }, kv);
+    if (w.n !== 0 || w.blocks.length !== 0) throw new ConfigError("cache", "importKV fills an empty cache");
+    w.ensure(kv.n);
+    for (let l = 0; l < c.numLayers; l++) w.writeLayer(l, kv.k[l], kv.v[l], kv.n);
+    w.n = kv.n;
+  }
+
+  /** Returns a cache's blocks to the pool; the cache must not be used afterwards. */
   freeCache(cache: KVCache): void {
     const w = this.own(cache);
-    if (w.freed) return;
+    w.clear();
     w.freed = true;
-    this.rt.free(w.kPtr, w.totalBytes);
   }
 
   /**
@@ -658,7 +707,7 @@ export class LlamaModel {
   private prefillRows(tokens: number[], cache: KVCache, rows: number[], opts: PrefillOptions): Float32Array[] {
     const w = this.own(cache);
     if (tokens.length === 0) throw new ConfigError("tokens", "the prompt is empty; pass at least one token");
-    if (w.n + tokens.length > w.S) throw new ContextOverflowError(w.n + tokens.length, w.S, "prefill");
+    if (w.n + tokens.length > w.S) throw capacityOverflow(w.n + tokens.length, w.S, "prefill");
     const positions = tokens.map((_, i) => w.n + i);
     const logits = this.forward(
       tokens,
@@ -680,7 +729,7 @@ export class LlamaModel {
   async prefillAsync(tokens: number[], cache: KVCache, opts: PrefillOptions & { allLogits?: boolean; pause?: () => Promise<void> } = {}): Promise<Float32Array[]> {
     const w = this.own(cache);
     if (tokens.length === 0) throw new ConfigError("tokens", "the prompt is empty; pass at least one token");
-    if (w.n + tokens.length > w.S) throw new ContextOverflowError(w.n + tokens.length, w.S, "prefill");
+    if (w.n + tokens.length > w.S) throw capacityOverflow(w.n + tokens.length, w.S, "prefill");
     const rows = opts.allLogits ? tokens.map((_, i) => i) : [tokens.length - 1];
     const steps = this.forwardSteps(
       tokens,
@@ -696,38 +745,79 @@ export class LlamaModel {
 
   /**
    * Several prompts in one forward pass: job j's tokens go in at positions [cache.n, ...) of its
-   * own cache, and the logits of each job's last position come back in job order. Every token's
-   * outputs are computed by the same kernels in the same order whatever else is in the pass (the
-   * matmul tiles give each token the bits of the one-token kernel; attention reads only the
-   * token's own cache), so each job gets the KV bytes and logits of `prefillAsync` of its prompt
-   * alone. Yields to `pause()` like prefillAsync; `onLayer(l)` fires once layer l of every job is
-   * in its cache. Throws ConfigError for an empty prompt or a cache used twice,
-   * ContextOverflowError for a prompt that does not fit its cache.
+   * own cache, and the logits of each job's last position come back in job order (see passAsync).
    */
   async prefillManyAsync(jobs: { tokens: number[]; cache: KVCache }[], opts: PrefillOptions & { pause?: () => Promise<void> } = {}): Promise<Float32Array[]> {
-    if (jobs.length === 0) return [];
-    const caches = jobs.map((j) => this.own(j.cache));
-    if (new Set(caches).size !== caches.length) throw new ConfigError("jobs", "each prompt of a batched prefill needs its own cache");
+    const rows = await this.passAsync(
+      jobs.map((j) => ({ ...j, logits: "last" as const })),
+      opts,
+    );
+    return rows.map((r) => r[0]);
+  }
+
+  /**
+   * One forward pass over several items, each a run of tokens going in at positions
+   * [cache.n, cache.n + tokens.length) of its own cache: prompts, chunks of prompts, decode
+   * tokens, all together. Every token's outputs are computed by the same kernels in the same
+   * order whatever else is in the pass (the matmul tiles give each token the bits of the
+   * one-token kernel; attention reads only the token's own cache), so each item gets the KV bytes
+   * and logits it gets alone. Returns per item the logits it asked for: its last position's
+   * (`last`, the default), every position's (`all`) or none. Takes the blocks every cache needs
+   * first, all or none (KVCacheFullError). Yields to `pause()` (default: setImmediate) after each
+   * token block of each layer; `onLayer(l)` fires once layer l of every item is in its cache.
+   * Throws ConfigError for an empty item or a cache used twice, ContextOverflowError for an item
+   * that does not fit its cache.
+   */
+  async passAsync(items: PassItem[], opts: PrefillOptions & { pause?: () => Promise<void> } = {}): Promise<Float32Array[][]> {
+    if (items.length === 0) return [];
+    const plan = this.planPass(items);
+    const logits = await drive(this.forwardSteps(plan.tokens, plan.perToken, plan.positions, plan.rows, opts.onLayer), opts.pause);
+    return this.finishPass(items, plan, logits);
+  }
+
+  /** passAsync without yielding (a decode step, a short prompt). */
+  pass(items: PassItem[], opts: PrefillOptions = {}): Float32Array[][] {
+    if (items.length === 0) return [];
+    const plan = this.planPass(items);
+    const logits = this.forward(plan.tokens, plan.perToken, plan.positions, plan.rows, opts.onLayer);
+    return this.finishPass(items, plan, logits);
+  }
+
+  private planPass(items: PassItem[]): { tokens: number[]; perToken: PagedKVCache[]; positions: number[]; rows: number[]; counts: number[] } {
+    const caches = items.map((j) => this.own(j.cache));
+    if (new Set(caches).size !== caches.length) throw new ConfigError("items", "each item of a pass needs its own cache");
     const tokens: number[] = [];
-    const perToken: WasmKVCache[] = [];
+    const perToken: PagedKVCache[] = [];
     const positions: number[] = [];
     const rows: number[] = [];
-    jobs.forEach((j, i) => {
+    const counts: number[] = [];
+    items.forEach((j, i) => {
       const w = caches[i];
       if (j.tokens.length === 0) throw new ConfigError("tokens", "the prompt is empty; pass at least one token");
-      if (w.n + j.tokens.length > w.S) throw new ContextOverflowError(w.n + j.tokens.length, w.S, "prefill");
+      if (w.n + j.tokens.length > w.S) throw capacityOverflow(w.n + j.tokens.length, w.S, "prefill");
+      const first = tokens.length;
       j.tokens.forEach((t, k) => {
         tokens.push(t);
         perToken.push(w);
         positions.push(w.n + k);
       });
-      rows.push(tokens.length - 1);
+      const want = j.logits ?? "last";
+      if (want === "all") for (let k = first; k < tokens.length; k++) rows.push(k);
+      else if (want === "last") rows.push(tokens.length - 1);
+      counts.push(want === "all" ? j.tokens.length : want === "last" ? 1 : 0);
     });
-    const logits = await drive(this.forwardSteps(tokens, perToken, positions, rows, opts.onLayer), opts.pause);
-    jobs.forEach((j, i) => {
-      caches[i].n += j.tokens.length;
+    return { tokens, perToken, positions, rows, counts };
+  }
+
+  private finishPass(items: PassItem[], plan: { counts: number[] }, logits: Float32Array[]): Float32Array[][] {
+    const out: Float32Array[][] = [];
+    let at = 0;
+    items.forEach((j, i) => {
+      (j.cache as PagedKVCache).n += j.tokens.length;
+      out.push(logits.slice(at, at + plan.counts[i]));
+      at += plan.counts[i];
     });
-    return logits;
+    return out;
   }
 
   /**
@@ -738,7 +828,7 @@ export class LlamaModel {
     if (!Number.isInteger(chunkSize) || chunkSize < 1) throw new ConfigError("chunkSize", `must be a positive integer, got ${chunkSize}`);
     const w = this.own(cache);
     if (tokens.length === 0) throw new ConfigError("tokens", "the prompt is empty; pass at least one token");
-    if (w.n + tokens.length > w.S) throw new ContextOverflowError(w.n + tokens.length, w.S, "prefill");
+    if (w.n + tokens.length > w.S) throw capacityOverflow(w.n + tokens.length, w.S, "prefill");
     let logits: Float32Array | undefined;
     for (let i = 0; i < tokens.length; i += chunkSize) logits = this.prefill(tokens.slice(i, i + chunkSize), cache);
     return logits!;
@@ -753,7 +843,7 @@ export class LlamaModel {
     if (steps.length === 0) return [];
     const caches = steps.map((s) => this.own(s.cache));
     if (new Set(caches).size !== caches.length) throw new ConfigError("steps", "each decode stream needs its own cache");
-    for (const w of caches) if (w.n + 1 > w.S) throw new ContextOverflowError(w.n + 1, w.S, "decode");
+    for (const w of caches) if (w.n + 1 > w.S) throw capacityOverflow(w.n + 1, w.S, "decode");
     const logits = this.forward(
       steps.map((s) => s.token),
       caches,
@@ -783,14 +873,15 @@ export class LlamaModel {
     if (this.closed) throw new ConfigError("model", "the model was closed; load it again");
   }
 
-  private own(cache: KVCache): WasmKVCache {
+  private own(cache: KVCache): PagedKVCache {
     this.checkOpen();
-    if (!(cache instanceof WasmKVCache) || cache.owner !== this) {
+    if (!(cache instanceof PagedKVCache) || cache.owner !== this) {
       throw new ConfigError("cache", "the KV cache belongs to another model; create it with this model's newCache(S)");
     }
     if (cache.freed) throw new ConfigError("cache", "this KV cache was freed; create a new one with model.newCache(S)");
-    if (!Number.isInteger(cache.n) || cache.n < 0 || cache.n > cache.S) {
-      throw new ConfigError("cache.n", `must be an integer in [0, ${cache.S}] (positions filled), got ${cache.n}`);
+    const held = Math.min(cache.S, cache.blocks.length * this.kvPool.blockSize);
+    if (!Number.isInteger(cache.n) || cache.n < 0 || cache.n > held) {
+      throw new ConfigError("cache.n", `must be an integer in [0, ${held}] (positions filled; the cache holds ${cache.blocks.length} blocks), got ${cache.n}`);
     }
     return cache;
   }
@@ -852,6 +943,30 @@ export class LlamaModel {
     return this.ropeRows;
   }
 
+  /**
+   * Writes each cache's block table (the i32 byte addresses of its blocks, in order) into a
+   * scratch region of the main memory; returns where each one starts.
+   */
+  private writeTables(caches: PagedKVCache[]): Map<PagedKVCache, number> {
+    const total = caches.reduce((a, w) => a + w.blocks.length, 0);
+    if (total > this.tablesCap) {
+      if (this.tables) this.rt.free(this.tables, this.tablesCap * 4);
+      this.tablesCap = Math.max(total, 64);
+      this.tables = this.rt.alloc(this.tablesCap * 4);
+    }
+    const u32 = this.rt.u32;
+    const out = new Map<PagedKVCache, number>();
+    let at = this.tables;
+    for (const w of caches) {
+      out.set(w, at);
+      for (const id of w.blocks) {
+        u32[at >> 2] = this.kvPool.address(id);
+        at += 4;
+      }
+    }
+    return out;
+  }
+
   private ensureScores(S: number): number {
     if (S > this.scoresCap) {
       if (this.scores) this.rt.free(this.scores, this.scoresCap * 4 + 64);
@@ -889,7 +1004,7 @@ export class LlamaModel {
    * K/V (bf16) into its cache layer by layer, attends over the cache, and returns logits for
    * the token indices in `logitRows`.
    */
-  private forward(tokens: number[], caches: WasmKVCache[], positions: number[], logitRows: number[], onLayer?: (l: number) => void): Float32Array[] {
+  private forward(tokens: number[], caches: PagedKVCache[], positions: number[], logitRows: number[], onLayer?: (l: number) => void): Float32Array[] {
     const steps = this.forwardSteps(tokens, caches, positions, logitRows, onLayer);
     for (let r = steps.next(); ; r = steps.next()) if (r.done) return r.value;
   }
@@ -900,7 +1015,7 @@ export class LlamaModel {
    * scratch buffers until it finishes). Typed-array views are taken again after every yield: the
    * memory may have grown meanwhile.
    */
-  private *forwardSteps(tokens: number[], caches: WasmKVCache[], positions: number[], logitRows: number[], onLayer?: (l: number) => void): Generator<void, Float32Array[]> {
+  private *forwardSteps(tokens: number[], caches: PagedKVCache[], positions: number[], logitRows: number[], onLayer?: (l: number) => void): Generator<void, Float32Array[]> {
     const c = this.config;
     const rt = this.rt;
     const T = tokens.length;
@@ -914,9 +1029,15 @@ export class LlamaModel {
     for (const id of tokens) {
       if (!Number.isInteger(id) || id < 0 || id >= c.vocabSize) throw new ConfigError("token", `token id ${id} is outside the vocabulary [0, ${c.vocabSize})`);
     }
-    const maxS = caches.reduce((a, w) => Math.max(a, w.S), 0);
-    this.rope.ensure(positions.reduce((a, p) => Math.max(a, p), 0) + 1);
-    const scores = this.ensureScores(maxS);
+    // Every cache gets the blocks of the positions this pass writes, before anything changes.
+    const ends = new Map<PagedKVCache, number>();
+    caches.forEach((w, t) => ends.set(w, Math.max(ends.get(w) ?? 0, positions[t] + 1)));
+    ensureBlocks(this.kvPool, ends);
+    const maxPos = positions.reduce((a, p) => Math.max(a, p), 0);
+    this.rope.ensure(maxPos + 1);
+    const scores = this.ensureScores(maxPos + 1);
+    // Each cache's block table (block byte addresses, i32), where the attention kernel reads it.
+    const tableOf = this.writeTables([...ends.keys()]);
     const R = logitRows.length;
     const logitsPtr = this.ensureLogits(R);
     const resid = this.ensureResidual(T);
@@ -954,6 +1075,8 @@ export class LlamaModel {
     const scale = fr(1 / Math.sqrt(D));
     const group = H / KV;
     const eps = c.rmsNormEps;
+    const pool = this.kvPool;
+    const bs = pool.blockSize;
     for (let l = 0; l < c.numLayers; l++) {
       const L = this.layers[l];
       // Tokens go through a layer in blocks; a block's attention only needs K/V of earlier
@@ -977,15 +1100,15 @@ export class LlamaModel {
           // q heads then k heads are contiguous: rotate both, then append K/V (bf16) to the cache
           const q = s.qkv + t * qkvRows * 4;
           const pos = positions[t0 + t];
-          const w = caches[t0 + t];
-          const lo = l * w.layerBytes;
-          rt.ropeKv(q, ropeRows + (t0 + t) * D * 4, H + KV, D, q + HD * 4, KV, w.kPtr + lo + pos * 2, w.vPtr + lo + pos * D * 2, w.S);
+          const at = pool.address(caches[t0 + t].blocks[Math.floor(pos / bs)]) + l * pool.layerStride;
+          const p = pos % bs;
+          rt.ropeKv(q, ropeRows + (t0 + t) * D * 4, H + KV, D, q + HD * 4, KV, at + p * 2, at + pool.kBytes + p * D * 2, bs);
         }
         if (t0 + n >= T) onLayer?.(l);
+        const lo = l * pool.layerStride;
         for (let t = 0; t < n; t++) {
-          const w = caches[t0 + t];
-          const lo = l * w.layerBytes;
-          rt.attention(s.qkv + t * qkvRows * 4, w.kPtr + lo, w.vPtr + lo, w.S, D, positions[t0 + t] + 1, H, group, scale, scores, s.attn + t * HD * 4);
+          const table = tableOf.get(caches[t0 + t])!;
+          rt.attentionPaged(s.qkv + t * qkvRows * 4, table, lo, lo + pool.kBytes, bs, D, positions[t0 + t] + 1, H, group, scale, scores, s.attn + t * HD * 4);
         }
         this.mm(L.wo, s.attn, s, s.out, n, HD, hidden);
         rt.addF32(res, s.out, n * hidden);
@@ -1010,6 +1133,24 @@ export class LlamaModel {
     for (let i = 0; i < R; i++) out.push(logitsF32.slice((logitsPtr >> 2) + i * c.vocabSize, (logitsPtr >> 2) + (i + 1) * c.vocabSize));
     return out;
   }
+}
+
+/** A write past a cache's capacity (the S it was made with). */
+function capacityOverflow(requested: number, S: number, detail: string): ContextOverflowError {
+  return new ContextOverflowError(requested, S, detail, "the cache's capacity");
+}
+
+/**
+ * Takes the blocks every cache needs to write positions up to (excluding) `to.get(cache)`, all
+ * or none: throws KVCacheFullError (nothing taken) when the pool lacks them.
+ */
+function ensureBlocks(pool: KVBlockPool, to: Map<PagedKVCache, number>): void {
+  let need = 0;
+  for (const [w, end] of to) need += Math.max(0, w.blocksNeeded(end) - w.reservedBlocks);
+  if (need > pool.availableBlocks) {
+    throw new KVCacheFullError(`this pass writes into ${to.size} cache(s) and needs ${need} more KV blocks; ${pool.availableBlocks} of ${pool.totalBlocks} are free`);
+  }
+  for (const [w, end] of to) w.ensure(end);
 }
 
 /** Runs a forward pass generator to its end, awaiting `pause()` (default: setImmediate) at each of its yields. */

@@ -36,26 +36,21 @@ const cache = model.newCache(job.S);
 if (job.mode === "prefill") {
   const logits = model.prefill(job.prompt, cache);
   const first = sample(logits, job.sampling, cache.n);
-  const meta = Buffer.from(`${JSON.stringify({ n: cache.n, S: cache.S, first, fingerprint: model.numericsFingerprint })}\n`);
+  const kv = model.exportKV(cache);
+  const meta = Buffer.from(`${JSON.stringify({ n: cache.n, blockSize: kv.blockSize, first, fingerprint: model.numericsFingerprint })}\n`);
   const parts: Uint8Array[] = [meta];
-  for (let l = 0; l < model.config.numLayers; l++) parts.push(cache.layerK(l).slice(), cache.layerV(l).slice());
+  for (let l = 0; l < model.config.numLayers; l++) parts.push(kv.k[l], kv.v[l]);
   writeFileSync(job.file, Buffer.concat(parts));
   console.log(JSON.stringify({ pid: process.pid, first }));
 } else {
   const buf = readFileSync(job.file);
   const nl = buf.indexOf(10);
-  const meta = JSON.parse(buf.subarray(0, nl).toString()) as { n: number; S: number; first: number; fingerprint: string };
+  const meta = JSON.parse(buf.subarray(0, nl).toString()) as { n: number; blockSize: number; first: number; fingerprint: string };
   if (meta.fingerprint !== model.numericsFingerprint) throw new Error("numerics fingerprint mismatch");
-  let at = nl + 1;
-  for (let l = 0; l < model.config.numLayers; l++) {
-    const k = cache.layerK(l),
-      v = cache.layerV(l);
-    k.set(buf.subarray(at, at + k.byteLength));
-    at += k.byteLength;
-    v.set(buf.subarray(at, at + v.byteLength));
-    at += v.byteLength;
-  }
-  cache.n = meta.n;
+  const L = model.config.numLayers;
+  const blob = (buf.length - nl - 1) / (2 * L);
+  const at = (j: number) => buf.subarray(nl + 1 + j * blob, nl + 1 + (j + 1) * blob);
+  model.importKV(cache, { blockSize: meta.blockSize, n: meta.n, k: Array.from({ length: L }, (_, l) => at(2 * l)), v: Array.from({ length: L }, (_, l) => at(2 * l + 1)) });
   const r = continueFromToken(model, cache, meta.first, { maxTokens: job.maxTokens, sampling: job.sampling });
   console.log(JSON.stringify({ pid: process.pid, tokens: r.tokens }));
 }

@@ -1,0 +1,238 @@
+// The engine's scheduler: one forward pass over the model at a time, each taking the decode steps
+// that wait (up to the batch width) and, within the pass's token budget, a chunk of the oldest
+// waiting prompt. Where streams decode, the chunk is sized from measured costs so that it adds
+// at most `prefillShare` of a decode pass's time: a long prompt prefills beside running streams
+// and they keep their pace. Alone, prompts run whole up to the budget (or several together when
+// `packTokens` allows). Knows the model's pass, the policy and its cost estimates; streams,
+// sampling and making room in the KV pool are the engine's (the `room` hook).
+
+import { performance } from "node:perf_hooks";
+import type { CpuKVCache, CpuModel } from "./cpu-model.ts";
+
+/** A decode step waiting for a pass: one token into its cache; resolves with its logits. */
+export interface DecodeWork {
+  cache: CpuKVCache;
+  token: number;
+  resolve(logits: Float32Array): void;
+  reject(e: unknown): void;
+}
+
+/** A prompt (or what is left of it) waiting for passes. */
+export interface PrefillWork {
+  /** The tokens still to compute, from cache.n on. */
+  tokens: number[];
+  cache: CpuKVCache;
+  /** Every position's logits (prompt log-probabilities), else the last one's only. */
+  allLogits: boolean;
+  /** Called for each layer once the last chunk has written it (the whole prompt's K/V of that layer is then final). */
+  onLayer?(layer: number): void;
+  /** Takes the KV blocks the next `count` tokens write; throws KVCacheFullError when the pool lacks them. */
+  take(count: number): void;
+  /** With allLogits: the rows collected over the chunks so far. */
+  rows: Float32Array[];
+  /** Accumulates the time of the passes this prompt was in (ms, pauses excluded). */
+  timing: { computeMs: number };
+  resolve(rows: Float32Array[]): void;
+  reject(e: unknown): void;
+}
+
+export interface PassPolicy {
+  /** Most decode steps in one pass (the widest compiled batch). */
+  batch: number;
+  /** Most tokens in one pass, decode steps included (vLLM's max_num_batched_tokens). */
+  maxTokens: number;
+  /** Tokens per chunk when prompts always prefill in fixed chunks (the rngd-chunk backend); else unset. */
+  chunkSize?: number;
+  /** Where streams decode, a chunk beside them costs at most this share of their pass's time. */
+  prefillShare: number;
+  /** Without decodes, whole prompts waiting together share a pass up to this many tokens (0: one prompt per pass). */
+  packTokens: number;
+}
+
+/** Chunk size beside decodes before any cost was measured. */
+const FIRST_CHUNK = 16;
+
+interface Chunk {
+  work: PrefillWork;
+  count: number;
+  last: boolean;
+}
+
+/** Exponentially weighted mean (alpha 0.3); NaN until the first sample. */
+class Mean {
+  value = Number.NaN;
+  add(x: number): void {
+    if (!Number.isFinite(x) || x < 0) return;
+    this.value = Number.isNaN(this.value) ? x : 0.7 * this.value + 0.3 * x;
+  }
+}
+
+export class PassLoop {
+  private readonly decodes: DecodeWork[] = [];
+  private readonly prefills: PrefillWork[] = [];
+  private scheduled = false;
+  private running: Promise<void> | null = null;
+  /** ms of a pass of decode steps alone. */
+  readonly decodePassMs = new Mean();
+  /** ms per prompt token in a pass. */
+  readonly prefillTokenMs = new Mean();
+  /** Passes run (those with prompt chunks, those with decode steps too), the chunks, finished prompts and decode steps they carried. */
+  readonly counts = { passes: 0, prefillPasses: 0, mixed: 0, chunks: 0, prompts: 0, decodeSteps: 0 };
+
+  constructor(
+    private readonly model: () => CpuModel,
+    private readonly policy: PassPolicy,
+    /**
+     * Makes the KV pool hold what the decode steps write (the engine evicts kept prefixes, then
+     * preempts streams); returns the steps that stay in the pass (a preempted one is settled by
+     * the engine).
+     */
+    private readonly room: (steps: DecodeWork[]) => DecodeWork[],
+  ) {}
+
+  /** Queues decode steps for the next pass. */
+  decode(steps: DecodeWork[]): void {
+    this.decodes.push(...steps);
+    this.schedule();
+  }
+
+  /** Queues a prompt; `first`: ahead of the others (a preempted stream's recompute). */
+  prefill(work: PrefillWork, first = false): void {
+    if (first) this.prefills.unshift(work);
+    else this.prefills.push(work);
+    this.schedule();
+  }
+
+  /** Settles when no pass runs or waits. */
+  async idle(): Promise<void> {
+    while (this.running || this.scheduled) await (this.running ?? new Promise<void>((r) => setImmediate(r)));
+  }
+
+  /** Prompts waiting or in progress. */
+  get waitingPrompts(): number {
+    return this.prefills.length;
+  }
+
+  private schedule(): void {
+    if (this.scheduled || this.running) return;
+    this.scheduled = true;
+    // A turn of the event loop first: streams whose step just resolved queue their next one, and
+    // they all go into one pass.
+    setImmediate(() => {
+      this.scheduled = false;
+      this.running = this.runPasses().finally(() => {
+        this.running = null;
+        if (this.decodes.length || this.prefills.length) this.schedule();
+      });
+    });
+  }
+
+  private async runPasses(): Promise<void> {
+    if (this.decodes.length === 0 && this.prefills.length === 0) return;
+    const decodes = this.room(this.decodes.splice(0, this.policy.batch));
+    const chunks = this.takeChunks(decodes.length);
+    if (decodes.length === 0 && chunks.length === 0) return;
+    await this.runPass(decodes, chunks);
+  }
+
+  /** The prompt chunks of the next pass, their blocks taken (a prompt whose blocks cannot be had fails alone). */
+  private takeChunks(decodeSteps: number): Chunk[] {
+    const out: Chunk[] = [];
+    const first = this.chunkBudget(decodeSteps);
+    // Without decodes, whole prompts that wait may join the first one, up to packTokens in all.
+    const pack = decodeSteps === 0 && !this.policy.chunkSize ? this.policy.packTokens : 0;
+    let used = 0;
+    for (let i = 0; i < this.prefills.length; ) {
+      const work = this.prefills[i];
+      let count: number;
+      if (out.length === 0) count = Math.min(work.tokens.length, first);
+      else if (work.tokens.length <= pack - used) count = work.tokens.length;
+      else break;
+      if (count <= 0) break;
+      try {
+        work.take(count);
+      } catch (e) {
+        this.prefills.splice(i, 1);
+        work.reject(e);
+        continue;
+      }
+      out.push({ work, count, last: count === work.tokens.length });
+      used += count;
+      i++;
+      if (pack === 0) break;
+    }
+    return out;
+  }
+
+  /** Prompt tokens the next pass may take beside `decodeSteps` decode steps. */
+  private chunkBudget(decodeSteps: number): number {
+    const p = this.policy;
+    const room = p.maxTokens - decodeSteps;
+    if (room <= 0) return 0;
+    if (decodeSteps === 0) return Math.min(room, p.chunkSize ?? room);
+    const d = this.decodePassMs.value;
+    const t = this.prefillTokenMs.value;
+    const share = Number.isNaN(d) || Number.isNaN(t) || t <= 0 ? FIRST_CHUNK : Math.floor((p.prefillShare * d) / t);
+    return Math.max(1, Math.min(room, p.chunkSize ?? room, share));
+  }
+
+  private async runPass(decodes: DecodeWork[], chunks: Chunk[]): Promise<void> {
+    const items = [
+      ...decodes.map((d) => ({ tokens: [d.token], cache: d.cache, logits: "last" as const })),
+      ...chunks.map((c) => ({
+        tokens: c.work.tokens.slice(0, c.count),
+        cache: c.work.cache,
+        logits: c.work.allLogits ? ("all" as const) : c.last ? ("last" as const) : ("none" as const),
+      })),
+    ];
+    const model = this.model();
+    const prompts = chunks.reduce((a, c) => a + c.count, 0);
+    const onLayer = (l: number): void => {
+      for (const c of chunks) if (c.last) c.work.onLayer?.(l);
+    };
+    let computeMs = 0;
+    let rows: Float32Array[][];
+    try {
+      if (chunks.length === 0) {
+        const t0 = performance.now();
+        rows = model.pass(items);
+        computeMs = performance.now() - t0;
+        this.decodePassMs.add(computeMs);
+      } else {
+        let resumed = performance.now();
+        const pause = async (): Promise<void> => {
+          computeMs += performance.now() - resumed;
+          await new Promise<void>((r) => setImmediate(r));
+          resumed = performance.now();
+        };
+        rows = await model.passAsync(items, { onLayer, pause });
+        computeMs += performance.now() - resumed;
+        const decodeShare = decodes.length > 0 ? (Number.isNaN(this.decodePassMs.value) ? 0 : this.decodePassMs.value) : 0;
+        this.prefillTokenMs.add(Math.max(0, computeMs - decodeShare) / prompts);
+      }
+    } catch (e) {
+      for (const d of decodes) d.reject(e);
+      for (const c of chunks) {
+        this.prefills.splice(this.prefills.indexOf(c.work), 1);
+        c.work.reject(e);
+      }
+      return;
+    }
+    this.counts.passes++;
+    this.counts.decodeSteps += decodes.length;
+    this.counts.chunks += chunks.length;
+    if (chunks.length) this.counts.prefillPasses++;
+    if (decodes.length && chunks.length) this.counts.mixed++;
+    decodes.forEach((d, i) => d.resolve(rows[i][0]));
+    chunks.forEach((c, i) => {
+      const w = c.work;
+      w.timing.computeMs += computeMs;
+      w.tokens = w.tokens.slice(c.count);
+      if (w.allLogits) w.rows.push(...rows[decodes.length + i]);
+      if (!c.last) return;
+      this.prefills.splice(this.prefills.indexOf(w), 1);
+      this.counts.prompts++;
+      w.resolve(w.allLogits ? w.rows : rows[decodes.length + i]);
+    });
+  }
+}
