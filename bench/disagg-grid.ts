@@ -144,7 +144,7 @@ function startCluster(rig: NetnsRig, model: string): void {
   const env = { ...quiet, AIRM_KV_TRANSPORT: "tcp", AIRM_KV_TCP_ADDR: `${ip("relay-node")}:7400` };
   rig.spawn("relay-node", process.execPath, [bin("kv-relay", "airm-kv-relay"), "--listen", `${ip("relay-node")}:7400`], { stdio: "ignore", env: quiet });
   const worker = (host: string, args: string[]) =>
-    rig.spawn(host, process.execPath, [bin("worker", "airm-worker"), "--host", ip(host), "--model", model, "--seq-len", String(SEQ_LEN), ...args], { stdio: "ignore", env });
+    rig.spawn(host, process.execPath, [bin("worker", "airm-worker"), "--host", ip(host), "--model", model, "--max-model-len", String(SEQ_LEN), ...args], { stdio: "ignore", env });
   worker("prefill-node", ["--role", "prefill", "--backend", "rngd-full", "--port", "8101", "--threads", "2"]);
   worker("decode-node", ["--role", "decode", "--backend", "atom", "--port", "8102", "--threads", "1", "--local-prefill"]);
   for (const [mode, port] of Object.entries(GATEWAYS)) {

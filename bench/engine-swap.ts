@@ -3,7 +3,7 @@
 // the 135m preset shape (SmolLM2-135M: 30 layers, hidden 576, vocab 49152) unless --model is
 // given (the generated model is kept under $TMPDIR/airm-bench-models for the next run). Each is
 // timed twice: the operation until the engine can serve (swap(), applyDelta(), a fresh engine:
-// checkpoint opened, weights loaded, KV arena prepared) and from the request to the first token
+// checkpoint opened, weights loaded, KV cache sized) and from the request to the first token
 // (the operation plus a 4-token prefill, the same compute for all three). The reference is the
 // full reload. Tokens are checked: every variant gives the same greedy tokens, and after the
 // delta the engine gives exactly the tokens of a fresh engine on the new checkpoint.
@@ -41,14 +41,14 @@ const variants: EngineVariant[] = [
 const GREEDY = 8;
 
 async function load(model: string): Promise<Engine> {
-  return openEngine(rngdEngine, { model, variants, seqLen: 512, batch: 4 }, { env });
+  return openEngine(rngdEngine, { model, variants, maxModelLen: 512, batch: 4 }, { env });
 }
 
-async function firstToken(engine: Engine, prompt: number[], seqLen: number): Promise<number> {
-  return (await engine.prefill(prompt, { seqLen })).firstToken;
+async function firstToken(engine: Engine, prompt: number[], _variantS: number): Promise<number> {
+  return (await engine.prefill(prompt, {})).firstToken;
 }
 
-const greedy = (engine: Engine, prompt: number[], seqLen: number): Promise<number[]> => engineTokens(engine, prompt, GREEDY, seqLen);
+const greedy = (engine: Engine, prompt: number[], _variantS: number): Promise<number[]> => engineTokens(engine, prompt, GREEDY);
 
 try {
   if (!existsSync(join(modelDir, "config.json"))) {

@@ -85,7 +85,7 @@ try {
   runner.start();
   const release = new Release(rig, runner, helm, NS);
   progress("installing the chart: two PD pods and an InferencePool");
-  await release.installPdPool(join(repo, "charts", "rngd-pd"), { model, seqLen: 512, pool: POOL });
+  await release.installPdPool(join(repo, "charts", "rngd-pd"), { model, maxModelLen: 512, pool: POOL });
   const pods = await release.serving("pd", 2, 8000);
   const modelId = ((await (await fetch(`http://${pods[0]!.ip}:8000/v1/models`)).json()) as { data: { id: string }[] }).data[0]!.id;
 

@@ -13,7 +13,7 @@ const PROMPT = "Write a long story about a lighthouse keeper who finds a message
 
 const modelPath = benchModel();
 const maxAt = Math.max(...args.at);
-const { cluster } = await startUpCluster(["--model", modelPath, "--quiet", "--seq-len", String(Math.max(512, 2 ** Math.ceil(Math.log2(maxAt + args.after + 64))))], {
+const { cluster } = await startUpCluster(["--model", modelPath, "--quiet", "--max-model-len", String(Math.max(512, 2 ** Math.ceil(Math.log2(maxAt + args.after + 64))))], {
   env: process.env,
   adjust: (c) => ({ ...c, onPartExit: "restart" }),
 });

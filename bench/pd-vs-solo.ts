@@ -47,7 +47,7 @@ function cluster(o: Partial<ClusterOptions>): Promise<RunningCluster> {
   const free = [{ port: 0 }];
   return startLocalCluster({
     model: model!,
-    seqLen,
+    maxModelLen: seqLen,
     port: 0,
     metricsPort: 0,
     sidecarPort: 0,

@@ -133,7 +133,7 @@ const pd = (await startUpCluster(["--model", modelPath, "--quiet"], { env: proce
 const solo = await startLocalCluster({
   mode: "solo",
   model: modelPath,
-  seqLen: 512,
+  maxModelLen: 512,
   port: 0,
   solo: [{ port: 0, backend: "rngd", batch: 16 }],
   env: { AIRM_LOG_LEVEL: "warn", AIRM_ENGINE_LOG: "0" },

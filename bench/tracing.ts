@@ -34,7 +34,7 @@ const collector = await startCollector();
 const clusterWith = (env: Record<string, string>): Promise<RunningCluster> =>
   startLocalCluster({
     model,
-    seqLen: args.seqLen,
+    maxModelLen: args.seqLen,
     port: 0,
     sidecarPort: 0,
     prefill: [{ port: 0 }],

@@ -74,8 +74,11 @@ describe("charts/rngd-pd", () => {
   test("bad values are refused with a message naming the key", () => {
     const cases: [string[], RegExp][] = [
       [["airm.kvTransport=rdma"], /\/airm\/kvTransport.*one of 'shm', 'nixl', 'tcp', 'nixl-ucx'/],
-      [["seqLen=abc"], /\/seqLen.*want integer/],
-      [["seqLen=4"], /\/seqLen.*minimum/],
+      [["maxModelLen=abc"], /\/maxModelLen.*want/],
+      [["maxModelLen=4"], /\/maxModelLen.*minimum/],
+      [["seqLen=512"], /additional properties 'seqLen' not allowed/],
+      [["kvCache.blockSize=12"], /\/kvCache\/blockSize/],
+      [["kvCache.memory=lots"], /\/kvCache\/memory/],
       [["decode.bogus=1"], /\/decode.*'bogus' not allowed/],
       [["decode.backend=rngd-full"], /\/decode\/backend/],
       [["decode.batch=0"], /\/decode\/batch/],
@@ -238,7 +241,8 @@ describe("charts/rngd-pd", () => {
           expect(envOf(c).AIRM_KUBELET_CHECKPOINT).toBe("/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint");
           expect(c.readinessProbe.httpGet.path).toBe("/health");
           expect(c.livenessProbe.httpGet.path).toBe("/health");
-          expect(arg(c, "--seq-len")).toBe("256");
+          expect(c.args).not.toContain("--max-model-len"); // the model's own context unless maxModelLen is set
+          expect(envOf(c)).toMatchObject({ AIRM_BLOCK_SIZE: "16", AIRM_KV_CACHE_MEMORY: "0.25", AIRM_MAX_NUM_BATCHED_TOKENS: "2048", AIRM_MAX_NUM_SEQS: "64" });
         }
         for (const c of pod.containers.filter((x: Manifest) => x.name === "gateway" || x.name === "kv-relay")) {
           expect(c.securityContext.runAsNonRoot ?? pod.securityContext?.runAsNonRoot).toBe(true);

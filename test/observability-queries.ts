@@ -61,6 +61,7 @@ export async function exportedMetrics(): Promise<Map<string, string>> {
       running: () => 0,
       kvUsage: () => 0,
       geometry: () => ({ blockSize: 16, numBlocks: 64 }),
+      preemptions: () => 0,
       leases: () => ({ outstanding: 0, expired: 0 }) as any,
       prefixCache: () => ({ queriedTokens: 0, hitTokens: 0 }),
       grammar: () => null,

@@ -40,13 +40,13 @@ export class Release {
     return helm(this.helm, [...args, "--kubeconfig", this.rig.kubeconfig, "--namespace", this.namespace]);
   }
 
-  /** Installs the chart at `chart` as release rngd-pd: two PD pods (shm) on `model` at S=`seqLen`, and an InferencePool `pool` over them. */
-  async installPdPool(chart: string, o: { model: string; seqLen: number; pool: string }): Promise<void> {
+  /** Installs the chart at `chart` as release rngd-pd: two PD pods (shm) on `model` serving up to `maxModelLen`, and an InferencePool `pool` over them. */
+  async installPdPool(chart: string, o: { model: string; maxModelLen: number; pool: string }): Promise<void> {
     await this.helmRun([
       "install",
       "rngd-pd",
       chart,
-      ...[`model.path=${o.model}`, `seqLen=${o.seqLen}`, "prefill.replicas=2", "inferencePool.create=true", `inferencePool.name=${o.pool}`].flatMap((v) => ["--set", v]),
+      ...[`model.path=${o.model}`, `maxModelLen=${o.maxModelLen}`, "prefill.replicas=2", "inferencePool.create=true", `inferencePool.name=${o.pool}`].flatMap((v) => ["--set", v]),
       "--wait",
       "--timeout",
       "180s",

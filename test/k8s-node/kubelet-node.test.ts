@@ -110,7 +110,7 @@ beforeAll(async () => {
   modelDir = mkdtempSync(join(tmpdir(), "airm-node-model-"));
   chmodSync(modelDir, 0o755);
   makeTinyModel({ arch: "llama", out: join(modelDir, "model") });
-  reference = await startLocalCluster({ model: join(modelDir, "model"), seqLen: 128, port: 0, prefill: [{ port: 0 }], decode: [{ port: 0 }] });
+  reference = await startLocalCluster({ model: join(modelDir, "model"), maxModelLen: 128, port: 0, prefill: [{ port: 0 }], decode: [{ port: 0 }] });
   let s = Date.now();
   rig = await startRig([{ name: "cpu", labels: {} }]);
   log(`rig (1 kwok node) up in ${Date.now() - s} ms`);
@@ -154,7 +154,7 @@ describe("charts/rngd-pd on a real kubelet node", () => {
       "image.pullPolicy=Never",
       `model.hostPath=${modelDir}`,
       "model.path=/models/model",
-      "seqLen=128",
+      "maxModelLen=128",
       // The chart asks 1 + 1 + 0.2 CPU for a PD pod; this node has the machine's 2 cores.
       "prefill.resources.requests.cpu=500m",
       "decode.resources.requests.cpu=500m",

@@ -56,7 +56,7 @@ function rigState(): string {
 }
 
 /** Values every install here uses: the tiny model at its path on this host, no pool labels needed. */
-const base = () => ["--set", `model.path=${model}`, "--set", "seqLen=128"];
+const base = () => ["--set", `model.path=${model}`, "--set", "maxModelLen=128"];
 /** `helm upgrade` of the release to the chart's example `example`, with more arguments, waiting for it. */
 const upgrade = (example: string, ...more: string[]) =>
   helmRun(["upgrade", "rngd-pd", chart, ...base(), "-f", join(chart, "examples", example), ...more, "--wait", "--timeout", "120s"]);
@@ -118,7 +118,7 @@ beforeAll(async () => {
   helm = execFileSync("bash", [join(repo, "scripts", "tools", "helm.sh")], { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] }).trim();
   model = join(repo, "node_modules", ".cache", `airm-k8s-tiny-${process.pid}`);
   makeTinyModel({ arch: "llama", out: model });
-  reference = await startLocalCluster({ model, seqLen: 128, port: 0, prefill: [{ port: 0 }], decode: [{ port: 0 }] });
+  reference = await startLocalCluster({ model, maxModelLen: 128, port: 0, prefill: [{ port: 0 }], decode: [{ port: 0 }] });
   rig = await startRig([
     { name: "npu-rngd", labels: { [RNGD]: "true" }, devices: { "furiosa.ai/rngd": 2 } },
     { name: "npu-atom", labels: { [ATOM]: "true" }, devices: { "rebellions.ai/ATOM": 2 } },

@@ -121,7 +121,7 @@ describe("the llm-d path: Envoy -> InferencePool -> endpoint picker -> our pods"
   let pods: { name: string; ip: string }[];
 
   test("the stock GIE EPP v1.5.0: requests pass through Envoy unchanged, and a skewed load goes to the idle replica", async () => {
-    await release.installPdPool(chart, { model, seqLen: S, pool: POOL });
+    await release.installPdPool(chart, { model, maxModelLen: S, pool: POOL });
     pods = await release.serving("pd", 2, 8000);
     modelId = ((await (await fetch(`http://${pods[0]!.ip}:8000/v1/models`)).json()) as any).data[0].id;
     const epp = await startStockEpp(rig, llmd, POOL, NS);

@@ -90,7 +90,7 @@ beforeAll(async () => {
     "install",
     "rngd-pd",
     chart,
-    ...[`model.path=${model}`, "seqLen=128", "epp.enabled=true", "inferencePool.create=true", "inferencePool.name=rngd-pd-pool"].flatMap((v) => ["--set", v]),
+    ...[`model.path=${model}`, "maxModelLen=128", "epp.enabled=true", "inferencePool.create=true", "inferencePool.name=rngd-pd-pool"].flatMap((v) => ["--set", v]),
     "-f",
     join(chart, "examples", "tcp.yaml"),
     "--wait",

@@ -120,8 +120,10 @@ The worker finds its card with --chip -1 (the kubelet checkpoint and POD_UID).
     - 0.0.0.0
     - --port
     - {{ .spec.port | quote }}
-    - --seq-len
-    - {{ $v.seqLen | quote }}
+    {{- if not (kindIs "invalid" $v.maxModelLen) }}
+    - --max-model-len
+    - {{ $v.maxModelLen | quote }}
+    {{- end }}
     {{- if and (eq .role "decode") (not (kindIs "invalid" .spec.batch)) }}
     - --B
     - {{ .spec.batch | quote }}
@@ -147,6 +149,14 @@ The worker finds its card with --chip -1 (the kubelet checkpoint and POD_UID).
       value: /cache/artifacts
     - name: AIRM_DRAIN_S
       value: {{ $v.airm.drainSeconds | quote }}
+    - name: AIRM_BLOCK_SIZE
+      value: {{ $v.kvCache.blockSize | quote }}
+    - name: AIRM_KV_CACHE_MEMORY
+      value: {{ $v.kvCache.memory | quote }}
+    - name: AIRM_MAX_NUM_BATCHED_TOKENS
+      value: {{ $v.kvCache.maxNumBatchedTokens | quote }}
+    - name: AIRM_MAX_NUM_SEQS
+      value: {{ $v.kvCache.maxNumSeqs | quote }}
     {{- if eq $v.airm.kvTransport "shm" }}
     - name: PD_SHM_ROOT
       value: /dev/shm/rngd_kv_cluster

@@ -133,6 +133,8 @@ class EngineStream implements KVStream {
   preempted = false;
   /** Being recomputed after a preemption (not preemptible meanwhile). */
   recomputing = false;
+  /** Has taken a decode step (a stream kept by a prefill that never decodes does not hold chunks back). */
+  stepped = false;
   released = false;
   constructor(owner: CpuBackedEngine, cache: Cache, residence: "device" | "host") {
     this.owner = owner;
@@ -242,6 +244,7 @@ export class CpuBackedEngine implements Engine {
         packTokens: spec.prefillBatchTokens ?? 0,
       },
       (steps) => this.makeRoom(steps),
+      () => this.decodingStreams(),
     );
     this.model = this.describe();
   }
@@ -412,6 +415,13 @@ export class CpuBackedEngine implements Engine {
     }
   }
 
+  /** Streams that take decode steps now: live, not preempted, with a step taken since their last recompute or prefill. */
+  private decodingStreams(): number {
+    let n = 0;
+    for (const s of this.streams) if (!s.preempted && !s.recomputing && s.stepped) n++;
+    return n;
+  }
+
   /** False (and the step failed with PreemptedError) when the step's stream was preempted. */
   private stillLive(w: DecodeWork): boolean {
     const s = this.workStream.get(w);
@@ -451,7 +461,10 @@ export class CpuBackedEngine implements Engine {
       else running.push(i);
     });
     const logits = this.spec.nativeHostDecode
-      ? await this.decodeNative(running.map((i) => own[i]), running.map((i) => steps[i].token))
+      ? await this.decodeNative(
+          running.map((i) => own[i]),
+          running.map((i) => steps[i].token),
+        )
       : await Promise.allSettled(running.map((i) => this.queueStep(own[i], steps[i].token)));
     running.forEach((i, k) => {
       const r = logits[k];
@@ -472,6 +485,7 @@ export class CpuBackedEngine implements Engine {
   }
 
   private queueStep(s: EngineStream, token: number): Promise<Float32Array> {
+    s.stepped = true;
     return new Promise<Float32Array>((resolve, reject) => {
       const work: DecodeWork = { cache: s.cache, token, resolve, reject };
       this.workStream.set(work, s);
@@ -541,7 +555,8 @@ export class CpuBackedEngine implements Engine {
         const p = s.cache.n;
         s.cache.ensure(p + 1);
         const id = s.cache.blocks[Math.floor(p / pool.blockSize)];
-        for (let l = 0; l < c.numLayers; l++) writeBlockColumn(g, pool.blockSize, p % pool.blockSize, pool.view(id, l, "k"), pool.view(id, l, "v"), results[i].k[l], results[i].v[l]);
+        for (let l = 0; l < c.numLayers; l++)
+          writeBlockColumn(g, pool.blockSize, p % pool.blockSize, pool.view(id, l, "k"), pool.view(id, l, "v"), results[i].k[l], results[i].v[l]);
         s.cache.n = p + 1;
         out.push({ status: "fulfilled", value: results[i].logits });
       });
@@ -675,7 +690,16 @@ export class CpuBackedEngine implements Engine {
       await new Promise<Float32Array[]>((resolve, reject) => {
         // Ahead of new prompts: a preempted stream was admitted before them.
         this.loop.prefill(
-          { tokens: tokens.slice(s.cache.n), cache: s.cache, allLogits: false, take: (count) => s.cache.ensure(s.cache.n + count), rows: [], timing: { computeMs: 0 }, resolve, reject },
+          {
+            tokens: tokens.slice(s.cache.n),
+            cache: s.cache,
+            allLogits: false,
+            take: (count) => s.cache.ensure(s.cache.n + count),
+            rows: [],
+            timing: { computeMs: 0 },
+            resolve,
+            reject,
+          },
           true,
         );
       });
@@ -694,7 +718,10 @@ export class CpuBackedEngine implements Engine {
     this.live();
     const c = this.ckpt.config;
     if (kv.blockSize !== this.cpu.kvPool.blockSize) {
-      throw new KVIntegrityError("blockSize", `imported KV is in blocks of ${kv.blockSize} positions; this engine uses ${this.cpu.kvPool.blockSize} (--block-size must match on both sides)`);
+      throw new KVIntegrityError(
+        "blockSize",
+        `imported KV is in blocks of ${kv.blockSize} positions; this engine uses ${this.cpu.kvPool.blockSize} (--block-size must match on both sides)`,
+      );
     }
     checkKVBlobs({ layers: c.numLayers, kvHeads: c.numKvHeads, headDim: c.headDim }, kv);
     if (kv.n > this.maxModelLen) throw new KVIntegrityError("n", `imported KV holds ${kv.n} positions, past max_model_len ${this.maxModelLen}`);
@@ -910,7 +937,10 @@ function resolveMaxModelLen(spec: CpuEngineSpec, modelContext: number): number {
   const asked = spec.maxModelLen;
   if (asked !== undefined && (!Number.isInteger(asked) || asked < 8)) throw new ConfigError("max-model-len", `must be an integer >= 8, got ${asked}`);
   if (asked !== undefined && asked > modelContext) {
-    throw new ConfigError("max-model-len", `${asked} is past the model's context of ${modelContext} tokens (max_position_embeddings / context_length); ask for at most ${modelContext}`);
+    throw new ConfigError(
+      "max-model-len",
+      `${asked} is past the model's context of ${modelContext} tokens (max_position_embeddings / context_length); ask for at most ${modelContext}`,
+    );
   }
   const largest = spec.variants?.length ? Math.max(...spec.variants.map((v) => v.seqLen)) : Number.POSITIVE_INFINITY;
   if (asked !== undefined && asked > largest) throw new ConfigError("max-model-len", `${asked} is past the largest compiled variant's context ${largest} (AIRM_VARIANTS)`);

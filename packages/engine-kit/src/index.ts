@@ -15,7 +15,16 @@ export { CpuBackedEngine, loadWeights, type CpuEngineSpec, type NativeHostDecode
 export { kvBudgetBlocks, parseKvCacheMemory, contextBuckets, DEFAULT_KV_SHARE, type KvCacheMemory } from "./kv-budget.ts";
 export { loadVendorEngine, vendorEngineConfig, type VendorEngineSpec, type BackendMode, type NativeProbe } from "./vendor-engine.ts";
 export { RblnRuntimeLibrary, RblnGraphSession, findRblnLibrary, DEFAULT_RBLN_LIBRARY, RBLN_SUCCESS } from "./native/rbln-runtime.ts";
-export { RblnDecodeGraph, decodeGraphFile, decodeGraphIO, denseLayerBytes, writeBlockColumn, type DecodeGraphShape, type DenseKV, type HostDecodeResult } from "./native/rbln-decode-graph.ts";
+export {
+  RblnDecodeGraph,
+  decodeGraphFile,
+  decodeGraphIO,
+  denseLayerBytes,
+  writeBlockColumn,
+  type DecodeGraphShape,
+  type DenseKV,
+  type HostDecodeResult,
+} from "./native/rbln-decode-graph.ts";
 export { engineTokens, referenceTokens } from "./reference-run.ts";
 export { PrefixCache, type PrefixHit, type BlockHolder } from "./prefix-cache.ts";
 export { PassLoop, type PassPolicy, type DecodeWork, type PrefillWork } from "./pass-loop.ts";

@@ -74,4 +74,3 @@ export async function loadWeights(llama: LlamaModule, ckpt: CpuCheckpoint, weigh
   }
   return { model, weightsFrom: "converted", loadMs, cacheNote: `cold: stored ${key.slice(0, 12)}${note}` };
 }
-

@@ -88,6 +88,8 @@ export class PassLoop {
      * the engine).
      */
     private readonly room: (steps: DecodeWork[]) => DecodeWork[],
+    /** Streams that decode on this engine now (queued for a pass or not): while any does, chunks keep to their share. */
+    private readonly decoding: () => number = () => 0,
   ) {}
 
   /** Queues decode steps for the next pass. */
@@ -140,7 +142,7 @@ export class PassLoop {
     const out: Chunk[] = [];
     const first = this.chunkBudget(decodeSteps);
     // Without decodes, whole prompts that wait may join the first one, up to packTokens in all.
-    const pack = decodeSteps === 0 && !this.policy.chunkSize ? this.policy.packTokens : 0;
+    const pack = decodeSteps === 0 && this.decoding() === 0 && !this.policy.chunkSize ? this.policy.packTokens : 0;
     let used = 0;
     for (let i = 0; i < this.prefills.length; ) {
       const work = this.prefills[i];
@@ -164,12 +166,15 @@ export class PassLoop {
     return out;
   }
 
-  /** Prompt tokens the next pass may take beside `decodeSteps` decode steps. */
+  /**
+   * Prompt tokens the next pass may take beside `decodeSteps` decode steps. While streams decode
+   * here (their next steps may not be queued yet), a chunk keeps to its share of their pace.
+   */
   private chunkBudget(decodeSteps: number): number {
     const p = this.policy;
     const room = p.maxTokens - decodeSteps;
     if (room <= 0) return 0;
-    if (decodeSteps === 0) return Math.min(room, p.chunkSize ?? room);
+    if (decodeSteps === 0 && this.decoding() === 0) return Math.min(room, p.chunkSize ?? room);
     const d = this.decodePassMs.value;
     const t = this.prefillTokenMs.value;
     const share = Number.isNaN(d) || Number.isNaN(t) || t <= 0 ? FIRST_CHUNK : Math.floor((p.prefillShare * d) / t);
@@ -223,16 +228,18 @@ export class PassLoop {
     this.counts.chunks += chunks.length;
     if (chunks.length) this.counts.prefillPasses++;
     if (decodes.length && chunks.length) this.counts.mixed++;
-    decodes.forEach((d, i) => d.resolve(rows[i][0]));
-    chunks.forEach((c, i) => {
+    decodes.forEach((d, i) => {
+      d.resolve(rows[i][0]);
+    });
+    for (const [i, c] of chunks.entries()) {
       const w = c.work;
       w.timing.computeMs += computeMs;
       w.tokens = w.tokens.slice(c.count);
       if (w.allLogits) w.rows.push(...rows[decodes.length + i]);
-      if (!c.last) return;
+      if (!c.last) continue;
       this.prefills.splice(this.prefills.indexOf(w), 1);
       this.counts.prompts++;
       w.resolve(w.allLogits ? w.rows : rows[decodes.length + i]);
-    });
+    }
   }
 }

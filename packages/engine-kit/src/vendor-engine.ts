@@ -9,7 +9,7 @@ import { selectChip, type ChipSelection } from "./chip-selection.ts";
 import { CpuBackedEngine, type NativeHostDecode } from "./cpu-engine.ts";
 import type { Vendor } from "./device-discovery.ts";
 import { ENGINE_CONFIG, type EngineConfig } from "./engine-config.ts";
-import { defaultVariants, normalizeVariants } from "./variants.ts";
+import { normalizeVariants } from "./variants.ts";
 
 export interface BackendMode {
   prefillMode: "whole" | "chunked";

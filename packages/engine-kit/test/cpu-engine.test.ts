@@ -175,11 +175,7 @@ describe("prefill and decode equal the model run solo", () => {
       const runs = await Promise.all(prompts.map((p) => generate(batched, p, STEPS)));
       runs.forEach((r, i) => expect(r).toEqual(reference.get(String(i))));
       // a bad prompt in a burst fails alone; the others are served
-      const mixed = await Promise.allSettled([
-        batched.prefill([...prompts[0]], {}),
-        batched.prefill([...prompts[2]], {}),
-        batched.prefill([1, 1e9], {}),
-      ]);
+      const mixed = await Promise.allSettled([batched.prefill([...prompts[0]], {}), batched.prefill([...prompts[2]], {}), batched.prefill([1, 1e9], {})]);
       expect(mixed.map((m) => m.status)).toEqual(["fulfilled", "fulfilled", "rejected"]);
     } finally {
       await alone.close();

@@ -185,7 +185,9 @@ describe("admission and preemption", () => {
 
 describe("chunked prefill beside running streams", () => {
   it("a long prompt prefills in chunks that share passes with decoding streams; every token equals its solo run", async () => {
-    const long = Array.from({ length: 6 }, () => prompts[2]).flat().slice(0, 100);
+    const long = Array.from({ length: 6 }, () => prompts[2])
+      .flat()
+      .slice(0, 100);
     const longRef = await solo(long, 4);
     const engine = await CpuBackedEngine.open(modelDir, spec({ maxModelLen: 256 }));
     try {
@@ -209,7 +211,9 @@ describe("chunked prefill beside running streams", () => {
   });
 
   it("a prompt longer than the pass budget runs in chunks of it, with the bits of one pass", async () => {
-    const long = Array.from({ length: 6 }, () => prompts[2]).flat().slice(0, 100);
+    const long = Array.from({ length: 6 }, () => prompts[2])
+      .flat()
+      .slice(0, 100);
     const whole = await CpuBackedEngine.open(modelDir, spec({ maxModelLen: 256 }));
     const small = await CpuBackedEngine.open(modelDir, spec({ maxModelLen: 256, maxNumBatchedTokens: 16 }));
     try {
@@ -275,7 +279,19 @@ describe("the ATOM host-input path (a graph fake at the binding boundary)", () =
         };
       },
     };
-    const engine = await CpuBackedEngine.open(modelDir, spec({ residence: "host", maxModelLen: 64, variants: [{ batch: 2, seqLen: 16 }, { batch: 2, seqLen: 32 }, { batch: 2, seqLen: 64 }], nativeHostDecode: native }));
+    const engine = await CpuBackedEngine.open(
+      modelDir,
+      spec({
+        residence: "host",
+        maxModelLen: 64,
+        variants: [
+          { batch: 2, seqLen: 16 },
+          { batch: 2, seqLen: 32 },
+          { batch: 2, seqLen: 64 },
+        ],
+        nativeHostDecode: native,
+      }),
+    );
     try {
       const started = await Promise.all(prompts.slice(0, 3).map((p) => engine.prefill(p, { keepStream: true })));
       const outs = started.map((r) => [r.firstToken]);

@@ -7,7 +7,17 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isAirmError } from "@airm/rm-core";
-import { decodeGraphFile, decodeGraphIO, denseLayerBytes, writeBlockColumn, findRblnLibrary, type NativeRuntimeError, RblnDecodeGraph, RblnGraphSession, RblnRuntimeLibrary } from "../src/index.ts";
+import {
+  decodeGraphFile,
+  decodeGraphIO,
+  denseLayerBytes,
+  writeBlockColumn,
+  findRblnLibrary,
+  type NativeRuntimeError,
+  RblnDecodeGraph,
+  RblnGraphSession,
+  RblnRuntimeLibrary,
+} from "../src/index.ts";
 
 const source = fileURLToPath(new URL("./fixtures/fake-rbln-runtime.c", import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), "airm-rbln-"));

@@ -20,9 +20,7 @@ afterAll(() => rmSync(root, { recursive: true, force: true }));
 
 describe("compiled variants", () => {
   it("default to batches 1/4/8/16 at every context bucket up to max_model_len; --B caps the batches", () => {
-    expect(defaultVariants({ maxModelLen: 2048 }).map((v) => `${v.batch}x${v.seqLen}`)).toEqual(
-      [512, 1024, 2048].flatMap((s) => [1, 4, 8, 16].map((b) => `${b}x${s}`)),
-    );
+    expect(defaultVariants({ maxModelLen: 2048 }).map((v) => `${v.batch}x${v.seqLen}`)).toEqual([512, 1024, 2048].flatMap((s) => [1, 4, 8, 16].map((b) => `${b}x${s}`)));
     expect(defaultVariants({ maxModelLen: 3000, batch: 8 }).map((v) => `${v.batch}x${v.seqLen}`)).toEqual(
       [512, 1024, 2048, 3000].flatMap((s) => [1, 4, 8].map((b) => `${b}x${s}`)),
     );

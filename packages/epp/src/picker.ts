@@ -120,6 +120,7 @@ export class Picker {
           promptTokens: tokens,
           bandwidth: est.kvBandwidth ?? null,
           kvBytes: est.kvBytes ?? null,
+          kvBytesPerToken: est.kvBytesPerToken ?? null,
           remote: prefill.state.load?.estimates?.prefill ?? null,
           local: est.prefill ?? null,
         });

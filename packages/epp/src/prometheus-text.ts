@@ -21,6 +21,7 @@ export interface ServerLoad {
 export interface Estimates {
   kvBandwidth?: number;
   kvBytes?: number;
+  kvBytesPerToken?: number;
   prefill?: PrefillModel;
   /** A decode endpoint that also prefills whole requests. */
   localPrefill: boolean;
@@ -97,6 +98,7 @@ export function parseServerLoad(text: string): ServerLoad {
       localPrefill: est.localPrefill === 1,
       ...(est.kvBandwidth !== undefined ? { kvBandwidth: est.kvBandwidth } : {}),
       ...(est.kvBytes !== undefined ? { kvBytes: est.kvBytes } : {}),
+      ...(est.kvBytesPerToken !== undefined ? { kvBytesPerToken: est.kvBytesPerToken } : {}),
       ...(est.prefillFixed !== undefined && est.prefillPerToken !== undefined ? { prefill: { fixedMs: est.prefillFixed * 1000, msPerToken: est.prefillPerToken * 1000 } } : {}),
     };
   }

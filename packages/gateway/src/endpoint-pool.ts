@@ -216,7 +216,7 @@ export class EndpointPool {
     return this.endpoints.map((e) => `${e.url}: ${e.lastError ?? "busy"}`).join("; ");
   }
 
-  /** The endpoints' model ids, largest context, vocabulary and most decode slots, from their last /health. */
+  /** The endpoints' model ids, max_model_len (the smallest any reported: a request must fit every worker), vocabulary and most slots, from their last /health. */
   served(): { modelIds: string[]; maxContext: number | undefined; vocabSize: number | undefined; slots: number | undefined } {
     const ids = new Set<string>();
     let ctx: number | undefined;
@@ -225,7 +225,7 @@ export class EndpointPool {
     for (const e of this.endpoints) {
       if (!e.health?.model?.id) continue;
       ids.add(e.health.model.id);
-      if (typeof e.health.seqLen === "number") ctx = Math.max(ctx ?? 0, e.health.seqLen);
+      if (typeof e.health.maxModelLen === "number") ctx = Math.min(ctx ?? Number.POSITIVE_INFINITY, e.health.maxModelLen);
       vocab = vocab === undefined ? e.health.model.vocabSize : Math.min(vocab, e.health.model.vocabSize);
       slots = Math.max(slots ?? 0, e.health.requests.slots);
     }

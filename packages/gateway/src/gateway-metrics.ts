@@ -76,7 +76,8 @@ export class GatewayMetrics {
         },
       });
     gauge(ESTIMATE_GAUGES.kvBandwidth, "the decode worker's KV bandwidth (bytes/s while the bytes moved; EWMA), from its /health", (e) => e.kvBandwidth);
-    gauge(ESTIMATE_GAUGES.kvBytes, "KV bytes per request the decode worker received (whole S-wide blobs; EWMA), from its /health", (e) => e.kvBytes);
+    gauge(ESTIMATE_GAUGES.kvBytes, "KV bytes per request the decode worker received (the prompt's blocks; EWMA), from its /health", (e) => e.kvBytes);
+    gauge(ESTIMATE_GAUGES.kvBytesPerToken, "KV bytes per prompt token the decode worker received (EWMA), from its /health", (e) => e.kvBytesPerToken ?? null);
     gauge(ESTIMATE_GAUGES.prefillFixed, "the decode worker's own prefill time model: fixed part (s), from its /health", (e) => (e.prefill ? e.prefill.fixedMs / 1000 : null));
     gauge(ESTIMATE_GAUGES.prefillPerToken, "the decode worker's own prefill time model: s per token, from its /health", (e) => (e.prefill ? e.prefill.msPerToken / 1000 : null));
     gauge(ESTIMATE_GAUGES.localPrefill, "1 when this gateway and its decode worker run requests whole there (--local-prefill): both paths exist", (e) =>

@@ -27,7 +27,7 @@ let gw: RunningGateway;
 let id: string;
 
 async function start(role: "prefill" | "decode", backend: string, localPrefill = false): Promise<RunningWorker> {
-  const w = await startWorker({ role, backend, model, port: 0, seqLen: S, env, logger, localPrefill });
+  const w = await startWorker({ role, backend, model, port: 0, maxModelLen: S, env, logger, localPrefill });
   workers.push(w);
   await w.ready;
   return w;
@@ -101,7 +101,12 @@ describe("--disaggregation auto (the default with --local-prefill)", () => {
       await probed();
       const h = (await (await fetch(`${fresh.url}/health`)).json()) as any;
       expect(h.estimates.kvBandwidth).toBeGreaterThan(0);
-      expect(h.estimates.kvBytes).toBe(2 * 2 * 2 * 16 * S * 2); // k and v, 2 layers, 2 kv heads x 16, S positions of bf16: whole S-wide blobs
+      // k and v, 2 layers, 2 kv heads x 16, the prompt's blocks of 16 positions of bf16 (not S-wide: only the prompt crosses)
+      const blocks = Math.ceil(h.estimates.kvBytes / (2 * 2 * 2 * 16 * 16 * 2));
+      expect(blocks).toBeGreaterThan(0);
+      expect(h.estimates.kvBytes).toBe(blocks * 2 * 2 * 2 * 16 * 16 * 2);
+      expect(blocks * 16).toBeLessThan(S);
+      expect(h.estimates.kvBytesPerToken).toBeGreaterThanOrEqual(2 * 2 * 2 * 16 * 2); // at least a position's bytes per prompt token
       expect(h.estimates.localPrefill).toBe(true);
       expect(h.estimates.prefill).toBeNull(); // it has not prefilled yet
       // ... then the local prefill

@@ -1,7 +1,8 @@
 // The vllm:* gauges the gateway serves on its own port for an endpoint picker: requests before
 // their first token count as waiting, streaming ones as running up to the workers' slots (the
-// rest wait), and KV usage is running / slots, so it reads 1.0 once every slot is taken. The
-// worker is a scripted solo worker (2 slots) whose requests the test holds open at will.
+// rest wait), and KV usage is the workers' used KV blocks over their blocks, as their /health
+// reports them. The worker is a scripted solo worker (2 slots, 8 blocks of 16, 4 blocks per
+// request it holds) whose requests the test holds open at will.
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { encodeEvent } from "@airm/internal-api";
@@ -17,20 +18,32 @@ let gw: RunningGateway;
 /** While true, new requests get no first token. */
 let holdFirst = false;
 
+/** Requests the scripted worker holds (each takes 4 of its 8 KV blocks, at most all 8). */
+let held = 0;
+
 beforeAll(async () => {
-  const health = { ...scriptedHealth(MODEL), requests: { waiting: 0, running: 0, slots: 2 } };
+  const health = () => {
+    const used = Math.min(8, 4 * held);
+    return { ...scriptedHealth(MODEL), requests: { waiting: 0, running: 0, slots: 2 }, kvCache: { blockSize: 16, totalBlocks: 8, usedBlocks: used, freeBlocks: 8 - used, cachedBlocks: 0, preemptions: 0 } };
+  };
   worker = createServer(async (req, res) => {
-    if (req.url === "/health") return res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(health));
+    if (req.url === "/health") return res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(health()));
     if (req.url === "/internal/release") return res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ requestId: "x", released: false }));
     res.writeHead(200, { "content-type": "application/x-ndjson" });
     res.flushHeaders();
-    const closed = new Promise<void>((r) => res.once("close", () => r()));
+    held++;
+    const closed = new Promise<void>((r) =>
+      res.once("close", () => {
+        held--;
+        r();
+      }),
+    );
     if (holdFirst) return closed;
     res.write(encodeEvent({ type: "first", token: 1, text: "a", eos: false, promptTokens: 2, seqLen: 64, maxTokens: 60, prefillMs: 1 }));
     return closed; // streaming until the client goes
   });
   await new Promise<void>((r) => worker.listen(0, "127.0.0.1", r));
-  gw = await startGateway({ port: 0, solo: [`http://127.0.0.1:${(worker.address() as AddressInfo).port}`], maxWaiting: 3 });
+  gw = await startGateway({ port: 0, solo: [`http://127.0.0.1:${(worker.address() as AddressInfo).port}`], maxWaiting: 3, healthIntervalMs: 50 });
 });
 
 afterAll(async () => {
@@ -64,13 +77,13 @@ async function until(what: string, f: () => Promise<boolean>): Promise<void> {
 }
 
 describe("the pod's vllm:* gauges on the gateway's port", () => {
-  it("idle: zeros, and the KV geometry of the worker's 2 slots of 64 tokens", async () => {
+  it("idle: zeros, and the KV geometry of the worker's 8 blocks of 16 positions", async () => {
     const g = await gauges();
     expect([g.waiting, g.running, g.kv]).toEqual([0, 0, 0]);
     expect(g.text).toMatch(/^vllm:cache_config_info\{block_size="16",num_gpu_blocks="8"\} 1$/m);
   });
 
-  it("streaming requests run up to the slots, the rest wait; KV usage reads 1.0 when the slots are full; all back to 0 after", async () => {
+  it("streaming requests run up to the slots, the rest wait; KV usage reads the workers' blocks in use (1.0 when they are all taken); all back to 0 after", async () => {
     const ac = new AbortController();
     await Promise.all([open(ac), open(ac), open(ac)]);
     await until("3 streaming: 2 running, 1 waiting", async () => {

@@ -20,7 +20,7 @@ const workers: RunningWorker[] = [];
 const pools: EndpointPool[] = [];
 
 async function start(role: "prefill" | "decode" | "solo", backend: string): Promise<string> {
-  const w = await startWorker({ role, backend, model, port: 0, seqLen: S, env, logger });
+  const w = await startWorker({ role, backend, model, port: 0, maxModelLen: S, env, logger });
   workers.push(w);
   await w.ready;
   return w.url;
@@ -72,7 +72,8 @@ async function sse(r: Response): Promise<any[]> {
 }
 
 describe("gateway routes (in-process)", () => {
-  const completion = { model: "", prompt: "the gateway in process", max_tokens: 10, temperature: 0 };
+  // more than a KV block (16 positions) of prompt: a second run finds its first block in the prefill worker's prefix cache
+  const completion = { model: "", prompt: "the gateway in process answers the same text over and over again, block after block", max_tokens: 10, temperature: 0 };
 
   it("PD and solo answer the same text; JSON and SSE agree; usage adds up", async () => {
     const body = { ...completion, model: id };

@@ -13,7 +13,7 @@ export const ErrorBodySchema = z.object({
       param: z.string().nullable().describe("the request field at fault, if any"),
       code: z.string().describe("a stable code (table below)"),
       requested: z.number().int().optional().describe("context_overflow: prompt + max_tokens"),
-      limit: z.number().int().optional().describe("context_overflow: the largest compiled context"),
+      limit: z.number().int().optional().describe("context_overflow: the limit passed (max_model_len, or the KV cache's tokens)"),
     })
     .loose(),
 });
@@ -78,8 +78,8 @@ export class OverloadedError extends ApiError {
 
 /**
  * Maps any failure to the API error a caller sees: ApiError as is; rm-core's typed errors by code
- * (context overflow 400, KV integrity 502, KV timeout 504, transport 502, a grammar the request
- * got wrong 400 and one that failed 500); anything else 500 with `fallbackCode`.
+ * (context overflow 400, KV integrity 502, KV cache full 503, KV timeout 504, transport 502, a
+ * grammar the request got wrong 400 and one that failed 500); anything else 500 with `fallbackCode`.
  */
 export function toApiError(err: unknown, fallbackCode = "engine_error"): ApiError {
   if (err instanceof ApiError) return err;
@@ -88,6 +88,8 @@ export function toApiError(err: unknown, fallbackCode = "engine_error"): ApiErro
     return new ApiError(400, "context_overflow", e.message, "max_tokens", { requested: e.requested, limit: e.limit });
   }
   if (isAirmError(err, "KV_INTEGRITY")) return new ApiError(502, "kv_integrity_error", err.message, (err as AirmError & { field?: string }).field ?? null);
+  // Blocks that were not free when a request ran: transient, another worker (or a retry) serves it.
+  if (isAirmError(err, "KV_CACHE_FULL") || isAirmError(err, "PREEMPTED")) return new ApiError(503, "kv_cache_full", err.message);
   if (isAirmError(err, "TRANSPORT_TIMEOUT")) return new ApiError(504, "kv_timeout", err.message);
   if (isAirmError(err) && (err.code.startsWith("TRANSPORT") || err.code === "INVALID_KEY" || err.code === "UNSUPPORTED")) {
     return new ApiError(502, "kv_transport_error", err.message);

@@ -78,7 +78,7 @@ const resume = z
     "a migrated request: the completion tokens its client already has (the first included). Prefill runs the prompt and these and draws completion token resume.length; decode continues the count, the penalties, min_tokens, the grammar and the text from them",
   );
 
-const maxTokens = z.number().int().min(1).nullable().describe("the whole completion, first token included; null: the rest of the largest compiled context");
+const maxTokens = z.number().int().min(1).nullable().describe("the whole completion, first token included; null: the rest of max_model_len");
 const logprobs = z
   .number()
   .int()
@@ -95,7 +95,6 @@ export const PrefillRequestSchema = z
     input: PromptInputSchema.describe("the prompt: see PromptInput"),
     maxTokens,
     sampling: SamplingSchema.default({}).describe("how tokens are chosen; prefill samples the first, decode the rest"),
-    seqLen: z.number().int().min(1).optional().describe("pins the compiled context S of the variant"),
     logprobs,
     echo: z.boolean().default(false).describe("return the prompt's tokens and text (`first.echo`), scored when logprobs is set"),
     constraint,
@@ -144,7 +143,7 @@ export const TokenizeResponseSchema = z
   .object({
     tokens: z.array(z.number().int().min(0)),
     tokenStrs: z.array(z.string()).describe("each token decoded alone"),
-    maxModelLen: z.number().int().min(1).describe("the largest compiled context"),
+    maxModelLen: z.number().int().min(1).describe("max_model_len: the longest request (prompt + max_tokens) served"),
   })
   .strict();
 export type TokenizeResponse = z.infer<typeof TokenizeResponseSchema>;
@@ -197,7 +196,7 @@ export const FirstTokenSchema = z
     text: z.string().describe('what the detokenizer emits after it (may be "" inside a UTF-8 sequence)'),
     eos: z.boolean().describe("it is an end-of-sequence token"),
     promptTokens: z.number().int().min(1),
-    seqLen: z.number().int().min(1).describe("S of the variant that ran"),
+    seqLen: z.number().int().min(1).describe("the context bucket S of the compiled variant the request fits (what an NPU runs it on)"),
     maxTokens: z.number().int().min(1).describe("the effective max_tokens (resolved when null was sent)"),
     prefillMs: z.number().min(0),
     cachedTokens: z.number().int().min(0).optional().describe("prompt tokens whose KV came from the prefix cache (absent: 0)"),
@@ -235,7 +234,7 @@ export const WorkerEventSchema = z.discriminatedUnion("type", [
     .object({
       type: z.literal("ready"),
       promptTokens: z.number().int().min(1),
-      seqLen: z.number().int().min(1),
+      seqLen: z.number().int().min(1).describe("the context bucket S of the compiled variant the request fits"),
       kvLoadMs: z.number().min(0).describe("pull + check + import after the last blob arrived"),
       kvWaitMs: z.number().min(0).describe("waiting for prefill to push"),
     })
@@ -303,7 +302,12 @@ export const WorkerEstimatesSchema = z
       .nullable()
       .describe("this worker's prefill time model, ms = fixedMs + msPerToken x computed tokens (least squares over its last 64 prefills)"),
     kvBandwidth: z.number().nullable().describe("decode: bytes/s of its KV pulls while the bytes were moving (EWMA)"),
-    kvBytes: z.number().nullable().describe("decode: KV bytes per request received, whole S-wide blobs (EWMA)"),
+    kvBytes: z.number().nullable().describe("decode: KV bytes per request received, the prompt's blocks (EWMA)"),
+    kvBytesPerToken: z
+      .number()
+      .nullable()
+      .optional()
+      .describe("decode: KV bytes received per prompt token, block rounding included (EWMA); what a prompt of n tokens moves is about n times this"),
     localPrefill: z.boolean().describe("a decode worker that also prefills whole requests (--local-prefill)"),
   })
   .strict();
@@ -318,11 +322,23 @@ export const WorkerHealthSchema = z
     engine: z.string(),
     device: z.object({ vendor: z.string(), path: z.string(), device: z.string().nullable(), detail: z.string() }).strict().nullable(),
     model: ModelSummarySchema.nullable(),
-    seqLen: z.number().int().nullable().describe("the largest compiled context"),
-    variants: z.array(z.object({ batch: z.number().int(), seqLen: z.number().int() }).strict()),
+    maxModelLen: z.number().int().nullable().describe("max_model_len: the longest request (prompt + max_tokens) served"),
+    variants: z.array(z.object({ batch: z.number().int(), seqLen: z.number().int() }).strict()).describe("the (batch, context bucket) graphs an NPU compiles"),
+    kvCache: z
+      .object({
+        blockSize: z.number().int(),
+        totalBlocks: z.number().int(),
+        usedBlocks: z.number().int().describe("held by requests and set aside for admitted ones"),
+        freeBlocks: z.number().int(),
+        cachedBlocks: z.number().int().describe("kept prompt prefixes no request holds (given back first)"),
+        preemptions: z.number().int(),
+      })
+      .strict()
+      .nullable()
+      .describe("the paged KV cache (null while loading)"),
     transport: z.string().nullable(),
     leases: z.object({ outstanding: z.number().int(), expired: z.number().int() }).strict(),
-    requests: z.object({ waiting: z.number().int(), running: z.number().int(), slots: z.number().int().describe("requests the engine runs at once (its batch width)") }).strict(),
+    requests: z.object({ waiting: z.number().int(), running: z.number().int(), slots: z.number().int().describe("requests that run at once (max_num_seqs)") }).strict(),
     error: z.string().nullable().describe("why the load failed"),
     estimates: WorkerEstimatesSchema.optional().describe("the disaggregation decision's inputs measured here (absent from workers before this field)"),
   })

@@ -15,16 +15,8 @@ export interface ServingLoad {
 export interface CacheGeometry {
   /** Tokens per KV block (the picker's prefix-hash granularity when it auto-tunes). */
   blockSize: number;
-  /** KV blocks the server admits (its slots x context / blockSize). */
+  /** KV blocks of the server's paged cache. */
   numBlocks: number;
-}
-
-/** The block size the project reports: vLLM's default, a sensible prefix-hash granularity. */
-export const VLLM_BLOCK_SIZE = 16;
-
-/** KV geometry of `slots` requests of up to `seqLen` tokens each, in VLLM_BLOCK_SIZE blocks. */
-export function slotGeometry(slots: number, seqLen: number): CacheGeometry {
-  return { blockSize: VLLM_BLOCK_SIZE, numBlocks: slots * Math.ceil(seqLen / VLLM_BLOCK_SIZE) };
 }
 
 /**
@@ -53,7 +45,7 @@ export function registerVllmGauges(registry: Registry, load: () => ServingLoad, 
   });
   new Gauge({
     name: "vllm:kv_cache_usage_perc",
-    help: "share of the admitted KV capacity in use (0-1): slots running / slots",
+    help: "share of the paged KV cache's blocks in use (0-1): blocks held by requests and set aside for admitted ones, over all blocks",
     registers,
     collect() {
       this.set(load().kvUsage);
@@ -72,7 +64,7 @@ export function registerVllmGauges(registry: Registry, load: () => ServingLoad, 
   });
   new Gauge({
     name: "vllm:cache_config_info",
-    help: "KV cache geometry: block_size tokens per block, num_gpu_blocks blocks admitted",
+    help: "KV cache geometry: block_size tokens per block, num_gpu_blocks blocks in the paged cache",
     labelNames: ["block_size", "num_gpu_blocks"],
     registers,
     collect() {

@@ -10,7 +10,6 @@ import { generate } from "../src/model/generate.ts";
 import type { KVCache } from "../src/model/kv-cache.ts";
 import { dequantizedCheckpoint, randomCheckpoint, tinyConfig } from "./model-helpers/random-checkpoint.ts";
 import { referenceForward } from "./model-helpers/reference-math.ts";
-import { ropeInverseFrequencies } from "../src/model/rope.ts";
 
 const archs: Record<string, ModelConfig> = {
   llama: tinyConfig(),

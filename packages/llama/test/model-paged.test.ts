@@ -150,9 +150,17 @@ describe("the pool's budget and memory", () => {
       const mine = m.newCache(128) as KVCache & { addReservation(n: number): void };
       mine.addReservation(2);
       const theirs = m.newCache(128);
-      expect(() => m.prefill(Array.from({ length: 20 }, (_, i) => i + 1), theirs)).toThrow(expect.objectContaining({ code: "KV_CACHE_FULL" }));
+      expect(() =>
+        m.prefill(
+          Array.from({ length: 20 }, (_, i) => i + 1),
+          theirs,
+        ),
+      ).toThrow(expect.objectContaining({ code: "KV_CACHE_FULL" }));
       expect(theirs.n).toBe(0);
-      m.prefill(Array.from({ length: 20 }, (_, i) => i + 1), mine); // 2 blocks, from its reservation
+      m.prefill(
+        Array.from({ length: 20 }, (_, i) => i + 1),
+        mine,
+      ); // 2 blocks, from its reservation
       expect(m.kvPool.reservedBlocks).toBe(0);
       expect(m.kvPool.usedBlocks).toBe(2);
     } finally {

@@ -69,6 +69,15 @@ describe("decideDisaggregation", () => {
     expect(decideDisaggregation({ promptTokens: 16, bandwidth: 1e9, kvBytes: 10e6, remote: fastRemote, local: same }).ship).toBe(true);
   });
 
+  it("predicts a request's bytes from its prompt when the bytes per prompt token are known (paged KV moves the prompt's blocks)", () => {
+    const fastRemote = { fixedMs: 5, msPerToken: 0.25 };
+    // 40 KB per token: 256 tokens move 10.24 MB, 800+ ms at 12.5 MB/s: local; 16 tokens move 640 KB, 51 ms: still local (21 ms)
+    const per = { bandwidth: 12.5e6, kvBytes: 1e3, kvBytesPerToken: 40e3, remote: fastRemote, local: same };
+    expect(decideDisaggregation({ promptTokens: 256, ...per })).toMatchObject({ ship: false, kvMs: 819.2 });
+    // at 1 GB/s the same 256 tokens take 10.24 ms: PD (69 ms) beats local (261 ms)
+    expect(decideDisaggregation({ promptTokens: 256, ...per, bandwidth: 1e9 })).toMatchObject({ ship: true, reason: "kv_faster" });
+  });
+
   it("on equal hardware without a remote model, a tie stays local (nothing has to cross)", () => {
     expect(decideDisaggregation({ promptTokens: 100, bandwidth: 1e12, kvBytes: 1, remote: null, local: same })).toMatchObject({ ship: false, reason: "local_faster" });
   });

@@ -5,9 +5,9 @@
 //   - the decode endpoint's KV bandwidth B (bytes/s): the bytes of its KV pulls over the time
 //     they were moving (the union of each blob's transfer interval, waits for a blob not yet
 //     pushed excluded), smoothed (EWMA);
-//   - the KV bytes K a request sends: the decode endpoint's smoothed bytes per request received
-//     (whole S-wide blobs: the KV crosses at the compiled context S, not only the prompt's
-//     positions);
+//   - the KV bytes K a request sends: the prompt's tokens times the decode endpoint's smoothed
+//     bytes per prompt token received (the KV crosses as the prompt's blocks, so bytes follow the
+//     prompt), or its smoothed bytes per request where the per-token figure is not known;
 //   - prefill time models t(n) = fixed + perToken * n, least-squares over each worker's last
 //     prefills: the prefill endpoint's (remote) and the decode endpoint's own (local).
 //
@@ -23,6 +23,7 @@
 export const ESTIMATE_GAUGES = {
   kvBandwidth: "airm_kv_bandwidth_bytes_per_second",
   kvBytes: "airm_kv_request_bytes",
+  kvBytesPerToken: "airm_kv_bytes_per_token",
   prefillFixed: "airm_worker_prefill_fixed_seconds",
   prefillPerToken: "airm_worker_prefill_seconds_per_token",
   localPrefill: "airm_worker_local_prefill",
@@ -112,6 +113,11 @@ export interface DisaggregationInputs {
   bandwidth: number | null;
   /** KV bytes a request sends to it (null: not measured yet). */
   kvBytes: number | null;
+  /**
+   * KV bytes per prompt token it received (paged KV moves the prompt's blocks, so bytes follow the
+   * prompt); when known, the request's bytes are predicted as this times promptTokens.
+   */
+  kvBytesPerToken?: number | null;
   /** The prefill endpoint's model (null: use the local one). */
   remote: PrefillModel | null;
   /** The decode endpoint's own prefill model (null: not measured yet). */
@@ -133,9 +139,10 @@ export const DISAGGREGATION_REASONS: readonly DisaggregationReason[] = ["kv_fast
 
 /** The decision for one request (see the top of this file). */
 export function decideDisaggregation(i: DisaggregationInputs): DisaggregationDecision {
-  if (i.bandwidth === null || i.kvBytes === null || !(i.bandwidth > 0)) return { ship: true, reason: "explore_kv" };
+  const bytes = i.kvBytesPerToken != null && i.kvBytesPerToken > 0 ? i.kvBytesPerToken * i.promptTokens : i.kvBytes;
+  if (i.bandwidth === null || bytes === null || !(i.bandwidth > 0)) return { ship: true, reason: "explore_kv" };
   if (i.local === null) return { ship: false, reason: "explore_local" };
-  const kvMs = (i.kvBytes / i.bandwidth) * 1000;
+  const kvMs = (bytes / i.bandwidth) * 1000;
   const localMs = prefillMs(i.local, i.promptTokens);
   const pdMs = Math.max(prefillMs(i.remote ?? i.local, i.promptTokens), kvMs);
   return { ship: pdMs < localMs, reason: pdMs < localMs ? "kv_faster" : "local_faster", pdMs, localMs, kvMs };

@@ -10,7 +10,7 @@ import { type RunningWorker, startWorker, type WorkerOptions } from "./worker-se
 export const WORKER_COMMAND = defineCommand({
   name: "airm-worker",
   summary: "an rngd-pd worker process (prefill, decode or solo)",
-  usage: ["airm-worker --role prefill|decode|solo --backend NAME [--chip N] [--port P] [--model PATH] [--seq-len S] [--B n]"],
+  usage: ["airm-worker --role prefill|decode|solo --backend NAME [--chip N] [--port P] [--model PATH] [--max-model-len N] [--B n]"],
   flags: {
     role: flagOf(oneOf(["prefill", "decode", "solo"] as const), {
       doc: "prefill: tokenizes, prefills, pushes KV layer by layer, answers the first token; decode: pulls KV (prefetching while prefill runs), checks it, decodes; solo: both in one process, no transport (the reference)",
@@ -22,8 +22,21 @@ export const WORKER_COMMAND = defineCommand({
     port: flagOf(int({ min: 0, max: 65535 }), { default: 8101, doc: "HTTP port (0 picks a free port)" }),
     host: flagOf(text({ label: "address" }), { default: "127.0.0.1", doc: "address to listen on" }),
     model: flagOf(text({ label: "path" }), { defaultText: "MODEL", doc: "model folder or .gguf file" }),
-    seqLen: flagOf(int({ min: 8 }), { defaultText: "the engine's", doc: "compiled context S" }),
-    B: flagOf(int({ min: 1 }), { name: "B", defaultText: "the engine's", doc: "batch width" }),
+    maxModelLen: flagOf(int({ min: 8 }), {
+      defaultText: "AIRM_MAX_MODEL_LEN, else the model's context",
+      doc: "the longest request (prompt + max_tokens) served; at most the model's own context (vLLM's flag)",
+    }),
+    blockSize: flagOf(text({ label: "4|8|16|32|64|128|256" }), {
+      defaultText: "AIRM_BLOCK_SIZE, else 16",
+      doc: "positions per KV block (vLLM's flag); prefill and decode must agree",
+    }),
+    kvCacheMemory: flagOf(text({ label: "share|bytes" }), {
+      defaultText: "AIRM_KV_CACHE_MEMORY, else 0.25",
+      doc: "the KV cache's budget: a share of the memory available after the weights, or bytes (512M, 2G)",
+    }),
+    maxNumBatchedTokens: flagOf(int({ min: 16 }), { defaultText: "AIRM_MAX_NUM_BATCHED_TOKENS, else 2048", doc: "most tokens in one forward pass (vLLM's flag)" }),
+    maxNumSeqs: flagOf(int({ min: 1 }), { defaultText: "AIRM_MAX_NUM_SEQS, else 64", doc: "requests run at once (vLLM's flag)" }),
+    B: flagOf(int({ min: 1 }), { name: "B", defaultText: "the engine's (16)", doc: "the widest decode batch compiled" }),
     threads: flagOf(int({ min: 1, max: 2 }), { defaultText: "AIRM_THREADS, else 1", doc: "CPU threads of the reference backend" }),
     kvTransport: flagOf(text({ label: "name" }), { defaultText: "AIRM_KV_TRANSPORT, else shm", doc: "KV transport name (an installed airm.kv_transports plugin)" }),
     otlpTracesEndpoint: flagOf(text({ label: "URL" }), {
@@ -59,8 +72,14 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
       chip: f.chip,
       port: f.port,
       host: f.host,
-      seqLen: f.seqLen,
+      maxModelLen: f.maxModelLen,
       batch: f.B,
+      maxNumSeqs: f.maxNumSeqs,
+      engineOptions: {
+        ...(f.blockSize !== undefined ? { blockSize: f.blockSize } : {}),
+        ...(f.kvCacheMemory !== undefined ? { kvCacheMemory: f.kvCacheMemory } : {}),
+        ...(f.maxNumBatchedTokens !== undefined ? { maxNumBatchedTokens: f.maxNumBatchedTokens } : {}),
+      },
       threads: f.threads,
       kvTransport: f.kvTransport,
       localPrefill: f.localPrefill,

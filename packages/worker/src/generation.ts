@@ -3,7 +3,17 @@
 // token and done events. Knows the engine and the event types; not HTTP.
 
 import { ApiError, type Echo, type FirstToken, type LogprobEntry, type PromptInput, type TokenLogprobsEntry, type WorkerEvent } from "@airm/internal-api";
-import { ContextOverflowError, IncrementalDetokenizer, choiceSeed, type PrefillResult, type SamplingParams, type TokenConstraint, type TokenLogprobs } from "@airm/rm-core";
+import {
+  ContextOverflowError,
+  IncrementalDetokenizer,
+  blocksFor,
+  choiceSeed,
+  isAirmError,
+  type PrefillResult,
+  type SamplingParams,
+  type TokenConstraint,
+  type TokenLogprobs,
+} from "@airm/rm-core";
 import type { GrammarMatcher } from "@airm/grammar";
 import type { DecodeBatcher } from "./decode-batcher.ts";
 import { EosBan } from "./eos-ban.ts";
@@ -33,21 +43,28 @@ export function tokenize(engine: ServingEngine, input: PromptInput, o: { addSpec
 }
 
 /**
- * Resolves max_tokens (null: the rest of the largest context) and the context S to run at.
- * Throws ContextOverflowError when it does not fit, ApiError 400 for a seqLen not compiled here.
+ * Resolves max_tokens (null: the rest of max_model_len) and the context bucket S of the compiled
+ * variant the request fits. Throws ContextOverflowError (a 400 naming the limit) when prompt +
+ * max_tokens exceeds max_model_len, or when the request's `n` choices could never fit the whole KV
+ * cache at once.
  */
-export function planRequest(engine: ServingEngine, promptTokens: number, maxTokens: number | null, seqLen?: number): { maxTokens: number; seqLen: number } {
-  const compiled = engine.variants();
-  const maxS = Math.max(...compiled.map((v) => v.seqLen));
-  const m = maxTokens ?? maxS - promptTokens;
-  if (m < 1) throw new ContextOverflowError(promptTokens + 1, maxS, `the prompt alone has ${promptTokens} tokens`);
+export function planRequest(engine: ServingEngine, promptTokens: number, maxTokens: number | null, n = 1): { maxTokens: number; seqLen: number } {
+  const kv = engine.kvCache();
+  const m = maxTokens ?? kv.maxModelLen - promptTokens;
+  if (m < 1) throw new ContextOverflowError(promptTokens + 1, kv.maxModelLen, `the prompt alone has ${promptTokens} tokens`);
   const variant = engine.pickVariant(promptTokens, m);
-  if (seqLen === undefined || seqLen === variant.seqLen) return { maxTokens: m, seqLen: variant.seqLen };
-  if (!compiled.some((v) => v.seqLen === seqLen)) {
-    throw new ApiError(400, "invalid_request", `seqLen ${seqLen} is not compiled here (${compiled.map((v) => v.seqLen).join(", ")})`, "seqLen");
+  // Every choice holds the blocks of its completion; the prompt's full blocks are shared.
+  const whole = blocksFor(promptTokens + m, kv.blockSize);
+  const need = whole + (n - 1) * (whole - Math.floor(promptTokens / kv.blockSize));
+  if (need > kv.totalBlocks) {
+    throw new ContextOverflowError(
+      promptTokens + m,
+      kv.totalBlocks * kv.blockSize,
+      `${n > 1 ? `${n} choices need ${need} blocks; ` : ""}${kv.totalBlocks} blocks of ${kv.blockSize} positions; raise --kv-cache-memory`,
+      "the KV cache",
+    );
   }
-  if (promptTokens + m > seqLen) throw new ContextOverflowError(promptTokens + m, seqLen, "seqLen pinned by the request");
-  return { maxTokens: m, seqLen };
+  return { maxTokens: m, seqLen: variant.seqLen };
 }
 
 /** What a prefill runs: the prompt, a migrated request's delivered tokens after it, and the plan for the rest. */
@@ -74,15 +91,14 @@ export function checkResume(engine: ServingEngine, resumed: readonly number[], m
 
 /**
  * Plans a prefill of `prompt` and the request's `resume` tokens: max_tokens counts the whole
- * completion, so the resumed tokens are part of it and at least one must be left (else 400). The
- * context S is what the first attempt had (prompt + max_tokens).
+ * completion, so the resumed tokens are part of it and at least one must be left (else 400).
  */
-export function resumedPlan(engine: ServingEngine, prompt: number[], b: { maxTokens: number | null; seqLen?: number; resume?: number[] }): ResumedPlan {
+export function resumedPlan(engine: ServingEngine, prompt: number[], b: { maxTokens: number | null; resume?: number[]; n?: number }): ResumedPlan {
   const resumed = b.resume ?? [];
   checkResume(engine, resumed, b.maxTokens);
   const rest = b.maxTokens === null ? null : b.maxTokens - resumed.length;
   const tokens = resumed.length ? [...prompt, ...resumed] : prompt;
-  const plan = planRequest(engine, tokens.length, rest, b.seqLen);
+  const plan = planRequest(engine, tokens.length, rest, b.n ?? 1);
   return { prompt, resumed, tokens, maxTokens: plan.maxTokens + resumed.length, seqLen: plan.seqLen };
 }
 
@@ -90,9 +106,9 @@ export function isEos(engine: ServingEngine, token: number): boolean {
   return engine.tokenizer.eosTokenIds.includes(token) || engine.model.eosTokenIds.includes(token);
 }
 
-/** Throws ApiError 400 naming n when a request asks for more choices than the worker decodes at once (they could never all run). */
+/** Throws ApiError 400 naming n when a request asks for more choices than the worker runs at once (they could never all run). */
 export function checkChoices(slots: number, n: number): void {
-  if (n > slots) throw new ApiError(400, "invalid_request", `n=${n} choices exceed this worker's ${slots} decode slots (its batch width); ask for at most ${slots}`, "n");
+  if (n > slots) throw new ApiError(400, "invalid_request", `n=${n} choices exceed the ${slots} requests this worker runs at once (max_num_seqs); ask for at most ${slots}`, "n");
 }
 
 /** Throws ApiError 400 naming logit_bias when it names an id outside the model's vocabulary (before any stream opens). */
@@ -209,6 +225,13 @@ export interface DecodeLoop {
   choice: number;
   /** The prompt's ids (repetition_penalty reads them). */
   prompt: ReadonlySet<number>;
+  /**
+   * The tokens whose KV the stream held when the loop started (the prompt, and a migrated
+   * request's delivered tokens): with the tokens fed since, what a preempted stream is recomputed from.
+   */
+  positions: readonly number[];
+  /** Waits for blocks for a preempted stream, then recomputes its KV from `tokens` (see ServingEngine.recompute). */
+  recompute(stream: EngineStream, tokens: number[]): Promise<void>;
   maxTokens: number;
   sampling: SamplingParams;
   /** Alternatives per token when the request asked for log-probabilities, else null. */
@@ -248,20 +271,32 @@ export async function decodeLoop(d: DecodeLoop): Promise<{ finish: "stop" | "len
   const output = counts([...resumed, d.first]);
   const history = { output, prompt: d.prompt };
   const choice = d.choice ? { choice: d.choice } : {};
+  // Tokens appended to the stream by the steps so far (a recompute after preemption needs them).
+  const fed: number[] = [];
   const t0 = performance.now();
   while (finish !== "stop" && count < d.maxTokens) {
     if (d.aborted()) return { finish: "aborted", decodeMs: performance.now() - t0 };
-    const next = await d.batcher.step(
-      {
-        stream: d.stream,
-        token: cur,
-        sampling: d.sampling,
-        history,
-        ...(d.logprobs === null ? {} : { logprobs: d.logprobs }),
-        ...(constraint ? { constraint } : {}),
-      },
-      d.onBatch,
-    );
+    let next: Awaited<ReturnType<DecodeBatcher["step"]>>;
+    try {
+      next = await d.batcher.step(
+        {
+          stream: d.stream,
+          token: cur,
+          sampling: d.sampling,
+          history,
+          ...(d.logprobs === null ? {} : { logprobs: d.logprobs }),
+          ...(constraint ? { constraint } : {}),
+        },
+        d.onBatch,
+      );
+    } catch (e) {
+      if (!isAirmError(e, "PREEMPTED")) throw e;
+      // The engine took the stream's blocks for older streams: once blocks come back its KV is
+      // recomputed from its tokens (the same bits), and the same step runs again.
+      await d.recompute(d.stream, [...d.positions, ...fed]);
+      continue;
+    }
+    fed.push(cur);
     count++;
     output.set(next.token, (output.get(next.token) ?? 0) + 1);
     if (ends(next.token)) {
@@ -282,12 +317,14 @@ export async function decodeLoop(d: DecodeLoop): Promise<{ finish: "stop" | "len
 }
 
 /** A request's choices to decode: one stream, first token and (with a constraint) matcher each. */
-export interface Choices extends Omit<DecodeLoop, "stream" | "first" | "choice" | "matcher" | "prompt"> {
+export interface Choices extends Omit<DecodeLoop, "stream" | "first" | "choice" | "matcher" | "prompt" | "positions"> {
   streams: EngineStream[];
   firsts: number[];
   matchers: (GrammarMatcher | undefined)[];
   /** The prompt's ids. */
   prompt: number[];
+  /** The tokens whose KV the streams held at the start (the prompt, and resumed tokens). */
+  positions: readonly number[];
 }
 
 /**

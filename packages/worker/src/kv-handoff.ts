@@ -1,11 +1,12 @@
 // The two ends of one request's KV handoff over a KVTransport. Prefill side: push each layer's
-// K and V as the engine finishes it, then the manifest (CRC-32 per blob, fingerprints, first
-// token). Decode side: pull the manifest and the layers in order while the other side still
+// K and V (the prompt's blocks, layout rngd-pd/v2) as the engine finishes it, then the manifest
+// (block size, positions, CRC-32 per blob, fingerprints, first token). Decode side: pull the manifest and the layers in order while the other side still
 // computes them (each pull waits for its blob: prefetch), check the manifest against this
 // engine, verify each blob's CRC. Knows nothing about HTTP, leases or decoding.
 
 import {
   blobKey,
+  blocksFor,
   encodeManifest,
   decodeManifest,
   kvCrc32,
@@ -19,7 +20,6 @@ import {
   type KVManifest,
   type KVTransport,
   type ModelInfo,
-  type EngineVariant,
 } from "@airm/rm-core";
 
 /** Collects one request's per-layer pushes and finishes with the manifest. */
@@ -74,8 +74,9 @@ export class KVPusher {
     const manifest: KVManifest = {
       layout: KV_LAYOUT,
       dtype: "bf16",
-      S: kv.seqLen,
+      blockSize: kv.blockSize,
       n: kv.n,
+      blocks: blocksFor(kv.n, kv.blockSize),
       layers: model.layers,
       kvHeads: model.kvHeads,
       headDim: model.headDim,
@@ -101,16 +102,21 @@ export interface PulledKV {
   transfer?: { bytes: number; movingMs: number };
 }
 
+/** What the pulling side's engine takes: its block size and max_model_len. */
+export interface KVExpectation {
+  blockSize: number;
+  maxModelLen: number;
+}
+
 /**
  * Pulls one request's manifest and, alongside, its layers in order (each pull waits up to
- * `timeoutMs`), validates the
- * manifest against this engine (layout, dtype, shape, S among `variants`, fingerprints) and every
- * blob's CRC-32. With `manifestOnly` only the manifest is pulled and checked.
- * Throws KVIntegrityError(field) on any mismatch, TransportTimeoutError / TransportError from pulls.
+ * `timeoutMs`), validates the manifest against this engine (layout, dtype, shape, block size,
+ * positions within max_model_len, fingerprints) and every blob's CRC-32. With `manifestOnly` only
+ * the manifest is pulled and checked. Throws KVIntegrityError(field) on any mismatch,
+ * TransportTimeoutError / TransportError from pulls.
  */
-export async function pullKV(transport: KVTransport, requestId: string, model: ModelInfo, variants: EngineVariant[], timeoutMs: number, manifestOnly = false): Promise<PulledKV> {
+export async function pullKV(transport: KVTransport, requestId: string, model: ModelInfo, kvs: KVExpectation, timeoutMs: number, manifestOnly = false): Promise<PulledKV> {
   const opts = { dtype: "bf16" as const, layout: KV_LAYOUT, timeoutMs };
-  const maxS = Math.max(...variants.map((v) => v.seqLen));
   const manifestP = transport.pull(manifestKey(requestId), { timeoutMs }).then(({ bytes }) => {
     const m = decodeManifest(bytes, {
       layout: KV_LAYOUT,
@@ -120,25 +126,24 @@ export async function pullKV(transport: KVTransport, requestId: string, model: M
       headDim: model.headDim,
       modelFingerprint: model.modelFingerprint,
       numericsFingerprint: model.numericsFingerprint,
-      maxN: maxS,
+      blockSize: kvs.blockSize,
+      maxN: kvs.maxModelLen,
     });
     if (m.requestId !== requestId) throw new KVIntegrityError("requestId", `KV manifest is for ${m.requestId}, not ${requestId}`);
-    if (!variants.some((v) => v.seqLen === m.S)) {
-      throw new KVIntegrityError("S", `KV manifest S=${m.S} is not a context this engine compiled (${[...new Set(variants.map((v) => v.seqLen))].join(", ")})`);
-    }
     const isId = (t: unknown) => Number.isInteger(t) && (t as number) >= 0 && (t as number) < model.vocabSize;
     if (!isId(m.firstToken)) throw new KVIntegrityError("firstToken", `KV manifest firstToken ${JSON.stringify(m.firstToken)} is not a token id of this model`);
     if (m.firstTokens !== undefined && !(Array.isArray(m.firstTokens) && m.firstTokens.every(isId) && m.firstTokens[0] === m.firstToken)) {
       throw new KVIntegrityError("firstTokens", "KV manifest firstTokens are not token ids of this model starting with firstToken");
     }
-    if (m.promptTokens !== undefined && !(Array.isArray(m.promptTokens) && m.promptTokens.length === m.n && m.promptTokens.every(isId))) {
+    // The prompt's ids: what the penalties read, and what a stream preempted here is recomputed from.
+    if (!(Array.isArray(m.promptTokens) && m.promptTokens.length === m.n && m.promptTokens.every(isId))) {
       throw new KVIntegrityError("promptTokens", `KV manifest promptTokens must be the ${m.n} token ids of the prompt`);
     }
     return m;
   });
   if (manifestOnly) {
     const manifest = await manifestP;
-    return { manifest, kv: { seqLen: manifest.S, n: manifest.n, k: [], v: [] }, arrivedAt: performance.now() };
+    return { manifest, kv: { blockSize: manifest.blockSize, n: manifest.n, k: [], v: [] }, arrivedAt: performance.now() };
   }
   // Layers arrive in order, so pulling them in order costs no latency, and only the manifest
   // and one layer wait at a time (a transport that polls while waiting then polls 3 keys, not
@@ -167,5 +172,5 @@ export async function pullKV(transport: KVTransport, requestId: string, model: M
     k.push(kb.bytes);
     v.push(vb.bytes);
   });
-  return { manifest, kv: { seqLen: manifest.S, n: manifest.n, k, v }, arrivedAt, ...(transfer ? { transfer } : {}) };
+  return { manifest, kv: { blockSize: manifest.blockSize, n: manifest.n, k, v }, arrivedAt, ...(transfer ? { transfer } : {}) };
 }

@@ -3,13 +3,13 @@
 // from loading to ready or failed exactly once. Routes ask `ready()` and get a 503 while loading.
 
 import { GrammarEngine, type GrammarMatcher, type GrammarSpec } from "@airm/grammar";
-import { ApiError, OverloadedError, slotGeometry, type WorkerEstimates } from "@airm/internal-api";
+import { ApiError, OverloadedError, type WorkerEstimates } from "@airm/internal-api";
 import { Ewma, PrefillFit, type KVTransport, type WorkerRole } from "@airm/rm-core";
 import type { Logger } from "pino";
+import { Admission } from "./admission.ts";
 import { DecodeBatcher } from "./decode-batcher.ts";
 import { LeaseTable, type LeaseEnd } from "./kv-leases.ts";
-import { RequestSlots } from "./request-slots.ts";
-import type { ServingEngine } from "./serving-engine.ts";
+import type { EngineStream, ServingEngine } from "./serving-engine.ts";
 import { WorkerMetrics } from "./worker-metrics.ts";
 
 /** What a loaded worker serves with. */
@@ -26,8 +26,8 @@ export interface RuntimeOptions {
   role: WorkerRole;
   backend: string;
   engineName: string;
-  /** Batch width before the engine says its own. */
-  batch: number;
+  /** Requests that run at once (max_num_seqs). */
+  maxNumSeqs: number;
   leaseTtlMs: number;
   kvTimeoutMs: number;
   /** Most requests waiting (for a slot, or decode's for their KV) before one more gets 429 (default: no bound). */
@@ -47,7 +47,8 @@ export class WorkerRuntime {
   readonly maxWaiting: number;
   readonly grammarCache: number;
   readonly log: Logger;
-  readonly slots: RequestSlots;
+  /** Admission by KV blocks and running slots. */
+  readonly admission: Admission;
   readonly leases: LeaseTable;
   readonly metrics: WorkerMetrics;
   /** Requests waiting for their KV to arrive (decode role). */
@@ -60,6 +61,8 @@ export class WorkerRuntime {
     kvBandwidth: new Ewma(),
     /** Decode: KV bytes per request received. */
     kvBytes: new Ewma(),
+    /** Decode: KV bytes received per prompt token. */
+    kvBytesPerToken: new Ewma(),
   };
   readonly localPrefill: boolean;
   /** Set when the worker drains (SIGTERM, SIGINT): it admits nothing new and /health says draining. */
@@ -82,7 +85,7 @@ export class WorkerRuntime {
     this.grammarCache = o.grammarCache ?? 64;
     this.localPrefill = o.localPrefill === true && o.role === "decode";
     this.log = o.log;
-    this.slots = new RequestSlots(o.batch);
+    this.admission = new Admission(o.maxNumSeqs);
     this.leases = new LeaseTable(
       o.leaseTtlMs,
       async (rid) => {
@@ -95,16 +98,18 @@ export class WorkerRuntime {
     );
     this.metrics = new WorkerMetrics(
       {
-        waiting: () => this.slots.numWaiting + this.kvWaiting,
-        running: () => this.slots.numRunning,
-        // The share of the KV the worker will really admit: each of its slots (the batch width)
-        // holds one request's full-context KV, so slots in use / slots. Not the engine's
-        // AIRM_KV_STREAMS capacity, which can exceed the slots and would never read full.
-        kvUsage: () => Math.min(1, this.slots.numRunning / this.slots.capacity),
-        geometry: () => {
-          const e = this.serving?.engine;
-          return e ? slotGeometry(this.slots.capacity, Math.max(...e.variants().map((v) => v.seqLen))) : null;
+        waiting: () => this.admission.numWaiting + this.kvWaiting,
+        running: () => this.admission.numRunning,
+        // Blocks held by requests (and set aside for admitted ones) over the pool's blocks.
+        kvUsage: () => {
+          const kv = this.serving?.engine.kvCache();
+          return kv ? kv.usedBlocks / kv.totalBlocks : 0;
         },
+        geometry: () => {
+          const kv = this.serving?.engine.kvCache();
+          return kv ? { blockSize: kv.blockSize, numBlocks: kv.totalBlocks } : null;
+        },
+        preemptions: () => this.serving?.engine.kvCache().preemptions ?? 0,
         leases: () => this.leases.counters(),
         prefixCache: () => (this.serving ? { queriedTokens: this.prefixQueried, hitTokens: this.prefixHit } : null),
         grammar: () => this.serving?.grammar?.stats ?? null,
@@ -120,15 +125,31 @@ export class WorkerRuntime {
       prefill: this.estimates.prefill.model(),
       kvBandwidth: this.estimates.kvBandwidth.value,
       kvBytes: this.estimates.kvBytes.value,
+      kvBytesPerToken: this.estimates.kvBytesPerToken.value,
       localPrefill: this.localPrefill,
     };
   }
 
-  /** Records a KV pull's bytes and the time they were moving (decode): a bandwidth sample. */
-  noteKvTransfer(bytes: number, movingMs: number): void {
+  /** Records a KV pull's bytes, the time they were moving and the positions they hold (decode): a bandwidth sample. */
+  noteKvTransfer(bytes: number, movingMs: number, positions: number): void {
     if (!(bytes > 0 && movingMs > 0)) return;
     this.estimates.kvBandwidth.add(bytes / (movingMs / 1000));
     this.estimates.kvBytes.add(bytes);
+    if (positions > 0) this.estimates.kvBytesPerToken.add(bytes / positions);
+  }
+
+  /**
+   * Waits (ahead of new requests) for the blocks of a preempted stream of an admitted request,
+   * then recomputes its KV from `tokens`. A failed recompute returns the blocks.
+   */
+  async recompute(stream: EngineStream, tokens: number[], signal?: AbortSignal): Promise<void> {
+    const { engine } = this.ready();
+    const reservation = await this.admission.readmit({ positions: tokens.length + 1, signal });
+    try {
+      await engine.recompute(stream, tokens, reservation);
+    } finally {
+      reservation.release();
+    }
   }
 
   /** Records a finished prefill: its time, and what the engine's prefix cache (if on) gave. */
@@ -161,7 +182,7 @@ export class WorkerRuntime {
       this.metrics.requests.inc({ route, outcome: "draining" });
       throw new ApiError(503, "worker_draining", `this ${this.role} worker is draining (it was asked to stop) and admits no new request; send it to another worker`);
     }
-    const waiting = this.slots.numWaiting + this.kvWaiting;
+    const waiting = this.admission.numWaiting + this.kvWaiting;
     if (waiting < this.maxWaiting) return;
     this.metrics.requests.inc({ route, outcome: "overloaded" });
     throw new OverloadedError(1, `this ${this.role} worker has ${waiting} requests waiting, its limit (AIRM_MAX_WAITING); retry in 1 s`);
@@ -169,7 +190,7 @@ export class WorkerRuntime {
 
   /** Requests holding or waiting for a slot, or waiting for their KV. */
   inFlight(): number {
-    return this.slots.numRunning + this.slots.numWaiting + this.kvWaiting;
+    return this.admission.numRunning + this.admission.numWaiting + this.kvWaiting;
   }
 
   /** True when no request is in flight and no KV lease is open. */
@@ -197,8 +218,9 @@ export class WorkerRuntime {
   }
 
   markReady(s: Omit<Serving, "batcher" | "grammar">): void {
-    const b = s.engine.activeVariant?.batch ?? this.slots.capacity;
-    this.slots.capacity = b;
+    // A decode step takes as many streams as the widest compiled batch.
+    const b = Math.max(1, ...s.engine.variants().map((v) => v.batch));
+    this.admission.attach(s.engine);
     this.prefixCacheOn = (s.engine.stats?.().prefixCache?.capacity ?? 0) > 0;
     const batcher = new DecodeBatcher(s.engine, b, (n) => this.metrics.decodeBatch.observe(n));
     this.state = { kind: "ready", ...s, batcher, grammar: startGrammar(s.engine, this.grammarCache) };

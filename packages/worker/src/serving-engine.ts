@@ -10,7 +10,7 @@ export type ServingEngine = Engine;
 /** A request's KV inside the engine. */
 export type EngineStream = KVStream;
 
-const REQUIRED = ["prefill", "decode", "importKV", "release", "pickVariant", "variants"] as const;
+const REQUIRED = ["prefill", "decode", "importKV", "fork", "recompute", "release", "pickVariant", "variants", "kvCache", "reserve", "onBlocksFreed"] as const;
 
 /**
  * Loads engine `name` (airm.workloads, kind "engine") with its config resolved from `settings`.
@@ -19,7 +19,7 @@ const REQUIRED = ["prefill", "decode", "importKV", "release", "pickVariant", "va
  */
 export async function loadServingEngine(
   name: string,
-  options: { model: string; backend: string; chip?: number; seqLen?: number; batch?: number },
+  options: { model: string; backend: string; chip?: number; maxModelLen?: number; batch?: number },
   settings: ResolveInput,
 ): Promise<ServingEngine> {
   const plugin = await registry.load("airm.workloads", name);

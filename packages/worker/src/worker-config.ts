@@ -26,6 +26,11 @@ export const WORKER_CONFIG = defineConfig("@airm/worker", {
     default: 256,
     doc: "Most requests a worker holds waiting (for a slot, or a decode for its KV); one more gets 429 with Retry-After and an OpenAI error body at once. The gateway's own bound has the same variable.",
   }),
+  maxNumSeqs: opt(int({ min: 1, max: 4096 }), {
+    env: "AIRM_MAX_NUM_SEQS",
+    default: 64,
+    doc: "Requests a worker runs at once (vLLM's --max-num-seqs), each holding the KV blocks it uses; more wait (vllm:num_requests_waiting) until blocks and a slot free up. A decode pass steps up to the widest compiled batch of them (16 by default), the rest in the next passes.",
+  }),
   grammarCache: opt(int({ min: 1 }), {
     env: "AIRM_GRAMMAR_CACHE",
     default: 64,

@@ -12,10 +12,12 @@ import type { LeaseCounters } from "./kv-leases.ts";
 export interface WorkerState {
   waiting(): number;
   running(): number;
-  /** Share of KV slots in use, 0-1. */
+  /** Share of the KV cache's blocks in use, 0-1. */
   kvUsage(): number;
-  /** KV geometry of the slots, null while loading. */
+  /** KV geometry (block size, blocks), null while loading. */
   geometry(): CacheGeometry | null;
+  /** Streams preempted so far (their blocks taken back, their KV recomputed). */
+  preemptions(): number;
   leases(): LeaseCounters;
   /** The engine's prompt-prefix reuse in tokens (queried: prompt tokens of prefills that looked; hit: tokens reused), when it has one. */
   prefixCache(): { queriedTokens: number; hitTokens: number } | null;
@@ -42,6 +44,15 @@ export class WorkerMetrics {
     collectDefaultMetrics({ register: this.registry });
     const r = [this.registry];
     registerVllmGauges(this.registry, () => ({ waiting: state.waiting(), running: state.running(), kvUsage: state.kvUsage() }), state.geometry);
+    new Counter({
+      name: "vllm:num_preemptions_total",
+      help: "streams preempted: their KV blocks taken back for older streams when the cache ran out, their KV recomputed later",
+      registers: r,
+      collect() {
+        this.reset();
+        this.inc(state.preemptions());
+      },
+    });
     new Gauge({
       name: "airm_kv_leases_outstanding",
       help: "KV leases open on this worker",
@@ -104,7 +115,12 @@ export class WorkerMetrics {
         },
       });
     estimate(ESTIMATE_GAUGES.kvBandwidth, "decode: bytes/s of this worker's KV pulls while the bytes moved (EWMA; NaN until its first PD request)", (e) => e.kvBandwidth);
-    estimate(ESTIMATE_GAUGES.kvBytes, "decode: KV bytes per request received, whole S-wide blobs (EWMA; NaN until its first PD request)", (e) => e.kvBytes);
+    estimate(ESTIMATE_GAUGES.kvBytes, "decode: KV bytes per request received, the prompt's blocks (EWMA; NaN until its first PD request)", (e) => e.kvBytes);
+    estimate(
+      ESTIMATE_GAUGES.kvBytesPerToken,
+      "decode: KV bytes received per prompt token, block rounding included (EWMA; NaN until its first PD request)",
+      (e) => e.kvBytesPerToken,
+    );
     estimate(ESTIMATE_GAUGES.prefillFixed, "this worker's prefill time model: fixed part (s; least squares over its last 64 prefills, NaN before the first)", (e) =>
       e.prefill ? e.prefill.fixedMs / 1000 : null,
     );

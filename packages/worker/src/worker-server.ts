@@ -22,9 +22,14 @@ export interface WorkerOptions {
   port: number;
   host?: string;
   chip?: number;
-  seqLen?: number;
-  /** Batch width B (engine slots). */
+  /** The longest request served (--max-model-len; default the engine's AIRM_MAX_MODEL_LEN, else the model's context). */
+  maxModelLen?: number;
+  /** Batch width B: the widest decode batch compiled (caps the default batches). */
   batch?: number;
+  /** Requests run at once (--max-num-seqs; default AIRM_MAX_NUM_SEQS). */
+  maxNumSeqs?: number;
+  /** Engine settings given on the command line (--block-size, --kv-cache-memory, --max-num-batched-tokens): they win over the engine's variables. */
+  engineOptions?: Record<string, unknown>;
   /** CPU threads of the reference backend (the engine's `threads` setting). */
   threads?: number;
   /** Transport name; else AIRM_KV_TRANSPORT, else shm. Ignored for solo. */
@@ -78,7 +83,7 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
     role: o.role,
     backend: o.backend,
     engineName,
-    batch: o.batch ?? 1,
+    maxNumSeqs: o.maxNumSeqs ?? cfg.maxNumSeqs,
     leaseTtlMs: cfg.leaseTtlS * 1000,
     kvTimeoutMs: cfg.kvTimeoutMs,
     maxWaiting: cfg.maxWaiting,
@@ -102,12 +107,22 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
       const t0 = performance.now();
       const engine = await loadServingEngine(
         engineName,
-        { model: o.model, backend: o.backend, chip: o.chip, seqLen: o.seqLen, batch: o.batch },
-        // --threads wins over the engine's AIRM_THREADS; without it the engine reads its own setting.
-        { env, options: o.threads === undefined ? {} : { threads: o.threads } },
+        { model: o.model, backend: o.backend, chip: o.chip, maxModelLen: o.maxModelLen, batch: o.batch },
+        // --threads (and the other engine flags) win over the engine's variables; without them the engine reads its own settings.
+        { env, options: { ...(o.threads === undefined ? {} : { threads: o.threads }), ...(o.engineOptions ?? {}) } },
       );
       rt.markReady({ engine, transport });
-      const info = { role: o.role, backend: o.backend, engine: engineName, device: engine.device, model: engine.model.id, variants: engine.variants(), transport: kvName };
+      const kv = engine.kvCache();
+      const info = {
+        role: o.role,
+        backend: o.backend,
+        engine: engineName,
+        device: engine.device,
+        model: engine.model.id,
+        max_model_len: kv.maxModelLen,
+        kv_cache: { block_size: kv.blockSize, blocks: kv.totalBlocks, tokens: kv.totalBlocks * kv.blockSize, gib: +((kv.totalBlocks * kv.blockBytes) / 2 ** 30).toFixed(2) },
+        transport: kvName,
+      };
       log.info(
         { ...info, load_ms: Math.round(performance.now() - t0), url: `http://${host}:${port}` },
         `worker ready on ${engine.device.path === "native" ? `native ${engine.device.device}` : "the CPU reference path"}`,

@@ -12,7 +12,21 @@ describe("airm-worker CLI", () => {
   it("prints every option with --help", () => {
     const r = run(["--help"]);
     expect(r.status).toBe(0);
-    for (const opt of ["--role", "--backend", "--chip", "--port", "--model", "--seq-len", "--B", "--kv-transport"]) expect(r.stdout).toContain(opt);
+    for (const opt of [
+      "--role",
+      "--backend",
+      "--chip",
+      "--port",
+      "--model",
+      "--max-model-len",
+      "--block-size",
+      "--kv-cache-memory",
+      "--max-num-batched-tokens",
+      "--max-num-seqs",
+      "--B",
+      "--kv-transport",
+    ])
+      expect(r.stdout).toContain(opt);
   });
   it("refuses a missing role, an unknown option and a missing model with exit 2", () => {
     expect(run(["--backend", "atom", "--model", "/x"]).stderr).toContain("--role is required");

@@ -20,10 +20,10 @@ const log = pino({ level: "silent" });
 const opened: { engine?: ServingEngine; transport?: KVTransport }[] = [];
 
 async function worker(role: WorkerRole, backend: string, ready = true) {
-  const rt = new WorkerRuntime({ role, backend, engineName: engineForBackend(backend, role), batch: 1, leaseTtlMs: 60_000, kvTimeoutMs: 10_000, log });
+  const rt = new WorkerRuntime({ role, backend, engineName: engineForBackend(backend, role), maxNumSeqs: 16, leaseTtlMs: 60_000, kvTimeoutMs: 10_000, log });
   if (ready) {
     const transport = role === "solo" ? null : await selectTransport({ name: "shm", env });
-    const engine = await loadServingEngine(rt.engineName, { model, backend, seqLen: S }, { env });
+    const engine = await loadServingEngine(rt.engineName, { model, backend, maxModelLen: S }, { env });
     opened.push({ engine, transport: transport ?? undefined });
     rt.markReady({ engine, transport });
   }
@@ -180,6 +180,6 @@ describe("worker routes (in-process)", () => {
     expect(WorkerHealthSchema.parse(await (await loading.app.request("/health")).json())).toMatchObject({ status: "failed", error: "no such model" });
     const h2 = await decode.app.request("/health");
     expect(h2.status).toBe(200);
-    expect(WorkerHealthSchema.parse(await h2.json())).toMatchObject({ status: "ok", ready: true, transport: "shm", seqLen: S });
+    expect(WorkerHealthSchema.parse(await h2.json())).toMatchObject({ status: "ok", ready: true, transport: "shm", maxModelLen: S });
   });
 });

@@ -25,9 +25,9 @@ const log = pino({ level: "silent" });
 const opened: { engine: ServingEngine; transport: KVTransport | null }[] = [];
 
 async function worker(role: WorkerRole, backend: string, batch = 1) {
-  const rt = new WorkerRuntime({ role, backend, engineName: engineForBackend(backend, role), batch, leaseTtlMs: 60_000, kvTimeoutMs: 10_000, log });
+  const rt = new WorkerRuntime({ role, backend, engineName: engineForBackend(backend, role), maxNumSeqs: batch, leaseTtlMs: 60_000, kvTimeoutMs: 10_000, log });
   const transport = role === "solo" ? null : await selectTransport({ name: "shm", env });
-  const engine = await loadServingEngine(rt.engineName, { model, backend, seqLen: S, batch }, { env });
+  const engine = await loadServingEngine(rt.engineName, { model, backend, maxModelLen: S, batch }, { env });
   opened.push({ engine, transport });
   rt.markReady({ engine, transport });
   const app = createWorkerApp(rt);

@@ -18,7 +18,7 @@ export async function tinyWorker(o: Pick<WorkerOptions, "role" | "backend" | "kv
     kvTransport: o.kvTransport,
     model,
     port: 0,
-    seqLen: 64,
+    maxModelLen: 64,
     env: { AIRM_ENGINE_LOG: "0", AIRM_ARTIFACT_CACHE: "off", ...o.env },
     logger: pino({ level: "silent" }),
   });

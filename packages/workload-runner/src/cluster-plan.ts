@@ -7,7 +7,7 @@ import { readFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { transportNeeds, type TransportNeeds } from "@airm/rm-core";
 import type { PartSpec } from "./child-part.ts";
-import { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS, DEFAULT_SEQ_LEN } from "./defaults.ts";
+import { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS } from "./defaults.ts";
 import { binFrom, pluginRegistry } from "./package-bins.ts";
 import { gatewayArgv, workerArgv } from "./rngd-pd-workload.ts";
 
@@ -49,8 +49,8 @@ export interface ClusterShape {
   metricsPort?: number;
   /** Port of the transport's sidecar (default the one it declares; 0 picks a free one). */
   sidecarPort?: number;
-  /** Compiled context S (default 512). */
-  seqLen?: number;
+  /** The longest request served (--max-model-len; default: the model's context). */
+  maxModelLen?: number;
   host?: string;
   /** Extra variables for every part, for the gateway only, and for the transport's sidecar only. */
   env?: Record<string, string>;
@@ -123,7 +123,6 @@ const fill = (template: string, vars: Record<string, string>) => template.replac
 export async function planCluster(o: ClusterShape, launcherPid: number): Promise<ClusterPlan> {
   const host = o.host ?? "127.0.0.1";
   const mode = o.mode ?? "pd";
-  const seqLen = o.seqLen ?? DEFAULT_SEQ_LEN;
   const portOf = async (p: number | undefined, dflt: number) => (p === 0 ? freePort(host) : (p ?? dflt));
   const env: Record<string, string> = { ...o.env };
   const parts: PartSpec[] = [];
@@ -163,7 +162,7 @@ export async function planCluster(o: ClusterShape, launcherPid: number): Promise
       const port = await portOf(w.port, DEFAULT_PORTS[role] + 2 * i);
       const name = i === 0 ? role : `${role}-${i + 1}`;
       const localPrefill = role === "decode" && o.localPrefill === true;
-      const argv = workerArgv({ role, backend: w.backend ?? DEFAULT_BACKENDS[role], host, port, seqLen, batch: w.batch, threads: w.threads, localPrefill });
+      const argv = workerArgv({ role, backend: w.backend ?? DEFAULT_BACKENDS[role], host, port, maxModelLen: o.maxModelLen, batch: w.batch, threads: w.threads, localPrefill });
       const url = `http://${host}:${port}`;
       parts.push({ name, argv, env: { MODEL: w.model ?? o.model, ...w.env }, url, ready: { http: "/health" }, drains: true, ...(w.nice === undefined ? {} : { nice: w.nice }) });
       ports.push({ what: `${name} port`, port });

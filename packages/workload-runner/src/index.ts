@@ -5,7 +5,7 @@ export { binPath, binFrom, pluginRegistry } from "./package-bins.ts";
 export { StartAbortedError, startLocalCluster, sweepStaleClusterDirs, type ClusterOptions, type RunningCluster } from "./local-cluster.ts";
 export { RESTART_POLICY, type RestartPolicy } from "./supervisor.ts";
 export { planCluster, freePort, type ClusterShape, type ClusterPlan, type WorkerSpec } from "./cluster-plan.ts";
-export { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS, DEFAULT_SEQ_LEN, DEFAULT_THREADS, DEFAULT_REPLICAS, DEFAULT_DECODE_NICE } from "./defaults.ts";
+export { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS, DEFAULT_THREADS, DEFAULT_REPLICAS, DEFAULT_DECODE_NICE } from "./defaults.ts";
 export { ChildPart, type PartSpec } from "./child-part.ts";
 export { chooseDefaultModel, type ChosenModel } from "./default-model.ts";
 export { UP_COMMAND, startUpCluster, upCluster, type UpFlags } from "./up-command.ts";

@@ -28,7 +28,7 @@ export const K8S_COMMAND = defineCommand({
   name: "airm k8s",
   summary: "the experiment sweep: gen-sweep writes its Deployments, render fills in the site's node and home",
   usage: [
-    "airm k8s gen-sweep [--transports shm,tcp] [--decode atom,rngd] [--batch 4,8] [--seq-len 512] [--model PATH] > deploy/k8s/sweep-matrix.yaml",
+    "airm k8s gen-sweep [--transports shm,tcp] [--decode atom,rngd] [--batch 4,8] [--max-model-len 512] [--model PATH] > deploy/k8s/sweep-matrix.yaml",
     "airm k8s render FILE [--site-env deploy/k8s/cluster.local.env] | kubectl apply -f -",
   ],
   positionals: { min: 1, max: 2 },
@@ -36,7 +36,7 @@ export const K8S_COMMAND = defineCommand({
     transports: flagOf(list(text({ label: "name" }), /,/), { default: SWEEP_DEFAULTS.transports, doc: "gen-sweep: KV transports (installed ones)" }),
     decode: flagOf(list(text({ label: "backend" }), /,/), { default: SWEEP_DEFAULTS.decode, doc: "gen-sweep: decode backends" }),
     batch: flagOf(list(int({ min: 1, max: 1024 }), /,/), { default: SWEEP_DEFAULTS.batch, doc: "gen-sweep: decode batch widths (--B)" }),
-    seqLen: flagOf(int({ min: 8 }), { default: 512, doc: "gen-sweep: compiled context (the ai-rm deployment's S)" }),
+    maxModelLen: flagOf(int({ min: 8 }), { default: 512, doc: "gen-sweep: the longest request served (the ai-rm deployment's context)" }),
     model: flagOf(text({ label: "path" }), { default: "/models/model", doc: "gen-sweep: model path inside the pods" }),
     siteEnv: flagOf(text({ label: "path" }), { default: "deploy/k8s/cluster.local.env", doc: "render: the site's variables (those exported in the shell win)" }),
   },
@@ -79,7 +79,7 @@ function container(name: string, bin: string, args: string[], env: Record<string
  * folder where it declares a cluster folder (shm). What each transport needs comes from its
  * package's declaration, as for `airm up`.
  */
-export function genSweep(o: { transports: string[]; decode: string[]; batch: number[]; seqLen: number; model: string }): string {
+export function genSweep(o: { transports: string[]; decode: string[]; batch: number[]; maxModelLen: number; model: string }): string {
   const docs: string[] = [];
   const registry = pluginRegistry();
   for (const kv of o.transports) {
@@ -98,7 +98,7 @@ export function genSweep(o: { transports: string[]; decode: string[]; batch: num
           container(
             role,
             "packages/worker/bin/airm-worker.mjs",
-            ["--role", role, "--backend", backend, "--chip", "-1", "--host", "127.0.0.1", "--port", String(port), "--seq-len", String(o.seqLen), ...extra],
+            ["--role", role, "--backend", backend, "--chip", "-1", "--host", "127.0.0.1", "--port", String(port), "--max-model-len", String(o.maxModelLen), ...extra],
             env,
             deviceOf(backend, role),
             memoryDir,
@@ -176,7 +176,7 @@ export async function k8sCommand(argv: string[], env: Record<string, string | un
   }
   const [sub, file] = positionals;
   if (sub === "gen-sweep") {
-    process.stdout.write(genSweep({ transports: f.transports, decode: f.decode, batch: f.batch, seqLen: f.seqLen, model: f.model }));
+    process.stdout.write(genSweep({ transports: f.transports, decode: f.decode, batch: f.batch, maxModelLen: f.maxModelLen, model: f.model }));
     return 0;
   }
   if (sub === "render") {

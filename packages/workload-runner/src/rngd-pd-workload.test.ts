@@ -20,7 +20,7 @@ describe("rngd-pd run(): dry_run argv/env per kind", () => {
     expect(flag(argv, "--role")).toBe("prefill");
     expect(flag(argv, "--backend")).toBe("rngd-full");
     expect(flag(argv, "--port")).toBe("8000");
-    expect(flag(argv, "--seq-len")).toBe("256");
+    expect(argv).not.toContain("--max-model-len"); // the model's own context
     expect(argv).not.toContain("--B");
     expect(env).toEqual({ AIRM_KV_TRANSPORT: "shm", MODEL: "/models/llama" });
   });
@@ -45,7 +45,7 @@ describe("rngd-pd run(): dry_run argv/env per kind", () => {
   test.each([
     [{ kv_transport: "tcp" }, (c: ProcessCommand) => expect(c.env.AIRM_KV_TRANSPORT).toBe("tcp")],
     [{ port: 9001 }, (c: ProcessCommand) => expect(flag(c.argv, "--port")).toBe("9001")],
-    [{ seq_len: 512 }, (c: ProcessCommand) => expect(flag(c.argv, "--seq-len")).toBe("512")],
+    [{ max_model_len: 512 }, (c: ProcessCommand) => expect(flag(c.argv, "--max-model-len")).toBe("512")],
     [{ backend: "rngd" }, (c: ProcessCommand) => expect(flag(c.argv, "--backend")).toBe("rngd")],
     [{ args: ["--chip", "-1"] }, (c: ProcessCommand) => expect(c.argv.slice(-2)).toEqual(["--chip", "-1"])],
     [{ env: { POD_UID: "abc" } }, (c: ProcessCommand) => expect(c.env.POD_UID).toBe("abc")],
@@ -75,7 +75,8 @@ describe("rngd-pd run(): bad config names the key", () => {
     [{ kind: "decode" }, { colour: "red" }, "colour"],
     [{ kind: "decode" }, { port: 70000 }, "port"],
     [{ kind: "decode" }, { port: "8000" }, "port"],
-    [{ kind: "decode" }, { seq_len: 0 }, "seq_len"],
+    [{ kind: "decode" }, { max_model_len: 0 }, "max_model_len"],
+    [{ kind: "decode" }, { seq_len: 512 }, "seq_len"],
     [{ kind: "decode" }, { backend: "gpu" }, "backend"],
     [{ kind: "prefill" }, { backend: "atom" }, "backend"],
     [{ kind: "serve" }, { backend: "rngd" }, "backend"],

@@ -21,12 +21,13 @@ export const RunConfigSchema = z
       .default(DEFAULT_KV_TRANSPORT),
     port: port.default(8000),
     host: z.string().min(1).default("0.0.0.0"),
-    seq_len: z
+    /** The longest request served (--max-model-len); default the model's context. */
+    max_model_len: z
       .number()
       .int()
       .min(8)
       .max(1 << 20)
-      .default(256),
+      .optional(),
     backend: z.string().min(1).optional(),
     /** One URL, or a list: the gateway balances over the replicas by load. */
     prefill_url: z.union([url, z.array(url).min(1)]).default("http://127.0.0.1:8101"),
@@ -70,27 +71,16 @@ export function workerArgv(o: {
   backend: string;
   host: string;
   port: number;
-  seqLen: number;
+  /** --max-model-len (default: the worker's own, the model's context). */
+  maxModelLen?: number;
   batch?: number;
   threads?: number;
   /** Decode role: also prefill requests the gateway runs whole here (--local-prefill). */
   localPrefill?: boolean;
 }): string[] {
   engineForBackend(o.backend, o.role, pluginRegistry(), "backend");
-  const argv = [
-    process.execPath,
-    binPath("@airm/worker", "airm-worker"),
-    "--role",
-    o.role,
-    "--backend",
-    o.backend,
-    "--host",
-    o.host,
-    "--port",
-    String(o.port),
-    "--seq-len",
-    String(o.seqLen),
-  ];
+  const argv = [process.execPath, binPath("@airm/worker", "airm-worker"), "--role", o.role, "--backend", o.backend, "--host", o.host, "--port", String(o.port)];
+  if (o.maxModelLen !== undefined) argv.push("--max-model-len", String(o.maxModelLen));
   if (o.batch !== undefined) argv.push("--B", String(o.batch));
   if (o.threads !== undefined) argv.push("--threads", String(o.threads));
   // the baseline of a comparison: every request prefilled on the decode worker, none decided
@@ -140,7 +130,7 @@ export function buildCommand(workload: Workload, config: RunConfig = {}): Proces
       backend: c.backend ?? DEFAULT_BACKENDS[w.kind],
       host: c.host,
       port: c.port,
-      seqLen: c.seq_len,
+      maxModelLen: c.max_model_len,
       batch: w.kind === "decode" ? w.batch_hint : undefined,
       threads: c.threads,
     });

@@ -16,7 +16,7 @@ export const RUN_COMMAND = defineCommand({
     kvTransport: flagOf(text({ label: "name" }), { defaultText: DEFAULT_KV_TRANSPORT, doc: "AIRM_KV_TRANSPORT: an installed KV transport" }),
     port: flagOf(int({ min: 0, max: 65535 }), { defaultText: "8000", doc: "HTTP port" }),
     host: flagOf(text({ label: "address" }), { defaultText: "0.0.0.0", doc: "listen address" }),
-    seqLen: flagOf(int({ min: 8 }), { defaultText: "256 (the chart's seqLen)", doc: "compiled context" }),
+    maxModelLen: flagOf(int({ min: 8 }), { defaultText: "the model's context", doc: "the longest request (prompt + max_tokens) served" }),
     backend: flagOf(text({ label: "name" }), { defaultText: "rngd-full (prefill), atom (decode)", doc: "engine backend" }),
     prefillUrl: flagOf(text({ label: "URL" }), { defaultText: "http://127.0.0.1:8101", doc: "serve only: prefill worker" }),
     decodeUrl: flagOf(text({ label: "URL" }), { defaultText: "http://127.0.0.1:8102", doc: "serve only: decode worker" }),
@@ -40,7 +40,7 @@ export async function runCommand(argv: string[]): Promise<number> {
   if (f.kvTransport) config.kv_transport = f.kvTransport;
   if (f.port !== undefined) config.port = f.port;
   if (f.host) config.host = f.host;
-  if (f.seqLen !== undefined) config.seq_len = f.seqLen;
+  if (f.maxModelLen !== undefined) config.max_model_len = f.maxModelLen;
   if (f.backend) config.backend = f.backend;
   if (f.prefillUrl) config.prefill_url = f.prefillUrl;
   if (f.decodeUrl) config.decode_url = f.decodeUrl;

@@ -16,7 +16,7 @@ import { ConfigError, transportNeeds, type SidecarSpec, type TransportNeeds } fr
 import { parse as parseYaml } from "yaml";
 import type { PartSpec } from "./child-part.ts";
 import type { ClusterPlan, ClusterShape, WorkerSpec } from "./cluster-plan.ts";
-import { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS, DEFAULT_SEQ_LEN } from "./defaults.ts";
+import { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS } from "./defaults.ts";
 import { resolveTopology, type Topology } from "./netns-rig.ts";
 import { binFrom, pluginRegistry } from "./package-bins.ts";
 import { gatewayArgv, workerArgv } from "./rngd-pd-workload.ts";
@@ -224,7 +224,6 @@ const filled = (env: Record<string, string>, addr: string) => {
  * `inherited`: the environment the parts inherit (UCX_TLS / UCX_NET_DEVICES are set only when it has none).
  */
 export function planPlaced(o: ClusterShape, p: PlacedCluster, rig: RigView, launcherPid: number, inherited: Record<string, string | undefined>): ClusterPlan {
-  const seqLen = o.seqLen ?? DEFAULT_SEQ_LEN;
   const ip = (h: string) => rig.address(h);
   const kvName = o.kvTransport ?? DEFAULT_KV_TRANSPORT;
   // The hosts share this machine's memory: left alone UCX would move bytes through shared memory
@@ -273,7 +272,10 @@ export function planPlaced(o: ClusterShape, p: PlacedCluster, rig: RigView, laun
       const w: WorkerSpec = o[role]?.[i] ?? base;
       const port = portOr(base.port, DEFAULT_PORTS[role]) + 2 * i;
       const name = i === 0 ? role : `${role}-${i + 1}`;
-      const argv = rig.argv(h, workerArgv({ role, backend: w.backend ?? DEFAULT_BACKENDS[role], host: ip(h), port, seqLen, batch: w.batch, threads: w.threads }));
+      const argv = rig.argv(
+        h,
+        workerArgv({ role, backend: w.backend ?? DEFAULT_BACKENDS[role], host: ip(h), port, maxModelLen: o.maxModelLen, batch: w.batch, threads: w.threads }),
+      );
       const url = `http://${ip(h)}:${port}`;
       const nice = w.nice === undefined ? {} : { nice: w.nice };
       parts.push({ name, argv, env: { MODEL: w.model ?? o.model, ...hostEnv.get(h), ...w.env }, url, host: h, ready: { http: "/health" }, drains: true, ...nice });

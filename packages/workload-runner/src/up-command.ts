@@ -2,7 +2,7 @@
 // ready-to-paste request printed once every part is healthy. Ctrl-C / SIGTERM stop it.
 
 import { defineCommand, flagOf, int, oneOf, RM_CORE_CONFIG, switchOf, text } from "@airm/rm-core";
-import { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS, DEFAULT_SEQ_LEN, DEFAULT_THREADS, DEFAULT_DECODE_NICE, DEFAULT_REPLICAS } from "./defaults.ts";
+import { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS, DEFAULT_THREADS, DEFAULT_DECODE_NICE, DEFAULT_REPLICAS } from "./defaults.ts";
 import { chooseDefaultModel } from "./default-model.ts";
 import { firstApiKey, StartAbortedError, startLocalCluster, type ClusterOptions, type RunningCluster } from "./local-cluster.ts";
 import { RESTART_POLICY } from "./supervisor.ts";
@@ -27,7 +27,23 @@ export const UP_COMMAND = defineCommand({
       default: DEFAULT_BACKENDS.decode,
       doc: "decode engine backend (atom: cache as a host input each step; rngd: resident cache)",
     }),
-    seqLen: flagOf(int({ min: 8 }), { default: DEFAULT_SEQ_LEN, doc: "compiled context length" }),
+    maxModelLen: flagOf(int({ min: 8 }), {
+      defaultText: "the model's context (max_position_embeddings / context_length)",
+      doc: "the longest request (prompt + max_tokens) served (vLLM's flag); lower it to cap requests. The KV cache is paged: a request holds the blocks of the positions it uses, whatever this is",
+    }),
+    blockSize: flagOf(oneOf(["4", "8", "16", "32", "64", "128", "256"] as const), { default: "16", doc: "positions per KV block (vLLM's flag; AIRM_BLOCK_SIZE for every worker)" }),
+    kvCacheMemory: flagOf(text({ label: "share|bytes" }), {
+      default: "0.25",
+      doc: "each worker's KV cache budget (AIRM_KV_CACHE_MEMORY): a share of the memory it can still have after loading the weights, or bytes (512M, 2G); memory is only taken as blocks are used. Each worker prints what it bought (KV cache: N blocks = M tokens)",
+    }),
+    maxNumBatchedTokens: flagOf(int({ min: 16 }), {
+      default: 2048,
+      doc: "most tokens in one forward pass (vLLM's flag; AIRM_MAX_NUM_BATCHED_TOKENS): a longer prompt prefills in chunks of this",
+    }),
+    maxNumSeqs: flagOf(int({ min: 1, max: 4096 }), {
+      default: 64,
+      doc: "requests each worker runs at once (vLLM's flag; AIRM_MAX_NUM_SEQS); more wait for KV blocks and a slot (vllm:num_requests_waiting)",
+    }),
     prefillReplicas: flagOf(int({ min: 1, max: 16 }), {
       default: DEFAULT_REPLICAS.prefill,
       doc: "prefill workers (ports from --prefill-port, step 2); the gateway balances by load",
@@ -114,11 +130,19 @@ export function upCluster(f: UpFlags, model: string): ClusterOptions {
     port: f.port,
     sidecarPort: f.sidecarPort,
     metricsPort: f.metricsPort,
-    seqLen: f.seqLen,
+    maxModelLen: f.maxModelLen,
     readyTimeoutMs: f.readyTimeout * 1000,
     onPartExit: f.maxRestarts === 0 ? "stop-all" : "restart",
     restart: { maxDeaths: f.maxRestarts + 1 },
-    env: { AIRM_WEIGHTS: f.weights, AIRM_ACTIVATIONS: f.activations, AIRM_PREFILL_BATCH_TOKENS: String(f.prefillBatchTokens) },
+    env: {
+      AIRM_WEIGHTS: f.weights,
+      AIRM_ACTIVATIONS: f.activations,
+      AIRM_PREFILL_BATCH_TOKENS: String(f.prefillBatchTokens),
+      AIRM_BLOCK_SIZE: f.blockSize,
+      AIRM_KV_CACHE_MEMORY: f.kvCacheMemory,
+      AIRM_MAX_NUM_BATCHED_TOKENS: String(f.maxNumBatchedTokens),
+      AIRM_MAX_NUM_SEQS: String(f.maxNumSeqs),
+    },
     gatewayEnv: { AIRM_TOOL_CALL_PARSER: f.toolCallParser },
   };
 }
@@ -160,7 +184,8 @@ export async function up(argv: string[]): Promise<number> {
     `airm up: ${f.prefillReplicas} prefill (${f.prefillBackend}, ${f.prefillThreads} thread${f.prefillThreads > 1 ? "s" : ""} each, ` +
       `${f.prefillBatchTokens > 0 ? `waiting prompts batched up to ${f.prefillBatchTokens} tokens` : "prompts one at a time"}) : ` +
       `${f.decodeReplicas} decode (${f.decodeBackend}, ${f.decodeThreads} thread${f.decodeThreads > 1 ? "s" : ""} each, batch ${batchText}, nice ${f.decodeNice}); ` +
-      `weights ${f.weights}, activations ${f.activations}; KV over ${f.kvTransport}; S=${f.seqLen}; gateway port ${f.port}`,
+      `weights ${f.weights}, activations ${f.activations}; KV over ${f.kvTransport} in blocks of ${f.blockSize} (budget ${f.kvCacheMemory} per worker); ` +
+      `max_model_len ${f.maxModelLen ?? "the model's"}; gateway port ${f.port}`,
   );
   // Ctrl-C or SIGTERM while the parts start stops the ones started and removes the cluster's
   // folder, as it does once the cluster is up.

@@ -20,7 +20,7 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import type { EngineVariant } from "@airm/rm-core";
 import { NativeRuntimeError } from "../device-errors.ts";
-import { type KVGeometry } from "@airm/rm-core";
+import type { KVGeometry } from "@airm/rm-core";
 import { variantName } from "../variants.ts";
 import { RblnGraphSession, type RblnRuntimeLibrary } from "./rbln-runtime.ts";
 
@@ -150,7 +150,15 @@ export class RblnDecodeGraph {
  * one layer of a block (layout rngd-pd/v2: K [kv_heads, head_dim, block_size], V [kv_heads,
  * block_size, head_dim]) at offset `p` within the block.
  */
-export function writeBlockColumn(g: Pick<KVGeometry, "kvHeads" | "headDim">, blockSize: number, p: number, kBlock: Uint8Array, vBlock: Uint8Array, k: Uint8Array, v: Uint8Array): void {
+export function writeBlockColumn(
+  g: Pick<KVGeometry, "kvHeads" | "headDim">,
+  blockSize: number,
+  p: number,
+  kBlock: Uint8Array,
+  vBlock: Uint8Array,
+  k: Uint8Array,
+  v: Uint8Array,
+): void {
   for (let r = 0; r < g.kvHeads * g.headDim; r++) {
     const o = (r * blockSize + p) * 2;
     kBlock[o] = k[r * 2];

@@ -63,6 +63,7 @@ export function choosePath(
     promptTokens,
     bandwidth: dec?.kvBandwidth ?? null,
     kvBytes: dec?.kvBytes ?? null,
+    kvBytesPerToken: dec?.kvBytesPerToken ?? null,
     remote: pre?.prefill ?? null,
     local: dec?.prefill ?? null,
   });

@@ -1031,7 +1031,9 @@ export class LlamaModel {
     }
     // Every cache gets the blocks of the positions this pass writes, before anything changes.
     const ends = new Map<PagedKVCache, number>();
-    caches.forEach((w, t) => ends.set(w, Math.max(ends.get(w) ?? 0, positions[t] + 1)));
+    caches.forEach((w, t) => {
+      ends.set(w, Math.max(ends.get(w) ?? 0, positions[t] + 1));
+    });
     ensureBlocks(this.kvPool, ends);
     const maxPos = positions.reduce((a, p) => Math.max(a, p), 0);
     this.rope.ensure(maxPos + 1);

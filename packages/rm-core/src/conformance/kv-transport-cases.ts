@@ -4,9 +4,10 @@
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import type { KVTransport, PulledBlob } from "../contracts.ts";
-import { isAirmError } from "../errors.ts";
-import { blobKey } from "../kv-key.ts";
-import { kvCrc32 } from "../kv-manifest.ts";
+import { isAirmError, KVIntegrityError } from "../errors.ts";
+import { blobKey, manifestKey } from "../kv-key.ts";
+import { KV_LAYOUT, blockLayerBytes, blocksFor, zeroBlockTailK, zeroBlockTailV, type KVGeometry } from "../kv-layout.ts";
+import { decodeManifest, encodeManifest, kvCrc32, verifyBlob, type KVManifest } from "../kv-manifest.ts";
 
 export interface KVCaseContext {
   /** The pushing side. */
@@ -72,6 +73,67 @@ async function roundTrip(ctx: KVCaseContext, sizes: number[], tag: string): Prom
   }
   await ctx.consumer.release(rid);
   await ctx.producer.release(rid);
+}
+
+/** A request's KV in layout rngd-pd/v2 (random bytes, the positions past n zero) and its manifest. */
+function pagedRequest(rid: string, g: KVGeometry, blockSize: number, n: number): { k: Uint8Array[]; v: Uint8Array[]; manifest: KVManifest } {
+  const blocks = blocksFor(n, blockSize);
+  const bb = blockLayerBytes(g, blockSize);
+  const tail = n - (blocks - 1) * blockSize;
+  const make = (seed: number, kind: "k" | "v"): Uint8Array => {
+    const b = patternBytes(seed, blocks * bb);
+    const last = b.subarray((blocks - 1) * bb);
+    if (kind === "k") zeroBlockTailK(g, blockSize, tail, last);
+    else zeroBlockTailV(g, blockSize, tail, last);
+    return b;
+  };
+  const k = Array.from({ length: g.layers }, (_, l) => make(1000 + 2 * l, "k"));
+  const v = Array.from({ length: g.layers }, (_, l) => make(1001 + 2 * l, "v"));
+  const manifest: KVManifest = {
+    layout: KV_LAYOUT,
+    dtype: "bf16",
+    blockSize,
+    n,
+    blocks,
+    ...g,
+    modelFingerprint: "conformance-model",
+    numericsFingerprint: "conformance-numerics",
+    requestId: rid,
+    firstToken: 1,
+    promptTokens: Array.from({ length: n }, (_, i) => i % 100),
+    crc: { k: k.map(kvCrc32), v: v.map(kvCrc32) },
+  };
+  return { k, v, manifest };
+}
+
+/**
+ * Pushes a paged request (layer blobs, then the manifest) and pulls it back as a decode side
+ * does: manifest checked against `blockSize`, every blob against the manifest's size and CRC-32.
+ */
+async function pagedHandoff(ctx: KVCaseContext, tag: string, g: KVGeometry, blockSize: number, n: number, expectBlockSize = blockSize): Promise<void> {
+  const rid = ctx.rid(tag);
+  const req = pagedRequest(rid, g, blockSize, n);
+  try {
+    for (let l = 0; l < g.layers; l++) {
+      await ctx.producer.push(blobKey(rid, l, "k"), req.k[l], { crc32: req.manifest.crc.k[l] });
+      await ctx.producer.push(blobKey(rid, l, "v"), req.v[l], { crc32: req.manifest.crc.v[l] });
+    }
+    await ctx.producer.push(manifestKey(rid), encodeManifest(req.manifest));
+    const got = decodeManifest((await ctx.consumer.pull(manifestKey(rid), { timeoutMs: 10_000 })).bytes, { layout: KV_LAYOUT, blockSize: expectBlockSize, ...g });
+    assert.deepEqual(got, req.manifest, "the manifest crossed unchanged");
+    const bb = blockLayerBytes(g, blockSize);
+    for (let l = 0; l < g.layers; l++) {
+      for (const kind of ["k", "v"] as const) {
+        const blob = await ctx.consumer.pull(blobKey(rid, l, kind), { timeoutMs: 10_000 });
+        verifyBlob(got, l, kind, blob);
+        assertBlob(blob, kind === "k" ? req.k[l] : req.v[l], `layer ${l} ${kind}`);
+        assert.equal(blob.bytes.byteLength, got.blocks * bb, `layer ${l} ${kind}: the request's ${got.blocks} blocks, no more`);
+      }
+    }
+  } finally {
+    await ctx.consumer.release(rid);
+    await ctx.producer.release(rid);
+  }
 }
 
 export const kvTransportCases: ConformanceCase<KVCaseContext>[] = [
@@ -213,6 +275,32 @@ export const kvTransportCases: ConformanceCase<KVCaseContext>[] = [
       await expectCode(ctx.producer.push(key, new Uint8Array(8), { dtype: "fp32" as never }), "UNSUPPORTED", "push fp32");
       await expectCode(ctx.producer.push(key, new Uint8Array(8), { layout: "rngd-pd/v0" }), "UNSUPPORTED", "push layout v0");
       await expectCode(ctx.consumer.pull(key, { layout: "other", timeoutMs: 100 }), "UNSUPPORTED", "pull other layout");
+    },
+  },
+  {
+    id: "paged-partial-last-block",
+    title:
+      "a paged request (rngd-pd/v2) of 37 positions in blocks of 16 crosses as 3 blocks per blob, the last one's positions past n zero, each blob checked against the manifest",
+    run: (ctx) => pagedHandoff(ctx, "partial", { layers: 4, kvHeads: 2, headDim: 64 }, 16, 37),
+  },
+  {
+    id: "paged-long-prompt",
+    title: "a 6,000-position paged request (375 blocks of 16 per blob, 8 layers) crosses byte-exact",
+    run: (ctx) => pagedHandoff(ctx, "long", { layers: 8, kvHeads: 4, headDim: 64 }, 16, 6000),
+  },
+  {
+    id: "paged-block-size-mismatch",
+    title: "KV in blocks of 32 pulled by a side that uses blocks of 16 is refused by name (blockSize), not read",
+    async run(ctx) {
+      let err: unknown;
+      try {
+        await pagedHandoff(ctx, "bsize", { layers: 2, kvHeads: 2, headDim: 64 }, 32, 40, 16);
+      } catch (e) {
+        err = e;
+      }
+      assert.ok(err instanceof KVIntegrityError || isAirmError(err, "KV_INTEGRITY"), `expected a KV_INTEGRITY error, got ${String(err)}`);
+      assert.equal((err as KVIntegrityError).field, "blockSize");
+      assert.match((err as Error).message, /block size \(--block-size\)/);
     },
   },
   {

@@ -14,6 +14,7 @@ import {
   type TokenizeResponse,
   type WorkerHealth,
 } from "@airm/internal-api";
+import type { KVCacheInfo } from "@airm/rm-core";
 import type { Hono } from "hono";
 import { tokenize } from "../generation.ts";
 import type { WorkerRuntime } from "../runtime.ts";
@@ -37,7 +38,7 @@ export function commonRoutes(app: Hono, rt: WorkerRuntime): void {
     const { engine } = rt.ready();
     const b = await parseBody(c, TokenizeRequestSchema);
     const tokens = "promptTokenIds" in b.input ? b.input.promptTokenIds : tokenize(engine, b.input, b);
-    const maxModelLen = Math.max(...engine.variants().map((v) => v.seqLen));
+    const maxModelLen = engine.kvCache().maxModelLen;
     return c.json({ tokens, tokenStrs: tokens.map((t) => engine.tokenizer.decode([t])), maxModelLen } satisfies TokenizeResponse);
   });
 
@@ -52,6 +53,17 @@ export function commonRoutes(app: Hono, rt: WorkerRuntime): void {
   app.get(ROUTES.health, (c) => c.json(health(rt), rt.serving && !rt.draining ? 200 : 503));
 
   app.get(ROUTES.metrics, async () => new Response(await rt.metrics.registry.metrics(), { headers: { "content-type": rt.metrics.registry.contentType } }));
+}
+
+function kvCacheHealth(kv: KVCacheInfo): NonNullable<WorkerHealth["kvCache"]> {
+  return {
+    blockSize: kv.blockSize,
+    totalBlocks: kv.totalBlocks,
+    usedBlocks: kv.usedBlocks,
+    freeBlocks: kv.freeBlocks,
+    cachedBlocks: kv.cachedBlocks,
+    preemptions: kv.preemptions,
+  };
 }
 
 /** The worker's /health body. */
@@ -78,11 +90,12 @@ export function health(rt: WorkerRuntime): WorkerHealth {
           numericsFingerprint: e.model.numericsFingerprint,
         }
       : null,
-    seqLen: e ? Math.max(...e.variants().map((v) => v.seqLen)) : null,
+    maxModelLen: e ? e.kvCache().maxModelLen : null,
     variants: e?.variants() ?? [],
+    kvCache: e ? kvCacheHealth(e.kvCache()) : null,
     transport: s?.transport?.name ?? null,
     leases: { outstanding: leases.outstanding, expired: leases.expired },
-    requests: { waiting: rt.slots.numWaiting + rt.kvWaiting, running: rt.slots.numRunning, slots: rt.slots.capacity },
+    requests: { waiting: rt.admission.numWaiting + rt.kvWaiting, running: rt.admission.numRunning, slots: rt.admission.maxRunning },
     error: rt.loadError,
     estimates: rt.estimatesNow(),
   };

@@ -3,11 +3,11 @@
 // lease ends on every terminal event: done, error, the client leaving, a release from outside.
 
 import { ApiError, DecodeRequestSchema, ROUTES, toApiError } from "@airm/internal-api";
-import { ContextOverflowError, KVIntegrityError } from "@airm/rm-core";
+import { KVIntegrityError } from "@airm/rm-core";
 import { SpanStatusCode, trace, type Span } from "@opentelemetry/api";
 import type { Context, Hono } from "hono";
 import type { z } from "zod";
-import { checkChoices, checkLogitBias, checkResume, decodeChoices, isEos, round } from "../generation.ts";
+import { checkChoices, checkLogitBias, checkResume, decodeChoices, isEos, planRequest, round } from "../generation.ts";
 import { pullKV } from "../kv-handoff.ts";
 import type { LeaseEnd } from "../kv-leases.ts";
 import type { Serving, WorkerRuntime } from "../runtime.ts";
@@ -20,7 +20,7 @@ export function decodeRoutes(app: Hono, rt: WorkerRuntime): void {
     const b = await parseBody(c, DecodeRequestSchema);
     rt.admit("decode");
     checkLogitBias(serving.engine, b.sampling);
-    checkChoices(rt.slots.capacity, b.n);
+    checkChoices(rt.admission.maxRunning, b.n);
     // A constraint that cannot build is a 400 before the stream opens (it compiles during the KV wait).
     if (b.constraint) await rt.checkConstraint(b.constraint);
     const rid = b.requestId;
@@ -74,7 +74,7 @@ async function serveDecode(
   const rid = b.requestId;
   const aborted = () => sink.gone || stopped.aborted;
   const streams: EngineStream[] = [];
-  const freeSlots: (() => void)[] = [];
+  let freeSlot: (() => void) | undefined;
   const t0 = performance.now();
   // The grammar compiles while the KV is on its way; each choice's matcher then takes its first token.
   const openings = b.constraint ? Array.from({ length: b.n }, () => rt.matcher(b.constraint!, b.resume ?? [])) : [];
@@ -83,7 +83,8 @@ async function serveDecode(
   let waiting = true;
   try {
     const pullSpan = tracer.startSpan("kv.pull", { attributes: { "airm.request_id": rid, "airm.kv_transport": s.transport!.name } }, trace.setSpan(callerContext(c), span));
-    const pulled = await raceAbort(pullKV(s.transport!, rid, engine.model, engine.variants(), b.kvTimeoutMs ?? rt.kvTimeoutMs), stopped).finally(() => pullSpan.end());
+    const kvInfo = engine.kvCache();
+    const pulled = await raceAbort(pullKV(s.transport!, rid, engine.model, kvInfo, b.kvTimeoutMs ?? rt.kvTimeoutMs), stopped).finally(() => pullSpan.end());
     if (pulled.transfer) pullSpan.setAttributes({ "airm.kv_bytes": pulled.transfer.bytes, "airm.kv_moving_ms": round(pulled.transfer.movingMs) });
     const m = pulled.manifest;
     // A resumed request's KV ends with its delivered tokens: the prompt is what comes before them.
@@ -93,30 +94,34 @@ async function serveDecode(
     if (resumed.length && (promptLen < 1 || held.length !== resumed.length || held.some((t, i) => t !== resumed[i]))) {
       throw new KVIntegrityError("resume", `the KV's last ${resumed.length} positions do not hold the request's resume tokens`);
     }
-    const maxTokens = b.maxTokens ?? m.S - promptLen;
-    checkResume(engine, resumed, maxTokens);
-    if (promptLen + maxTokens > m.S) throw new ContextOverflowError(promptLen + maxTokens, m.S, "KV manifest context");
+    checkResume(engine, resumed, b.maxTokens);
+    // The KV holds the prompt and the resumed tokens: what is left to generate must fit max_model_len and the cache.
+    const plan = planRequest(engine, m.n, b.maxTokens === null ? null : b.maxTokens - resumed.length, b.n);
+    const maxTokens = plan.maxTokens + resumed.length;
     const firsts = m.firstTokens ?? [m.firstToken as number];
     if (firsts.length !== b.n) throw new KVIntegrityError("firstTokens", `the KV manifest carries ${firsts.length} choice(s), the request asks for ${b.n}`);
     rt.kvWaiting--;
     waiting = false;
-    // A request holds a slot per choice: n streams decode in the batch.
+    // Admitted once the KV's blocks (and the next position's, and a block per other choice) are
+    // set aside; the n choices share the prompt's blocks.
     const queued = performance.now();
-    for (let i = 0; i < b.n; i++) freeSlots.push(await rt.slots.acquire(stopped));
+    const admitted = await rt.admission.acquire({ positions: m.n + 1, extra: b.n - 1, signal: stopped });
+    freeSlot = admitted.release;
     span.setAttribute("airm.queue_wait_ms", round(performance.now() - queued));
     if (aborted()) return "client_gone";
     const matchers = await Promise.all(openings);
     matchers.forEach((matcher, i) => {
       if (!isEos(engine, firsts[i])) matcher.advance(firsts[i]);
     });
-    for (let i = 0; i < b.n; i++) streams.push(engine.importKV(pulled.kv));
+    streams.push(engine.importKV(pulled.kv, admitted.reservation));
+    for (let i = 1; i < b.n; i++) streams.push(engine.fork(streams[0]));
     const kvLoadMs = performance.now() - pulled.arrivedAt;
-    if (pulled.transfer) rt.noteKvTransfer(pulled.transfer.bytes, pulled.transfer.movingMs);
+    if (pulled.transfer) rt.noteKvTransfer(pulled.transfer.bytes, pulled.transfer.movingMs, m.n);
     // The engine copied the KV: free the transport's copy now rather than at the end of the
     // request (the lease stays open until a terminal event).
     await s.transport!.release(rid).catch((err) => rt.log.warn({ request_id: rid, err: (err as Error).message }, "early KV release failed"));
     rt.metrics.kvLoadMs.observe(kvLoadMs);
-    await sink.write({ type: "ready", promptTokens: promptLen, seqLen: m.S, kvLoadMs: round(kvLoadMs), kvWaitMs: round(pulled.arrivedAt - t0) });
+    await sink.write({ type: "ready", promptTokens: promptLen, seqLen: plan.seqLen, kvLoadMs: round(kvLoadMs), kvWaitMs: round(pulled.arrivedAt - t0) });
     span.setAttributes({
       "airm.prompt_tokens": promptLen,
       "airm.resumed_tokens": resumed.length,
@@ -131,6 +136,8 @@ async function serveDecode(
       streams,
       firsts,
       prompt: m.promptTokens?.slice(0, promptLen) ?? [],
+      positions: m.promptTokens ?? [],
+      recompute: (stream, tokens) => rt.recompute(stream, tokens, stopped),
       resumed,
       maxTokens,
       sampling: b.sampling,
@@ -164,7 +171,7 @@ async function serveDecode(
     }
     if (waiting) rt.kvWaiting--;
     for (const st of streams) engine.release(st);
-    for (const free of freeSlots) free();
+    freeSlot?.();
   }
 }
 

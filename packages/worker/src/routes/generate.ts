@@ -15,7 +15,7 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
     const b = await parseBody(c, GenerateRequestSchema);
     rt.admit("generate");
     checkLogitBias(engine, b.sampling);
-    checkChoices(rt.slots.capacity, b.n);
+    checkChoices(rt.admission.maxRunning, b.n);
     const prompt = tokenize(engine, b.input);
     const { resumed, tokens, maxTokens, seqLen } = resumedPlan(engine, prompt, b);
     // A bad constraint is a 400 before the stream opens; a resumed request's matcher replays its delivered tokens.
@@ -25,16 +25,21 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
       c,
       async (sink) => {
         const streams: EngineStream[] = [];
-        const freeSlots: (() => void)[] = [];
+        let freeSlot: (() => void) | undefined;
+        const stopped = new AbortController();
+        const onHandBack = () => stopped.abort(rt.handBack.signal.reason);
+        rt.handBack.signal.addEventListener("abort", onHandBack, { once: true });
         try {
-          // One prefill, then a slot and a stream per choice.
+          // Admitted once the prompt's blocks (and the next position's, and a block per other
+          // choice) are set aside; one prefill, then a stream per choice sharing the prompt's blocks.
           const queued = performance.now();
-          for (let i = 0; i < b.n; i++) freeSlots.push(await rt.slots.acquire());
+          const admitted = await rt.admission.acquire({ positions: tokens.length + 1, extra: b.n - 1, signal: stopped.signal });
+          freeSlot = admitted.release;
           const t0 = performance.now();
           span.setAttribute("airm.queue_wait_ms", round(t0 - queued));
           const constraint = stepConstraint(engine, matchers[0], b.minTokens, () => resumed.length);
           const res = await engine.prefill(tokens, {
-            seqLen,
+            reservation: admitted.reservation,
             sampling: b.sampling,
             keepStream: true,
             constraint,
@@ -46,8 +51,8 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
           matchers.forEach((m, i) => {
             if (!isEos(engine, firsts[i])) m.advance(firsts[i]);
           });
-          streams.push(res.stream ?? engine.importKV(res.kv));
-          for (let i = 1; i < b.n; i++) streams.push(engine.importKV(res.kv));
+          streams.push(res.stream!);
+          for (let i = 1; i < b.n; i++) streams.push(engine.fork(streams[0]));
           const prefillMs = res.computeMs ?? performance.now() - t0;
           rt.notePrefill(tokens.length, res.cachedTokens ?? 0, prefillMs);
           span.setAttributes({ "airm.prefill_ms": round(prefillMs), "airm.cached_tokens": res.cachedTokens ?? 0 });
@@ -59,6 +64,8 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
             streams,
             firsts,
             prompt,
+            positions: tokens,
+            recompute: (stream, ids) => rt.recompute(stream, ids, stopped.signal),
             resumed,
             maxTokens,
             sampling: b.sampling,
@@ -84,7 +91,8 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
         } finally {
           for (const m of matchers) m.close();
           for (const st of streams) engine.release(st);
-          for (const free of freeSlots) free();
+          freeSlot?.();
+          rt.handBack.signal.removeEventListener("abort", onHandBack);
           span.end();
         }
       },

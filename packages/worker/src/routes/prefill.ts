@@ -60,14 +60,16 @@ async function prefillWith(
   if (!rt.leases.open(rid, (reason) => (endedAs = reason))) throw new ApiError(409, "duplicate_request", `request ${rid} is already in flight on this worker`, "requestId");
   let freeSlot: (() => void) | undefined;
   try {
+    // Admitted once the prompt's KV blocks are set aside (they are free again once it is pushed).
     const queued = performance.now();
-    freeSlot = await rt.slots.acquire();
+    const admitted = await rt.admission.acquire({ positions: tokens.length });
+    freeSlot = admitted.release;
     span.setAttribute("airm.queue_wait_ms", round(performance.now() - queued));
     const pusher = new KVPusher(transport!, rid, rt.kvTimeoutMs, () => endedAs !== null);
     const t0 = performance.now();
     const constraint = stepConstraint(engine, matcher, b.minTokens, () => resumed.length);
     const res = await engine.prefill(tokens, {
-      seqLen,
+      reservation: admitted.reservation,
       sampling: b.sampling,
       onLayer: pusher.onLayer,
       constraint,
@@ -77,13 +79,14 @@ async function prefillWith(
     });
     const computed = performance.now();
     freeSlot();
-    const kvBytes = res.kv.k.reduce((a, x) => a + x.byteLength, 0) * 2;
+    const kv = res.kv!;
+    const kvBytes = kv.k.reduce((a, x) => a + x.byteLength, 0) * 2;
     const pushSpan = tracer.startSpan(
       "kv.push",
       { attributes: { "airm.request_id": rid, "airm.kv_transport": transport!.name, "airm.kv_bytes": kvBytes } },
       trace.setSpan(callerContext(c), span),
     );
-    await pusher.finish(engine.model, res.kv, firstTokens(res), tokens).finally(() => pushSpan.end());
+    await pusher.finish(engine.model, kv, firstTokens(res), tokens).finally(() => pushSpan.end());
     const pushMs = performance.now() - computed;
     const prefillMs = res.computeMs ?? computed - t0;
     rt.notePrefill(tokens.length, res.cachedTokens ?? 0, prefillMs);

@@ -16,8 +16,8 @@ let closed: RunningCluster;
 beforeAll(async () => {
   model = tinyModel();
   [pd, closed] = await Promise.all([
-    cluster({ model, seqLen: 64, gatewayEnv: { AIRM_API_KEY: "sk-first,sk-second" } }),
-    cluster({ model, seqLen: 64, gatewayEnv: { AIRM_API_KEY: "sk-only", AIRM_API_OPEN_PATHS: "none" } }),
+    cluster({ model, maxModelLen: 64, gatewayEnv: { AIRM_API_KEY: "sk-first,sk-second" } }),
+    cluster({ model, maxModelLen: 64, gatewayEnv: { AIRM_API_KEY: "sk-only", AIRM_API_OPEN_PATHS: "none" } }),
   ]);
 });
 afterAll(async () => {

@@ -15,7 +15,7 @@ beforeAll(async () => {
   model = tinyModel();
   pd = await cluster({
     model,
-    seqLen: S,
+    maxModelLen: S,
     prefill: [{ backend: "rngd-full" }, { backend: "rngd-chunk" }],
     decode: [{ backend: "atom" }, { backend: "rngd" }],
     gatewayEnv: { AIRM_HEALTH_INTERVAL_MS: "60000" },
@@ -74,10 +74,10 @@ describe("balancing over several endpoints", () => {
       expect(text).toMatch(new RegExp(`^${name} 0$`, "m"));
     }
     expect(text).toMatch(/^vllm:lora_requests_info\{max_lora="0",running_lora_adapters="",waiting_lora_adapters=""\} \d+/m);
-    // The decode workers' slots (batch widths) of S=128 tokens each, in blocks of 16 tokens.
-    const slots = (await Promise.all(decode.map(async (d) => ((await (await fetch(`${d.url}/health`)).json()) as any).requests.slots))).reduce((a, b) => a + b, 0);
-    expect(slots).toBeGreaterThanOrEqual(2);
-    expect(text).toMatch(new RegExp(`^vllm:cache_config_info\\{block_size="16",num_gpu_blocks="${(slots * S) / 16}"\\} 1$`, "m"));
+    // The decode workers' KV blocks (of 16 positions), from their /health.
+    const blocks = (await Promise.all(decode.map(async (d) => ((await (await fetch(`${d.url}/health`)).json()) as any).kvCache.totalBlocks))).reduce((a, b) => a + b, 0);
+    expect(blocks).toBeGreaterThanOrEqual(2 * (S / 16)); // each holds at least one request of max_model_len
+    expect(text).toMatch(new RegExp(`^vllm:cache_config_info\\{block_size="16",num_gpu_blocks="${blocks}"\\} 1$`, "m"));
     expect(text).toMatch(/^airm_tok_s /m);
   });
 

@@ -28,8 +28,8 @@ let batched: RunningCluster;
 beforeAll(async () => {
   model = tinyModel();
   [alone, batched] = await Promise.all([
-    cluster({ model, seqLen: S, decode: [{ backend: "atom", batch: 1 }], kvTransport: "shm", port: 0 }),
-    cluster({ model, seqLen: S, decode: [{ backend: "atom" }], kvTransport: "shm", port: 0 }),
+    cluster({ model, maxModelLen: S, decode: [{ backend: "atom", batch: 1 }], kvTransport: "shm", port: 0 }),
+    cluster({ model, maxModelLen: S, decode: [{ backend: "atom" }], kvTransport: "shm", port: 0 }),
   ]);
 });
 afterAll(async () => {

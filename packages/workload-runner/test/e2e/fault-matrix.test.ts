@@ -84,7 +84,7 @@ async function expectNoLeaks(c: RunningCluster, shmRoot = c.clusterDir, relayMet
 
 describe("fault matrix", () => {
   it("prefill killed while pushing KV: 502 naming the prefill worker; the decode's wait ends; nothing left", async () => {
-    const pd = await cluster({ model: slowModel, seqLen: SLOW_S });
+    const pd = await cluster({ model: slowModel, maxModelLen: SLOW_S });
     clusters.push(pd);
     const id = await modelId(pd);
     const keys = join(pd.clusterDir!, "keys");
@@ -104,7 +104,7 @@ describe("fault matrix", () => {
 
   it("decode killed mid-stream with two decode workers and migration off (AIRM_MIGRATION_LIMIT=0): only its request fails (a stream error naming it), the other finishes", async () => {
     // With migration on (the default) the broken stream moves instead: test/e2e/migration.test.ts.
-    const pd = await cluster({ model: slowModel, seqLen: SLOW_S, decode: [{}, {}], gatewayEnv: { AIRM_MIGRATION_LIMIT: "0", AIRM_HEALTH_INTERVAL_MS: "500" } });
+    const pd = await cluster({ model: slowModel, maxModelLen: SLOW_S, decode: [{}, {}], gatewayEnv: { AIRM_MIGRATION_LIMIT: "0", AIRM_HEALTH_INTERVAL_MS: "500" } });
     clusters.push(pd);
     const id = await modelId(pd);
     const stream = async () => {
@@ -136,7 +136,7 @@ describe("fault matrix", () => {
 
   it("relay killed during a transfer and restarted by the launcher (tcp): the request in flight fails with a 5xx (or, when its KV got through, gives the same text as a clean run), the next ones succeed", async () => {
     const relay0 = await relayMetrics();
-    const pd = await cluster({ model: slowModel, seqLen: SLOW_S, kvTransport: "tcp", onPartExit: "restart", restart: { firstDelayMs: 200 }, sidecarEnv: relay0.sidecarEnv });
+    const pd = await cluster({ model: slowModel, maxModelLen: SLOW_S, kvTransport: "tcp", onPartExit: "restart", restart: { firstDelayMs: 200 }, sidecarEnv: relay0.sidecarEnv });
     clusters.push(pd);
     const id = await modelId(pd);
     const answer = postJson(`${pd.url}/v1/completions`, longBody(id));
@@ -179,7 +179,7 @@ describe("fault matrix", () => {
     const metrics = await relayMetrics();
     const pd = await cluster({
       model: slowModel,
-      seqLen: SLOW_S,
+      maxModelLen: SLOW_S,
       kvTransport: "tcp",
       sidecarPort: relayPort,
       sidecarEnv: metrics.sidecarEnv,
@@ -195,7 +195,7 @@ describe("fault matrix", () => {
 
   it("a prompt that waits and computes longer than the KV timeout is still served (the decode's wait covers the prefill's bound)", async () => {
     // the gateway's KV slack is 300 ms; this prefill alone takes longer, and a second one queues behind it
-    const pd = await cluster({ model: slowModel, seqLen: SLOW_S, gatewayEnv: { AIRM_KV_TIMEOUT_MS: "300" } });
+    const pd = await cluster({ model: slowModel, maxModelLen: SLOW_S, gatewayEnv: { AIRM_KV_TIMEOUT_MS: "300" } });
     clusters.push(pd);
     const id = await modelId(pd);
     const t0 = Date.now();
@@ -206,7 +206,7 @@ describe("fault matrix", () => {
   });
 
   it("a request past its deadline: 504 request_timeout, and its slots, leases and blobs are released", async () => {
-    const pd = await cluster({ model: slowModel, seqLen: SLOW_S });
+    const pd = await cluster({ model: slowModel, maxModelLen: SLOW_S });
     clusters.push(pd);
     const id = await modelId(pd);
     // a long prompt: the deadline passes while prefill computes and pushes
@@ -232,7 +232,7 @@ describe("fault matrix: a full /dev/shm", () => {
       rmSync(root, { recursive: true, force: true });
     });
     const env = { PD_SHM_ROOT: root, AIRM_KV_TIMEOUT_MS: "1500" };
-    const pd = await cluster({ model: slowModel, seqLen: SLOW_S, prefill: [{ env }], decode: [{ env }] });
+    const pd = await cluster({ model: slowModel, maxModelLen: SLOW_S, prefill: [{ env }], decode: [{ env }] });
     clusters.push(pd);
     const t0 = Date.now();
     const r = await postJson(`${pd.url}/v1/completions`, longBody(await modelId(pd)));
@@ -255,7 +255,7 @@ describe("fault matrix: a worker started by hand", () => {
     const token = newInternalToken();
     const worker = spawn(
       process.execPath,
-      [binPath("@airm/worker", "airm-worker"), "--role", "prefill", "--backend", "rngd-full", "--port", "0", "--model", model, "--seq-len", "64"],
+      [binPath("@airm/worker", "airm-worker"), "--role", "prefill", "--backend", "rngd-full", "--port", "0", "--model", model, "--max-model-len", "64"],
       { env: { ...process.env, PD_SHM_ROOT: shmRoot, AIRM_INTERNAL_TOKEN: token, AIRM_ENGINE_LOG: "0" }, stdio: ["ignore", "ignore", "pipe"] },
     );
     cleanups.push(() => worker.kill("SIGKILL"));

@@ -11,7 +11,7 @@ let modelId: string;
 
 beforeAll(async () => {
   model = tinyModel();
-  pd = await cluster({ model, seqLen: S });
+  pd = await cluster({ model, maxModelLen: S });
   modelId = ((await (await fetch(`${pd.url}/v1/models`)).json()) as any).data[0].id;
 });
 afterAll(async () => {

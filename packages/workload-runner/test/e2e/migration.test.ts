@@ -107,7 +107,7 @@ function expectWhole(runs: Stream[]): void {
 
 describe("request migration", () => {
   it("a decode worker killed mid-stream costs the clients nothing: every stream equals the undisturbed run, token for token", async () => {
-    const c = await cluster({ model, seqLen: S, decode: [{}, {}], onPartExit: "restart" });
+    const c = await cluster({ model, maxModelLen: S, decode: [{}, {}], onPartExit: "restart" });
     clusters.push(c);
     const id = await modelId(c);
     const calm = await runAll(c, id);
@@ -140,7 +140,7 @@ describe("request migration", () => {
 
   it("a decode worker told to stop (SIGTERM) drains: it hands its streams back, they move and equal the undisturbed run; a prefill worker killed after the first tokens costs nothing", async () => {
     // AIRM_DRAIN_S=0: hand back at once (the default lets streams finish for 10 s first).
-    const c = await cluster({ model, seqLen: S, decode: [{}, {}], onPartExit: "restart", env: { AIRM_DRAIN_S: "0" } });
+    const c = await cluster({ model, maxModelLen: S, decode: [{}, {}], onPartExit: "restart", env: { AIRM_DRAIN_S: "0" } });
     clusters.push(c);
     const id = await modelId(c);
     const calm = await runAll(c, id);
@@ -172,7 +172,7 @@ describe("request migration", () => {
   }, 600_000);
 
   it("with AIRM_MIGRATION_LIMIT=0 the client gets the error, as before", async () => {
-    const c = await cluster({ model, seqLen: S, decode: [{}, {}], onPartExit: "restart", gatewayEnv: { AIRM_MIGRATION_LIMIT: "0", AIRM_HEALTH_INTERVAL_MS: "500" } });
+    const c = await cluster({ model, maxModelLen: S, decode: [{}, {}], onPartExit: "restart", gatewayEnv: { AIRM_MIGRATION_LIMIT: "0", AIRM_HEALTH_INTERVAL_MS: "500" } });
     clusters.push(c);
     const id = await modelId(c);
     const victim = c.part("decode");

@@ -32,7 +32,7 @@ beforeAll(async () => {
   cache = mkdtempSync(join(tmpdir(), "airm-surface-"));
   const [port, pp, dp] = [await freePort(), await freePort(), await freePort()];
   up = startAirmUp(["--model", gguf, "--port", String(port), "--prefill-port", String(pp), "--decode-port", String(dp), "--quiet"], { AIRM_MODEL_CACHE: cache });
-  solo = await cluster({ mode: "solo", model: gguf, seqLen: 512 });
+  solo = await cluster({ mode: "solo", model: gguf, maxModelLen: 512 });
   await waitFor(() => up.out().includes("rngd-pd is up") || up.child.exitCode !== null, 240_000, "airm up to be ready");
   expect(up.child.exitCode, up.err()).toBeNull();
   url = `http://127.0.0.1:${port}`;
@@ -141,7 +141,7 @@ describe.skipIf(!gguf)(`the OpenAI surface through airm up (PD) with the openai 
     const text = "Tokenize this, then detokenize it: é ✓.";
     const t = await postJson(`${url}/tokenize`, { model, prompt: text, add_special_tokens: false, return_token_strs: true });
     expect(t.status).toBe(200);
-    expect(t.body).toMatchObject({ count: t.body.tokens.length, max_model_len: 512 });
+    expect(t.body).toMatchObject({ count: t.body.tokens.length, max_model_len: 8192 }); // SmolLM2's own context: airm up serves the model's whole context
     expect(t.body.token_strs).toHaveLength(t.body.count);
     const d = await postJson(`${url}/detokenize`, { model, tokens: t.body.tokens });
     expect(d.body.prompt).toBe(text);

@@ -24,7 +24,7 @@ beforeAll(async () => {
   model = tinyModel({ arch: "llama", layers: 2 });
   c = await cluster({
     model,
-    seqLen: 128,
+    maxModelLen: 128,
     prefill: [{ env: { OTEL_EXPORTER_OTLP_ENDPOINT: col.http, OTEL_EXPORTER_OTLP_PROTOCOL: "http/json" } }],
     decode: [{ env: { OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: col.grpc, OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: "grpc" } }],
     env: { OTEL_BSP_SCHEDULE_DELAY: "100", OTEL_RESOURCE_ATTRIBUTES: "deployment.environment.name=ci" },

@@ -46,7 +46,7 @@ function bodies(): { key: string; body: Body }[] {
 
 beforeAll(async () => {
   model = tinyModel();
-  solo = await cluster({ mode: "solo", model, seqLen: S });
+  solo = await cluster({ mode: "solo", model, maxModelLen: S });
   let i = 0;
   for (const { key, body } of bodies()) soloRuns.set(key, await soloTokens(solo.part("solo").url, { requestId: `solo-${i++}`, ...body }, solo.internalToken));
   // The reference is not degenerate: prompts lead to different continuations of several tokens.
@@ -63,7 +63,7 @@ afterAll(async () => {
 describe.each(["atom", "rngd"])("PD over shm, decode on %s", (decodeBackend) => {
   let pd: RunningCluster;
   beforeAll(async () => {
-    pd = await cluster({ model, seqLen: S, decode: [{ backend: decodeBackend }], kvTransport: "shm", metricsPort: 0 });
+    pd = await cluster({ model, maxModelLen: S, decode: [{ backend: decodeBackend }], kvTransport: "shm", metricsPort: 0 });
   });
   afterAll(async () => {
     await pd?.stop();

@@ -37,7 +37,7 @@ const longBody = (id: string) => ({ model: id, prompt: Array.from({ length: 8 },
 
 describe("PD faults", () => {
   it("killing the decode worker mid-request gives a 5xx and leaves no KV blob under the shm root", async () => {
-    const pd = await cluster({ model: slowModel, seqLen: SLOW_S });
+    const pd = await cluster({ model: slowModel, maxModelLen: SLOW_S });
     clusters.push(pd);
     const id = await modelId(pd);
     const pending = postJson(`${pd.url}/v1/completions`, longBody(id));
@@ -57,7 +57,7 @@ describe("PD faults", () => {
   });
 
   it("an unreachable prefill worker gives a 5xx naming it", async () => {
-    const pd = await cluster({ model, seqLen: S, gatewayEnv: { AIRM_HEALTH_INTERVAL_MS: "60000" } });
+    const pd = await cluster({ model, maxModelLen: S, gatewayEnv: { AIRM_HEALTH_INTERVAL_MS: "60000" } });
     clusters.push(pd);
     const id = await modelId(pd);
     await pd.part("prefill").stop("SIGKILL");
@@ -75,7 +75,7 @@ describe("PD faults", () => {
 
   it("KV from a different model is refused with kv_integrity_error naming the field, through the gateway too", async () => {
     // prefill on one model, decode on another (same layout and shapes, other weights), one shm root
-    const pd = await cluster({ model, seqLen: S, decode: [{ backend: "atom", model: otherModel }] });
+    const pd = await cluster({ model, maxModelLen: S, decode: [{ backend: "atom", model: otherModel }] });
     clusters.push(pd);
     const rid = "cmpl-integrity-1";
     const decode = new WorkerClient(pd.part("decode").url, undefined, { token: pd.internalToken }).decode({ requestId: rid, maxTokens: 4 });
@@ -98,7 +98,7 @@ describe("PD faults", () => {
   });
 
   it("a blob corrupted in the transport fails its CRC-32 check (kv_integrity_error, field crc)", async () => {
-    const pd = await cluster({ model, seqLen: S });
+    const pd = await cluster({ model, maxModelLen: S });
     clusters.push(pd);
     const rid = "cmpl-corrupt-1";
     const p = await postJson(`${pd.part("prefill").url}/internal/prefill`, { requestId: rid, input: { prompt: "flip a byte" }, maxTokens: 4 }, internal(pd));
@@ -128,7 +128,7 @@ describe("PD faults", () => {
   });
 
   it("a client that disconnects mid-stream stops decode and frees its KV", async () => {
-    const pd = await cluster({ model: slowModel, seqLen: SLOW_S });
+    const pd = await cluster({ model: slowModel, maxModelLen: SLOW_S });
     clusters.push(pd);
     const id = await modelId(pd);
     const ac = new AbortController();
@@ -152,7 +152,7 @@ describe("PD faults", () => {
   });
 
   it("a lease whose decode never comes expires after its TTL and its blobs are released", async () => {
-    const pd = await cluster({ model, seqLen: S, env: { AIRM_KV_LEASE_TTL_S: "1" } });
+    const pd = await cluster({ model, maxModelLen: S, env: { AIRM_KV_LEASE_TTL_S: "1" } });
     clusters.push(pd);
     const p = await postJson(`${pd.part("prefill").url}/internal/prefill`, { requestId: "cmpl-orphan-1", input: { prompt: "nobody decodes this" }, maxTokens: 4 }, internal(pd));
     expect(p.status).toBe(200);

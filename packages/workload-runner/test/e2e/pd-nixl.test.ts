@@ -19,10 +19,10 @@ describe.skipIf(!haveNixl)("PD over nixl", () => {
   let pd: RunningCluster;
   beforeAll(async () => {
     model = tinyModel({ arch: "llama" });
-    solo = await cluster({ mode: "solo", model, seqLen: S, gateway: false });
+    solo = await cluster({ mode: "solo", model, maxModelLen: S, gateway: false });
     pd = await cluster({
       model,
-      seqLen: S,
+      maxModelLen: S,
       kvTransport: "nixl",
       decode: [{ backend: "atom" }],
       env: { AIRM_KV_NIXL_POOL_MB: "64" },

@@ -12,7 +12,7 @@ let solo: RunningCluster;
 
 beforeAll(async () => {
   model = tinyModel({ arch: "qwen2" });
-  solo = await cluster({ mode: "solo", model, seqLen: S, gateway: false });
+  solo = await cluster({ mode: "solo", model, maxModelLen: S, gateway: false });
 });
 afterAll(async () => {
   await solo?.stop();
@@ -22,7 +22,7 @@ afterAll(async () => {
 describe.each(["tcp", "nixl-ucx"] as const)("PD over %s", (transport) => {
   let pd: RunningCluster;
   beforeAll(async () => {
-    pd = await cluster({ model, seqLen: S, kvTransport: transport, decode: [{ backend: "atom" }], env: { AIRM_KV_UCX_POOL_MB: "64" } });
+    pd = await cluster({ model, maxModelLen: S, kvTransport: transport, decode: [{ backend: "atom" }], env: { AIRM_KV_UCX_POOL_MB: "64" } });
   });
   afterAll(async () => {
     await pd?.stop();

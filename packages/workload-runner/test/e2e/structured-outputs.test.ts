@@ -32,7 +32,7 @@ beforeAll(async () => {
   cache = mkdtempSync(join(tmpdir(), "airm-structured-"));
   const [port, pp, dp] = [await freePort(), await freePort(), await freePort()];
   up = startAirmUp(["--model", gguf, "--port", String(port), "--prefill-port", String(pp), "--decode-port", String(dp), "--quiet"], { AIRM_MODEL_CACHE: cache });
-  solo = await cluster({ mode: "solo", model: gguf, seqLen: 512 });
+  solo = await cluster({ mode: "solo", model: gguf, maxModelLen: 512 });
   await waitFor(() => up.out().includes("rngd-pd is up") || up.child.exitCode !== null, 240_000, "airm up to be ready");
   expect(up.child.exitCode, up.err()).toBeNull();
   pd = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: "none", maxRetries: 0 });

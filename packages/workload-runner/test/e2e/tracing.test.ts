@@ -20,7 +20,7 @@ let gw: RunningGateway;
 beforeAll(async () => {
   model = tinyModel();
   // the workers as processes; the gateway in this process, where the SDK is registered
-  workers = await cluster({ model, seqLen: 128, gateway: false });
+  workers = await cluster({ model, maxModelLen: 128, gateway: false });
   gw = await startGateway({ port: 0, prefill: [workers.part("prefill").url], decode: [workers.part("decode").url], metricsPort: 0, internalToken: workers.internalToken });
 });
 afterAll(async () => {
