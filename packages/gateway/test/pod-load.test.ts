@@ -24,7 +24,11 @@ let held = 0;
 beforeAll(async () => {
   const health = () => {
     const used = Math.min(8, 4 * held);
-    return { ...scriptedHealth(MODEL), requests: { waiting: 0, running: 0, slots: 2 }, kvCache: { blockSize: 16, totalBlocks: 8, usedBlocks: used, freeBlocks: 8 - used, cachedBlocks: 0, preemptions: 0 } };
+    return {
+      ...scriptedHealth(MODEL),
+      requests: { waiting: 0, running: 0, slots: 2 },
+      kvCache: { blockSize: 16, totalBlocks: 8, usedBlocks: used, freeBlocks: 8 - used, cachedBlocks: 0, preemptions: 0 },
+    };
   };
   worker = createServer(async (req, res) => {
     if (req.url === "/health") return res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(health()));

@@ -7,7 +7,7 @@ export { WORKER_CONFIG, type WorkerConfig } from "./worker-config.ts";
 export { WORKER_COMMAND } from "./cli.ts";
 export { loadServingEngine, type ServingEngine, type EngineStream } from "./serving-engine.ts";
 export { LeaseTable, LEASE_END_REASONS, type LeaseEnd, type LeaseCounters } from "./kv-leases.ts";
-export { RequestSlots } from "./request-slots.ts";
+export { Admission, type Admitted, type BlockSource } from "./admission.ts";
 export { DecodeBatcher } from "./decode-batcher.ts";
 export { KVPusher, pullKV, type PulledKV } from "./kv-handoff.ts";
 export { WorkerMetrics, type WorkerState } from "./worker-metrics.ts";

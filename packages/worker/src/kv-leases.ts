@@ -1,7 +1,9 @@
 // KV leases: one per request on each worker that touches its blobs. A lease ends on a terminal
 // event (done, client gone, decode rejected, prefill failed, aborted) or expires after its TTL;
 // either way the request's blobs are released in the transport exactly once here, and the
-// outcome is counted. Knows nothing about HTTP or engines.
+// outcome is counted. The TTL bounds how long pushed blobs wait for a decode that never comes, so
+// it runs only while blobs wait (armed when a prefill has pushed them): a long prompt's prefill
+// and a long generation's decode are not cut by it. Knows nothing about HTTP or engines.
 
 export type LeaseEnd = "done" | "client_gone" | "decode_rejected" | "prefill_failed" | "aborted" | "deadline" | "expired";
 
@@ -10,7 +12,8 @@ export const LEASE_END_REASONS: readonly LeaseEnd[] = ["done", "client_gone", "d
 interface Lease {
   requestId: string;
   openedAt: number;
-  timer: NodeJS.Timeout;
+  /** The TTL's timer while it runs. */
+  timer: NodeJS.Timeout | null;
   /** Called when the lease ends for any reason, before the blobs are released (e.g. to stop a decode). */
   onEnd?: (reason: LeaseEnd) => void;
 }
@@ -40,13 +43,24 @@ export class LeaseTable {
     return this.leases.has(requestId);
   }
 
-  /** Opens a lease; returns false when one is already open for this request. */
-  open(requestId: string, onEnd?: (reason: LeaseEnd) => void): boolean {
+  /**
+   * Opens a lease, its TTL running from now unless `armed` is false (then arm() starts it);
+   * returns false when one is already open for this request.
+   */
+  open(requestId: string, onEnd?: (reason: LeaseEnd) => void, armed = true): boolean {
     if (this.leases.has(requestId)) return false;
-    const timer = setTimeout(() => void this.end(requestId, "expired"), this.ttlMs);
-    timer.unref();
-    this.leases.set(requestId, { requestId, openedAt: Date.now(), timer, onEnd });
+    this.leases.set(requestId, { requestId, openedAt: Date.now(), timer: null, onEnd });
+    if (armed) this.arm(requestId);
     return true;
+  }
+
+  /** Starts (or restarts) a lease's TTL from now; no-op without an open lease. */
+  arm(requestId: string): void {
+    const lease = this.leases.get(requestId);
+    if (!lease) return;
+    if (lease.timer) clearTimeout(lease.timer);
+    lease.timer = setTimeout(() => void this.end(requestId, "expired"), this.ttlMs);
+    lease.timer.unref();
   }
 
   /**
@@ -58,7 +72,7 @@ export class LeaseTable {
     const lease = this.leases.get(requestId);
     if (lease) {
       this.leases.delete(requestId);
-      clearTimeout(lease.timer);
+      if (lease.timer) clearTimeout(lease.timer);
       this.ended[reason]++;
       lease.onEnd?.(reason);
       this.onEnd(reason, requestId);

@@ -14,7 +14,7 @@ export const WORKER_CONFIG = defineConfig("@airm/worker", {
   leaseTtlS: opt(num({ positive: true }), {
     env: "AIRM_KV_LEASE_TTL_S",
     default: 120,
-    doc: "Seconds a request's KV lease lives on a worker; past it the blobs are released and counted as expired.",
+    doc: "Seconds a prefill worker keeps a request's pushed KV waiting for its decode; past it the blobs are released and counted as expired. It starts when the last blob is pushed (a long prefill or a long generation is not cut by it).",
   }),
   kvTimeoutMs: opt(int({ min: 1 }), {
     env: "AIRM_KV_TIMEOUT_MS",

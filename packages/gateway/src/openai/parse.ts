@@ -24,7 +24,7 @@ export interface GenerationRequest {
   n: number;
   /** Candidates generated per prompt (best_of; n when not given): the n with the highest cumulative log-probability are returned. */
   bestOf: number;
-  /** null: fill the rest of the compiled context. */
+  /** null: fill the rest of max_model_len. */
   maxTokens: number | null;
   /** Always carries a seed (the client's or a random one), so prefill and decode draw one sequence. */
   sampling: SamplingParams & { seed: number };
@@ -57,7 +57,7 @@ export interface GenerationRequest {
 }
 
 export interface ParseOptions {
-  /** Largest compiled context the workers reported (undefined when none answered yet). */
+  /** max_model_len the workers reported (the smallest; undefined when none answered yet). */
   maxContext?: number;
   /** The served model's vocabulary size, when a worker reported it (logit_bias ids are checked against it). */
   vocabSize?: number;
@@ -193,7 +193,7 @@ function maxTokensOf(value: number | null | undefined, param: string, fallback: 
   if (v <= 0) throw new ApiError(400, "invalid_request", `${param} must be at least 1, got ${v}`, param);
   const limit = maxContext ?? MAX_TOKENS_CEILING;
   if (v >= limit) {
-    throw new ApiError(400, "context_overflow", `${param}=${v} leaves no room for a prompt in the compiled context of ${limit} tokens; ask for at most ${limit - 1}`, param);
+    throw new ApiError(400, "context_overflow", `${param}=${v} leaves no room for a prompt within max_model_len of ${limit} tokens; ask for at most ${limit - 1}`, param);
   }
   return v;
 }

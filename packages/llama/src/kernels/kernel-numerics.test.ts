@@ -197,4 +197,73 @@ describe("element-wise kernels", () => {
       }
     }
   });
+  it("paged attention and its four-query tiles give the bits of the contiguous attention, query by query", async () => {
+    const r = rand(11);
+    const H = 6,
+      KV = 2,
+      group = 3,
+      D = 64;
+    for (const bs of [4, 16]) {
+      const S = 48;
+      const nb = S / bs;
+      // the same K/V twice: contiguous (K [KV][D][S], V [KV][S][D]) and in scattered blocks of bs
+      const k = new Uint16Array(KV * D * S).map(() => bf16Bits(new Uint32Array(Float32Array.of(r()).buffer)[0]));
+      const v = new Uint16Array(KV * S * D).map(() => bf16Bits(new Uint32Array(Float32Array.of(r()).buffer)[0]));
+      const kBytes = KV * D * bs * 2;
+      const order = Array.from({ length: nb }, (_, j) => (j * 5 + 3) % nb); // block j at slot order[j]
+      const blocks = new Uint16Array((nb * 2 * kBytes) / 2);
+      for (let j = 0; j < nb; j++) {
+        const at = (order[j] * 2 * kBytes) / 2;
+        for (let g = 0; g < KV; g++) {
+          for (let d = 0; d < D; d++) for (let p = 0; p < bs; p++) blocks[at + (g * D + d) * bs + p] = k[(g * D + d) * S + j * bs + p];
+          for (let p = 0; p < bs; p++) for (let d = 0; d < D; d++) blocks[at + kBytes / 2 + (g * bs + p) * D + d] = v[(g * S + j * bs + p) * D + d];
+        }
+      }
+      const kp = put(k),
+        vp = put(v),
+        bp = put(blocks);
+      const table = rt.alloc(nb * 4);
+      for (let j = 0; j < nb; j++) rt.u32[(table >> 2) + j] = bp + order[j] * 2 * kBytes;
+      const scale = f(1 / Math.sqrt(D));
+      const sp = rt.alloc((S + 8) * 4);
+      // four consecutive prompt tokens (n = 13..16, 29..32: inside and across blocks) and a
+      // decode token's GQA group (three heads, the fourth repeated into a sink)
+      for (const ns of [
+        [13, 14, 15, 16],
+        [29, 30, 31, 32],
+        [1, 2, 3, 4],
+        [45, 46, 47, 48],
+      ]) {
+        const q = Array.from({ length: 4 }, () => new Float32Array(H * D).map(() => r() * 2));
+        const qp = q.map(put);
+        const want = q.map((_, i) => {
+          const o = rt.alloc(H * D * 4);
+          rt.attention(qp[i], kp, vp, S, D, ns[i], H, group, scale, sp, o);
+          const paged = rt.alloc(H * D * 4);
+          rt.attentionPaged(qp[i], table, 0, kBytes, bs, D, ns[i], H, group, scale, sp, paged);
+          expect(same(rt.f32.slice(paged >> 2, (paged >> 2) + H * D), rt.f32.slice(o >> 2, (o >> 2) + H * D)), `paged, bs ${bs}, n ${ns[i]}`).toBe(true);
+          return rt.f32.slice(o >> 2, (o >> 2) + H * D);
+        });
+        // one tile per head: the four tokens' queries of that head
+        const outs = q.map(() => rt.alloc(H * D * 4));
+        const desc = rt.alloc(H * 64);
+        for (let h = 0; h < H; h++) {
+          const g = Math.floor(h / group);
+          const w = (desc >> 2) + h * 16;
+          for (let i = 0; i < 4; i++) {
+            rt.u32[w + i] = qp[i] + h * D * 4;
+            rt.u32[w + 4 + i] = ns[i];
+            rt.u32[w + 11 + i] = outs[i] + h * D * 4;
+          }
+          rt.u32[w + 8] = table;
+          rt.u32[w + 9] = g * D * bs * 2;
+          rt.u32[w + 10] = kBytes + g * bs * D * 2;
+        }
+        const ps = (S + 16) * 4;
+        const scr = rt.alloc(8 * ps);
+        rt.attentionTiles(desc, H, bs, D, scale, ps, 0, [scr, scr + 4 * ps]);
+        outs.forEach((o, i) => expect(same(rt.f32.slice(o >> 2, (o >> 2) + H * D), want[i]), `tile, bs ${bs}, query ${i} n ${ns[i]}`).toBe(true));
+      }
+    }
+  });
 });

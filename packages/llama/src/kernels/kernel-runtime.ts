@@ -50,6 +50,7 @@ interface KernelExports {
   attn_values(p: number, v: number, D: number, n: number, out: number): void;
   attention(q: number, k: number, v: number, S: number, D: number, n: number, H: number, group: number, scale: number, p: number, out: number): void;
   attention_paged(q: number, table: number, kOff: number, vOff: number, bs: number, D: number, n: number, H: number, group: number, scale: number, p: number, out: number): void;
+  attention_tiles(desc: number, bs: number, D: number, scaleBits: number, ps: number, lo: number, i0: number, i1: number, scratch: number): void;
   softmax(p: number, n: number, scale: number): void;
   swiglu(gu: number, act: number, I: number, T: number): void;
   rope_kv(x: number, cs: number, heads: number, D: number, k: number, kv: number, kDst: number, vDst: number, S: number): void;
@@ -142,6 +143,8 @@ WebAssembly.instantiate(module, { env }).then((instance) => {
     const s = m === 0 ? "" : "_w" + m;
     kernels.push(instance.exports["matmul" + s], instance.exports["matmul_q8" + s], instance.exports["matmul_q4" + s], instance.exports["matmul_q4k" + s], instance.exports["matmul_q6k" + s], instance.exports["matmul_q4a8" + s], instance.exports["matmul_q4ka8" + s], instance.exports["matmul_q6ka8" + s]);
   }
+  // after every memory's matmuls: attention tiles (the same argument order)
+  kernels.push(instance.exports.attention_tiles);
   parentPort.postMessage("ready");
   let last = 0;
   const spin = { budget: ${SPIN_LOADS}, waits: 0 };
@@ -421,7 +424,17 @@ export class KernelRuntime {
       return;
     }
     const chunkRows = Math.max(8, (Math.ceil(n / CHUNKS) + 3) & ~3); // a multiple of 4
-    const chunks = Math.ceil(n / chunkRows);
+    this.split(fn, kind, [w, x, y, T, cols, rows], r0, r1, chunkRows, this.accScratch);
+  }
+
+  /**
+   * Runs `fn(a0..a5, from, to, scratch)` over [r0, r1) on both threads: the range is cut into
+   * chunks of `chunkRows` that each thread claims (the worker runs its kernel number `kind` with
+   * `scratch[1]`, this thread `fn` with `scratch[0]`), and returns once every chunk is done.
+   */
+  private split(fn: KernelExports["matmul"], kind: number, a: number[], r0: number, r1: number, chunkRows: number, scratch: readonly [number, number]): void {
+    const [w, x, y, T, cols, rows] = a;
+    const chunks = Math.ceil((r1 - r0) / chunkRows);
     const c = this.ctrl;
     c[C_ARGS] = w;
     c[C_ARGS + 1] = x;
@@ -431,7 +444,7 @@ export class KernelRuntime {
     c[C_ARGS + 5] = rows;
     c[C_ARGS + 6] = r0;
     c[C_ARGS + 7] = r1;
-    c[C_ARGS + 8] = this.accScratch[1];
+    c[C_ARGS + 8] = scratch[1];
     c[C_ARGS + 9] = kind;
     c[C_ARGS + 10] = chunkRows;
     c[C_ARGS + 11] = chunks;
@@ -441,8 +454,8 @@ export class KernelRuntime {
     Atomics.store(c, C_CLAIM, tag);
     Atomics.store(c, C_SEQ, seq);
     Atomics.notify(c, C_SEQ);
-    const acc = this.accScratch[0];
-    claimChunks(c, C_CLAIM, C_FINISHED, tag, r0, r1, chunkRows, chunks, (a, b) => fn(w, x, y, T, cols, rows, a, b, acc));
+    const acc = scratch[0];
+    claimChunks(c, C_CLAIM, C_FINISHED, tag, r0, r1, chunkRows, chunks, (i, j) => fn(w, x, y, T, cols, rows, i, j, acc));
     // Only a chunk the other thread is computing right now is left to wait for.
     adaptiveWait(c, C_FINISHED, (done) => done === chunks, this.spin, SPIN_LOADS, SPIN_MIN, PROBE_EVERY);
     if (Atomics.load(c, C_FAILED) === 1) throw new AirmError("MODEL_LOAD", "the second kernel thread failed; reload the model with threads: 1");
@@ -508,6 +521,22 @@ export class KernelRuntime {
    */
   attentionPaged(q: number, table: number, kOff: number, vOff: number, bs: number, D: number, n: number, H: number, group: number, scale: number, p: number, out: number): void {
     this.k.attention_paged(q, table, kOff, vOff, bs, D, n, H, group, scale, p, out);
+  }
+
+  /**
+   * Runs `count` attention tiles (kernels.wat attention_tiles: four queries of one KV head each,
+   * 64-byte descriptors at `desc`) with the layer offset `lo`, split between the two threads by
+   * tile (each tile's outputs come from one thread: the same bits either way). `scratch` holds
+   * each thread's scores: 4 x `ps` bytes.
+   */
+  attentionTiles(desc: number, count: number, bs: number, D: number, scale: number, ps: number, lo: number, scratch: readonly [number, number]): void {
+    const scaleBits = new Int32Array(new Float32Array([scale]).buffer)[0];
+    const fn = this.k.attention_tiles as unknown as KernelExports["matmul"];
+    if (this.worker === undefined || count < 2) {
+      fn(desc, bs, D, scaleBits, ps, lo, 0, count, scratch[0]);
+      return;
+    }
+    this.split(fn, KINDS * (this.weightMemories.length + 1), [desc, bs, D, scaleBits, ps, lo], 0, count, Math.max(1, Math.ceil(count / CHUNKS)), scratch);
   }
 
   /** p[i] = softmax(p[i] * scale) over [0, n), the kernel's exp, sum in increasing i; room for n rounded up to 4. */

@@ -349,6 +349,12 @@ export class LlamaModel {
   private logitsRows = 0;
   private tables = 0;
   private tablesCap = 0;
+  /** Attention tile descriptors (64 bytes each) and their capacity. */
+  private descs = 0;
+  private descsCap = 0;
+  /** Each thread's scores of a tile (4 queries), and the sink of padded queries' outputs. */
+  private tileScratch = 0;
+  private tileScratchBytes = 0;
   private resid = 0;
   private residTokens = 0;
   private closed = false;
@@ -967,6 +973,112 @@ export class LlamaModel {
     return out;
   }
 
+  /**
+   * The attention of a pass, block of tokens by block of tokens (TOKEN_BLOCK each): a run of
+   * consecutive positions of one cache (a prompt or its chunk) goes four tokens at a time, per
+   * query head; a lone token (a decode step) four heads of one GQA group at a time when its
+   * group has three or more, else query by query (`singles`, indices within the block). Padding
+   * repeats the last query and writes to a sink. Descriptors hold the q and output addresses in
+   * the block's scratch, each query's positions, its cache's table and the KV head's offsets
+   * within a layer (the kernel adds the layer's).
+   */
+  private planAttention(
+    caches: PagedKVCache[],
+    positions: number[],
+    tableOf: Map<PagedKVCache, number>,
+    s: Scratch,
+    maxN: number,
+  ): { blocks: { desc: number; count: number; singles: number[] }[]; ps: number; scratch: [number, number] } {
+    const c = this.config;
+    const H = c.numHeads,
+      D = c.headDim,
+      group = c.numHeads / c.numKvHeads;
+    const bs = this.kvPool.blockSize;
+    const qStride = this.qkvRows * 4;
+    const oStride = H * D * 4;
+    const kBytes = this.kvPool.kBytes;
+    // scores of 4 queries per thread, then a sink of D floats
+    const ps = (Math.ceil(maxN / 16) * 16 + 16) * 4;
+    const sink = this.ensureTileScratch(2 * 4 * ps + D * 4 + 64) + 2 * 4 * ps;
+    const scratch: [number, number] = [this.tileScratch, this.tileScratch + 4 * ps];
+    type Tile = [number[], number[], number[], number, number, number[]]; // q, n, out, table, head g
+    const perBlock: { tiles: Tile[]; singles: number[] }[] = [];
+    for (let t0 = 0; t0 < positions.length; t0 += TOKEN_BLOCK) {
+      const end = Math.min(positions.length, t0 + TOKEN_BLOCK);
+      const tiles: Tile[] = [];
+      const singles: number[] = [];
+      for (let t = t0; t < end; ) {
+        let u = t + 1;
+        while (u < end && caches[u] === caches[t] && positions[u] === positions[u - 1] + 1) u++;
+        const table = tableOf.get(caches[t])!;
+        const q = (tok: number, h: number) => s.qkv + (tok - t0) * qStride + h * D * 4;
+        const o = (tok: number, h: number) => s.attn + (tok - t0) * oStride + h * D * 4;
+        if (u - t >= 2) {
+          for (let k = t; k < u; k += 4) {
+            const toks = [0, 1, 2, 3].map((i) => Math.min(k + i, u - 1));
+            for (let h = 0; h < H; h++) {
+              tiles.push([
+                toks.map((tok) => q(tok, h)),
+                toks.map((tok) => positions[tok] + 1),
+                toks.map((tok, i) => (k + i < u ? o(tok, h) : sink)),
+                table,
+                Math.floor(h / group),
+                [],
+              ]);
+            }
+          }
+        } else if (group >= 3) {
+          for (let g = 0; g < c.numKvHeads; g++) {
+            for (let h0 = g * group; h0 < (g + 1) * group; h0 += 4) {
+              const heads = [0, 1, 2, 3].map((i) => Math.min(h0 + i, (g + 1) * group - 1));
+              tiles.push([heads.map((h) => q(t, h)), heads.map(() => positions[t] + 1), heads.map((h, i) => (h0 + i < (g + 1) * group ? o(t, h) : sink)), table, g, []]);
+            }
+          }
+        } else singles.push(t - t0);
+        t = u;
+      }
+      perBlock.push({ tiles, singles });
+    }
+    const total = perBlock.reduce((a, b) => a + b.tiles.length, 0);
+    let at = this.ensureDescs(total);
+    const u32 = this.rt.u32;
+    const blocks = perBlock.map(({ tiles, singles }) => {
+      const desc = at;
+      for (const [q, n, out, table, g] of tiles) {
+        const w = at >> 2;
+        for (let i = 0; i < 4; i++) {
+          u32[w + i] = q[i];
+          u32[w + 4 + i] = n[i];
+          u32[w + 11 + i] = out[i];
+        }
+        u32[w + 8] = table;
+        u32[w + 9] = g * D * bs * 2;
+        u32[w + 10] = kBytes + g * bs * D * 2;
+        at += 64;
+      }
+      return { desc, count: tiles.length, singles };
+    });
+    return { blocks, ps, scratch };
+  }
+
+  private ensureDescs(count: number): number {
+    if (count > this.descsCap) {
+      if (this.descs) this.rt.free(this.descs, this.descsCap * 64);
+      this.descsCap = Math.max(count, 64);
+      this.descs = this.rt.alloc(this.descsCap * 64);
+    }
+    return this.descs;
+  }
+
+  private ensureTileScratch(bytes: number): number {
+    if (bytes > this.tileScratchBytes) {
+      if (this.tileScratch) this.rt.free(this.tileScratch, this.tileScratchBytes);
+      this.tileScratchBytes = Math.ceil(bytes / 65536) * 65536;
+      this.tileScratch = this.rt.alloc(this.tileScratchBytes);
+    }
+    return this.tileScratch;
+  }
+
   private ensureScores(S: number): number {
     if (S > this.scoresCap) {
       if (this.scores) this.rt.free(this.scores, this.scoresCap * 4 + 64);
@@ -1045,6 +1157,9 @@ export class LlamaModel {
     const resid = this.ensureResidual(T);
     const s = this.ensureScratch(Math.min(Math.max(T, R), TOKEN_BLOCK));
     const ropeRows = this.ensureRopeRows(T);
+    // The attention work of each block of tokens (the same in every layer): tiles of four queries
+    // of one KV head, and the tokens that run query by query.
+    const attn = this.planAttention(caches, positions, tableOf, s, maxPos + 1);
     // Views are taken after every allocation above (the memory may have grown).
     const u32 = rt.u32,
       f32 = rt.f32;
@@ -1108,7 +1223,9 @@ export class LlamaModel {
         }
         if (t0 + n >= T) onLayer?.(l);
         const lo = l * pool.layerStride;
-        for (let t = 0; t < n; t++) {
+        const plan = attn.blocks[t0 / TOKEN_BLOCK];
+        rt.attentionTiles(plan.desc, plan.count, bs, D, scale, attn.ps, lo, attn.scratch);
+        for (const t of plan.singles) {
           const table = tableOf.get(caches[t0 + t])!;
           rt.attentionPaged(s.qkv + t * qkvRows * 4, table, lo, lo + pool.kBytes, bs, D, positions[t0 + t] + 1, H, group, scale, scores, s.attn + t * HD * 4);
         }

@@ -26,10 +26,15 @@ export function decodeRoutes(app: Hono, rt: WorkerRuntime): void {
     const rid = b.requestId;
     const stopped = new AbortController();
     let endedFromOutside = false;
-    const opened = rt.leases.open(rid, (reason) => {
-      endedFromOutside = true;
-      stopped.abort(new Error(`request ${rid} ended: ${reason}`));
-    });
+    // No TTL here: the KV wait has its own timeout, and a long generation must not be cut.
+    const opened = rt.leases.open(
+      rid,
+      (reason) => {
+        endedFromOutside = true;
+        stopped.abort(new Error(`request ${rid} ended: ${reason}`));
+      },
+      false,
+    );
     if (!opened) throw new ApiError(409, "duplicate_request", `request ${rid} is already in flight on this worker`, "requestId");
     const onClientGone = () => stopped.abort(new Error("the client disconnected"));
     c.req.raw.signal.addEventListener("abort", onClientGone, { once: true });

@@ -57,7 +57,8 @@ async function prefillWith(
   // A release (the client left, its deadline passed) or the TTL can end the lease while prefill
   // still computes: pushes stop, and what was pushed after the release is released again below.
   let endedAs: LeaseEnd | null = null;
-  if (!rt.leases.open(rid, (reason) => (endedAs = reason))) throw new ApiError(409, "duplicate_request", `request ${rid} is already in flight on this worker`, "requestId");
+  // The TTL starts once the blobs are pushed (they wait for the decode from then on).
+  if (!rt.leases.open(rid, (reason) => (endedAs = reason), false)) throw new ApiError(409, "duplicate_request", `request ${rid} is already in flight on this worker`, "requestId");
   let freeSlot: (() => void) | undefined;
   try {
     // Admitted once the prompt's KV blocks are set aside (they are free again once it is pushed).
@@ -87,6 +88,7 @@ async function prefillWith(
       trace.setSpan(callerContext(c), span),
     );
     await pusher.finish(engine.model, kv, firstTokens(res), tokens).finally(() => pushSpan.end());
+    rt.leases.arm(rid);
     const pushMs = performance.now() - computed;
     const prefillMs = res.computeMs ?? computed - t0;
     rt.notePrefill(tokens.length, res.cachedTokens ?? 0, prefillMs);
