@@ -1,7 +1,7 @@
 // The seed's table for run(workload, config), checked on dry_run output.
 import { describe, expect, test } from "vitest";
 import { isAirmError, type Workload } from "@airm/rm-core";
-import { buildCommand, run, type ProcessCommand, type RunConfig } from "./rngd-pd-workload.ts";
+import { buildCommand, gatewayArgv, run, workerArgv, type ProcessCommand, type RunConfig } from "./rngd-pd-workload.ts";
 
 const flag = (argv: string[], name: string) => {
   const i = argv.indexOf(name);
@@ -104,4 +104,24 @@ test("run() without dry_run returns the started child process", async () => {
   expect(typeof child.pid).toBe("number");
   const code = await new Promise((r) => child.once("exit", r));
   expect(code).toBe(0);
+});
+
+describe("every argv built here parses with the part's own command line", () => {
+  test.each([
+    ["decode", { localPrefill: true, maxModelLen: 4096, batch: 8, threads: 2 }],
+    ["prefill", {}],
+    ["solo", { maxModelLen: 512 }],
+  ] as const)("worker %s %j", async (role, o) => {
+    const { WORKER_COMMAND } = await import("@airm/worker");
+    const argv = workerArgv({ role, backend: role === "decode" ? "atom" : "rngd-full", host: "127.0.0.1", port: 0, ...o });
+    const { values } = WORKER_COMMAND.parse(argv.slice(2));
+    expect(values.role).toBe(role);
+    expect(values.localPrefill).toBe("localPrefill" in o);
+  });
+
+  test.each([{ localPrefill: true }, { localPrefill: true, disaggregation: "auto" as const }, {}])("gateway %j", async (o) => {
+    const { GATEWAY_COMMAND } = await import("@airm/gateway");
+    const argv = gatewayArgv({ host: "127.0.0.1", port: 0, prefill: ["http://127.0.0.1:1"], decode: ["http://127.0.0.1:2"], ...o });
+    expect(() => GATEWAY_COMMAND.parse(argv.slice(2))).not.toThrow();
+  });
 });

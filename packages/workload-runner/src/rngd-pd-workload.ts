@@ -83,8 +83,8 @@ export function workerArgv(o: {
   if (o.maxModelLen !== undefined) argv.push("--max-model-len", String(o.maxModelLen));
   if (o.batch !== undefined) argv.push("--B", String(o.batch));
   if (o.threads !== undefined) argv.push("--threads", String(o.threads));
-  // the baseline of a comparison: every request prefilled on the decode worker, none decided
-  if (o.localPrefill) argv.push("--local-prefill", "--disaggregation", "never");
+  // the worker serves /generate too; which requests run there is the gateway's --disaggregation
+  if (o.localPrefill) argv.push("--local-prefill");
   return argv;
 }
 
