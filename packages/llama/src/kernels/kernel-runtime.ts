@@ -64,7 +64,7 @@ interface KernelExports {
 // the next chunk), so a thread that is late or descheduled leaves its share to the other instead
 // of holding the step; each output row is computed by one call either way (same bits).
 const C_SEQ = 0; // job counter, bumped by the caller
-const C_CLAIM = 1; // (job tag << 16) | next chunk index
+const C_CLAIM = 1; // (job tag << 8) | next chunk index
 const C_QUIT = 2;
 const C_FAILED = 3;
 const C_FINISHED = 4; // chunks finished in the current job
@@ -72,8 +72,13 @@ const C_ARGS = 5; // w, x, y, T, cols, rows, r0, r1, acc, kind, chunkRows, chunk
 const CTRL_WORDS = 20;
 /** Chunks per split matmul: enough for one thread to take over the other's share in small steps. */
 const CHUNKS = 8;
-/** The job tag in C_CLAIM (15 bits keep the word positive). */
-const TAG_MASK = 0x7fff;
+/**
+ * The job tag in C_CLAIM (23 bits keep the word positive; a thread would have to stall between
+ * reading a job and claiming from it for 2^23 jobs to mistake a later job for it).
+ */
+const TAG_MASK = 0x7fffff;
+/** The chunk index in C_CLAIM (claimChunks spells it as 0xff: the worker runs its source). */
+const INDEX_MASK = 0xff;
 
 /** A thread's adaptive spin budget (see adaptiveWait). */
 interface SpinState {
@@ -116,9 +121,9 @@ function claimChunks(
 ): void {
   for (;;) {
     const c = Atomics.load(ctrl, claimWord);
-    if ((c & ~0xffff) !== tag || (c & 0xffff) >= chunks) return;
+    if ((c & ~0xff) !== tag || (c & 0xff) >= chunks) return;
     if (Atomics.compareExchange(ctrl, claimWord, c, c + 1) !== c) continue;
-    const a = r0 + (c & 0xffff) * chunkRows;
+    const a = r0 + (c & 0xff) * chunkRows;
     try {
       run(a, Math.min(r1, a + chunkRows));
     } finally {
@@ -153,10 +158,12 @@ WebAssembly.instantiate(module, { env }).then((instance) => {
     adaptiveWait(ctrl, ${C_SEQ}, (v) => v !== last, spin, ${SPIN_LOADS}, ${SPIN_MIN}, ${PROBE_EVERY});
     const seq = (last = Atomics.load(ctrl, ${C_SEQ}));
     if (Atomics.load(ctrl, ${C_QUIT}) === 1) break;
-    // Arguments read now belong to this job whenever a claim below succeeds: the caller writes the
-    // next job's only once every chunk of this one is finished.
+    // Arguments read now belong to this job whenever a claim below succeeds: the caller closes
+    // claims on a job (C_CLAIM moves to the next job's tag) before it writes the next one's.
     const [w, x, y, T, cols, rows, r0, r1, acc, kind, chunkRows, chunks] = ctrl.subarray(${C_ARGS}, ${C_ARGS + 12});
-    claimChunks(ctrl, ${C_CLAIM}, ${C_FINISHED}, (seq & ${TAG_MASK}) << 16, r0, r1, chunkRows, chunks, (a, b) => {
+    // Arguments that changed while they were read belong to a later job (claims on this one are closed by then).
+    if (Atomics.load(ctrl, ${C_SEQ}) !== seq) continue;
+    claimChunks(ctrl, ${C_CLAIM}, ${C_FINISHED}, (seq & ${TAG_MASK}) << 8, r0, r1, chunkRows, chunks, (a, b) => {
       try {
         kernels[kind](w, x, y, T, cols, rows, a, b, acc);
       } catch (e) {
@@ -435,7 +442,13 @@ export class KernelRuntime {
   private split(fn: KernelExports["matmul"], kind: number, a: number[], r0: number, r1: number, chunkRows: number, scratch: readonly [number, number]): void {
     const [w, x, y, T, cols, rows] = a;
     const chunks = Math.ceil((r1 - r0) / chunkRows);
+    if (chunks >= INDEX_MASK) throw new AirmError("MODEL_LOAD", `a split job of ${chunks} chunks (at most ${INDEX_MASK - 1})`);
     const c = this.ctrl;
+    const seq = ++this.seq;
+    const tag = (seq & TAG_MASK) << 8;
+    // Claims close before the arguments change: a thread late for the last job, which may read
+    // some of this job's arguments, can no longer claim a chunk of it (its tag no longer matches).
+    Atomics.store(c, C_CLAIM, tag | INDEX_MASK);
     c[C_ARGS] = w;
     c[C_ARGS + 1] = x;
     c[C_ARGS + 2] = y;
@@ -449,15 +462,15 @@ export class KernelRuntime {
     c[C_ARGS + 10] = chunkRows;
     c[C_ARGS + 11] = chunks;
     Atomics.store(c, C_FINISHED, 0);
-    const seq = ++this.seq;
-    const tag = (seq & TAG_MASK) << 16;
     Atomics.store(c, C_CLAIM, tag);
     Atomics.store(c, C_SEQ, seq);
     Atomics.notify(c, C_SEQ);
     const acc = scratch[0];
     claimChunks(c, C_CLAIM, C_FINISHED, tag, r0, r1, chunkRows, chunks, (i, j) => fn(w, x, y, T, cols, rows, i, j, acc));
     // Only a chunk the other thread is computing right now is left to wait for.
-    adaptiveWait(c, C_FINISHED, (done) => done === chunks, this.spin, SPIN_LOADS, SPIN_MIN, PROBE_EVERY);
+    adaptiveWait(c, C_FINISHED, (done) => done >= chunks, this.spin, SPIN_LOADS, SPIN_MIN, PROBE_EVERY);
+    const finished = Atomics.load(c, C_FINISHED);
+    if (finished !== chunks) throw new AirmError("MODEL_LOAD", `kernel threads out of step: ${finished} chunks finished of a job of ${chunks}; reload the model with threads: 1`);
     if (Atomics.load(c, C_FAILED) === 1) throw new AirmError("MODEL_LOAD", "the second kernel thread failed; reload the model with threads: 1");
   }
 
