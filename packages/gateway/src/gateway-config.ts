@@ -14,7 +14,11 @@ export const GATEWAY_CONFIG = defineConfig("@airm/gateway", {
     default: 600_000,
     doc: "Longest a whole prefill call may take (ms), its wait for KV blocks included: a prompt of the model's whole context takes minutes on a CPU.",
   }),
-  decodeIdleTimeoutMs: opt(int({ min: 1 }), { env: "AIRM_DECODE_IDLE_TIMEOUT_MS", default: 60_000, doc: "Longest gap between two events of a decode stream (ms)." }),
+  decodeIdleTimeoutMs: opt(int({ min: 1 }), {
+    env: "AIRM_DECODE_IDLE_TIMEOUT_MS",
+    default: 60_000,
+    doc: "Longest gap between two events of a decode stream (ms). A solo or local-prefill stream waits for its first event as long as AIRM_PREFILL_TIMEOUT_MS allows (its prefill, queue included).",
+  }),
   kvTimeoutMs: opt(int({ min: 1 }), {
     env: "AIRM_KV_TIMEOUT_MS",
     default: 60_000,

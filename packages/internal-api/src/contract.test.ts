@@ -69,6 +69,33 @@ describe("NDJSON events", () => {
     const silent = new ReadableStream<Uint8Array>({ start() {} });
     await expect(all(readEvents(silent, 50))).rejects.toBeInstanceOf(StreamIdleError);
   });
+
+  it("waits firstIdleMs for the first event, then idleMs between events", async () => {
+    const token = encodeEvent({ type: "token", index: 1, token: 42, text: "a" });
+    const later = (first: number, gap: number) =>
+      new ReadableStream<Uint8Array>({
+        start(c) {
+          // the reader cancels the stream once it gives up: later sends find it closed
+          const send = () => {
+            try {
+              c.enqueue(new TextEncoder().encode(token));
+            } catch {}
+          };
+          setTimeout(() => {
+            send();
+            setTimeout(send, gap);
+          }, first);
+        },
+      });
+    const seen: WorkerEvent[] = [];
+    const read = async (g: AsyncGenerator<WorkerEvent>) => {
+      for await (const e of g) seen.push(e);
+    };
+    // the first event after 150 ms is fine with firstIdleMs 400; a gap of 150 ms is not with idleMs 60
+    await expect(read(readEvents(later(150, 150), 60, 400))).rejects.toMatchObject({ idleMs: 60 });
+    expect(seen).toHaveLength(1);
+    await expect(all(readEvents(later(150, 0), 60))).rejects.toMatchObject({ idleMs: 60 });
+  });
 });
 
 describe("API errors", () => {

@@ -59,9 +59,10 @@ export class StreamIdleError extends Error {
 
 /**
  * Yields each event of a worker's NDJSON `body`. Throws StreamIdleError when no line arrives
- * within `idleMs`, and ApiError(502, worker_stream_broken) for a line that is not a valid event.
+ * within `idleMs` (before the first event: within `firstIdleMs`), and ApiError(502,
+ * worker_stream_broken) for a line that is not a valid event.
  */
-export async function* readEvents(body: ReadableStream<Uint8Array>, idleMs: number): AsyncGenerator<WorkerEvent> {
+export async function* readEvents(body: ReadableStream<Uint8Array>, idleMs: number, firstIdleMs = idleMs): AsyncGenerator<WorkerEvent> {
   const reader = body.getReader();
   const decoder = new TextDecoder();
   let buf = "";
@@ -81,11 +82,13 @@ export async function* readEvents(body: ReadableStream<Uint8Array>, idleMs: numb
       );
     return r.data;
   };
+  let seen = false;
   try {
     for (;;) {
       let timer: NodeJS.Timeout | undefined;
+      const waitMs = seen ? idleMs : firstIdleMs;
       const idle = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new StreamIdleError(idleMs)), idleMs);
+        timer = setTimeout(() => reject(new StreamIdleError(waitMs)), waitMs);
       });
       let chunk: Awaited<ReturnType<typeof reader.read>>;
       try {
@@ -99,7 +102,10 @@ export async function* readEvents(body: ReadableStream<Uint8Array>, idleMs: numb
       while (nl >= 0) {
         const line = buf.slice(0, nl).trim();
         buf = buf.slice(nl + 1);
-        if (line) yield parse(line);
+        if (line) {
+          seen = true;
+          yield parse(line);
+        }
         nl = buf.indexOf("\n");
       }
     }
@@ -120,8 +126,8 @@ export class WorkerEventStream {
   constructor(private readonly response: Response) {}
 
   /** The events, as readEvents parses them (the response stays referenced while they are read). */
-  async *events(idleMs: number): AsyncGenerator<WorkerEvent> {
-    yield* readEvents(this.response.body!, idleMs);
+  async *events(idleMs: number, firstIdleMs = idleMs): AsyncGenerator<WorkerEvent> {
+    yield* readEvents(this.response.body!, idleMs, firstIdleMs);
   }
 
   /** The raw NDJSON text (tests). */

@@ -64,7 +64,15 @@ export async function* runSolo(pool: EndpointPool, t: SoloTimeouts, req: Generat
       throw new ApiError(502, "worker_unreachable", `solo worker ${ep.url} unreachable: ${causeOf(err)}`);
     }
     try {
-      for await (const ev of relayEvents(answer, { who: `solo worker ${ep.url}`, idleMs: t.decodeIdleTimeoutMs, kv: null, choices: req.bestOf, onEvent: () => pool.alive(ep) })) {
+      for await (const ev of relayEvents(answer, {
+        who: `solo worker ${ep.url}`,
+        idleMs: t.decodeIdleTimeoutMs,
+        // until the first token the prefill timeout governs (it fires first and names itself)
+        firstIdleMs: t.prefillTimeoutMs + t.decodeIdleTimeoutMs,
+        kv: null,
+        choices: req.bestOf,
+        onEvent: () => pool.alive(ep),
+      })) {
         if (ev.type === "first") {
           clearTimeout(prefillTimer);
           pool.callSucceeded(ep);

@@ -68,6 +68,8 @@ export interface RelayOptions {
   /** Choices the stream carries: it ends after this many done events. */
   choices: number;
   idleMs: number;
+  /** The longest wait for the first event (default idleMs): a solo worker's prefill, queue included, may take longer than a gap between tokens. */
+  firstIdleMs?: number;
   /** KV push time of the prefill (PD) or null (solo). */
   kv: { pushMs: number; transport: string } | null;
   onReady?(kvLoadMs: number): void;
@@ -84,7 +86,7 @@ export async function* relayEvents(answer: WorkerEventStream, o: RelayOptions): 
   let dones = 0;
   let loadMs: number | null = null;
   try {
-    for await (const ev of answer.events(o.idleMs)) {
+    for await (const ev of answer.events(o.idleMs, o.firstIdleMs)) {
       o.onEvent?.();
       switch (ev.type) {
         case "first": {
