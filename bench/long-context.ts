@@ -6,7 +6,8 @@
 //      prompt per request so no prefix cache helps; max_tokens 1);
 //   2. decode TPOT of one stream at a 4k context (64 new tokens);
 //   3. the TPOT of 4 running streams while a 4k-token prompt prefills, against the same streams
-//      undisturbed: (a) PD, the prompt on the prefill worker; (b) the prompt chunked on the decode
+//      undisturbed (the mean of a window before the prompt and one after its first token: their
+//      TPOT grows with their context as they decode on): (a) PD, the prompt on the prefill worker; (b) the prompt chunked on the decode
 //      worker itself (--local-prefill, every request prefilled there); llama-server (4 slots + 1)
 //      beside them;
 //   4. a 7-token prompt's TTFT p50 with the model's full context against --max-model-len 512
@@ -121,27 +122,39 @@ async function decodeTpot(url: string, model: string, who: string, seed: number)
 }
 
 /**
- * Four streams decode (short prompts, many tokens); undisturbed gaps over a window, then a
- * `decodeContext`-token prompt arrives and the streams' gaps until its first token are taken.
+ * Four streams decode (short prompts, many tokens): their gaps over a quiet window, then a
+ * `decodeContext`-token prompt arrives and their gaps until its first token, then a quiet window
+ * after it. A stream's TPOT grows with its context, and the streams decode on through the prompt
+ * (minutes when it chunks beside them), so the undisturbed reference is the mean of the windows
+ * before and after: the ratio is what the prompt cost them, not what their own growth did.
  */
-async function interference(url: string, model: string, who: string, seed: number): Promise<{ undisturbedMs: number; duringMs: number; ratio: number; longTtftMs: number }> {
+async function interference(
+  url: string,
+  model: string,
+  who: string,
+  seed: number,
+): Promise<{ beforeMs: number; duringMs: number; afterMs: number; undisturbedMs: number; ratio: number; longTtftMs: number }> {
   progress(`${who}: 4 streams, then a ${args.decodeContext}-token prompt beside them`);
   const stop = new AbortController();
   const streams = Array.from({ length: 4 }, (_, i) => complete(url, model, promptIds(seed + i, 24), 8000, stop.signal));
   const t0 = performance.now();
   await new Promise((r) => setTimeout(r, 4000));
-  const marks = { quietFrom: t0 + 1500, quietTo: performance.now() };
+  const before = { from: t0 + 1500, to: performance.now() };
   const longStart = performance.now();
   const long = must(await complete(url, model, promptIds(seed + 100, args.decodeContext), 1), `${who} long prompt`);
   const longFirst = longStart + long.ttftMs;
+  await new Promise((r) => setTimeout(r, 3000));
+  const after = { from: longFirst + 500, to: performance.now() };
   stop.abort();
   const done = await Promise.all(streams);
   done.forEach((s, i) => must(s, `${who} stream ${i}`));
-  const window = (from: number, to: number) => done.flatMap((s) => gaps(s.at.filter((t) => t >= from && t <= to)));
-  const undisturbedMs = median(window(marks.quietFrom, marks.quietTo));
-  const duringMs = median(window(longStart, longFirst));
+  const window = (from: number, to: number) => median(done.flatMap((s) => gaps(s.at.filter((t) => t >= from && t <= to))));
+  const beforeMs = window(before.from, before.to);
+  const afterMs = window(after.from, after.to);
+  const duringMs = window(longStart, longFirst);
+  const undisturbedMs = (beforeMs + afterMs) / 2;
   progressDone();
-  return { undisturbedMs, duringMs, ratio: duringMs / undisturbedMs, longTtftMs: long.ttftMs };
+  return { beforeMs, duringMs, afterMs, undisturbedMs, ratio: duringMs / undisturbedMs, longTtftMs: long.ttftMs };
 }
 
 /** TTFT p50 of a 7-token prompt, max_tokens 1 (a fresh prompt each time). */
@@ -170,7 +183,7 @@ try {
   Object.assign(report, { ours: { ttft_ms: sweep.ttftMs, prefill_tok_s: sweep.tokS, decode_tpot_ms_at_context: tpot, interference_pd: pd, short_ttft_ms_full_context: fullCtx } });
   console.log(`airm up: TTFT ${JSON.stringify(sweep.ttftMs)} ms; prefill tok/s ${JSON.stringify(sweep.tokS)}; decode TPOT at ${args.decodeContext}: ${tpot.toFixed(1)} ms`);
   console.log(
-    `airm up (PD): 4 streams' TPOT ${pd.undisturbedMs.toFixed(1)} ms undisturbed, ${pd.duringMs.toFixed(1)} ms while a ${args.decodeContext}-token prompt prefilled (${pd.ratio.toFixed(2)}x)`,
+    `airm up (PD): 4 streams' TPOT ${pd.duringMs.toFixed(1)} ms while a ${args.decodeContext}-token prompt prefilled, ${pd.beforeMs.toFixed(1)} before and ${pd.afterMs.toFixed(1)} after (${pd.ratio.toFixed(2)}x)`,
   );
 } finally {
   await ours.cluster.stop();
@@ -195,7 +208,7 @@ try {
   const local = await interference(ours.url, id, "airm up (local prefill)", 21);
   Object.assign(report.ours as object, { interference_local: local });
   console.log(
-    `airm up (--local-prefill): 4 streams' TPOT ${local.undisturbedMs.toFixed(1)} ms undisturbed, ${local.duringMs.toFixed(1)} ms while a ${args.decodeContext}-token prompt prefilled chunked beside them (${local.ratio.toFixed(2)}x; its TTFT ${(local.longTtftMs / 1000).toFixed(1)} s)`,
+    `airm up (--local-prefill): 4 streams' TPOT ${local.duringMs.toFixed(1)} ms while a ${args.decodeContext}-token prompt prefilled chunked beside them, ${local.beforeMs.toFixed(1)} before and ${local.afterMs.toFixed(1)} after (${local.ratio.toFixed(2)}x; its TTFT ${(local.longTtftMs / 1000).toFixed(1)} s)`,
   );
 } finally {
   await ours.cluster.stop();
@@ -238,7 +251,7 @@ if ("skipped" in server) {
       decode_tpot_ratio_ours_over_llama: o.decode_tpot_ms_at_context / tpot,
     };
     console.log(`llama-server: TTFT ${JSON.stringify(sweep.ttftMs)} ms; prefill tok/s ${JSON.stringify(sweep.tokS)}; decode TPOT at ${args.decodeContext}: ${tpot.toFixed(1)} ms`);
-    console.log(`llama-server: 4 streams' TPOT ${mixed.undisturbedMs.toFixed(1)} ms undisturbed, ${mixed.duringMs.toFixed(1)} ms during the prompt (${mixed.ratio.toFixed(2)}x)`);
+    console.log(`llama-server: 4 streams' TPOT ${mixed.duringMs.toFixed(1)} ms during the prompt, ${mixed.beforeMs.toFixed(1)} before and ${mixed.afterMs.toFixed(1)} after (${mixed.ratio.toFixed(2)}x)`);
   } finally {
     await stopChild(child);
   }

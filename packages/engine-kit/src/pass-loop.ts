@@ -51,6 +51,12 @@ export interface PassPolicy {
 
 /** Chunk size beside decodes before any cost was measured. */
 const FIRST_CHUNK = 16;
+/**
+ * While a prompt chunks beside decodes, every this-many-th pass is decodes alone: it measures
+ * the decode pass again (its cost grows with the streams' context), so a chunk's share is
+ * computed against what the streams cost now, not when the prompt came.
+ */
+const REMEASURE_EVERY = 8;
 
 interface Chunk {
   work: PrefillWork;
@@ -72,6 +78,8 @@ export class PassLoop {
   private readonly prefills: PrefillWork[] = [];
   private scheduled = false;
   private running: Promise<void> | null = null;
+  /** Passes with decodes and a chunk since the last pass of decodes alone. */
+  private mixedSinceDecodeOnly = 0;
   /** ms of a pass of decode steps alone. */
   readonly decodePassMs = new Mean();
   /** ms per prompt token in a pass. */
@@ -132,7 +140,9 @@ export class PassLoop {
   private async runPasses(): Promise<void> {
     if (this.decodes.length === 0 && this.prefills.length === 0) return;
     const decodes = this.room(this.decodes.splice(0, this.policy.batch));
-    const chunks = this.takeChunks(decodes.length);
+    const remeasure = decodes.length > 0 && this.mixedSinceDecodeOnly >= REMEASURE_EVERY;
+    const chunks = remeasure ? [] : this.takeChunks(decodes.length);
+    this.mixedSinceDecodeOnly = decodes.length > 0 && chunks.length > 0 ? this.mixedSinceDecodeOnly + 1 : 0;
     if (decodes.length === 0 && chunks.length === 0) return;
     await this.runPass(decodes, chunks);
   }
