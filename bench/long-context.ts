@@ -251,7 +251,9 @@ if ("skipped" in server) {
       decode_tpot_ratio_ours_over_llama: o.decode_tpot_ms_at_context / tpot,
     };
     console.log(`llama-server: TTFT ${JSON.stringify(sweep.ttftMs)} ms; prefill tok/s ${JSON.stringify(sweep.tokS)}; decode TPOT at ${args.decodeContext}: ${tpot.toFixed(1)} ms`);
-    console.log(`llama-server: 4 streams' TPOT ${mixed.duringMs.toFixed(1)} ms during the prompt, ${mixed.beforeMs.toFixed(1)} before and ${mixed.afterMs.toFixed(1)} after (${mixed.ratio.toFixed(2)}x)`);
+    console.log(
+      `llama-server: 4 streams' TPOT ${mixed.duringMs.toFixed(1)} ms during the prompt, ${mixed.beforeMs.toFixed(1)} before and ${mixed.afterMs.toFixed(1)} after (${mixed.ratio.toFixed(2)}x)`,
+    );
   } finally {
     await stopChild(child);
   }
