@@ -57,6 +57,11 @@ const FIRST_CHUNK = 16;
  * computed against what the streams cost now, not when the prompt came.
  */
 const REMEASURE_EVERY = 8;
+/**
+ * Turns of the event loop a pass that would take a prompt chunk waits, at most, for the steps of
+ * the streams decoding here (a turn costs microseconds when nothing else is to be done).
+ */
+const GATHER_TURNS = 32;
 
 interface Chunk {
   work: PrefillWork;
@@ -139,12 +144,24 @@ export class PassLoop {
 
   private async runPasses(): Promise<void> {
     if (this.decodes.length === 0 && this.prefills.length === 0) return;
+    if (this.prefills.length > 0) await this.gatherSteps();
     const decodes = this.room(this.decodes.splice(0, this.policy.batch));
     const remeasure = decodes.length > 0 && this.mixedSinceDecodeOnly >= REMEASURE_EVERY;
     const chunks = remeasure ? [] : this.takeChunks(decodes.length);
     this.mixedSinceDecodeOnly = decodes.length > 0 && chunks.length > 0 ? this.mixedSinceDecodeOnly + 1 : 0;
     if (decodes.length === 0 && chunks.length === 0) return;
     await this.runPass(decodes, chunks);
+  }
+
+  /**
+   * A stream that the last pass resolved queues its next step only after its token went out (a
+   * few turns of the event loop); a pass that took a prompt chunk without it would cost it a
+   * whole pass. So before such a pass the streams decoding here get a moment to queue.
+   */
+  private async gatherSteps(): Promise<void> {
+    for (let turn = 0; turn < GATHER_TURNS && this.decodes.length < Math.min(this.policy.batch, this.decoding()); turn++) {
+      await new Promise<void>((r) => setImmediate(r));
+    }
   }
 
   /** The prompt chunks of the next pass, their blocks taken (a prompt whose blocks cannot be had fails alone). */

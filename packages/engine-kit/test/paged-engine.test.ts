@@ -210,6 +210,46 @@ describe("chunked prefill beside running streams", () => {
     }
   });
 
+  it("a stream that takes a few turns to queue its next step (a worker writes its token out first) is in every pass a chunk takes", async () => {
+    const long = Array.from({ length: 6 }, () => prompts[2])
+      .flat()
+      .slice(0, 100);
+    const engine = await CpuBackedEngine.open(modelDir, spec({ maxModelLen: 1024 }));
+    const turns = async (n: number): Promise<void> => {
+      for (let i = 0; i < n; i++) await new Promise<void>((r) => setImmediate(r));
+    };
+    try {
+      let prompting = true;
+      const streams = prompts.map(async (p) => {
+        const r = await engine.prefill(p, { keepStream: true, reservation: await admit(engine, p.length + 1) });
+        const out = [r.firstToken];
+        try {
+          while ((prompting && out.length < 900) || out.length < STEPS) {
+            const [next] = await engine.decode([{ stream: r.stream!, token: out[out.length - 1] }]);
+            out.push(next.token);
+            await turns(3);
+          }
+          return out;
+        } finally {
+          engine.release(r.stream!);
+        }
+      });
+      await new Promise((r) => setTimeout(r, 20));
+      const before = engine.passCounts();
+      const r = await engine.prefill(long, {});
+      const after = engine.passCounts();
+      prompting = false;
+      const runs = await Promise.all(streams);
+      for (const [i, run] of runs.entries()) expect(run.slice(0, STEPS)).toEqual(reference[i]);
+      expect(r.firstToken).toBe((await solo(long, 1))[0]);
+      expect(after.chunks - before.chunks).toBeGreaterThan(1);
+      // every pass that carried a chunk of the long prompt carried the streams' steps too
+      expect(after.prefillPasses - before.prefillPasses).toBe(after.mixed - before.mixed);
+    } finally {
+      await engine.close();
+    }
+  });
+
   it("a prompt longer than the pass budget runs in chunks of it, with the bits of one pass", async () => {
     const long = Array.from({ length: 6 }, () => prompts[2])
       .flat()
