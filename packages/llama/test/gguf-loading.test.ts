@@ -77,7 +77,7 @@ describe("GGUF dequantisation", () => {
     { name: "t.q8_0", dims: [cols, rows], typeId: TYPE_IDS.Q8_0, data: q8.data },
     { name: "t.q4_0", dims: [cols, rows], typeId: TYPE_IDS.Q4_0, data: q40.data },
     { name: "t.q4_1", dims: [cols, rows], typeId: TYPE_IDS.Q4_1, data: q41.data },
-    { name: "t.q5_k", dims: [256, 1], typeId: TYPE_IDS.Q5_K, data: new Uint8Array(176) },
+    { name: "t.q8_k", dims: [256, 1], typeId: TYPE_IDS.Q8_K, data: new Uint8Array(292) },
   ];
   const expected: Record<string, Uint16Array> = {
     "t.f32": Uint16Array.from(f32Values, refBf16),
@@ -109,7 +109,7 @@ describe("GGUF dequantisation", () => {
           expect([...got], name).toEqual([...want]);
         }
         expect(source.info("t.q4_1").dtype).toBe("Q4_1");
-        expectModelLoadError(() => source.readBf16("t.q5_k", new Uint16Array(256)), "t.q5_k", "Q5_K");
+        expectModelLoadError(() => source.readBf16("t.q8_k", new Uint16Array(256)), "t.q8_k", "Q8_K");
       } finally {
         source.close();
       }
@@ -335,8 +335,8 @@ describe("loadCheckpoint on a GGUF file converted from a generated model", () =>
       // per layer: qkv = a q4k segment (q, k) + a q6k segment (v; layer 1: q8), o, gate/up (q4k), down (q6k); embeddings q4k, output q6k
       // (8-bit inputs, the default: the kinds over 8-bit inputs)
       // (layer 1's v is Q8_0: its fused q/k/v runs a q4ka8 segment on the 8-bit input and a q8 one on the 16-bit input)
-      expect(quant.weightKinds).toEqual({ bf16: 0, q8: 1, q4: 0, q4k: 0, q6k: 0, q4a8: 0, q4ka8: 7, q6ka8: 4 });
-      expect(quant16.weightKinds).toEqual({ bf16: 0, q8: 1, q4: 0, q4k: 7, q6k: 4, q4a8: 0, q4ka8: 0, q6ka8: 0 });
+      expect(quant.weightKinds).toEqual({ bf16: 0, q8: 1, q4: 0, q4k: 0, q6k: 0, q4a8: 0, q4ka8: 7, q6ka8: 4, q5a8: 0 });
+      expect(quant16.weightKinds).toEqual({ bf16: 0, q8: 1, q4: 0, q4k: 7, q6k: 4, q4a8: 0, q4ka8: 0, q6ka8: 0, q5a8: 0 });
       expect(plain.weightKinds.bf16).toBe(10);
       expect(quant.weightBytesPerToken).toBeLessThan(plain.weightBytesPerToken / 2);
       expect(quant.numericsFingerprint).not.toBe(plain.numericsFingerprint);
@@ -392,9 +392,9 @@ describe("loadCheckpoint on a GGUF file converted from a generated model", () =>
       { name: "spm", bytes: () => ggufBytes({ metadata: { ...metadata, "tokenizer.ggml.model": str("llama") }, tensors }), parts: ["tokenizer.ggml.model", "llama"] },
       { name: "arch", bytes: () => ggufBytes({ metadata: { ...metadata, "general.architecture": str("falcon") }, tensors }), parts: ["falcon", "general.architecture"] },
       {
-        name: "q5k",
+        name: "q8k",
         bytes: () =>
-          ggufBytes({ metadata, tensors: tensors.map((t) => (t.name === "output_norm.weight" ? { ...t, dims: [256], typeId: TYPE_IDS.Q5_K, data: new Uint8Array(176) } : t)) }),
+          ggufBytes({ metadata, tensors: tensors.map((t) => (t.name === "output_norm.weight" ? { ...t, dims: [256], typeId: TYPE_IDS.Q8_K, data: new Uint8Array(292) } : t)) }),
         parts: ["model.norm.weight"],
       },
       {

@@ -1,6 +1,7 @@
-// The integer kernels over quantized blocks (the q8 / q4 / q4k / q6k images of GGUF Q8_0, Q4_0,
-// Q4_1, Q4_K, Q6_K over 16-bit inputs, and q4a8 of Q4_0 / Q4_1 over 8-bit inputs on relaxed-SIMD
-// dots) against a plain-JS reference of the documented arithmetic, bit for bit: every
+// The integer kernels over quantized blocks (the q8 / q4 / q4k / q6k images of GGUF Q8_0, IQ4_NL,
+// IQ4_XS, Q4_0, Q4_1, Q4_K, Q6_K, Q3_K over 16-bit inputs, and q4a8 / q4ka8 / q6ka8 / q5a8 of the
+// Q4, Q6_K, Q3_K and Q5 types over 8-bit inputs on relaxed-SIMD dots) against a plain-JS reference
+// of the documented arithmetic, bit for bit: every
 // token count (quads and single tokens), row ranges on one and two threads; the image packing and
 // its row dequantiser against a decoder written from ggml's block layouts.
 import { describe, expect, it } from "vitest";
@@ -43,8 +44,9 @@ function decode(s: Stored, rows: number, cols: number): { q: Int32Array; dA: Flo
   const q = new Int32Array(rows * cols);
   const dA = new Float32Array(rows * nb);
   const dB = new Float32Array(rows * nb);
-  const m = s.type === "Q8_0" || s.type === "Q6_K" ? undefined : new Float32Array(rows * nb);
+  const m = ["Q8_0", "Q6_K", "Q3_K", "IQ4_NL", "IQ4_XS"].includes(s.type) ? undefined : new Float32Array(rows * nb);
   const h16 = (o: number) => f16BitsToF32(s.raw[o] | (s.raw[o + 1] << 8));
+  if (decodeMore(s, rows, cols, q, dA, dB, m)) return { q, dA, dB, m };
   for (let row = 0; row < rows; row++) {
     if (s.type === "Q4_K" || s.type === "Q6_K") {
       for (let sb = 0; sb < cols / 256; sb++) {
@@ -103,6 +105,122 @@ function decode(s: Stored, rows: number, cols: number): { q: Int32Array; dA: Flo
   return { q, dA, dB, m };
 }
 
+/** ggml's kvalues_iq4nl. */
+const IQ4 = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+
+/**
+ * decode() for Q5_0, Q5_1, Q5_K, Q3_K, IQ4_NL and IQ4_XS, each loop written after ggml's
+ * dequantize_row_* of the type (false for the other types).
+ */
+function decodeMore(s: Stored, rows: number, cols: number, q: Int32Array, dA: Float32Array, dB: Float32Array, m: Float32Array | undefined): boolean {
+  const raw = s.raw;
+  const nb = cols / 32;
+  const h16 = (o: number) => f16BitsToF32(raw[o] | (raw[o + 1] << 8));
+  const u32 = (o: number) => (raw[o] | (raw[o + 1] << 8) | (raw[o + 2] << 16) | (raw[o + 3] << 24)) >>> 0;
+  if (s.type === "Q5_0" || s.type === "Q5_1" || s.type === "IQ4_NL") {
+    const sb = s.type === "Q5_0" ? 22 : s.type === "Q5_1" ? 24 : 18;
+    for (let blk = 0; blk < rows * nb; blk++) {
+      const o = blk * sb;
+      const row = Math.floor(blk / nb);
+      const y = row * cols + (blk % nb) * 32;
+      const d = h16(o);
+      dA[blk] = dB[blk] = d;
+      if (s.type === "IQ4_NL") {
+        for (let j = 0; j < 16; j++) {
+          q[y + j] = IQ4[raw[o + 2 + j] & 0xf];
+          q[y + j + 16] = IQ4[raw[o + 2 + j] >> 4];
+        }
+        continue;
+      }
+      m![blk] = s.type === "Q5_1" ? h16(o + 2) : fr(-16 * d);
+      const qh = u32(s.type === "Q5_1" ? o + 4 : o + 2);
+      const qs = s.type === "Q5_1" ? o + 8 : o + 6;
+      for (let j = 0; j < 16; j++) {
+        q[y + j] = (raw[qs + j] & 0x0f) | (((qh >>> j) << 4) & 0x10);
+        q[y + j + 16] = (raw[qs + j] >> 4) | ((qh >>> (j + 12)) & 0x10);
+      }
+    }
+    return true;
+  }
+  if (s.type !== "Q5_K" && s.type !== "Q3_K" && s.type !== "IQ4_XS") return false;
+  const sbBytes = s.type === "Q5_K" ? 176 : s.type === "Q3_K" ? 110 : 136;
+  for (let row = 0; row < rows; row++) {
+    for (let sb = 0; sb < cols / 256; sb++) {
+      const o = (row * (cols / 256) + sb) * sbBytes;
+      const y0 = row * cols + sb * 256;
+      const b0 = row * nb + sb * 8;
+      if (s.type === "Q5_K") {
+        const d = h16(o);
+        const dmin = h16(o + 2);
+        const sc = raw.subarray(o + 4, o + 16);
+        let u1 = 1;
+        let u2 = 2;
+        for (let j = 0; j < 256; j += 64) {
+          const is = j / 32;
+          for (const [k, u] of [
+            [is, u1],
+            [is + 1, u2],
+          ]) {
+            const [a, mm] = k < 4 ? [sc[k] & 63, sc[k + 4] & 63] : [(sc[k + 4] & 0xf) | ((sc[k - 4] >> 6) << 4), (sc[k + 4] >> 4) | ((sc[k] >> 6) << 4)];
+            dA[b0 + k] = dB[b0 + k] = fr(d * a);
+            m![b0 + k] = -fr(dmin * mm);
+            for (let l = 0; l < 32; l++) {
+              const ql = raw[o + 48 + j / 2 + l];
+              q[y0 + 32 * k + l] = (k % 2 === 0 ? ql & 0xf : ql >> 4) + (raw[o + 16 + l] & u ? 16 : 0);
+            }
+          }
+          u1 <<= 2;
+          u2 <<= 2;
+        }
+      } else if (s.type === "Q3_K") {
+        const d = h16(o + 108);
+        // the 16 6-bit scales: ggml's aux shuffle of the 12 bytes
+        const a = [u32(o + 96), u32(o + 100), u32(o + 104)];
+        const k1 = 0x03030303;
+        const k2 = 0x0f0f0f0f;
+        const aux = [
+          ((a[0] & k2) | (((a[2] >>> 0) & k1) << 4)) >>> 0,
+          ((a[1] & k2) | (((a[2] >>> 2) & k1) << 4)) >>> 0,
+          (((a[0] >>> 4) & k2) | (((a[2] >>> 4) & k1) << 4)) >>> 0,
+          (((a[1] >>> 4) & k2) | (((a[2] >>> 6) & k1) << 4)) >>> 0,
+        ];
+        const scale = (i: number) => ((aux[i >> 2] >>> (8 * (i & 3))) & 0xff) - 32;
+        let e = 0;
+        let mask = 1;
+        for (let n = 0; n < 256; n += 128) {
+          let shift = 0;
+          for (let j = 0; j < 4; j++) {
+            for (let half = 0; half < 2; half++) {
+              const k = e >> 4;
+              const ds = fr(d * scale(k));
+              if (k % 2 === 0) dA[b0 + (k >> 1)] = ds;
+              else dB[b0 + (k >> 1)] = ds;
+              for (let l = 0; l < 16; l++) {
+                const at = 16 * half + l;
+                q[y0 + e++] = ((raw[o + 32 + n / 4 + at] >> shift) & 3) - (raw[o + at] & mask ? 0 : 4);
+              }
+            }
+            shift += 2;
+            mask <<= 1;
+          }
+        }
+      } else {
+        const d = h16(o);
+        const sh = raw[o + 2] | (raw[o + 3] << 8);
+        for (let ib = 0; ib < 8; ib++) {
+          const ls = ((raw[o + 4 + (ib >> 1)] >> (4 * (ib % 2))) & 0xf) | (((sh >> (2 * ib)) & 3) << 4);
+          dA[b0 + ib] = dB[b0 + ib] = fr(d * (ls - 32));
+          for (let j = 0; j < 16; j++) {
+            q[y0 + 32 * ib + j] = IQ4[raw[o + 8 + 16 * ib + j] & 0xf];
+            q[y0 + 32 * ib + j + 16] = IQ4[raw[o + 8 + 16 * ib + j] >> 4];
+          }
+        }
+      }
+    }
+  }
+  return true;
+}
+
 /**
  * The reference: per row and block, the exact integer sum(s), then the f32 steps in the documented
  * order. Inputs are quantized to 16 bits (quant_x: amax / 32767) or 8 bits (quant_x8: amax / 127,
@@ -140,7 +258,7 @@ function reference(s: Stored, x: Float32Array, T: number, rows: number, cols: nu
           hi += w.q[r * cols + b * 32 + 16 + k] * q[b * 32 + 16 + k];
         }
         const blk = r * nb + b;
-        if (s.type === "Q6_K") {
+        if (s.type === "Q6_K" || s.type === "Q3_K") {
           acc = fr(acc + fr(fr(lo) * fr(w.dA[blk] * dx[b])));
           acc = fr(acc + fr(fr(hi) * fr(w.dB[blk] * dx[b])));
         } else acc = fr(acc + fr(fr(lo + hi) * fr(w.dA[blk] * dx[b])));
@@ -185,7 +303,7 @@ const rts = kernelRuntimes();
 
 const bits = (a: Float32Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
 
-const K = (t: Type) => t === "Q4_K" || t === "Q6_K";
+const K = (t: Type) => t === "Q4_K" || t === "Q6_K" || t === "Q5_K" || t === "Q3_K" || t === "IQ4_XS";
 
 describe.each([
   ["Q8_0", "q8"],
@@ -197,6 +315,13 @@ describe.each([
   ["Q4_1", "q4a8"],
   ["Q4_K", "q4ka8"],
   ["Q6_K", "q6ka8"],
+  ["Q5_0", "q5a8"],
+  ["Q5_1", "q5a8"],
+  ["Q5_K", "q5a8"],
+  ["Q3_K", "q6k"],
+  ["Q3_K", "q6ka8"],
+  ["IQ4_NL", "q8"],
+  ["IQ4_XS", "q8"],
 ] as const)("%s in the %s image", (type, kind) => {
   const a8 = takesA8(kind);
   it("equals the reference bit for bit for 1-9 tokens (quads and single tokens) and several shapes", () => {
@@ -378,6 +503,32 @@ describe("q4a8 (8-bit inputs on relaxed-SIMD dots) at the ends of its ranges", (
         expect(bits(run(rts.rt1, s, x, T, rows, cols, kind)).equals(bits(want)), `${type}, sign ${sign}`).toBe(true);
         expect(bits(run(rts.rt2, s, x, T, rows, cols, kind)).equals(bits(want))).toBe(true);
         if (sign !== 0) expect(Math.abs(want[0])).toBeGreaterThan(0); // (alternating pairs against constant weights sum to 0)
+      }
+    }
+  });
+
+  it("Q5 at its largest integers (q 31) and at 0 gives the reference's bits, and the exact sum", () => {
+    for (const top of [31, 0]) {
+      const raw = new Uint8Array(rows * (cols / 32) * 24);
+      for (let o = 0; o < raw.length; o += 24) {
+        raw.set([0x00, 0x3c, 0x00, 0x00], o); // Q5_1: d = 1, m = 0
+        raw.fill(top ? 0xff : 0, o + 4, o + 24); // every high bit and nibble set (q 31) or clear
+      }
+      for (const sign of [1, -1, 0]) {
+        const T = 6;
+        const x = new Float32Array(T * cols).map((_, i) => (sign === 0 ? ((i >> 1) % 2 === 0 ? 3 : -3) : sign * 3));
+        const s: Stored = { type: "Q5_1", raw };
+        const want = reference(s, x, T, rows, cols, true);
+        expect(bits(run(rts.rt1, s, x, T, rows, cols, "q5a8")).equals(bits(want)), `q ${top}, sign ${sign}`).toBe(true);
+        expect(bits(run(rts.rt2, s, x, T, rows, cols, "q5a8")).equals(bits(want))).toBe(true);
+        if (top && sign !== 0) {
+          let acc = 0;
+          for (let b = 0; b < cols / 32; b++) {
+            acc = fr(acc + fr(sign * 32 * 31 * 127 * fr(1 * fr(3 / 127))));
+            acc = fr(acc + fr(0 * fr(fr(3 / 127) * sign * 32 * 127)));
+          }
+          expect(want[0]).toBe(acc);
+        }
       }
     }
   });

@@ -1955,9 +1955,10 @@
   ;; and CPU: x86 vpmaddubsw, Arm sdot/smull) when every byte of b is in 0..127, because then no
   ;; pair sum saturates (|a| <= 128, b <= 127: 2 * 128 * 127 = 32512 < 2^15). The kernels pass as b
   ;; only weights that are unsigned by construction: Q4 / Q4_K nibbles (v128.and 0x0f: 0..15) and
-  ;; Q6_K's stored q (0..63, its value is q - 32); as a only the input q, clamped to [-127, 127].
+  ;; Q6_K's stored q (0..63, its value is q - 32; Q3_K's q + 32, 28..35) and Q5's q (0..31: Q5_0,
+  ;; Q5_1, Q5_K); as a only the input q, clamped to [-127, 127].
   ;; Q4 kernels add a block's 8 pair sums in 16 bits (|sum| <= 8 * 2 * 15 * 127 = 30480 < 2^15),
-  ;; Q6_K adds 2 (<= 2 * 2 * 63 * 127 = 32004); i32x4.dot_i16x8_s with ones then sums lanes 2i and
+  ;; Q6_K and Q5 add 2 (<= 2 * 2 * 63 * 127 = 32004; Q5: 2 * 2 * 31 * 127 = 15748); i32x4.dot_i16x8_s with ones then sums lanes 2i and
   ;; 2i + 1 into lane i = row i. Every integer below is exact, so its association does not matter.
   ;; (Q8_0 weights are signed: as b they would need a split into two dots; measured on AVX2
   ;; without VNNI that is slower than the 16-bit q8 kernel, so Q8_0 keeps quant_x's 16-bit input;
@@ -1968,11 +1969,13 @@
   ;;   q4ka8 block (96 bytes): the nibbles as in q4a8, then d[4] f32 and m[4] f32 as in q4k.
   ;;   q6ka8 block (160 bytes): 8 vectors W0..W7, byte 4r + c of Wk = row r's q (0..63) at column
   ;;     4k + c; then d[4] f32 of columns 0-15 and d[4] f32 of columns 16-31 as in q6k.
+  ;;   q5a8 block (160 bytes): the q (0..31) of Q5_0 / Q5_1 / Q5_K as q6ka8's bytes, then d[4] f32
+  ;;     and m[4] f32 as in q4ka8 (Q5_0 as m = -16 d, Q5_K as m = -dmin min).
   ;; Input (quant_x8), token t's block b at x + (t * nb + b) * 48: q (32 int8, column order), dx f32
   ;; at +32, sx = dx * sum(q) f32 at +36, and the i32 sums of q over columns 0-15 and 16-31 at +40
   ;; and +44 (Q6_K: sum (q6 - 32) x = sum q6 x - 32 sum x, per 16 columns).
   ;; Per output, blocks in column order: isum = the exact integer dot of the block;
-  ;;   acc += f32(isum) * (d_w * dx);  then acc += m_w * sx (Q4 kinds); Q6_K per 16-column half:
+  ;;   acc += f32(isum) * (d_w * dx);  then acc += m_w * sx (Q4 kinds, Q5); Q6_K per 16-column half:
   ;;   acc += f32(isum_lo) * (d_lo * dx);  acc += f32(isum_hi) * (d_hi * dx).
   ;; Every tile (one token, four tokens; either thread) does exactly these f32 operations.
 
@@ -2479,6 +2482,151 @@
       (block $singles_done (loop $single
         (br_if $singles_done (i32.ge_u (local.get $t) (local.get $T)))
         (call $q6ka8_1t (local.get $wg) (i32.add (local.get $x) (i32.mul (local.get $t) (local.get $xt)))
+          (i32.add (i32.add (local.get $y) (i32.mul (local.get $t) (local.get $ys))) (i32.shl (local.get $rb) (i32.const 2)))
+          (local.get $nb) (i32.shr_u (i32.sub (local.get $re) (local.get $rb)) (i32.const 2)))
+        (local.set $t (i32.add (local.get $t) (i32.const 1)))
+        (br $single)))
+      (local.set $rb (local.get $re))
+      (br $row_chunk))))
+
+  ;; ---------------------------------------------------------------- q5a8: four rows x one token
+  ;; $groups 4-row groups from $w (160 bytes per block: q 0..31 as q6ka8's bytes, d[4], m[4] f32), one token (8-bit input,
+  ;; 48 bytes per block); y[4g + r] at $y + 16 g.
+  (func $q5a8_1t (param $w i32) (param $x i32) (param $y i32) (param $nb i32) (param $groups i32)
+    (local $v v128) (local $wl v128) (local $wh v128) (local $dw v128) (local $dm v128) (local $mw v128) (local $c_lo4b v128) (local $c_one16 v128) (local $c_f16sign v128) (local $c_f16mag v128) (local $c_f16bias v128) (local $s0 v128) (local $n0 v128) (local $a0 v128)
+    (local $end i32) (local $yend i32) (local $xb0 i32)
+    (local.set $c_lo4b (global.get $k_lo4b))
+    (local.set $c_one16 (global.get $k_one16))
+    (local.set $c_f16sign (global.get $k_f16sign))
+    (local.set $c_f16mag (global.get $k_f16mag))
+    (local.set $c_f16bias (global.get $k_f16bias))
+    (local.set $yend (i32.add (local.get $y) (i32.shl (local.get $groups) (i32.const 4))))
+    (block $all_done (loop $group
+      (br_if $all_done (i32.ge_u (local.get $y) (local.get $yend)))
+      (local.set $a0 (v128.const i32x4 0 0 0 0))
+      (local.set $xb0 (local.get $x))
+      (local.set $end (i32.add (local.get $w) (i32.mul (local.get $nb) (i32.const 160))))
+      (loop $block
+        (local.set $wl (v128.load offset=0 (local.get $w)))
+        (local.set $wh (v128.load offset=16 (local.get $w)))
+        (local.set $s0 (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=0 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=4 (local.get $xb0)) (local.get $wh))) (local.get $c_one16)))
+        (local.set $wl (v128.load offset=32 (local.get $w)))
+        (local.set $wh (v128.load offset=48 (local.get $w)))
+        (local.set $s0 (i32x4.add (local.get $s0) (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=8 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=12 (local.get $xb0)) (local.get $wh))) (local.get $c_one16))))
+        (local.set $wl (v128.load offset=64 (local.get $w)))
+        (local.set $wh (v128.load offset=80 (local.get $w)))
+        (local.set $n0 (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=16 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=20 (local.get $xb0)) (local.get $wh))) (local.get $c_one16)))
+        (local.set $wl (v128.load offset=96 (local.get $w)))
+        (local.set $wh (v128.load offset=112 (local.get $w)))
+        (local.set $n0 (i32x4.add (local.get $n0) (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=24 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=28 (local.get $xb0)) (local.get $wh))) (local.get $c_one16))))
+        (local.set $dw (v128.load offset=128 (local.get $w)))
+        (local.set $mw (v128.load offset=144 (local.get $w)))
+        (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (f32x4.convert_i32x4_s (i32x4.add (local.get $s0) (local.get $n0))) (f32x4.mul (local.get $dw) (v128.load32_splat offset=32 (local.get $xb0))))))
+        (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (local.get $mw) (v128.load32_splat offset=36 (local.get $xb0)))))
+        (local.set $xb0 (i32.add (local.get $xb0) (i32.const 48)))
+        (br_if $block (i32.lt_u (local.tee $w (i32.add (local.get $w) (i32.const 160))) (local.get $end))))
+      (v128.store (local.get $y) (local.get $a0))
+      (local.set $y (i32.add (local.get $y) (i32.const 16)))
+      (br $group))))
+
+  ;; ---------------------------------------------------------------- q5a8: four rows x four tokens
+  ;; $groups 4-row groups from $w (160 bytes per block: q 0..31 as q6ka8's bytes, d[4], m[4] f32), tokens at $x + t * $xt (8-bit input,
+  ;; 48 bytes per block); y[4g + r] of token t at $y + t * $ys at $y + 16 g.
+  (func $q5a8_4t (param $w i32) (param $x i32) (param $y i32) (param $nb i32) (param $groups i32) (param $xt i32) (param $ys i32)
+    (local $v v128) (local $wl v128) (local $wh v128) (local $dw v128) (local $dm v128) (local $mw v128) (local $c_lo4b v128) (local $c_one16 v128) (local $c_f16sign v128) (local $c_f16mag v128) (local $c_f16bias v128) (local $s0 v128) (local $s1 v128) (local $s2 v128) (local $s3 v128) (local $n0 v128) (local $n1 v128) (local $n2 v128) (local $n3 v128) (local $a0 v128) (local $a1 v128) (local $a2 v128) (local $a3 v128)
+    (local $end i32) (local $yend i32) (local $xb0 i32) (local $xb1 i32) (local $xb2 i32) (local $xb3 i32)
+    (local.set $c_lo4b (global.get $k_lo4b))
+    (local.set $c_one16 (global.get $k_one16))
+    (local.set $c_f16sign (global.get $k_f16sign))
+    (local.set $c_f16mag (global.get $k_f16mag))
+    (local.set $c_f16bias (global.get $k_f16bias))
+    (local.set $yend (i32.add (local.get $y) (i32.shl (local.get $groups) (i32.const 4))))
+    (block $all_done (loop $group
+      (br_if $all_done (i32.ge_u (local.get $y) (local.get $yend)))
+      (local.set $a0 (v128.const i32x4 0 0 0 0))
+      (local.set $xb0 (local.get $x))
+      (local.set $a1 (v128.const i32x4 0 0 0 0))
+      (local.set $xb1 (i32.add (local.get $x) (i32.mul (local.get $xt) (i32.const 1))))
+      (local.set $a2 (v128.const i32x4 0 0 0 0))
+      (local.set $xb2 (i32.add (local.get $x) (i32.mul (local.get $xt) (i32.const 2))))
+      (local.set $a3 (v128.const i32x4 0 0 0 0))
+      (local.set $xb3 (i32.add (local.get $x) (i32.mul (local.get $xt) (i32.const 3))))
+      (local.set $end (i32.add (local.get $w) (i32.mul (local.get $nb) (i32.const 160))))
+      (loop $block
+        (local.set $wl (v128.load offset=0 (local.get $w)))
+        (local.set $wh (v128.load offset=16 (local.get $w)))
+        (local.set $s0 (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=0 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=4 (local.get $xb0)) (local.get $wh))) (local.get $c_one16)))
+        (local.set $s1 (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=0 (local.get $xb1)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=4 (local.get $xb1)) (local.get $wh))) (local.get $c_one16)))
+        (local.set $s2 (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=0 (local.get $xb2)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=4 (local.get $xb2)) (local.get $wh))) (local.get $c_one16)))
+        (local.set $s3 (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=0 (local.get $xb3)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=4 (local.get $xb3)) (local.get $wh))) (local.get $c_one16)))
+        (local.set $wl (v128.load offset=32 (local.get $w)))
+        (local.set $wh (v128.load offset=48 (local.get $w)))
+        (local.set $s0 (i32x4.add (local.get $s0) (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=8 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=12 (local.get $xb0)) (local.get $wh))) (local.get $c_one16))))
+        (local.set $s1 (i32x4.add (local.get $s1) (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=8 (local.get $xb1)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=12 (local.get $xb1)) (local.get $wh))) (local.get $c_one16))))
+        (local.set $s2 (i32x4.add (local.get $s2) (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=8 (local.get $xb2)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=12 (local.get $xb2)) (local.get $wh))) (local.get $c_one16))))
+        (local.set $s3 (i32x4.add (local.get $s3) (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=8 (local.get $xb3)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=12 (local.get $xb3)) (local.get $wh))) (local.get $c_one16))))
+        (local.set $wl (v128.load offset=64 (local.get $w)))
+        (local.set $wh (v128.load offset=80 (local.get $w)))
+        (local.set $n0 (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=16 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=20 (local.get $xb0)) (local.get $wh))) (local.get $c_one16)))
+        (local.set $n1 (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=16 (local.get $xb1)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=20 (local.get $xb1)) (local.get $wh))) (local.get $c_one16)))
+        (local.set $n2 (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=16 (local.get $xb2)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=20 (local.get $xb2)) (local.get $wh))) (local.get $c_one16)))
+        (local.set $n3 (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=16 (local.get $xb3)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=20 (local.get $xb3)) (local.get $wh))) (local.get $c_one16)))
+        (local.set $wl (v128.load offset=96 (local.get $w)))
+        (local.set $wh (v128.load offset=112 (local.get $w)))
+        (local.set $n0 (i32x4.add (local.get $n0) (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=24 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=28 (local.get $xb0)) (local.get $wh))) (local.get $c_one16))))
+        (local.set $n1 (i32x4.add (local.get $n1) (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=24 (local.get $xb1)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=28 (local.get $xb1)) (local.get $wh))) (local.get $c_one16))))
+        (local.set $n2 (i32x4.add (local.get $n2) (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=24 (local.get $xb2)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=28 (local.get $xb2)) (local.get $wh))) (local.get $c_one16))))
+        (local.set $n3 (i32x4.add (local.get $n3) (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=24 (local.get $xb3)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=28 (local.get $xb3)) (local.get $wh))) (local.get $c_one16))))
+        (local.set $dw (v128.load offset=128 (local.get $w)))
+        (local.set $mw (v128.load offset=144 (local.get $w)))
+        (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (f32x4.convert_i32x4_s (i32x4.add (local.get $s0) (local.get $n0))) (f32x4.mul (local.get $dw) (v128.load32_splat offset=32 (local.get $xb0))))))
+        (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (local.get $mw) (v128.load32_splat offset=36 (local.get $xb0)))))
+        (local.set $a1 (f32x4.add (local.get $a1) (f32x4.mul (f32x4.convert_i32x4_s (i32x4.add (local.get $s1) (local.get $n1))) (f32x4.mul (local.get $dw) (v128.load32_splat offset=32 (local.get $xb1))))))
+        (local.set $a1 (f32x4.add (local.get $a1) (f32x4.mul (local.get $mw) (v128.load32_splat offset=36 (local.get $xb1)))))
+        (local.set $a2 (f32x4.add (local.get $a2) (f32x4.mul (f32x4.convert_i32x4_s (i32x4.add (local.get $s2) (local.get $n2))) (f32x4.mul (local.get $dw) (v128.load32_splat offset=32 (local.get $xb2))))))
+        (local.set $a2 (f32x4.add (local.get $a2) (f32x4.mul (local.get $mw) (v128.load32_splat offset=36 (local.get $xb2)))))
+        (local.set $a3 (f32x4.add (local.get $a3) (f32x4.mul (f32x4.convert_i32x4_s (i32x4.add (local.get $s3) (local.get $n3))) (f32x4.mul (local.get $dw) (v128.load32_splat offset=32 (local.get $xb3))))))
+        (local.set $a3 (f32x4.add (local.get $a3) (f32x4.mul (local.get $mw) (v128.load32_splat offset=36 (local.get $xb3)))))
+        (local.set $xb0 (i32.add (local.get $xb0) (i32.const 48)))
+        (local.set $xb1 (i32.add (local.get $xb1) (i32.const 48)))
+        (local.set $xb2 (i32.add (local.get $xb2) (i32.const 48)))
+        (local.set $xb3 (i32.add (local.get $xb3) (i32.const 48)))
+        (br_if $block (i32.lt_u (local.tee $w (i32.add (local.get $w) (i32.const 160))) (local.get $end))))
+      (v128.store (local.get $y) (local.get $a0))
+      (v128.store (i32.add (local.get $y) (i32.mul (local.get $ys) (i32.const 1))) (local.get $a1))
+      (v128.store (i32.add (local.get $y) (i32.mul (local.get $ys) (i32.const 2))) (local.get $a2))
+      (v128.store (i32.add (local.get $y) (i32.mul (local.get $ys) (i32.const 3))) (local.get $a3))
+      (local.set $y (i32.add (local.get $y) (i32.const 16)))
+      (br $group))))
+
+  ;; ---------------------------------------------------------------- q5a8 matmul driver
+  ;; Y[t][r] = W[r] . X[t] for rows [r0, r1) (multiples of 4) of a q5a8 image at $w and an input
+  ;; quantized by quant_x8 at $x (w = d q + m per 32 columns); chunks of 32 rows, token quads, then single tokens. $scr unused.
+  (func (export "matmul_q5a8") (param $w i32) (param $x i32) (param $y i32) (param $T i32)
+        (param $cols i32) (param $rows i32) (param $r0 i32) (param $r1 i32) (param $scr i32)
+    (local $nb i32) (local $gb i32) (local $xt i32) (local $ys i32) (local $tq i32) (local $t i32) (local $rb i32) (local $re i32) (local $wg i32)
+    (local.set $nb (i32.shr_u (local.get $cols) (i32.const 5)))
+    (local.set $gb (i32.mul (local.get $nb) (i32.const 160)))
+    (local.set $xt (i32.mul (local.get $nb) (i32.const 48)))
+    (local.set $ys (i32.shl (local.get $rows) (i32.const 2)))
+    (local.set $tq (i32.and (local.get $T) (i32.const -4)))
+    (local.set $rb (local.get $r0))
+    (block $rows_done (loop $row_chunk
+      (br_if $rows_done (i32.ge_u (local.get $rb) (local.get $r1)))
+      (local.set $re (i32.add (local.get $rb) (i32.const 32)))
+      (if (i32.gt_u (local.get $re) (local.get $r1)) (then (local.set $re (local.get $r1))))
+      (local.set $wg (i32.add (local.get $w) (i32.mul (i32.shr_u (local.get $rb) (i32.const 2)) (local.get $gb))))
+      (local.set $t (i32.const 0))
+      (block $quads_done (loop $quad
+        (br_if $quads_done (i32.ge_u (local.get $t) (local.get $tq)))
+        (call $q5a8_4t (local.get $wg) (i32.add (local.get $x) (i32.mul (local.get $t) (local.get $xt)))
+          (i32.add (i32.add (local.get $y) (i32.mul (local.get $t) (local.get $ys))) (i32.shl (local.get $rb) (i32.const 2)))
+          (local.get $nb) (i32.shr_u (i32.sub (local.get $re) (local.get $rb)) (i32.const 2)) (local.get $xt) (local.get $ys))
+        (local.set $t (i32.add (local.get $t) (i32.const 4)))
+        (br $quad)))
+      (block $singles_done (loop $single
+        (br_if $singles_done (i32.ge_u (local.get $t) (local.get $T)))
+        (call $q5a8_1t (local.get $wg) (i32.add (local.get $x) (i32.mul (local.get $t) (local.get $xt)))
           (i32.add (i32.add (local.get $y) (i32.mul (local.get $t) (local.get $ys))) (i32.shl (local.get $rb) (i32.const 2)))
           (local.get $nb) (i32.shr_u (i32.sub (local.get $re) (local.get $rb)) (i32.const 2)))
         (local.set $t (i32.add (local.get $t) (i32.const 1)))

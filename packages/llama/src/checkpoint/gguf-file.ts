@@ -21,6 +21,8 @@ export const GGML_TYPES: Record<number, { name: string; blockSize: number; typeS
   13: { name: "Q5_K", blockSize: 256, typeSize: 176 },
   14: { name: "Q6_K", blockSize: 256, typeSize: 210 },
   15: { name: "Q8_K", blockSize: 256, typeSize: 292 },
+  20: { name: "IQ4_NL", blockSize: 32, typeSize: 18 },
+  23: { name: "IQ4_XS", blockSize: 256, typeSize: 136 },
   24: { name: "I8", blockSize: 1, typeSize: 1 },
   25: { name: "I16", blockSize: 1, typeSize: 2 },
   26: { name: "I32", blockSize: 1, typeSize: 4 },

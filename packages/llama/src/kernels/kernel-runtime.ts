@@ -17,7 +17,7 @@ export const WEIGHT_MEMORY_BYTES = MAX_PAGES * PAGE - PAGE;
 /** A weight address is memory * 2^32 + offset; memory 0 is the main one. */
 const WEIGHT_MEMORY_STRIDE = 2 ** 32;
 /** Matmul drivers per memory, by weight kind (quant-image.ts KIND). */
-const KINDS = 8;
+const KINDS = 9;
 const ALIGN = 64;
 /** Below this many output values a matmul stays on the calling thread (no effect on bits). */
 const SPLIT_MIN_OUTPUTS = 256;
@@ -42,6 +42,7 @@ interface KernelExports {
   matmul_q4a8(w: number, x: number, y: number, T: number, cols: number, rows: number, r0: number, r1: number, scr: number): void;
   matmul_q4ka8(w: number, x: number, y: number, T: number, cols: number, rows: number, r0: number, r1: number, scr: number): void;
   matmul_q6ka8(w: number, x: number, y: number, T: number, cols: number, rows: number, r0: number, r1: number, scr: number): void;
+  matmul_q5a8(w: number, x: number, y: number, T: number, cols: number, rows: number, r0: number, r1: number, scr: number): void;
   quant_x(src: number, dst: number, T: number, cols: number): void;
   quant_x8(src: number, dst: number, T: number, cols: number): void;
   pack_x(src: number, dst: number, T: number, cols: number): void;
@@ -142,11 +143,11 @@ const claimChunks = ${claimChunks.toString()};
 const env = { memory };
 weights.forEach((m, i) => { env["weights" + (i + 1)] = m; });
 WebAssembly.instantiate(module, { env }).then((instance) => {
-  // by memory, then weight kind: 0 bf16, 1 q8, 2 q4, 3 q4k, 4 q6k, 5 q4a8, 6 q4ka8, 7 q6ka8 (quant-image.ts KIND)
+  // by memory, then weight kind: 0 bf16, 1 q8, 2 q4, 3 q4k, 4 q6k, 5 q4a8, 6 q4ka8, 7 q6ka8, 8 q5a8 (quant-image.ts KIND)
   const kernels = [];
   for (let m = 0; m <= weights.length; m++) {
     const s = m === 0 ? "" : "_w" + m;
-    kernels.push(instance.exports["matmul" + s], instance.exports["matmul_q8" + s], instance.exports["matmul_q4" + s], instance.exports["matmul_q4k" + s], instance.exports["matmul_q6k" + s], instance.exports["matmul_q4a8" + s], instance.exports["matmul_q4ka8" + s], instance.exports["matmul_q6ka8" + s]);
+    kernels.push(instance.exports["matmul" + s], instance.exports["matmul_q8" + s], instance.exports["matmul_q4" + s], instance.exports["matmul_q4k" + s], instance.exports["matmul_q6k" + s], instance.exports["matmul_q4a8" + s], instance.exports["matmul_q4ka8" + s], instance.exports["matmul_q6ka8" + s], instance.exports["matmul_q5a8" + s]);
   }
   // after every memory's matmuls: attention tiles (the same argument order)
   kernels.push(instance.exports.attention_tiles);
@@ -237,6 +238,7 @@ export class KernelRuntime {
         ex[`matmul_q4a8${s}`],
         ex[`matmul_q4ka8${s}`],
         ex[`matmul_q6ka8${s}`],
+        ex[`matmul_q5a8${s}`],
       );
     }
     this.threads = threads;

@@ -4,11 +4,11 @@
 // columns), and the quantizers that make Q8_0 / Q4_1 blocks from bf16 rows (for
 // `weights: "q8_0" | "q4_1"`). Knows the block layouts; the model decides which matrix gets which.
 import { F16_TO_F32 as f16Table } from "../checkpoint/bf16-convert.ts";
-import { decodeQ4K, decodeQ6K } from "../checkpoint/gguf-dequant.ts";
+import { decodeIQ4NL, decodeIQ4XS, decodeQ3K, decodeQ4K, decodeQ5, decodeQ5K, decodeQ6K } from "../checkpoint/gguf-dequant.ts";
 import { ModelLoadError } from "../checkpoint/model-load-error.ts";
 
 /** Kernel ids of the weight formats (0 is the bf16 image of weight-image.ts). */
-export const KIND = { bf16: 0, q8: 1, q4: 2, q4k: 3, q6k: 4, q4a8: 5, q4ka8: 6, q6ka8: 7 } as const;
+export const KIND = { bf16: 0, q8: 1, q4: 2, q4k: 3, q6k: 4, q4a8: 5, q4ka8: 6, q6ka8: 7, q5a8: 8 } as const;
 export type WeightKind = keyof typeof KIND;
 export type QuantKind = Exclude<WeightKind, "bf16">;
 
@@ -19,18 +19,31 @@ export type QuantKind = Exclude<WeightKind, "bf16">;
  * activations hold the same blocks with the integers in another order: q4a8 / q4ka8 (as q4 / q4k)
  * the nibble byte of columns c and c + 16 (c < 16) of row j at byte 16 (c >> 2) + 4 j + (c & 3);
  * q6ka8 (as q6k) Q6_K's unsigned q (0..63, not q - 32) of column c at 16 (c >> 2) + 4 j + (c & 3).
+ * q5a8 (8-bit activations only) the 5-bit q (0..31) of column c at 16 (c >> 2) + 4 j + (c & 3) as
+ * in q6ka8, then 4 f32 d and 4 f32 m as in q4ka8 (w = d q + m).
+ * Other GGUF types ride on these exactly: IQ4_NL / IQ4_XS as q8 (their int8 levels, d per 32
+ * columns), Q3_K as q6k / q6ka8 (q in -4..3 is q6's q - 32 range), Q5_0 as q5a8 with m = -16 d.
  */
-export const GROUP_BLOCK_BYTES = { q8: 144, q4: 80, q4k: 96, q6k: 160, q4a8: 80, q4ka8: 96, q6ka8: 160 } as const;
+export const GROUP_BLOCK_BYTES = { q8: 144, q4: 80, q4k: 96, q6k: 160, q4a8: 80, q4ka8: 96, q6ka8: 160, q5a8: 160 } as const;
 
 /** GGUF block types each quantized kind holds. */
-export const STORED_TYPES = { q8: ["Q8_0"], q4: ["Q4_0", "Q4_1"], q4k: ["Q4_K"], q6k: ["Q6_K"], q4a8: ["Q4_0", "Q4_1"], q4ka8: ["Q4_K"], q6ka8: ["Q6_K"] } as const;
+export const STORED_TYPES = {
+  q8: ["Q8_0", "IQ4_NL", "IQ4_XS"],
+  q4: ["Q4_0", "Q4_1"],
+  q4k: ["Q4_K"],
+  q6k: ["Q6_K", "Q3_K"],
+  q4a8: ["Q4_0", "Q4_1"],
+  q4ka8: ["Q4_K"],
+  q6ka8: ["Q6_K", "Q3_K"],
+  q5a8: ["Q5_0", "Q5_1", "Q5_K"],
+} as const;
 
 /** The kind over 8-bit activations that holds the same blocks as a kind over 16-bit ones, if any. */
 export const A8_KIND: Partial<Record<QuantKind, QuantKind>> = { q4: "q4a8", q4k: "q4ka8", q6k: "q6ka8" };
 
 /** Kinds whose kernels take quant_x8's 8-bit input (the others take quant_x's 16-bit input). */
 export function takesA8(kind: QuantKind): boolean {
-  return kind === "q4a8" || kind === "q4ka8" || kind === "q6ka8";
+  return kind === "q4a8" || kind === "q4ka8" || kind === "q6ka8" || kind === "q5a8";
 }
 
 /** Elements and bytes of one stored GGUF block. */
@@ -40,11 +53,20 @@ const STORED_BLOCK: Record<string, { n: number; bytes: number }> = {
   Q4_1: { n: 32, bytes: 20 },
   Q4_K: { n: 256, bytes: 144 },
   Q6_K: { n: 256, bytes: 210 },
+  Q5_0: { n: 32, bytes: 22 },
+  Q5_1: { n: 32, bytes: 24 },
+  Q5_K: { n: 256, bytes: 176 },
+  Q3_K: { n: 256, bytes: 110 },
+  IQ4_NL: { n: 32, bytes: 18 },
+  IQ4_XS: { n: 256, bytes: 136 },
 };
 
-/** The kind over 16-bit activations that holds a stored type, if any (A8_KIND maps it to 8-bit). */
+/**
+ * The kind that holds a stored type: one over 16-bit activations (A8_KIND maps it to 8-bit), else
+ * one over 8-bit activations only (q5a8), else undefined.
+ */
 export function kindOfStored(dtype: string): QuantKind | undefined {
-  return (["q8", "q4", "q4k", "q6k"] as const).find((k) => (STORED_TYPES[k] as readonly string[]).includes(dtype));
+  return (["q8", "q4", "q4k", "q6k", "q5a8"] as const).find((k) => (STORED_TYPES[k] as readonly string[]).includes(dtype));
 }
 
 /** Whether a [rows][cols] matrix of `kind` fits the quantized kernels (else it stays bf16). */
@@ -129,8 +151,16 @@ export function packStoredRows(
   const need = (rows * cols * blk.bytes) / blk.n;
   if (cols % blk.n !== 0 || raw.byteLength !== need)
     throw new ModelLoadError(file, `tensor "${tensor}" has ${raw.byteLength} bytes, ${rows} rows of ${cols} ${type} need ${need}`, { item: tensor });
+  if (kind === "q5a8") {
+    packQ5Rows(type as "Q5_0" | "Q5_1" | "Q5_K", raw, u8, base, row0, rows, cols, file, tensor);
+    return;
+  }
+  if (type === "IQ4_NL" || type === "IQ4_XS") {
+    packIQ4Rows(type, raw, u8, base, row0, rows, cols, file, tensor);
+    return;
+  }
   if (kind === "q4k" || kind === "q6k" || kind === "q4ka8" || kind === "q6ka8") {
-    packKRows(kind, raw, u8, base, row0, rows, cols, file, tensor);
+    packKRows(kind, type as "Q4_K" | "Q6_K" | "Q3_K", raw, u8, base, row0, rows, cols, file, tensor);
     return;
   }
   const sb = blk.bytes;
@@ -199,6 +229,7 @@ function getF32(u8: Uint8Array, at: number): number {
  */
 function packKRows(
   kind: "q4k" | "q6k" | "q4ka8" | "q6ka8",
+  type: "Q4_K" | "Q6_K" | "Q3_K",
   raw: Uint8Array,
   u8: Uint8Array,
   base: number,
@@ -213,7 +244,7 @@ function packKRows(
   const gb = GROUP_BLOCK_BYTES[kind];
   const q4kind = kind === "q4k" || kind === "q4ka8";
   const a8 = kind === "q4ka8" || kind === "q6ka8";
-  const sbBytes = q4kind ? 144 : 210;
+  const sbBytes = STORED_BLOCK[type]!.bytes;
   const q4 = new Uint8Array(256);
   const q6 = new Int8Array(256);
   const sc = new Float32Array(16);
@@ -236,14 +267,81 @@ function packKRows(
         }
         continue;
       }
-      checkScale(raw[o + 208]! | (raw[o + 209]! << 8), file, tensor);
-      decodeQ6K(raw, o, q6, sc);
+      if (type === "Q3_K") {
+        checkScale(raw[o + 108]! | (raw[o + 109]! << 8), file, tensor);
+        decodeQ3K(raw, o, q6, sc);
+      } else {
+        checkScale(raw[o + 208]! | (raw[o + 209]! << 8), file, tensor);
+        decodeQ6K(raw, o, q6, sc);
+      }
       for (let k = 0; k < 8; k++) {
         const d0 = groupBase + (s * 8 + k) * gb;
         if (a8) for (let c = 0; c < 32; c++) u8[d0 + 16 * (c >> 2) + 4 * j + (c & 3)] = q6[32 * k + c]! + 32;
         else u8.set(new Uint8Array(q6.buffer, 32 * k, 32), d0 + 32 * j);
         putF32(u8, d0 + 128 + 4 * j, sc[2 * k]!);
         putF32(u8, d0 + 144 + 4 * j, sc[2 * k + 1]!);
+      }
+    }
+  }
+}
+
+/**
+ * Q5_0 / Q5_1 / Q5_K rows into the q5a8 image: per 32 columns q (0..31), d and m in f32 (Q5_0:
+ * m = -16 d; Q5_1: its f16 m; Q5_K: d1 = d sc and -m1 = -(dmin m)), all exact.
+ */
+function packQ5Rows(type: "Q5_0" | "Q5_1" | "Q5_K", raw: Uint8Array, u8: Uint8Array, base: number, row0: number, rows: number, cols: number, file: string, tensor: string): void {
+  const nb = cols / 32;
+  const gb = GROUP_BLOCK_BYTES.q5a8;
+  const q = new Uint8Array(256);
+  const d = new Float32Array(8);
+  const m = new Float32Array(8);
+  const per = type === "Q5_K" ? 8 : 1; // 32-column blocks per stored block
+  const bytes = STORED_BLOCK[type]!.bytes;
+  for (let i = 0; i < rows; i++) {
+    const r = row0 + i;
+    const j = r & 3;
+    const groupBase = base + (r >> 2) * nb * gb;
+    for (let s = 0; s < nb / per; s++) {
+      const o = (i * (nb / per) + s) * bytes;
+      checkScale(raw[o]! | (raw[o + 1]! << 8), file, tensor);
+      if (type !== "Q5_0") checkScale(raw[o + 2]! | (raw[o + 3]! << 8), file, tensor);
+      if (type === "Q5_K") decodeQ5K(raw, o, q, d, m);
+      else {
+        const dm = decodeQ5(type, raw, o, q, 0);
+        d[0] = dm.d;
+        m[0] = -dm.m; // stored negated below, as Q5_K's
+      }
+      for (let k = 0; k < per; k++) {
+        const d0 = groupBase + (s * per + k) * gb;
+        for (let c = 0; c < 32; c++) u8[d0 + 16 * (c >> 2) + 4 * j + (c & 3)] = q[32 * k + c]!;
+        putF32(u8, d0 + 128 + 4 * j, d[k]!);
+        putF32(u8, d0 + 144 + 4 * j, -m[k]!);
+      }
+    }
+  }
+}
+
+/** IQ4_NL / IQ4_XS rows into the q8 image: per 32 columns the int8 levels and the f32 scale (IQ4_XS: d (ls - 32), exact). */
+function packIQ4Rows(type: "IQ4_NL" | "IQ4_XS", raw: Uint8Array, u8: Uint8Array, base: number, row0: number, rows: number, cols: number, file: string, tensor: string): void {
+  const nb = cols / 32;
+  const gb = GROUP_BLOCK_BYTES.q8;
+  const q = new Int8Array(256);
+  const d = new Float32Array(8);
+  const per = type === "IQ4_XS" ? 8 : 1;
+  const bytes = STORED_BLOCK[type]!.bytes;
+  for (let i = 0; i < rows; i++) {
+    const r = row0 + i;
+    const j = r & 3;
+    const groupBase = base + (r >> 2) * nb * gb;
+    for (let s = 0; s < nb / per; s++) {
+      const o = (i * (nb / per) + s) * bytes;
+      checkScale(raw[o]! | (raw[o + 1]! << 8), file, tensor);
+      if (type === "IQ4_XS") decodeIQ4XS(raw, o, q, d);
+      else d[0] = decodeIQ4NL(raw, o, q, 0);
+      for (let k = 0; k < per; k++) {
+        const d0 = groupBase + (s * per + k) * gb;
+        for (let c = 0; c < 32; c++) u8[d0 + 32 * j + c] = q[32 * k + c]! & 0xff;
+        putF32(u8, d0 + 128 + 4 * j, d[k]!);
       }
     }
   }
@@ -308,12 +406,16 @@ export function dequantImageRow(kind: QuantKind, u8: Uint8Array, base: number, r
     const d0 = groupBase + b * gb;
     // byte of column k (k < 32; q4 kinds: k < 16, the nibble byte of k and k + 16) in this block
     const at =
-      kind === "q4a8" || kind === "q4ka8" || kind === "q6ka8"
+      kind === "q4a8" || kind === "q4ka8" || kind === "q6ka8" || kind === "q5a8"
         ? (k: number) => d0 + 16 * (k >> 2) + 4 * j + (k & 3)
         : kind === "q4" || kind === "q4k"
           ? (k: number) => d0 + 16 * j + k
           : (k: number) => d0 + 32 * j + k;
-    if (kind === "q8" || kind === "q6k" || kind === "q6ka8") {
+    if (kind === "q5a8") {
+      const d = getF32(u8, d0 + 128 + 4 * j);
+      const m = getF32(u8, d0 + 144 + 4 * j);
+      for (let k = 0; k < 32; k++) out[outOff + b * 32 + k] = fr(fr(u8[at(k)]! * d) + m);
+    } else if (kind === "q8" || kind === "q6k" || kind === "q6ka8") {
       const dA = getF32(u8, d0 + 128 + 4 * j);
       const dB = kind === "q8" ? dA : getF32(u8, d0 + 144 + 4 * j);
       // q6ka8 holds q (0..63), the others signed int8

@@ -111,13 +111,19 @@ const bytesOf = (ms: Matrix[]): number => ms.reduce((a, m) => a + m.segs.reduce(
 
 const FLOAT_TYPES = ["F32", "F16", "BF16"];
 
+/** The kind a stored block type takes under `acts` (one over 8-bit inputs only, as q5a8, needs them), if any. */
+function storedKind(dtype: string, acts: ActivationsMode): QuantKind | undefined {
+  const k = kindOfStored(dtype);
+  return k !== undefined && takesA8(k) && acts !== "i8" ? undefined : k;
+}
+
 /**
  * The kind of each part of a fused group under `mode`, or "bf16" for the whole group. With 8-bit
  * activations, Q4_0 / Q4_1 / Q4_K / Q6_K parts take the kernels over 8-bit inputs.
  */
 function planKinds(parts: { dtype: string; rows: number }[], cols: number, mode: WeightsMode, acts: ActivationsMode): QuantKind[] | "bf16" {
   if (mode === "bf16") return "bf16";
-  const kinds = parts.map((p) => kindOfStored(p.dtype) ?? (FLOAT_TYPES.includes(p.dtype) ? (mode === "q8_0" ? "q8" : mode === "q4_1" ? "q4" : undefined) : undefined));
+  const kinds = parts.map((p) => storedKind(p.dtype, acts) ?? (FLOAT_TYPES.includes(p.dtype) ? (mode === "q8_0" ? "q8" : mode === "q4_1" ? "q4" : undefined) : undefined));
   if (kinds.some((k, i) => k === undefined || !quantizable(parts[i].rows, cols, k))) return "bf16";
   return (kinds as QuantKind[]).map((k) => (acts === "i8" ? (A8_KIND[k] ?? k) : k));
 }
@@ -379,7 +385,7 @@ export class LlamaModel {
     this.placement = placement;
     // Every matrix once, in load order (the tied LM head is the embedding).
     const matrices = [...layers.flatMap((L) => [L.wqkv, L.wo, L.wgu, L.wd]), embed, ...(lmHead === embed ? [] : [lmHead])];
-    this.weightKinds = { bf16: 0, q8: 0, q4: 0, q4k: 0, q6k: 0, q4a8: 0, q4ka8: 0, q6ka8: 0 };
+    this.weightKinds = { bf16: 0, q8: 0, q4: 0, q4k: 0, q6k: 0, q4a8: 0, q4ka8: 0, q6ka8: 0, q5a8: 0 };
     for (const g of matrices.flatMap((m) => m.segs)) this.weightKinds[g.kind]++;
     const kindList = matrices.map((m) => m.segs.map((g) => g.kind).join("+")).join(",");
     this.slots = slots;
@@ -900,7 +906,7 @@ export class LlamaModel {
     const sizes = {
       normed: cap * this.widest,
       xp: cap * this.widest,
-      x8: this.weightKinds.q4a8 + this.weightKinds.q4ka8 + this.weightKinds.q6ka8 > 0 ? cap * this.widest : 0,
+      x8: this.weightKinds.q4a8 + this.weightKinds.q4ka8 + this.weightKinds.q6ka8 + this.weightKinds.q5a8 > 0 ? cap * this.widest : 0,
       qkv: cap * this.qkvRows,
       attn: cap * c.numHeads * c.headDim,
       gu: cap * 2 * c.intermediateSize,

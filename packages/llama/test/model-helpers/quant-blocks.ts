@@ -1,9 +1,33 @@
-// Random GGUF quantized blocks (Q8_0 and Q4_1 through the model's own quantizer, Q4_0 and the
-// K-quants as random integers and small finite scales), for kernel and loader tests.
+// Random GGUF quantized blocks (Q8_0 and Q4_1 through the model's own quantizer, the others as
+// random integers and small finite scales), for kernel and loader tests.
 import { f16Round, quantizeBf16Rows } from "../../src/kernels/quant-image.ts";
 import { f32ToBf16 } from "./reference-math.ts";
 
-export type QuantType = "Q8_0" | "Q4_0" | "Q4_1" | "Q4_K" | "Q6_K";
+export type QuantType = "Q8_0" | "Q4_0" | "Q4_1" | "Q4_K" | "Q6_K" | "Q5_0" | "Q5_1" | "Q5_K" | "Q3_K" | "IQ4_NL" | "IQ4_XS";
+
+/** Stored block layouts of the types randomBlocks fills byte by byte: elements, bytes, and where f16 scales go (offset, low end, span). */
+const RANDOM_LAYOUTS: Partial<Record<QuantType, { n: number; bytes: number; scales: [number, number, number][] }>> = {
+  Q5_0: { n: 32, bytes: 22, scales: [[0, 0.01, 0.02]] },
+  Q5_1: {
+    n: 32,
+    bytes: 24,
+    scales: [
+      [0, 0.005, 0.01],
+      [2, -0.1, 0.05],
+    ],
+  },
+  Q5_K: {
+    n: 256,
+    bytes: 176,
+    scales: [
+      [0, 0.0005, 0.001],
+      [2, 0.0002, 0.001],
+    ],
+  },
+  Q3_K: { n: 256, bytes: 110, scales: [[108, 0.0005, 0.001]] },
+  IQ4_NL: { n: 32, bytes: 18, scales: [[0, 0.0002, 0.0004]] },
+  IQ4_XS: { n: 256, bytes: 136, scales: [[0, 0.00001, 0.00002]] },
+};
 
 export /** Random stored blocks of `type` for [rows][cols] with small finite scales. */
 function randomBlocks(type: QuantType, rows: number, cols: number, r: () => number): Uint8Array {
@@ -13,6 +37,13 @@ function randomBlocks(type: QuantType, rows: number, cols: number, r: () => numb
     out[at + 1] = h >> 8;
   };
   const small = (lo: number, span: number) => f16Round(lo + Math.abs(r()) * span);
+  const layout = RANDOM_LAYOUTS[type];
+  if (layout) {
+    const out = new Uint8Array((rows * cols * layout.bytes) / layout.n);
+    for (let i = 0; i < out.length; i++) out[i] = byte();
+    for (let b = 0; b < out.length / layout.bytes; b++) for (const [at, lo, span] of layout.scales) put16(out, b * layout.bytes + at, small(lo, span));
+    return out;
+  }
   if (type === "Q4_0") {
     const out = new Uint8Array((rows * cols * 18) / 32);
     for (let b = 0; b < out.length / 18; b++) {
@@ -39,5 +70,5 @@ function randomBlocks(type: QuantType, rows: number, cols: number, r: () => numb
     return out;
   }
   const w = new Uint16Array(rows * cols).map(() => f32ToBf16(r() * 0.2));
-  return quantizeBf16Rows(type, w, rows, cols);
+  return quantizeBf16Rows(type as "Q8_0" | "Q4_1", w, rows, cols);
 }

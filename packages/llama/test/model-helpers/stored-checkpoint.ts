@@ -14,6 +14,12 @@ const BLOCK: Record<QuantType, { n: number; bytes: number }> = {
   Q4_1: { n: 32, bytes: 20 },
   Q4_K: { n: 256, bytes: 144 },
   Q6_K: { n: 256, bytes: 210 },
+  Q5_0: { n: 32, bytes: 22 },
+  Q5_1: { n: 32, bytes: 24 },
+  Q5_K: { n: 256, bytes: 176 },
+  Q3_K: { n: 256, bytes: 110 },
+  IQ4_NL: { n: 32, bytes: 18 },
+  IQ4_XS: { n: 256, bytes: 136 },
 };
 
 /** Each layer is a real one (weights seeded by `real`, its ordinal among the real layers) or zero. */
