@@ -87,6 +87,7 @@ async function complete(url: string, model: string, prompt: number[], maxTokens:
 
 const gaps = (at: number[]): number[] => at.slice(1).map((t, i) => t - at[i]);
 const median = (xs: number[]): number => (xs.length ? summarize(xs).median : Number.NaN);
+const mean = (xs: number[]): number => (xs.length ? xs.reduce((x, y) => x + y, 0) / xs.length : Number.NaN);
 const must = (s: Stream, what: string): Stream => {
   if (!s.ok) throw new Error(`${what}: ${s.error}`);
   return s;
@@ -126,7 +127,9 @@ async function decodeTpot(url: string, model: string, who: string, seed: number)
  * `decodeContext`-token prompt arrives and their gaps until its first token, then a quiet window
  * after it. A stream's TPOT grows with its context, and the streams decode on through the prompt
  * (minutes when it chunks beside them), so the undisturbed reference is the mean of the windows
- * before and after: the ratio is what the prompt cost them, not what their own growth did.
+ * before and after: the ratio is what the prompt cost them, not what their own growth did. A
+ * window's TPOT is vLLM's: each stream's mean gap in it, then the median over the streams (a
+ * chunk every few passes shows in the mean, where a median of gaps would hide it).
  */
 async function interference(
   url: string,
@@ -148,7 +151,8 @@ async function interference(
   stop.abort();
   const done = await Promise.all(streams);
   done.forEach((s, i) => must(s, `${who} stream ${i}`));
-  const window = (from: number, to: number) => median(done.flatMap((s) => gaps(s.at.filter((t) => t >= from && t <= to))));
+  // vLLM's TPOT: per stream, the mean gap between its tokens in the window; then the median of the streams
+  const window = (from: number, to: number) => median(done.map((s) => mean(gaps(s.at.filter((t) => t >= from && t <= to)))).filter((x) => Number.isFinite(x)));
   const beforeMs = window(before.from, before.to);
   const afterMs = window(after.from, after.to);
   const duringMs = window(longStart, longFirst);

@@ -52,6 +52,12 @@ export interface PassPolicy {
 /** Chunk size beside decodes before any cost was measured. */
 const FIRST_CHUNK = 16;
 /**
+ * Beside decodes, chunks are whole tiles of this many prompt tokens (but for a prompt's last
+ * tokens): the attention kernel runs four consecutive tokens of a head together, so a token alone
+ * costs about twice its share of a tile. A pass whose share buys less waits for a later one.
+ */
+const TILE = 4;
+/**
  * While a prompt chunks beside decodes, every this-many-th pass is decodes alone: it measures
  * the decode pass again (its cost grows with the streams' context), so a chunk's share is
  * computed against what the streams cost now, not when the prompt came.
@@ -89,6 +95,8 @@ export class PassLoop {
   readonly decodePassMs = new Mean();
   /** ms per prompt token in a pass. */
   readonly prefillTokenMs = new Mean();
+  /** Beside decodes: ms of prompt work the streams' passes have granted (their share) and chunks have not spent yet. */
+  private credit = 0;
   /** Passes run (those with prompt chunks, those with decode steps too), the chunks, finished prompts and decode steps they carried. */
   readonly counts = { passes: 0, prefillPasses: 0, mixed: 0, chunks: 0, prompts: 0, decodeSteps: 0 };
 
@@ -167,15 +175,19 @@ export class PassLoop {
   /** The prompt chunks of the next pass, their blocks taken (a prompt whose blocks cannot be had fails alone). */
   private takeChunks(decodeSteps: number): Chunk[] {
     const out: Chunk[] = [];
-    const first = this.chunkBudget(decodeSteps);
+    const sharing = decodeSteps > 0 && !this.policy.chunkSize;
+    if (!sharing || this.prefills.length === 0) this.credit = 0;
+    const first = sharing ? this.sharedBudget(decodeSteps) : this.chunkBudget(decodeSteps);
     // Without decodes, whole prompts that wait may join the first one, up to packTokens in all.
     const pack = decodeSteps === 0 && this.decoding() === 0 && !this.policy.chunkSize ? this.policy.packTokens : 0;
     let used = 0;
     for (let i = 0; i < this.prefills.length; ) {
       const work = this.prefills[i];
       let count: number;
-      if (out.length === 0) count = Math.min(work.tokens.length, first);
-      else if (work.tokens.length <= pack - used) count = work.tokens.length;
+      if (out.length === 0) {
+        count = Math.min(work.tokens.length, first);
+        if (sharing && count < work.tokens.length) count -= count % TILE;
+      } else if (work.tokens.length <= pack - used) count = work.tokens.length;
       else break;
       if (count <= 0) break;
       try {
@@ -186,6 +198,7 @@ export class PassLoop {
         continue;
       }
       out.push({ work, count, last: count === work.tokens.length });
+      if (sharing && Number.isFinite(this.prefillTokenMs.value)) this.credit = Math.max(0, this.credit - count * this.prefillTokenMs.value);
       used += count;
       i++;
       if (pack === 0) break;
@@ -206,6 +219,25 @@ export class PassLoop {
     const t = this.prefillTokenMs.value;
     const share = Number.isNaN(d) || Number.isNaN(t) || t <= 0 ? FIRST_CHUNK : Math.floor((p.prefillShare * d) / t);
     return Math.max(1, Math.min(room, p.chunkSize ?? room, share));
+  }
+
+  /**
+   * Prompt tokens the next pass may take beside `decodeSteps` queued decode steps: each such pass
+   * grants the prompt `prefillShare` of a decode pass's time (at least one prompt token's), and a
+   * chunk spends what was granted in whole tiles, so a share worth less than a tile runs a tile
+   * every few passes.
+   */
+  private sharedBudget(decodeSteps: number): number {
+    const p = this.policy;
+    const room = p.maxTokens - decodeSteps;
+    const d = this.decodePassMs.value;
+    const t = this.prefillTokenMs.value;
+    if (room <= 0) return 0;
+    if (Number.isNaN(d) || Number.isNaN(t) || t <= 0) return Math.min(room, FIRST_CHUNK);
+    // at least a token's worth per pass, as a chunk of one token per pass took before tiles
+    const grant = Math.max(p.prefillShare * d, t);
+    this.credit = Math.min(this.credit + grant, grant + TILE * t);
+    return Math.min(room, Math.floor(this.credit / t));
   }
 
   private async runPass(decodes: DecodeWork[], chunks: Chunk[]): Promise<void> {

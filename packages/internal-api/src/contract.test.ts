@@ -96,6 +96,33 @@ describe("NDJSON events", () => {
     expect(seen).toHaveLength(1);
     await expect(all(readEvents(later(150, 0), 60))).rejects.toMatchObject({ idleMs: 60 });
   });
+  it("skips the worker's blank heartbeat lines, which do not hold off the idle deadline", async () => {
+    const token = encodeEvent({ type: "token", index: 1, token: 42, text: "a" });
+    const beats = (n: number, everyMs: number, thenEvent: boolean) =>
+      new ReadableStream<Uint8Array>({
+        start(c) {
+          let i = 0;
+          const timer = setInterval(() => {
+            try {
+              if (i++ < n) c.enqueue(new TextEncoder().encode("\n"));
+              else {
+                clearInterval(timer);
+                if (thenEvent) {
+                  c.enqueue(new TextEncoder().encode(token));
+                  c.close();
+                }
+              }
+            } catch {
+              clearInterval(timer);
+            }
+          }, everyMs);
+        },
+      });
+    // heartbeats every 20 ms for 200 ms, then the event: a 100 ms first-event deadline still ends it
+    await expect(all(readEvents(beats(10, 20, true), 100))).rejects.toMatchObject({ idleMs: 100 });
+    // and inside the deadline they are skipped: only the event comes out
+    expect(await all(readEvents(beats(3, 10, true), 1000))).toEqual([{ type: "token", index: 1, token: 42, text: "a" }]);
+  });
 });
 
 describe("API errors", () => {

@@ -58,9 +58,11 @@ export class StreamIdleError extends Error {
 }
 
 /**
- * Yields each event of a worker's NDJSON `body`. Throws StreamIdleError when no line arrives
+ * Yields each event of a worker's NDJSON `body`. Throws StreamIdleError when no event arrives
  * within `idleMs` (before the first event: within `firstIdleMs`), and ApiError(502,
- * worker_stream_broken) for a line that is not a valid event.
+ * worker_stream_broken) for a line that is not a valid event. Blank lines are the worker's
+ * heartbeat while it has nothing to say (they keep the connection's body timeout from firing):
+ * skipped, and they do not move the idle deadline.
  */
 export async function* readEvents(body: ReadableStream<Uint8Array>, idleMs: number, firstIdleMs = idleMs): AsyncGenerator<WorkerEvent> {
   const reader = body.getReader();
@@ -83,12 +85,14 @@ export async function* readEvents(body: ReadableStream<Uint8Array>, idleMs: numb
     return r.data;
   };
   let seen = false;
+  let lastEvent = performance.now();
   try {
     for (;;) {
       let timer: NodeJS.Timeout | undefined;
-      const waitMs = seen ? idleMs : firstIdleMs;
+      const limit = seen ? idleMs : firstIdleMs;
+      const waitMs = Math.max(0, limit - (performance.now() - lastEvent));
       const idle = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new StreamIdleError(waitMs)), waitMs);
+        timer = setTimeout(() => reject(new StreamIdleError(limit)), waitMs);
       });
       let chunk: Awaited<ReturnType<typeof reader.read>>;
       try {
@@ -104,6 +108,7 @@ export async function* readEvents(body: ReadableStream<Uint8Array>, idleMs: numb
         buf = buf.slice(nl + 1);
         if (line) {
           seen = true;
+          lastEvent = performance.now();
           yield parse(line);
         }
         nl = buf.indexOf("\n");

@@ -36,22 +36,44 @@ export interface EventSink {
   readonly gone: boolean;
 }
 
+/**
+ * A blank line goes out after this long without an event (the gateway skips it), so a prompt that
+ * takes minutes to its first token (chunked beside running streams) never looks like a dead
+ * connection to the caller's HTTP client (undici's body timeout is 300 s).
+ */
+export const HEARTBEAT_MS = 15_000;
+
 /** Answers with an NDJSON event stream that `run` writes; errors thrown by `run` are logged by `onError`. */
-export function eventStream(c: Context, run: (sink: EventSink) => Promise<void>, onError: (e: Error) => void): Response {
+export function eventStream(c: Context, run: (sink: EventSink) => Promise<void>, onError: (e: Error) => void, heartbeatMs = HEARTBEAT_MS): Response {
   c.header("content-type", NDJSON);
   c.header("cache-control", "no-cache");
   return stream(
     c,
     async (s) => {
+      let last = performance.now();
+      const beat = setInterval(
+        () => {
+          if (s.aborted || performance.now() - last < heartbeatMs) return;
+          last = performance.now();
+          s.write("\n").catch(() => {});
+        },
+        Math.max(1, heartbeatMs / 3),
+      );
       const sink: EventSink = {
         write: async (ev) => {
-          if (!s.aborted) await s.write(encodeEvent(ev));
+          if (s.aborted) return;
+          last = performance.now();
+          await s.write(encodeEvent(ev));
         },
         get gone() {
           return s.aborted || c.req.raw.signal.aborted;
         },
       };
-      await run(sink);
+      try {
+        await run(sink);
+      } finally {
+        clearInterval(beat);
+      }
     },
     async (e) => onError(e),
   );
