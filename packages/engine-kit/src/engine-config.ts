@@ -83,12 +83,12 @@ export const ENGINE_RUN_CONFIG = defineConfig("@airm/engine-kit", {
   weights: opt(oneOf(["auto", "bf16", "q8_0", "q4_1"] as const), {
     env: "AIRM_WEIGHTS",
     default: "auto",
-    doc: "How the CPU reference holds weight matrices. auto: a GGUF's Q8_0/Q4_0/Q4_1/Q4_K/Q6_K blocks stay as stored and run on integer kernels (Q4_0/Q4_1/Q4_K/Q6_K inputs at AIRM_ACTIVATIONS' width, Q8_0's at 16 bits), float checkpoints as bf16; bf16: everything dequantised to bf16 (the slower, pre-quantized path); q8_0 / q4_1: as auto, and float matrices quantized to that block type at load (about 2x / 3x fewer bytes per token than bf16, lossy).",
+    doc: "How the CPU reference holds weight matrices. auto: a GGUF's Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS blocks stay as stored and run on integer kernels (Q4/Q3_K/Q6_K inputs at AIRM_ACTIVATIONS' width, Q5's at 8 bits (as bf16 under i16), Q8_0's and IQ4's at 16 bits), Q2_K and float checkpoints as bf16; bf16: everything dequantised to bf16 (the slower, pre-quantized path); q8_0 / q4_1: as auto, and float matrices quantized to that block type at load (about 2x / 3x fewer bytes per token than bf16, lossy).",
   }),
   activations: opt(oneOf(["i8", "i16"] as const), {
     env: "AIRM_ACTIVATIONS",
     default: "i8",
-    doc: "Input width of the CPU reference's Q4_0/Q4_1/Q4_K/Q6_K kernels. i8: inputs quantized to 8 bits per block of 32 as llama.cpp does, exact integer dot products on wasm relaxed SIMD (1.3x decode and 1.5-1.7x prefill tokens/s of i16 on one thread, bench/RESULTS.md); i16: 16-bit inputs, slower and closer to the float model. Q8_0 matrices take 16-bit inputs either way. Part of the numerics fingerprint: prefill and decode workers must agree.",
+    doc: "Input width of the CPU reference's Q4_0/Q4_1/Q4_K/Q3_K/Q6_K kernels (the Q5 types have 8-bit ones only). i8: inputs quantized to 8 bits per block of 32 as llama.cpp does, exact integer dot products on wasm relaxed SIMD (1.3x decode and 1.5-1.7x prefill tokens/s of i16 on one thread, bench/RESULTS.md); i16: 16-bit inputs, slower and closer to the float model. Q8_0 matrices take 16-bit inputs either way. Part of the numerics fingerprint: prefill and decode workers must agree.",
   }),
   prefillChunk: opt(int({ min: 1, max: 65536 }), { env: "AIRM_PREFILL_CHUNK", default: 64, doc: "Tokens per chunk of the rngd-chunk backend's prefill." }),
   prefixCache: opt(int({ min: 0, max: 1024 }), {
