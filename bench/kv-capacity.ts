@@ -1,12 +1,13 @@
-// pnpm bench kv-capacity [--streams 48] [--prompt 100] [--max-tokens 64] [--blocks 512] [--baseline DIR]
+// pnpm bench kv-capacity [--streams 48] [--prompt 100] [--max-tokens 64] [--blocks 512] [--small-blocks 128] [--baseline DIR]
 // What the paged KV cache holds, through `airm up` on the pulled SmolLM2-135M-Instruct GGUF, with
 // each decode worker's KV budget set to what the compiled-context design reserved (16 slots of
 // 512 positions = 512 blocks of 16, --kv-cache-memory in bytes):
 //   A. `--streams` concurrent streams (prompts of about `--prompt` token ids, `--max-tokens` new
 //      tokens, greedy) on airm up's two decode workers: every answer's status, the decode
 //      workers' resident memory idle and at its peak, preemptions;
-//   B. the same streams on one decode worker with the same budget, too small for them all:
-//      preemptions happen, and every stream's tokens must equal run A's;
+//   B. the same streams on one decode worker with a pool too small for those running at once
+//      (`--small-blocks`; the prefill worker paces arrivals, so 512 blocks hold every stream that
+//      overlaps; --max-model-len is lowered to the pool): preemptions happen, and every stream's tokens must equal run A's;
 //   C. with --baseline DIR (an older checkout with its dependencies installed, e.g.
 //      `git worktree add DIR 560e639 && pnpm -C DIR install --offline`), the same load on its own
 //      `airm up` defaults: its decode workers' memory idle and at peak, and its statuses.
@@ -28,6 +29,7 @@ const args = benchArgs("kv-capacity", "how many streams a decode worker's KV bud
   prompt: flagOf(int({ min: 4, max: 4000 }), { default: 100, doc: "prompt length in tokens (each stream's varies by +-2)" }),
   maxTokens: flagOf(int({ min: 1, max: 2048 }), { default: 64, doc: "new tokens per stream" }),
   blocks: flagOf(int({ min: 16 }), { default: 512, doc: "each decode worker's KV budget in blocks of 16 positions (512: 16 x 512 positions)" }),
+  smallBlocks: flagOf(int({ min: 16 }), { default: 128, doc: "run B's pool on its one decode worker, in blocks of 16 (small enough that running streams must be preempted)" }),
   baseline: flagOf(text({ label: "dir" }), { defaultText: "none", doc: "an older checkout (dependencies installed) whose airm up defaults get the same load" }),
 });
 
@@ -38,7 +40,9 @@ if (!gguf) {
 }
 const ckpt = await loadCheckpoint(gguf);
 const c = ckpt.config;
-const budgetBytes = args.blocks * 16 * bytesPerPosition({ layers: c.numLayers, kvHeads: c.numKvHeads, headDim: c.headDim });
+const positionBytes = bytesPerPosition({ layers: c.numLayers, kvHeads: c.numKvHeads, headDim: c.headDim });
+const budgetBytes = args.blocks * 16 * positionBytes;
+const smallBytes = args.smallBlocks * 16 * positionBytes;
 ckpt.tensors.close();
 
 /** Token ids of stream i's prompt (ids 300..20299, seeded by i). */
@@ -113,8 +117,8 @@ async function preemptions(cluster: RunningCluster): Promise<number> {
 }
 
 /** airm up with the budget (and `flags`), the streams all at once: statuses, texts, memory, preemptions. */
-async function runOurs(flags: string[], what: string) {
-  const { cluster } = await startUpCluster(["--model", gguf!, "--kv-cache-memory", String(budgetBytes), ...flags], { env: process.env });
+async function runOurs(bytes: number, flags: string[], what: string) {
+  const { cluster } = await startUpCluster(["--model", gguf!, "--kv-cache-memory", String(bytes), ...flags], { env: process.env });
   try {
     const id = await modelId(cluster.url);
     const idle = rssByPart(process.pid, decodeParts);
@@ -136,14 +140,17 @@ const statuses = (a: Answer[]) => {
 };
 console.log(`each decode worker's KV budget: ${args.blocks} blocks of 16 = ${args.blocks * 16} positions = ${budgetBytes} bytes`);
 
-const a = await runOurs([], "A (two decode workers)");
+const a = await runOurs(budgetBytes, [], "A (two decode workers)");
 console.log(
   `A: ${args.streams} streams on two decode workers: statuses ${JSON.stringify(statuses(a.answers))}, preemptions ${a.preemptions}, ${a.wallS.toFixed(1)} s; ` +
     `decode RSS idle ${JSON.stringify(a.idle)} MiB, peak ${JSON.stringify(a.peak)} MiB`,
 );
-const b = await runOurs(["--decode-replicas", "1"], "B (one decode worker)");
+const b = await runOurs(smallBytes, ["--decode-replicas", "1", "--max-model-len", String(args.smallBlocks * 16)], "B (one decode worker, a small pool)");
+for (const e of new Set(b.answers.filter((x) => x.error).map((x) => `${x.status}: ${x.error}`))) console.log(`B error: ${e}`);
 const same = b.answers.filter((x, i) => x.status === 200 && x.text === a.answers[i].text).length;
-console.log(`B: the same streams on one decode worker: statuses ${JSON.stringify(statuses(b.answers))}, preemptions ${b.preemptions}, ${same}/${args.streams} texts equal A's`);
+console.log(
+  `B: the same streams on one decode worker with ${args.smallBlocks} blocks: statuses ${JSON.stringify(statuses(b.answers))}, preemptions ${b.preemptions}, ${same}/${args.streams} texts equal A's`,
+);
 
 let baseline: Record<string, unknown> | null = null;
 if (args.baseline) {
@@ -181,6 +188,6 @@ finalLine({
   budget_blocks: args.blocks,
   budget_bytes: budgetBytes,
   a: { statuses: statuses(a.answers), preemptions: a.preemptions, wall_s: a.wallS, decode_rss_idle_mib: a.idle, decode_rss_peak_mib: a.peak },
-  b: { statuses: statuses(b.answers), preemptions: b.preemptions, texts_equal_a: same },
+  b: { budget_blocks: args.smallBlocks, statuses: statuses(b.answers), preemptions: b.preemptions, texts_equal_a: same },
   baseline,
 });

@@ -372,8 +372,21 @@ export class CpuBackedEngine implements Engine {
     if (blocks > pool.totalBlocks) {
       throw new ContextOverflowError(positions, pool.totalBlocks * pool.blockSize, `${pool.totalBlocks} blocks of ${pool.blockSize} positions`, "the KV cache");
     }
-    while (!pool.reserve(blocks)) if (!this.prefixes.evictOldest()) return null;
+    const headroom = this.growthHeadroom();
+    while (pool.availableBlocks < blocks + headroom || !pool.reserve(blocks)) if (!this.prefixes.evictOldest()) return null;
     return new Reservation(pool, blocks);
+  }
+
+  /**
+   * Blocks a reservation leaves free: one for each stream that holds KV here, which may take a
+   * block at its next step. Without it a request (or a preempted stream's recompute) admitted into
+   * the last free blocks is the newest stream when the running ones grow, and is preempted again
+   * before it gives a token: streams were recomputed over and over and one went 60 s without one.
+   */
+  private growthHeadroom(): number {
+    let n = 0;
+    for (const s of this.streams) if (!s.preempted) n++;
+    return n;
   }
 
   onBlocksFreed(listener: () => void): () => void {

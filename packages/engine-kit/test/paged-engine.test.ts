@@ -166,6 +166,26 @@ describe("admission and preemption", () => {
     }
   });
 
+  it("a reservation leaves a free block for each stream holding KV here (its next step may take one), so what it admits is not preempted at once", async () => {
+    const bs = 16;
+    const engine = await CpuBackedEngine.open(modelDir, spec({ blockSize: bs, maxModelLen: 64, kvCacheMemory: { bytes: 6 * (await blockBytes(bs)) } }));
+    try {
+      const prompt = Array.from({ length: 20 }, (_, i) => 5 + i);
+      const r = await engine.prefill(prompt, { keepStream: true, reservation: engine.reserve(prompt.length + 1)! });
+      expect(engine.kvCache()).toMatchObject({ usedBlocks: 2, freeBlocks: 4 });
+      expect(engine.reserve(64)).toBeNull(); // 4 blocks would leave the stream none to grow into
+      const three = engine.reserve(48)!;
+      expect(three.blocks).toBe(3);
+      three.release();
+      engine.release(r.stream!);
+      const four = engine.reserve(64)!; // no stream here: all of them
+      expect(four.blocks).toBe(4);
+      four.release();
+    } finally {
+      await engine.close();
+    }
+  });
+
   it("refuses at start a budget that cannot hold one request of max_model_len, and a max_model_len past the model's context", async () => {
     const bb = await blockBytes(16);
     await expect(CpuBackedEngine.open(modelDir, spec({ maxModelLen: 64, kvCacheMemory: { bytes: 3 * bb } }))).rejects.toThrow(
