@@ -1,5 +1,6 @@
 // Sampling: greedy ties, parameter checks, and the counter-based draw (same (seed, position) ->
-// same token in any process or call order; the distribution follows temperature/top-k/top-p).
+// same token in any process or call order; the distribution follows temperature/min-p/top-k/top-p,
+// min-p in vLLM's place: after temperature, before top-k and top-p).
 import { describe, expect, it } from "vitest";
 import { argmax, counterUniform, sample, tokenLogprobs } from "../src/sampling/sample.ts";
 
@@ -112,9 +113,78 @@ describe("filters", () => {
   });
 
   it("rejects out-of-range parameters with ConfigError", () => {
-    for (const bad of [{ temperature: -1 }, { temperature: NaN }, { topP: 0 }, { topP: 1.5 }, { topK: -2 }, { topK: 1.5 }, { seed: -1 }, { seed: 2 ** 32 }]) {
+    for (const bad of [
+      { temperature: -1 },
+      { temperature: NaN },
+      { topP: 0 },
+      { topP: 1.5 },
+      { topK: -2 },
+      { topK: 1.5 },
+      { minP: -0.1 },
+      { minP: 1.5 },
+      { minP: NaN },
+      { seed: -1 },
+      { seed: 2 ** 32 },
+    ]) {
       expect(() => sample(logits, { temperature: 1, ...bad }, 0)).toThrow(expect.objectContaining({ code: "CONFIG" }));
     }
+  });
+});
+
+describe("min-p", () => {
+  // probabilities 0.4, 0.2, 0.15, 0.1, 0.08, 0.05, 0.02 at temperature 1
+  const probs = new Float32Array([0.4, 0.2, 0.15, 0.1, 0.08, 0.05, 0.02].map(Math.log));
+  const drawn = (l: Float32Array, p: Parameters<typeof sample>[1], n = 4000): number[] => {
+    const seen = new Set<number>();
+    for (let pos = 0; pos < n; pos++) seen.add(sample(l, p, pos));
+    return [...seen].sort((a, b) => a - b);
+  };
+
+  it("keeps exactly the ids with probability >= min_p x the largest", () => {
+    // 0.3 x 0.4 = 0.12: 0.15 stays, 0.1 goes
+    expect(drawn(probs, { temperature: 1, minP: 0.3, seed: 1 })).toEqual([0, 1, 2]);
+    expect(drawn(probs, { temperature: 1, minP: 0.3, topK: 5, seed: 1 })).toEqual([0, 1, 2]);
+    // 0.45 x 0.4 = 0.18: 0.2 stays, 0.15 goes
+    expect(drawn(probs, { temperature: 1, minP: 0.45, seed: 2 })).toEqual([0, 1]);
+    expect(drawn(probs, { temperature: 1, minP: 1, seed: 2 })).toEqual([0]);
+    expect(drawn(probs, { temperature: 1, minP: 0.01, seed: 3 }, 20000)).toEqual([0, 1, 2, 3, 4, 5, 6]);
+    // the draw follows the renormalised survivors: 0.4 / 0.6 of id 0 at min_p 0.45
+    let zeros = 0;
+    for (let pos = 0; pos < 20000; pos++) zeros += sample(probs, { temperature: 1, minP: 0.45, seed: 4 }, pos) === 0 ? 1 : 0;
+    expect(Math.abs(zeros / 20000 - 2 / 3)).toBeLessThan(0.015);
+  });
+
+  it("0 changes nothing, and greedy ignores it", () => {
+    for (const extra of [{}, { topK: 4 }, { topP: 0.9 }]) {
+      const off = Array.from({ length: 300 }, (_, pos) => sample(logits, { temperature: 1.2, seed: 8, ...extra }, pos));
+      const zero = Array.from({ length: 300 }, (_, pos) => sample(logits, { temperature: 1.2, seed: 8, minP: 0, ...extra }, pos));
+      expect(zero).toEqual(off);
+      expect(new Set(off).size).toBeGreaterThan(2);
+    }
+    expect(sample(probs, { temperature: 0, minP: 1, seed: 1 }, 3)).toBe(0);
+    expect(sample(logits, { minP: 0.9 }, 0)).toBe(1);
+  });
+
+  it("applies to the temperature-scaled distribution, as vLLM does", () => {
+    // probabilities 0.5, 0.3, 0.2; min_p 0.5. On the raw distribution (min-p before temperature)
+    // ids 0 and 1 stay at any temperature. After temperature 2 the ratios are sqrt(0.6), sqrt(0.4),
+    // both >= 0.5: all three stay; after temperature 0.5 they are 0.36, 0.16: only id 0 stays.
+    const l = new Float32Array([0.5, 0.3, 0.2].map(Math.log));
+    for (const topK of [undefined, 3]) {
+      expect(drawn(l, { temperature: 2, minP: 0.5, topK, seed: 5 })).toEqual([0, 1, 2]);
+      expect(drawn(l, { temperature: 0.5, minP: 0.5, topK, seed: 5 })).toEqual([0]);
+      expect(drawn(l, { temperature: 1, minP: 0.5, topK, seed: 5 })).toEqual([0, 1]);
+    }
+  });
+
+  it("comes before top-k and top-p: top-p is the mass of what min-p kept", () => {
+    // min_p 0.3 keeps 0.4, 0.2, 0.15 (renormalised 0.533, 0.267, 0.2): top_p 0.75 then keeps ids 0
+    // and 1 (0.8). Top-p on the unfiltered masses (0.4 + 0.2 = 0.6 < 0.75) would keep id 2 too.
+    expect(drawn(probs, { temperature: 1, minP: 0.3, topP: 0.75, seed: 6 })).toEqual([0, 1]);
+    expect(drawn(probs, { temperature: 1, minP: 0.3, topP: 0.75, topK: 6, seed: 6 })).toEqual([0, 1]);
+    expect(drawn(probs, { temperature: 1, topP: 0.75, seed: 6 })).toEqual([0, 1, 2]);
+    // top-k of what min-p kept: min_p 0.3 and top_k 2
+    expect(drawn(probs, { temperature: 1, minP: 0.3, topK: 2, seed: 7 })).toEqual([0, 1]);
   });
 });
 

@@ -1,7 +1,9 @@
 // The sampler's fast paths (weights computed once; with top-p, only the ids above a logit
 // threshold sorted) pick exactly the token of its straightforward definition, kept here as the
-// reference: every candidate, sums in id order, the whole vocabulary sorted for top-p. Random
-// logits (with ties, NaN and infinities), temperatures, top-k, top-p and seeds.
+// reference: every candidate, sums in id order, the whole vocabulary sorted for top-p, and
+// min-p as vLLM applies it (on the probabilities of the whole temperature-scaled vocabulary,
+// before top-k). Random logits (with ties, NaN and infinities), temperatures, min-p, top-k, top-p
+// and seeds.
 import { describe, expect, it } from "vitest";
 import { counterUniform, sample, selectTopK, type SamplingParams } from "../src/sampling/sample.ts";
 import { rng } from "./model-helpers/random-checkpoint.ts";
@@ -13,12 +15,19 @@ function referenceSample(logits: Float32Array, p: SamplingParams, position: numb
   const topK = p.topK && p.topK < V ? p.topK : 0;
   const topP = p.topP ?? 1;
   const order = (a: number, b: number) => logits[b] - logits[a] || a - b;
-  let cand: number[] = topK > 0 ? selectTopK(logits, topK) : [...Array(V).keys()].filter((i) => !Number.isNaN(logits[i]));
-  if (cand.length === 0) return -1;
+  const ids = [...Array(V).keys()].filter((i) => !Number.isNaN(logits[i]));
+  if (ids.length === 0) return -1;
   let max = -Infinity;
-  for (const i of cand) if (logits[i] > max) max = logits[i];
+  for (const i of ids) if (logits[i] > max) max = logits[i];
   if (max === Infinity || max === -Infinity) return -1;
   const weight = (i: number) => Math.exp((logits[i] - max) * invT);
+  // min-p: the probabilities of the whole scaled vocabulary against the largest, then top-k of the rest
+  let sum = 0;
+  for (const i of ids) sum += weight(i);
+  const prob = (i: number) => weight(i) / sum;
+  const pMax = Math.max(...ids.map(prob));
+  const kept = new Set(ids.filter((i) => prob(i) >= (p.minP ?? 0) * pMax));
+  let cand: number[] = topK > 0 ? selectTopK(logits, topK).filter((i) => kept.has(i)) : ids.filter((i) => kept.has(i));
   let total = 0;
   for (const i of cand) total += weight(i);
   if (topP < 1) {
@@ -57,6 +66,7 @@ describe("sampler fast paths", () => {
       const p: SamplingParams = { temperature: [0.2, 0.7, 1, 1.5, 2][Math.floor(r() * 5)], seed: Math.floor(r() * 2 ** 32) };
       if (r() < 0.5) p.topP = [0.1, 0.5, 0.9, 0.95, 0.999][Math.floor(r() * 5)];
       if (r() < 0.3) p.topK = 1 + Math.floor(r() * 60);
+      if (r() < 0.4) p.minP = [0.001, 0.05, 0.1, 0.3, 0.9, 1][Math.floor(r() * 6)];
       const position = Math.floor(r() * 1000);
       const want = referenceSample(logits, p, position);
       if (want < 0) continue;

@@ -8,11 +8,17 @@ export const SamplingSchema = z
     temperature: z.number().min(0).max(2).optional().describe("0 or unset: greedy (argmax, ties to the lowest id)"),
     topP: z.number().gt(0).max(1).optional().describe("nucleus mass in (0, 1]"),
     topK: z.number().int().min(1).optional().describe("keep the k most likely ids"),
+    minP: z
+      .number()
+      .min(0)
+      .max(1)
+      .optional()
+      .describe("keep the ids whose probability (after temperature) is at least this times the most likely id's (vLLM's min_p; 0 or unset: off)"),
     seed: z.number().int().min(0).max(0xffff_ffff).optional().describe("seed of the counter-based draw keyed by (seed, position)"),
     logitBias: z
       .array(z.tuple([z.number().int().min(0), z.number().min(-100).max(100)]))
       .optional()
-      .describe("[token id, bias] pairs added to the logits before temperature, top-k and top-p (OpenAI logit_bias)"),
+      .describe("[token id, bias] pairs added to the logits before temperature, min-p, top-k and top-p (OpenAI logit_bias)"),
     presencePenalty: z.number().min(-2).max(2).optional().describe("subtracted from the logit of every id the completion has produced (OpenAI)"),
     frequencyPenalty: z.number().min(-2).max(2).optional().describe("subtracted from an id's logit once per time the completion has produced it (OpenAI)"),
     repetitionPenalty: z
@@ -36,7 +42,7 @@ export interface TopLogprob {
 /**
  * The log-probability of a chosen token and of the most likely ones, from the model's logits
  * after a structured-output mask (when the request has one) and before logit_bias, temperature,
- * top-k and top-p: what vLLM reports (its default logprobs mode, with the grammar's bitmask
+ * min-p, top-k and top-p: what vLLM reports (its default logprobs mode, with the grammar's bitmask
  * applied ahead of the sampler).
  */
 export interface TokenLogprobs {

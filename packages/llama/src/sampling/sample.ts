@@ -1,5 +1,5 @@
-// Next-token choice from logits: greedy (ties to the lowest id) or temperature / top-k / top-p
-// with a counter-based random draw keyed by (seed, position), so a sequence sampled across two
+// Next-token choice from logits: greedy (ties to the lowest id) or temperature / min-p / top-k /
+// top-p (vLLM's order) with a counter-based random draw keyed by (seed, position), so a sequence sampled across two
 // processes (prefill here, decode there) equals the one sampled in one process. Knows nothing
 // of the model or the tokenizer.
 import { ConfigError, type SamplingParams, type TokenHistory, type TokenLogprobs } from "@airm/rm-core";
@@ -105,6 +105,7 @@ function checkParams(p: SamplingParams): void {
   }
   if (p.topP !== undefined && !(p.topP > 0 && p.topP <= 1)) throw new ConfigError("top_p", `must be in (0, 1], got ${p.topP}`);
   if (p.topK !== undefined && !(Number.isInteger(p.topK) && p.topK >= 0)) throw new ConfigError("top_k", `must be an integer >= 0, got ${p.topK}`);
+  if (p.minP !== undefined && !(p.minP >= 0 && p.minP <= 1)) throw new ConfigError("min_p", `must be in [0, 1], got ${p.minP}`);
   if (p.seed !== undefined && !(Number.isInteger(p.seed) && p.seed >= 0 && p.seed <= 0xffffffff)) {
     throw new ConfigError("seed", `must be an integer in [0, 2^32), got ${p.seed}`);
   }
@@ -134,9 +135,12 @@ function byLogitThenId(logits: Float32Array): (a: number, b: number) => number {
  * Picks the next token id. `position` is the index the sampled token will have in the sequence
  * (prompt length for the first generated token). `logitBias` and the penalties (over `history`:
  * the prompt and the completion so far) come first, on a copy (see adjusted). Greedy
- * when temperature is 0 or undefined. Otherwise: keep the top-k ids (logit desc, id asc), scale by 1/temperature, softmax (f64),
- * keep the smallest prefix reaching top-p, and draw with `counterUniform(seed, position)`.
- * Throws ConfigError for out-of-range parameters.
+ * when temperature is 0 or undefined (min-p, top-k and top-p then change nothing). Otherwise, in
+ * vLLM's order: scale by 1/temperature; min-p keeps the ids whose probability is at least min-p
+ * times the largest one's (of the scaled distribution); top-k keeps the k best of those (logit
+ * desc, id asc); softmax (f64) over what is left, top-p keeps its smallest prefix reaching the
+ * mass, and the draw is `counterUniform(seed, position)`. Throws ConfigError for out-of-range
+ * parameters.
  */
 export function sample(logits: Float32Array, p: SamplingParams, position: number, history?: TokenHistory): number {
   checkParams(p);
@@ -149,8 +153,9 @@ export function sample(logits: Float32Array, p: SamplingParams, position: number
   const invT = 1 / p.temperature;
   const topK = p.topK && p.topK < V ? p.topK : 0;
   const topP = p.topP ?? 1;
+  const minP = p.minP ?? 0;
   const u = counterUniform(p.seed ?? 0, position);
-  return topK > 0 ? sampleTopK(logits, invT, topK, topP, u) : sampleAll(logits, invT, topP, u);
+  return topK > 0 ? sampleTopK(logits, invT, topK, minP, topP, u) : sampleAll(logits, invT, minP, topP, u);
 }
 
 /** Draws from `cand` (in its order) with the weights `w` of its ids, their sum `total` and the uniform `u`. */
@@ -174,13 +179,23 @@ function nucleus(sorted: number[], w: (i: number) => number, total: number, topP
   return null;
 }
 
-/** Top-k first (the k best, sorted), then temperature, top-p and the draw. */
-function sampleTopK(logits: Float32Array, invT: number, topK: number, topP: number, u: number): number {
+/**
+ * Top-k first (the k best, sorted), then temperature, min-p, top-p and the draw. Same ids as
+ * vLLM's min-p before top-k: a weight below is the probability over the largest one's, and the
+ * largest is among the k best, so min-p cuts the same tail of them either way.
+ */
+function sampleTopK(logits: Float32Array, invT: number, topK: number, minP: number, topP: number, u: number): number {
   let cand = selectTopK(logits, topK);
   if (cand.length === 0) return argmax(logits);
   const max = logits[cand[0]];
   if (max === Infinity || max === -Infinity) return argmax(logits);
   const w = (i: number): number => Math.exp((logits[i] - max) * invT);
+  if (minP > 0) {
+    // cand is sorted by weight desc: the ids kept are a prefix (the first has weight 1 >= minP)
+    let n = 1;
+    while (n < cand.length && w(cand[n]) >= minP) n++;
+    cand = cand.slice(0, n);
+  }
   let total = 0;
   for (const i of cand) total += w(i);
   if (topP < 1) {
@@ -195,12 +210,12 @@ function sampleTopK(logits: Float32Array, invT: number, topK: number, topP: numb
 let weights = new Float64Array(0);
 
 /**
- * Temperature (and top-p) over the whole vocabulary, the sums in the order the definition fixes:
- * the total in id order; the nucleus, when top-p is set, in (logit desc, id asc) order. The
- * nucleus is a prefix of that order, so only the ids above a logit threshold are sorted, the
- * threshold lowered until the sorted ids hold it.
+ * Temperature (then min-p and top-p) over the whole vocabulary, the sums in the order the
+ * definition fixes: the total in id order; the nucleus, when top-p is set, in (logit desc, id
+ * asc) order. An id min-p removes weighs 0. The nucleus is a prefix of that order, so only the
+ * ids above a logit threshold are sorted, the threshold lowered until the sorted ids hold it.
  */
-function sampleAll(logits: Float32Array, invT: number, topP: number, u: number): number {
+function sampleAll(logits: Float32Array, invT: number, minP: number, topP: number, u: number): number {
   const V = logits.length;
   let max = -Infinity;
   let last = -1;
@@ -216,7 +231,9 @@ function sampleAll(logits: Float32Array, invT: number, topP: number, u: number):
   let total = 0;
   for (let i = 0; i < V; i++) {
     const v = logits[i];
-    const x = Number.isNaN(v) ? 0 : Math.exp((v - max) * invT);
+    // the weight is the probability over the largest one's (the best id weighs 1): min-p's ratio
+    let x = Number.isNaN(v) ? 0 : Math.exp((v - max) * invT);
+    if (x < minP) x = 0;
     wt[i] = x;
     total += x;
   }
@@ -228,6 +245,7 @@ function sampleAll(logits: Float32Array, invT: number, topP: number, u: number):
       cum += wt[i];
       if (cum > target) return i;
     }
+    while (wt[last] === 0) last--; // rounding: the last id that can be drawn
     return last;
   }
   const order = byLogitThenId(logits);
