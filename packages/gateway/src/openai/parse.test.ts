@@ -165,7 +165,6 @@ describe("structured outputs, tools and the field list", () => {
     expect(parse("chat", chat({ foo: 1, bar: { x: 1 } })).ignored).toEqual(["foo", "bar"]);
     expect(err("completion", { model: "m", prompt: "x", tools: [] })).toMatchObject({ status: 400, param: "tools" });
     expect(err("chat", chat({ prompt: "x" })).message).toMatch(/field of \/v1\/completions/);
-    expect(err("chat", chat({ min_p: 0.1 }))).toMatchObject({ code: "unsupported_parameter", param: "min_p" });
     expect(err("completion", { model: "m", prompt: "x", use_beam_search: true })).toMatchObject({ code: "unsupported_parameter", param: "use_beam_search" });
     expect(parse("completion", { model: "m", prompt: "x", ignore_eos: true, min_tokens: 3 })).toMatchObject({ ignoreEos: true, minTokens: 3 });
     expect(err("completion", { model: "m", prompt: "x", ignore_eos: true, structured_outputs: { regex: "a+" } })).toMatchObject({ param: "ignore_eos" });
@@ -178,6 +177,32 @@ describe("structured outputs, tools and the field list", () => {
       const body = f.on.includes("chat") ? chat({ [f.name]: "something" }) : { model: "m", prompt: "x", [f.name]: "something" };
       expect(err(f.on.includes("chat") ? "chat" : "completion", body)).toMatchObject({ status: 400, param: f.name });
     }
+  });
+});
+
+describe("min_p", () => {
+  const chatBody = (extra: object) => ({ model: "m", messages: [{ role: "user", content: "x" }], ...extra });
+  it("is served on chat and completions in [0, 1]; 0 and null are off", () => {
+    for (const kind of ["chat", "completion"] as const) {
+      const body = (extra: object) => (kind === "chat" ? chatBody(extra) : { model: "m", prompt: "x", ...extra });
+      for (const v of [0.05, 0.5, 1]) expect(parse(kind, body({ min_p: v, temperature: 0.7 })).sampling).toMatchObject({ minP: v, temperature: 0.7 });
+      expect(parse(kind, body({ min_p: 0 })).sampling.minP).toBeUndefined();
+      expect(parse(kind, body({ min_p: null })).sampling.minP).toBeUndefined();
+      expect(parse(kind, body({})).sampling.minP).toBeUndefined();
+    }
+  });
+  it("out of [0, 1] is a 400 naming min_p, in vLLM's words", () => {
+    for (const v of [-0.1, 1.5]) {
+      for (const [kind, body] of [
+        ["chat", chatBody({ min_p: v })],
+        ["completion", { model: "m", prompt: "x", min_p: v }],
+      ] as const) {
+        const e = err(kind, body);
+        expect(e).toMatchObject({ status: 400, code: "invalid_request", param: "min_p" });
+        expect(e.message).toBe(`min_p must be in [0, 1], got ${v}.`);
+      }
+    }
+    expect(err("chat", chatBody({ min_p: "0.1" }))).toMatchObject({ status: 400, param: "min_p" });
   });
 });
 

@@ -82,6 +82,7 @@ const common = {
   temperature: z.number().min(0).max(2).nullish(),
   top_p: z.number().gt(0).max(1).nullish(),
   top_k: int.min(-1).nullish(),
+  min_p: z.number().nullish(),
   seed: int.nullish(),
   stop: z.union([z.string(), z.array(z.string()).max(4)]).nullish(),
   stream: z.boolean().nullish(),
@@ -214,6 +215,13 @@ function logitBiasOf(raw: Record<string, number> | null | undefined, vocabSize: 
   return out.length ? out : undefined;
 }
 
+/** vLLM's check and words for min_p. Throws 400 naming min_p. */
+function minPOf(v: number | null | undefined): number | undefined {
+  if (v == null) return undefined;
+  if (!(v >= 0 && v <= 1)) throw new ApiError(400, "invalid_request", `min_p must be in [0, 1], got ${v}.`, "min_p");
+  return v;
+}
+
 function samplingOf(b: z.infer<typeof completionSchema> | z.infer<typeof chatSchema>, vocabSize: number | undefined): SamplingParams & { seed: number } {
   const s: SamplingParams & { seed: number } = {
     temperature: b.temperature ?? 1,
@@ -221,6 +229,8 @@ function samplingOf(b: z.infer<typeof completionSchema> | z.infer<typeof chatSch
   };
   if (b.top_p != null) s.topP = b.top_p;
   if (b.top_k != null && b.top_k > 0) s.topK = b.top_k;
+  const minP = minPOf(b.min_p);
+  if (minP) s.minP = minP;
   const bias = logitBiasOf(b.logit_bias, vocabSize);
   if (bias) s.logitBias = bias;
   if (b.presence_penalty) s.presencePenalty = b.presence_penalty;

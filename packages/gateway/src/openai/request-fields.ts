@@ -50,8 +50,14 @@ export const REQUEST_FIELDS: RequestField[] = [
   served("max_tokens", BOTH, "OpenAI", "completions default 16; chat default: the rest of the context"),
   served("max_completion_tokens", CHAT, "OpenAI", "as max_tokens (wins over it)"),
   served("temperature", BOTH, "OpenAI", "default 1; 0 is greedy"),
-  served("top_p", BOTH, "OpenAI", "nucleus sampling"),
+  served("top_p", BOTH, "OpenAI", "nucleus sampling, over what min_p and top_k kept"),
   served("top_k", BOTH, "vLLM", "-1 or 0: off"),
+  served(
+    "min_p",
+    BOTH,
+    "vLLM",
+    "[0, 1]: keeps the tokens whose probability, after temperature, is at least min_p times the most likely one's (before top_k and top_p, as vLLM); 0: off; greedy ignores it",
+  ),
   served("seed", BOTH, "OpenAI", "the draw of token p is a function of (seed, p): PD reproduces solo"),
   served("stop", BOTH, "OpenAI", "up to 4 strings, cut from the text"),
   served("stream", BOTH, "OpenAI", "server-sent events"),
@@ -87,7 +93,6 @@ export const REQUEST_FIELDS: RequestField[] = [
   label("safety_identifier", CHAT, "OpenAI", "an end-user id for the operator's records; changes no output"),
   label("prompt_cache_key", CHAT, "OpenAI", "a cache routing hint; the prefix cache works without it"),
   refused("best_of", CHAT, "vLLM", "best_of on chat (a completions field)", [is(1), "1"]),
-  refused("min_p", BOTH, "vLLM", "a non-zero min_p", [is(0), "0"]),
 
   refused("use_beam_search", BOTH, "vLLM", "beam search", [is(false), "false"]),
   refused("length_penalty", BOTH, "vLLM", "length_penalty (beam search)", [is(1), "1"]),

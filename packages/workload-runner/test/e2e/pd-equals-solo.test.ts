@@ -1,5 +1,6 @@
-// PD over shm gives exactly the solo tokens, for both decode engines; the gateway's streaming
-// and non-streaming answers agree; the standard OpenAI client parses every answer.
+// PD over shm gives exactly the solo tokens, for both decode engines, greedy and seeded sampling
+// (min_p, top-k, top-p) alike; the gateway's streaming and non-streaming answers agree; the
+// standard OpenAI client parses every answer.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { rmSync } from "node:fs";
 import OpenAI from "openai";
@@ -40,6 +41,9 @@ function bodies(): { key: string; body: Body }[] {
   ID_LENGTHS.forEach((n, i) => out.push({ key: `ids${n}`, body: { input: { promptTokenIds: idPrompt(n, i) }, maxTokens: MAX, sampling: greedy } }));
   out.push({ key: "chat", body: { input: { messages: [{ role: "user", content: "Say something." }] }, maxTokens: MAX, sampling: greedy } });
   out.push({ key: "sampled", body: { input: { prompt: "Sampling with a seed" }, maxTokens: MAX, sampling: { temperature: 0.9, topP: 0.95, seed: 1234 } } });
+  out.push({ key: "min-p", body: { input: { prompt: "Sampling with a seed" }, maxTokens: MAX, sampling: { temperature: 1.5, minP: 0.3, seed: 1234 } } });
+  out.push({ key: "min-p-off", body: { input: { prompt: "Sampling with a seed" }, maxTokens: MAX, sampling: { temperature: 1.5, seed: 1234 } } });
+  out.push({ key: "min-p-top-k-p", body: { input: { prompt: "Sampling with a seed" }, maxTokens: MAX, sampling: { temperature: 1.5, minP: 0.2, topK: 8, topP: 0.9, seed: 99 } } });
   out.push({ key: "fill", body: { input: { promptTokenIds: idPrompt(S - 20, 99) }, maxTokens: null, sampling: greedy } });
   return out;
 }
@@ -53,6 +57,8 @@ beforeAll(async () => {
   const runs = [...soloRuns.values()];
   expect(new Set(runs.map((r) => r.tokens.join(","))).size).toBeGreaterThan(runs.length / 2);
   expect(runs.filter((r) => r.tokens.length > 1).length).toBeGreaterThan(runs.length / 2);
+  // min_p changes the seeded draw (so PD matching solo on it says the field reached both workers)
+  expect(soloRuns.get("min-p")!.tokens).not.toEqual(soloRuns.get("min-p-off")!.tokens);
 });
 
 afterAll(async () => {
@@ -123,6 +129,13 @@ describe.each(["atom", "rngd"])("PD over shm, decode on %s", (decodeBackend) => 
     }
     expect(chatText).toBe(chat.choices[0].message.content);
     expect(finish).toBe(chat.choices[0].finish_reason);
+
+    // min_p (a vLLM field) through the gateway, PD and solo: the seeded tokens of the workers' own run
+    const body = { model: id, prompt: "Sampling with a seed", max_tokens: MAX, temperature: 1.5, min_p: 0.3, seed: 1234 } as OpenAI.CompletionCreateParamsNonStreaming;
+    const viaPd = await client.completions.create(body);
+    const viaSolo = await new OpenAI({ baseURL: `${solo.url}/v1`, apiKey: "unused" }).completions.create(body);
+    expect(viaPd.choices[0].text).toBe(soloRuns.get("min-p")!.text);
+    expect(viaSolo.choices[0].text).toBe(soloRuns.get("min-p")!.text);
   });
 
   it("the OpenAI client gets logprobs/top_logprobs on chat and logprobs/echo on completions, streaming and not, equal to solo's", async () => {
