@@ -94,11 +94,22 @@ export interface Tokenizer {
   vocabulary?(): { tokens: string[]; type: VocabularyType };
 }
 
+/**
+ * What the checkpoint says about generation: its end-of-sequence ids, and the sampling defaults it
+ * recommends (generation_config.json, or a GGUF's general.sampling.* keys), in the ranges of the
+ * request fields they stand for (top_k -1 or 0: off).
+ */
 export interface GenerationDefaults {
   eosTokenIds: number[];
   temperature?: number;
   topP?: number;
   topK?: number;
+  minP?: number;
+  repetitionPenalty?: number;
+  /** Where the sampling defaults were looked for ("generation_config.json", "GGUF metadata"); unset: nowhere (no such file). */
+  samplingFrom?: string;
+  /** Sampling keys present but unusable (wrong type or out of range), left out: `key=value (why)`. */
+  samplingIgnored?: string[];
 }
 
 export interface Checkpoint {

@@ -4,6 +4,7 @@
 export type { Architecture, Checkpoint, ChatMessage, GenerationDefaults, ModelConfig, RopeScaling, TensorInfo, TensorSource, Tokenizer } from "./checkpoint-types.ts";
 export { loadCheckpoint, checkTensors, type LoadCheckpointOptions } from "./checkpoint/load-checkpoint.ts";
 export { ModelLoadError } from "./checkpoint/model-load-error.ts";
+export { samplingDefaults, HF_SAMPLING_KEYS, GGUF_SAMPLING_KEYS } from "./checkpoint/sampling-defaults.ts";
 export { expectedTensors, type ExpectedTensor } from "./checkpoint/expected-tensors.ts";
 export { modelFingerprint, canonicalJson } from "./checkpoint/fingerprint.ts";
 export { f32ToBf16, bf16ToF32, f16BitsToF32 } from "./checkpoint/bf16-convert.ts";

@@ -59,6 +59,35 @@ describe("config.json parsing", () => {
     expect(parseGenerationConfig({ eos_token_id: [7, 3] }, "g", config).eosTokenIds).toEqual([7, 3, 2]);
     expect(parseGenerationConfig(undefined, "g", config)).toEqual({ eosTokenIds: [2, 7] });
   });
+
+  it("reads the sampling defaults vLLM's --generation-config auto takes; leaves out a bad one by name", () => {
+    const config = parseHfConfig(LLAMA_CONFIG, "c");
+    // Qwen2.5-Instruct's generation_config.json, with min_p added
+    const qwen = { do_sample: true, eos_token_id: [151645, 151643], pad_token_id: 151643, repetition_penalty: 1.05, temperature: 0.7, top_p: 0.8, top_k: 20, min_p: 0.05 };
+    expect(parseGenerationConfig(qwen, "/m/generation_config.json", config)).toEqual({
+      eosTokenIds: [151645, 151643, 2],
+      temperature: 0.7,
+      topP: 0.8,
+      topK: 20,
+      minP: 0.05,
+      repetitionPenalty: 1.05,
+      samplingFrom: "generation_config.json",
+    });
+    // a file without sampling keys: none, and where they were looked for
+    expect(parseGenerationConfig({ eos_token_id: 2 }, "/m/generation_config.json", config)).toEqual({ eosTokenIds: [2], samplingFrom: "generation_config.json" });
+    const bad = parseGenerationConfig({ temperature: "hot", top_p: 0, top_k: 2.5, min_p: 2, repetition_penalty: 1.1 }, "g", config);
+    expect(bad).toEqual({
+      eosTokenIds: [2],
+      repetitionPenalty: 1.1,
+      samplingFrom: "g",
+      samplingIgnored: [
+        'temperature="hot" (temperature must be a number in [0, 2])',
+        "top_p=0 (top_p must be a number in (0, 1])",
+        "top_k=2.5 (top_k must be an integer >= -1)",
+        "min_p=2 (min_p must be a number in [0, 1])",
+      ],
+    });
+  });
 });
 
 /** SmolLM2-135M-Instruct's config.json as transformers 4.42 saved it (published with the model). */

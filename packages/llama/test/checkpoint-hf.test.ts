@@ -81,7 +81,7 @@ describe("loadCheckpoint on Hugging Face folders", () => {
         eosTokenIds: [2],
         ropeScaling: { type: "llama3", factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositionEmbeddings: 8192 },
       });
-      expect(ck.generation).toEqual({ eosTokenIds: [2, 0], temperature: 0.6, topP: 0.9 });
+      expect(ck.generation).toEqual({ eosTokenIds: [2, 0], temperature: 0.6, topP: 0.9, samplingFrom: "generation_config.json" });
       expect(ck.tensors.has("lm_head.weight")).toBe(true);
       expect(ck.tensors.info("model.layers.1.self_attn.k_proj.weight").shape).toEqual([8, 16]);
       const dst = new Uint16Array(8 * 16);

@@ -236,6 +236,32 @@ describe("loadCheckpoint on a GGUF file converted from a generated model", () =>
     }
   });
 
+  it("reads the sampling defaults llama.cpp reads (general.sampling.*), float32 as their decimals; none without them", async () => {
+    const path = join(root, "sampling.gguf");
+    writeFileSync(path, ggufBytes({ metadata, tensors }));
+    const none = await loadCheckpoint(path);
+    none.tensors.close();
+    expect(none.generation).toEqual({ eosTokenIds: [2], samplingFrom: "GGUF metadata" });
+    const sampling: Record<string, MetaValue> = {
+      "general.sampling.temp": f32(0.7),
+      "general.sampling.top_p": f32(0.95),
+      "general.sampling.top_k": { type: "i32", value: 20 },
+      "general.sampling.min_p": f32(0.05),
+      "general.sampling.penalty_repeat": f32(1.05),
+      "general.sampling.xtc_probability": f32(0.5), // a sampler this server has not: not read
+    };
+    writeFileSync(path, ggufBytes({ metadata: { ...metadata, ...sampling }, tensors }));
+    const ck = await loadCheckpoint(path);
+    ck.tensors.close();
+    expect(ck.generation).toEqual({ eosTokenIds: [2], temperature: 0.7, topP: 0.95, topK: 20, minP: 0.05, repetitionPenalty: 1.05, samplingFrom: "GGUF metadata" });
+    // out of its request field's range: left out and named, the load goes on
+    writeFileSync(path, ggufBytes({ metadata: { ...metadata, "general.sampling.temp": f32(5), "general.sampling.top_k": u32(40) }, tensors }));
+    const bad = await loadCheckpoint(path);
+    bad.tensors.close();
+    expect(bad.generation).toMatchObject({ topK: 40, samplingIgnored: ["general.sampling.temp=5 (temperature must be a number in [0, 2])"] });
+    expect(bad.generation.temperature).toBeUndefined();
+  });
+
   it("treats a missing output.weight as tied embeddings", async () => {
     const path = join(root, "tied.gguf");
     writeFileSync(path, ggufBytes({ metadata, tensors: tensors.filter((t) => t.name !== "output.weight") }));

@@ -21,7 +21,19 @@ export { untilStopSignal } from "./stop-signal.ts";
 export { IncrementalDetokenizer, type IncrementalDetokenizerOptions } from "./text/incremental-detokenizer.ts";
 export { StopStringMatcher, type StopResult } from "./text/stop-strings.ts";
 export { openEngine } from "./open-engine.ts";
-export { SamplingSchema, MAX_TOP_LOGPROBS, choiceSeed, type SamplingParams, type TokenHistory, type TokenLogprobs, type TopLogprob } from "./sampling.ts";
+export {
+  SamplingSchema,
+  SamplingDefaultsSchema,
+  SAMPLING_DEFAULT_FIELDS,
+  MAX_TOP_LOGPROBS,
+  choiceSeed,
+  describeSamplingDefaults,
+  type SamplingDefaults,
+  type SamplingParams,
+  type TokenHistory,
+  type TokenLogprobs,
+  type TopLogprob,
+} from "./sampling.ts";
 export { declaredBackends, engineForBackend, transportNeeds, type TransportNeeds } from "./plugin-meta.ts";
 export {
   CHARS_PER_TOKEN,

@@ -33,6 +33,42 @@ export const SamplingSchema = z
 /** How the next token is chosen. */
 export type SamplingParams = z.infer<typeof SamplingSchema>;
 
+/**
+ * A model's own sampling defaults, as vLLM's `--generation-config auto` reads them (a Hugging Face
+ * folder's generation_config.json, a GGUF's `general.sampling.*` keys): what a request that leaves
+ * a field out gets, in the ranges of the request fields they stand for.
+ */
+export const SamplingDefaultsSchema = z
+  .object({
+    temperature: z.number().min(0).max(2).optional().describe("temperature (0: greedy)"),
+    topP: z.number().gt(0).max(1).optional().describe("top_p"),
+    topK: z.number().int().min(-1).optional().describe("top_k (-1 or 0: off)"),
+    minP: z.number().min(0).max(1).optional().describe("min_p"),
+    repetitionPenalty: z.number().gt(0).max(10).optional().describe("repetition_penalty"),
+  })
+  .strict();
+
+export type SamplingDefaults = z.infer<typeof SamplingDefaultsSchema>;
+
+/** Each default's request field name, in the order they are shown. */
+export const SAMPLING_DEFAULT_FIELDS: Record<keyof SamplingDefaults, string> = {
+  temperature: "temperature",
+  topP: "top_p",
+  topK: "top_k",
+  minP: "min_p",
+  repetitionPenalty: "repetition_penalty",
+};
+
+/** `temperature=0.7 top_p=0.8 top_k=20` (request field names), or `none` when there are none. */
+export function describeSamplingDefaults(d: SamplingDefaults | undefined): string {
+  const parts: string[] = [];
+  for (const [k, name] of Object.entries(SAMPLING_DEFAULT_FIELDS) as [keyof SamplingDefaults, string][]) {
+    const v = d?.[k];
+    if (v !== undefined) parts.push(`${name}=${v}`);
+  }
+  return parts.length ? parts.join(" ") : "none";
+}
+
 /** One candidate and its log-probability (natural log) under the model's distribution. */
 export interface TopLogprob {
   token: number;

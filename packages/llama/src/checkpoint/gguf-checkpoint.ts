@@ -1,6 +1,7 @@
 // A GGUF file as a Checkpoint: llama/qwen2 metadata -> ModelConfig, GGUF tensor names -> Hugging
 // Face names (undoing llama.cpp's q/k row permutation for rotate-half RoPE), dequantisation to
-// bf16 on read, and the tokenizer and chat template from metadata. Parsing is gguf-file.ts's job.
+// bf16 on read, and the tokenizer, chat template and sampling defaults from metadata. Parsing is
+// gguf-file.ts's job.
 
 import { createHash } from "node:crypto";
 import { readSync } from "node:fs";
@@ -13,6 +14,7 @@ import { GGML_TYPES, closeGguf, openGguf, type GgufFile, type GgufTensorInfo, ty
 import { checkTensors, makeCheckpoint } from "./load-checkpoint.ts";
 import { ModelLoadError } from "./model-load-error.ts";
 import { readExactly } from "./safetensors-source.ts";
+import { GGUF_SAMPLING_KEYS, samplingDefaultsOf } from "./sampling-defaults.ts";
 
 const CHUNK_BLOCKS = 64 * 1024;
 
@@ -303,7 +305,7 @@ export function loadGgufCheckpoint(path: string): Checkpoint {
       tensors,
       tokenizer,
       renderChat,
-      generation: { eosTokenIds: [...eos] },
+      generation: { eosTokenIds: [...eos], ...samplingDefaultsOf((k) => file.metadata.get(k), GGUF_SAMPLING_KEYS, { from: "GGUF metadata", f32: true }) },
     });
   } catch (e) {
     closeGguf(file);

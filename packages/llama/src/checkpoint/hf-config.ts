@@ -3,8 +3,10 @@
 // the Llama and Qwen2 field names and their documented defaults; refuses what it does not
 // implement. Leaves tensors and tokenizers to others.
 
+import { basename } from "node:path";
 import type { Architecture, GenerationDefaults, ModelConfig, RopeScaling } from "../checkpoint-types.ts";
 import { ModelLoadError } from "./model-load-error.ts";
+import { HF_SAMPLING_KEYS, samplingDefaultsOf } from "./sampling-defaults.ts";
 
 const ARCHITECTURES: Record<string, Architecture> = {
   LlamaForCausalLM: "llama",
@@ -233,16 +235,14 @@ export function parseHfConfig(raw: unknown, file: string, defaulted: string[] = 
 }
 
 /**
- * Generation defaults from generation_config.json (may be undefined) merged with the config's eos:
- * eos ids are the union, generation_config's first.
+ * Generation defaults from generation_config.json (undefined: no such file) merged with the
+ * config's eos: eos ids are the union, generation_config's first. The sampling defaults are the
+ * keys vLLM's --generation-config auto takes (see samplingDefaultsOf), as the file writes them.
  */
 export function parseGenerationConfig(raw: unknown, file: string, config: ModelConfig): GenerationDefaults {
   const g = (raw ?? {}) as Json;
   const eos = [...tokenIdList(g.eos_token_id, file, "eos_token_id")];
   for (const id of config.eosTokenIds) if (!eos.includes(id)) eos.push(id);
-  const out: GenerationDefaults = { eosTokenIds: eos };
-  if (typeof g.temperature === "number") out.temperature = g.temperature;
-  if (typeof g.top_p === "number") out.topP = g.top_p;
-  if (typeof g.top_k === "number") out.topK = g.top_k;
-  return out;
+  if (raw === undefined || raw === null) return { eosTokenIds: eos };
+  return { eosTokenIds: eos, ...samplingDefaultsOf((k) => g[k], HF_SAMPLING_KEYS, { from: basename(file) }) };
 }
