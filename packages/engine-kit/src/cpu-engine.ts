@@ -18,6 +18,7 @@ import {
   blocksToDense,
   checkKVBlobs,
   choiceSeed,
+  describeSamplingDefaults,
   isAirmError,
 } from "@airm/rm-core";
 import type {
@@ -42,7 +43,7 @@ import type {
   TokenHistory,
 } from "@airm/rm-core";
 import type { ArtifactCache } from "./artifact-cache.ts";
-import { LLAMA, type CpuCheckpoint, type CpuModel, type CpuWeightsMode, type CpuActivationsMode, type LlamaModule } from "./cpu-model.ts";
+import { LLAMA, samplingDefaults, type CpuCheckpoint, type CpuModel, type CpuWeightsMode, type CpuActivationsMode, type LlamaModule } from "./cpu-model.ts";
 import { planTensorDelta } from "./delta-plan.ts";
 import { DEFAULT_KV_SHARE, kvBudgetBlocks, type KvCacheMemory } from "./kv-budget.ts";
 import { loadWeights, type LoadedWeights } from "./load-weights.ts";
@@ -101,6 +102,11 @@ export interface CpuEngineSpec {
   maxNumBatchedTokens?: number;
   /** Share of a decode pass's time a prompt chunk beside it may add (--prefill-share). */
   prefillShare?: number;
+  /**
+   * Whose sampling defaults requests get (vLLM's --generation-config): `auto` (default) the
+   * checkpoint's (generation_config.json, GGUF general.sampling.*), `vllm` none (the API's own).
+   */
+  generationConfig?: "auto" | "vllm";
 }
 
 /** Opens the decode graph of a variant on the card; `step` runs one host-input decode step. */
@@ -216,6 +222,22 @@ export class CpuBackedEngine implements Engine {
     return this.ckpt.configDefaults ?? [];
   }
 
+  /**
+   * "generation defaults (from generation_config.json): temperature=0.7 top_p=0.8", or why there
+   * are none: the start-up line about the sampling defaults requests get when they leave a field out.
+   */
+  get generationDefaultsNote(): string {
+    const g = this.ckpt.generation;
+    const ignored = g.samplingIgnored?.length ? `; left out: ${g.samplingIgnored.join(", ")}` : "";
+    if (this.spec.generationConfig === "vllm") {
+      const found = describeSamplingDefaults(samplingDefaults(g));
+      return `generation defaults: none (AIRM_GENERATION_CONFIG=vllm${found === "none" ? "" : `; the model's ${found} not used`})`;
+    }
+    const d = this.model.generationDefaults;
+    if (d && Object.keys(d).length) return `generation defaults (from ${g.samplingFrom}): ${describeSamplingDefaults(d)}${ignored}`;
+    return `generation defaults: none (${g.samplingFrom ? `${g.samplingFrom} sets none` : "no generation_config.json"})${ignored}`;
+  }
+
   private constructor(spec: CpuEngineSpec, llama: LlamaModule, ckpt: CpuCheckpoint, hashes: CheckpointHashes, weights: LoadedWeights) {
     this.spec = spec;
     this.name = spec.name;
@@ -311,6 +333,7 @@ export class CpuBackedEngine implements Engine {
       modelFingerprint: this.hashes.fingerprint,
       numericsFingerprint: this.cpu.numericsFingerprint,
       eosTokenIds: [...this.ckpt.generation.eosTokenIds],
+      generationDefaults: this.spec.generationConfig === "vllm" ? {} : samplingDefaults(this.ckpt.generation),
     };
   }
 

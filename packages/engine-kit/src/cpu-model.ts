@@ -1,6 +1,6 @@
 // The slice of @airm/llama the engines run on, with the package's own types: checkpoints, the
 // model with its KV caches, packed weight images (artifact cache, warm start), per-tensor updates
-// (delta load) and the sampler. Knows nothing about devices or variants.
+// (delta load), the sampler and the checkpoint's sampling defaults. Knows nothing about devices or variants.
 
 import {
   LlamaModel,
@@ -15,6 +15,8 @@ import {
   type WeightsMode,
   type ActivationsMode,
 } from "@airm/llama";
+
+export { samplingDefaults } from "@airm/llama";
 
 export type CpuCheckpoint = Checkpoint;
 export type CpuKVCache = KVCache;

@@ -137,6 +137,11 @@ export const ENGINE_RUN_CONFIG = defineConfig("@airm/engine-kit", {
     defaultText: "~/.cache/airm/artifacts",
     doc: "Folder of the packed-weights artifact cache (warm starts); `off` disables it.",
   }),
+  generationConfig: opt(oneOf(["auto", "vllm"] as const), {
+    env: "AIRM_GENERATION_CONFIG",
+    default: "auto",
+    doc: "Whose sampling defaults a request gets for the fields it leaves out (temperature, top_p, top_k, min_p, repetition_penalty), as vLLM's --generation-config: auto takes the model's own, from a Hugging Face folder's generation_config.json or a GGUF's general.sampling.* keys (llama.cpp's); vllm ignores them (temperature 1, the rest off). A value the request gives always wins. The start-up line prints the defaults in use; the gateway takes them from the workers' /health.",
+  }),
   engineLog: opt(flag(), { env: "AIRM_ENGINE_LOG", default: true, doc: "0 silences the engine's start-up line on stderr." }),
 });
 

@@ -101,6 +101,7 @@ export async function loadVendorEngine<V extends OptionMap>(
     maxModelLen: options.maxModelLen ?? config.maxModelLen,
     maxNumBatchedTokens: config.maxNumBatchedTokens,
     prefillShare: config.prefillShare,
+    generationConfig: config.generationConfig,
     nativeHostDecode: probe.hostDecode,
   });
   if (config.engineLog) {
@@ -108,7 +109,8 @@ export async function loadVendorEngine<V extends OptionMap>(
     process.stderr.write(
       `[${spec.name}] backend ${backend}, path ${device.path}${device.device ? ` on ${device.device}` : ""}, ` +
         `weights ${engine.stats().weightsFrom} in ${engine.stats().loadMs.toFixed(0)} ms (${engine.cacheNote}; held as ${engine.weightsHeld}); ${device.detail}${defaults}\n` +
-        `[${spec.name}] ${kvLine(engine)}\n`,
+        `[${spec.name}] ${kvLine(engine)}\n` +
+        `[${spec.name}] ${engine.generationDefaultsNote}\n`,
     );
   }
   return engine;

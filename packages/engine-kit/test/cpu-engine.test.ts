@@ -1,7 +1,7 @@
 // The shared engine mechanics on the real CPU reference model (@airm/llama) with a generated
 // tiny model: tokens equal the model run solo, across prefill modes, cache residences, batches,
 // processes-worth of KV export/import, variant swaps and delta loads.
-import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { cpSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -440,6 +440,30 @@ describe("KV handoff and batching", () => {
     } finally {
       await engine.close();
       await other.close();
+    }
+  });
+});
+
+describe("generation defaults", () => {
+  it("reports the checkpoint's sampling defaults and says at start where they come from; none with generationConfig vllm", async () => {
+    const dir = join(root, "model-generation-defaults");
+    cpSync(modelDir, dir, { recursive: true });
+    const gen = JSON.parse(readFileSync(join(dir, "generation_config.json"), "utf8"));
+    writeFileSync(join(dir, "generation_config.json"), JSON.stringify({ ...gen, temperature: 0.7, top_p: 0.8, top_k: 20, min_p: 0.05, repetition_penalty: 20 }));
+    const plain = await CpuBackedEngine.open(modelDir, spec({ artifactCache: null }));
+    const auto = await CpuBackedEngine.open(dir, spec({ artifactCache: null }));
+    const off = await CpuBackedEngine.open(dir, spec({ artifactCache: null, generationConfig: "vllm" }));
+    try {
+      expect(plain.model.generationDefaults).toEqual({});
+      expect(plain.generationDefaultsNote).toBe("generation defaults: none (generation_config.json sets none)");
+      expect(auto.model.generationDefaults).toEqual({ temperature: 0.7, topP: 0.8, topK: 20, minP: 0.05 });
+      expect(auto.generationDefaultsNote).toBe(
+        "generation defaults (from generation_config.json): temperature=0.7 top_p=0.8 top_k=20 min_p=0.05; left out: repetition_penalty=20 (repetition_penalty must be a number in (0, 10])",
+      );
+      expect(off.model.generationDefaults).toEqual({});
+      expect(off.generationDefaultsNote).toBe("generation defaults: none (AIRM_GENERATION_CONFIG=vllm; the model's temperature=0.7 top_p=0.8 top_k=20 min_p=0.05 not used)");
+    } finally {
+      await Promise.all([plain.close(), auto.close(), off.close()]);
     }
   });
 });

@@ -6,6 +6,7 @@
 // OpenAI API.
 
 import { WorkerClient, type WorkerHealth } from "@airm/internal-api";
+import type { SamplingDefaults } from "@airm/rm-core";
 import { causeOf, nothingListens } from "./orchestrator/worker-calls.ts";
 
 export interface Endpoint {
@@ -216,19 +217,32 @@ export class EndpointPool {
     return this.endpoints.map((e) => `${e.url}: ${e.lastError ?? "busy"}`).join("; ");
   }
 
-  /** The endpoints' model ids, max_model_len (the smallest any reported: a request must fit every worker), vocabulary and most slots, from their last /health. */
-  served(): { modelIds: string[]; maxContext: number | undefined; vocabSize: number | undefined; slots: number | undefined } {
+  /**
+   * The endpoints' model ids, max_model_len (the smallest any reported: a request must fit every
+   * worker), vocabulary, most slots and each model's sampling defaults (the first endpoint's that
+   * serves it), from their last /health.
+   */
+  served(): {
+    modelIds: string[];
+    maxContext: number | undefined;
+    vocabSize: number | undefined;
+    slots: number | undefined;
+    generationDefaults: Map<string, SamplingDefaults>;
+  } {
     const ids = new Set<string>();
     let ctx: number | undefined;
     let vocab: number | undefined;
     let slots: number | undefined;
+    const defaults = new Map<string, SamplingDefaults>();
     for (const e of this.endpoints) {
       if (!e.health?.model?.id) continue;
-      ids.add(e.health.model.id);
+      const id = e.health.model.id;
+      if (!ids.has(id)) defaults.set(id, e.health.model.generationDefaults ?? {});
+      ids.add(id);
       if (typeof e.health.maxModelLen === "number") ctx = Math.min(ctx ?? Number.POSITIVE_INFINITY, e.health.maxModelLen);
       vocab = vocab === undefined ? e.health.model.vocabSize : Math.min(vocab, e.health.model.vocabSize);
       slots = Math.max(slots ?? 0, e.health.requests.slots);
     }
-    return { modelIds: [...ids], maxContext: ctx, vocabSize: vocab, slots };
+    return { modelIds: [...ids], maxContext: ctx, vocabSize: vocab, slots, generationDefaults: defaults };
   }
 }

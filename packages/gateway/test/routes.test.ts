@@ -1,8 +1,9 @@
 // The gateway's routes in-process (app.request()) in front of in-process workers (startWorker on
 // free ports, real engines on a generated tiny model, KV over a real shm root): the OpenAI JSON
 // and SSE answers agree with each other and with solo, stop strings cut the text, and bad input
-// or unknown models get OpenAI errors.
-import { mkdtempSync, rmSync } from "node:fs";
+// or unknown models get OpenAI errors; a model's generation_config.json defaults reach the
+// sampler when a request leaves the fields out, never when it gives them.
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { makeTinyModel } from "@airm/llama";
@@ -19,8 +20,8 @@ const logger = pino({ level: "silent" });
 const workers: RunningWorker[] = [];
 const pools: EndpointPool[] = [];
 
-async function start(role: "prefill" | "decode" | "solo", backend: string): Promise<string> {
-  const w = await startWorker({ role, backend, model, port: 0, maxModelLen: S, env, logger });
+async function start(role: "prefill" | "decode" | "solo", backend: string, o: { model?: string; env?: Record<string, string> } = {}): Promise<string> {
+  const w = await startWorker({ role, backend, model: o.model ?? model, port: 0, maxModelLen: S, env: { ...env, ...o.env }, logger });
   workers.push(w);
   await w.ready;
   return w.url;
@@ -162,5 +163,58 @@ describe("gateway routes (in-process)", () => {
     expect(h.roles.map((r: any) => r.role)).toEqual(["prefill", "decode"]);
     const m = (await (await solo.app.request("/v1/models")).json()) as any;
     expect(m.data).toEqual([expect.objectContaining({ id, object: "model", max_model_len: S })]);
+  });
+});
+
+describe("the model's generation defaults (vLLM's --generation-config auto)", () => {
+  // The same weights with a generation_config.json that recommends sampling settings: a request
+  // that leaves a field out gets the model's value, one that gives it keeps its own.
+  const recommended = { temperature: 0.3, top_p: 0.9, top_k: 3, min_p: 0.3, repetition_penalty: 1.3 };
+  const prompt = "the model's own sampling settings apply when the request is silent";
+  let withDefaults: { pd: Awaited<ReturnType<typeof gateway>>; solo: Awaited<ReturnType<typeof gateway>>; off: Awaited<ReturnType<typeof gateway>>; id: string };
+  const text = async (g: Awaited<ReturnType<typeof gateway>>, model: string, extra: object) => {
+    const r = await g.post("/v1/completions", { model, prompt, max_tokens: 16, seed: 5, ...extra });
+    const j = (await r.json()) as any;
+    expect(r.status, JSON.stringify(j)).toBe(200);
+    return j.choices[0].text as string;
+  };
+
+  beforeAll(async () => {
+    const dir = join(root, "model-with-defaults");
+    cpSync(model, dir, { recursive: true });
+    const gen = JSON.parse(readFileSync(join(dir, "generation_config.json"), "utf8"));
+    writeFileSync(join(dir, "generation_config.json"), JSON.stringify({ ...gen, do_sample: true, ...recommended }));
+    const [p, d, s, off] = await Promise.all([
+      start("prefill", "rngd-full", { model: dir }),
+      start("decode", "atom", { model: dir }),
+      start("solo", "rngd", { model: dir }),
+      start("solo", "rngd", { model: dir, env: { AIRM_GENERATION_CONFIG: "vllm" } }),
+    ]);
+    const health = (await (await fetch(`${s}/health`)).json()) as any;
+    expect(health.model.generationDefaults).toEqual({ temperature: 0.3, topP: 0.9, topK: 3, minP: 0.3, repetitionPenalty: 1.3 });
+    expect(((await (await fetch(`${off}/health`)).json()) as any).model.generationDefaults).toBeUndefined();
+    withDefaults = { pd: await gateway({ prefill: [p], decode: [d] }), solo: await gateway({ solo: [s] }), off: await gateway({ solo: [off] }), id: health.model.id };
+  });
+
+  it("a silent request gets them, in PD and solo alike: the text of the plain model asked for them explicitly", async () => {
+    const asked = await text(solo, id, recommended);
+    expect(await text(withDefaults.pd, withDefaults.id, {})).toBe(asked);
+    expect(await text(withDefaults.solo, withDefaults.id, {})).toBe(asked);
+    // the defaults change the answer: the plain model's silent request (temperature 1, nothing else) differs
+    const plain = await text(solo, id, {});
+    expect(plain).not.toBe(asked);
+    // AIRM_GENERATION_CONFIG=vllm: the model's defaults are not used
+    expect(await text(withDefaults.off, withDefaults.id, {})).toBe(plain);
+  });
+
+  it("values the request gives win, neutral ones included; the fields it leaves out still come from the model", async () => {
+    const neutral = { temperature: 1, top_p: 1, top_k: -1, min_p: 0, repetition_penalty: 1 };
+    expect(await text(withDefaults.pd, withDefaults.id, neutral)).toBe(await text(solo, id, {}));
+    const own = { temperature: 0.8, top_p: 0.95, top_k: 10, min_p: 0.05, repetition_penalty: 1.1 };
+    expect(await text(withDefaults.solo, withDefaults.id, own)).toBe(await text(solo, id, own));
+    // greedy by the request's word, with the model's repetition_penalty (it changes greedy picks too)
+    const greedy = await text(withDefaults.solo, withDefaults.id, { temperature: 0 });
+    expect(greedy).toBe(await text(solo, id, { ...recommended, temperature: 0 }));
+    expect(greedy).not.toBe(await text(solo, id, { temperature: 0 }));
   });
 });

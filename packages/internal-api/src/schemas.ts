@@ -3,7 +3,7 @@
 // release answer. The worker builds its answers with these types; the gateway parses with them.
 
 import { GrammarSpecSchema } from "@airm/grammar";
-import { MAX_TOP_LOGPROBS, SamplingSchema, validateRequestId } from "@airm/rm-core";
+import { MAX_TOP_LOGPROBS, SamplingDefaultsSchema, SamplingSchema, validateRequestId } from "@airm/rm-core";
 import { z } from "zod";
 
 export const RequestIdSchema = z
@@ -289,6 +289,9 @@ export const ModelSummarySchema = z
     vocabSize: z.number().int(),
     modelFingerprint: z.string(),
     numericsFingerprint: z.string(),
+    generationDefaults: SamplingDefaultsSchema.optional().describe(
+      "the model's sampling defaults (generation_config.json or the GGUF's general.sampling.* keys; none with AIRM_GENERATION_CONFIG=vllm): the gateway gives them to a request that leaves the field out",
+    ),
   })
   .strict();
 

@@ -4,7 +4,7 @@
 
 import type { ConfigSpec, ConfigValues, OptionMap } from "./config/config-spec.ts";
 import type { KVDtype } from "./kv-layout.ts";
-import type { SamplingParams, TokenHistory, TokenLogprobs } from "./sampling.ts";
+import type { SamplingDefaults, SamplingParams, TokenHistory, TokenLogprobs } from "./sampling.ts";
 
 /** The plugin groups hosts resolve by name. */
 export const GROUPS = ["airm.kv_transports", "airm.workloads"] as const;
@@ -221,6 +221,8 @@ export interface ModelInfo {
   /** sha-256 hex of what decides the numerics: kernel version, summation order, dtype. */
   numericsFingerprint: string;
   eosTokenIds: number[];
+  /** The model's sampling defaults (empty when it has none or the engine was told to ignore them). */
+  generationDefaults?: SamplingDefaults;
 }
 
 /** What to run: the model and the compiled shape. How (threads, caches, devices) is the engine's config. */

@@ -63,6 +63,10 @@ export const UP_COMMAND = defineCommand({
       default: "i8",
       doc: "input width of the CPU reference's Q4_0/Q4_1/Q4_K/Q6_K kernels (AIRM_ACTIVATIONS for every worker): i8 quantizes inputs to 8 bits as llama.cpp does (exact integer dots on relaxed SIMD, the faster); i16 keeps 16 bits (slower, closer to the float model)",
     }),
+    generationConfig: flagOf(oneOf(["auto", "vllm"] as const), {
+      default: "auto",
+      doc: "whose sampling defaults a request gets for the fields it leaves out (AIRM_GENERATION_CONFIG for every worker; vLLM's flag): auto the model's (generation_config.json or the GGUF's general.sampling.* keys; each worker prints them at start), vllm none (temperature 1, top_p/top_k/min_p off). A request's own values always win",
+    }),
     prefillBatchTokens: flagOf(int({ min: 0, max: 65536 }), {
       default: 0,
       doc: "prompts that wait for a busy prefill worker run together in its next pass, up to this many prompt tokens (AIRM_PREFILL_BATCH_TOKENS; same tokens either way); 0 runs them one at a time (a lower median time to first token under load, a higher p90)",
@@ -137,6 +141,7 @@ export function upCluster(f: UpFlags, model: string): ClusterOptions {
     env: {
       AIRM_WEIGHTS: f.weights,
       AIRM_ACTIVATIONS: f.activations,
+      AIRM_GENERATION_CONFIG: f.generationConfig,
       AIRM_PREFILL_BATCH_TOKENS: String(f.prefillBatchTokens),
       AIRM_BLOCK_SIZE: f.blockSize,
       AIRM_KV_CACHE_MEMORY: f.kvCacheMemory,
@@ -185,7 +190,7 @@ export async function up(argv: string[]): Promise<number> {
       `${f.prefillBatchTokens > 0 ? `waiting prompts batched up to ${f.prefillBatchTokens} tokens` : "prompts one at a time"}) : ` +
       `${f.decodeReplicas} decode (${f.decodeBackend}, ${f.decodeThreads} thread${f.decodeThreads > 1 ? "s" : ""} each, batch ${batchText}, nice ${f.decodeNice}); ` +
       `weights ${f.weights}, activations ${f.activations}; KV over ${f.kvTransport} in blocks of ${f.blockSize} (budget ${f.kvCacheMemory} per worker); ` +
-      `max_model_len ${f.maxModelLen ?? "the model's"}; gateway port ${f.port}`,
+      `max_model_len ${f.maxModelLen ?? "the model's"}; generation config ${f.generationConfig}; gateway port ${f.port}`,
   );
   // Ctrl-C or SIGTERM while the parts start stops the ones started and removes the cluster's
   // folder, as it does once the cluster is up.

@@ -206,6 +206,50 @@ describe("min_p", () => {
   });
 });
 
+describe("the model's generation defaults", () => {
+  const defaults = { temperature: 0.7, topP: 0.8, topK: 20, minP: 0.05, repetitionPenalty: 1.05 };
+  const withDefaults = (kind: "chat" | "completion", extra: object, d: object | undefined = defaults) =>
+    parseGenerationRequest(kind, kind === "chat" ? { model: "m", messages: [{ role: "user", content: "x" }], ...extra } : { model: "m", prompt: "x", ...extra }, {
+      generationDefaults: (model) => (model === "m" || model === null ? d : undefined),
+      tools: TOOLS,
+    }).sampling;
+
+  it("fill the fields a request leaves out (or sets to null)", () => {
+    for (const kind of ["chat", "completion"] as const) {
+      expect(withDefaults(kind, { seed: 1 })).toEqual({ temperature: 0.7, topP: 0.8, topK: 20, minP: 0.05, repetitionPenalty: 1.05, seed: 1 });
+      expect(withDefaults(kind, { seed: 1, temperature: null, top_p: null, top_k: null, min_p: null, repetition_penalty: null })).toEqual({
+        temperature: 0.7,
+        topP: 0.8,
+        topK: 20,
+        minP: 0.05,
+        repetitionPenalty: 1.05,
+        seed: 1,
+      });
+    }
+  });
+
+  it("never win over a value the request gives, neutral ones included", () => {
+    expect(withDefaults("chat", { seed: 1, temperature: 0, top_p: 1, top_k: -1, min_p: 0, repetition_penalty: 1 })).toEqual({ temperature: 0, topP: 1, seed: 1 });
+    expect(withDefaults("completion", { seed: 2, temperature: 1.2, top_p: 0.5, top_k: 3, min_p: 0.2, repetition_penalty: 1.3 })).toEqual({
+      temperature: 1.2,
+      topP: 0.5,
+      topK: 3,
+      minP: 0.2,
+      repetitionPenalty: 1.3,
+      seed: 2,
+    });
+    // one field given, the others from the model
+    expect(withDefaults("chat", { seed: 3, temperature: 0.1 })).toEqual({ temperature: 0.1, topP: 0.8, topK: 20, minP: 0.05, repetitionPenalty: 1.05, seed: 3 });
+  });
+
+  it("are the API's own when the model has none (or another model is named)", () => {
+    expect(withDefaults("chat", { seed: 1 }, {})).toEqual({ temperature: 1, seed: 1 });
+    expect(withDefaults("chat", { seed: 1, model: "other" })).toEqual({ temperature: 1, seed: 1 });
+    // a model's top_k of 0 or -1 is off, as the request's is
+    expect(withDefaults("chat", { seed: 1 }, { topK: -1, minP: 0, repetitionPenalty: 1 })).toEqual({ temperature: 1, seed: 1 });
+  });
+});
+
 describe("n, best_of, batches and penalties", () => {
   it("n and best_of: choices of candidates, bounded by the decode batch width", () => {
     expect(parse("completion", { model: "m", prompt: "x", n: 3 })).toMatchObject({ n: 3, bestOf: 3 });

@@ -6,7 +6,7 @@
 // context is the prefill worker's check, whether a grammar builds the grammar checker's.
 
 import { ApiError, type ChatMessage, type PromptInput } from "@airm/internal-api";
-import type { SamplingParams } from "@airm/rm-core";
+import type { SamplingDefaults, SamplingParams } from "@airm/rm-core";
 import { z } from "zod";
 import { fieldsOf, REQUEST_FIELDS, type Endpoint } from "./request-fields.ts";
 import { constraintOf, type Constraint } from "./structured.ts";
@@ -63,6 +63,12 @@ export interface ParseOptions {
   vocabSize?: number;
   /** Most choices (n, best_of) a decode worker runs at once (its batch width), when one reported it. */
   maxChoices?: number;
+  /**
+   * The sampling defaults of the model a request names (null: it names none), as its workers
+   * report them (vLLM's --generation-config auto): a field the request leaves out, or sets to
+   * null, takes the model's value; one it gives always wins.
+   */
+  generationDefaults?: (model: string | null) => SamplingDefaults | undefined;
   tools: ToolSettings;
 }
 
@@ -222,20 +228,28 @@ function minPOf(v: number | null | undefined): number | undefined {
   return v;
 }
 
-function samplingOf(b: z.infer<typeof completionSchema> | z.infer<typeof chatSchema>, vocabSize: number | undefined): SamplingParams & { seed: number } {
+/**
+ * The request's sampling: each field it gives, else the model's default (`d`), else the API's
+ * neutral value (temperature 1, top_p 1, top_k and min_p off, repetition_penalty 1), as vLLM's
+ * to_sampling_params does.
+ */
+function samplingOf(b: z.infer<typeof completionSchema> | z.infer<typeof chatSchema>, vocabSize: number | undefined, d: SamplingDefaults = {}): SamplingParams & { seed: number } {
   const s: SamplingParams & { seed: number } = {
-    temperature: b.temperature ?? 1,
+    temperature: b.temperature ?? d.temperature ?? 1,
     seed: (b.seed ?? Math.floor(Math.random() * 2 ** 31)) >>> 0,
   };
-  if (b.top_p != null) s.topP = b.top_p;
-  if (b.top_k != null && b.top_k > 0) s.topK = b.top_k;
-  const minP = minPOf(b.min_p);
+  const topP = b.top_p ?? d.topP;
+  if (topP != null) s.topP = topP;
+  const topK = b.top_k ?? d.topK;
+  if (topK != null && topK > 0) s.topK = topK;
+  const minP = minPOf(b.min_p) ?? d.minP;
   if (minP) s.minP = minP;
   const bias = logitBiasOf(b.logit_bias, vocabSize);
   if (bias) s.logitBias = bias;
   if (b.presence_penalty) s.presencePenalty = b.presence_penalty;
   if (b.frequency_penalty) s.frequencyPenalty = b.frequency_penalty;
-  if (b.repetition_penalty != null && b.repetition_penalty !== 1) s.repetitionPenalty = b.repetition_penalty;
+  const repetition = b.repetition_penalty ?? d.repetitionPenalty;
+  if (repetition != null && repetition !== 1) s.repetitionPenalty = repetition;
   return s;
 }
 
@@ -328,7 +342,7 @@ function parseCompletion(body: Record<string, unknown>, o: ParseOptions): Genera
     prompts,
     ...choicesOf(b, o.maxChoices),
     maxTokens: maxTokensOf(b.max_tokens, "max_tokens", 16, o.maxContext),
-    sampling: samplingOf(b, o.vocabSize),
+    sampling: samplingOf(b, o.vocabSize, o.generationDefaults?.(b.model ?? null)),
     stop: stopsOf(b.stop),
     stream: b.stream ?? false,
     includeUsage: b.stream_options?.include_usage ?? false,
@@ -378,7 +392,7 @@ function parseChat(body: Record<string, unknown>, o: ParseOptions): GenerationRe
     prompts: [input],
     ...choicesOf(b, o.maxChoices),
     maxTokens: maxTokensOf(b.max_completion_tokens ?? b.max_tokens, param, null, o.maxContext),
-    sampling: samplingOf(b, o.vocabSize),
+    sampling: samplingOf(b, o.vocabSize, o.generationDefaults?.(b.model ?? null)),
     stop: stopsOf(b.stop),
     stream: b.stream ?? false,
     includeUsage: b.stream_options?.include_usage ?? false,

@@ -210,8 +210,9 @@ function responseJson(a: AnswerContext, b: ResponsesBody, items: Item[], end: { 
     metadata: b.metadata ?? null,
     max_output_tokens: b.max_output_tokens ?? null,
     parallel_tool_calls: b.parallel_tool_calls ?? true,
-    temperature: b.temperature ?? 1,
-    top_p: b.top_p ?? 1,
+    // what the request ran with: its own values, else the model's defaults, else 1
+    temperature: a.req.sampling.temperature ?? 1,
+    top_p: a.req.sampling.topP ?? 1,
     tool_choice: b.tool_choice ?? (b.tools?.length ? "auto" : "none"),
     tools: b.tools ?? [],
     text: { format: b.text?.format ?? { type: "text" } },

@@ -75,7 +75,9 @@ type Kind = "completion" | "chat" | "responses";
 async function parseRequest(c: Context, kind: Kind, o: GatewayAppOptions): Promise<{ req: GenerationRequest; responses?: ResponsesRequest["body"] }> {
   const body = await jsonBody(c);
   const served = o.modelPool.served();
-  const options = { maxContext: served.maxContext, vocabSize: served.vocabSize, maxChoices: served.slots, tools: o.tools };
+  // A request that names no model takes the only one's defaults (a wrong name is a 404 below).
+  const generationDefaults = (model: string | null) => served.generationDefaults.get(model ?? (served.modelIds.length === 1 ? served.modelIds[0] : ""));
+  const options = { maxContext: served.maxContext, vocabSize: served.vocabSize, maxChoices: served.slots, generationDefaults, tools: o.tools };
   const parsed = kind === "responses" ? parseResponsesRequest(body, options) : { req: parseGenerationRequest(kind, body, options), body: undefined };
   const req = parsed.req;
   for (const f of req.ignored) {

@@ -88,6 +88,7 @@ export function health(rt: WorkerRuntime): WorkerHealth {
           vocabSize: e.model.vocabSize,
           modelFingerprint: e.model.modelFingerprint,
           numericsFingerprint: e.model.numericsFingerprint,
+          ...(e.model.generationDefaults && Object.keys(e.model.generationDefaults).length ? { generationDefaults: { ...e.model.generationDefaults } } : {}),
         }
       : null,
     maxModelLen: e ? e.kvCache().maxModelLen : null,
