@@ -9,6 +9,7 @@ import { loadCheckpoint } from "../packages/llama/src/checkpoint/load-checkpoint
 import { LlamaModel, WEIGHTS_MODES, type WeightsMode, ACTIVATIONS_MODES, DEFAULT_ACTIVATIONS, type ActivationsMode } from "../packages/llama/src/model/llama-model.ts";
 import { argmax } from "../packages/llama/src/sampling/sample.ts";
 import type { TensorInfo } from "../packages/llama/src/checkpoint-types.ts";
+import { GGML_TYPES } from "../packages/llama/src/checkpoint/gguf-file.ts";
 import { assertOneThread, openLlamaCpp, type LlamaCpp } from "../packages/llama/test/fixtures/parity/llamacpp-reference.ts";
 import { SKIP_REASON, cachedParityModel, parityText } from "../packages/llama/test/fixtures/parity/parity-model.ts";
 import { flagOf, int, oneOf, text as textType } from "../packages/rm-core/src/index.ts";
@@ -32,13 +33,12 @@ if (!(Number.isInteger(reps) && reps >= 1 && Number.isInteger(newTokens) && newT
   process.exit(2);
 }
 
-/** Bytes of one tensor as stored in the GGUF (ggml block sizes: Q4_1 20 B / 32, Q8_0 34 B / 32). */
+/** Bytes of one tensor as stored in the GGUF (ggml's block size and bytes per block of its type). */
 function storedBytes(t: TensorInfo): number {
   const n = t.shape.reduce((a, b) => a * b, 1);
-  const perElement: Record<string, number> = { F32: 4, F16: 2, BF16: 2, Q8_0: 34 / 32, Q4_0: 18 / 32, Q4_1: 20 / 32 };
-  const b = perElement[t.dtype];
-  if (b === undefined) throw new Error(`unknown stored type ${t.dtype} of ${t.name}`);
-  return n * b;
+  const type = Object.values(GGML_TYPES).find((g) => g.name === t.dtype);
+  if (!type) throw new Error(`unknown stored type ${t.dtype} of ${t.name}`);
+  return (n / type.blockSize) * type.typeSize;
 }
 
 progress("loading our engine");
