@@ -6,7 +6,7 @@ import type { ChatTool, ChatTurn, VocabularyType } from "@airm/rm-core";
 
 export type { ChatTool, VocabularyType };
 
-export type Architecture = "llama" | "qwen2";
+export type Architecture = "llama" | "qwen2" | "qwen3";
 
 export type RopeScaling =
   | {

@@ -53,6 +53,22 @@ describe("config.json parsing", () => {
     expect(e.message).toContain("not a JSON object");
   });
 
+  it("qwen3: head_dim from the key or Qwen3Config's 128 (listed as defaulted), kv heads required, attention_bias refused", () => {
+    const qwen3 = { ...QWEN2_CONFIG, architectures: ["Qwen3ForCausalLM"], model_type: "qwen3", head_dim: 8, attention_bias: false };
+    expect(parseHfConfig(qwen3, "c")).toMatchObject({ architecture: "qwen3", headDim: 8, attentionBias: false });
+    const { head_dim: _hd, ...noHeadDim } = qwen3;
+    const defaulted: string[] = [];
+    expect(parseHfConfig(noHeadDim, "c", defaulted).headDim).toBe(128);
+    expect(defaulted).toContain("head_dim");
+    const { architectures: _a, ...byModelType } = qwen3;
+    expect(parseHfConfig(byModelType, "c").architecture).toBe("qwen3");
+    const { num_key_value_heads: _kv, ...noKv } = qwen3;
+    expect(configError(noKv).item).toBe("num_key_value_heads");
+    const e = configError({ ...qwen3, attention_bias: true });
+    expect(e.item).toBe("attention_bias");
+    expect(e.message).toContain("o_proj");
+  });
+
   it("merges generation_config eos (int or list) with config eos, generation first", () => {
     const config = parseHfConfig({ ...LLAMA_CONFIG, eos_token_id: [2, 7] }, "c");
     expect(parseGenerationConfig({ eos_token_id: 9 }, "g", config).eosTokenIds).toEqual([9, 2, 7]);

@@ -138,6 +138,50 @@ describe("airm-model make-tiny", () => {
     }
   });
 
+  it("qwen3: head_dim twice hidden / heads, per-head q/k norms of 1 + noise, no biases, Qwen3's chat template", async () => {
+    const dir = join(root, "load-qwen3");
+    makeTinyModel({ arch: "qwen3", out: dir });
+    const ck = await loadCheckpoint(dir);
+    try {
+      expect(ck.config).toMatchObject({
+        architecture: "qwen3",
+        hiddenSize: 64,
+        numHeads: 4,
+        numKvHeads: 2,
+        headDim: 32,
+        tieWordEmbeddings: true,
+        attentionBias: false,
+        ropeTheta: 1e6,
+      });
+      expect(ck.configDefaults).toEqual([]);
+      expect(ck.tensors.info("model.layers.1.self_attn.q_proj.weight").shape).toEqual([128, 64]);
+      expect(ck.tensors.info("model.layers.1.self_attn.k_norm.weight").shape).toEqual([32]);
+      expect(ck.tensors.has("model.layers.0.self_attn.q_proj.bias")).toBe(false);
+      const qn = new Uint16Array(32);
+      const kn = new Uint16Array(32);
+      ck.tensors.readBf16("model.layers.0.self_attn.q_norm.weight", qn);
+      ck.tensors.readBf16("model.layers.0.self_attn.k_norm.weight", kn);
+      const values = (b: Uint16Array) => Array.from(b, (x) => new Float32Array(new Uint32Array([x << 16]).buffer)[0]);
+      const mean = values(qn).reduce((a, v) => a + v, 0) / 32;
+      expect(Math.abs(mean - 1)).toBeLessThan(0.15);
+      expect(new Set(values(qn)).size).toBeGreaterThan(8);
+      expect(Buffer.from(qn.buffer).equals(Buffer.from(kn.buffer))).toBe(false);
+      // Qwen3's template: the reasoning of an earlier turn is dropped, tools go into the system turn
+      const turns = [
+        { role: "user" as const, content: "Hi" },
+        { role: "assistant" as const, content: "<think>\nhmm\n</think>\n\nHello" },
+        { role: "user" as const, content: "Capital of France?" },
+      ];
+      expect(ck.renderChat!(turns, { addGenerationPrompt: true })).toBe(
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello<|im_end|>\n<|im_start|>user\nCapital of France?<|im_end|>\n<|im_start|>assistant\n",
+      );
+      const withTools = ck.renderChat!([{ role: "user", content: "Weather?" }], { addGenerationPrompt: true, tools: [{ name: "get", parameters: { type: "object" } }] });
+      expect(withTools).toContain('<tools>\n{"type": "function", "function": {"name": "get", "parameters": {"type": "object"}}}\n</tools>');
+    } finally {
+      ck.tensors.close();
+    }
+  });
+
   it("the f32 dtype stores the same values (same bf16 after loading)", async () => {
     const a = join(root, "dt-bf16");
     const b = join(root, "dt-f32");

@@ -1,7 +1,8 @@
-// The tensors (Hugging Face names and shapes) a Llama/Qwen2 config needs. Loaders check a
+// The tensors (Hugging Face names and shapes) a Llama/Qwen2/Qwen3 config needs. Loaders check a
 // checkpoint against this list; the model reads tensors by these names.
 
 import type { ModelConfig } from "../checkpoint-types.ts";
+import { traitsOf } from "./architecture-traits.ts";
 
 export interface ExpectedTensor {
   name: string;
@@ -22,6 +23,10 @@ export function expectedTensors(config: ModelConfig): ExpectedTensor[] {
       out.push({ name: `${p}self_attn.q_proj.bias`, shape: [numHeads * hd] });
       out.push({ name: `${p}self_attn.k_proj.bias`, shape: [numKvHeads * hd] });
       out.push({ name: `${p}self_attn.v_proj.bias`, shape: [numKvHeads * hd] });
+    }
+    if (traitsOf(config).qkNorm) {
+      out.push({ name: `${p}self_attn.q_norm.weight`, shape: [hd] });
+      out.push({ name: `${p}self_attn.k_norm.weight`, shape: [hd] });
     }
     out.push({ name: `${p}self_attn.o_proj.weight`, shape: [h, numHeads * hd] });
     out.push({ name: `${p}post_attention_layernorm.weight`, shape: [h] });

@@ -1,4 +1,4 @@
-// A GGUF file as a Checkpoint: llama/qwen2 metadata -> ModelConfig, GGUF tensor names -> Hugging
+// A GGUF file as a Checkpoint: llama/qwen2/qwen3 metadata -> ModelConfig, GGUF tensor names -> Hugging
 // Face names (undoing llama.cpp's q/k row permutation for rotate-half RoPE), dequantisation to
 // bf16 on read, and the tokenizer, chat template and sampling defaults from metadata. Parsing is
 // gguf-file.ts's job.
@@ -9,6 +9,7 @@ import { basename } from "node:path";
 import type { Architecture, Checkpoint, ModelConfig, RopeScaling, TensorInfo, TensorSource } from "../checkpoint-types.ts";
 import { compileChatTemplate } from "../tokenizer/chat-template.ts";
 import { ggufTokenizer } from "../tokenizer/gguf-tokenizer.ts";
+import { ARCHITECTURE_TRAITS, traitsOf } from "./architecture-traits.ts";
 import { DEQUANT_TYPES, dequantToBf16, type DequantType } from "./gguf-dequant.ts";
 import { GGML_TYPES, closeGguf, openGguf, type GgufFile, type GgufTensorInfo, type GgufValue } from "./gguf-file.ts";
 import { checkTensors, makeCheckpoint } from "./load-checkpoint.ts";
@@ -35,6 +36,8 @@ export function hfTensorName(gguf: string): string {
     attn_v: "self_attn.v_proj",
     attn_output: "self_attn.o_proj",
     ffn_norm: "post_attention_layernorm",
+    attn_q_norm: "self_attn.q_norm",
+    attn_k_norm: "self_attn.k_norm",
     ffn_gate: "mlp.gate_proj",
     ffn_up: "mlp.up_proj",
     ffn_down: "mlp.down_proj",
@@ -94,7 +97,9 @@ export class GgufMetadata {
   }
 }
 
-const ARCHITECTURES: Record<string, Architecture> = { llama: "llama", qwen2: "qwen2" };
+const ARCHITECTURES: Record<string, Architecture> = Object.fromEntries(
+  (Object.entries(ARCHITECTURE_TRAITS) as [Architecture, { ggufName: string }][]).map(([arch, t]) => [t.ggufName, arch]),
+);
 
 /**
  * Llama 3.1 rope scaling as GGUF carries it: the F32 tensor `rope_freqs.weight` of head_dim / 2
@@ -285,7 +290,7 @@ export function loadGgufCheckpoint(path: string): Checkpoint {
   try {
     const config = ggufModelConfig(file);
     const permute = new Map<string, number>();
-    if (config.architecture === "llama") {
+    if (traitsOf(config).ggufPermutesQk) {
       for (let l = 0; l < config.numLayers; l++) {
         permute.set(`model.layers.${l}.self_attn.q_proj.weight`, config.numHeads);
         permute.set(`model.layers.${l}.self_attn.k_proj.weight`, config.numKvHeads);

@@ -1,17 +1,17 @@
 // Turns a Hugging Face config.json (+ generation_config.json) into our ModelConfig, as
 // transformers 4.x and 5.x write them (rope_scaling / rope_parameters, torch_dtype / dtype). Knows
-// the Llama and Qwen2 field names and their documented defaults; refuses what it does not
+// the Llama, Qwen2 and Qwen3 field names and their documented defaults; refuses what it does not
 // implement. Leaves tensors and tokenizers to others.
 
 import { basename } from "node:path";
 import type { Architecture, GenerationDefaults, ModelConfig, RopeScaling } from "../checkpoint-types.ts";
+import { ARCHITECTURE_TRAITS } from "./architecture-traits.ts";
 import { ModelLoadError } from "./model-load-error.ts";
 import { HF_SAMPLING_KEYS, samplingDefaultsOf } from "./sampling-defaults.ts";
 
-const ARCHITECTURES: Record<string, Architecture> = {
-  LlamaForCausalLM: "llama",
-  Qwen2ForCausalLM: "qwen2",
-};
+const ARCHITECTURES: Record<string, Architecture> = Object.fromEntries(
+  (Object.entries(ARCHITECTURE_TRAITS) as [Architecture, { hfClass: string }][]).map(([arch, t]) => [t.hfClass, arch]),
+);
 
 type Json = Record<string, unknown>;
 
@@ -44,7 +44,11 @@ export function tokenIdList(v: unknown, file: string, key: string): number[] {
 export const ARCHITECTURE_DEFAULTS: Record<Architecture, { rms_norm_eps: number; rope_theta: number; max_position_embeddings: number; tie_word_embeddings: boolean }> = {
   llama: { rms_norm_eps: 1e-6, rope_theta: 10000, max_position_embeddings: 2048, tie_word_embeddings: false },
   qwen2: { rms_norm_eps: 1e-6, rope_theta: 10000, max_position_embeddings: 32768, tie_word_embeddings: false },
+  qwen3: { rms_norm_eps: 1e-6, rope_theta: 10000, max_position_embeddings: 32768, tie_word_embeddings: false },
 };
+
+/** Qwen3Config's head_dim when config.json has none (a class default, not hidden_size / heads). */
+const QWEN3_DEFAULT_HEAD_DIM = 128;
 
 /** RoPE types this engine computes; anything else in a config is refused. */
 export const SUPPORTED_ROPE_TYPES = ["default", "llama3"] as const;
@@ -162,6 +166,32 @@ function refuseUnimplemented(c: Json, file: string, architecture: Architecture):
   }
 }
 
+/**
+ * head_dim: the key, else hidden_size / heads (Llama, Qwen2), else Qwen3Config's class default
+ * of 128 (noted in `defaulted`): transformers reads `config.head_dim`, which Qwen3Config always has.
+ */
+function resolveHeadDim(c: Json, file: string, architecture: Architecture, hiddenSize: number, numHeads: number, defaulted: string[]): number {
+  const absent = c.head_dim === undefined || c.head_dim === null;
+  if (absent && architecture === "qwen3") defaulted.push("head_dim");
+  if (absent && architecture !== "qwen3" && hiddenSize % numHeads !== 0)
+    throw new ModelLoadError(file, `hidden_size ${hiddenSize} is not a multiple of num_attention_heads ${numHeads} and there is no head_dim`, { item: "head_dim" });
+  const headDim = int(c, "head_dim", file, architecture === "qwen3" ? QWEN3_DEFAULT_HEAD_DIM : hiddenSize / numHeads);
+  if (headDim % 2 !== 0) throw new ModelLoadError(file, `head_dim ${headDim} must be even for rotary embeddings`, { item: "head_dim" });
+  return headDim;
+}
+
+/**
+ * Biases on q/k/v: Qwen2 always has them (no key); Llama reads attention_bias (default false);
+ * Qwen3's attention_bias would also put a bias on o_proj, which is not computed here: refused.
+ */
+function resolveAttentionBias(c: Json, file: string, architecture: Architecture, defaulted: string[]): boolean {
+  if (architecture === "qwen2") return true;
+  const bias = bool(c, "attention_bias", file, false, defaulted);
+  if (bias && architecture === "qwen3")
+    throw new ModelLoadError(file, `attention_bias true is not supported for qwen3 (it adds an o_proj bias this engine does not compute)`, { item: "attention_bias" });
+  return bias;
+}
+
 /** The stored dtype the config names (`dtype` in transformers 5, `torch_dtype` in 4.x), or null. */
 function storedDtype(c: Json, file: string): ModelConfig["storedDtype"] | null {
   const key = c.dtype !== undefined && c.dtype !== null ? "dtype" : "torch_dtype";
@@ -186,7 +216,7 @@ export function parseHfConfig(raw: unknown, file: string, defaulted: string[] = 
   const archName = typeof archNames[0] === "string" ? (archNames[0] as string) : undefined;
   let architecture: Architecture | undefined;
   if (archName !== undefined) architecture = ARCHITECTURES[archName];
-  else if (c.model_type === "llama" || c.model_type === "qwen2") architecture = c.model_type;
+  else if (typeof c.model_type === "string" && c.model_type in ARCHITECTURE_TRAITS) architecture = c.model_type as Architecture;
   if (!architecture) {
     throw new ModelLoadError(file, `architecture ${JSON.stringify(archName ?? c.model_type ?? null)} is not supported; supported are ${Object.keys(ARCHITECTURES).join(", ")}`, {
       item: "architectures",
@@ -195,22 +225,18 @@ export function parseHfConfig(raw: unknown, file: string, defaulted: string[] = 
   refuseUnimplemented(c, file, architecture);
   const hiddenSize = int(c, "hidden_size", file);
   const numHeads = int(c, "num_attention_heads", file);
-  // Llama's default is the head count; Qwen2Config's dataclass default (32) would be a guess: required.
-  const numKvHeads = architecture === "qwen2" ? int(c, "num_key_value_heads", file) : int(c, "num_key_value_heads", file, numHeads);
+  // Llama's default is the head count; Qwen2Config's and Qwen3Config's dataclass default (32) would be a guess: required.
+  const numKvHeads = architecture === "llama" ? int(c, "num_key_value_heads", file, numHeads) : int(c, "num_key_value_heads", file);
   if (numHeads % numKvHeads !== 0)
     throw new ModelLoadError(file, `num_attention_heads ${numHeads} is not a multiple of num_key_value_heads ${numKvHeads}`, { item: "num_key_value_heads" });
-  if ((c.head_dim === undefined || c.head_dim === null) && hiddenSize % numHeads !== 0)
-    throw new ModelLoadError(file, `hidden_size ${hiddenSize} is not a multiple of num_attention_heads ${numHeads} and there is no head_dim`, { item: "head_dim" });
-  const headDim = int(c, "head_dim", file, hiddenSize / numHeads);
-  if (headDim % 2 !== 0) throw new ModelLoadError(file, `head_dim ${headDim} must be even for rotary embeddings`, { item: "head_dim" });
+  const headDim = resolveHeadDim(c, file, architecture, hiddenSize, numHeads, defaulted);
   const defaults = ARCHITECTURE_DEFAULTS[architecture];
   if (c.max_position_embeddings === undefined || c.max_position_embeddings === null) defaulted.push("max_position_embeddings");
   const maxPositionEmbeddings = int(c, "max_position_embeddings", file, defaults.max_position_embeddings);
   const rmsNormEps = numOrDefault(c, "rms_norm_eps", file, architecture, defaulted);
   const { ropeTheta, ropeScaling } = resolveRope(c, file, architecture, defaulted);
   const tieWordEmbeddings = bool(c, "tie_word_embeddings", file, defaults.tie_word_embeddings, defaulted);
-  // Qwen2 always has q/k/v biases (no key); Llama reads attention_bias (default false).
-  const attentionBias = architecture === "qwen2" ? true : bool(c, "attention_bias", file, false, defaulted);
+  const attentionBias = resolveAttentionBias(c, file, architecture, defaulted);
   const bos = tokenIdList(c.bos_token_id, file, "bos_token_id");
   const dtype = storedDtype(c, file);
   return {

@@ -1,10 +1,11 @@
-// The Llama / Qwen2 forward pass over explicit KV caches: weights packed as bf16 into one wasm
+// The Llama / Qwen2 / Qwen3 forward pass over explicit KV caches: weights packed as bf16 into one wasm
 // memory, whole-prompt prefill, chunked prefill and batched decode sharing one code path (so they
 // agree bit for bit). Knows the architecture and the numerics; loading files and sampling are
 // done elsewhere.
 import { createHash } from "node:crypto";
 import { AirmError, ConfigError, ContextOverflowError, KVCacheFullError, KVIntegrityError, KV_LAYOUT, checkKVBlobs, type KVBlobs } from "@airm/rm-core";
 import type { Checkpoint, ModelConfig, TensorSource } from "../checkpoint-types.ts";
+import { traitsOf } from "../checkpoint/architecture-traits.ts";
 import { KERNEL_VERSION, NUMERICS_CHOICES } from "../kernels/assemble.ts";
 import { KernelRuntime, WEIGHT_MEMORY_BYTES } from "../kernels/kernel-runtime.ts";
 import {
@@ -255,6 +256,8 @@ export interface PassItem {
 interface LayerWeights {
   inNorm: number; // f32 [hidden]
   postNorm: number; // f32 [hidden]
+  qNorm: number; // f32 [D] (Qwen3) or 0
+  kNorm: number; // f32 [D] (Qwen3) or 0
   wqkv: Matrix; // [(H + 2 KV) * D][hidden]
   bqkv: number; // f32 [(H + 2 KV) * D] or 0
   wo: Matrix; // [hidden][H * D]
@@ -407,7 +410,9 @@ export class LlamaModel {
     this.qkvRows = (c.numHeads + 2 * c.numKvHeads) * c.headDim;
     this.widest = Math.max(c.hiddenSize, c.numHeads * c.headDim, c.intermediateSize);
     // The kind of every matrix is part of the arithmetic: a bf16 and a q8 model never share KV.
-    this.numericsFingerprint = createHash("sha256").update(`${KERNEL_VERSION}\n${rt.kernelSourceSha256}\n${NUMERICS_CHOICES}\nmatrices=${kindList}`).digest("hex");
+    // Stages beyond the Llama block (Qwen3's q/k norm) change the arithmetic too; none for Llama and Qwen2.
+    const stages = traitsOf(c).qkNorm ? "\nstages=qk-rmsnorm(per head, f32, after bias, before rope)" : "";
+    this.numericsFingerprint = createHash("sha256").update(`${KERNEL_VERSION}\n${rt.kernelSourceSha256}\n${NUMERICS_CHOICES}\nmatrices=${kindList}${stages}`).digest("hex");
   }
 
   /** Id of the packed weight image layout (see `exportPackedWeights`); part of an artifact key. */
@@ -477,7 +482,7 @@ export class LlamaModel {
     for (const g of groups) for (const { name, rows } of g.names) expectShape(src, name, [rows, g.cols]);
     const sizes = groups.flatMap((g) => planSegments(src, g.names, g.cols, mode, acts).map((seg) => seg.bytes));
     const matrixBytes = sizes.reduce((a, b) => a + b, 0);
-    const vectorBytes = 4 * (c.numLayers * (2 * hidden + qkvRows) + hidden) + 64 * 16 * c.numLayers;
+    const vectorBytes = 4 * (c.numLayers * (2 * hidden + qkvRows + 2 * D) + hidden) + 64 * 16 * c.numLayers;
     // Refuse before touching a page: a wasm memory that outgrows the machine dies of OOM later.
     const free = process.availableMemory();
     if (matrixBytes + vectorBytes > free) {
@@ -544,6 +549,7 @@ export class LlamaModel {
         return ptr;
       };
       const layers: LayerWeights[] = [];
+      const qkNorm = traitsOf(c).qkNorm;
       for (let l = 0; l < c.numLayers; l++) {
         const p = `model.layers.${l}.`;
         layers.push({
@@ -564,6 +570,8 @@ export class LlamaModel {
                 { name: `${p}self_attn.v_proj.bias`, n: KV * D },
               ])
             : 0,
+          qNorm: qkNorm ? loadVectorF32([{ name: `${p}self_attn.q_norm.weight`, n: D }]) : 0,
+          kNorm: qkNorm ? loadVectorF32([{ name: `${p}self_attn.k_norm.weight`, n: D }]) : 0,
           wo: loadMatrix([{ name: `${p}self_attn.o_proj.weight`, rows: hidden }], H * D),
           wgu: loadMatrix(
             [
@@ -1130,20 +1138,37 @@ export class LlamaModel {
   /**
    * The forward pass as a generator that yields after each block of tokens in each layer, so an
    * async caller can let its event loop run in between (nothing else may use this model's
-   * scratch buffers until it finishes). Typed-array views are taken again after every yield: the
-   * memory may have grown meanwhile.
+   * scratch buffers until it finishes). Stages: prepare the pass (blocks, tables, scratch, RoPE
+   * rows, the attention plan), embed, then per layer and block of tokens the attention block
+   * (project q/k/v, write K/V, attend, project out) and the MLP block, then the LM head.
    */
   private *forwardSteps(tokens: number[], caches: PagedKVCache[], positions: number[], logitRows: number[], onLayer?: (l: number) => void): Generator<void, Float32Array[]> {
-    const c = this.config;
-    const rt = this.rt;
+    const pass = this.preparePass(tokens, caches, positions, logitRows);
+    this.embedTokens(tokens, pass.resid);
     const T = tokens.length;
-    const hidden = c.hiddenSize,
-      H = c.numHeads,
-      KV = c.numKvHeads,
-      D = c.headDim,
-      I = c.intermediateSize;
-    const HD = H * D;
-    const qkvRows = this.qkvRows;
+    for (let l = 0; l < this.config.numLayers; l++) {
+      // Tokens go through a layer in blocks; a block's attention only needs K/V of earlier
+      // positions, which earlier blocks (or earlier calls) have written. Per-token results do
+      // not depend on the blocking.
+      for (let t0 = 0; t0 < T; t0 += TOKEN_BLOCK) {
+        const n = Math.min(TOKEN_BLOCK, T - t0);
+        this.projectQkvAndWriteKv(pass, l, t0, n);
+        if (t0 + n >= T) onLayer?.(l);
+        this.attendAndProject(pass, l, t0, n);
+        this.mlpBlock(pass, l, t0, n);
+        yield;
+      }
+    }
+    return this.lmHeadRows(pass, logitRows);
+  }
+
+  /**
+   * Everything a pass needs before the first layer: token ids checked, the KV blocks of the
+   * positions it writes (all or none), RoPE rows, block tables, scratch and the attention plan.
+   */
+  private preparePass(tokens: number[], caches: PagedKVCache[], positions: number[], logitRows: number[]): PassState {
+    const c = this.config;
+    const T = tokens.length;
     for (const id of tokens) {
       if (!Number.isInteger(id) || id < 0 || id >= c.vocabSize) throw new ConfigError("token", `token id ${id} is outside the vocabulary [0, ${c.vocabSize})`);
     }
@@ -1159,20 +1184,23 @@ export class LlamaModel {
     // Each cache's block table (block byte addresses, i32), where the attention kernel reads it.
     const tableOf = this.writeTables([...ends.keys()]);
     const R = logitRows.length;
-    const logitsPtr = this.ensureLogits(R);
+    const logits = this.ensureLogits(R);
     const resid = this.ensureResidual(T);
     const s = this.ensureScratch(Math.min(Math.max(T, R), TOKEN_BLOCK));
     const ropeRows = this.ensureRopeRows(T);
     // The attention work of each block of tokens (the same in every layer): tiles of four queries
     // of one KV head, and the tokens that run query by query.
     const attn = this.planAttention(caches, positions, tableOf, s, maxPos + 1);
-    // Views are taken after every allocation above (the memory may have grown).
-    const u32 = rt.u32,
-      f32 = rt.f32;
+    this.writeRopeRows(positions, ropeRows);
+    return { caches, positions, tableOf, scores, logits, resid, s, ropeRows, attn };
+  }
 
-    // Each token's cos/sin row (D/2 cos, D/2 sin) where the rope_kv kernel reads it.
+  /** Each token's cos/sin row (D/2 cos, D/2 sin) where the rope_kv kernel reads it. */
+  private writeRopeRows(positions: number[], ropeRows: number): void {
+    const D = this.config.headDim;
     const half = D >> 1;
-    for (let t = 0; t < T; t++) {
+    const f32 = this.rt.f32;
+    for (let t = 0; t < positions.length; t++) {
       const at = (ropeRows >> 2) + t * D;
       const from = positions[t] * half;
       for (let i = 0; i < half; i++) {
@@ -1180,84 +1208,159 @@ export class LlamaModel {
         f32[at + half + i] = this.rope.sin[from + i];
       }
     }
+  }
 
-    // Embedding rows read out of the image: bf16 widened exactly, quantized blocks as q d (+ m).
-    for (let t = 0; t < T; t++) {
+  /** Embedding rows read out of the image into the residual stream: bf16 widened exactly, quantized blocks as q d (+ m). */
+  private embedTokens(tokens: number[], resid: number): void {
+    const rt = this.rt;
+    const c = this.config;
+    const hidden = c.hiddenSize;
+    const e = this.embed.segs[0];
+    const view = rt.weightView(e.ptr);
+    const f32 = rt.f32;
+    const u32 = rt.u32;
+    for (let t = 0; t < tokens.length; t++) {
       const dst = (resid >> 2) + t * hidden;
-      const e = this.embed.segs[0];
       if (e.kind !== "bf16") {
-        const view = rt.weightView(e.ptr);
         dequantImageRow(e.kind, view.u8, view.offset, tokens[t], hidden, f32, dst);
         continue;
       }
-      const view = rt.weightView(e.ptr);
       const base = view.offset / 2;
       for (let i = 0; i < hidden; i++) u32[dst + i] = view.u16[base + imageIndex(tokens[t], i, c.vocabSize, hidden)] << 16;
     }
+  }
 
-    const scale = fr(1 / Math.sqrt(D));
-    const group = H / KV;
-    const eps = c.rmsNormEps;
-    const pool = this.kvPool;
-    const bs = pool.blockSize;
-    for (let l = 0; l < c.numLayers; l++) {
-      const L = this.layers[l];
-      // Tokens go through a layer in blocks; a block's attention only needs K/V of earlier
-      // positions, which earlier blocks (or earlier calls) have written. Per-token results do
-      // not depend on the blocking.
-      for (let t0 = 0; t0 < T; t0 += TOKEN_BLOCK) {
-        const n = Math.min(TOKEN_BLOCK, T - t0);
-        const res = resid + t0 * hidden * 4;
-        // --- attention block
-        for (let t = 0; t < n; t++) rt.rmsnorm(res + t * hidden * 4, L.inNorm, s.normed + t * hidden * 4, hidden, eps);
-        this.mm(L.wqkv, s.normed, s, s.qkv, n, hidden, qkvRows);
-        if (L.bqkv) {
-          const b = L.bqkv >> 2;
-          const f32 = rt.f32;
-          for (let t = 0; t < n; t++) {
-            const q = (s.qkv >> 2) + t * qkvRows;
-            for (let r = 0; r < qkvRows; r++) f32[q + r] = f32[q + r] + f32[b + r];
-          }
-        }
-        for (let t = 0; t < n; t++) {
-          // q heads then k heads are contiguous: rotate both, then append K/V (bf16) to the cache
-          const q = s.qkv + t * qkvRows * 4;
-          const pos = positions[t0 + t];
-          const at = pool.address(caches[t0 + t].blocks[Math.floor(pos / bs)]) + l * pool.layerStride;
-          const p = pos % bs;
-          rt.ropeKv(q, ropeRows + (t0 + t) * D * 4, H + KV, D, q + HD * 4, KV, at + p * 2, at + pool.kBytes + p * D * 2, bs);
-        }
-        if (t0 + n >= T) onLayer?.(l);
-        const lo = l * pool.layerStride;
-        const plan = attn.blocks[t0 / TOKEN_BLOCK];
-        rt.attentionTiles(plan.desc, plan.count, bs, D, scale, attn.ps, lo, attn.scratch);
-        for (const t of plan.singles) {
-          const table = tableOf.get(caches[t0 + t])!;
-          rt.attentionPaged(s.qkv + t * qkvRows * 4, table, lo, lo + pool.kBytes, bs, D, positions[t0 + t] + 1, H, group, scale, scores, s.attn + t * HD * 4);
-        }
-        this.mm(L.wo, s.attn, s, s.out, n, HD, hidden);
-        rt.addF32(res, s.out, n * hidden);
-        // --- MLP block
-        for (let t = 0; t < n; t++) rt.rmsnorm(res + t * hidden * 4, L.postNorm, s.normed + t * hidden * 4, hidden, eps);
-        this.mm(L.wgu, s.normed, s, s.gu, n, hidden, 2 * I);
-        rt.swiglu(s.gu, s.act, I, n);
-        this.mm(L.wd, s.act, s, s.out, n, I, hidden);
-        rt.addF32(res, s.out, n * hidden);
-        yield;
+  /**
+   * Tokens [t0, t0 + n) of layer l up to their K/V: input norm, the fused q/k/v projection, its
+   * bias, the per-head q/k norm (Qwen3), RoPE on q and k, and K/V appended to each token's cache.
+   */
+  private projectQkvAndWriteKv(pass: PassState, l: number, t0: number, n: number): void {
+    const c = this.config;
+    const rt = this.rt;
+    const L = this.layers[l];
+    const { s } = pass;
+    const hidden = c.hiddenSize;
+    const qkvRows = this.qkvRows;
+    const res = pass.resid + t0 * hidden * 4;
+    for (let t = 0; t < n; t++) rt.rmsnorm(res + t * hidden * 4, L.inNorm, s.normed + t * hidden * 4, hidden, c.rmsNormEps);
+    this.mm(L.wqkv, s.normed, s, s.qkv, n, hidden, qkvRows);
+    if (L.bqkv) {
+      const b = L.bqkv >> 2;
+      const f32 = rt.f32;
+      for (let t = 0; t < n; t++) {
+        const q = (s.qkv >> 2) + t * qkvRows;
+        for (let r = 0; r < qkvRows; r++) f32[q + r] = f32[q + r] + f32[b + r];
       }
     }
+    if (L.qNorm) this.normQkHeads(L, s.qkv, n);
+    const H = c.numHeads,
+      KV = c.numKvHeads,
+      D = c.headDim;
+    const pool = this.kvPool;
+    const bs = pool.blockSize;
+    for (let t = 0; t < n; t++) {
+      // q heads then k heads are contiguous: rotate both, then append K/V (bf16) to the cache
+      const q = s.qkv + t * qkvRows * 4;
+      const pos = pass.positions[t0 + t];
+      const at = pool.address(pass.caches[t0 + t].blocks[Math.floor(pos / bs)]) + l * pool.layerStride;
+      const p = pos % bs;
+      rt.ropeKv(q, pass.ropeRows + (t0 + t) * D * 4, H + KV, D, q + H * D * 4, KV, at + p * 2, at + pool.kBytes + p * D * 2, bs);
+    }
+  }
 
-    // Final norm and LM head for the requested rows only.
+  /** RMSNorm of each q head (q_norm weights) and k head (k_norm weights) of n tokens' q/k/v rows, in place. */
+  private normQkHeads(L: LayerWeights, qkv: number, n: number): void {
+    const c = this.config;
+    const H = c.numHeads,
+      D = c.headDim;
+    for (let t = 0; t < n; t++) {
+      const row = qkv + t * this.qkvRows * 4;
+      for (let h = 0; h < H + c.numKvHeads; h++) this.rt.rmsnorm(row + h * D * 4, h < H ? L.qNorm : L.kNorm, row + h * D * 4, D, c.rmsNormEps);
+    }
+  }
+
+  /** Attention of tokens [t0, t0 + n) of layer l over their caches, the o projection and the residual add. */
+  private attendAndProject(pass: PassState, l: number, t0: number, n: number): void {
+    const c = this.config;
+    const rt = this.rt;
+    const { s, attn } = pass;
+    const pool = this.kvPool;
+    const D = c.headDim;
+    const HD = c.numHeads * D;
+    const scale = fr(1 / Math.sqrt(D));
+    const lo = l * pool.layerStride;
+    const plan = attn.blocks[t0 / TOKEN_BLOCK];
+    rt.attentionTiles(plan.desc, plan.count, pool.blockSize, D, scale, attn.ps, lo, attn.scratch);
+    for (const t of plan.singles) {
+      const table = pass.tableOf.get(pass.caches[t0 + t])!;
+      rt.attentionPaged(
+        s.qkv + t * this.qkvRows * 4,
+        table,
+        lo,
+        lo + pool.kBytes,
+        pool.blockSize,
+        D,
+        pass.positions[t0 + t] + 1,
+        c.numHeads,
+        c.numHeads / c.numKvHeads,
+        scale,
+        pass.scores,
+        s.attn + t * HD * 4,
+      );
+    }
+    this.mm(this.layers[l].wo, s.attn, s, s.out, n, HD, c.hiddenSize);
+    rt.addF32(pass.resid + t0 * c.hiddenSize * 4, s.out, n * c.hiddenSize);
+  }
+
+  /** The MLP of tokens [t0, t0 + n) of layer l: post-attention norm, gate/up, SwiGLU, down, residual add. */
+  private mlpBlock(pass: PassState, l: number, t0: number, n: number): void {
+    const c = this.config;
+    const rt = this.rt;
+    const L = this.layers[l];
+    const { s } = pass;
+    const hidden = c.hiddenSize,
+      I = c.intermediateSize;
+    const res = pass.resid + t0 * hidden * 4;
+    for (let t = 0; t < n; t++) rt.rmsnorm(res + t * hidden * 4, L.postNorm, s.normed + t * hidden * 4, hidden, c.rmsNormEps);
+    this.mm(L.wgu, s.normed, s, s.gu, n, hidden, 2 * I);
+    rt.swiglu(s.gu, s.act, I, n);
+    this.mm(L.wd, s.act, s, s.out, n, I, hidden);
+    rt.addF32(res, s.out, n * hidden);
+  }
+
+  /** Final norm and LM head for the requested rows only; copies of their logits. */
+  private lmHeadRows(pass: PassState, logitRows: number[]): Float32Array[] {
+    const c = this.config;
+    const rt = this.rt;
+    const { s, resid, logits } = pass;
+    const hidden = c.hiddenSize;
+    const R = logitRows.length;
     for (let i0 = 0; i0 < R; i0 += TOKEN_BLOCK) {
       const n = Math.min(TOKEN_BLOCK, R - i0);
-      for (let i = 0; i < n; i++) rt.rmsnorm(resid + logitRows[i0 + i] * hidden * 4, this.finalNorm, s.normed + i * hidden * 4, hidden, eps);
-      this.mm(this.lmHead, s.normed, s, logitsPtr + i0 * c.vocabSize * 4, n, hidden, c.vocabSize);
+      for (let i = 0; i < n; i++) rt.rmsnorm(resid + logitRows[i0 + i] * hidden * 4, this.finalNorm, s.normed + i * hidden * 4, hidden, c.rmsNormEps);
+      this.mm(this.lmHead, s.normed, s, logits + i0 * c.vocabSize * 4, n, hidden, c.vocabSize);
     }
     const out: Float32Array[] = [];
-    const logitsF32 = rt.f32;
-    for (let i = 0; i < R; i++) out.push(logitsF32.slice((logitsPtr >> 2) + i * c.vocabSize, (logitsPtr >> 2) + (i + 1) * c.vocabSize));
+    const f32 = rt.f32;
+    for (let i = 0; i < R; i++) out.push(f32.slice((logits >> 2) + i * c.vocabSize, (logits >> 2) + (i + 1) * c.vocabSize));
     return out;
   }
+}
+
+/** What the stages of one forward pass share: its tokens' caches and positions, and the buffers prepared for it. */
+interface PassState {
+  caches: PagedKVCache[];
+  positions: number[];
+  tableOf: Map<PagedKVCache, number>;
+  /** f32 scores of one query (attention_paged). */
+  scores: number;
+  /** f32 [rows][vocab] of the requested logits. */
+  logits: number;
+  /** f32 [T][hidden]: the residual stream. */
+  resid: number;
+  s: Scratch;
+  ropeRows: number;
+  attn: { blocks: { desc: number; count: number; singles: number[] }[]; ps: number; scratch: [number, number] };
 }
 
 /** A write past a cache's capacity (the S it was made with). */

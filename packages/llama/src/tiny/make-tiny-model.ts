@@ -1,6 +1,7 @@
-// Generates a small deterministic Llama or Qwen2 model in Hugging Face format: config, seeded
-// bf16 (or f32) weights in one or more safetensors files, a byte-level BPE tokenizer trained on
-// the embedded corpus, a ChatML chat template and a generation config. Same options -> same bytes.
+// Generates a small deterministic Llama, Qwen2 or Qwen3 model in Hugging Face format: config,
+// seeded bf16 (or f32) weights in one or more safetensors files, a byte-level BPE tokenizer trained
+// on the embedded corpus, a chat template (ChatML; Qwen3's own for qwen3) and a generation config.
+// Same options -> same bytes.
 
 import { mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -10,6 +11,7 @@ import { byteLevelTokenizerJson, trainByteLevelBpe } from "../tokenizer/byte-lev
 import { bf16ToF32 } from "../checkpoint/bf16-convert.ts";
 import { constantBf16, seededNormalBf16 } from "./seeded-weights.ts";
 import { writeSafetensors, tensorByteLength, type TensorToWrite } from "./safetensors-writer.ts";
+import { QWEN3_CHAT_TEMPLATE } from "./qwen3-chat-template.ts";
 import { TRAINING_CORPUS } from "./training-corpus.ts";
 
 export const TINY_SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] as const;
@@ -27,6 +29,8 @@ export interface TinyModelOptions {
   hidden?: number;
   heads?: number;
   kvHeads?: number;
+  /** Per-head width (default hidden / heads; qwen3: twice that, as Qwen3-0.6B's 128 against 1024 / 16). */
+  headDim?: number;
   intermediate?: number;
   /** Vocabulary size including 3 special tokens and 256 byte tokens. */
   vocab?: number;
@@ -58,6 +62,7 @@ interface Shape {
   hidden: number;
   heads: number;
   kvHeads: number;
+  headDim: number;
   intermediate: number;
   vocab: number;
   tie: boolean;
@@ -65,22 +70,25 @@ interface Shape {
   maxPositions: number;
 }
 
-const PRESETS: Record<"135m", Omit<Shape, "ropeTheta"> & { ropeTheta: number }> = {
-  "135m": { layers: 30, hidden: 576, heads: 9, kvHeads: 3, intermediate: 1536, vocab: 49152, tie: true, ropeTheta: 100000, maxPositions: 8192 },
+const PRESETS: Record<"135m", Shape> = {
+  "135m": { layers: 30, hidden: 576, heads: 9, kvHeads: 3, headDim: 64, intermediate: 1536, vocab: 49152, tie: true, ropeTheta: 100000, maxPositions: 8192 },
 };
 
 function resolveShape(o: TinyModelOptions): Shape {
   const preset = o.preset ? PRESETS[o.preset] : undefined;
   if (o.preset && !preset) throw new ConfigError("preset", `unknown preset ${JSON.stringify(o.preset)}; known: ${Object.keys(PRESETS).join(", ")}`);
+  const hidden = o.hidden ?? preset?.hidden ?? 64;
+  const heads = o.heads ?? preset?.heads ?? 4;
   const shape: Shape = {
     layers: o.layers ?? preset?.layers ?? 2,
-    hidden: o.hidden ?? preset?.hidden ?? 64,
-    heads: o.heads ?? preset?.heads ?? 4,
+    hidden,
+    heads,
     kvHeads: o.kvHeads ?? preset?.kvHeads ?? 2,
+    headDim: o.headDim ?? (o.arch === "qwen3" ? 2 : 1) * (hidden / heads),
     intermediate: o.intermediate ?? preset?.intermediate ?? 128,
     vocab: o.vocab ?? preset?.vocab ?? 512,
-    tie: o.tieEmbeddings ?? preset?.tie ?? o.arch === "qwen2",
-    ropeTheta: preset?.ropeTheta ?? (o.arch === "qwen2" ? 1000000 : 10000),
+    tie: o.tieEmbeddings ?? preset?.tie ?? o.arch !== "llama",
+    ropeTheta: preset?.ropeTheta ?? (o.arch === "llama" ? 10000 : 1000000),
     maxPositions: o.maxPositionEmbeddings ?? preset?.maxPositions ?? 2048,
   };
   for (const [key, v] of Object.entries({
@@ -88,21 +96,23 @@ function resolveShape(o: TinyModelOptions): Shape {
     hidden: shape.hidden,
     heads: shape.heads,
     "kv-heads": shape.kvHeads,
+    "head-dim": shape.headDim,
     intermediate: shape.intermediate,
     vocab: shape.vocab,
     "max-position": shape.maxPositions,
   })) {
     if (!Number.isInteger(v) || v <= 0) throw new ConfigError(key, `must be a positive integer, got ${v}`);
   }
-  if (shape.hidden % shape.heads !== 0) throw new ConfigError("hidden", `${shape.hidden} is not a multiple of heads ${shape.heads}`);
-  if ((shape.hidden / shape.heads) % 2 !== 0) throw new ConfigError("hidden", `head_dim ${shape.hidden / shape.heads} (hidden / heads) must be even`);
+  if (o.headDim === undefined && shape.hidden % shape.heads !== 0) throw new ConfigError("hidden", `${shape.hidden} is not a multiple of heads ${shape.heads}; pass --head-dim`);
+  if (shape.headDim % 2 !== 0) throw new ConfigError("head-dim", `head_dim ${shape.headDim} must be even`);
   if (shape.heads % shape.kvHeads !== 0) throw new ConfigError("kv-heads", `heads ${shape.heads} is not a multiple of kv-heads ${shape.kvHeads}`);
   if (shape.vocab < TINY_SPECIAL_TOKENS.length + 256) throw new ConfigError("vocab", `must be at least ${TINY_SPECIAL_TOKENS.length + 256} (3 special tokens + 256 bytes)`);
   return shape;
 }
 
 function configJson(arch: Architecture, s: Shape): Record<string, unknown> {
-  const headDim = s.hidden / s.heads;
+  const headDim = s.headDim;
+  if (arch === "qwen3") return qwen3ConfigJson(s);
   if (arch === "llama") {
     return {
       architectures: ["LlamaForCausalLM"],
@@ -158,21 +168,56 @@ function configJson(arch: Architecture, s: Shape): Record<string, unknown> {
   };
 }
 
+/** Keys as Qwen3-0.6B's config.json has them (transformers 4.51). */
+function qwen3ConfigJson(s: Shape): Record<string, unknown> {
+  return {
+    architectures: ["Qwen3ForCausalLM"],
+    attention_bias: false,
+    attention_dropout: 0.0,
+    bos_token_id: 1,
+    eos_token_id: 2,
+    head_dim: s.headDim,
+    hidden_act: "silu",
+    hidden_size: s.hidden,
+    initializer_range: 0.02,
+    intermediate_size: s.intermediate,
+    max_position_embeddings: s.maxPositions,
+    max_window_layers: s.layers,
+    model_type: "qwen3",
+    num_attention_heads: s.heads,
+    num_hidden_layers: s.layers,
+    num_key_value_heads: s.kvHeads,
+    rms_norm_eps: 1e-6,
+    rope_scaling: null,
+    rope_theta: s.ropeTheta,
+    sliding_window: null,
+    tie_word_embeddings: s.tie,
+    torch_dtype: "bfloat16",
+    use_cache: true,
+    use_sliding_window: false,
+    vocab_size: s.vocab,
+  };
+}
+
 interface WeightSpec {
   name: string;
   shape: number[];
   /** Standard deviation, or a constant for norms. */
   std?: number;
   constant?: number;
+  /** Added to the seeded values (norms of qwen3: 1 + noise, so a swapped or missing norm shows). */
+  mean?: number;
 }
 
 function weightSpecs(arch: Architecture, s: Shape): WeightSpec[] {
-  const hd = s.hidden / s.heads;
+  const hd = s.headDim;
+  // Llama and Qwen2 norms are exactly 1 (their goldens depend on it); Qwen3's are 1 + N(0, 0.2).
+  const norm = (name: string, n: number): WeightSpec => (arch === "qwen3" ? { name, shape: [n], std: 0.2, mean: 1 } : { name, shape: [n], constant: 1 });
   const linear = (name: string, out: number, inp: number): WeightSpec => ({ name, shape: [out, inp], std: 1 / Math.sqrt(inp) });
   const specs: WeightSpec[] = [{ name: "model.embed_tokens.weight", shape: [s.vocab, s.hidden], std: 1 / Math.sqrt(s.hidden) }];
   for (let l = 0; l < s.layers; l++) {
     const p = `model.layers.${l}.`;
-    specs.push({ name: `${p}input_layernorm.weight`, shape: [s.hidden], constant: 1 });
+    specs.push(norm(`${p}input_layernorm.weight`, s.hidden));
     specs.push(linear(`${p}self_attn.q_proj.weight`, s.heads * hd, s.hidden));
     specs.push(linear(`${p}self_attn.k_proj.weight`, s.kvHeads * hd, s.hidden));
     specs.push(linear(`${p}self_attn.v_proj.weight`, s.kvHeads * hd, s.hidden));
@@ -181,20 +226,24 @@ function weightSpecs(arch: Architecture, s: Shape): WeightSpec[] {
       specs.push({ name: `${p}self_attn.k_proj.bias`, shape: [s.kvHeads * hd], std: 0.02 });
       specs.push({ name: `${p}self_attn.v_proj.bias`, shape: [s.kvHeads * hd], std: 0.02 });
     }
+    if (arch === "qwen3") {
+      specs.push(norm(`${p}self_attn.q_norm.weight`, hd));
+      specs.push(norm(`${p}self_attn.k_norm.weight`, hd));
+    }
     specs.push(linear(`${p}self_attn.o_proj.weight`, s.hidden, s.heads * hd));
-    specs.push({ name: `${p}post_attention_layernorm.weight`, shape: [s.hidden], constant: 1 });
+    specs.push(norm(`${p}post_attention_layernorm.weight`, s.hidden));
     specs.push(linear(`${p}mlp.gate_proj.weight`, s.intermediate, s.hidden));
     specs.push(linear(`${p}mlp.up_proj.weight`, s.intermediate, s.hidden));
     specs.push(linear(`${p}mlp.down_proj.weight`, s.hidden, s.intermediate));
   }
-  specs.push({ name: "model.norm.weight", shape: [s.hidden], constant: 1 });
+  specs.push(norm("model.norm.weight", s.hidden));
   if (!s.tie) specs.push(linear("lm_head.weight", s.vocab, s.hidden));
   return specs;
 }
 
 function tensorBytes(spec: WeightSpec, seed: number, dtype: "bf16" | "f32"): Uint8Array {
   const count = spec.shape.reduce((a, b) => a * b, 1);
-  const bf16 = spec.constant !== undefined ? constantBf16(spec.constant, count) : seededNormalBf16(seed, spec.name, count, spec.std!);
+  const bf16 = spec.constant !== undefined ? constantBf16(spec.constant, count) : seededNormalBf16(seed, spec.name, count, spec.std!, spec.mean);
   if (dtype === "bf16") return bf16;
   const bits = new Uint16Array(bf16.buffer, bf16.byteOffset, count);
   const f32 = new Float32Array(count);
@@ -213,7 +262,7 @@ const GENERATED =
  */
 export function makeTinyModel(options: TinyModelOptions): TinyModelResult {
   const arch = options.arch;
-  if (arch !== "llama" && arch !== "qwen2") throw new ConfigError("arch", `must be llama or qwen2, got ${JSON.stringify(arch)}`);
+  if (arch !== "llama" && arch !== "qwen2" && arch !== "qwen3") throw new ConfigError("arch", `must be llama, qwen2 or qwen3, got ${JSON.stringify(arch)}`);
   const shape = resolveShape(options);
   const seed = options.seed ?? 0;
   if (!Number.isInteger(seed) || seed < 0 || seed > 0xffffffff) throw new ConfigError("seed", `must be an integer in [0, 2^32), got ${seed}`);
@@ -245,7 +294,7 @@ export function makeTinyModel(options: TinyModelOptions): TinyModelResult {
     ),
     additional_special_tokens: ["<|im_start|>", "<|im_end|>"],
     bos_token: "<|im_start|>",
-    chat_template: CHATML_TEMPLATE,
+    chat_template: arch === "qwen3" ? QWEN3_CHAT_TEMPLATE : CHATML_TEMPLATE,
     clean_up_tokenization_spaces: false,
     eos_token: "<|im_end|>",
     model_max_length: shape.maxPositions,

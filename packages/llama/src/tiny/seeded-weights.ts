@@ -50,10 +50,10 @@ function rotl(x: number, k: number): number {
 const SQRT3 = 1.7320508075688772;
 
 /**
- * `count` bf16 values, approximately normal(0, std), for tensor `name` under `seed`. Returns the
- * little-endian bytes ready for a safetensors file.
+ * `count` bf16 values, approximately normal(mean, std), for tensor `name` under `seed`. Returns the
+ * little-endian bytes ready for a safetensors file. Without `mean` the values are centred on 0.
  */
-export function seededNormalBf16(seed: number, name: string, count: number, std: number): Uint8Array {
+export function seededNormalBf16(seed: number, name: string, count: number, std: number, mean?: number): Uint8Array {
   const next = xoshiro128((seed ^ nameHash(name)) >>> 0);
   const out = new Uint16Array(count);
   const scale = (SQRT3 * std) / 65536;
@@ -62,7 +62,8 @@ export function seededNormalBf16(seed: number, name: string, count: number, std:
     const r1 = next();
     const r2 = next();
     const sum = (r1 >>> 16) + (r1 & 0xffff) + (r2 >>> 16) + (r2 & 0xffff);
-    out[i] = f32ToBf16((sum - centre) * scale);
+    const v = (sum - centre) * scale;
+    out[i] = f32ToBf16(mean === undefined ? v : mean + v);
   }
   return new Uint8Array(out.buffer);
 }

@@ -12,6 +12,7 @@ const cli = fileURLToPath(new URL("../../bin/airm-model.mjs", import.meta.url));
 export const GOLDEN_MODELS: Record<string, string[]> = {
   llama: ["--arch", "llama", "--seed", "7", "--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "2"],
   qwen2: ["--arch", "qwen2", "--seed", "7", "--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "1", "--shards", "2"],
+  qwen3: ["--arch", "qwen3", "--seed", "7", "--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "2"],
 };
 
 export interface GeneratedModels {

@@ -69,7 +69,7 @@ export interface ReferenceForwardOptions {
 }
 
 /**
- * A float64 Llama/Qwen2 forward over a whole sequence (causal), by default reading the same bf16
+ * A float64 Llama/Qwen2/Qwen3 forward over a whole sequence (causal), by default reading the same bf16
  * weights and rounding K/V to bf16 like the cache. Returns the logits of every position.
  */
 export function referenceForward(
@@ -145,6 +145,13 @@ export function referenceForward(
         q.forEach((_, i) => (q[i] += bias[0][i]));
         k.forEach((_, i) => (k[i] += bias[1][i]));
         v.forEach((_, i) => (v[i] += bias[2][i]));
+      }
+      if (c.architecture === "qwen3") {
+        // Qwen3: RMSNorm of each q and k head (q_norm / k_norm, head_dim wide) before RoPE
+        const qn = get(`${p}self_attn.q_norm.weight`),
+          kn = get(`${p}self_attn.k_norm.weight`);
+        for (let h2 = 0; h2 < H; h2++) q.set(norm(q.subarray(h2 * D, (h2 + 1) * D), qn), h2 * D);
+        for (let g = 0; g < KV; g++) k.set(norm(k.subarray(g * D, (g + 1) * D), kn), g * D);
       }
       for (let h2 = 0; h2 < H; h2++) rope(q, h2 * D, t);
       for (let g = 0; g < KV; g++) rope(k, g * D, t);
