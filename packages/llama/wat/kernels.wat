@@ -17,7 +17,7 @@
 ;;   Every tile below repeats exactly these operations per output, so a row computed alone, in a
 ;;   group of 4 rows, or in a 4-token x 4-row tile gives the same bits.
 ;; Attention scores sum over head_dim in increasing d, values over positions in increasing s.
-;; exp (softmax, SiLU) is computed here with fixed f32 operations (see $exp4), no FMA, so it is
+;; exp (softmax, SiLU, gelu) is computed here with fixed f32 operations (see $exp4), no FMA, so it is
 ;; the same in every process and for every batch shape.
 ;; Columns must be a multiple of 8; head_dim a multiple of 4.
 
@@ -52,6 +52,9 @@
   (global $k_exp_c1 (mut v128) (v128.const f32x4 5.0000001201e-1 5.0000001201e-1 5.0000001201e-1 5.0000001201e-1))
   (global $k_bias127 (mut v128) (v128.const i32x4 127 127 127 127))
   (global $k_one16 (mut v128) (v128.const i16x8 1 1 1 1 1 1 1 1))
+  ;; gelu (tanh approximation): c1 = 2 sqrt(2/pi), c2 = c1 * 0.044715, as f32
+  (global $k_gelu_c1 (mut v128) (v128.const f32x4 1.5957691216057308 1.5957691216057308 1.5957691216057308 1.5957691216057308))
+  (global $k_gelu_c2 (mut v128) (v128.const f32x4 0.0713548162726009 0.0713548162726009 0.0713548162726009 0.0713548162726009))
 
   ;; ---------------------------------------------------------------- horizontal sum, fixed order
   (func $hsum (param $a v128) (result f32)
@@ -598,7 +601,40 @@
       (local.set $t (i32.add (local.get $t) (i32.const 1)))
       (br $each_t))))
 
-  ;; ---------------------------------------------------------------- softmax
+;; ---------------------------------------------------------------- GeGLU (gelu, tanh approximation)
+  ;; For T tokens: act[t][i] = (g / (1 + exp(-(g * (c1 + c2 * (g * g)))))) * up, g = gu[t][i],
+  ;; up = gu[t][I + i], c1 = 2 sqrt(2/pi), c2 = c1 * 0.044715: gelu_tanh(g) = 0.5 g (1 + tanh(u)) =
+  ;; g / (1 + exp(-2u)), u = sqrt(2/pi) (g + 0.044715 g^3). Per element the same lane operations.
+  (func (export "geglu") (param $gu i32) (param $act i32) (param $I i32) (param $T i32)
+    (local $t i32) (local $i i32) (local $ib i32) (local $g v128) (local $gp i32) (local $up i32)
+    (local $c_one v128) (local $c1 v128) (local $c2 v128)
+    (local.set $c_one (global.get $k_one))
+    (local.set $c1 (global.get $k_gelu_c1))
+    (local.set $c2 (global.get $k_gelu_c2))
+    (local.set $ib (i32.shl (local.get $I) (i32.const 2)))
+    (block $t_done (loop $each_t
+      (br_if $t_done (i32.ge_u (local.get $t) (local.get $T)))
+      (local.set $gp (i32.add (local.get $gu) (i32.mul (local.get $t) (i32.shl (local.get $ib) (i32.const 1)))))
+      (local.set $up (i32.add (local.get $gp) (local.get $ib)))
+      (local.set $i (i32.const 0))
+      (block $i_done (loop $each_i
+        (br_if $i_done (i32.ge_u (local.get $i) (local.get $ib)))
+        (local.set $g (v128.load (i32.add (local.get $gp) (local.get $i))))
+        (v128.store (i32.add (local.get $act) (local.get $i))
+          (f32x4.mul
+            (f32x4.div (local.get $g)
+              (f32x4.add (local.get $c_one)
+                (call $exp4 (f32x4.neg
+                  (f32x4.mul (local.get $g)
+                    (f32x4.add (local.get $c1) (f32x4.mul (local.get $c2) (f32x4.mul (local.get $g) (local.get $g)))))))))
+            (v128.load (i32.add (local.get $up) (local.get $i)))))
+        (local.set $i (i32.add (local.get $i) (i32.const 16)))
+        (br $each_i)))
+      (local.set $act (i32.add (local.get $act) (local.get $ib)))
+      (local.set $t (i32.add (local.get $t) (i32.const 1)))
+      (br $each_t))))
+
+    ;; ---------------------------------------------------------------- softmax
   ;; p[i] = e_i / sum, e_i = exp(z_i - max z), z_i = p[i] * scale, over i in [0, n); the sum in
   ;; increasing i (f32), then each e_i * (1 / sum). p must have room for n rounded up to 4.
   (func $softmax (export "softmax") (param $p i32) (param $n i32) (param $scale f32)
@@ -668,10 +704,10 @@
   ;; block gives the contiguous layout's bits; values keep one set of accumulators over all
   ;; positions, in increasing s, as attn_values does (same bits again).
 
-  ;; out[d] = sum_s p[s] * V[s][d] (s increasing, from 0) over the blocks in $table, for one KV
-  ;; head whose V starts $vOff into each block.
-  (func $attn_values_paged (param $p i32) (param $table i32) (param $vOff i32) (param $bs i32) (param $D i32) (param $n i32) (param $out i32)
-    (local $s i32) (local $end i32) (local $t i32) (local $ps v128) (local $row i32) (local $o i32) (local $vs i32) (local $dg i32)
+  ;; out[d] = sum_s p[s] * V[s][d] (s increasing, from $s0) over the blocks in $table, for one KV
+  ;; head whose V starts $vOff into each block. $s0 is 0 but under a sliding window.
+  (func $attn_values_paged (param $p i32) (param $table i32) (param $vOff i32) (param $bs i32) (param $D i32) (param $n i32) (param $out i32) (param $s0 i32)
+    (local $s i32) (local $end i32) (local $t i32) (local $ps v128) (local $row i32) (local $o i32) (local $vs i32) (local $dg i32) (local $r i32)
     (local $a0 v128) (local $a1 v128) (local $a2 v128) (local $a3 v128)
     (local $a4 v128) (local $a5 v128) (local $a6 v128) (local $a7 v128)
     (local.set $vs (i32.shl (local.get $D) (i32.const 1)))
@@ -685,12 +721,13 @@
       (local.set $a5 (v128.const i32x4 0 0 0 0))
       (local.set $a6 (v128.const i32x4 0 0 0 0))
       (local.set $a7 (v128.const i32x4 0 0 0 0))
-      (local.set $s (i32.const 0))
-      (local.set $t (local.get $table))
+      (local.set $s (local.get $s0))
+      (local.set $t (i32.add (local.get $table) (i32.shl (i32.div_u (local.get $s0) (local.get $bs)) (i32.const 2))))
       (block $blocks_done (loop $each_block
         (br_if $blocks_done (i32.ge_u (local.get $s) (local.get $n)))
-        (local.set $row (i32.add (i32.add (i32.load (local.get $t)) (local.get $vOff)) (local.get $dg)))
-        (local.set $end (i32.add (local.get $s) (local.get $bs)))
+        (local.set $r (i32.rem_u (local.get $s) (local.get $bs)))
+        (local.set $row (i32.add (i32.add (i32.add (i32.load (local.get $t)) (local.get $vOff)) (local.get $dg)) (i32.mul (local.get $r) (local.get $vs))))
+        (local.set $end (i32.add (i32.sub (local.get $s) (local.get $r)) (local.get $bs)))
         (if (i32.gt_u (local.get $end) (local.get $n)) (then (local.set $end (local.get $n))))
         (block $s_done (loop $each_s
           (br_if $s_done (i32.ge_u (local.get $s) (local.get $end)))
@@ -722,12 +759,13 @@
     (block $b_done (loop $lanes
       (br_if $b_done (i32.ge_u (local.get $dg) (local.get $vs)))
       (local.set $a0 (v128.const i32x4 0 0 0 0))
-      (local.set $s (i32.const 0))
-      (local.set $t (local.get $table))
+      (local.set $s (local.get $s0))
+      (local.set $t (i32.add (local.get $table) (i32.shl (i32.div_u (local.get $s0) (local.get $bs)) (i32.const 2))))
       (block $blocks1_done (loop $each_block1
         (br_if $blocks1_done (i32.ge_u (local.get $s) (local.get $n)))
-        (local.set $row (i32.add (i32.add (i32.load (local.get $t)) (local.get $vOff)) (local.get $dg)))
-        (local.set $end (i32.add (local.get $s) (local.get $bs)))
+        (local.set $r (i32.rem_u (local.get $s) (local.get $bs)))
+        (local.set $row (i32.add (i32.add (i32.add (i32.load (local.get $t)) (local.get $vOff)) (local.get $dg)) (i32.mul (local.get $r) (local.get $vs))))
+        (local.set $end (i32.add (i32.sub (local.get $s) (local.get $r)) (local.get $bs)))
         (if (i32.gt_u (local.get $end) (local.get $n)) (then (local.set $end (local.get $n))))
         (block $s1_done (loop $each_s1
           (br_if $s1_done (i32.ge_u (local.get $s) (local.get $end)))
@@ -742,19 +780,23 @@
       (local.set $dg (i32.add (local.get $dg) (i32.const 8)))
       (br $lanes))))
 
-  ;; Attention of one token over positions [0, n) of one layer of a paged cache, all H query
-  ;; heads (head h reads KV head h / group): scores block by block into p, softmax at $scale,
-  ;; the weighted sum of V into out + h*D*4. q: f32 [H][D]; p: f32 scratch for n rounded up to 4.
+  ;; Attention of one token over positions [st, n) of one layer of a paged cache, all H query
+  ;; heads (head h reads KV head h / group): scores block by block into p (from the block of st),
+  ;; softmax at $scale over [st, n), the weighted sum of V into out + h*D*4. st = n - $window when
+  ;; $window > 0 and n > $window (a sliding window: the query at position n - 1 reads the last
+  ;; $window positions), else 0. q: f32 [H][D]; p: f32 scratch for n rounded up to 4.
   (func (export "attention_paged") (param $q i32) (param $table i32) (param $kOff i32) (param $vOff i32) (param $bs i32)
-        (param $D i32) (param $n i32) (param $H i32) (param $group i32) (param $scale f32) (param $p i32) (param $out i32)
-    (local $h i32) (local $g i32) (local $s i32) (local $t i32) (local $count i32) (local $qh i32) (local $headK i32)
+        (param $D i32) (param $n i32) (param $H i32) (param $group i32) (param $scale f32) (param $p i32) (param $out i32) (param $window i32)
+    (local $h i32) (local $g i32) (local $s i32) (local $t i32) (local $count i32) (local $qh i32) (local $headK i32) (local $st i32)
+    (if (i32.and (i32.gt_u (local.get $window) (i32.const 0)) (i32.gt_u (local.get $n) (local.get $window)))
+      (then (local.set $st (i32.sub (local.get $n) (local.get $window)))))
     (block $done (loop $each_h
       (br_if $done (i32.ge_u (local.get $h) (local.get $H)))
       (local.set $g (i32.div_u (local.get $h) (local.get $group)))
       (local.set $qh (i32.add (local.get $q) (i32.shl (i32.mul (local.get $h) (local.get $D)) (i32.const 2))))
       (local.set $headK (i32.add (local.get $kOff) (i32.shl (i32.mul (i32.mul (local.get $g) (local.get $D)) (local.get $bs)) (i32.const 1))))
-      (local.set $s (i32.const 0))
-      (local.set $t (local.get $table))
+      (local.set $s (i32.sub (local.get $st) (i32.rem_u (local.get $st) (local.get $bs))))
+      (local.set $t (i32.add (local.get $table) (i32.shl (i32.div_u (local.get $st) (local.get $bs)) (i32.const 2))))
       (block $blocks_done (loop $each_block
         (br_if $blocks_done (i32.ge_u (local.get $s) (local.get $n)))
         (local.set $count (i32.sub (local.get $n) (local.get $s)))
@@ -764,11 +806,12 @@
         (local.set $s (i32.add (local.get $s) (local.get $bs)))
         (local.set $t (i32.add (local.get $t) (i32.const 4)))
         (br $each_block)))
-      (call $softmax (local.get $p) (local.get $n) (local.get $scale))
+      (call $softmax (i32.add (local.get $p) (i32.shl (local.get $st) (i32.const 2))) (i32.sub (local.get $n) (local.get $st)) (local.get $scale))
       (call $attn_values_paged (local.get $p) (local.get $table)
         (i32.add (local.get $vOff) (i32.shl (i32.mul (i32.mul (local.get $g) (local.get $bs)) (local.get $D)) (i32.const 1)))
         (local.get $bs) (local.get $D) (local.get $n)
-        (i32.add (local.get $out) (i32.shl (i32.mul (local.get $h) (local.get $D)) (i32.const 2))))
+        (i32.add (local.get $out) (i32.shl (i32.mul (local.get $h) (local.get $D)) (i32.const 2)))
+        (local.get $st))
       (local.set $h (i32.add (local.get $h) (i32.const 1)))
       (br $each_h))))
 
@@ -781,12 +824,17 @@
   ;; q_i[1]*K[1][s] + ... in increasing d from 0 (as attn_scores), every output q_i's own sum
   ;; over s < n_i in increasing s (as attn_values_paged), and the softmax is $softmax: the bits
   ;; of attention_paged, query by query. D must be a multiple of 8.
+  ;; A sliding window ($window > 0): query i attends [st_i, n_i), st_i = n_i - $window when
+  ;; n_i > $window, else 0 (as attention_paged); scores start at the block of st0, each softmax
+  ;; runs over [st_i, n_i), and positions before st3 add only to the queries whose window holds
+  ;; them. Needs st3 <= n0, which a window of 4 or more gives (the n_i differ by at most 3).
   (func $attention_tile4
         (param $q0 i32) (param $q1 i32) (param $q2 i32) (param $q3 i32)
         (param $n0 i32) (param $n1 i32) (param $n2 i32) (param $n3 i32)
         (param $table i32) (param $kOff i32) (param $vOff i32) (param $bs i32) (param $D i32) (param $scale f32)
         (param $p i32) (param $ps i32)
-        (param $o0 i32) (param $o1 i32) (param $o2 i32) (param $o3 i32)
+        (param $o0 i32) (param $o1 i32) (param $o2 i32) (param $o3 i32) (param $window i32)
+    (local $st0 i32) (local $st1 i32) (local $st2 i32) (local $st3 i32) (local $endHead i32) (local $r i32)
     (local $p1 i32) (local $p2 i32) (local $p3 i32)
     (local $s i32) (local $s0 i32) (local $t i32) (local $cnt i32) (local $a i32) (local $row i32) (local $d i32) (local $off i32)
     (local $end i32) (local $endAll i32) (local $dg i32) (local $db i32) (local $ks i32) (local $dend i32)
@@ -801,8 +849,14 @@
     ;; bf16 rows are widened eight at a time: one 16-byte load, and two interleaves with zero put
     ;; each value in the high half of its f32 lane (the bits of i32x4.shl by 16 of a 16x4 load;
     ;; V8 emits one punpck each). Query values and weights are broadcast by load32_splat.
-    ;; ---- scores, block by block, 8 positions (two lane groups) per pass over d
-    (local.set $t (local.get $table))
+    (if (i32.gt_u (local.get $window) (i32.const 0)) (then
+      (if (i32.gt_u (local.get $n0) (local.get $window)) (then (local.set $st0 (i32.sub (local.get $n0) (local.get $window)))))
+      (if (i32.gt_u (local.get $n1) (local.get $window)) (then (local.set $st1 (i32.sub (local.get $n1) (local.get $window)))))
+      (if (i32.gt_u (local.get $n2) (local.get $window)) (then (local.set $st2 (i32.sub (local.get $n2) (local.get $window)))))
+      (if (i32.gt_u (local.get $n3) (local.get $window)) (then (local.set $st3 (i32.sub (local.get $n3) (local.get $window)))))))
+    ;; ---- scores, block by block (from the block of st0), 8 positions (two lane groups) per pass over d
+    (local.set $s0 (i32.sub (local.get $st0) (i32.rem_u (local.get $st0) (local.get $bs))))
+    (local.set $t (i32.add (local.get $table) (i32.shl (i32.div_u (local.get $st0) (local.get $bs)) (i32.const 2))))
     (block $sb_done (loop $each_block
       (br_if $sb_done (i32.ge_u (local.get $s0) (local.get $n3)))
       (local.set $cnt (i32.sub (local.get $n3) (local.get $s0)))
@@ -873,10 +927,10 @@
       (local.set $t (i32.add (local.get $t) (i32.const 4)))
       (br $each_block)))
     ;; ---- softmax, query by query
-    (call $softmax (local.get $p) (local.get $n0) (local.get $scale))
-    (call $softmax (local.get $p1) (local.get $n1) (local.get $scale))
-    (call $softmax (local.get $p2) (local.get $n2) (local.get $scale))
-    (call $softmax (local.get $p3) (local.get $n3) (local.get $scale))
+    (call $softmax (i32.add (local.get $p) (i32.shl (local.get $st0) (i32.const 2))) (i32.sub (local.get $n0) (local.get $st0)) (local.get $scale))
+    (call $softmax (i32.add (local.get $p1) (i32.shl (local.get $st1) (i32.const 2))) (i32.sub (local.get $n1) (local.get $st1)) (local.get $scale))
+    (call $softmax (i32.add (local.get $p2) (i32.shl (local.get $st2) (i32.const 2))) (i32.sub (local.get $n2) (local.get $st2)) (local.get $scale))
+    (call $softmax (i32.add (local.get $p3) (i32.shl (local.get $st3) (i32.const 2))) (i32.sub (local.get $n3) (local.get $st3)) (local.get $scale))
     ;; ---- values, 8 dims (two lane groups) per pass over s; positions past n0 add only to the
     ;; queries that attend them
     (local.set $db (i32.shl (local.get $D) (i32.const 1)))
@@ -886,15 +940,39 @@
       (local.set $a10 (v128.const i32x4 0 0 0 0)) (local.set $a11 (v128.const i32x4 0 0 0 0))
       (local.set $a20 (v128.const i32x4 0 0 0 0)) (local.set $a21 (v128.const i32x4 0 0 0 0))
       (local.set $a30 (v128.const i32x4 0 0 0 0)) (local.set $a31 (v128.const i32x4 0 0 0 0))
-      (local.set $s (i32.const 0))
-      (local.set $t (local.get $table))
+      (local.set $s (local.get $st0))
+      (local.set $t (i32.add (local.get $table) (i32.shl (i32.div_u (local.get $st0) (local.get $bs)) (i32.const 2))))
       (block $vb_done (loop $each_vblock
         (br_if $vb_done (i32.ge_u (local.get $s) (local.get $n3)))
-        (local.set $row (i32.add (i32.add (i32.load (local.get $t)) (local.get $vOff)) (local.get $dg)))
-        (local.set $end (i32.add (local.get $s) (local.get $bs)))
+        (local.set $r (i32.rem_u (local.get $s) (local.get $bs)))
+        (local.set $row (i32.add (i32.add (i32.add (i32.load (local.get $t)) (local.get $vOff)) (local.get $dg)) (i32.mul (local.get $r) (local.get $db))))
+        (local.set $end (i32.add (i32.sub (local.get $s) (local.get $r)) (local.get $bs)))
         (if (i32.gt_u (local.get $end) (local.get $n3)) (then (local.set $end (local.get $n3))))
         (local.set $endAll (local.get $end))
         (if (i32.gt_u (local.get $endAll) (local.get $n0)) (then (local.set $endAll (local.get $n0))))
+        (local.set $endHead (local.get $end))
+        (if (i32.gt_u (local.get $endHead) (local.get $st3)) (then (local.set $endHead (local.get $st3))))
+        ;; positions before st3 (sliding window only): query 0 always, 1 and 2 from their st
+        (block $head_done (loop $each_head
+          (br_if $head_done (i32.ge_u (local.get $s) (local.get $endHead)))
+          (local.set $kw (v128.load (local.get $row)))
+          (local.set $k0 (i8x16.shuffle 0 1 16 17 2 3 18 19 4 5 20 21 6 7 22 23 (local.get $zero) (local.get $kw)))
+          (local.set $k1 (i8x16.shuffle 8 9 24 25 10 11 26 27 12 13 28 29 14 15 30 31 (local.get $zero) (local.get $kw)))
+          (local.set $off (i32.shl (local.get $s) (i32.const 2)))
+          (local.set $qa (v128.load32_splat (i32.add (local.get $p) (local.get $off))))
+          (local.set $a00 (f32x4.add (local.get $a00) (f32x4.mul (local.get $qa) (local.get $k0))))
+          (local.set $a01 (f32x4.add (local.get $a01) (f32x4.mul (local.get $qa) (local.get $k1))))
+          (if (i32.ge_u (local.get $s) (local.get $st1)) (then
+            (local.set $qb (v128.load32_splat (i32.add (local.get $p1) (local.get $off))))
+            (local.set $a10 (f32x4.add (local.get $a10) (f32x4.mul (local.get $qb) (local.get $k0))))
+            (local.set $a11 (f32x4.add (local.get $a11) (f32x4.mul (local.get $qb) (local.get $k1))))))
+          (if (i32.ge_u (local.get $s) (local.get $st2)) (then
+            (local.set $qc (v128.load32_splat (i32.add (local.get $p2) (local.get $off))))
+            (local.set $a20 (f32x4.add (local.get $a20) (f32x4.mul (local.get $qc) (local.get $k0))))
+            (local.set $a21 (f32x4.add (local.get $a21) (f32x4.mul (local.get $qc) (local.get $k1))))))
+          (local.set $row (i32.add (local.get $row) (local.get $db)))
+          (local.set $s (i32.add (local.get $s) (i32.const 1)))
+          (br $each_head)))
         (block $all_done (loop $each_s
           (br_if $all_done (i32.ge_u (local.get $s) (local.get $endAll)))
           (local.set $kw (v128.load (local.get $row)))
@@ -951,7 +1029,7 @@
       (br $each_group))))
 
   ;; Runs tiles [i0, i1) of a list of 64-byte descriptors at $desc (i32 fields: q0..q3, n0..n3,
-  ;; table, kOff, vOff, o0..o3, unused) with the layer offset $lo added to kOff and vOff; scores
+  ;; table, kOff, vOff, o0..o3, window: 0 for the whole context) with the layer offset $lo added to kOff and vOff; scores
   ;; go to $scratch (4 queries, $ps bytes apart). The argument order is a matmul's, so the two
   ;; kernel threads claim chunks of tiles as they claim chunks of rows; $scale is the f32's bits.
   (func (export "attention_tiles") (param $desc i32) (param $bs i32) (param $D i32) (param $scaleBits i32) (param $ps i32)
@@ -969,7 +1047,8 @@
         (i32.add (i32.load offset=40 (local.get $at)) (local.get $lo))
         (local.get $bs) (local.get $D) (local.get $scale)
         (local.get $scratch) (local.get $ps)
-        (i32.load offset=44 (local.get $at)) (i32.load offset=48 (local.get $at)) (i32.load offset=52 (local.get $at)) (i32.load offset=56 (local.get $at)))
+        (i32.load offset=44 (local.get $at)) (i32.load offset=48 (local.get $at)) (i32.load offset=52 (local.get $at)) (i32.load offset=56 (local.get $at))
+        (i32.load offset=60 (local.get $at)))
       (local.set $at (i32.add (local.get $at) (i32.const 64)))
       (local.set $i0 (i32.add (local.get $i0) (i32.const 1)))
       (br $each))))

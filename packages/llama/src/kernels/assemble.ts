@@ -18,6 +18,8 @@ export const NUMERICS_CHOICES = [
   "exp=wasm f32x4 polynomial (clamp [-87,88], 2^k * cephes p(r)), no FMA",
   "softmax=f32 z=x*scale, exp(z-max), sum=sequential f32, *(1/sum)",
   "silu=g/(1+exp(-g)) f32, times up",
+  "geglu=g/(1+exp(-(g*(c1+c2*(g*g))))) f32 (gelu tanh form, c1=f32(2sqrt(2/pi)), c2=f32(c1*0.044715)), times up",
+  "sliding window=query at n-1 reads [max(0,n-W),n), softmax over it, values summed from its start",
   "rope=f64 cos/sin of f32 angle rounded to f32,rotate_half",
   "rmsnorm=(x*inv)*w,inv=1/sqrt(ss/n+eps) f32",
   "split=rows|heads only",

@@ -108,6 +108,33 @@ describe("element-wise kernels", () => {
     expect(same(rt.f32.slice(ap >> 2, (ap >> 2) + T * I), want)).toBe(true);
   });
 
+  it("geglu equals gelu_tanh(gate) * up per token, in its documented f32 operations, within 1e-5 of the tanh formula", () => {
+    const r = rand(3);
+    const I = 20,
+      T = 3;
+    const gu = new Float32Array(T * 2 * I).map(() => r() * 12);
+    const gp = put(gu),
+      ap = rt.alloc(T * I * 4);
+    rt.geglu(gp, ap, I, T);
+    const c1 = f(2 * Math.sqrt(2 / Math.PI));
+    const c2 = f(2 * Math.sqrt(2 / Math.PI) * 0.044715); // the f32 of the double product, as the WAT literal
+    const want = new Float32Array(T * I);
+    let far = 0;
+    for (let t = 0; t < T; t++) {
+      for (let i = 0; i < I; i++) {
+        const g = gu[t * 2 * I + i];
+        const up = gu[t * 2 * I + I + i];
+        const u2 = f(g * f(c1 + f(c2 * f(g * g))));
+        want[t * I + i] = f(f(g / f(1 + expRef(-u2))) * up);
+        // the textbook form, in float64
+        const exact = 0.5 * g * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (g + 0.044715 * g ** 3))) * up;
+        far = Math.max(far, Math.abs(want[t * I + i] - exact) / Math.max(1, Math.abs(exact)));
+      }
+    }
+    expect(same(rt.f32.slice(ap >> 2, (ap >> 2) + T * I), want)).toBe(true);
+    expect(far).toBeLessThan(1e-5);
+  });
+
   it("softmax scales, subtracts the max, sums in order and normalises, for every length", () => {
     const r = rand(3);
     for (const n of [1, 2, 3, 4, 5, 16, 17, 63]) {
@@ -197,7 +224,7 @@ describe("element-wise kernels", () => {
       }
     }
   });
-  it("paged attention and its four-query tiles give the bits of the contiguous attention, query by query", async () => {
+  it("paged attention and its four-query tiles give the bits of the contiguous attention, query by query, also under a sliding window", async () => {
     const r = rand(11);
     const H = 6,
       KV = 2,
@@ -263,6 +290,34 @@ describe("element-wise kernels", () => {
         const scr = rt.alloc(8 * ps);
         rt.attentionTiles(desc, H, bs, D, scale, ps, 0, [scr, scr + 4 * ps]);
         outs.forEach((o, i) => expect(same(rt.f32.slice(o >> 2, (o >> 2) + H * D), want[i]), `tile, bs ${bs}, query ${i} n ${ns[i]}`).toBe(true));
+        // a sliding window: query i reads [max(0, n - W), n), the bits of the contiguous attention
+        // over a cache that holds only those positions (paged one by one, and in tiles)
+        for (const W of [4, 5, 9, 20]) {
+          const wantW = q.map((_, i) => {
+            const st = Math.max(0, ns[i] - W);
+            const S2 = ns[i] - st;
+            const k2 = new Uint16Array(KV * D * S2);
+            const v2 = new Uint16Array(KV * S2 * D);
+            for (let g = 0; g < KV; g++)
+              for (let p = 0; p < S2; p++) {
+                for (let d = 0; d < D; d++) k2[(g * D + d) * S2 + p] = k[(g * D + d) * S + st + p];
+                for (let d = 0; d < D; d++) v2[(g * S2 + p) * D + d] = v[(g * S + st + p) * D + d];
+              }
+            const o = rt.alloc(H * D * 4);
+            rt.attention(qp[i], put(k2), put(v2), S2, D, S2, H, group, scale, sp, o);
+            const paged = rt.alloc(H * D * 4);
+            rt.attentionPaged(qp[i], table, 0, kBytes, bs, D, ns[i], H, group, scale, sp, paged, W);
+            const expected = rt.f32.slice(o >> 2, (o >> 2) + H * D);
+            expect(same(rt.f32.slice(paged >> 2, (paged >> 2) + H * D), expected), `paged, window ${W}, bs ${bs}, n ${ns[i]}`).toBe(true);
+            return expected;
+          });
+          for (let h = 0; h < H; h++) rt.u32[(desc >> 2) + h * 16 + 15] = W;
+          rt.attentionTiles(desc, H, bs, D, scale, ps, 0, [scr, scr + 4 * ps]);
+          outs.forEach((o, i) => expect(same(rt.f32.slice(o >> 2, (o >> 2) + H * D), wantW[i]), `tile, window ${W}, bs ${bs}, query ${i} n ${ns[i]}`).toBe(true));
+          // and the window changes the result once n passes it (the test can see a window)
+          if (ns[3] > W) expect(same(wantW[3], want[3])).toBe(false);
+          for (let h = 0; h < H; h++) rt.u32[(desc >> 2) + h * 16 + 15] = 0;
+        }
       }
     }
   });

@@ -50,10 +50,25 @@ interface KernelExports {
   attn_scores(q: number, k: number, S: number, D: number, n: number, out: number): void;
   attn_values(p: number, v: number, D: number, n: number, out: number): void;
   attention(q: number, k: number, v: number, S: number, D: number, n: number, H: number, group: number, scale: number, p: number, out: number): void;
-  attention_paged(q: number, table: number, kOff: number, vOff: number, bs: number, D: number, n: number, H: number, group: number, scale: number, p: number, out: number): void;
+  attention_paged(
+    q: number,
+    table: number,
+    kOff: number,
+    vOff: number,
+    bs: number,
+    D: number,
+    n: number,
+    H: number,
+    group: number,
+    scale: number,
+    p: number,
+    out: number,
+    window: number,
+  ): void;
   attention_tiles(desc: number, bs: number, D: number, scaleBits: number, ps: number, lo: number, i0: number, i1: number, scratch: number): void;
   softmax(p: number, n: number, scale: number): void;
   swiglu(gu: number, act: number, I: number, T: number): void;
+  geglu(gu: number, act: number, I: number, T: number): void;
   rope_kv(x: number, cs: number, heads: number, D: number, k: number, kv: number, kDst: number, vDst: number, S: number): void;
   exp_f32(src: number, dst: number, n: number): void;
   add_f32(dst: number, src: number, n: number): void;
@@ -532,10 +547,25 @@ export class KernelRuntime {
    * `attention` over a paged cache (layout rngd-pd/v2): `table` holds the i32 byte addresses of
    * the sequence's blocks in position order; this layer's K of KV head g is at block + kOff +
    * g*D*bs*2 ([D][bs]) and its V at block + vOff + g*bs*D*2 ([bs][D]). Same bits as `attention`
-   * over the same positions in the contiguous layout.
+   * over the same positions in the contiguous layout. `window` > 0 (a sliding window) attends
+   * only the last `window` positions [max(0, n - window), n); 0 attends all of [0, n).
    */
-  attentionPaged(q: number, table: number, kOff: number, vOff: number, bs: number, D: number, n: number, H: number, group: number, scale: number, p: number, out: number): void {
-    this.k.attention_paged(q, table, kOff, vOff, bs, D, n, H, group, scale, p, out);
+  attentionPaged(
+    q: number,
+    table: number,
+    kOff: number,
+    vOff: number,
+    bs: number,
+    D: number,
+    n: number,
+    H: number,
+    group: number,
+    scale: number,
+    p: number,
+    out: number,
+    window = 0,
+  ): void {
+    this.k.attention_paged(q, table, kOff, vOff, bs, D, n, H, group, scale, p, out, window);
   }
 
   /**
@@ -562,6 +592,11 @@ export class KernelRuntime {
   /** act[t][i] = silu(gu[t][i]) * gu[t][I + i] for t < T, i < I (I % 4 == 0), all f32. */
   swiglu(gu: number, act: number, I: number, T: number): void {
     this.k.swiglu(gu, act, I, T);
+  }
+
+  /** act[t][i] = gelu_tanh(gu[t][i]) * gu[t][I + i] (kernels.wat geglu: g / (1 + exp(-2u))), as swiglu. */
+  geglu(gu: number, act: number, I: number, T: number): void {
+    this.k.geglu(gu, act, I, T);
   }
 
   /**
