@@ -6,7 +6,7 @@ import type { ChatTool, ChatTurn, VocabularyType } from "@airm/rm-core";
 
 export type { ChatTool, VocabularyType };
 
-export type Architecture = "llama" | "qwen2" | "qwen3";
+export type Architecture = "llama" | "qwen2" | "qwen3" | "gemma3";
 
 export type RopeScaling =
   | {
@@ -44,6 +44,14 @@ export interface ModelConfig {
   attentionBias: boolean;
   bosTokenId: number | null;
   eosTokenIds: number[];
+  /**
+   * Interleaved local attention (Gemma 3): the layers marked true in `layers` attend only the last
+   * `window` positions and rotate with `ropeTheta` (the local base); the others attend the whole
+   * context with the config's ropeTheta. Absent: every layer attends the whole context.
+   */
+  slidingWindow?: { window: number; layers: boolean[]; ropeTheta: number };
+  /** Attention scores are scaled by 1 / sqrt(this) (Gemma 3's query_pre_attn_scalar); absent: head_dim. */
+  queryPreAttnScalar?: number;
   /** The dtype config.json says the weights were saved in (`dtype` / `torch_dtype`), when it says. Weights run as bf16 regardless. */
   storedDtype?: "bfloat16" | "float16" | "float32";
 }

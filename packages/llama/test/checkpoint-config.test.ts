@@ -69,6 +69,56 @@ describe("config.json parsing", () => {
     expect(e.message).toContain("o_proj");
   });
 
+  it("gemma3: local layers, window, both RoPE bases and the attention scalar from 4.x or 5.x keys; soft-capping, rope scaling, other activations refused", () => {
+    const gemma = {
+      architectures: ["Gemma3ForCausalLM"],
+      model_type: "gemma3_text",
+      hidden_size: 16,
+      intermediate_size: 32,
+      num_hidden_layers: 6,
+      num_attention_heads: 2,
+      num_key_value_heads: 1,
+      head_dim: 8,
+      vocab_size: 64,
+      hidden_activation: "gelu_pytorch_tanh",
+      query_pre_attn_scalar: 8,
+      sliding_window: 512,
+      rope_theta: 1000000,
+      rope_local_base_freq: 10000,
+      final_logit_softcapping: null,
+      attn_logit_softcapping: null,
+      rope_scaling: null,
+    };
+    const want = { architecture: "gemma3", ropeTheta: 1e6, queryPreAttnScalar: 8, slidingWindow: { window: 512, layers: [true, true, true, true, true, false], ropeTheta: 10000 } };
+    expect(parseHfConfig(gemma, "c")).toMatchObject({ ...want, tieWordEmbeddings: true, attentionBias: false });
+    // transformers 5: layer_types and rope_parameters per layer type
+    const { rope_theta: _t, rope_local_base_freq: _l, ...v5 } = gemma;
+    const layerTypes = ["sliding_attention", "full_attention", "sliding_attention", "full_attention", "sliding_attention", "full_attention"];
+    const rope_parameters = { full_attention: { rope_type: "default", rope_theta: 1e6 }, sliding_attention: { rope_type: "default", rope_theta: 1e4 } };
+    expect(parseHfConfig({ ...v5, layer_types: layerTypes, rope_parameters }, "c").slidingWindow).toEqual({
+      window: 512,
+      layers: [true, false, true, false, true, false],
+      ropeTheta: 1e4,
+    });
+    // defaults are Gemma3TextConfig's, and listed
+    const { head_dim: _h, query_pre_attn_scalar: _q, sliding_window: _w, ...bare } = gemma;
+    const defaulted: string[] = [];
+    expect(parseHfConfig(bare, "c", defaulted)).toMatchObject({ headDim: 256, queryPreAttnScalar: 256, slidingWindow: { window: 4096 } });
+    expect(defaulted).toEqual(expect.arrayContaining(["head_dim", "query_pre_attn_scalar", "sliding_window", "sliding_window_pattern"]));
+    for (const [over, item] of [
+      [{ final_logit_softcapping: 30 }, "final_logit_softcapping"],
+      [{ attn_logit_softcapping: 50 }, "attn_logit_softcapping"],
+      [{ rope_scaling: { rope_type: "linear", factor: 8 } }, "rope_scaling"],
+      [{ hidden_activation: "gelu" }, "hidden_activation"],
+      [{ use_bidirectional_attention: true }, "use_bidirectional_attention"],
+      [{ sliding_window: 2 }, "sliding_window"],
+      [{ layer_types: ["sliding_attention"] }, "layer_types"],
+      [{ attention_bias: true }, "attention_bias"],
+    ] as const) {
+      expect(configError({ ...gemma, ...over }).item, item).toBe(item);
+    }
+  });
+
   it("merges generation_config eos (int or list) with config eos, generation first", () => {
     const config = parseHfConfig({ ...LLAMA_CONFIG, eos_token_id: [2, 7] }, "c");
     expect(parseGenerationConfig({ eos_token_id: 9 }, "g", config).eosTokenIds).toEqual([9, 2, 7]);

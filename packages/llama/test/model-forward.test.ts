@@ -16,6 +16,18 @@ const archs: Record<string, ModelConfig> = {
   qwen2: tinyConfig({ architecture: "qwen2", attentionBias: true, tieWordEmbeddings: true, numKvHeads: 1, ropeTheta: 1000000 }),
   // Qwen3: per-head q/k norm, head_dim 32 where hidden / heads is 16 (as Qwen3-0.6B's 128 against 64)
   qwen3: tinyConfig({ architecture: "qwen3", headDim: 32, tieWordEmbeddings: true, ropeTheta: 1000000 }),
+  // Gemma 3: (1 + w) norms, sandwich norms, scaled embeddings, GeGLU, attention scale from
+  // query_pre_attn_scalar, and a window of 5 positions on layer 0 (local RoPE base), so prompts of
+  // 17 tokens cross it
+  gemma3: tinyConfig({
+    architecture: "gemma3",
+    headDim: 32,
+    tieWordEmbeddings: true,
+    ropeTheta: 1000000,
+    rmsNormEps: 1e-6,
+    queryPreAttnScalar: 24,
+    slidingWindow: { window: 5, layers: [true, false], ropeTheta: 10000 },
+  }),
   llama31: tinyConfig({ ropeScaling: { type: "llama3", factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositionEmbeddings: 64 }, ropeTheta: 500000 }),
 };
 // Quantized cases: every matrix quantized (intermediate 160: columns a multiple of 32), and one
@@ -28,6 +40,7 @@ const configs: Record<string, { config: ModelConfig; weights: WeightsMode; activ
   "qwen2 q4_1": { config: { ...archs.qwen2, intermediateSize: 160 }, weights: "q4_1", activations: "i16", tolerance: 2e-2 },
   "qwen2 q4_1, 8-bit inputs": { config: { ...archs.qwen2, intermediateSize: 160 }, weights: "q4_1", activations: "i8", tolerance: 6e-2 },
   "qwen3 q4_1, 8-bit inputs": { config: { ...archs.qwen3, intermediateSize: 160 }, weights: "q4_1", activations: "i8", tolerance: 6e-2 },
+  "gemma3 q4_1, 8-bit inputs": { config: { ...archs.gemma3, intermediateSize: 160 }, weights: "q4_1", activations: "i8", tolerance: 6e-2 },
   "llama q4_1 + bf16 down_proj": { config: tinyConfig(), weights: "q4_1", activations: "i16", tolerance: 2e-2 },
   "llama q4_1 + bf16 down_proj, 8-bit inputs": { config: tinyConfig(), weights: "q4_1", activations: "i8", tolerance: 6e-2 },
 };

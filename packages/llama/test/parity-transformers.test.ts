@@ -1,5 +1,5 @@
 // Our engine against Hugging Face transformers itself: tiny models written by `make-tiny` (Qwen3,
-// Qwen2, Llama) as Hugging Face folders are loaded by transformers' AutoConfig, AutoTokenizer and
+// Gemma 3, Qwen2, Llama) as Hugging Face folders are loaded by transformers' AutoConfig, AutoTokenizer and
 // AutoModelForCausalLM and run by its own modeling code on CPU torch in float32
 // (test/reference/transformers_reference.py, pinned in test/reference/requirements-torch.txt; the
 // venv is built once with pip and cached, ~60 s and 5.3 GB: PyPI's linux torch wheel brings the
@@ -51,6 +51,8 @@ const MAX_LOGIT_DIFF_F32_KV = 0.05;
 
 const MODELS: Record<string, Omit<TinyModelOptions, "out">> = {
   qwen3: { arch: "qwen3", seed: 11, layers: 2, hidden: 64, heads: 4, kvHeads: 2 },
+  // two local layers (window 8) around a global one: prompt + 64 tokens cross the window often
+  gemma3: { arch: "gemma3", seed: 11, layers: 3, hidden: 64, heads: 4, kvHeads: 1, slidingWindow: 8 },
   qwen2: { arch: "qwen2", seed: 11, layers: 2, hidden: 64, heads: 4, kvHeads: 1 },
   llama: { arch: "llama", seed: 11, layers: 2, hidden: 64, heads: 4, kvHeads: 2 },
 };
@@ -109,13 +111,20 @@ describe.skipIf(skipReason !== undefined)("parity with Hugging Face transformers
       const c = ckpts[name]!.config;
       const r = refs[name]!.config;
       expect(r.architecture.toLowerCase()).toContain(c.architecture.replace(/\d/, ""));
+      const theta = (kind: string) => (r.rope_parameters[kind] as { rope_theta?: number } | undefined)?.rope_theta ?? null;
       expect({ hd: c.headDim, kv: c.numKvHeads, eps: c.rmsNormEps, theta: c.ropeTheta, tie: c.tieWordEmbeddings }).toEqual({
         hd: r.head_dim ?? c.hiddenSize / c.numHeads,
         kv: r.num_key_value_heads,
         eps: r.rms_norm_eps,
-        theta: r.rope_parameters.rope_theta,
+        theta: c.slidingWindow ? theta("full_attention") : r.rope_parameters.rope_theta,
         tie: r.tie_word_embeddings,
       });
+      if (c.slidingWindow) {
+        // Gemma 3: the local layers, their window and RoPE base, and the attention scalar
+        expect(c.slidingWindow).toEqual({ window: r.sliding_window, layers: r.layer_types!.map((t) => t === "sliding_attention"), ropeTheta: theta("sliding_attention") });
+        expect(c.queryPreAttnScalar).toBe(r.query_pre_attn_scalar);
+        expect(c.slidingWindow.layers).toContain(false);
+      }
     });
 
     it("renders and tokenizes the chat prompt as transformers does", () => {

@@ -1,4 +1,4 @@
-// The tensors (Hugging Face names and shapes) a Llama/Qwen2/Qwen3 config needs. Loaders check a
+// The tensors (Hugging Face names and shapes) a Llama/Qwen2/Qwen3/Gemma 3 config needs. Loaders check a
 // checkpoint against this list; the model reads tensors by these names.
 
 import type { ModelConfig } from "../checkpoint-types.ts";
@@ -30,6 +30,10 @@ export function expectedTensors(config: ModelConfig): ExpectedTensor[] {
     }
     out.push({ name: `${p}self_attn.o_proj.weight`, shape: [h, numHeads * hd] });
     out.push({ name: `${p}post_attention_layernorm.weight`, shape: [h] });
+    if (traitsOf(config).sandwichNorms) {
+      out.push({ name: `${p}pre_feedforward_layernorm.weight`, shape: [h] });
+      out.push({ name: `${p}post_feedforward_layernorm.weight`, shape: [h] });
+    }
     out.push({ name: `${p}mlp.gate_proj.weight`, shape: [inter, h] });
     out.push({ name: `${p}mlp.up_proj.weight`, shape: [inter, h] });
     out.push({ name: `${p}mlp.down_proj.weight`, shape: [h, inter] });

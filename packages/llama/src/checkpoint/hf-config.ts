@@ -6,6 +6,7 @@
 import { basename } from "node:path";
 import type { Architecture, GenerationDefaults, ModelConfig, RopeScaling } from "../checkpoint-types.ts";
 import { ARCHITECTURE_TRAITS } from "./architecture-traits.ts";
+import { GEMMA3_DEFAULTS, gemma3Config } from "./gemma3-config.ts";
 import { ModelLoadError } from "./model-load-error.ts";
 import { HF_SAMPLING_KEYS, samplingDefaultsOf } from "./sampling-defaults.ts";
 
@@ -45,7 +46,11 @@ export const ARCHITECTURE_DEFAULTS: Record<Architecture, { rms_norm_eps: number;
   llama: { rms_norm_eps: 1e-6, rope_theta: 10000, max_position_embeddings: 2048, tie_word_embeddings: false },
   qwen2: { rms_norm_eps: 1e-6, rope_theta: 10000, max_position_embeddings: 32768, tie_word_embeddings: false },
   qwen3: { rms_norm_eps: 1e-6, rope_theta: 10000, max_position_embeddings: 32768, tie_word_embeddings: false },
+  gemma3: { rms_norm_eps: 1e-6, rope_theta: GEMMA3_DEFAULTS.rope_theta, max_position_embeddings: 131072, tie_word_embeddings: true },
 };
+
+/** model_type values that name an architecture under another spelling. */
+const MODEL_TYPES: Record<string, Architecture> = { gemma3_text: "gemma3" };
 
 /** Qwen3Config's head_dim when config.json has none (a class default, not hidden_size / heads). */
 const QWEN3_DEFAULT_HEAD_DIM = 128;
@@ -143,6 +148,7 @@ function bool(c: Json, key: string, file: string, fallback: boolean, defaulted: 
 
 /** Refuses what changes the arithmetic and is not implemented here: other activations, MLP bias, sliding windows, quantized weights. */
 function refuseUnimplemented(c: Json, file: string, architecture: Architecture): void {
+  if (architecture === "gemma3") return; // gemma3-config.ts has its own (activation, window, soft-capping)
   const act = c.hidden_act ?? c.hidden_activation;
   if (act !== undefined && act !== "silu")
     throw new ModelLoadError(file, `hidden_act ${JSON.stringify(act)} is not supported; this engine computes SiLU (silu)`, { item: "hidden_act" });
@@ -172,23 +178,24 @@ function refuseUnimplemented(c: Json, file: string, architecture: Architecture):
  */
 function resolveHeadDim(c: Json, file: string, architecture: Architecture, hiddenSize: number, numHeads: number, defaulted: string[]): number {
   const absent = c.head_dim === undefined || c.head_dim === null;
-  if (absent && architecture === "qwen3") defaulted.push("head_dim");
-  if (absent && architecture !== "qwen3" && hiddenSize % numHeads !== 0)
+  const classDefault = architecture === "qwen3" ? QWEN3_DEFAULT_HEAD_DIM : architecture === "gemma3" ? GEMMA3_DEFAULTS.head_dim : undefined;
+  if (absent && classDefault !== undefined) defaulted.push("head_dim");
+  if (absent && classDefault === undefined && hiddenSize % numHeads !== 0)
     throw new ModelLoadError(file, `hidden_size ${hiddenSize} is not a multiple of num_attention_heads ${numHeads} and there is no head_dim`, { item: "head_dim" });
-  const headDim = int(c, "head_dim", file, architecture === "qwen3" ? QWEN3_DEFAULT_HEAD_DIM : hiddenSize / numHeads);
+  const headDim = int(c, "head_dim", file, classDefault ?? hiddenSize / numHeads);
   if (headDim % 2 !== 0) throw new ModelLoadError(file, `head_dim ${headDim} must be even for rotary embeddings`, { item: "head_dim" });
   return headDim;
 }
 
 /**
  * Biases on q/k/v: Qwen2 always has them (no key); Llama reads attention_bias (default false);
- * Qwen3's attention_bias would also put a bias on o_proj, which is not computed here: refused.
+ * Qwen3's and Gemma 3's attention_bias would also put a bias on o_proj, which is not computed here: refused.
  */
 function resolveAttentionBias(c: Json, file: string, architecture: Architecture, defaulted: string[]): boolean {
   if (architecture === "qwen2") return true;
   const bias = bool(c, "attention_bias", file, false, defaulted);
-  if (bias && architecture === "qwen3")
-    throw new ModelLoadError(file, `attention_bias true is not supported for qwen3 (it adds an o_proj bias this engine does not compute)`, { item: "attention_bias" });
+  if (bias && architecture !== "llama")
+    throw new ModelLoadError(file, `attention_bias true is not supported for ${architecture} (it adds an o_proj bias this engine does not compute)`, { item: "attention_bias" });
   return bias;
 }
 
@@ -216,7 +223,7 @@ export function parseHfConfig(raw: unknown, file: string, defaulted: string[] = 
   const archName = typeof archNames[0] === "string" ? (archNames[0] as string) : undefined;
   let architecture: Architecture | undefined;
   if (archName !== undefined) architecture = ARCHITECTURES[archName];
-  else if (typeof c.model_type === "string" && c.model_type in ARCHITECTURE_TRAITS) architecture = c.model_type as Architecture;
+  else if (typeof c.model_type === "string") architecture = MODEL_TYPES[c.model_type] ?? (c.model_type in ARCHITECTURE_TRAITS ? (c.model_type as Architecture) : undefined);
   if (!architecture) {
     throw new ModelLoadError(file, `architecture ${JSON.stringify(archName ?? c.model_type ?? null)} is not supported; supported are ${Object.keys(ARCHITECTURES).join(", ")}`, {
       item: "architectures",
@@ -234,7 +241,8 @@ export function parseHfConfig(raw: unknown, file: string, defaulted: string[] = 
   if (c.max_position_embeddings === undefined || c.max_position_embeddings === null) defaulted.push("max_position_embeddings");
   const maxPositionEmbeddings = int(c, "max_position_embeddings", file, defaults.max_position_embeddings);
   const rmsNormEps = numOrDefault(c, "rms_norm_eps", file, architecture, defaulted);
-  const { ropeTheta, ropeScaling } = resolveRope(c, file, architecture, defaulted);
+  const layers = int(c, "num_hidden_layers", file);
+  const rope = architecture === "gemma3" ? gemma3Config(c, file, layers, defaulted) : resolveRope(c, file, architecture, defaulted);
   const tieWordEmbeddings = bool(c, "tie_word_embeddings", file, defaults.tie_word_embeddings, defaulted);
   const attentionBias = resolveAttentionBias(c, file, architecture, defaulted);
   const bos = tokenIdList(c.bos_token_id, file, "bos_token_id");
@@ -243,14 +251,13 @@ export function parseHfConfig(raw: unknown, file: string, defaulted: string[] = 
     architecture,
     hiddenSize,
     intermediateSize: int(c, "intermediate_size", file),
-    numLayers: int(c, "num_hidden_layers", file),
+    numLayers: layers,
     numHeads,
     numKvHeads,
     headDim,
     vocabSize: int(c, "vocab_size", file),
     rmsNormEps,
-    ropeTheta,
-    ropeScaling,
+    ...rope,
     maxPositionEmbeddings,
     tieWordEmbeddings,
     attentionBias,

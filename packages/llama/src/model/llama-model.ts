@@ -1,4 +1,4 @@
-// The Llama / Qwen2 / Qwen3 forward pass over explicit KV caches: weights packed as bf16 into one wasm
+// The Llama / Qwen2 / Qwen3 / Gemma 3 forward pass over explicit KV caches: weights packed as bf16 into one wasm
 // memory, whole-prompt prefill, chunked prefill and batched decode sharing one code path (so they
 // agree bit for bit). Knows the architecture and the numerics; loading files and sampling are
 // done elsewhere.
@@ -254,8 +254,10 @@ export interface PassItem {
 }
 
 interface LayerWeights {
-  inNorm: number; // f32 [hidden]
-  postNorm: number; // f32 [hidden]
+  inNorm: number; // f32 [hidden]: before attention
+  mlpNorm: number; // f32 [hidden]: before the MLP (Llama's post_attention_layernorm, Gemma's pre_feedforward_layernorm)
+  attnOutNorm: number; // f32 [hidden] on the attention output (Gemma's post_attention_layernorm) or 0
+  mlpOutNorm: number; // f32 [hidden] on the MLP output (Gemma's post_feedforward_layernorm) or 0
   qNorm: number; // f32 [D] (Qwen3) or 0
   kNorm: number; // f32 [D] (Qwen3) or 0
   wqkv: Matrix; // [(H + 2 KV) * D][hidden]
@@ -268,7 +270,7 @@ interface LayerWeights {
 /** Where one HF tensor lives in the packed weights. */
 type WeightSlot =
   | { kind: "matrix"; ptr: number; rowsTotal: number; cols: number; row0: number; rows: number; weights: WeightKind }
-  | { kind: "vector"; ptr: number; offset: number; n: number };
+  | { kind: "vector"; ptr: number; offset: number; n: number; plusOne: boolean };
 
 interface Scratch {
   tokens: number; // capacity in tokens (one block)
@@ -304,6 +306,14 @@ function checkShape(c: ModelConfig): void {
   need(c.headDim % 4 === 0, "headDim", `must be a multiple of 4, got ${c.headDim}`);
   need((c.numHeads * c.headDim) % 8 === 0, "numHeads", `numHeads*headDim must be a multiple of 8, got ${c.numHeads * c.headDim}`);
   need(c.numHeads % c.numKvHeads === 0, "numKvHeads", `numHeads (${c.numHeads}) must be a multiple of numKvHeads (${c.numKvHeads})`);
+  if (c.slidingWindow) {
+    need(
+      Number.isInteger(c.slidingWindow.window) && c.slidingWindow.window >= 4,
+      "slidingWindow",
+      `the window must be an integer of at least 4 positions, got ${c.slidingWindow.window}`,
+    );
+    need(c.slidingWindow.layers.length === c.numLayers, "slidingWindow", `names ${c.slidingWindow.layers.length} layers, the model has ${c.numLayers}`);
+  }
 }
 
 /** A loaded model. Create with `LlamaModel.load(checkpoint)`; not safe for concurrent calls. */
@@ -347,6 +357,8 @@ export class LlamaModel {
   private readonly finalNorm: number;
   private readonly lmHead: Matrix;
   private readonly rope: RopeTable;
+  /** Gemma 3's sliding-window layers rotate with their own base; undefined otherwise. */
+  private readonly ropeLocal: RopeTable | undefined;
   private readonly qkvRows: number;
   private readonly widest: number;
   private scratch: Scratch | undefined;
@@ -406,12 +418,13 @@ export class LlamaModel {
     this.weightBytesPerToken = bytesOf([...layers.flatMap((L) => [L.wqkv, L.wo, L.wgu, L.wd]), lmHead]);
     const c = ckpt.config;
     this.rope = new RopeTable(c.headDim, c.ropeTheta, c.ropeScaling);
+    this.ropeLocal = c.slidingWindow ? new RopeTable(c.headDim, c.slidingWindow.ropeTheta, null) : undefined;
     this.kvPool = new KVBlockPool(rt, { layers: c.numLayers, kvHeads: c.numKvHeads, headDim: c.headDim }, kv);
     this.qkvRows = (c.numHeads + 2 * c.numKvHeads) * c.headDim;
     this.widest = Math.max(c.hiddenSize, c.numHeads * c.headDim, c.intermediateSize);
     // The kind of every matrix is part of the arithmetic: a bf16 and a q8 model never share KV.
-    // Stages beyond the Llama block (Qwen3's q/k norm) change the arithmetic too; none for Llama and Qwen2.
-    const stages = traitsOf(c).qkNorm ? "\nstages=qk-rmsnorm(per head, f32, after bias, before rope)" : "";
+    // Stages beyond the Llama block (Qwen3's q/k norm, Gemma 3's) change the arithmetic too; none for Llama and Qwen2.
+    const stages = stagesOf(c);
     this.numericsFingerprint = createHash("sha256").update(`${KERNEL_VERSION}\n${rt.kernelSourceSha256}\n${NUMERICS_CHOICES}\nmatrices=${kindList}${stages}`).digest("hex");
   }
 
@@ -482,7 +495,7 @@ export class LlamaModel {
     for (const g of groups) for (const { name, rows } of g.names) expectShape(src, name, [rows, g.cols]);
     const sizes = groups.flatMap((g) => planSegments(src, g.names, g.cols, mode, acts).map((seg) => seg.bytes));
     const matrixBytes = sizes.reduce((a, b) => a + b, 0);
-    const vectorBytes = 4 * (c.numLayers * (2 * hidden + qkvRows + 2 * D) + hidden) + 64 * 16 * c.numLayers;
+    const vectorBytes = 4 * (c.numLayers * (4 * hidden + qkvRows + 2 * D) + hidden) + 64 * 16 * c.numLayers;
     // Refuse before touching a page: a wasm memory that outgrows the machine dies of OOM later.
     const free = process.availableMemory();
     if (matrixBytes + vectorBytes > free) {
@@ -537,24 +550,30 @@ export class LlamaModel {
         }
         return { segs: out };
       };
-      const loadVectorF32 = (names: { name: string; n: number }[]): number => {
+      const loadVectorF32 = (names: { name: string; n: number }[], plusOne = false): number => {
         const total = names.reduce((a, n) => a + n.n, 0);
         const ptr = rt.alloc(total * 4);
         let at = 0;
         for (const { name, n } of names) {
-          slots.set(name, { kind: "vector", ptr, offset: at, n });
-          if (fill) writeVectorF32(rt, src, name, (ptr >> 2) + at, n);
+          slots.set(name, { kind: "vector", ptr, offset: at, n, plusOne });
+          if (fill) writeVectorF32(rt, src, name, (ptr >> 2) + at, n, plusOne);
           at += n;
         }
         return ptr;
       };
+      // Gemma's norms act as (1 + w): held as f32(1 + w), which is what transformers multiplies by
+      const norm = (name: string, n: number): number => loadVectorF32([{ name, n }], traits.normPlusOne);
       const layers: LayerWeights[] = [];
-      const qkNorm = traitsOf(c).qkNorm;
+      const traits = traitsOf(c);
+      const qkNorm = traits.qkNorm;
+      const sandwich = traits.sandwichNorms;
       for (let l = 0; l < c.numLayers; l++) {
         const p = `model.layers.${l}.`;
         layers.push({
-          inNorm: loadVectorF32([{ name: `${p}input_layernorm.weight`, n: hidden }]),
-          postNorm: loadVectorF32([{ name: `${p}post_attention_layernorm.weight`, n: hidden }]),
+          inNorm: norm(`${p}input_layernorm.weight`, hidden),
+          mlpNorm: norm(sandwich ? `${p}pre_feedforward_layernorm.weight` : `${p}post_attention_layernorm.weight`, hidden),
+          attnOutNorm: sandwich ? norm(`${p}post_attention_layernorm.weight`, hidden) : 0,
+          mlpOutNorm: sandwich ? norm(`${p}post_feedforward_layernorm.weight`, hidden) : 0,
           wqkv: loadMatrix(
             [
               { name: `${p}self_attn.q_proj.weight`, rows: H * D },
@@ -570,8 +589,8 @@ export class LlamaModel {
                 { name: `${p}self_attn.v_proj.bias`, n: KV * D },
               ])
             : 0,
-          qNorm: qkNorm ? loadVectorF32([{ name: `${p}self_attn.q_norm.weight`, n: D }]) : 0,
-          kNorm: qkNorm ? loadVectorF32([{ name: `${p}self_attn.k_norm.weight`, n: D }]) : 0,
+          qNorm: qkNorm ? norm(`${p}self_attn.q_norm.weight`, D) : 0,
+          kNorm: qkNorm ? norm(`${p}self_attn.k_norm.weight`, D) : 0,
           wo: loadMatrix([{ name: `${p}self_attn.o_proj.weight`, rows: hidden }], H * D),
           wgu: loadMatrix(
             [
@@ -584,7 +603,7 @@ export class LlamaModel {
         });
       }
       const embed = loadMatrix([{ name: "model.embed_tokens.weight", rows: V }], hidden);
-      const finalNorm = loadVectorF32([{ name: "model.norm.weight", n: hidden }]);
+      const finalNorm = norm("model.norm.weight", hidden);
       const lmHead = c.tieWordEmbeddings ? embed : loadMatrix([{ name: "lm_head.weight", rows: V }], hidden);
       const end = rt.allocationTop;
       if (image !== undefined) {
@@ -635,7 +654,7 @@ export class LlamaModel {
     const slot = this.slots.get(name);
     if (!slot) throw new ConfigError("tensor", `${name} is not a weight of this ${this.config.architecture} model`);
     if (slot.kind === "vector") {
-      writeVectorF32(this.rt, source, name, (slot.ptr >> 2) + slot.offset, slot.n);
+      writeVectorF32(this.rt, source, name, (slot.ptr >> 2) + slot.offset, slot.n, slot.plusOne);
       return;
     }
     const { ptr, rowsTotal, cols, row0, rows } = slot;
@@ -955,10 +974,11 @@ export class LlamaModel {
 
   /** f32 [T][headDim]: per token the RoPE cos row then sin row of its position. */
   private ensureRopeRows(T: number): number {
+    const tables = this.ropeLocal ? 2 : 1;
     if (T > this.ropeRowsTokens) {
-      if (this.ropeRows) this.rt.free(this.ropeRows, this.ropeRowsTokens * this.config.headDim * 4);
+      if (this.ropeRows) this.rt.free(this.ropeRows, tables * this.ropeRowsTokens * this.config.headDim * 4);
       this.ropeRowsTokens = Math.max(T, 4);
-      this.ropeRows = this.rt.alloc(this.ropeRowsTokens * this.config.headDim * 4);
+      this.ropeRows = this.rt.alloc(tables * this.ropeRowsTokens * this.config.headDim * 4);
     }
     return this.ropeRows;
   }
@@ -996,13 +1016,7 @@ export class LlamaModel {
    * the block's scratch, each query's positions, its cache's table and the KV head's offsets
    * within a layer (the kernel adds the layer's).
    */
-  private planAttention(
-    caches: PagedKVCache[],
-    positions: number[],
-    tableOf: Map<PagedKVCache, number>,
-    s: Scratch,
-    maxN: number,
-  ): { blocks: { desc: number; count: number; singles: number[] }[]; ps: number; scratch: [number, number] } {
+  private planAttention(caches: PagedKVCache[], positions: number[], tableOf: Map<PagedKVCache, number>, s: Scratch, maxN: number): AttentionPlan {
     const c = this.config;
     const H = c.numHeads,
       D = c.headDim,
@@ -1054,7 +1068,10 @@ export class LlamaModel {
       perBlock.push({ tiles, singles });
     }
     const total = perBlock.reduce((a, b) => a + b.tiles.length, 0);
-    let at = this.ensureDescs(total);
+    // Under a sliding window the descriptors are written twice: without it (full layers) and with it.
+    const window = c.slidingWindow?.window ?? 0;
+    const start = this.ensureDescs(window > 0 ? 2 * total : total);
+    let at = start;
     const u32 = this.rt.u32;
     const blocks = perBlock.map(({ tiles, singles }) => {
       const desc = at;
@@ -1068,10 +1085,17 @@ export class LlamaModel {
         u32[w + 8] = table;
         u32[w + 9] = g * D * bs * 2;
         u32[w + 10] = kBytes + g * bs * D * 2;
+        u32[w + 15] = 0;
         at += 64;
       }
-      return { desc, count: tiles.length, singles };
+      return { desc, descWindow: desc, count: tiles.length, singles };
     });
+    if (window > 0) {
+      const bytes = total * 64;
+      this.rt.u8.copyWithin(start + bytes, start, start + bytes);
+      for (let i = 0; i < total; i++) u32[((start + bytes) >> 2) + i * 16 + 15] = window;
+      for (const b of blocks) b.descWindow = b.desc + bytes;
+    }
     return { blocks, ps, scratch };
   }
 
@@ -1180,6 +1204,7 @@ export class LlamaModel {
     ensureBlocks(this.kvPool, ends);
     const maxPos = positions.reduce((a, p) => Math.max(a, p), 0);
     this.rope.ensure(maxPos + 1);
+    this.ropeLocal?.ensure(maxPos + 1);
     const scores = this.ensureScores(maxPos + 1);
     // Each cache's block table (block byte addresses, i32), where the attention kernel reads it.
     const tableOf = this.writeTables([...ends.keys()]);
@@ -1191,12 +1216,15 @@ export class LlamaModel {
     // The attention work of each block of tokens (the same in every layer): tiles of four queries
     // of one KV head, and the tokens that run query by query.
     const attn = this.planAttention(caches, positions, tableOf, s, maxPos + 1);
-    this.writeRopeRows(positions, ropeRows);
-    return { caches, positions, tableOf, scores, logits, resid, s, ropeRows, attn };
+    this.writeRopeRows(this.rope, positions, ropeRows);
+    // the local table's rows (sliding-window layers) follow the global ones
+    const ropeRowsLocal = this.ropeLocal ? ropeRows + T * c.headDim * 4 : ropeRows;
+    if (this.ropeLocal) this.writeRopeRows(this.ropeLocal, positions, ropeRowsLocal);
+    return { caches, positions, tableOf, scores, logits, resid, s, ropeRows, ropeRowsLocal, attn };
   }
 
-  /** Each token's cos/sin row (D/2 cos, D/2 sin) where the rope_kv kernel reads it. */
-  private writeRopeRows(positions: number[], ropeRows: number): void {
+  /** Each token's cos/sin row (D/2 cos, D/2 sin) of `rope` where the rope_kv kernel reads it. */
+  private writeRopeRows(rope: RopeTable, positions: number[], ropeRows: number): void {
     const D = this.config.headDim;
     const half = D >> 1;
     const f32 = this.rt.f32;
@@ -1204,8 +1232,8 @@ export class LlamaModel {
       const at = (ropeRows >> 2) + t * D;
       const from = positions[t] * half;
       for (let i = 0; i < half; i++) {
-        f32[at + i] = this.rope.cos[from + i];
-        f32[at + half + i] = this.rope.sin[from + i];
+        f32[at + i] = rope.cos[from + i];
+        f32[at + half + i] = rope.sin[from + i];
       }
     }
   }
@@ -1228,6 +1256,24 @@ export class LlamaModel {
       const base = view.offset / 2;
       for (let i = 0; i < hidden; i++) u32[dst + i] = view.u16[base + imageIndex(tokens[t], i, c.vocabSize, hidden)] << 16;
     }
+    if (traitsOf(c).embedScale) {
+      // Gemma: times sqrt(hidden) in the activation dtype (f32 here), as transformers and llama.cpp do
+      const scale = fr(Math.sqrt(hidden));
+      const n = (resid >> 2) + tokens.length * hidden;
+      for (let i = resid >> 2; i < n; i++) f32[i] = fr(f32[i] * scale);
+    }
+  }
+
+  /** The sliding window of layer l in positions, or 0 for a layer that attends the whole context. */
+  private windowOf(l: number): number {
+    const w = this.config.slidingWindow;
+    return w?.layers[l] ? w.window : 0;
+  }
+
+  /** RMSNorm of n rows of `hidden` f32 at `x`, in place, with weights `w`. */
+  private normRows(x: number, w: number, n: number): void {
+    const hidden = this.config.hiddenSize;
+    for (let t = 0; t < n; t++) this.rt.rmsnorm(x + t * hidden * 4, w, x + t * hidden * 4, hidden, this.config.rmsNormEps);
   }
 
   /**
@@ -1258,13 +1304,14 @@ export class LlamaModel {
       D = c.headDim;
     const pool = this.kvPool;
     const bs = pool.blockSize;
+    const rows = this.windowOf(l) > 0 ? pass.ropeRowsLocal : pass.ropeRows;
     for (let t = 0; t < n; t++) {
       // q heads then k heads are contiguous: rotate both, then append K/V (bf16) to the cache
       const q = s.qkv + t * qkvRows * 4;
       const pos = pass.positions[t0 + t];
       const at = pool.address(pass.caches[t0 + t].blocks[Math.floor(pos / bs)]) + l * pool.layerStride;
       const p = pos % bs;
-      rt.ropeKv(q, pass.ropeRows + (t0 + t) * D * 4, H + KV, D, q + H * D * 4, KV, at + p * 2, at + pool.kBytes + p * D * 2, bs);
+      rt.ropeKv(q, rows + (t0 + t) * D * 4, H + KV, D, q + H * D * 4, KV, at + p * 2, at + pool.kBytes + p * D * 2, bs);
     }
   }
 
@@ -1287,10 +1334,12 @@ export class LlamaModel {
     const pool = this.kvPool;
     const D = c.headDim;
     const HD = c.numHeads * D;
-    const scale = fr(1 / Math.sqrt(D));
+    const scale = fr(1 / Math.sqrt(c.queryPreAttnScalar ?? D));
     const lo = l * pool.layerStride;
+    const window = this.windowOf(l);
     const plan = attn.blocks[t0 / TOKEN_BLOCK];
-    rt.attentionTiles(plan.desc, plan.count, pool.blockSize, D, scale, attn.ps, lo, attn.scratch);
+    // sliding-window layers read the copy of the tile descriptors that carries the window
+    rt.attentionTiles(window > 0 ? plan.descWindow : plan.desc, plan.count, pool.blockSize, D, scale, attn.ps, lo, attn.scratch);
     for (const t of plan.singles) {
       const table = pass.tableOf.get(pass.caches[t0 + t])!;
       rt.attentionPaged(
@@ -1306,13 +1355,16 @@ export class LlamaModel {
         scale,
         pass.scores,
         s.attn + t * HD * 4,
+        window,
       );
     }
-    this.mm(this.layers[l].wo, s.attn, s, s.out, n, HD, c.hiddenSize);
+    const L = this.layers[l];
+    this.mm(L.wo, s.attn, s, s.out, n, HD, c.hiddenSize);
+    if (L.attnOutNorm) this.normRows(s.out, L.attnOutNorm, n);
     rt.addF32(pass.resid + t0 * c.hiddenSize * 4, s.out, n * c.hiddenSize);
   }
 
-  /** The MLP of tokens [t0, t0 + n) of layer l: post-attention norm, gate/up, SwiGLU, down, residual add. */
+  /** The MLP of tokens [t0, t0 + n) of layer l: its norm, gate/up, SwiGLU (GeGLU for Gemma), down, Gemma's output norm, residual add. */
   private mlpBlock(pass: PassState, l: number, t0: number, n: number): void {
     const c = this.config;
     const rt = this.rt;
@@ -1321,10 +1373,12 @@ export class LlamaModel {
     const hidden = c.hiddenSize,
       I = c.intermediateSize;
     const res = pass.resid + t0 * hidden * 4;
-    for (let t = 0; t < n; t++) rt.rmsnorm(res + t * hidden * 4, L.postNorm, s.normed + t * hidden * 4, hidden, c.rmsNormEps);
+    for (let t = 0; t < n; t++) rt.rmsnorm(res + t * hidden * 4, L.mlpNorm, s.normed + t * hidden * 4, hidden, c.rmsNormEps);
     this.mm(L.wgu, s.normed, s, s.gu, n, hidden, 2 * I);
-    rt.swiglu(s.gu, s.act, I, n);
+    if (traitsOf(c).activation === "gelu_tanh") rt.geglu(s.gu, s.act, I, n);
+    else rt.swiglu(s.gu, s.act, I, n);
     this.mm(L.wd, s.act, s, s.out, n, I, hidden);
+    if (L.mlpOutNorm) this.normRows(s.out, L.mlpOutNorm, n);
     rt.addF32(res, s.out, n * hidden);
   }
 
@@ -1360,7 +1414,20 @@ interface PassState {
   resid: number;
   s: Scratch;
   ropeRows: number;
-  attn: { blocks: { desc: number; count: number; singles: number[] }[]; ps: number; scratch: [number, number] };
+  /** The local RoPE base's rows (sliding-window layers); ropeRows when there is none. */
+  ropeRowsLocal: number;
+  attn: AttentionPlan;
+}
+
+/**
+ * The attention work of a pass per block of tokens: tile descriptors (`descWindow`: the same tiles
+ * carrying the sliding window, for sliding-window layers), the tokens that run query by query, the
+ * bytes between one query's scores and the next's, and each thread's score scratch.
+ */
+interface AttentionPlan {
+  blocks: { desc: number; descWindow: number; count: number; singles: number[] }[];
+  ps: number;
+  scratch: [number, number];
 }
 
 /** A write past a cache's capacity (the S it was made with). */
@@ -1396,13 +1463,35 @@ function expectShape(src: TensorSource, name: string, shape: number[]): void {
   }
 }
 
-/** Reads a 1-D tensor and stores it widened to f32 at f32 index `at` of the runtime's memory. */
-function writeVectorF32(rt: KernelRuntime, src: TensorSource, name: string, at: number, n: number): void {
+/**
+ * Reads a 1-D tensor and stores it widened to f32 at f32 index `at` of the runtime's memory;
+ * `plusOne` stores f32(1 + w) instead (Gemma's norms).
+ */
+function writeVectorF32(rt: KernelRuntime, src: TensorSource, name: string, at: number, n: number, plusOne = false): void {
   expectShape(src, name, [n]);
   const tmp = new Uint16Array(n);
   src.readBf16(name, tmp);
   const u32 = rt.u32;
   for (let i = 0; i < n; i++) u32[at + i] = tmp[i] << 16;
+  if (plusOne) {
+    const f32 = rt.f32;
+    for (let i = 0; i < n; i++) f32[at + i] = fr(1 + f32[at + i]);
+  }
+}
+
+/** The fingerprint's line for stages beyond the Llama block ("" for Llama and Qwen2). */
+function stagesOf(c: ModelConfig): string {
+  const t = traitsOf(c);
+  const parts: string[] = [];
+  if (t.qkNorm) parts.push("qk-rmsnorm(per head, f32, after bias, before rope)");
+  if (t.normPlusOne) parts.push("norm-weights=f32(1+w)");
+  if (t.sandwichNorms) parts.push("sandwich-norms(attn out, mlp out)");
+  if (t.embedScale) parts.push("embed*f32(sqrt(hidden))");
+  if (t.activation === "gelu_tanh") parts.push("geglu");
+  if (c.queryPreAttnScalar !== undefined) parts.push(`scale=1/sqrt(${c.queryPreAttnScalar})`);
+  if (c.slidingWindow)
+    parts.push(`sliding-window=${c.slidingWindow.window}@${c.slidingWindow.layers.map((b) => (b ? "s" : "f")).join("")},local-theta=${c.slidingWindow.ropeTheta}`);
+  return parts.length ? `\nstages=${parts.join(";")}` : "";
 }
 
 /** f32 bits -> bf16 bits, round to nearest even; NaN stays a quiet NaN. */

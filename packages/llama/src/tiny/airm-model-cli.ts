@@ -11,7 +11,7 @@ const HELP = `airm-model: generated models and the model cache
 usage: airm-model <command> [options]
 
 commands:
-  make-tiny   write a small deterministic Llama/Qwen2/Qwen3 model in Hugging Face format
+  make-tiny   write a small deterministic Llama/Qwen2/Qwen3/Gemma 3 model in Hugging Face format
   pull        fetch a known model into the model cache (${Object.keys(KNOWN_MODELS).join(", ")})
   list        show the models in the cache and the known ones not pulled yet
 
@@ -22,11 +22,11 @@ const size = int({ min: 1 });
 
 const MAKE_TINY = defineCommand({
   name: "airm-model make-tiny",
-  summary: "write a small deterministic Llama/Qwen2/Qwen3 model in Hugging Face format; the same options always give byte-identical files",
-  usage: ["airm-model make-tiny --arch llama|qwen2|qwen3 --out DIR [options]"],
+  summary: "write a small deterministic Llama/Qwen2/Qwen3/Gemma 3 model in Hugging Face format; the same options always give byte-identical files",
+  usage: ["airm-model make-tiny --arch llama|qwen2|qwen3|gemma3 --out DIR [options]"],
   flags: {
-    arch: flagOf(oneOf(["llama", "qwen2", "qwen3"] as const), {
-      doc: "llama (LlamaForCausalLM), qwen2 (Qwen2ForCausalLM, QKV bias, tied embeddings) or qwen3 (Qwen3ForCausalLM: q/k norm per head, head_dim twice hidden / heads, tied embeddings, Qwen3's chat template)",
+    arch: flagOf(oneOf(["llama", "qwen2", "qwen3", "gemma3"] as const), {
+      doc: "llama (LlamaForCausalLM), qwen2 (Qwen2ForCausalLM, QKV bias, tied embeddings), qwen3 (Qwen3ForCausalLM: q/k norm per head, head_dim twice hidden / heads, tied embeddings, Qwen3's chat template) or gemma3 (Gemma3ForCausalLM text model: (1 + w) and sandwich norms, GeGLU, scaled embeddings, every other layer local with --sliding-window)",
     }),
     out: flagOf(text({ label: "dir" }), { doc: "output folder; files from an earlier run are replaced" }),
     preset: flagOf(oneOf(["135m"] as const), {
@@ -36,13 +36,14 @@ const MAKE_TINY = defineCommand({
     hidden: flagOf(size, { defaultText: "64", doc: "hidden size; head_dim = hidden / heads" }),
     heads: flagOf(size, { defaultText: "4", doc: "attention heads" }),
     kvHeads: flagOf(size, { defaultText: "2", doc: "key/value heads for GQA" }),
-    headDim: flagOf(size, { defaultText: "hidden / heads; twice that for qwen3", doc: "per-head width (q/k/v heads)" }),
+    headDim: flagOf(size, { defaultText: "hidden / heads; twice that for qwen3 and gemma3", doc: "per-head width (q/k/v heads)" }),
+    slidingWindow: flagOf(size, { defaultText: "8", doc: "gemma3: the window of its local (sliding_attention) layers" }),
     intermediate: flagOf(size, { defaultText: "128", doc: "MLP intermediate size" }),
     vocab: flagOf(size, { defaultText: "512", doc: "vocabulary size incl. 3 special tokens and 256 byte tokens" }),
     seed: flagOf(int({ min: 0, max: 0xffff_ffff }), { defaultText: "0", doc: "weight seed" }),
     shards: flagOf(size, { defaultText: "1", doc: "number of safetensors files (>1 adds model.safetensors.index.json)" }),
     dtype: flagOf(oneOf(["bf16", "f32"] as const), { defaultText: "bf16", doc: "stored weight dtype (f32 holds the same bf16-exact values)" }),
-    tieEmbeddings: flagOf(oneOf(["yes", "no"] as const), { defaultText: "yes for qwen2, qwen3 and --preset 135m", doc: "tie lm_head to the embeddings" }),
+    tieEmbeddings: flagOf(oneOf(["yes", "no"] as const), { defaultText: "yes but for llama (without --preset 135m)", doc: "tie lm_head to the embeddings" }),
     maxPosition: flagOf(size, { defaultText: "2048; 8192 with --preset 135m", doc: "max_position_embeddings" }),
   },
 });
@@ -77,7 +78,7 @@ function makeTiny(argv: string[]): number {
     process.stdout.write(MAKE_TINY.help());
     return 0;
   }
-  if (!f.arch) throw new UsageError("airm-model make-tiny: --arch is required (llama, qwen2 or qwen3)");
+  if (!f.arch) throw new UsageError("airm-model make-tiny: --arch is required (llama, qwen2, qwen3 or gemma3)");
   if (!f.out) throw new UsageError("airm-model make-tiny: --out DIR is required");
   const options: TinyModelOptions = {
     arch: f.arch,
@@ -87,6 +88,7 @@ function makeTiny(argv: string[]): number {
     heads: f.heads,
     kvHeads: f.kvHeads,
     headDim: f.headDim,
+    slidingWindow: f.slidingWindow,
     intermediate: f.intermediate,
     vocab: f.vocab,
     seed: f.seed,

@@ -1,4 +1,4 @@
-// Generates a small deterministic Llama, Qwen2 or Qwen3 model in Hugging Face format: config,
+// Generates a small deterministic Llama, Qwen2, Qwen3 or Gemma 3 model in Hugging Face format: config,
 // seeded bf16 (or f32) weights in one or more safetensors files, a byte-level BPE tokenizer trained
 // on the embedded corpus, a chat template (ChatML; Qwen3's own for qwen3) and a generation config.
 // Same options -> same bytes.
@@ -29,8 +29,10 @@ export interface TinyModelOptions {
   hidden?: number;
   heads?: number;
   kvHeads?: number;
-  /** Per-head width (default hidden / heads; qwen3: twice that, as Qwen3-0.6B's 128 against 1024 / 16). */
+  /** Per-head width (default hidden / heads; qwen3 and gemma3: twice that, as Qwen3-0.6B's 128 against 1024 / 16). */
   headDim?: number;
+  /** gemma3: the sliding window of its local layers (default 8; every other layer is global). */
+  slidingWindow?: number;
   intermediate?: number;
   /** Vocabulary size including 3 special tokens and 256 byte tokens. */
   vocab?: number;
@@ -63,6 +65,8 @@ interface Shape {
   heads: number;
   kvHeads: number;
   headDim: number;
+  /** gemma3's sliding window. */
+  window: number;
   intermediate: number;
   vocab: number;
   tie: boolean;
@@ -71,7 +75,7 @@ interface Shape {
 }
 
 const PRESETS: Record<"135m", Shape> = {
-  "135m": { layers: 30, hidden: 576, heads: 9, kvHeads: 3, headDim: 64, intermediate: 1536, vocab: 49152, tie: true, ropeTheta: 100000, maxPositions: 8192 },
+  "135m": { layers: 30, hidden: 576, heads: 9, kvHeads: 3, headDim: 64, window: 0, intermediate: 1536, vocab: 49152, tie: true, ropeTheta: 100000, maxPositions: 8192 },
 };
 
 function resolveShape(o: TinyModelOptions): Shape {
@@ -84,7 +88,8 @@ function resolveShape(o: TinyModelOptions): Shape {
     hidden,
     heads,
     kvHeads: o.kvHeads ?? preset?.kvHeads ?? 2,
-    headDim: o.headDim ?? (o.arch === "qwen3" ? 2 : 1) * (hidden / heads),
+    headDim: o.headDim ?? (o.arch === "qwen3" || o.arch === "gemma3" ? 2 : 1) * (hidden / heads),
+    window: o.slidingWindow ?? 8,
     intermediate: o.intermediate ?? preset?.intermediate ?? 128,
     vocab: o.vocab ?? preset?.vocab ?? 512,
     tie: o.tieEmbeddings ?? preset?.tie ?? o.arch !== "llama",
@@ -97,6 +102,7 @@ function resolveShape(o: TinyModelOptions): Shape {
     heads: shape.heads,
     "kv-heads": shape.kvHeads,
     "head-dim": shape.headDim,
+    "sliding-window": shape.window,
     intermediate: shape.intermediate,
     vocab: shape.vocab,
     "max-position": shape.maxPositions,
@@ -113,6 +119,7 @@ function resolveShape(o: TinyModelOptions): Shape {
 function configJson(arch: Architecture, s: Shape): Record<string, unknown> {
   const headDim = s.headDim;
   if (arch === "qwen3") return qwen3ConfigJson(s);
+  if (arch === "gemma3") return gemma3ConfigJson(s);
   if (arch === "llama") {
     return {
       architectures: ["LlamaForCausalLM"],
@@ -199,6 +206,45 @@ function qwen3ConfigJson(s: Shape): Record<string, unknown> {
   };
 }
 
+/**
+ * Keys as Gemma 3 270M's config.json has them (transformers 4.55), at this shape: local layers
+ * (every other one global) with a window of `s.window`, local RoPE base 10000, global 1e6, and
+ * query_pre_attn_scalar 24 (not head_dim, so a scale taken from head_dim shows).
+ */
+function gemma3ConfigJson(s: Shape): Record<string, unknown> {
+  return {
+    architectures: ["Gemma3ForCausalLM"],
+    attention_bias: false,
+    attention_dropout: 0.0,
+    attn_logit_softcapping: null,
+    bos_token_id: 1,
+    eos_token_id: 2,
+    final_logit_softcapping: null,
+    head_dim: s.headDim,
+    hidden_activation: "gelu_pytorch_tanh",
+    hidden_size: s.hidden,
+    initializer_range: 0.02,
+    intermediate_size: s.intermediate,
+    layer_types: Array.from({ length: s.layers }, (_, i) => ((i + 1) % 2 !== 0 ? "sliding_attention" : "full_attention")),
+    max_position_embeddings: s.maxPositions,
+    model_type: "gemma3_text",
+    num_attention_heads: s.heads,
+    num_hidden_layers: s.layers,
+    num_key_value_heads: s.kvHeads,
+    pad_token_id: 0,
+    query_pre_attn_scalar: 24,
+    rms_norm_eps: 1e-6,
+    rope_local_base_freq: 10000.0,
+    rope_scaling: null,
+    rope_theta: s.ropeTheta,
+    sliding_window: s.window,
+    torch_dtype: "bfloat16",
+    use_bidirectional_attention: false,
+    use_cache: true,
+    vocab_size: s.vocab,
+  };
+}
+
 interface WeightSpec {
   name: string;
   shape: number[];
@@ -211,8 +257,10 @@ interface WeightSpec {
 
 function weightSpecs(arch: Architecture, s: Shape): WeightSpec[] {
   const hd = s.headDim;
-  // Llama and Qwen2 norms are exactly 1 (their goldens depend on it); Qwen3's are 1 + N(0, 0.2).
-  const norm = (name: string, n: number): WeightSpec => (arch === "qwen3" ? { name, shape: [n], std: 0.2, mean: 1 } : { name, shape: [n], constant: 1 });
+  // Llama and Qwen2 norms are exactly 1 (their goldens depend on it); Qwen3's are 1 + N(0, 0.2),
+  // Gemma 3's N(0, 0.2) (it multiplies by 1 + w)
+  const norm = (name: string, n: number): WeightSpec =>
+    arch === "qwen3" ? { name, shape: [n], std: 0.2, mean: 1 } : arch === "gemma3" ? { name, shape: [n], std: 0.2 } : { name, shape: [n], constant: 1 };
   const linear = (name: string, out: number, inp: number): WeightSpec => ({ name, shape: [out, inp], std: 1 / Math.sqrt(inp) });
   const specs: WeightSpec[] = [{ name: "model.embed_tokens.weight", shape: [s.vocab, s.hidden], std: 1 / Math.sqrt(s.hidden) }];
   for (let l = 0; l < s.layers; l++) {
@@ -226,12 +274,16 @@ function weightSpecs(arch: Architecture, s: Shape): WeightSpec[] {
       specs.push({ name: `${p}self_attn.k_proj.bias`, shape: [s.kvHeads * hd], std: 0.02 });
       specs.push({ name: `${p}self_attn.v_proj.bias`, shape: [s.kvHeads * hd], std: 0.02 });
     }
-    if (arch === "qwen3") {
+    if (arch === "qwen3" || arch === "gemma3") {
       specs.push(norm(`${p}self_attn.q_norm.weight`, hd));
       specs.push(norm(`${p}self_attn.k_norm.weight`, hd));
     }
     specs.push(linear(`${p}self_attn.o_proj.weight`, s.hidden, s.heads * hd));
     specs.push(norm(`${p}post_attention_layernorm.weight`, s.hidden));
+    if (arch === "gemma3") {
+      specs.push(norm(`${p}pre_feedforward_layernorm.weight`, s.hidden));
+      specs.push(norm(`${p}post_feedforward_layernorm.weight`, s.hidden));
+    }
     specs.push(linear(`${p}mlp.gate_proj.weight`, s.intermediate, s.hidden));
     specs.push(linear(`${p}mlp.up_proj.weight`, s.intermediate, s.hidden));
     specs.push(linear(`${p}mlp.down_proj.weight`, s.hidden, s.intermediate));
@@ -262,7 +314,7 @@ const GENERATED =
  */
 export function makeTinyModel(options: TinyModelOptions): TinyModelResult {
   const arch = options.arch;
-  if (arch !== "llama" && arch !== "qwen2" && arch !== "qwen3") throw new ConfigError("arch", `must be llama, qwen2 or qwen3, got ${JSON.stringify(arch)}`);
+  if (!["llama", "qwen2", "qwen3", "gemma3"].includes(arch)) throw new ConfigError("arch", `must be llama, qwen2, qwen3 or gemma3, got ${JSON.stringify(arch)}`);
   const shape = resolveShape(options);
   const seed = options.seed ?? 0;
   if (!Number.isInteger(seed) || seed < 0 || seed > 0xffffffff) throw new ConfigError("seed", `must be an integer in [0, 2^32), got ${seed}`);

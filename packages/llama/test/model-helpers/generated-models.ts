@@ -13,6 +13,7 @@ export const GOLDEN_MODELS: Record<string, string[]> = {
   llama: ["--arch", "llama", "--seed", "7", "--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "2"],
   qwen2: ["--arch", "qwen2", "--seed", "7", "--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "1", "--shards", "2"],
   qwen3: ["--arch", "qwen3", "--seed", "7", "--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "2"],
+  gemma3: ["--arch", "gemma3", "--seed", "3", "--layers", "3", "--hidden", "64", "--heads", "4", "--kv-heads", "1", "--sliding-window", "6"],
 };
 
 export interface GeneratedModels {

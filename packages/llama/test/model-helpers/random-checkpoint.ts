@@ -56,7 +56,8 @@ function tensorShapes(c: ModelConfig): [string, number[]][] {
     out.push([`${p}input_layernorm.weight`, [c.hiddenSize]], [`${p}post_attention_layernorm.weight`, [c.hiddenSize]]);
     out.push([`${p}self_attn.q_proj.weight`, [HD, c.hiddenSize]], [`${p}self_attn.k_proj.weight`, [KD, c.hiddenSize]], [`${p}self_attn.v_proj.weight`, [KD, c.hiddenSize]]);
     if (c.attentionBias) out.push([`${p}self_attn.q_proj.bias`, [HD]], [`${p}self_attn.k_proj.bias`, [KD]], [`${p}self_attn.v_proj.bias`, [KD]]);
-    if (c.architecture === "qwen3") out.push([`${p}self_attn.q_norm.weight`, [c.headDim]], [`${p}self_attn.k_norm.weight`, [c.headDim]]);
+    if (c.architecture === "qwen3" || c.architecture === "gemma3") out.push([`${p}self_attn.q_norm.weight`, [c.headDim]], [`${p}self_attn.k_norm.weight`, [c.headDim]]);
+    if (c.architecture === "gemma3") out.push([`${p}pre_feedforward_layernorm.weight`, [c.hiddenSize]], [`${p}post_feedforward_layernorm.weight`, [c.hiddenSize]]);
     out.push([`${p}self_attn.o_proj.weight`, [c.hiddenSize, HD]]);
     out.push(
       [`${p}mlp.gate_proj.weight`, [c.intermediateSize, c.hiddenSize]],

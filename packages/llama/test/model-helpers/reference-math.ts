@@ -69,7 +69,7 @@ export interface ReferenceForwardOptions {
 }
 
 /**
- * A float64 Llama/Qwen2/Qwen3 forward over a whole sequence (causal), by default reading the same bf16
+ * A float64 Llama/Qwen2/Qwen3/Gemma 3 forward over a whole sequence (causal), by default reading the same bf16
  * weights and rounding K/V to bf16 like the cache. Returns the logits of every position.
  */
 export function referenceForward(
@@ -107,13 +107,17 @@ export function referenceForward(
     }
     return y;
   };
+  const gemma = c.architecture === "gemma3";
+  // Gemma's norms multiply by (1 + w)
   const norm = (x: Float64Array, w: Float64Array): Float64Array => {
     let ss = 0;
     for (const v of x) ss += v * v;
     const inv = 1 / Math.sqrt(ss / x.length + c.rmsNormEps);
-    return x.map((v, i) => v * inv * w[i]);
+    return x.map((v, i) => v * inv * (gemma ? 1 + w[i] : w[i]));
   };
-  const inv = ropeInverseFrequencies(D, c.ropeTheta, c.ropeScaling);
+  const invGlobal = ropeInverseFrequencies(D, c.ropeTheta, c.ropeScaling);
+  const invLocal = c.slidingWindow ? ropeInverseFrequencies(D, c.slidingWindow.ropeTheta, null) : invGlobal;
+  let inv = invGlobal;
   const rope = (x: Float64Array, off: number, pos: number): void => {
     const half = D / 2;
     for (let i = 0; i < half; i++) {
@@ -125,9 +129,13 @@ export function referenceForward(
     }
   };
   const emb = get("model.embed_tokens.weight");
-  let xs: Float64Array<ArrayBufferLike>[] = tokens.map((t) => emb.slice(t * hid, (t + 1) * hid));
+  const embScale = gemma ? Math.sqrt(hid) : 1;
+  let xs: Float64Array<ArrayBufferLike>[] = tokens.map((t) => emb.slice(t * hid, (t + 1) * hid).map((v) => v * embScale));
+  const gelu = (g: number): number => 0.5 * g * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (g + 0.044715 * g ** 3)));
   for (let l = 0; l < c.numLayers; l++) {
     const p = `model.layers.${l}.`;
+    const window = c.slidingWindow?.layers[l] ? c.slidingWindow.window : 0;
+    inv = window > 0 ? invLocal : invGlobal;
     const wq = get(`${p}self_attn.q_proj.weight`),
       wk = get(`${p}self_attn.k_proj.weight`),
       wv = get(`${p}self_attn.v_proj.weight`);
@@ -146,7 +154,7 @@ export function referenceForward(
         k.forEach((_, i) => (k[i] += bias[1][i]));
         v.forEach((_, i) => (v[i] += bias[2][i]));
       }
-      if (c.architecture === "qwen3") {
+      if (c.architecture === "qwen3" || gemma) {
         // Qwen3: RMSNorm of each q and k head (q_norm / k_norm, head_dim wide) before RoPE
         const qn = get(`${p}self_attn.q_norm.weight`),
           kn = get(`${p}self_attn.k_norm.weight`);
@@ -164,24 +172,28 @@ export function referenceForward(
       const att = new Float64Array(H * D);
       for (let h2 = 0; h2 < H; h2++) {
         const g = Math.floor(h2 / (H / KV));
+        // a sliding window: position t reads [t - window + 1, t]
+        const first = window > 0 ? Math.max(0, t - window + 1) : 0;
         const sc = new Float64Array(t + 1);
-        for (let s = 0; s <= t; s++) {
+        for (let s = first; s <= t; s++) {
           let d2 = 0;
           for (let d = 0; d < D; d++) d2 += qs[t][h2 * D + d] * ks[s][g * D + d];
-          sc[s] = d2 / Math.sqrt(D);
+          sc[s] = d2 / Math.sqrt(c.queryPreAttnScalar ?? D);
         }
-        const m = Math.max(...sc);
+        const m = Math.max(...sc.subarray(first));
         let sum = 0;
-        for (let s = 0; s <= t; s++) sum += sc[s] = Math.exp(sc[s] - m);
-        for (let s = 0; s <= t; s++) for (let d = 0; d < D; d++) att[h2 * D + d] += (sc[s] / sum) * vs[s][g * D + d];
+        for (let s = first; s <= t; s++) sum += sc[s] = Math.exp(sc[s] - m);
+        for (let s = first; s <= t; s++) for (let d = 0; d < D; d++) att[h2 * D + d] += (sc[s] / sum) * vs[s][g * D + d];
       }
-      const o = matvec(wo, att, hid, H * D);
+      let o = matvec(wo, att, hid, H * D);
+      if (gemma) o = norm(o, get(`${p}post_attention_layernorm.weight`));
       const x1 = xs[t].map((v, i) => v + o[i]);
-      const h = norm(x1, get(`${p}post_attention_layernorm.weight`));
+      const h = norm(x1, get(gemma ? `${p}pre_feedforward_layernorm.weight` : `${p}post_attention_layernorm.weight`));
       const gate = matvec(get(`${p}mlp.gate_proj.weight`), h, I, hid),
         up = matvec(get(`${p}mlp.up_proj.weight`), h, I, hid);
-      const act = gate.map((g, i) => (g / (1 + Math.exp(-g))) * up[i]);
-      const down = matvec(get(`${p}mlp.down_proj.weight`), act, hid, I);
+      const act = gate.map((g, i) => (gemma ? gelu(g) : g / (1 + Math.exp(-g))) * up[i]);
+      let down = matvec(get(`${p}mlp.down_proj.weight`), act, hid, I);
+      if (gemma) down = norm(down, get(`${p}post_feedforward_layernorm.weight`));
       next.push(x1.map((v, i) => v + down[i]));
     }
     xs = next;

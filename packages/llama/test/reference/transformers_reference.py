@@ -74,6 +74,9 @@ def run(job):
             "rms_norm_eps": cfg.rms_norm_eps,
             "rope_parameters": dict(cfg.rope_parameters),
             "tie_word_embeddings": cfg.tie_word_embeddings,
+            "sliding_window": getattr(cfg, "sliding_window", None),
+            "layer_types": getattr(cfg, "layer_types", None),
+            "query_pre_attn_scalar": getattr(cfg, "query_pre_attn_scalar", None),
         },
         "torch": torch.__version__,
     }
