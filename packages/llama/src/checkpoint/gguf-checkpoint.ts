@@ -1,4 +1,4 @@
-// A GGUF file as a Checkpoint: llama/qwen2/qwen3 metadata -> ModelConfig, GGUF tensor names -> Hugging
+// A GGUF file as a Checkpoint: llama/qwen2/qwen3/gemma3 metadata -> ModelConfig, GGUF tensor names -> Hugging
 // Face names (undoing llama.cpp's q/k row permutation for rotate-half RoPE), dequantisation to
 // bf16 on read, and the tokenizer, chat template and sampling defaults from metadata. Parsing is
 // gguf-file.ts's job.
@@ -12,6 +12,7 @@ import { ggufTokenizer } from "../tokenizer/gguf-tokenizer.ts";
 import { ARCHITECTURE_TRAITS, traitsOf } from "./architecture-traits.ts";
 import { DEQUANT_TYPES, dequantToBf16, type DequantType } from "./gguf-dequant.ts";
 import { GGML_TYPES, closeGguf, openGguf, type GgufFile, type GgufTensorInfo, type GgufValue } from "./gguf-file.ts";
+import { expectedTensors } from "./expected-tensors.ts";
 import { checkTensors, makeCheckpoint } from "./load-checkpoint.ts";
 import { ModelLoadError } from "./model-load-error.ts";
 import { readExactly } from "./safetensors-source.ts";
@@ -19,8 +20,15 @@ import { GGUF_SAMPLING_KEYS, samplingDefaultsOf } from "./sampling-defaults.ts";
 
 const CHUNK_BLOCKS = 64 * 1024;
 
-/** HF name of a GGUF tensor name (unknown names are kept as they are). */
-export function hfTensorName(gguf: string): string {
+/** Gemma 3's four norms per layer under llama.cpp's names (its ffn_norm is the pre-feedforward norm). */
+const GEMMA3_NORMS: Record<string, string> = {
+  post_attention_norm: "post_attention_layernorm",
+  ffn_norm: "pre_feedforward_layernorm",
+  post_ffw_norm: "post_feedforward_layernorm",
+};
+
+/** HF name of a GGUF tensor name (unknown names are kept as they are); `architecture` picks Gemma 3's norm names. */
+export function hfTensorName(gguf: string, architecture?: Architecture): string {
   const top: Record<string, string> = {
     "token_embd.weight": "model.embed_tokens.weight",
     "output_norm.weight": "model.norm.weight",
@@ -42,7 +50,7 @@ export function hfTensorName(gguf: string): string {
     ffn_up: "mlp.up_proj",
     ffn_down: "mlp.down_proj",
   };
-  const part = parts[m[2]!];
+  const part = (architecture === "gemma3" ? GEMMA3_NORMS[m[2]!] : undefined) ?? parts[m[2]!];
   return part ? `model.layers.${m[1]}.${part}.${m[3]}` : gguf;
 }
 
@@ -154,11 +162,12 @@ export function ggufModelConfig(file: GgufFile): ModelConfig {
       if (!eos.includes(id)) eos.push(id);
     }
   }
+  const numLayers = md.int(`${a}.block_count`);
   return {
     architecture,
     hiddenSize,
     intermediateSize: md.int(`${a}.feed_forward_length`),
-    numLayers: md.int(`${a}.block_count`),
+    numLayers,
     numHeads,
     numKvHeads,
     headDim,
@@ -171,6 +180,38 @@ export function ggufModelConfig(file: GgufFile): ModelConfig {
     attentionBias: file.tensors.some((t) => /^blk\.\d+\.attn_q\.bias$/.test(t.name)),
     bosTokenId: bos,
     eosTokenIds: eos,
+    ...(architecture === "gemma3" ? ggufGemma3(file, md, numLayers, hiddenSize, numHeads, headDim) : {}),
+  };
+}
+
+/**
+ * Gemma 3 as llama.cpp reads it: the window from `gemma3.attention.sliding_window`, every sixth
+ * layer global (llama.cpp's fixed pattern, unless the file names one), the local RoPE base 10000
+ * (llama.cpp's, unless `rope.freq_base_swa` says), and the attention scale 1/sqrt(key_length)
+ * (the 62-layer 27B: 1/sqrt(hidden / heads)), which is query_pre_attn_scalar in the HF configs.
+ * Soft-capping keys are refused: this engine computes none.
+ */
+function ggufGemma3(file: GgufFile, md: GgufMetadata, layers: number, hidden: number, heads: number, headDim: number): Pick<ModelConfig, "slidingWindow" | "queryPreAttnScalar"> {
+  for (const key of ["gemma3.final_logit_softcapping", "gemma3.attn_logit_softcapping"]) {
+    if (md.has(key)) throw new ModelLoadError(file.path, `${key} is not supported (no soft-capping is computed here)`, { item: key });
+  }
+  const window = md.int("gemma3.attention.sliding_window");
+  if (window < 4)
+    throw new ModelLoadError(file.path, `gemma3.attention.sliding_window ${window} is below 4, which the attention kernels need`, { item: "gemma3.attention.sliding_window" });
+  const pattern = md.raw("gemma3.attention.sliding_window_pattern");
+  let sliding: boolean[];
+  if (Array.isArray(pattern)) sliding = pattern.map((v) => v === true || v === 1);
+  else {
+    const every = pattern === undefined ? 6 : md.int("gemma3.attention.sliding_window_pattern");
+    sliding = Array.from({ length: layers }, (_, i) => (i + 1) % every !== 0);
+  }
+  if (sliding.length !== layers)
+    throw new ModelLoadError(file.path, `gemma3.attention.sliding_window_pattern names ${sliding.length} layers, the file has ${layers}`, {
+      item: "gemma3.attention.sliding_window_pattern",
+    });
+  return {
+    slidingWindow: { window, layers: sliding, ropeTheta: md.num("gemma3.rope.freq_base_swa", 10000) },
+    queryPreAttnScalar: layers === 62 ? hidden / heads : headDim,
   };
 }
 
@@ -180,13 +221,18 @@ export class GgufTensorSource implements TensorSource {
   private readonly shaCache = new Map<string, string>();
   private closed = false;
 
-  /** `permuteHeads` maps HF q/k weight names to the head count llama.cpp permuted them with. */
+  /**
+   * `permuteHeads` maps HF q/k weight names to the head count llama.cpp permuted them with;
+   * `shiftedNorms` names the norms llama.cpp stored as w + 1 (Gemma), read back as w.
+   */
   constructor(
     private readonly file: GgufFile,
     private readonly permuteHeads: Map<string, number>,
+    architecture?: Architecture,
+    private readonly shiftedNorms: ReadonlySet<string> = new Set(),
   ) {
     for (const t of file.tensors) {
-      const hfName = hfTensorName(t.name);
+      const hfName = hfTensorName(t.name, architecture);
       if (this.byName.has(hfName)) throw new ModelLoadError(file.path, `tensor "${t.name}" maps to "${hfName}", which another tensor already has`, { item: t.name });
       this.byName.set(hfName, { ...t, hfName, shape: [...t.dims].reverse() });
     }
@@ -215,6 +261,7 @@ export class GgufTensorSource implements TensorSource {
     }
     const count = t.shape.reduce((a, b) => a * b, 1);
     if (dst.length !== count) throw new ModelLoadError(this.file.path, `tensor "${t.name}" has ${count} elements but the destination holds ${dst.length}`, { item: t.name });
+    if (this.shiftedNorms.has(name)) return this.readShiftedNorm(t, dst);
     const heads = this.permuteHeads.get(name);
     const target = heads === undefined ? dst : new Uint16Array(count);
     const info = GGML_TYPES[t.typeId]!;
@@ -228,6 +275,21 @@ export class GgufTensorSource implements TensorSource {
       dequantToBf16(t.type as DequantType, view, n, target, done);
     }
     if (heads !== undefined) unpermuteRows(target, dst, t.shape[0]!, count / t.shape[0]!, heads);
+  }
+
+  /**
+   * A norm llama.cpp's converter stored as f32(w + 1) (Gemma's (1 + w) convention), read back as w:
+   * f32(stored - 1), then bf16. For w from a bf16 checkpoint (|w| >= 2^-16, or 0) both steps are
+   * exact, so the model's f32(1 + w) equals the stored value bit for bit, as from the HF folder.
+   */
+  private readShiftedNorm(t: GgufTensorInfo & { hfName: string }, dst: Uint16Array): void {
+    if (t.type !== "F32")
+      throw new ModelLoadError(this.file.path, `norm "${t.name}" is ${t.type}; llama.cpp stores Gemma norms (w + 1) as F32, and only F32 is read back as w`, { item: t.name });
+    const raw = new Uint8Array(dst.length * 4);
+    readExactly(this.file.fd, this.file.path, raw, t.start, `the end of tensor "${t.name}"`);
+    const f = new Float32Array(raw.buffer);
+    for (let i = 0; i < f.length; i++) f[i] = Math.fround(f[i]! - 1);
+    dequantToBf16("F32", raw, dst.length, dst, 0);
   }
 
   readStored(name: string): Uint8Array {
@@ -298,7 +360,14 @@ export function loadGgufCheckpoint(path: string): Checkpoint {
         permute.set(`model.layers.${l}.self_attn.k_proj.bias`, config.numKvHeads);
       }
     }
-    const tensors = new GgufTensorSource(file, permute);
+    const shifted = new Set(
+      traitsOf(config).normPlusOne
+        ? expectedTensors(config)
+            .filter((t) => t.name.endsWith("norm.weight"))
+            .map((t) => t.name)
+        : [],
+    );
+    const tensors = new GgufTensorSource(file, permute, config.architecture, shifted);
     checkTensors(config, tensors, path, DEQUANT_TYPES);
     const { tokenizer, chatTemplate, bosToken, eosToken } = ggufTokenizer(file, config);
     const renderChat = chatTemplate === undefined ? undefined : compileChatTemplate(chatTemplate, { bosToken, eosToken }, path);
