@@ -261,7 +261,10 @@ export class GgufTensorSource implements TensorSource {
     }
     const count = t.shape.reduce((a, b) => a * b, 1);
     if (dst.length !== count) throw new ModelLoadError(this.file.path, `tensor "${t.name}" has ${count} elements but the destination holds ${dst.length}`, { item: t.name });
-    if (this.shiftedNorms.has(name)) return this.readShiftedNorm(t, dst);
+    if (this.shiftedNorms.has(name)) {
+      this.readShiftedNorm(t, dst);
+      return;
+    }
     const heads = this.permuteHeads.get(name);
     const target = heads === undefined ? dst : new Uint16Array(count);
     const info = GGML_TYPES[t.typeId]!;
