@@ -415,7 +415,8 @@ describe("loadCheckpoint on a GGUF file converted from a generated model", () =>
         parts: ["model.layers.1.mlp.up_proj.weight", "missing"],
       },
       { name: "notok", bytes: () => ggufBytes({ metadata: without("tokenizer.ggml.merges"), tensors }), parts: ["tokenizer.ggml.merges"] },
-      { name: "spm", bytes: () => ggufBytes({ metadata: { ...metadata, "tokenizer.ggml.model": str("llama") }, tensors }), parts: ["tokenizer.ggml.model", "llama"] },
+      { name: "wpm", bytes: () => ggufBytes({ metadata: { ...metadata, "tokenizer.ggml.model": str("bert") }, tensors }), parts: ["tokenizer.ggml.model", "bert"] },
+      { name: "spm-no-scores", bytes: () => ggufBytes({ metadata: { ...metadata, "tokenizer.ggml.model": str("llama") }, tensors }), parts: ["tokenizer.ggml.scores"] },
       { name: "arch", bytes: () => ggufBytes({ metadata: { ...metadata, "general.architecture": str("falcon") }, tensors }), parts: ["falcon", "general.architecture"] },
       {
         name: "q8k",

@@ -1,13 +1,15 @@
-// Builds our Tokenizer from GGUF tokenizer metadata ("gpt2" byte-level BPE: tokens, merges, token
+// Builds our Tokenizer from GGUF tokenizer metadata: "gpt2" byte-level BPE (tokens, merges, token
 // types, special ids, the pre-tokenizer name) by writing an equivalent tokenizer.json in memory and
-// handing it to @huggingface/tokenizers. Also extracts the chat template. Other tokenizer models
-// (SentencePiece "llama", ...) are refused with an error naming the key.
+// handing it to @huggingface/tokenizers; "llama" SentencePiece (tokens, scores, types, byte
+// fallback) with spm-tokenizer.ts. Also extracts the chat template. Other tokenizer models are
+// refused with an error naming the key.
 
 import type { ModelConfig } from "../checkpoint-types.ts";
 import type { GgufFile } from "../checkpoint/gguf-file.ts";
 import { GgufMetadata } from "../checkpoint/gguf-checkpoint.ts";
 import { ModelLoadError } from "../checkpoint/model-load-error.ts";
 import { HfTokenizer } from "./hf-tokenizer.ts";
+import { SpmTokenizer } from "./spm-tokenizer.ts";
 
 /** llama.cpp token types. */
 const TOKEN_TYPE_CONTROL = 3;
@@ -37,7 +39,7 @@ export function preTokenizerFor(pre: string | undefined): object {
 }
 
 export interface GgufTokenizerParts {
-  tokenizer: HfTokenizer;
+  tokenizer: HfTokenizer | SpmTokenizer;
   chatTemplate: string | undefined;
   bosToken: string;
   eosToken: string;
@@ -50,8 +52,9 @@ export interface GgufTokenizerParts {
 export function ggufTokenizer(file: GgufFile, config: ModelConfig): GgufTokenizerParts {
   const md = new GgufMetadata(file);
   const model = md.str("tokenizer.ggml.model");
+  if (model === "llama") return spmTokenizer(file, md, config);
   if (model !== "gpt2")
-    throw new ModelLoadError(file.path, `tokenizer model "${model}" (tokenizer.ggml.model) is not supported; supported is "gpt2" (byte-level BPE)`, {
+    throw new ModelLoadError(file.path, `tokenizer model "${model}" (tokenizer.ggml.model) is not supported; supported are "gpt2" (byte-level BPE) and "llama" (SentencePiece)`, {
       item: "tokenizer.ggml.model",
     });
   const tokens = md.strings("tokenizer.ggml.tokens");
@@ -104,4 +107,27 @@ export function ggufTokenizer(file: GgufFile, config: ModelConfig): GgufTokenize
   const chatTemplate = md.has("tokenizer.chat_template") ? md.str("tokenizer.chat_template") : undefined;
   const name = (id: number | null | undefined) => (id === null || id === undefined ? "" : (tokens[id] ?? ""));
   return { tokenizer, chatTemplate, bosToken: name(bosId), eosToken: name(config.eosTokenIds[0]) };
+}
+
+/** A SentencePiece ("llama") GGUF tokenizer: tokens, scores and types; BOS and a space prefix as the file says (llama.cpp's defaults: both on). */
+function spmTokenizer(file: GgufFile, md: GgufMetadata, config: ModelConfig): GgufTokenizerParts {
+  const tokens = md.strings("tokenizer.ggml.tokens");
+  const rawScores = md.raw("tokenizer.ggml.scores");
+  if (!Array.isArray(rawScores) || rawScores.length !== tokens.length)
+    throw new ModelLoadError(file.path, `tokenizer.ggml.scores must hold one score per token (${tokens.length})`, { item: "tokenizer.ggml.scores" });
+  const types = md.ints("tokenizer.ggml.token_type") ?? [];
+  if (types.length !== 0 && types.length !== tokens.length)
+    throw new ModelLoadError(file.path, `tokenizer.ggml.token_type has ${types.length} entries for ${tokens.length} tokens`, { item: "tokenizer.ggml.token_type" });
+  const tokenizer = new SpmTokenizer({
+    tokens,
+    scores: rawScores.map((x) => Number(x)),
+    types,
+    bosTokenId: config.bosTokenId,
+    eosTokenIds: config.eosTokenIds,
+    addBos: md.bool("tokenizer.ggml.add_bos_token", true),
+    addSpacePrefix: md.bool("tokenizer.ggml.add_space_prefix", true),
+  });
+  const chatTemplate = md.has("tokenizer.chat_template") ? md.str("tokenizer.chat_template") : undefined;
+  const name = (id: number | null | undefined) => (id === null || id === undefined ? "" : (tokens[id] ?? ""));
+  return { tokenizer, chatTemplate, bosToken: name(config.bosTokenId), eosToken: name(config.eosTokenIds[0]) };
 }
