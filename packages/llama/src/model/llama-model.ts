@@ -556,7 +556,7 @@ export class LlamaModel {
         let at = 0;
         for (const { name, n } of names) {
           slots.set(name, { kind: "vector", ptr, offset: at, n, plusOne });
-          if (fill) writeVectorF32(rt, src, name, (ptr >> 2) + at, n, plusOne);
+          if (fill) writeVectorF32(rt, src, name, (ptr >>> 2) + at, n, plusOne);
           at += n;
         }
         return ptr;
@@ -654,7 +654,7 @@ export class LlamaModel {
     const slot = this.slots.get(name);
     if (!slot) throw new ConfigError("tensor", `${name} is not a weight of this ${this.config.architecture} model`);
     if (slot.kind === "vector") {
-      writeVectorF32(this.rt, source, name, (slot.ptr >> 2) + slot.offset, slot.n, slot.plusOne);
+      writeVectorF32(this.rt, source, name, (slot.ptr >>> 2) + slot.offset, slot.n, slot.plusOne);
       return;
     }
     const { ptr, rowsTotal, cols, row0, rows } = slot;
@@ -1000,7 +1000,7 @@ export class LlamaModel {
     for (const w of caches) {
       out.set(w, at);
       for (const id of w.blocks) {
-        u32[at >> 2] = this.kvPool.address(id);
+        u32[at >>> 2] = this.kvPool.address(id);
         at += 4;
       }
     }
@@ -1076,7 +1076,7 @@ export class LlamaModel {
     const blocks = perBlock.map(({ tiles, singles }) => {
       const desc = at;
       for (const [q, n, out, table, g] of tiles) {
-        const w = at >> 2;
+        const w = at >>> 2;
         for (let i = 0; i < 4; i++) {
           u32[w + i] = q[i];
           u32[w + 4 + i] = n[i];
@@ -1093,7 +1093,7 @@ export class LlamaModel {
     if (window > 0) {
       const bytes = total * 64;
       this.rt.u8.copyWithin(start + bytes, start, start + bytes);
-      for (let i = 0; i < total; i++) u32[((start + bytes) >> 2) + i * 16 + 15] = window;
+      for (let i = 0; i < total; i++) u32[((start + bytes) >>> 2) + i * 16 + 15] = window;
       for (const b of blocks) b.descWindow = b.desc + bytes;
     }
     return { blocks, ps, scratch };
@@ -1229,7 +1229,7 @@ export class LlamaModel {
     const half = D >> 1;
     const f32 = this.rt.f32;
     for (let t = 0; t < positions.length; t++) {
-      const at = (ropeRows >> 2) + t * D;
+      const at = (ropeRows >>> 2) + t * D;
       const from = positions[t] * half;
       for (let i = 0; i < half; i++) {
         f32[at + i] = rope.cos[from + i];
@@ -1248,7 +1248,7 @@ export class LlamaModel {
     const f32 = rt.f32;
     const u32 = rt.u32;
     for (let t = 0; t < tokens.length; t++) {
-      const dst = (resid >> 2) + t * hidden;
+      const dst = (resid >>> 2) + t * hidden;
       if (e.kind !== "bf16") {
         dequantImageRow(e.kind, view.u8, view.offset, tokens[t], hidden, f32, dst);
         continue;
@@ -1259,8 +1259,8 @@ export class LlamaModel {
     if (traitsOf(c).embedScale) {
       // Gemma: times sqrt(hidden) in the activation dtype (f32 here), as transformers and llama.cpp do
       const scale = fr(Math.sqrt(hidden));
-      const n = (resid >> 2) + tokens.length * hidden;
-      for (let i = resid >> 2; i < n; i++) f32[i] = fr(f32[i] * scale);
+      const n = (resid >>> 2) + tokens.length * hidden;
+      for (let i = resid >>> 2; i < n; i++) f32[i] = fr(f32[i] * scale);
     }
   }
 
@@ -1291,10 +1291,10 @@ export class LlamaModel {
     for (let t = 0; t < n; t++) rt.rmsnorm(res + t * hidden * 4, L.inNorm, s.normed + t * hidden * 4, hidden, c.rmsNormEps);
     this.mm(L.wqkv, s.normed, s, s.qkv, n, hidden, qkvRows);
     if (L.bqkv) {
-      const b = L.bqkv >> 2;
+      const b = L.bqkv >>> 2;
       const f32 = rt.f32;
       for (let t = 0; t < n; t++) {
-        const q = (s.qkv >> 2) + t * qkvRows;
+        const q = (s.qkv >>> 2) + t * qkvRows;
         for (let r = 0; r < qkvRows; r++) f32[q + r] = f32[q + r] + f32[b + r];
       }
     }
@@ -1396,7 +1396,7 @@ export class LlamaModel {
     }
     const out: Float32Array[] = [];
     const f32 = rt.f32;
-    for (let i = 0; i < R; i++) out.push(f32.slice((logits >> 2) + i * c.vocabSize, (logits >> 2) + (i + 1) * c.vocabSize));
+    for (let i = 0; i < R; i++) out.push(f32.slice((logits >>> 2) + i * c.vocabSize, (logits >>> 2) + (i + 1) * c.vocabSize));
     return out;
   }
 }
