@@ -8,7 +8,8 @@
 // the README's question. Then perplexity (bench/quality/perplexity.ts): every pulled GGUF and files
 // llama-quantize makes from the pulled Qwen2.5-Coder Q4_K_Ms for the quant types none of them has
 // (Q5_1, IQ4_NL from the 0.5B; Q5_K, Q3_K, Q2_K, IQ4_XS from the 1.5B, whose rows are whole
-// 256-blocks), ours against llama.cpp's llama-perplexity on the same file and text, two threads
+// 256-blocks), ours against llama.cpp's llama-perplexity on the same file and text (a fixed copy of
+// the start of docs/decisions.md), two threads
 // each. The final JSON line holds the figures per configuration and per file.
 // Usage: pnpm bench quality [--parts scoring,perplexity] [--configs i8,i16,bf16] [--ppl-ctx 512] [--ppl-chunks 4]
 import { resolveCachedModel } from "../packages/llama/src/model-cache/model-cache.ts";
