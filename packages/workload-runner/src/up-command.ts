@@ -3,7 +3,7 @@
 
 import { defineCommand, flagOf, int, oneOf, RM_CORE_CONFIG, switchOf, text } from "@airm/rm-core";
 import { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS, DEFAULT_THREADS, DEFAULT_DECODE_NICE, DEFAULT_REPLICAS } from "./defaults.ts";
-import { chooseDefaultModel } from "./default-model.ts";
+import { DEFAULT_MODELS, chooseDefaultModel, resolveModelArg } from "./default-model.ts";
 import { firstApiKey, StartAbortedError, startLocalCluster, type ClusterOptions, type RunningCluster } from "./local-cluster.ts";
 import { RESTART_POLICY } from "./supervisor.ts";
 import { checkTopologyRun, openTopologyRun, type CheckedTopology, type TopologyRun } from "./up-topology.ts";
@@ -11,11 +11,11 @@ import { checkTopologyRun, openTopologyRun, type CheckedTopology, type TopologyR
 export const UP_COMMAND = defineCommand({
   name: "airm up",
   summary: "a local PD cluster on 127.0.0.1, on the CPU reference backend unless NPUs are present",
-  usage: ["airm up [--model PATH] [--kv-transport NAME] [--port 8000] [--decode-backend NAME] [options]", "airm up --topology FILE [options]   (as root)"],
+  usage: ["airm up [--model NAME|PATH] [--kv-transport NAME] [--port 8000] [--decode-backend NAME] [options]", "airm up --topology FILE [options]   (as root)"],
   flags: {
-    model: flagOf(text({ label: "path" }), {
-      defaultText: "SmolLM2-135M-Instruct from the model cache if `airm model pull smollm2-135m-instruct` was run, else a generated tiny Llama (random weights)",
-      doc: "Hugging Face Llama/Qwen2 folder or .gguf file",
+    model: flagOf(text({ label: "name|path" }), {
+      defaultText: `the first pulled of ${DEFAULT_MODELS.join(", ")} (airm model pull NAME), else a generated tiny Llama (random weights)`,
+      doc: "a pulled model's name (airm model list), a .gguf file or a Hugging Face folder (Llama, Qwen2, Qwen3, Gemma 3)",
     }),
     kvTransport: flagOf(text({ label: "name" }), {
       default: DEFAULT_KV_TRANSPORT,
@@ -162,7 +162,7 @@ export async function startUpCluster(
   o: { env: Record<string, string | undefined>; gatewayEnv?: Record<string, string>; adjust?: (c: ClusterOptions) => ClusterOptions },
 ): Promise<{ cluster: RunningCluster; modelNote: string }> {
   const { values: f } = UP_COMMAND.parse(["--port", "0", "--prefill-port", "0", "--decode-port", "0", "--sidecar-port", "0", ...extra]);
-  const chosen = f.model ? { path: f.model, note: `model ${f.model}` } : await chooseDefaultModel(o.env);
+  const chosen = f.model ? await resolveModelArg(f.model, o.env) : await chooseDefaultModel(o.env);
   const shape = upCluster(f, chosen.path);
   const options: ClusterOptions = { ...shape, onPartExit: "stop-all", gatewayEnv: { ...shape.gatewayEnv, ...o.gatewayEnv }, env: { ...shape.env, AIRM_LOG_LEVEL: "warn" } };
   return { cluster: await startLocalCluster(o.adjust ? o.adjust(options) : options), modelNote: chosen.note };
@@ -178,12 +178,9 @@ export async function up(argv: string[]): Promise<number> {
   const log = (line: string) => process.stderr.write(`${line}\n`);
   // a topology is checked (placement, transport across hosts, root) before anything starts
   const checked = f.topology ? checkTopologyRun(f.topology, upCluster(f, "")) : undefined;
-  let model = f.model;
-  if (!model) {
-    const chosen = await chooseDefaultModel(process.env);
-    model = chosen.path;
-    log(`airm up: ${chosen.note}`);
-  }
+  const chosen = f.model ? await resolveModelArg(f.model, process.env) : await chooseDefaultModel(process.env);
+  const model = chosen.path;
+  if (chosen.path !== f.model) log(`airm up: ${chosen.note}`);
   const batchText = f.decodeBatch === undefined ? "up to 16 (buckets 1, 4, 8, 16)" : f.decodeBatch === 1 ? "1 (batching off)" : `up to ${f.decodeBatch}`;
   log(
     `airm up: ${f.prefillReplicas} prefill (${f.prefillBackend}, ${f.prefillThreads} thread${f.prefillThreads > 1 ? "s" : ""} each, ` +
