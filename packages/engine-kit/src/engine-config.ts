@@ -83,7 +83,7 @@ export const ENGINE_RUN_CONFIG = defineConfig("@airm/engine-kit", {
   weights: opt(oneOf(["auto", "bf16", "q8_0", "q4_1"] as const), {
     env: "AIRM_WEIGHTS",
     default: "auto",
-    doc: "How the CPU reference holds weight matrices. auto: a GGUF's Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS blocks stay as stored and run on integer kernels (Q4/Q3_K/Q6_K inputs at AIRM_ACTIVATIONS' width, Q5's at 8 bits (as bf16 under i16), Q8_0's and IQ4's at 16 bits), Q2_K and float checkpoints as bf16; bf16: everything dequantised to bf16 (the slower, pre-quantized path); q8_0 / q4_1: as auto, and float matrices quantized to that block type at load (about 2x / 3x fewer bytes per token than bf16, lossy).",
+    doc: "How the CPU reference holds weight matrices. auto: a GGUF's Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/MXFP4/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS blocks stay as stored and run on integer kernels (Q4/Q3_K/Q6_K inputs at AIRM_ACTIVATIONS' width, Q5's at 8 bits (as bf16 under i16), Q8_0's and IQ4's at 16 bits), Q2_K and float checkpoints as bf16; bf16: everything dequantised to bf16 (the slower, pre-quantized path); q8_0 / q4_1: as auto, and float matrices quantized to that block type at load (about 2x / 3x fewer bytes per token than bf16, lossy).",
   }),
   activations: opt(oneOf(["i8", "i16"] as const), {
     env: "AIRM_ACTIVATIONS",

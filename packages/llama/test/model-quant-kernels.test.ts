@@ -44,7 +44,7 @@ function decode(s: Stored, rows: number, cols: number): { q: Int32Array; dA: Flo
   const q = new Int32Array(rows * cols);
   const dA = new Float32Array(rows * nb);
   const dB = new Float32Array(rows * nb);
-  const m = ["Q8_0", "Q6_K", "Q3_K", "IQ4_NL", "IQ4_XS"].includes(s.type) ? undefined : new Float32Array(rows * nb);
+  const m = ["Q8_0", "Q6_K", "Q3_K", "IQ4_NL", "IQ4_XS", "MXFP4"].includes(s.type) ? undefined : new Float32Array(rows * nb);
   const h16 = (o: number) => f16BitsToF32(s.raw[o] | (s.raw[o + 1] << 8));
   if (decodeMore(s, rows, cols, q, dA, dB, m)) return { q, dA, dB, m };
   for (let row = 0; row < rows; row++) {
@@ -109,7 +109,7 @@ function decode(s: Stored, rows: number, cols: number): { q: Int32Array; dA: Flo
 const IQ4 = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
 
 /**
- * decode() for Q5_0, Q5_1, Q5_K, Q3_K, IQ4_NL and IQ4_XS, each loop written after ggml's
+ * decode() for Q5_0, Q5_1, Q5_K, Q3_K, IQ4_NL, IQ4_XS and MXFP4, each loop written after ggml's
  * dequantize_row_* of the type (false for the other types).
  */
 function decodeMore(s: Stored, rows: number, cols: number, q: Int32Array, dA: Float32Array, dB: Float32Array, m: Float32Array | undefined): boolean {
@@ -117,6 +117,23 @@ function decodeMore(s: Stored, rows: number, cols: number, q: Int32Array, dA: Fl
   const nb = cols / 32;
   const h16 = (o: number) => f16BitsToF32(raw[o] | (raw[o + 1] << 8));
   const u32 = (o: number) => (raw[o] | (raw[o + 1] << 8) | (raw[o + 2] << 16) | (raw[o + 3] << 24)) >>> 0;
+  if (s.type === "MXFP4") {
+    // ggml's dequantize_row_mxfp4: d = e8m0_to_fp32_half(e) (2^(e - 128), the denormal bit
+    // patterns for e < 2), y[j] = kvalues_mxfp4[qs[j] & 15] d, y[j + 16] = kvalues_mxfp4[qs[j] >> 4] d
+    const FP4 = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+    for (let blk = 0; blk < rows * nb; blk++) {
+      const o = blk * 17;
+      const e = raw[o];
+      const bits = e < 2 ? 0x00200000 << e : (e - 1) << 23;
+      dA[blk] = dB[blk] = new Float32Array(new Uint32Array([bits]).buffer)[0];
+      const y = Math.floor(blk / nb) * cols + (blk % nb) * 32;
+      for (let j = 0; j < 16; j++) {
+        q[y + j] = FP4[raw[o + 1 + j] & 0xf];
+        q[y + j + 16] = FP4[raw[o + 1 + j] >> 4];
+      }
+    }
+    return true;
+  }
   if (s.type === "Q5_0" || s.type === "Q5_1" || s.type === "IQ4_NL") {
     const sb = s.type === "Q5_0" ? 22 : s.type === "Q5_1" ? 24 : 18;
     for (let blk = 0; blk < rows * nb; blk++) {
@@ -322,6 +339,7 @@ describe.each([
   ["Q3_K", "q6ka8"],
   ["IQ4_NL", "q8"],
   ["IQ4_XS", "q8"],
+  ["MXFP4", "q8"],
 ] as const)("%s in the %s image", (type, kind) => {
   const a8 = takesA8(kind);
   it("equals the reference bit for bit for 1-9 tokens (quads and single tokens) and several shapes", () => {

@@ -1,4 +1,4 @@
-// Dequantises GGML tensor data (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and the
+// Dequantises GGML tensor data (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 and the
 // K-quants Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) into bf16 bits.
 // Block layouts follow ggml: 32 elements per block; Q8_0 = f16 scale d + 32 int8; Q4_0 = f16 d +
 // 16 bytes of nibbles (value = (q - 8) * d); Q4_1 = f16 d, f16 min m + 16 bytes (value = q * d +
@@ -10,7 +10,7 @@
 import { F16_TO_F32 as f16Table, convertToBf16, f32ToBf16 } from "./bf16-convert.ts";
 
 /** Type names this module converts. */
-export const DEQUANT_TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"] as const;
+export const DEQUANT_TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "MXFP4", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"] as const;
 export type DequantType = (typeof DEQUANT_TYPES)[number];
 
 const fround = Math.fround;
@@ -242,6 +242,25 @@ export function decodeIQ4XS(src: Uint8Array, o: number, q: Int8Array, dl: Float3
   }
 }
 
+/** ggml's kvalues_mxfp4: the 16 FP4 (E2M1) values doubled to integers, -12..12. */
+export const MXFP4_LEVELS = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12] as const;
+
+/** ggml's e8m0_to_fp32_half: 2^(e - 128), exact in f32 (e < 2 as the denormals 2^-128, 2^-127). */
+export function e8m0Half(e: number): number {
+  const bits = e < 2 ? 0x00200000 << e : (e - 1) << 23;
+  return new Float32Array(new Uint32Array([bits >>> 0]).buffer)[0]!;
+}
+
+/** One MXFP4 block (17 bytes at `o`: the E8M0 exponent, 16 nibble bytes): levels into q, returns d. */
+export function decodeMXFP4(src: Uint8Array, o: number, q: Int8Array, qo: number): number {
+  for (let j = 0; j < 16; j++) {
+    const b = src[o + 1 + j]!;
+    q[qo + j] = MXFP4_LEVELS[b & 0xf]!;
+    q[qo + j + 16] = MXFP4_LEVELS[b >> 4]!;
+  }
+  return e8m0Half(src[o]!);
+}
+
 /** One IQ4_NL block (18 bytes at `o`: f16 d, 16 nibble bytes): levels into q, returns d. */
 export function decodeIQ4NL(src: Uint8Array, o: number, q: Int8Array, qo: number): number {
   for (let j = 0; j < 16; j++) {
@@ -258,12 +277,12 @@ function dequantMore(type: DequantType, src: Uint8Array, count: number, dst: Uin
   const s8 = new Int8Array(256);
   const a = new Float32Array(16);
   const b = new Float32Array(16);
-  if (type === "Q5_0" || type === "Q5_1" || type === "IQ4_NL") {
-    const bytes = type === "Q5_0" ? 22 : type === "Q5_1" ? 24 : 18;
+  if (type === "Q5_0" || type === "Q5_1" || type === "IQ4_NL" || type === "MXFP4") {
+    const bytes = type === "Q5_0" ? 22 : type === "Q5_1" ? 24 : type === "MXFP4" ? 17 : 18;
     for (let blk = 0; blk < count / 32; blk++) {
       const out = dstOffset + blk * 32;
-      if (type === "IQ4_NL") {
-        const d = decodeIQ4NL(src, blk * bytes, s8, 0);
+      if (type === "IQ4_NL" || type === "MXFP4") {
+        const d = type === "MXFP4" ? decodeMXFP4(src, blk * bytes, s8, 0) : decodeIQ4NL(src, blk * bytes, s8, 0);
         for (let e = 0; e < 32; e++) dst[out + e] = f32ToBf16(fround(d * s8[e]!));
         continue;
       }

@@ -26,6 +26,7 @@ export const GGML_TYPES: Record<number, { name: string; blockSize: number; typeS
   24: { name: "I8", blockSize: 1, typeSize: 1 },
   25: { name: "I16", blockSize: 1, typeSize: 2 },
   26: { name: "I32", blockSize: 1, typeSize: 4 },
+  39: { name: "MXFP4", blockSize: 32, typeSize: 17 },
   27: { name: "I64", blockSize: 1, typeSize: 8 },
   28: { name: "F64", blockSize: 1, typeSize: 8 },
   30: { name: "BF16", blockSize: 1, typeSize: 2 },

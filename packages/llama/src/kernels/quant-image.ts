@@ -4,7 +4,7 @@
 // columns), and the quantizers that make Q8_0 / Q4_1 blocks from bf16 rows (for
 // `weights: "q8_0" | "q4_1"`). Knows the block layouts; the model decides which matrix gets which.
 import { F16_TO_F32 as f16Table } from "../checkpoint/bf16-convert.ts";
-import { decodeIQ4NL, decodeIQ4XS, decodeQ3K, decodeQ4K, decodeQ5, decodeQ5K, decodeQ6K } from "../checkpoint/gguf-dequant.ts";
+import { decodeIQ4NL, decodeIQ4XS, decodeMXFP4, decodeQ3K, decodeQ4K, decodeQ5, decodeQ5K, decodeQ6K } from "../checkpoint/gguf-dequant.ts";
 import { ModelLoadError } from "../checkpoint/model-load-error.ts";
 
 /** Kernel ids of the weight formats (0 is the bf16 image of weight-image.ts). */
@@ -21,14 +21,14 @@ export type QuantKind = Exclude<WeightKind, "bf16">;
  * q6ka8 (as q6k) Q6_K's unsigned q (0..63, not q - 32) of column c at 16 (c >> 2) + 4 j + (c & 3).
  * q5a8 (8-bit activations only) the 5-bit q (0..31) of column c at 16 (c >> 2) + 4 j + (c & 3) as
  * in q6ka8, then 4 f32 d and 4 f32 m as in q4ka8 (w = d q + m).
- * Other GGUF types ride on these exactly: IQ4_NL / IQ4_XS as q8 (their int8 levels, d per 32
- * columns), Q3_K as q6k / q6ka8 (q in -4..3 is q6's q - 32 range), Q5_0 as q5a8 with m = -16 d.
+ * Other GGUF types ride on these exactly: IQ4_NL / IQ4_XS / MXFP4 as q8 (their int8 levels, d
+ * per 32 columns; MXFP4's d is a power of two), Q3_K as q6k / q6ka8 (q in -4..3 is q6's q - 32 range), Q5_0 as q5a8 with m = -16 d.
  */
 export const GROUP_BLOCK_BYTES = { q8: 144, q4: 80, q4k: 96, q6k: 160, q4a8: 80, q4ka8: 96, q6ka8: 160, q5a8: 160 } as const;
 
 /** GGUF block types each quantized kind holds. */
 export const STORED_TYPES = {
-  q8: ["Q8_0", "IQ4_NL", "IQ4_XS"],
+  q8: ["Q8_0", "IQ4_NL", "IQ4_XS", "MXFP4"],
   q4: ["Q4_0", "Q4_1"],
   q4k: ["Q4_K"],
   q6k: ["Q6_K", "Q3_K"],
@@ -59,6 +59,7 @@ const STORED_BLOCK: Record<string, { n: number; bytes: number }> = {
   Q3_K: { n: 256, bytes: 110 },
   IQ4_NL: { n: 32, bytes: 18 },
   IQ4_XS: { n: 256, bytes: 136 },
+  MXFP4: { n: 32, bytes: 17 },
 };
 
 /**
@@ -155,8 +156,8 @@ export function packStoredRows(
     packQ5Rows(type as "Q5_0" | "Q5_1" | "Q5_K", raw, u8, base, row0, rows, cols, file, tensor);
     return;
   }
-  if (type === "IQ4_NL" || type === "IQ4_XS") {
-    packIQ4Rows(type, raw, u8, base, row0, rows, cols, file, tensor);
+  if (type === "IQ4_NL" || type === "IQ4_XS" || type === "MXFP4") {
+    packLevelRows(type, raw, u8, base, row0, rows, cols, file, tensor);
     return;
   }
   if (kind === "q4k" || kind === "q6k" || kind === "q4ka8" || kind === "q6ka8") {
@@ -321,8 +322,18 @@ function packQ5Rows(type: "Q5_0" | "Q5_1" | "Q5_K", raw: Uint8Array, u8: Uint8Ar
   }
 }
 
-/** IQ4_NL / IQ4_XS rows into the q8 image: per 32 columns the int8 levels and the f32 scale (IQ4_XS: d (ls - 32), exact). */
-function packIQ4Rows(type: "IQ4_NL" | "IQ4_XS", raw: Uint8Array, u8: Uint8Array, base: number, row0: number, rows: number, cols: number, file: string, tensor: string): void {
+/** IQ4_NL / IQ4_XS / MXFP4 rows into the q8 image: per 32 columns the int8 levels and the f32 scale (IQ4_XS: d (ls - 32), MXFP4: 2^(e - 128); exact). */
+function packLevelRows(
+  type: "IQ4_NL" | "IQ4_XS" | "MXFP4",
+  raw: Uint8Array,
+  u8: Uint8Array,
+  base: number,
+  row0: number,
+  rows: number,
+  cols: number,
+  file: string,
+  tensor: string,
+): void {
   const nb = cols / 32;
   const gb = GROUP_BLOCK_BYTES.q8;
   const q = new Int8Array(256);
@@ -335,9 +346,9 @@ function packIQ4Rows(type: "IQ4_NL" | "IQ4_XS", raw: Uint8Array, u8: Uint8Array,
     const groupBase = base + (r >> 2) * nb * gb;
     for (let s = 0; s < nb / per; s++) {
       const o = (i * (nb / per) + s) * bytes;
-      checkScale(raw[o]! | (raw[o + 1]! << 8), file, tensor);
+      if (type !== "MXFP4") checkScale(raw[o]! | (raw[o + 1]! << 8), file, tensor);
       if (type === "IQ4_XS") decodeIQ4XS(raw, o, q, d);
-      else d[0] = decodeIQ4NL(raw, o, q, 0);
+      else d[0] = type === "MXFP4" ? decodeMXFP4(raw, o, q, 0) : decodeIQ4NL(raw, o, q, 0);
       for (let k = 0; k < per; k++) {
         const d0 = groupBase + (s * per + k) * gb;
         for (let c = 0; c < 32; c++) u8[d0 + 32 * j + c] = q[32 * k + c]! & 0xff;

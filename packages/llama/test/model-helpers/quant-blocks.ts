@@ -3,7 +3,7 @@
 import { f16Round, quantizeBf16Rows } from "../../src/kernels/quant-image.ts";
 import { f32ToBf16 } from "./reference-math.ts";
 
-export type QuantType = "Q8_0" | "Q4_0" | "Q4_1" | "Q4_K" | "Q6_K" | "Q5_0" | "Q5_1" | "Q5_K" | "Q3_K" | "IQ4_NL" | "IQ4_XS";
+export type QuantType = "Q8_0" | "Q4_0" | "Q4_1" | "Q4_K" | "Q6_K" | "Q5_0" | "Q5_1" | "Q5_K" | "Q3_K" | "IQ4_NL" | "IQ4_XS" | "MXFP4";
 
 /** Stored block layouts of the types randomBlocks fills byte by byte: elements, bytes, and where f16 scales go (offset, low end, span). */
 const RANDOM_LAYOUTS: Partial<Record<QuantType, { n: number; bytes: number; scales: [number, number, number][] }>> = {
@@ -42,6 +42,15 @@ function randomBlocks(type: QuantType, rows: number, cols: number, r: () => numb
     const out = new Uint8Array((rows * cols * layout.bytes) / layout.n);
     for (let i = 0; i < out.length; i++) out[i] = byte();
     for (let b = 0; b < out.length / layout.bytes; b++) for (const [at, lo, span] of layout.scales) put16(out, b * layout.bytes + at, small(lo, span));
+    return out;
+  }
+  if (type === "MXFP4") {
+    // an E8M0 exponent byte in 117..124 (scales 2^-11 .. 2^-4), then 16 random nibble bytes
+    const out = new Uint8Array((rows * cols * 17) / 32);
+    for (let b = 0; b < out.length / 17; b++) {
+      out[b * 17] = 117 + (byte() & 7);
+      for (let k = 1; k < 17; k++) out[b * 17 + k] = byte();
+    }
     return out;
   }
   if (type === "Q4_0") {

@@ -20,6 +20,7 @@ const BLOCK: Record<QuantType, { n: number; bytes: number }> = {
   Q3_K: { n: 256, bytes: 110 },
   IQ4_NL: { n: 32, bytes: 18 },
   IQ4_XS: { n: 256, bytes: 136 },
+  MXFP4: { n: 32, bytes: 17 },
 };
 
 /** Each layer is a real one (weights seeded by `real`, its ordinal among the real layers) or zero. */
