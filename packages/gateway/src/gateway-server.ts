@@ -6,7 +6,7 @@ import { serve } from "@hono/node-server";
 import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { GrammarChecker } from "@airm/grammar";
-import { registerVllmGauges } from "@airm/internal-api";
+import { registerVllmGauges, keepIdleConnections } from "@airm/internal-api";
 import { ConfigError } from "@airm/rm-core";
 import pino from "pino";
 import { createGatewayApp } from "./app.ts";
@@ -47,6 +47,7 @@ export interface RunningGateway {
 function listen(fetchFn: (r: Request) => Response | Promise<Response>, port: number, host: string): Promise<Server> {
   return new Promise((resolve, reject) => {
     const server = serve({ fetch: fetchFn, port, hostname: host }) as Server;
+    keepIdleConnections(server);
     server.once("listening", () => resolve(server));
     server.once("error", reject);
   });

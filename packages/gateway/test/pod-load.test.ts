@@ -81,6 +81,12 @@ async function until(what: string, f: () => Promise<boolean>): Promise<void> {
 }
 
 describe("the pod's vllm:* gauges on the gateway's port", () => {
+  it("keeps idle connections 65 s, past a caller's own idle timeout (no request sent on a connection the gateway is closing)", async () => {
+    const r = await fetch(`${gw.url}/metrics`);
+    await r.text();
+    expect(r.headers.get("keep-alive")).toBe("timeout=65");
+  });
+
   it("idle: zeros, and the KV geometry of the worker's 8 blocks of 16 positions", async () => {
     const g = await gauges();
     expect([g.waiting, g.running, g.kv]).toEqual([0, 0, 0]);

@@ -45,6 +45,17 @@ export const ROUTES = {
 
 export const NDJSON = "application/x-ndjson";
 
+/**
+ * Keeps a server's idle keep-alive connections open 65 s (Node's default is 5 s). The peers that
+ * call workers and the gateway (undici's fetch in the gateway, Envoy) close an idle connection
+ * themselves after a few seconds; a server that closes first races a request being sent on that
+ * connection, which then fails with ECONNRESET (seen once as a 502 from the gateway on the k8s rig).
+ */
+export function keepIdleConnections(server: { keepAliveTimeout: number; headersTimeout: number }): void {
+  server.keepAliveTimeout = 65_000;
+  server.headersTimeout = 66_000;
+}
+
 /** One NDJSON line of an event. */
 export function encodeEvent(ev: WorkerEvent): string {
   return `${JSON.stringify(ev)}\n`;

@@ -4,6 +4,7 @@
 // nothing about the routes' semantics.
 
 import { serve } from "@hono/node-server";
+import { keepIdleConnections } from "@airm/internal-api";
 import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { ConfigError, engineForBackend, RM_CORE_CONFIG, registry, selectTransport, transportName, type KVTransport, type WorkerRole } from "@airm/rm-core";
@@ -62,6 +63,7 @@ const ROLES: WorkerRole[] = ["prefill", "decode", "solo"];
 function listen(app: { fetch: (r: Request) => Response | Promise<Response> }, port: number, host: string): Promise<Server> {
   return new Promise((resolve, reject) => {
     const s = serve({ fetch: app.fetch, port, hostname: host }) as Server;
+    keepIdleConnections(s);
     s.once("listening", () => resolve(s));
     s.once("error", reject);
   });

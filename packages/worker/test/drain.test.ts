@@ -38,6 +38,9 @@ describe("a draining worker and kept-open connections", () => {
     const before = await health(agent);
     expect(before.status).toBe(200);
     expect(before.headers.connection).not.toBe("close");
+    // idle connections outlive the callers' own idle timeouts (a few seconds), so a caller never
+    // sends on a connection the worker is closing
+    expect(before.headers["keep-alive"]).toBe("timeout=65");
     const again = await health(agent);
     expect(again.socket).toBe(before.socket); // kept open and reused
 
