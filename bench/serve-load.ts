@@ -1,6 +1,7 @@
-// pnpm bench serve-load [--levels 1,4,8,16] [--max-tokens 64] [--llama-server auto|off|PATH] [--seed 1] [--up-args '...']
+// pnpm bench serve-load [--model NAME|FILE] [--levels 1,4,8,16] [--max-tokens 64] [--llama-server auto|off|PATH] [--seed 1] [--up-args '...']
 // Serving under concurrent load, as a user measures it: `airm up` with its defaults (only the
-// ports are free ones) on the pulled SmolLM2-135M-Instruct GGUF, driven by closed-loop clients
+// ports are free ones) on a GGUF (`--model`: a pulled model's name or a file; by default the model
+// `airm up` serves with no --model), driven by closed-loop clients
 // (streaming chat, 64 new tokens, greedy, prompts from a seeded generator, 3 x concurrency
 // requests per level). Per level: output tok/s, TTFT p50/p90, TPOT p50/p90, errors, token
 // mismatches against the same prompts run one at a time first (batch width 1), and the CPU time
@@ -16,13 +17,14 @@ import { flagOf, int, list, oneOf, text } from "../packages/rm-core/src/index.ts
 import { freePort } from "../packages/workload-runner/src/cluster-plan.ts";
 import { benchArgs, finalLine, sseEvents } from "./lib.ts";
 import { ensureLlamaServer } from "./serve-load/llama-server.ts";
-import { cachedSmolLM2 } from "./serve-load/model.ts";
+import { chooseDefaultModel, resolveModelArg } from "../packages/workload-runner/src/default-model.ts";
 import { airmPart, cpuByPart, cpuDelta, rssOfTree } from "./serve-load/cpu-time.ts";
 import { ensureVllm } from "./serve-load/vllm.ts";
 import { chatPrompts, type ChatPrompt } from "./serve-load/prompts.ts";
 import { modelId, startAirmUp, stopChild } from "./serve-load/airm-up.ts";
 
 const args = benchArgs("serve-load", "airm up's defaults under closed-loop concurrent streaming chat, against llama.cpp's llama-server on the same GGUF", {
+  model: flagOf(text({ label: "name|file" }), { default: "", doc: "the GGUF both servers run: a pulled model's name or a file (default: what `airm up` serves with no --model)" }),
   levels: flagOf(list(int({ min: 1, max: 64 }), /,/), { default: [1, 4, 8, 16], doc: "concurrency levels, comma-separated" }),
   maxTokens: flagOf(int({ min: 2, max: 256 }), { default: 64, doc: "new tokens per request" }),
   perLevel: flagOf(int({ min: 1 }), { default: 3, doc: "requests per level = this x concurrency" }),
@@ -160,15 +162,17 @@ function table(name: string, rows: LevelResult[]): void {
   }
 }
 
-const gguf = cachedSmolLM2();
-if (!gguf) {
-  console.error("serve-load needs the pulled model: pnpm exec airm model pull smollm2-135m-instruct");
+const chosen = args.model ? await resolveModelArg(args.model, process.env) : await chooseDefaultModel(process.env);
+const gguf = chosen.path;
+if (chosen.kind !== "real" || !gguf.endsWith(".gguf")) {
+  console.error(`serve-load runs a GGUF on both servers; got ${gguf}. Pull one (pnpm exec airm model pull qwen2.5-coder-0.5b-instruct) or pass --model FILE.gguf`);
   process.exit(2);
 }
+console.log(`model: ${gguf}`);
 const maxLevel = Math.max(...args.levels);
 const prompts = chatPrompts(args.seed, args.perLevel * maxLevel);
 
-const ours = await startAirmUp(args.upArgs.split(/\s+/).filter(Boolean));
+const ours = await startAirmUp(["--model", gguf, ...args.upArgs.split(/\s+/).filter(Boolean)]);
 const oursRows: LevelResult[] = [];
 let reference: Map<number, string>;
 let oursRssMiB = 0;
@@ -221,7 +225,7 @@ if ("skipped" in server) {
     await waitHealthy(url, child, 120, "llama-server");
     console.log(`llama-server ${server.version}: ready in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
     const cpu = () => cpuByPart(child.pid!, () => "llama-server");
-    for (const c of args.levels) llamaRows.push(await level(url, "smollm2", prompts.slice(0, args.perLevel * c), c, args.maxTokens, null, cpu));
+    for (const c of args.levels) llamaRows.push(await level(url, "bench-model", prompts.slice(0, args.perLevel * c), c, args.maxTokens, null, cpu));
   } finally {
     await stopChild(child);
   }
@@ -248,7 +252,7 @@ if ("skipped" in vllm) {
       "--model",
       vllm.modelDir,
       "--served-model-name",
-      "smollm2",
+      "bench-model",
       "--dtype",
       "bfloat16",
       "--max-model-len",
@@ -273,7 +277,7 @@ if ("skipped" in vllm) {
     vllmStartS = (performance.now() - t0) / 1000;
     console.log(`vLLM ${vllm.version}: ready in ${vllmStartS.toFixed(1)} s, ${(rssOfTree(child.pid!) / 2 ** 20).toFixed(0)} MiB resident`);
     const cpu = () => cpuByPart(child.pid!, () => "vllm");
-    for (const c of args.levels) vllmRows.push(await level(url, "smollm2", prompts.slice(0, args.perLevel * c), c, args.maxTokens, null, cpu));
+    for (const c of args.levels) vllmRows.push(await level(url, "bench-model", prompts.slice(0, args.perLevel * c), c, args.maxTokens, null, cpu));
     vllmRssMiB = rssOfTree(child.pid!) / 2 ** 20;
   } finally {
     await stopChild(child);
@@ -299,6 +303,7 @@ console.log(
 );
 finalLine({
   bench: "serve-load",
+  model: gguf,
   max_tokens: args.maxTokens,
   airm_up_start_s: ours.startS,
   ours: oursRows,

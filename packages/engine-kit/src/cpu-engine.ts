@@ -45,6 +45,7 @@ import type {
 import type { ArtifactCache } from "./artifact-cache.ts";
 import { LLAMA, samplingDefaults, type CpuCheckpoint, type CpuModel, type CpuWeightsMode, type CpuActivationsMode, type LlamaModule } from "./cpu-model.ts";
 import { planTensorDelta } from "./delta-plan.ts";
+import { CoreBoard, type CoreBoardSpec } from "./core-board.ts";
 import { DEFAULT_KV_SHARE, kvBudgetBlocks, type KvCacheMemory } from "./kv-budget.ts";
 import { loadWeights, type LoadedWeights } from "./load-weights.ts";
 import { type DecodeGraphShape, type DenseKV, type HostDecodeResult, denseLayerBytes, writeBlockColumn } from "./native/rbln-decode-graph.ts";
@@ -80,6 +81,10 @@ export interface CpuEngineSpec {
   activeVariant?: EngineVariant;
   chunkSize: number;
   threads: 1 | 2;
+  /** With threads 2: `when-idle` runs the second thread only while no other part on `coreBoard` has work (default always). */
+  secondThread?: "always" | "when-idle";
+  /** The host's core board (core-board.ts): where this engine says whether it has work. */
+  coreBoard?: CoreBoardSpec;
   /** How the CPU model holds weight matrices (AIRM_WEIGHTS; default auto). */
   weights?: CpuWeightsMode;
   /** The input width of the CPU model's Q4 kernels (AIRM_ACTIVATIONS; default the model's). */
@@ -202,6 +207,10 @@ export class CpuBackedEngine implements Engine {
   private readonly prefixes: PrefixCache;
   private readonly loop: PassLoop;
   private readonly streams = new Set<EngineStream>();
+  /** The host's core board (spec.coreBoard), else null. */
+  private readonly board: CoreBoard | null;
+  /** Passes that ran with the second kernel thread. */
+  private secondThreadPasses = 0;
   /** The stream of each decode step waiting in the loop (to preempt it there). */
   private readonly workStream = new WeakMap<DecodeWork, EngineStream>();
   private readonly freedListeners = new Set<() => void>();
@@ -256,8 +265,9 @@ export class CpuBackedEngine implements Engine {
     this.kvBudgetNote = this.sizePool();
     this.prefixes = new PrefixCache(spec.prefixCache ?? 0, this.cpu.kvPool.blockSize, this.cpu.kvPool);
     this.cpu.kvPool.onFreed = () => this.blocksFreed();
+    this.board = spec.coreBoard ? CoreBoard.open(spec.coreBoard) : null;
     this.loop = new PassLoop(
-      () => this.cpu,
+      () => this.modelForPass(),
       {
         batch: this.widestBatch(),
         maxTokens: spec.maxNumBatchedTokens ?? DEFAULT_MAX_NUM_BATCHED_TOKENS,
@@ -269,6 +279,29 @@ export class CpuBackedEngine implements Engine {
       () => this.decodingStreams(),
     );
     this.model = this.describe();
+  }
+
+  /**
+   * The model for the next pass: says on the core board that this engine has work and, with
+   * secondThread when-idle, lets the pass use the second kernel thread only while no other part
+   * on the board has work (same bits either way).
+   */
+  private modelForPass(): CpuModel {
+    let second = this.cpu.threads === 2;
+    if (this.board) {
+      this.board.publish(true);
+      if (second && this.spec.secondThread === "when-idle") {
+        second = !this.board.othersBusy();
+        this.cpu.useSecondThread(second);
+      }
+    }
+    if (second) this.secondThreadPasses++;
+    return this.cpu;
+  }
+
+  /** Tells the core board whether this engine still has work (streams or prompts). */
+  private publishWork(): void {
+    this.board?.publish(this.streams.size > 0 || this.loop.waitingPrompts > 0);
   }
 
   /** Loads the checkpoint at `modelPath` and the weights, then sizes the KV cache. */
@@ -638,6 +671,7 @@ export class CpuBackedEngine implements Engine {
       return { ...result, ...(run.kv ? { kv: run.kv } : {}), stream, computeMs: run.computeMs, cachedTokens: run.cachedTokens };
     } finally {
       if (!stream) cache.clear();
+      this.publishWork();
     }
   }
 
@@ -799,6 +833,7 @@ export class CpuBackedEngine implements Engine {
     stream.released = true;
     this.streams.delete(stream);
     stream.cache.clear();
+    this.publishWork();
   }
 
   // --- checks and sampling ----------------------------------------------------------------------
@@ -940,9 +975,9 @@ export class CpuBackedEngine implements Engine {
     };
   }
 
-  /** The pass loop's counters (passes, chunks, prompts, decode steps, passes that mixed both). */
-  passCounts(): PassLoop["counts"] {
-    return { ...this.loop.counts };
+  /** The pass loop's counters (passes, chunks, prompts, decode steps, passes that mixed both, passes on two kernel threads). */
+  passCounts(): PassLoop["counts"] & { secondThread: number } {
+    return { ...this.loop.counts, secondThread: this.secondThreadPasses };
   }
 
   /** Bytes of one block of the KV cache (every layer's K and V). */
@@ -964,6 +999,7 @@ export class CpuBackedEngine implements Engine {
     this.nativeGraphs.clear();
     this.cpu.close();
     this.ckpt.tensors.close();
+    this.board?.close();
     this.closed = true;
   }
 }

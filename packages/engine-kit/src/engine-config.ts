@@ -80,6 +80,16 @@ export const ENGINE_RUN_CONFIG = defineConfig("@airm/engine-kit", {
     default: 1,
     doc: "CPU threads of the reference backend per engine (the worker's --threads wins).",
   }),
+  secondThread: opt(oneOf(["always", "when-idle"] as const), {
+    env: "AIRM_SECOND_THREAD",
+    default: "always",
+    doc: "With 2 threads: always use the second one, or (when-idle) only while no other part on the core board (AIRM_CORE_BOARD) has work, so that one stream alone gets both cores and busy parts never run more threads than cores. Same tokens either way.",
+  }),
+  coreBoard: opt(text({ label: "FILE:SLOT" }), {
+    env: "AIRM_CORE_BOARD",
+    defaultText: "unset",
+    doc: "A file the parts of one host share (4 bytes per part, made by `airm up`) and this part's slot in it: the part says there whether it has work, and with AIRM_SECOND_THREAD=when-idle reads whether the others do.",
+  }),
   weights: opt(oneOf(["auto", "bf16", "q8_0", "q4_1"] as const), {
     env: "AIRM_WEIGHTS",
     default: "auto",

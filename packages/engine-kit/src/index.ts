@@ -26,6 +26,7 @@ export {
   type HostDecodeResult,
 } from "./native/rbln-decode-graph.ts";
 export { engineTokens, referenceTokens } from "./reference-run.ts";
+export { CoreBoard, parseCoreBoard, CORE_BOARD_SLOTS, type CoreBoardSpec } from "./core-board.ts";
 export { PrefixCache, type PrefixHit, type BlockHolder } from "./prefix-cache.ts";
 export { PassLoop, type PassPolicy, type DecodeWork, type PrefillWork } from "./pass-loop.ts";
 export { listFuriosaDevices, furiosaDeviceIdMap, type FuriosaSmiDevice } from "./native/furiosa-smi.ts";

@@ -3,6 +3,7 @@
 // compiled graphs are all there), sizes variants, threads, chunking and the artifact cache, and
 // says at start-up which path it runs on. Vendors plug in their names and native probe.
 
+import { parseCoreBoard } from "./core-board.ts";
 import { ConfigError, type ConfigSpec, type ConfigValues, type DeviceInfo, type EngineLoadOptions, type EngineVariant, type OptionMap } from "@airm/rm-core";
 import { ArtifactCache } from "./artifact-cache.ts";
 import { selectChip, type ChipSelection } from "./chip-selection.ts";
@@ -91,6 +92,8 @@ export async function loadVendorEngine<V extends OptionMap>(
     batch: options.batch,
     chunkSize: config.prefillChunk,
     threads,
+    secondThread: config.secondThread,
+    coreBoard: config.coreBoard === undefined ? undefined : parseCoreBoard(config.coreBoard),
     weights: config.weights,
     activations: config.activations,
     artifactCache: cacheOff ? null : new ArtifactCache(config.artifactCache),

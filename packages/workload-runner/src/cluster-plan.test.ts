@@ -1,7 +1,10 @@
 import { describe, expect, test } from "vitest";
 import { readFileSync } from "node:fs";
 import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { freePort, planCluster } from "./cluster-plan.ts";
+import { UP_COMMAND, upCluster } from "./up-command.ts";
 
 const flag = (argv: string[], name: string) => argv[argv.indexOf(name) + 1];
 
@@ -38,6 +41,36 @@ describe("planCluster: what the transport declares decides the parts", () => {
     const solo = await planCluster({ model: "/m", mode: "solo", gateway: false }, 1);
     expect(solo.parts.map((p) => p.name)).toEqual(["solo"]);
     expect(solo.transport).toBeNull();
+  });
+
+  test("a core board: every worker gets its own slot in one file, the gateway none; airm up's auto decode threads use it", async () => {
+    const plan = await planCluster(
+      {
+        model: "/m",
+        coreBoard: true,
+        decode: [
+          { threads: 2, secondThread: "when-idle" },
+          { threads: 2, secondThread: "when-idle" },
+        ],
+      },
+      77,
+    );
+    expect(plan.coreBoard).toEqual({ under: tmpdir(), prefix: "airm-cores-", path: join(tmpdir(), "airm-cores-77") });
+    const board = (name: string) => plan.parts.find((p) => p.name === name)!.env;
+    expect([board("prefill"), board("decode"), board("decode-2")].map((e) => e.AIRM_CORE_BOARD)).toEqual([0, 1, 2].map((i) => `${join(tmpdir(), "airm-cores-77")}:${i}`));
+    expect([board("prefill"), board("decode"), board("decode-2")].map((e) => e.AIRM_SECOND_THREAD)).toEqual([undefined, "when-idle", "when-idle"]);
+    expect(board("gateway").AIRM_CORE_BOARD).toBeUndefined();
+    expect((await planCluster({ model: "/m" }, 77)).coreBoard).toBeNull();
+    const up = (argv: string[]) => upCluster(UP_COMMAND.parse(argv).values, "/m");
+    expect(up(["--decode-threads", "auto"])).toMatchObject({
+      coreBoard: true,
+      decode: [
+        { threads: 2, secondThread: "when-idle" },
+        { threads: 2, secondThread: "when-idle" },
+      ],
+    });
+    expect(up(["--decode-threads", "2"])).toMatchObject({ coreBoard: false, decode: [{ threads: 2 }, { threads: 2 }] });
+    expect(up(["--decode-threads", "2"]).decode![0]!.secondThread).toBeUndefined();
   });
 
   test("a transport or backend that is not installed is refused with what is", async () => {

@@ -5,6 +5,8 @@
 
 import { readFileSync } from "node:fs";
 import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { transportNeeds, type TransportNeeds } from "@airm/rm-core";
 import type { PartSpec } from "./child-part.ts";
 import { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS } from "./defaults.ts";
@@ -20,6 +22,8 @@ export interface WorkerSpec {
   batch?: number;
   /** CPU threads of the reference backend (--threads, 1 or 2). */
   threads?: number;
+  /** With 2 threads: `when-idle` runs the second only while no other part on the cluster's core board has work (AIRM_SECOND_THREAD). */
+  secondThread?: "always" | "when-idle";
   /** Scheduling niceness of the process (default: the launcher's). */
   nice?: number;
   /** Another model than the cluster's (tests of mismatches). */
@@ -51,6 +55,11 @@ export interface ClusterShape {
   sidecarPort?: number;
   /** The longest request served (--max-model-len; default: the model's context). */
   maxModelLen?: number;
+  /**
+   * The workers say in one file (the core board, AIRM_CORE_BOARD) whether they have work, so that
+   * a worker with secondThread when-idle takes the second core only while the others are idle.
+   */
+  coreBoard?: boolean;
   host?: string;
   /** Extra variables for every part, for the gateway only, and for the transport's sidecar only. */
   env?: Record<string, string>;
@@ -63,6 +72,8 @@ export interface ClusterPlan {
   transport: TransportNeeds | null;
   /** The per-cluster folder the transport keeps its data in, and the variable naming it. */
   clusterDir: { env: string; path: string; under: string; prefix: string } | null;
+  /** The core board's file (removed when the cluster stops), else null. */
+  coreBoard: { path: string; under: string; prefix: string } | null;
   gatewayUrl: string | null;
   metricsUrl: string | null;
   /** Every port the plan binds, with what binds it (checked free before starting). */
@@ -114,6 +125,9 @@ export async function freePort(host = "127.0.0.1"): Promise<number> {
   });
 }
 
+/** The core board's file name in the temp folder, before the launcher's pid. */
+export const CORE_BOARD_PREFIX = "airm-cores-";
+
 const fill = (template: string, vars: Record<string, string>) => template.replace(/\{(host|port|addr)\}/g, (_, k: string) => vars[k]);
 
 /**
@@ -154,6 +168,8 @@ export async function planCluster(o: ClusterShape, launcherPid: number): Promise
       ports.push({ what: `${s.name} port`, port });
     }
   }
+  const coreBoard = o.coreBoard ? { under: tmpdir(), prefix: CORE_BOARD_PREFIX, path: join(tmpdir(), `${CORE_BOARD_PREFIX}${launcherPid}`) } : null;
+  let slot = 0;
   const workerUrls: Record<string, string[]> = { prefill: [], decode: [], solo: [] };
   const roles = mode === "pd" ? (["prefill", "decode"] as const) : (["solo"] as const);
   for (const role of roles) {
@@ -164,7 +180,17 @@ export async function planCluster(o: ClusterShape, launcherPid: number): Promise
       const localPrefill = role === "decode" && o.localPrefill === true;
       const argv = workerArgv({ role, backend: w.backend ?? DEFAULT_BACKENDS[role], host, port, maxModelLen: o.maxModelLen, batch: w.batch, threads: w.threads, localPrefill });
       const url = `http://${host}:${port}`;
-      parts.push({ name, argv, env: { MODEL: w.model ?? o.model, ...w.env }, url, ready: { http: "/health" }, drains: true, ...(w.nice === undefined ? {} : { nice: w.nice }) });
+      const cores: Record<string, string> = coreBoard ? { AIRM_CORE_BOARD: `${coreBoard.path}:${slot++}` } : {};
+      if (w.secondThread) cores.AIRM_SECOND_THREAD = w.secondThread;
+      parts.push({
+        name,
+        argv,
+        env: { MODEL: w.model ?? o.model, ...cores, ...w.env },
+        url,
+        ready: { http: "/health" },
+        drains: true,
+        ...(w.nice === undefined ? {} : { nice: w.nice }),
+      });
       ports.push({ what: `${name} port`, port });
       workerUrls[role].push(url);
     }
@@ -186,5 +212,5 @@ export async function planCluster(o: ClusterShape, launcherPid: number): Promise
     ports.push({ what: "--port", port });
   }
   for (const p of parts) p.env = { ...env, ...p.env };
-  return { parts, transport, clusterDir, gatewayUrl, metricsUrl, ports };
+  return { parts, transport, clusterDir, coreBoard, gatewayUrl, metricsUrl, ports };
 }

@@ -8,11 +8,12 @@ export const DEFAULT_PORTS = { gateway: 8000, prefill: 8101, decode: 8102, solo:
 /**
  * CPU threads per worker on the CPU reference backend (2 cores): prefill takes two (a burst of
  * prompts arrives while the decode workers are still idle, and time to first token is the
- * prefill's), each decode worker one (a second thread in one decode worker did not help; a second
- * worker did). Serve-load, 2 paired runs: c8 93-96 tok/s against 77-79 with one prefill thread.
- * See docs/decisions.md (serving under load).
+ * prefill's); each decode worker has two and uses the second only while no other worker of the
+ * cluster has work (`auto`: the core board). Serve-load on Qwen2.5-Coder-0.5B, c1 / c4 / c8 tok/s:
+ * auto 22.2 / 33.7 / 53.2 against 11.0 / 26.8 / 41.1 with one thread each; on the 1.5B c1 TPOT 103
+ * ms against 182. See docs/decisions.md (serving under load).
  */
-export const DEFAULT_THREADS = { prefill: 2, decode: 1 } as const;
+export const DEFAULT_THREADS = { prefill: 2, decode: "auto" } as const;
 /**
  * Niceness of decode workers in a local cluster: 10 lets a prefill take the CPU first when both
  * want it (prefill before decode, as SGLang schedules). Serve-load c8 on 2 cores: TTFT p50

@@ -173,6 +173,8 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
     for (const d of sweepStaleClusterDirs(dir.under, dir.prefix)) log(`airm up: removed ${d}, left by an earlier launcher that was killed`);
     mkdirSync(dir.path, { recursive: true });
   }
+  const board = plan.coreBoard;
+  if (board) sweepStaleClusterDirs(board.under, board.prefix);
   // every part stops by itself if this process dies without stopping it (e.g. SIGKILL)
   const baseEnv = { ...inherited, AIRM_PARENT_PID: String(process.pid) };
   const sup = new Supervisor({
@@ -185,6 +187,7 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
     probe: (p) => healthy(p, baseEnv, o.reach),
     afterStop: () => {
       if (dir && existsSync(dir.path)) rmSync(dir.path, { recursive: true, force: true });
+      if (board) rmSync(board.path, { force: true });
     },
   });
   const parts = sup.parts;

@@ -54,7 +54,10 @@ export const UP_COMMAND = defineCommand({
       doc: "widest decode batch: running requests step together (continuous batching) in compiled buckets 1, 4, 8, 16 up to this; 1 turns batching off",
     }),
     prefillThreads: flagOf(int({ min: 1, max: 2 }), { default: DEFAULT_THREADS.prefill, doc: "CPU threads of each prefill worker (CPU reference backend)" }),
-    decodeThreads: flagOf(int({ min: 1, max: 2 }), { default: DEFAULT_THREADS.decode, doc: "CPU threads of each decode worker (CPU reference backend)" }),
+    decodeThreads: flagOf(oneOf(["1", "2", "auto"] as const), {
+      default: DEFAULT_THREADS.decode,
+      doc: "CPU threads of each decode worker (CPU reference backend): 1, 2, or auto (two, the second used only while no other worker of the cluster has work: one stream alone gets both cores, busy workers one each)",
+    }),
     weights: flagOf(oneOf(["auto", "bf16", "q8_0", "q4_1"] as const), {
       default: "auto",
       doc: "how the CPU reference holds weight matrices (AIRM_WEIGHTS for every worker): auto keeps a GGUF's quantized blocks and runs integer kernels, float checkpoints as bf16; bf16 dequantises everything; q8_0 / q4_1 also quantize float matrices at load",
@@ -122,10 +125,16 @@ export type UpFlags = ReturnType<typeof UP_COMMAND.parse>["values"];
  */
 export function upCluster(f: UpFlags, model: string): ClusterOptions {
   // Replica i listens on the role's port + 2i (a free one each when the port is 0).
-  const replicas = (n: number, backend: string, port: number, extra: { batch?: number; threads: number; nice?: number }) =>
+  const replicas = (n: number, backend: string, port: number, extra: { batch?: number; threads: number; nice?: number; secondThread?: "when-idle" }) =>
     Array.from({ length: n }, (_, i) => ({ backend, port: port === 0 ? 0 : port + 2 * i, ...extra }));
   const prefill = replicas(f.prefillReplicas, f.prefillBackend, f.prefillPort, { threads: f.prefillThreads });
-  const decode = replicas(f.decodeReplicas, f.decodeBackend, f.decodePort, { batch: f.decodeBatch, threads: f.decodeThreads, nice: f.decodeNice });
+  const auto = f.decodeThreads === "auto";
+  const decode = replicas(f.decodeReplicas, f.decodeBackend, f.decodePort, {
+    batch: f.decodeBatch,
+    threads: auto ? 2 : Number(f.decodeThreads),
+    nice: f.decodeNice,
+    ...(auto ? { secondThread: "when-idle" as const } : {}),
+  });
   return {
     model,
     kvTransport: f.kvTransport,
@@ -135,6 +144,7 @@ export function upCluster(f: UpFlags, model: string): ClusterOptions {
     sidecarPort: f.sidecarPort,
     metricsPort: f.metricsPort,
     maxModelLen: f.maxModelLen,
+    coreBoard: auto,
     readyTimeoutMs: f.readyTimeout * 1000,
     onPartExit: f.maxRestarts === 0 ? "stop-all" : "restart",
     restart: { maxDeaths: f.maxRestarts + 1 },
@@ -185,7 +195,7 @@ export async function up(argv: string[]): Promise<number> {
   log(
     `airm up: ${f.prefillReplicas} prefill (${f.prefillBackend}, ${f.prefillThreads} thread${f.prefillThreads > 1 ? "s" : ""} each, ` +
       `${f.prefillBatchTokens > 0 ? `waiting prompts batched up to ${f.prefillBatchTokens} tokens` : "prompts one at a time"}) : ` +
-      `${f.decodeReplicas} decode (${f.decodeBackend}, ${f.decodeThreads} thread${f.decodeThreads > 1 ? "s" : ""} each, batch ${batchText}, nice ${f.decodeNice}); ` +
+      `${f.decodeReplicas} decode (${f.decodeBackend}, ${f.decodeThreads === "auto" ? "2 threads each, the second while the other workers are idle" : `${f.decodeThreads} thread${f.decodeThreads === "1" ? "" : "s"} each`}, batch ${batchText}, nice ${f.decodeNice}); ` +
       `weights ${f.weights}, activations ${f.activations}; KV over ${f.kvTransport} in blocks of ${f.blockSize} (budget ${f.kvCacheMemory} per worker); ` +
       `max_model_len ${f.maxModelLen ?? "the model's"}; generation config ${f.generationConfig}; gateway port ${f.port}`,
   );

@@ -1,7 +1,7 @@
 // `airm up` as a user runs it: a real child process that starts real workers and a gateway on
 // 127.0.0.1, serves a completion, and leaves nothing behind on SIGTERM.
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync, realpathSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, realpathSync, rmSync, statSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -82,7 +82,9 @@ describe("airm up", () => {
       expect(up.out()).toContain(`http://127.0.0.1:${port}`);
       expect(up.out()).toContain("curl -s");
       // The effective configuration, printed at start.
-      expect(up.err()).toMatch(/airm up: 1 prefill \(rngd-full, 2 threads each, prompts one at a time\) : 2 decode \(atom, 1 thread each, batch up to 16/);
+      expect(up.err()).toMatch(
+        /airm up: 1 prefill \(rngd-full, 2 threads each, prompts one at a time\) : 2 decode \(atom, 2 threads each, the second while the other workers are idle, batch up to 16/,
+      );
       const models = (await (await fetch(`http://127.0.0.1:${port}/v1/models`)).json()) as { data: { id: string }[] };
       const modelId = models.data[0].id;
       expect(up.out()).toContain(`"model": "${modelId}"`);
@@ -98,12 +100,16 @@ describe("airm up", () => {
       const kids = children(up.child.pid!).map(([pid]) => pid);
       expect(kids).toEqual(expect.arrayContaining(parts));
       const shm = `/dev/shm/airm-up-${up.child.pid}`;
+      // the core board the workers share (4 bytes per worker once each has written its slot)
+      const board = join(tmpdir(), `airm-cores-${up.child.pid}`);
+      expect(statSync(board).size).toBe(12);
       up.child.kill("SIGTERM");
       expect(await up.exit).toBe(0);
       for (const pid of parts) expect(alive(pid), `part ${pid} still running`).toBe(false);
       // other children (tsx's esbuild service) end when airm up's pipes close, a moment later
       await waitFor(() => kids.every((pid) => !alive(pid)), 10_000, "airm up's other child processes to exit");
       expect(existsSync(shm)).toBe(false);
+      expect(existsSync(board)).toBe(false);
     }));
 
   test("Ctrl-C while the parts start stops the ones started and removes the shm folder (exit 130)", () =>

@@ -222,6 +222,11 @@ export class KernelRuntime {
   private highWater = ALIGN; // below this, memory may hold old data
   private readonly freeBlocks: { ptr: number; bytes: number }[] = [];
   private worker: Worker | undefined;
+  /**
+   * With two threads: whether split work goes to the second one (true) or the calling thread
+   * runs it all (the same bits either way: each output comes from one kernel call).
+   */
+  secondThread = true;
   private readonly ctrl: Int32Array;
   private seq = 0;
   /** This thread's spin budget while it waits for the other one's chunk (see adaptiveWait). */
@@ -443,7 +448,7 @@ export class KernelRuntime {
   private run(kind: number, w: number, x: number, y: number, T: number, cols: number, rows: number, r0: number, r1: number): void {
     const fn = this.matmuls[kind]!;
     const n = r1 - r0;
-    if (this.worker === undefined || n * T < SPLIT_MIN_OUTPUTS || n < 8) {
+    if (this.worker === undefined || !this.secondThread || n * T < SPLIT_MIN_OUTPUTS || n < 8) {
       fn(w, x, y, T, cols, rows, r0, r1, this.accScratch[0]);
       return;
     }
@@ -577,7 +582,7 @@ export class KernelRuntime {
   attentionTiles(desc: number, count: number, bs: number, D: number, scale: number, ps: number, lo: number, scratch: readonly [number, number]): void {
     const scaleBits = new Int32Array(new Float32Array([scale]).buffer)[0];
     const fn = this.k.attention_tiles as unknown as KernelExports["matmul"];
-    if (this.worker === undefined || count < 2) {
+    if (this.worker === undefined || !this.secondThread || count < 2) {
       fn(desc, bs, D, scaleBits, ps, lo, 0, count, scratch[0]);
       return;
     }

@@ -894,6 +894,15 @@ export class LlamaModel {
   }
 
   /** Stops the kernel thread; the model must not be used afterwards. */
+  /**
+   * With threads 2: whether the next passes split their matmuls and attention tiles with the
+   * second kernel thread (default true) or run them all on the calling thread. Bits are the same
+   * either way; a caller that shares the cores with other busy processes turns it off.
+   */
+  useSecondThread(on: boolean): void {
+    this.rt.secondThread = on;
+  }
+
   close(): void {
     this.closed = true;
     this.rt.close();
