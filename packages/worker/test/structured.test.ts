@@ -141,10 +141,27 @@ describe("structured outputs in the worker", () => {
     const b = await soloRun("solo-mix-b", { prompt: "mixed batch b" }, sampling, undefined, 60);
     const before = (await decode.rt.metrics.decodeBatch.get()).values.find((v) => v.metricName?.endsWith("_sum"))?.value ?? 0;
     const steps = (await decode.rt.metrics.decodeBatch.get()).values.find((v) => v.metricName?.endsWith("_count"))?.value ?? 0;
-    const [ga, gb] = await Promise.all([
-      pdRun("pd-mix-a", { prompt: "mixed batch a" }, sampling, json(schema), 60),
-      pdRun("pd-mix-b", { prompt: "mixed batch b" }, sampling, undefined, 60),
-    ]);
+    // Both prompts prefill first and their KV waits in the transport; then both decodes start
+    // together, so they share steps however slow the machine is.
+    const requests = [
+      { requestId: "pd-mix-a", input: { prompt: "mixed batch a" }, constraint: json(schema) },
+      { requestId: "pd-mix-b", input: { prompt: "mixed batch b" }, constraint: undefined },
+    ];
+    const firsts: { token: number; text: string }[] = [];
+    for (const r of requests) {
+      const pre = await prefill.post("/internal/prefill", { ...r, maxTokens: 60, sampling });
+      expect(pre.status).toBe(200);
+      firsts.push(((await pre.json()) as { first: { token: number; text: string } }).first);
+    }
+    const [ga, gb] = await Promise.all(
+      requests.map(async (r, i) =>
+        collect(
+          firsts[i]!.token,
+          firsts[i]!.text,
+          await events(await decode.post("/internal/decode", { requestId: r.requestId, maxTokens: 60, sampling, constraint: r.constraint })),
+        ),
+      ),
+    );
     expect(ga.tokens).toEqual(a.tokens);
     expect(gb.tokens).toEqual(b.tokens);
     // They shared steps: with at most two streams, each step that held both adds one to the
