@@ -42,7 +42,9 @@ describe.each(pulled)("$name through airm up's PD path and solo", ({ name, chat,
     if (!path) return;
     const up = (adjust?: Parameters<typeof startUpCluster>[1]["adjust"]) =>
       startUpCluster(["--model", name, "--max-model-len", "1024"], { env: process.env, adjust }).then((r) => r.cluster);
-    [pd, solo] = await Promise.all([up(), up((c) => ({ ...c, mode: "solo", prefill: undefined, decode: undefined, solo: [{ port: 0 }], coreBoard: false }))]);
+    // one after the other: four workers loading at once on a busy 2-core machine is the slow way
+    pd = await up();
+    solo = await up((c) => ({ ...c, mode: "solo", prefill: undefined, decode: undefined, solo: [{ port: 0 }], coreBoard: false }));
     id = ((await (await fetch(`${pd.url}/v1/models`)).json()) as { data: { id: string }[] }).data[0]!.id;
   }, 600_000);
   afterAll(async () => {
