@@ -11,7 +11,7 @@ export const DEFAULT_PORTS = { gateway: 8000, prefill: 8101, decode: 8102, solo:
  * prefill's); each decode worker has two and uses the second only while no other worker of the
  * cluster has work (`auto`: the core board). Serve-load on Qwen2.5-Coder-0.5B, c1 / c4 / c8 tok/s:
  * auto 22.2 / 33.7 / 53.2 against 11.0 / 26.8 / 41.1 with one thread each; on the 1.5B c1 TPOT 103
- * ms against 182. See docs/decisions.md (serving under load).
+ * ms against 182, c4 ~9% lower, c8 the same. See docs/decisions.md (serving under load).
  */
 export const DEFAULT_THREADS = { prefill: 2, decode: "auto" } as const;
 /**
