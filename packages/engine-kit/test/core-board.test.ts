@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isAirmError } from "@airm/rm-core";
 import { makeTinyModel } from "@airm/llama";
 import { CoreBoard, CpuBackedEngine, parseCoreBoard, type CpuEngineSpec } from "../src/index.ts";
+import { testEngineSpec } from "./engine-spec.ts";
 
 const root = mkdtempSync(join(tmpdir(), "airm-cores-test-"));
 const modelDir = join(root, "model");
@@ -19,20 +20,7 @@ beforeAll(() => {
 });
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
-function spec(over: Partial<CpuEngineSpec> = {}): CpuEngineSpec {
-  return {
-    name: "test",
-    backend: "test",
-    prefillMode: "whole",
-    residence: "device",
-    device: { vendor: "cpu", path: "cpu-reference", device: null, detail: "test" },
-    chunkSize: 5,
-    threads: 2,
-    artifactCache: null,
-    maxModelLen: 64,
-    ...over,
-  };
-}
+const spec = (over: Partial<CpuEngineSpec> = {}): CpuEngineSpec => testEngineSpec({ threads: 2, maxModelLen: 64, ...over });
 
 /** Greedy tokens of PROMPT and 6 decode steps, and how many of the passes used the second thread. */
 async function run(engine: CpuBackedEngine): Promise<{ tokens: number[]; secondThread: number; passes: number }> {

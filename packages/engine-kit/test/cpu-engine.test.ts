@@ -10,6 +10,7 @@ import { LlamaModel, loadCheckpoint, makeTinyModel, sample, tokenLogprobs } from
 import { ArtifactCache, CpuBackedEngine, engineTokens, type CpuEngineSpec } from "../src/index.ts";
 import type { Engine, KVStream, PrefillResult } from "@airm/rm-core";
 import { bf16, editCheckpoint } from "./checkpoint-edit.ts";
+import { testEngineSpec } from "./engine-spec.ts";
 
 const root = mkdtempSync(join(tmpdir(), "airm-engine-"));
 const modelDir = join(root, "model");
@@ -35,23 +36,16 @@ async function solo(dir: string, tokens: number[], steps: number, weights?: "q8_
 }
 
 function spec(over: Partial<CpuEngineSpec> = {}): CpuEngineSpec {
-  return {
-    name: "test",
-    backend: "test",
-    prefillMode: "whole",
-    residence: "device",
-    device: { vendor: "cpu", path: "cpu-reference", device: null, detail: "test" },
+  return testEngineSpec({
     variants: [
       { batch: 1, seqLen: S },
       { batch: 4, seqLen: S },
       { batch: 4, seqLen: 2 * S },
     ],
     activeVariant: { batch: 4, seqLen: S },
-    chunkSize: 5,
-    threads: 1,
     artifactCache: new ArtifactCache(join(root, "artifacts")),
     ...over,
-  };
+  });
 }
 
 const generate = (engine: Engine, tokens: number[], steps: number) => engineTokens(engine, tokens, steps);

@@ -8,7 +8,8 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isAirmError, type DecodeResult, type Engine, type EngineVariant, type KVReservation, type KVStream } from "@airm/rm-core";
 import { LlamaModel, loadCheckpoint, makeTinyModel, sample } from "@airm/llama";
-import { CpuBackedEngine, type CpuEngineSpec, type DenseKV } from "../src/index.ts";
+import { CpuBackedEngine, type DenseKV } from "../src/index.ts";
+import { testEngineSpec } from "./engine-spec.ts";
 
 const root = mkdtempSync(join(tmpdir(), "airm-paged-"));
 const modelDir = join(root, "model");
@@ -32,19 +33,7 @@ async function solo(tokens: number[], steps: number): Promise<number[]> {
   }
 }
 
-function spec(over: Partial<CpuEngineSpec> = {}): CpuEngineSpec {
-  return {
-    name: "test",
-    backend: "test",
-    prefillMode: "whole",
-    residence: "device",
-    device: { vendor: "cpu", path: "cpu-reference", device: null, detail: "test" },
-    chunkSize: 5,
-    threads: 1,
-    artifactCache: null,
-    ...over,
-  };
-}
+const spec = testEngineSpec;
 
 /** Blocks of `blockSize` positions each holding (K and V, every layer) of the tiny model. */
 async function blockBytes(blockSize: number): Promise<number> {

@@ -51,10 +51,11 @@ describe.each(pulled)("$name through airm up's PD path and solo", ({ name, chat,
     await Promise.all([pd?.stop(), solo?.stop()]);
   });
 
-  it.skipIf(!path || !chat)("answers the README's question right, and PD equals solo greedy and seeded", async () => {
+  /** The request greedy and seeded through PD and solo: 200, the same text, and Paris in the greedy one. */
+  async function pdEqualsSolo(route: "chat" | "completions", request: Record<string, unknown>): Promise<void> {
     for (const sampling of [{ temperature: 0 }, SEEDED]) {
-      const body = { model: id, messages: QUESTION, ...sampling };
-      const [a, b] = [await ask(pd.url, "chat", body), await ask(solo.url, "chat", body)];
+      const body = { model: id, ...request, ...sampling };
+      const [a, b] = [await ask(pd.url, route, body), await ask(solo.url, route, body)];
       expect(a.status, JSON.stringify(a.error)).toBe(200);
       expect(a.text).toBe(b.text);
       if (sampling.temperature === 0) {
@@ -62,21 +63,16 @@ describe.each(pulled)("$name through airm up's PD path and solo", ({ name, chat,
         expect(a.text).toMatch(/Paris/);
       }
     }
+  }
+
+  it.skipIf(!path || !chat)("answers the README's question right, and PD equals solo greedy and seeded", async () => {
+    await pdEqualsSolo("chat", { messages: QUESTION });
   });
 
   it.skipIf(!path || chat)("refuses chat naming the missing template; a completion continues the text, PD equal to solo", async () => {
     const refused = await ask(pd.url, "chat", { model: id, messages: QUESTION });
     expect(refused.status).toBe(400);
     expect(refused.error?.message).toMatch(/chat template/);
-    for (const sampling of [{ temperature: 0 }, SEEDED]) {
-      const body = { model: id, prompt: "The Eiffel Tower is in the city of", ...sampling };
-      const [a, b] = [await ask(pd.url, "completions", body), await ask(solo.url, "completions", body)];
-      expect(a.status, JSON.stringify(a.error)).toBe(200);
-      expect(a.text).toBe(b.text);
-      if (sampling.temperature === 0) {
-        console.log(`${name}, greedy: ${JSON.stringify(a.text)}`);
-        expect(a.text).toMatch(/Paris/);
-      }
-    }
+    await pdEqualsSolo("completions", { prompt: "The Eiffel Tower is in the city of" });
   });
 });
