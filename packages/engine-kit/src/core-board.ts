@@ -5,7 +5,7 @@
 // busy together never put more kernel threads than cores to work. A read or write is one
 // positioned system call of a few bytes (microseconds, against passes of milliseconds).
 
-import { closeSync, openSync, readSync, writeFileSync, writeSync } from "node:fs";
+import { closeSync, constants, openSync, readSync, writeSync } from "node:fs";
 import { ConfigError } from "@airm/rm-core";
 
 /** Most parts one board holds. */
@@ -44,12 +44,8 @@ export class CoreBoard {
   static open(spec: CoreBoardSpec): CoreBoard {
     let fd: number;
     try {
-      try {
-        writeFileSync(spec.path, "", { flag: "wx" });
-      } catch (e) {
-        if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
-      }
-      fd = openSync(spec.path, "r+");
+      // read-write, made if missing, not O_APPEND (positioned writes must land at the slot)
+      fd = openSync(spec.path, constants.O_RDWR | constants.O_CREAT, 0o644);
     } catch (e) {
       throw new ConfigError("coreBoard", `cannot open the core board ${spec.path}: ${(e as Error).message}`);
     }
