@@ -72,6 +72,36 @@ export function dequantToBf16(type: DequantType, src: Uint8Array, count: number,
   }
 }
 
+const kScale = new Uint8Array(8);
+const kMin = new Uint8Array(8);
+
+/** The 8 6-bit scales and mins of the Q4_K super-block at `o` (Q5_K's are packed the same way). */
+export function q4KScales(src: Uint8Array, o: number, sc: Uint8Array, m: Uint8Array): void {
+  const S = o + 4;
+  for (let j = 0; j < 8; j++) {
+    sc[j] = j < 4 ? src[S + j]! & 63 : (src[S + j + 4]! & 0xf) | ((src[S + j - 4]! >> 6) << 4);
+    m[j] = j < 4 ? src[S + j + 4]! & 63 : (src[S + j + 4]! >> 4) | ((src[S + j]! >> 6) << 4);
+  }
+}
+
+/** The 16 int8 scales (one per 16 columns) of the Q6_K (scale) or Q3_K (6-bit scale - 32) super-block at `o`. */
+export function k16Scales(type: "Q6_K" | "Q3_K", src: Uint8Array, o: number, out: Int8Array): void {
+  for (let k = 0; k < 16; k++) {
+    if (type === "Q6_K") out[k] = src[o + 192 + k]!;
+    else {
+      const low = k < 8 ? src[o + 96 + (k & 7)]! & 0xf : src[o + 96 + (k & 7)]! >> 4;
+      const high = (src[o + 104 + (k & 3)]! >> (2 * (k >> 2))) & 3;
+      out[k] = (low | (high << 4)) - 32;
+    }
+  }
+}
+
+/** The f16 super-block scale d of a Q4_K, Q6_K or Q3_K block at `o`, as f32. */
+export function kSuperScale(type: "Q4_K" | "Q6_K" | "Q3_K", src: Uint8Array, o: number): number {
+  const at = type === "Q4_K" ? o : type === "Q6_K" ? o + 208 : o + 108;
+  return f16Table[src[at]! | (src[at + 1]! << 8)]!;
+}
+
 /**
  * One Q4_K super-block (144 bytes at `o`: f16 d, f16 dmin, 12 bytes of 6-bit (scale, min) pairs,
  * 128 nibble bytes, each 64 columns taking 32 bytes: low nibbles the first 32, high the next 32),
@@ -81,12 +111,10 @@ export function dequantToBf16(type: DequantType, src: Uint8Array, count: number,
 export function decodeQ4K(src: Uint8Array, o: number, q: Uint8Array, d1: Float32Array, m1: Float32Array): void {
   const d = f16Table[src[o]! | (src[o + 1]! << 8)]!;
   const dmin = f16Table[src[o + 2]! | (src[o + 3]! << 8)]!;
-  const S = o + 4;
+  q4KScales(src, o, kScale, kMin);
   for (let j = 0; j < 8; j++) {
-    const sc = j < 4 ? src[S + j]! & 63 : (src[S + j + 4]! & 0xf) | ((src[S + j - 4]! >> 6) << 4);
-    const m = j < 4 ? src[S + j + 4]! & 63 : (src[S + j + 4]! >> 4) | ((src[S + j]! >> 6) << 4);
-    d1[j] = fround(d * sc);
-    m1[j] = fround(dmin * m);
+    d1[j] = fround(d * kScale[j]!);
+    m1[j] = fround(dmin * kMin[j]!);
     const at = o + 16 + 32 * (j >> 1);
     for (let l = 0; l < 32; l++) q[32 * j + l] = j % 2 === 0 ? src[at + l]! & 0xf : src[at + l]! >> 4;
   }

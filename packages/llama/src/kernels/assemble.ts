@@ -46,7 +46,8 @@ export interface AssembledKernels {
 /**
  * The WAT with `weightMemories` more imported memories (`env.weights1` ...) and, for each, a copy of
  * the matmul kernels and stream_read (every function that takes a weight matrix `$w`, except
- * rmsnorm, whose weights stay in the main memory) whose weight loads read that memory: exported
+ * rmsnorm, whose weights stay in the main memory) whose weight loads (through `$w` or a local
+ * named `$w_...`) read that memory: exported
  * as `matmul_q4_w1`, `stream_read_w1` and so on. The copies differ from the originals only in the memory index of the
  * loads through `$w`, so they do the same arithmetic in the same order (same bits).
  */
@@ -69,9 +70,10 @@ export function withWeightMemories(text: string, weightMemories: number): string
       for (const n of names) c = c.replaceAll(`(func ${n} `, `(func ${n}.w${m} `).replaceAll(`(call ${n} `, `(call ${n}.w${m} `);
       const loads = c.match(/\.load/g)?.length ?? 0;
       let moved = 0;
-      c = c.replace(/\((\w+\.load\w*)((?: offset=\d+)?(?: align=\d+)?) \(local\.get \$w\)\)/g, (_all, op: string, memarg: string) => {
+      // Weight pointers are $w and locals named $w_... (a second pointer into the same image).
+      c = c.replace(/\((\w+\.load\w*)((?: offset=\d+)?(?: align=\d+)?) \(local\.get (\$w(?:_\w+)?)\)\)/g, (_all, op: string, memarg: string, ptr: string) => {
         moved++;
-        return `(${op} $weights${m}${memarg} (local.get $w))`;
+        return `(${op} $weights${m}${memarg} (local.get ${ptr}))`;
       });
       const direct = c.match(/\.load\w*(?: \$\w+)?(?: offset=\d+)?(?: align=\d+)? \(local\.get \$\w+\)\)/g)?.length ?? 0;
       // Every load must be a direct one (through a local), so none can read the weights through another expression.

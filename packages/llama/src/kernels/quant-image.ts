@@ -4,7 +4,7 @@
 // columns), and the quantizers that make Q8_0 / Q4_1 blocks from bf16 rows (for
 // `weights: "q8_0" | "q4_1"`). Knows the block layouts; the model decides which matrix gets which.
 import { F16_TO_F32 as f16Table } from "../checkpoint/bf16-convert.ts";
-import { decodeIQ4NL, decodeIQ4XS, decodeMXFP4, decodeQ3K, decodeQ4K, decodeQ5, decodeQ5K, decodeQ6K } from "../checkpoint/gguf-dequant.ts";
+import { decodeIQ4NL, decodeIQ4XS, decodeMXFP4, decodeQ3K, decodeQ4K, decodeQ5, decodeQ5K, decodeQ6K, k16Scales, kSuperScale, q4KScales } from "../checkpoint/gguf-dequant.ts";
 import { ModelLoadError } from "../checkpoint/model-load-error.ts";
 
 /** Kernel ids of the weight formats (0 is the bf16 image of weight-image.ts). */
@@ -16,15 +16,18 @@ export type QuantKind = Exclude<WeightKind, "bf16">;
  * Bytes per block of 32 columns of a 4-row group. q8: 4 x 32 int8 + 4 f32 d; q4: 4 x 16 nibble
  * bytes + 4 f16 d + 4 f16 m; q4k: 4 x 16 nibble bytes + 4 f32 d + 4 f32 m; q6k: 4 x 32 int8
  * (q - 32) + 4 f32 d for columns 0-15 + 4 f32 d for columns 16-31. The kinds over 8-bit
- * activations hold the same blocks with the integers in another order: q4a8 / q4ka8 (as q4 / q4k)
- * the nibble byte of columns c and c + 16 (c < 16) of row j at byte 16 (c >> 2) + 4 j + (c & 3);
- * q6ka8 (as q6k) Q6_K's unsigned q (0..63, not q - 32) of column c at 16 (c >> 2) + 4 j + (c & 3).
+ * activations hold the same blocks with the integers in another order: q4a8 (as q4) the nibble
+ * byte of columns c and c + 16 (c < 16) of row j at byte 16 (c >> 2) + 4 j + (c & 3). q4ka8 and
+ * q6ka8 keep the K-quants' integer scales (wat/kernels.wat has the layouts): q4ka8 608 bytes per
+ * 256 columns of a 4-row group (f32 d and -dmin, u8 scale and min per 32 columns, the nibbles as
+ * q4a8's), q6ka8 848 (f32 d, int8 scale per 16 columns, Q6_K's unsigned q 0..63 as a nibble plane
+ * and a 2-bit plane); per block of 32 that is 76 and 106 bytes.
  * q5a8 (8-bit activations only) the 5-bit q (0..31) of column c at 16 (c >> 2) + 4 j + (c & 3) as
  * in q6ka8, then 4 f32 d and 4 f32 m as in q4ka8 (w = d q + m).
  * Other GGUF types ride on these exactly: IQ4_NL / IQ4_XS / MXFP4 as q8 (their int8 levels, d
  * per 32 columns; MXFP4's d is a power of two), Q3_K as q6k / q6ka8 (q in -4..3 is q6's q - 32 range), Q5_0 as q5a8 with m = -16 d.
  */
-export const GROUP_BLOCK_BYTES = { q8: 144, q4: 80, q4k: 96, q6k: 160, q4a8: 80, q4ka8: 96, q6ka8: 160, q5a8: 160 } as const;
+export const GROUP_BLOCK_BYTES = { q8: 144, q4: 80, q4k: 96, q6k: 160, q4a8: 80, q4ka8: 76, q6ka8: 106, q5a8: 160 } as const;
 
 /** GGUF block types each quantized kind holds. */
 export const STORED_TYPES = {
@@ -160,7 +163,11 @@ export function packStoredRows(
     packLevelRows(type, raw, u8, base, row0, rows, cols, file, tensor);
     return;
   }
-  if (kind === "q4k" || kind === "q6k" || kind === "q4ka8" || kind === "q6ka8") {
+  if (kind === "q4ka8" || kind === "q6ka8") {
+    packCompactKRows(kind, type as "Q4_K" | "Q6_K" | "Q3_K", raw, u8, base, row0, rows, cols, file, tensor);
+    return;
+  }
+  if (kind === "q4k" || kind === "q6k") {
     packKRows(kind, type as "Q4_K" | "Q6_K" | "Q3_K", raw, u8, base, row0, rows, cols, file, tensor);
     return;
   }
@@ -224,12 +231,12 @@ function getF32(u8: Uint8Array, at: number): number {
 }
 
 /**
- * K-quant rows into the q4k / q6k (q4ka8 / q6ka8) images, through the block decoders of
+ * K-quant rows into the q4k / q6k images (16-bit activations), through the block decoders of
  * gguf-dequant.ts: Q4_K is kept per 32 columns as q, d1 = d sc and -m1 = -(dmin m) in f32; Q6_K as
- * q - 32 (int8; q6ka8: q itself, 0..63) and d sc per 16 columns in f32 (all exact).
+ * q - 32 (int8) and d sc per 16 columns in f32 (all exact).
  */
 function packKRows(
-  kind: "q4k" | "q6k" | "q4ka8" | "q6ka8",
+  kind: "q4k" | "q6k",
   type: "Q4_K" | "Q6_K" | "Q3_K",
   raw: Uint8Array,
   u8: Uint8Array,
@@ -243,8 +250,7 @@ function packKRows(
   const nb = cols / 32;
   const nsb = cols / 256;
   const gb = GROUP_BLOCK_BYTES[kind];
-  const q4kind = kind === "q4k" || kind === "q4ka8";
-  const a8 = kind === "q4ka8" || kind === "q6ka8";
+  const q4kind = kind === "q4k";
   const sbBytes = STORED_BLOCK[type]!.bytes;
   const q4 = new Uint8Array(256);
   const q6 = new Int8Array(256);
@@ -262,7 +268,7 @@ function packKRows(
         decodeQ4K(raw, o, q4, sc, mn);
         for (let k = 0; k < 8; k++) {
           const d0 = groupBase + (s * 8 + k) * gb;
-          for (let b = 0; b < 16; b++) u8[a8 ? d0 + 16 * (b >> 2) + 4 * j + (b & 3) : d0 + 16 * j + b] = q4[32 * k + b]! | (q4[32 * k + 16 + b]! << 4);
+          for (let b = 0; b < 16; b++) u8[d0 + 16 * j + b] = q4[32 * k + b]! | (q4[32 * k + 16 + b]! << 4);
           putF32(u8, d0 + 64 + 4 * j, sc[k]!);
           putF32(u8, d0 + 80 + 4 * j, -mn[k]!);
         }
@@ -277,10 +283,122 @@ function packKRows(
       }
       for (let k = 0; k < 8; k++) {
         const d0 = groupBase + (s * 8 + k) * gb;
-        if (a8) for (let c = 0; c < 32; c++) u8[d0 + 16 * (c >> 2) + 4 * j + (c & 3)] = q6[32 * k + c]! + 32;
-        else u8.set(new Uint8Array(q6.buffer, 32 * k, 32), d0 + 32 * j);
+        u8.set(new Uint8Array(q6.buffer, 32 * k, 32), d0 + 32 * j);
         putF32(u8, d0 + 128 + 4 * j, sc[2 * k]!);
         putF32(u8, d0 + 144 + 4 * j, sc[2 * k + 1]!);
+      }
+    }
+  }
+}
+
+/** Byte offsets in the q4ka8 / q6ka8 images: the 256-column super-block s of the group of row r. */
+const COMPACT_SB = { q4ka8: 608, q6ka8: 848 } as const;
+function compactSuperBlock(kind: "q4ka8" | "q6ka8", base: number, r: number, cols: number, s: number): number {
+  return base + (r >> 2) * (cols / 256) * COMPACT_SB[kind] + s * COMPACT_SB[kind];
+}
+
+/**
+ * K-quant rows into the q4ka8 / q6ka8 images, which keep the file's integer scales next to an f32
+ * super-block d (and -dmin): Q4_K's 6-bit scale and min per 32 columns, Q6_K's int8 scale (Q3_K's
+ * 6-bit scale - 32) per 16 columns, and q as nibbles (Q6_K / Q3_K: q + 32, a nibble plus 2 bits).
+ */
+function packCompactKRows(
+  kind: "q4ka8" | "q6ka8",
+  type: "Q4_K" | "Q6_K" | "Q3_K",
+  raw: Uint8Array,
+  u8: Uint8Array,
+  base: number,
+  row0: number,
+  rows: number,
+  cols: number,
+  file: string,
+  tensor: string,
+): void {
+  const nsb = cols / 256;
+  const sbBytes = STORED_BLOCK[type]!.bytes;
+  const q4 = new Uint8Array(256);
+  const q6 = new Int8Array(256);
+  const f1 = new Float32Array(16);
+  const f2 = new Float32Array(8);
+  const sc = new Uint8Array(8);
+  const mn = new Uint8Array(8);
+  const sc16 = new Int8Array(16);
+  for (let i = 0; i < rows; i++) {
+    const r = row0 + i;
+    const j = r & 3;
+    for (let s = 0; s < nsb; s++) {
+      const o = (i * nsb + s) * sbBytes;
+      const sb = compactSuperBlock(kind, base, r, cols, s);
+      if (kind === "q4ka8") {
+        checkScale(raw[o]! | (raw[o + 1]! << 8), file, tensor);
+        checkScale(raw[o + 2]! | (raw[o + 3]! << 8), file, tensor);
+        decodeQ4K(raw, o, q4, f1, f2);
+        q4KScales(raw, o, sc, mn);
+        putF32(u8, sb + 4 * j, kSuperScale("Q4_K", raw, o));
+        putF32(u8, sb + 16 + 4 * j, -f16Table[raw[o + 2]! | (raw[o + 3]! << 8)]!);
+        for (let k = 0; k < 8; k++) {
+          u8[sb + 32 + 8 * k + j] = sc[k]!;
+          u8[sb + 36 + 8 * k + j] = mn[k]!;
+          const bb = sb + 96 + 64 * k;
+          for (let b = 0; b < 16; b++) u8[bb + 16 * (b >> 2) + 4 * j + (b & 3)] = q4[32 * k + b]! | (q4[32 * k + 16 + b]! << 4);
+        }
+        continue;
+      }
+      const t6 = type as "Q6_K" | "Q3_K";
+      checkScale(t6 === "Q3_K" ? raw[o + 108]! | (raw[o + 109]! << 8) : raw[o + 208]! | (raw[o + 209]! << 8), file, tensor);
+      if (t6 === "Q3_K") decodeQ3K(raw, o, q6, f1);
+      else decodeQ6K(raw, o, q6, f1);
+      k16Scales(t6, raw, o, sc16);
+      putF32(u8, sb + 4 * j, kSuperScale(t6, raw, o));
+      for (let k = 0; k < 8; k++) {
+        u8[sb + 16 + 8 * k + j] = sc16[2 * k]! & 0xff;
+        u8[sb + 20 + 8 * k + j] = sc16[2 * k + 1]! & 0xff;
+        const bb = sb + 80 + 96 * k;
+        for (let c = 0; c < 16; c++) {
+          const lo = q6[32 * k + c]! + 32;
+          const hi = q6[32 * k + 16 + c]! + 32;
+          const at = 4 * j + (c & 3);
+          const shift = 2 * (c >> 2);
+          u8[bb + 16 * (c >> 2) + at] = (lo & 15) | ((hi & 15) << 4);
+          u8[bb + 64 + at] = (shift === 0 ? 0 : u8[bb + 64 + at]!) | ((lo >> 4) << shift);
+          u8[bb + 80 + at] = (shift === 0 ? 0 : u8[bb + 80 + at]!) | ((hi >> 4) << shift);
+        }
+      }
+    }
+  }
+}
+
+/** Row r of a q4ka8 / q6ka8 image as f32 values (dequantImageRow's compact case). */
+function dequantCompactRow(kind: "q4ka8" | "q6ka8", u8: Uint8Array, base: number, r: number, cols: number, out: Float32Array, outOff: number): void {
+  const j = r & 3;
+  const fr = Math.fround;
+  for (let s = 0; s < cols / 256; s++) {
+    const sb = compactSuperBlock(kind, base, r, cols, s);
+    const d = getF32(u8, sb + 4 * j);
+    for (let k = 0; k < 8; k++) {
+      const o = outOff + s * 256 + k * 32;
+      if (kind === "q4ka8") {
+        const dw = fr(d * u8[sb + 32 + 8 * k + j]!);
+        const mw = fr(getF32(u8, sb + 16 + 4 * j) * u8[sb + 36 + 8 * k + j]!);
+        const bb = sb + 96 + 64 * k;
+        for (let c = 0; c < 16; c++) {
+          const q = u8[bb + 16 * (c >> 2) + 4 * j + (c & 3)]!;
+          out[o + c] = fr(fr((q & 15) * dw) + mw);
+          out[o + c + 16] = fr(fr((q >> 4) * dw) + mw);
+        }
+        continue;
+      }
+      const dA = fr(d * ((u8[sb + 16 + 8 * k + j]! << 24) >> 24));
+      const dB = fr(d * ((u8[sb + 20 + 8 * k + j]! << 24) >> 24));
+      const bb = sb + 80 + 96 * k;
+      for (let c = 0; c < 16; c++) {
+        const at = 4 * j + (c & 3);
+        const nib = u8[bb + 16 * (c >> 2) + at]!;
+        const shift = 2 * (c >> 2);
+        const lo = (nib & 15) | (((u8[bb + 64 + at]! >> shift) & 3) << 4);
+        const hi = (nib >> 4) | (((u8[bb + 80 + at]! >> shift) & 3) << 4);
+        out[o + c] = fr((lo - 32) * dA);
+        out[o + c + 16] = fr((hi - 32) * dB);
       }
     }
   }
@@ -408,6 +526,10 @@ export function quantizeBf16Rows(type: "Q8_0" | "Q4_1", src: Uint16Array, rows: 
 
 /** Row r of a quantized image as f32 values (w = q d, or q d + m for q4), into out[0..cols). */
 export function dequantImageRow(kind: QuantKind, u8: Uint8Array, base: number, r: number, cols: number, out: Float32Array, outOff: number): void {
+  if (kind === "q4ka8" || kind === "q6ka8") {
+    dequantCompactRow(kind, u8, base, r, cols, out, outOff);
+    return;
+  }
   const nb = cols / 32;
   const gb = GROUP_BLOCK_BYTES[kind];
   const j = r & 3;
@@ -417,7 +539,7 @@ export function dequantImageRow(kind: QuantKind, u8: Uint8Array, base: number, r
     const d0 = groupBase + b * gb;
     // byte of column k (k < 32; q4 kinds: k < 16, the nibble byte of k and k + 16) in this block
     const at =
-      kind === "q4a8" || kind === "q4ka8" || kind === "q6ka8" || kind === "q5a8"
+      kind === "q4a8" || kind === "q5a8"
         ? (k: number) => d0 + 16 * (k >> 2) + 4 * j + (k & 3)
         : kind === "q4" || kind === "q4k"
           ? (k: number) => d0 + 16 * j + k
@@ -426,12 +548,10 @@ export function dequantImageRow(kind: QuantKind, u8: Uint8Array, base: number, r
       const d = getF32(u8, d0 + 128 + 4 * j);
       const m = getF32(u8, d0 + 144 + 4 * j);
       for (let k = 0; k < 32; k++) out[outOff + b * 32 + k] = fr(fr(u8[at(k)]! * d) + m);
-    } else if (kind === "q8" || kind === "q6k" || kind === "q6ka8") {
+    } else if (kind === "q8" || kind === "q6k") {
       const dA = getF32(u8, d0 + 128 + 4 * j);
       const dB = kind === "q8" ? dA : getF32(u8, d0 + 144 + 4 * j);
-      // q6ka8 holds q (0..63), the others signed int8
-      const val = kind === "q6ka8" ? (k: number) => u8[at(k)]! - 32 : (k: number) => (u8[at(k)]! << 24) >> 24;
-      for (let k = 0; k < 32; k++) out[outOff + b * 32 + k] = fr(val(k) * (k < 16 ? dA : dB));
+      for (let k = 0; k < 32; k++) out[outOff + b * 32 + k] = fr(((u8[at(k)]! << 24) >> 24) * (k < 16 ? dA : dB));
     } else {
       const d = kind === "q4" || kind === "q4a8" ? f16Table[u8[d0 + 64 + 2 * j]! | (u8[d0 + 65 + 2 * j]! << 8)]! : getF32(u8, d0 + 64 + 4 * j);
       const m = kind === "q4" || kind === "q4a8" ? f16Table[u8[d0 + 72 + 2 * j]! | (u8[d0 + 73 + 2 * j]! << 8)]! : getF32(u8, d0 + 80 + 4 * j);
