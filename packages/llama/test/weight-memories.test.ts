@@ -40,7 +40,7 @@ describe("weight memories", () => {
     { name: "bf16", ckpt: () => randomCheckpoint(tinyConfig({ numLayers: 4 }), 3), weights: "bf16" },
     { name: "q8_0 (quantized at load)", ckpt: () => randomCheckpoint(tinyConfig({ numLayers: 4 }), 3), weights: "q8_0" },
     { name: "q4_1 (quantized at load)", ckpt: () => randomCheckpoint(tinyConfig({ numLayers: 4 }), 3), weights: "q4_1" },
-    ...(["Q4_0", "Q4_K", "Q6_K"] as QuantType[]).map((t) => ({
+    ...(["Q4_0", "Q4_K", "Q6_K", "Q5_0"] as QuantType[]).map((t) => ({
       name: `stored ${t}`,
       ckpt: () =>
         storedCheckpoint(tinyConfig({ hiddenSize: 256, intermediateSize: 512, numHeads: 4, numKvHeads: 2, headDim: 64 }), [{ real: 0 }, { real: 1 }, { real: 2 }], () => t),

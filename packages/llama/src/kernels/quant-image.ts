@@ -22,12 +22,12 @@ export type QuantKind = Exclude<WeightKind, "bf16">;
  * 256 columns of a 4-row group (f32 d and -dmin, u8 scale and min per 32 columns, the nibbles as
  * q4a8's), q6ka8 848 (f32 d, int8 scale per 16 columns, Q6_K's unsigned q 0..63 as a nibble plane
  * and a 2-bit plane); per block of 32 that is 76 and 106 bytes.
- * q5a8 (8-bit activations only) the 5-bit q (0..31) of column c at 16 (c >> 2) + 4 j + (c & 3) as
- * in q6ka8, then 4 f32 d and 4 f32 m as in q4ka8 (w = d q + m).
+ * q5a8 (8-bit activations only) the 5-bit q (0..31) as q4a8's nibbles plus a 16-byte plane of
+ * fifth bits, then 4 f32 d and 4 f32 m (w = d q + m).
  * Other GGUF types ride on these exactly: IQ4_NL / IQ4_XS / MXFP4 as q8 (their int8 levels, d
  * per 32 columns; MXFP4's d is a power of two), Q3_K as q6k / q6ka8 (q in -4..3 is q6's q - 32 range), Q5_0 as q5a8 with m = -16 d.
  */
-export const GROUP_BLOCK_BYTES = { q8: 144, q4: 80, q4k: 96, q6k: 160, q4a8: 80, q4ka8: 76, q6ka8: 106, q5a8: 160 } as const;
+export const GROUP_BLOCK_BYTES = { q8: 144, q4: 80, q4k: 96, q6k: 160, q4a8: 80, q4ka8: 76, q6ka8: 106, q5a8: 112 } as const;
 
 /** GGUF block types each quantized kind holds. */
 export const STORED_TYPES = {
@@ -432,9 +432,16 @@ function packQ5Rows(type: "Q5_0" | "Q5_1" | "Q5_K", raw: Uint8Array, u8: Uint8Ar
       }
       for (let k = 0; k < per; k++) {
         const d0 = groupBase + (s * per + k) * gb;
-        for (let c = 0; c < 32; c++) u8[d0 + 16 * (c >> 2) + 4 * j + (c & 3)] = q[32 * k + c]!;
-        putF32(u8, d0 + 128 + 4 * j, d[k]!);
-        putF32(u8, d0 + 144 + 4 * j, -m[k]!);
+        for (let c = 0; c < 16; c++) {
+          const lo = q[32 * k + c]!;
+          const hi = q[32 * k + 16 + c]!;
+          const at = 4 * j + (c & 3);
+          const i = c >> 2;
+          u8[d0 + 16 * i + at] = (lo & 15) | ((hi & 15) << 4);
+          u8[d0 + 64 + at] = (i === 0 ? 0 : u8[d0 + 64 + at]!) | ((lo >> 4) << i) | ((hi >> 4) << (i + 4));
+        }
+        putF32(u8, d0 + 80 + 4 * j, d[k]!);
+        putF32(u8, d0 + 96 + 4 * j, -m[k]!);
       }
     }
   }
@@ -545,9 +552,14 @@ export function dequantImageRow(kind: QuantKind, u8: Uint8Array, base: number, r
           ? (k: number) => d0 + 16 * j + k
           : (k: number) => d0 + 32 * j + k;
     if (kind === "q5a8") {
-      const d = getF32(u8, d0 + 128 + 4 * j);
-      const m = getF32(u8, d0 + 144 + 4 * j);
-      for (let k = 0; k < 32; k++) out[outOff + b * 32 + k] = fr(fr(u8[at(k)]! * d) + m);
+      const d = getF32(u8, d0 + 80 + 4 * j);
+      const m = getF32(u8, d0 + 96 + 4 * j);
+      for (let k = 0; k < 16; k++) {
+        const nib = u8[at(k)]!;
+        const h = u8[d0 + 64 + 4 * j + (k & 3)]! >> (k >> 2);
+        out[outOff + b * 32 + k] = fr(fr(((nib & 15) | ((h & 1) << 4)) * d) + m);
+        out[outOff + b * 32 + k + 16] = fr(fr(((nib >> 4) | (((h >> 4) & 1) << 4)) * d) + m);
+      }
     } else if (kind === "q8" || kind === "q6k") {
       const dA = getF32(u8, d0 + 128 + 4 * j);
       const dB = kind === "q8" ? dA : getF32(u8, d0 + 144 + 4 * j);
