@@ -1,4 +1,4 @@
-// Decode and prefill speed of the CPU reference model with the 135m preset shape, against a
+// Decode (B=1, 2, 4) and prefill speed of the CPU reference model with the 135m preset shape, against a
 // bandwidth roofline measured in the same run: streaming the same weight bytes with the plainest
 // fast wasm read loop. Usage: pnpm bench llama-decode [--model DIR] [--threads 1|2] [--steps N]
 // [--placement auto|separate] (separate: the matrices in a wasm memory of their own, as models past
@@ -73,6 +73,11 @@ for (let r = 0; r < reps; r++) {
 // load hits all three alike (positions 16..16+steps).
 const one = model.newCache(S);
 model.prefill(prompt.slice(0, 16), one);
+const two = Array.from({ length: 2 }, (_, i) => {
+  const cache = model.newCache(S);
+  model.prefill(prompt.slice(i, i + 16), cache);
+  return cache;
+});
 const four = Array.from({ length: 4 }, (_, i) => {
   const cache = model.newCache(S);
   model.prefill(prompt.slice(i, i + 16), cache);
@@ -81,9 +86,11 @@ const four = Array.from({ length: 4 }, (_, i) => {
 // Wall time is what tokens/s means; the process's CPU time per step (process.cpuUsage) is
 // recorded too, since on a shared machine other processes' load stretches wall time unevenly.
 const b1: number[] = [],
+  b2: number[] = [],
   b4: number[] = [],
   roof: number[] = [];
 const b1Cpu: number[] = [],
+  b2Cpu: number[] = [],
   b4Cpu: number[] = [],
   roofCpu: number[] = [];
 const cpuMs = (): number => {
@@ -102,12 +109,14 @@ for (let s = 0; s < steps; s++) {
   progress(`decode step ${s + 1}/${steps}`);
   timed(b1, b1Cpu, () => model.decode([{ cache: one, token: (s * 31) % c.vocabSize }]));
   timed(roof, roofCpu, () => model.streamWeights());
+  timed(b2, b2Cpu, () => model.decode(two.map((cache, i) => ({ cache, token: (s * 31 + i) % c.vocabSize }))));
   timed(b4, b4Cpu, () => model.decode(four.map((cache, i) => ({ cache, token: (s * 31 + i) % c.vocabSize }))));
 }
 progressDone();
 model.close();
 
 const step1 = summarize(b1),
+  step2 = summarize(b2),
   step4 = summarize(b4),
   roofS = summarize(roof),
   pre = summarize(prefillMs);
@@ -116,6 +125,7 @@ const decodeB4TokS = 4000 / step4.median;
 const rooflineTokS = 1000 / roofS.median;
 const prefillTokS = (prompt.length * 1000) / pre.median;
 console.log(`decode B=1 step: ${fmt(step1)} -> ${decodeTokS.toFixed(1)} tok/s`);
+console.log(`decode B=2 step: ${fmt(step2)} -> ${(2000 / step2.median).toFixed(1)} tok/s`);
 console.log(`decode B=4 step: ${fmt(step4)} -> ${decodeB4TokS.toFixed(1)} tok/s`);
 console.log(
   `roofline (stream ${(model.weightBytesPerToken / 1e6).toFixed(1)} MB): ${fmt(roofS)} -> ${rooflineTokS.toFixed(1)} tok/s, ${(model.weightBytesPerToken / roofS.median / 1e6).toFixed(2)} GB/s`,
@@ -130,6 +140,7 @@ finalLine({
   threads,
   placement: args.placement,
   decode_tok_s: decodeTokS,
+  decode_b2_tok_s: 2000 / step2.median,
   decode_b4_tok_s: decodeB4TokS,
   prefill_tok_s: prefillTokS,
   roofline_tok_s: rooflineTokS,

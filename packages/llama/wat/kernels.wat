@@ -2335,6 +2335,66 @@
       (local.set $y (i32.add (local.get $y) (i32.const 16)))
       (br $group))))
 
+  ;; ---------------------------------------------------------------- q4ka8: four rows x two tokens
+  ;; As q4ka8_4t for two tokens (decode batches of 2 and 3).
+  (func $q4ka8_2t (param $w i32) (param $x i32) (param $y i32) (param $nb i32) (param $groups i32) (param $xt i32) (param $ys i32)
+    (local $v v128) (local $wl v128) (local $wh v128) (local $dw v128) (local $mw v128) (local $dv v128) (local $mv v128) (local $sm v128) (local $ha v128) (local $hb v128) (local $ul v128) (local $uh v128) (local $c_lo4b v128) (local $c_hi2b v128) (local $c_one16 v128) (local $s0 v128) (local $s1 v128) (local $n0 v128) (local $n1 v128) (local $a0 v128) (local $a1 v128)
+    (local $end i32) (local $send i32) (local $yend i32) (local $w_sc i32) (local $xb0 i32) (local $xb1 i32)
+    (local.set $c_lo4b (global.get $k_lo4b))
+    (local.set $c_hi2b (global.get $k_hi2b))
+    (local.set $c_one16 (global.get $k_one16))
+    (local.set $yend (i32.add (local.get $y) (i32.shl (local.get $groups) (i32.const 4))))
+    (block $all_done (loop $group
+      (br_if $all_done (i32.ge_u (local.get $y) (local.get $yend)))
+      (local.set $a0 (v128.const i32x4 0 0 0 0))
+      (local.set $xb0 (local.get $x))
+      (local.set $a1 (v128.const i32x4 0 0 0 0))
+      (local.set $xb1 (i32.add (local.get $x) (i32.mul (local.get $xt) (i32.const 1))))
+      (local.set $end (i32.add (local.get $w) (i32.mul (local.get $nb) (i32.const 76))))
+      (loop $super
+        (local.set $dv (v128.load offset=0 (local.get $w)))
+        (local.set $mv (v128.load offset=16 (local.get $w)))
+        (local.set $w_sc (i32.add (local.get $w) (i32.const 32)))
+        (local.set $w (i32.add (local.get $w) (i32.const 96)))
+        (local.set $send (i32.add (local.get $w) (i32.const 512)))
+        (loop $block
+          (local.set $v (v128.load offset=0 (local.get $w)))
+          (local.set $wl (v128.and (local.get $v) (local.get $c_lo4b)))
+          (local.set $wh (v128.and (i16x8.shr_u (local.get $v) (i32.const 4)) (local.get $c_lo4b)))
+          (local.set $s0 (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=0 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=16 (local.get $xb0)) (local.get $wh))))
+          (local.set $s1 (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=0 (local.get $xb1)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=16 (local.get $xb1)) (local.get $wh))))
+          (local.set $v (v128.load offset=16 (local.get $w)))
+          (local.set $wl (v128.and (local.get $v) (local.get $c_lo4b)))
+          (local.set $wh (v128.and (i16x8.shr_u (local.get $v) (i32.const 4)) (local.get $c_lo4b)))
+          (local.set $s0 (i16x8.add (local.get $s0) (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=4 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=20 (local.get $xb0)) (local.get $wh)))))
+          (local.set $s1 (i16x8.add (local.get $s1) (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=4 (local.get $xb1)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=20 (local.get $xb1)) (local.get $wh)))))
+          (local.set $v (v128.load offset=32 (local.get $w)))
+          (local.set $wl (v128.and (local.get $v) (local.get $c_lo4b)))
+          (local.set $wh (v128.and (i16x8.shr_u (local.get $v) (i32.const 4)) (local.get $c_lo4b)))
+          (local.set $n0 (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=8 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=24 (local.get $xb0)) (local.get $wh))))
+          (local.set $n1 (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=8 (local.get $xb1)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=24 (local.get $xb1)) (local.get $wh))))
+          (local.set $v (v128.load offset=48 (local.get $w)))
+          (local.set $wl (v128.and (local.get $v) (local.get $c_lo4b)))
+          (local.set $wh (v128.and (i16x8.shr_u (local.get $v) (i32.const 4)) (local.get $c_lo4b)))
+          (local.set $n0 (i16x8.add (local.get $n0) (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=12 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=28 (local.get $xb0)) (local.get $wh)))))
+          (local.set $n1 (i16x8.add (local.get $n1) (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=12 (local.get $xb1)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=28 (local.get $xb1)) (local.get $wh)))))
+          (local.set $sm (i16x8.extend_low_i8x16_u (v128.load64_zero (local.get $w_sc))))
+          (local.set $dw (f32x4.mul (local.get $dv) (f32x4.convert_i32x4_s (i32x4.extend_low_i16x8_u (local.get $sm)))))
+          (local.set $mw (f32x4.mul (local.get $mv) (f32x4.convert_i32x4_s (i32x4.extend_high_i16x8_u (local.get $sm)))))
+          (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (f32x4.convert_i32x4_s (i32x4.dot_i16x8_s (i16x8.add (local.get $s0) (local.get $n0)) (local.get $c_one16))) (f32x4.mul (local.get $dw) (v128.load32_splat offset=32 (local.get $xb0))))))
+          (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (local.get $mw) (v128.load32_splat offset=36 (local.get $xb0)))))
+          (local.set $a1 (f32x4.add (local.get $a1) (f32x4.mul (f32x4.convert_i32x4_s (i32x4.dot_i16x8_s (i16x8.add (local.get $s1) (local.get $n1)) (local.get $c_one16))) (f32x4.mul (local.get $dw) (v128.load32_splat offset=32 (local.get $xb1))))))
+          (local.set $a1 (f32x4.add (local.get $a1) (f32x4.mul (local.get $mw) (v128.load32_splat offset=36 (local.get $xb1)))))
+          (local.set $xb0 (i32.add (local.get $xb0) (i32.const 48)))
+          (local.set $xb1 (i32.add (local.get $xb1) (i32.const 48)))
+          (local.set $w_sc (i32.add (local.get $w_sc) (i32.const 8)))
+          (br_if $block (i32.lt_u (local.tee $w (i32.add (local.get $w) (i32.const 64))) (local.get $send))))
+        (br_if $super (i32.lt_u (local.get $w) (local.get $end))))
+      (v128.store (local.get $y) (local.get $a0))
+      (v128.store (i32.add (local.get $y) (i32.mul (local.get $ys) (i32.const 1))) (local.get $a1))
+      (local.set $y (i32.add (local.get $y) (i32.const 16)))
+      (br $group))))
+
   ;; ---------------------------------------------------------------- q4ka8: four rows x four tokens
   ;; $groups 4-row groups from $w (608 bytes per 256 columns), tokens at $x + t * $xt (8-bit input,
   ;; 48 bytes per block); y[4g + r] of token t at $y + t * $ys at $y + 16 g.
@@ -2418,7 +2478,7 @@
 
   ;; ---------------------------------------------------------------- q4ka8 matmul driver
   ;; Y[t][r] = W[r] . X[t] for rows [r0, r1) (multiples of 4) of a q4ka8 image at $w and an input
-  ;; quantized by quant_x8 at $x; chunks of 32 rows, token quads, then single tokens. $scr unused.
+  ;; quantized by quant_x8 at $x; chunks of 32 rows, token quads, a pair, then single tokens. $scr unused.
   (func (export "matmul_q4ka8") (param $w i32) (param $x i32) (param $y i32) (param $T i32)
         (param $cols i32) (param $rows i32) (param $r0 i32) (param $r1 i32) (param $scr i32)
     (local $nb i32) (local $gb i32) (local $xt i32) (local $ys i32) (local $tq i32) (local $t i32) (local $rb i32) (local $re i32) (local $wg i32)
@@ -2441,6 +2501,11 @@
           (local.get $nb) (i32.shr_u (i32.sub (local.get $re) (local.get $rb)) (i32.const 2)) (local.get $xt) (local.get $ys))
         (local.set $t (i32.add (local.get $t) (i32.const 4)))
         (br $quad)))
+      (if (i32.ge_u (i32.sub (local.get $T) (local.get $t)) (i32.const 2)) (then
+        (call $q4ka8_2t (local.get $wg) (i32.add (local.get $x) (i32.mul (local.get $t) (local.get $xt)))
+          (i32.add (i32.add (local.get $y) (i32.mul (local.get $t) (local.get $ys))) (i32.shl (local.get $rb) (i32.const 2)))
+          (local.get $nb) (i32.shr_u (i32.sub (local.get $re) (local.get $rb)) (i32.const 2)) (local.get $xt) (local.get $ys))
+        (local.set $t (i32.add (local.get $t) (i32.const 2)))))
       (block $singles_done (loop $single
         (br_if $singles_done (i32.ge_u (local.get $t) (local.get $T)))
         (call $q4ka8_1t (local.get $wg) (i32.add (local.get $x) (i32.mul (local.get $t) (local.get $xt)))
@@ -2500,6 +2565,67 @@
           (br_if $block (i32.lt_u (local.tee $w (i32.add (local.get $w) (i32.const 96))) (local.get $send))))
         (br_if $super (i32.lt_u (local.get $w) (local.get $end))))
       (v128.store (local.get $y) (local.get $a0))
+      (local.set $y (i32.add (local.get $y) (i32.const 16)))
+      (br $group))))
+
+  ;; ---------------------------------------------------------------- q6ka8: four rows x two tokens
+  ;; As q6ka8_4t for two tokens (decode batches of 2 and 3).
+  (func $q6ka8_2t (param $w i32) (param $x i32) (param $y i32) (param $nb i32) (param $groups i32) (param $xt i32) (param $ys i32)
+    (local $v v128) (local $wl v128) (local $wh v128) (local $dw v128) (local $mw v128) (local $dv v128) (local $mv v128) (local $sm v128) (local $ha v128) (local $hb v128) (local $ul v128) (local $uh v128) (local $c_lo4b v128) (local $c_hi2b v128) (local $c_one16 v128) (local $s0 v128) (local $s1 v128) (local $n0 v128) (local $n1 v128) (local $a0 v128) (local $a1 v128)
+    (local $end i32) (local $send i32) (local $yend i32) (local $w_sc i32) (local $xb0 i32) (local $xb1 i32)
+    (local.set $c_lo4b (global.get $k_lo4b))
+    (local.set $c_hi2b (global.get $k_hi2b))
+    (local.set $c_one16 (global.get $k_one16))
+    (local.set $yend (i32.add (local.get $y) (i32.shl (local.get $groups) (i32.const 4))))
+    (block $all_done (loop $group
+      (br_if $all_done (i32.ge_u (local.get $y) (local.get $yend)))
+      (local.set $a0 (v128.const i32x4 0 0 0 0))
+      (local.set $xb0 (local.get $x))
+      (local.set $a1 (v128.const i32x4 0 0 0 0))
+      (local.set $xb1 (i32.add (local.get $x) (i32.mul (local.get $xt) (i32.const 1))))
+      (local.set $end (i32.add (local.get $w) (i32.mul (local.get $nb) (i32.const 106))))
+      (loop $super
+        (local.set $dv (v128.load offset=0 (local.get $w)))
+        (local.set $w_sc (i32.add (local.get $w) (i32.const 16)))
+        (local.set $w (i32.add (local.get $w) (i32.const 80)))
+        (local.set $send (i32.add (local.get $w) (i32.const 768)))
+        (loop $block
+          (local.set $ha (v128.load offset=64 (local.get $w)))
+          (local.set $hb (v128.load offset=80 (local.get $w)))
+          (local.set $v (v128.load offset=0 (local.get $w)))
+          (local.set $wl (v128.or (v128.and (local.get $v) (local.get $c_lo4b)) (v128.and (i16x8.shl (local.get $ha) (i32.const 4)) (local.get $c_hi2b))))
+          (local.set $ul (v128.or (v128.and (i16x8.shr_u (local.get $v) (i32.const 4)) (local.get $c_lo4b)) (v128.and (i16x8.shl (local.get $hb) (i32.const 4)) (local.get $c_hi2b))))
+          (local.set $v (v128.load offset=16 (local.get $w)))
+          (local.set $wh (v128.or (v128.and (local.get $v) (local.get $c_lo4b)) (v128.and (i16x8.shl (local.get $ha) (i32.const 2)) (local.get $c_hi2b))))
+          (local.set $uh (v128.or (v128.and (i16x8.shr_u (local.get $v) (i32.const 4)) (local.get $c_lo4b)) (v128.and (i16x8.shl (local.get $hb) (i32.const 2)) (local.get $c_hi2b))))
+          (local.set $s0 (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=0 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=4 (local.get $xb0)) (local.get $wh))) (local.get $c_one16)))
+          (local.set $n0 (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=16 (local.get $xb0)) (local.get $ul)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=20 (local.get $xb0)) (local.get $uh))) (local.get $c_one16)))
+          (local.set $s1 (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=0 (local.get $xb1)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=4 (local.get $xb1)) (local.get $wh))) (local.get $c_one16)))
+          (local.set $n1 (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=16 (local.get $xb1)) (local.get $ul)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=20 (local.get $xb1)) (local.get $uh))) (local.get $c_one16)))
+          (local.set $v (v128.load offset=32 (local.get $w)))
+          (local.set $wl (v128.or (v128.and (local.get $v) (local.get $c_lo4b)) (v128.and (local.get $ha) (local.get $c_hi2b))))
+          (local.set $ul (v128.or (v128.and (i16x8.shr_u (local.get $v) (i32.const 4)) (local.get $c_lo4b)) (v128.and (local.get $hb) (local.get $c_hi2b))))
+          (local.set $v (v128.load offset=48 (local.get $w)))
+          (local.set $wh (v128.or (v128.and (local.get $v) (local.get $c_lo4b)) (v128.and (i16x8.shr_u (local.get $ha) (i32.const 2)) (local.get $c_hi2b))))
+          (local.set $uh (v128.or (v128.and (i16x8.shr_u (local.get $v) (i32.const 4)) (local.get $c_lo4b)) (v128.and (i16x8.shr_u (local.get $hb) (i32.const 2)) (local.get $c_hi2b))))
+          (local.set $s0 (i32x4.add (local.get $s0) (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=8 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=12 (local.get $xb0)) (local.get $wh))) (local.get $c_one16))))
+          (local.set $n0 (i32x4.add (local.get $n0) (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=24 (local.get $xb0)) (local.get $ul)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=28 (local.get $xb0)) (local.get $uh))) (local.get $c_one16))))
+          (local.set $s1 (i32x4.add (local.get $s1) (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=8 (local.get $xb1)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=12 (local.get $xb1)) (local.get $wh))) (local.get $c_one16))))
+          (local.set $n1 (i32x4.add (local.get $n1) (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=24 (local.get $xb1)) (local.get $ul)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=28 (local.get $xb1)) (local.get $uh))) (local.get $c_one16))))
+          (local.set $sm (i16x8.extend_low_i8x16_s (v128.load64_zero (local.get $w_sc))))
+          (local.set $dw (f32x4.mul (local.get $dv) (f32x4.convert_i32x4_s (i32x4.extend_low_i16x8_s (local.get $sm)))))
+          (local.set $mw (f32x4.mul (local.get $dv) (f32x4.convert_i32x4_s (i32x4.extend_high_i16x8_s (local.get $sm)))))
+          (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (f32x4.convert_i32x4_s (i32x4.sub (local.get $s0) (i32x4.splat (i32.shl (i32.load offset=40 (local.get $xb0)) (i32.const 5))))) (f32x4.mul (local.get $dw) (v128.load32_splat offset=32 (local.get $xb0))))))
+          (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (f32x4.convert_i32x4_s (i32x4.sub (local.get $n0) (i32x4.splat (i32.shl (i32.load offset=44 (local.get $xb0)) (i32.const 5))))) (f32x4.mul (local.get $mw) (v128.load32_splat offset=32 (local.get $xb0))))))
+          (local.set $a1 (f32x4.add (local.get $a1) (f32x4.mul (f32x4.convert_i32x4_s (i32x4.sub (local.get $s1) (i32x4.splat (i32.shl (i32.load offset=40 (local.get $xb1)) (i32.const 5))))) (f32x4.mul (local.get $dw) (v128.load32_splat offset=32 (local.get $xb1))))))
+          (local.set $a1 (f32x4.add (local.get $a1) (f32x4.mul (f32x4.convert_i32x4_s (i32x4.sub (local.get $n1) (i32x4.splat (i32.shl (i32.load offset=44 (local.get $xb1)) (i32.const 5))))) (f32x4.mul (local.get $mw) (v128.load32_splat offset=32 (local.get $xb1))))))
+          (local.set $xb0 (i32.add (local.get $xb0) (i32.const 48)))
+          (local.set $xb1 (i32.add (local.get $xb1) (i32.const 48)))
+          (local.set $w_sc (i32.add (local.get $w_sc) (i32.const 8)))
+          (br_if $block (i32.lt_u (local.tee $w (i32.add (local.get $w) (i32.const 96))) (local.get $send))))
+        (br_if $super (i32.lt_u (local.get $w) (local.get $end))))
+      (v128.store (local.get $y) (local.get $a0))
+      (v128.store (i32.add (local.get $y) (i32.mul (local.get $ys) (i32.const 1))) (local.get $a1))
       (local.set $y (i32.add (local.get $y) (i32.const 16)))
       (br $group))))
 
@@ -2587,7 +2713,7 @@
 
   ;; ---------------------------------------------------------------- q6ka8 matmul driver
   ;; Y[t][r] = W[r] . X[t] for rows [r0, r1) (multiples of 4) of a q6ka8 image at $w and an input
-  ;; quantized by quant_x8 at $x; chunks of 32 rows, token quads, then single tokens. $scr unused.
+  ;; quantized by quant_x8 at $x; chunks of 32 rows, token quads, a pair, then single tokens. $scr unused.
   (func (export "matmul_q6ka8") (param $w i32) (param $x i32) (param $y i32) (param $T i32)
         (param $cols i32) (param $rows i32) (param $r0 i32) (param $r1 i32) (param $scr i32)
     (local $nb i32) (local $gb i32) (local $xt i32) (local $ys i32) (local $tq i32) (local $t i32) (local $rb i32) (local $re i32) (local $wg i32)
@@ -2610,6 +2736,11 @@
           (local.get $nb) (i32.shr_u (i32.sub (local.get $re) (local.get $rb)) (i32.const 2)) (local.get $xt) (local.get $ys))
         (local.set $t (i32.add (local.get $t) (i32.const 4)))
         (br $quad)))
+      (if (i32.ge_u (i32.sub (local.get $T) (local.get $t)) (i32.const 2)) (then
+        (call $q6ka8_2t (local.get $wg) (i32.add (local.get $x) (i32.mul (local.get $t) (local.get $xt)))
+          (i32.add (i32.add (local.get $y) (i32.mul (local.get $t) (local.get $ys))) (i32.shl (local.get $rb) (i32.const 2)))
+          (local.get $nb) (i32.shr_u (i32.sub (local.get $re) (local.get $rb)) (i32.const 2)) (local.get $xt) (local.get $ys))
+        (local.set $t (i32.add (local.get $t) (i32.const 2)))))
       (block $singles_done (loop $single
         (br_if $singles_done (i32.ge_u (local.get $t) (local.get $T)))
         (call $q6ka8_1t (local.get $wg) (i32.add (local.get $x) (i32.mul (local.get $t) (local.get $xt)))
@@ -2660,6 +2791,58 @@
         (local.set $xb0 (i32.add (local.get $xb0) (i32.const 48)))
         (br_if $block (i32.lt_u (local.tee $w (i32.add (local.get $w) (i32.const 112))) (local.get $end))))
       (v128.store (local.get $y) (local.get $a0))
+      (local.set $y (i32.add (local.get $y) (i32.const 16)))
+      (br $group))))
+
+  ;; ---------------------------------------------------------------- q5a8: four rows x two tokens
+  ;; As q5a8_4t for two tokens (decode batches of 2 and 3).
+  (func $q5a8_2t (param $w i32) (param $x i32) (param $y i32) (param $nb i32) (param $groups i32) (param $xt i32) (param $ys i32)
+    (local $v v128) (local $wl v128) (local $wh v128) (local $dw v128) (local $mw v128) (local $dv v128) (local $mv v128) (local $sm v128) (local $ha v128) (local $hb v128) (local $ul v128) (local $uh v128) (local $c_lo4b v128) (local $c_hi1b v128) (local $c_one16 v128) (local $s0 v128) (local $s1 v128) (local $n0 v128) (local $n1 v128) (local $a0 v128) (local $a1 v128)
+    (local $end i32) (local $send i32) (local $yend i32) (local $w_sc i32) (local $xb0 i32) (local $xb1 i32)
+    (local.set $c_lo4b (global.get $k_lo4b))
+    (local.set $c_hi1b (global.get $k_hi1b))
+    (local.set $c_one16 (global.get $k_one16))
+    (local.set $yend (i32.add (local.get $y) (i32.shl (local.get $groups) (i32.const 4))))
+    (block $all_done (loop $group
+      (br_if $all_done (i32.ge_u (local.get $y) (local.get $yend)))
+      (local.set $a0 (v128.const i32x4 0 0 0 0))
+      (local.set $xb0 (local.get $x))
+      (local.set $a1 (v128.const i32x4 0 0 0 0))
+      (local.set $xb1 (i32.add (local.get $x) (i32.mul (local.get $xt) (i32.const 1))))
+      (local.set $end (i32.add (local.get $w) (i32.mul (local.get $nb) (i32.const 112))))
+      (loop $block
+        (local.set $ha (v128.load offset=64 (local.get $w)))
+        (local.set $v (v128.load offset=0 (local.get $w)))
+        (local.set $wl (v128.or (v128.and (local.get $v) (local.get $c_lo4b)) (v128.and (i16x8.shl (local.get $ha) (i32.const 4)) (local.get $c_hi1b))))
+        (local.set $ul (v128.or (v128.and (i16x8.shr_u (local.get $v) (i32.const 4)) (local.get $c_lo4b)) (v128.and (local.get $ha) (local.get $c_hi1b))))
+        (local.set $v (v128.load offset=16 (local.get $w)))
+        (local.set $wh (v128.or (v128.and (local.get $v) (local.get $c_lo4b)) (v128.and (i16x8.shl (local.get $ha) (i32.const 3)) (local.get $c_hi1b))))
+        (local.set $uh (v128.or (v128.and (i16x8.shr_u (local.get $v) (i32.const 4)) (local.get $c_lo4b)) (v128.and (i16x8.shr_u (local.get $ha) (i32.const 1)) (local.get $c_hi1b))))
+        (local.set $s0 (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=0 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=4 (local.get $xb0)) (local.get $wh))) (local.get $c_one16)))
+        (local.set $n0 (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=16 (local.get $xb0)) (local.get $ul)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=20 (local.get $xb0)) (local.get $uh))) (local.get $c_one16)))
+        (local.set $s1 (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=0 (local.get $xb1)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=4 (local.get $xb1)) (local.get $wh))) (local.get $c_one16)))
+        (local.set $n1 (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=16 (local.get $xb1)) (local.get $ul)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=20 (local.get $xb1)) (local.get $uh))) (local.get $c_one16)))
+        (local.set $v (v128.load offset=32 (local.get $w)))
+        (local.set $wl (v128.or (v128.and (local.get $v) (local.get $c_lo4b)) (v128.and (i16x8.shl (local.get $ha) (i32.const 2)) (local.get $c_hi1b))))
+        (local.set $ul (v128.or (v128.and (i16x8.shr_u (local.get $v) (i32.const 4)) (local.get $c_lo4b)) (v128.and (i16x8.shr_u (local.get $ha) (i32.const 2)) (local.get $c_hi1b))))
+        (local.set $v (v128.load offset=48 (local.get $w)))
+        (local.set $wh (v128.or (v128.and (local.get $v) (local.get $c_lo4b)) (v128.and (i16x8.shl (local.get $ha) (i32.const 1)) (local.get $c_hi1b))))
+        (local.set $uh (v128.or (v128.and (i16x8.shr_u (local.get $v) (i32.const 4)) (local.get $c_lo4b)) (v128.and (i16x8.shr_u (local.get $ha) (i32.const 3)) (local.get $c_hi1b))))
+        (local.set $s0 (i32x4.add (local.get $s0) (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=8 (local.get $xb0)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=12 (local.get $xb0)) (local.get $wh))) (local.get $c_one16))))
+        (local.set $n0 (i32x4.add (local.get $n0) (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=24 (local.get $xb0)) (local.get $ul)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=28 (local.get $xb0)) (local.get $uh))) (local.get $c_one16))))
+        (local.set $s1 (i32x4.add (local.get $s1) (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=8 (local.get $xb1)) (local.get $wl)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=12 (local.get $xb1)) (local.get $wh))) (local.get $c_one16))))
+        (local.set $n1 (i32x4.add (local.get $n1) (i32x4.dot_i16x8_s (i16x8.add (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=24 (local.get $xb1)) (local.get $ul)) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.load32_splat offset=28 (local.get $xb1)) (local.get $uh))) (local.get $c_one16))))
+        (local.set $dw (v128.load offset=80 (local.get $w)))
+        (local.set $mw (v128.load offset=96 (local.get $w)))
+        (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (f32x4.convert_i32x4_s (i32x4.add (local.get $s0) (local.get $n0))) (f32x4.mul (local.get $dw) (v128.load32_splat offset=32 (local.get $xb0))))))
+        (local.set $a0 (f32x4.add (local.get $a0) (f32x4.mul (local.get $mw) (v128.load32_splat offset=36 (local.get $xb0)))))
+        (local.set $a1 (f32x4.add (local.get $a1) (f32x4.mul (f32x4.convert_i32x4_s (i32x4.add (local.get $s1) (local.get $n1))) (f32x4.mul (local.get $dw) (v128.load32_splat offset=32 (local.get $xb1))))))
+        (local.set $a1 (f32x4.add (local.get $a1) (f32x4.mul (local.get $mw) (v128.load32_splat offset=36 (local.get $xb1)))))
+        (local.set $xb0 (i32.add (local.get $xb0) (i32.const 48)))
+        (local.set $xb1 (i32.add (local.get $xb1) (i32.const 48)))
+        (br_if $block (i32.lt_u (local.tee $w (i32.add (local.get $w) (i32.const 112))) (local.get $end))))
+      (v128.store (local.get $y) (local.get $a0))
+      (v128.store (i32.add (local.get $y) (i32.mul (local.get $ys) (i32.const 1))) (local.get $a1))
       (local.set $y (i32.add (local.get $y) (i32.const 16)))
       (br $group))))
 
@@ -2738,7 +2921,7 @@
 
   ;; ---------------------------------------------------------------- q5a8 matmul driver
   ;; Y[t][r] = W[r] . X[t] for rows [r0, r1) (multiples of 4) of a q5a8 image at $w and an input
-  ;; quantized by quant_x8 at $x (w = d q + m per 32 columns); chunks of 32 rows, token quads, then single tokens. $scr unused.
+  ;; quantized by quant_x8 at $x (w = d q + m per 32 columns); chunks of 32 rows, token quads, a pair, then single tokens. $scr unused.
   (func (export "matmul_q5a8") (param $w i32) (param $x i32) (param $y i32) (param $T i32)
         (param $cols i32) (param $rows i32) (param $r0 i32) (param $r1 i32) (param $scr i32)
     (local $nb i32) (local $gb i32) (local $xt i32) (local $ys i32) (local $tq i32) (local $t i32) (local $rb i32) (local $re i32) (local $wg i32)
@@ -2761,6 +2944,11 @@
           (local.get $nb) (i32.shr_u (i32.sub (local.get $re) (local.get $rb)) (i32.const 2)) (local.get $xt) (local.get $ys))
         (local.set $t (i32.add (local.get $t) (i32.const 4)))
         (br $quad)))
+      (if (i32.ge_u (i32.sub (local.get $T) (local.get $t)) (i32.const 2)) (then
+        (call $q5a8_2t (local.get $wg) (i32.add (local.get $x) (i32.mul (local.get $t) (local.get $xt)))
+          (i32.add (i32.add (local.get $y) (i32.mul (local.get $t) (local.get $ys))) (i32.shl (local.get $rb) (i32.const 2)))
+          (local.get $nb) (i32.shr_u (i32.sub (local.get $re) (local.get $rb)) (i32.const 2)) (local.get $xt) (local.get $ys))
+        (local.set $t (i32.add (local.get $t) (i32.const 2)))))
       (block $singles_done (loop $single
         (br_if $singles_done (i32.ge_u (local.get $t) (local.get $T)))
         (call $q5a8_1t (local.get $wg) (i32.add (local.get $x) (i32.mul (local.get $t) (local.get $xt)))
