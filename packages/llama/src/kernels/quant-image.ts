@@ -29,6 +29,9 @@ export type QuantKind = Exclude<WeightKind, "bf16">;
  */
 export const GROUP_BLOCK_BYTES = { q8: 144, q4: 80, q4k: 96, q6k: 160, q4a8: 80, q4ka8: 76, q6ka8: 106, q5a8: 112 } as const;
 
+/** Version of the image layouts below; bump it with any change to where a byte of an image goes. */
+export const QUANT_IMAGE_LAYOUT = 2;
+
 /** GGUF block types each quantized kind holds. */
 export const STORED_TYPES = {
   q8: ["Q8_0", "IQ4_NL", "IQ4_XS", "MXFP4"],

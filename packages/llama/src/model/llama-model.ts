@@ -9,6 +9,8 @@ import { traitsOf } from "../checkpoint/architecture-traits.ts";
 import { KERNEL_VERSION, NUMERICS_CHOICES } from "../kernels/assemble.ts";
 import { KernelRuntime, WEIGHT_MEMORY_BYTES } from "../kernels/kernel-runtime.ts";
 import {
+  GROUP_BLOCK_BYTES,
+  QUANT_IMAGE_LAYOUT,
   STORED_TYPES,
   dequantImageRow,
   kindOfStored,
@@ -437,7 +439,10 @@ export class LlamaModel {
     const where = placement === "auto" ? "" : `,placement=${placement}`;
     // i8: Q4 / Q4_K / Q6_K images in the byte order of the kernels over 8-bit inputs
     const a8 = acts === "i8" ? ",q4+q4k+q6k=a8-order" : "";
-    return `${KERNEL_VERSION};weights=interleave4-bf16|q8-group144|q4-group80,mode=${mode}${where}${a8},fused=qkv+gate_up,norms+bias=f32;v2`;
+    // Every image's bytes per block of a 4-row group, and the layout version: a stored image of an
+    // older layout gets another key, so it is rebuilt, never read as this one.
+    const groups = Object.entries(GROUP_BLOCK_BYTES).map(([k, b]) => `${k}${b}`).join("|");
+    return `${KERNEL_VERSION};weights=interleave4-bf16|${groups},layouts=${QUANT_IMAGE_LAYOUT},mode=${mode}${where}${a8},fused=qkv+gate_up,norms+bias=f32;v2`;
   }
 
   /**
