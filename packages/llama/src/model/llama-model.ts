@@ -441,7 +441,9 @@ export class LlamaModel {
     const a8 = acts === "i8" ? ",q4+q4k+q6k=a8-order" : "";
     // Every image's bytes per block of a 4-row group, and the layout version: a stored image of an
     // older layout gets another key, so it is rebuilt, never read as this one.
-    const groups = Object.entries(GROUP_BLOCK_BYTES).map(([k, b]) => `${k}${b}`).join("|");
+    const groups = Object.entries(GROUP_BLOCK_BYTES)
+      .map(([k, b]) => `${k}${b}`)
+      .join("|");
     return `${KERNEL_VERSION};weights=interleave4-bf16|${groups},layouts=${QUANT_IMAGE_LAYOUT},mode=${mode}${where}${a8},fused=qkv+gate_up,norms+bias=f32;v2`;
   }
 
