@@ -2288,10 +2288,9 @@
   ;; $groups 4-row groups from $w (608 bytes per 256 columns), one token (8-bit input,
   ;; 48 bytes per block); y[4g + r] at $y + 16 g.
   (func $q4ka8_1t (param $w i32) (param $x i32) (param $y i32) (param $nb i32) (param $groups i32)
-    (local $v v128) (local $wl v128) (local $wh v128) (local $dw v128) (local $mw v128) (local $dv v128) (local $mv v128) (local $sm v128) (local $ha v128) (local $hb v128) (local $ul v128) (local $uh v128) (local $c_lo4b v128) (local $c_hi2b v128) (local $c_one16 v128) (local $s0 v128) (local $n0 v128) (local $a0 v128)
-    (local $end i32) (local $send i32) (local $yend i32) (local $w_sc i32) (local $xb0 i32)
+    (local $v v128) (local $wl v128) (local $wh v128) (local $dw v128) (local $mw v128) (local $dv v128) (local $mv v128) (local $sm v128) (local $c_lo4b v128) (local $c_one16 v128) (local $s0 v128) (local $n0 v128) (local $a0 v128)
+    (local $end i32) (local $yend i32) (local $xb0 i32)
     (local.set $c_lo4b (global.get $k_lo4b))
-    (local.set $c_hi2b (global.get $k_hi2b))
     (local.set $c_one16 (global.get $k_one16))
     (local.set $yend (i32.add (local.get $y) (i32.shl (local.get $groups) (i32.const 4))))
     (block $all_done (loop $group
@@ -2487,10 +2486,9 @@
   ;; ---------------------------------------------------------------- q4ka8: four rows x two tokens
   ;; As q4ka8_4t for two tokens (decode batches of 2 and 3).
   (func $q4ka8_2t (param $w i32) (param $x i32) (param $y i32) (param $nb i32) (param $groups i32) (param $xt i32) (param $ys i32)
-    (local $v v128) (local $wl v128) (local $wh v128) (local $dw v128) (local $mw v128) (local $dv v128) (local $mv v128) (local $sm v128) (local $ha v128) (local $hb v128) (local $ul v128) (local $uh v128) (local $c_lo4b v128) (local $c_hi2b v128) (local $c_one16 v128) (local $s0 v128) (local $s1 v128) (local $n0 v128) (local $n1 v128) (local $a0 v128) (local $a1 v128)
+    (local $v v128) (local $wl v128) (local $wh v128) (local $dw v128) (local $mw v128) (local $dv v128) (local $mv v128) (local $sm v128) (local $c_lo4b v128) (local $c_one16 v128) (local $s0 v128) (local $s1 v128) (local $n0 v128) (local $n1 v128) (local $a0 v128) (local $a1 v128)
     (local $end i32) (local $send i32) (local $yend i32) (local $w_sc i32) (local $xb0 i32) (local $xb1 i32)
     (local.set $c_lo4b (global.get $k_lo4b))
-    (local.set $c_hi2b (global.get $k_hi2b))
     (local.set $c_one16 (global.get $k_one16))
     (local.set $yend (i32.add (local.get $y) (i32.shl (local.get $groups) (i32.const 4))))
     (block $all_done (loop $group
@@ -2548,10 +2546,9 @@
   ;; $groups 4-row groups from $w (608 bytes per 256 columns), tokens at $x + t * $xt (8-bit input,
   ;; 48 bytes per block); y[4g + r] of token t at $y + t * $ys at $y + 16 g.
   (func $q4ka8_4t (param $w i32) (param $x i32) (param $y i32) (param $nb i32) (param $groups i32) (param $xt i32) (param $ys i32)
-    (local $v v128) (local $wl v128) (local $wh v128) (local $dw v128) (local $mw v128) (local $dv v128) (local $mv v128) (local $sm v128) (local $ha v128) (local $hb v128) (local $ul v128) (local $uh v128) (local $c_lo4b v128) (local $c_hi2b v128) (local $c_one16 v128) (local $s0 v128) (local $s1 v128) (local $s2 v128) (local $s3 v128) (local $n0 v128) (local $n1 v128) (local $n2 v128) (local $n3 v128) (local $a0 v128) (local $a1 v128) (local $a2 v128) (local $a3 v128)
+    (local $v v128) (local $wl v128) (local $wh v128) (local $dw v128) (local $mw v128) (local $dv v128) (local $mv v128) (local $sm v128) (local $c_lo4b v128) (local $c_one16 v128) (local $s0 v128) (local $s1 v128) (local $s2 v128) (local $s3 v128) (local $n0 v128) (local $n1 v128) (local $n2 v128) (local $n3 v128) (local $a0 v128) (local $a1 v128) (local $a2 v128) (local $a3 v128)
     (local $end i32) (local $send i32) (local $yend i32) (local $w_sc i32) (local $xb0 i32) (local $xb1 i32) (local $xb2 i32) (local $xb3 i32)
     (local.set $c_lo4b (global.get $k_lo4b))
-    (local.set $c_hi2b (global.get $k_hi2b))
     (local.set $c_one16 (global.get $k_one16))
     (local.set $yend (i32.add (local.get $y) (i32.shl (local.get $groups) (i32.const 4))))
     (block $all_done (loop $group
@@ -2669,8 +2666,8 @@
   ;; $groups 4-row groups from $w (848 bytes per 256 columns), one token (8-bit input,
   ;; 48 bytes per block); y[4g + r] at $y + 16 g.
   (func $q6ka8_1t (param $w i32) (param $x i32) (param $y i32) (param $nb i32) (param $groups i32)
-    (local $v v128) (local $wl v128) (local $wh v128) (local $dw v128) (local $mw v128) (local $dv v128) (local $mv v128) (local $sm v128) (local $ha v128) (local $hb v128) (local $ul v128) (local $uh v128) (local $c_lo4b v128) (local $c_hi2b v128) (local $c_one16 v128) (local $s0 v128) (local $n0 v128) (local $a0 v128)
-    (local $end i32) (local $send i32) (local $yend i32) (local $w_sc i32) (local $xb0 i32)
+    (local $v v128) (local $wl v128) (local $wh v128) (local $dw v128) (local $mw v128) (local $dv v128) (local $sm v128) (local $ha v128) (local $hb v128) (local $ul v128) (local $uh v128) (local $c_lo4b v128) (local $c_hi2b v128) (local $c_one16 v128) (local $s0 v128) (local $n0 v128) (local $a0 v128)
+    (local $end i32) (local $yend i32) (local $xb0 i32)
     (local.set $c_lo4b (global.get $k_lo4b))
     (local.set $c_hi2b (global.get $k_hi2b))
     (local.set $c_one16 (global.get $k_one16))
@@ -2883,7 +2880,7 @@
   ;; ---------------------------------------------------------------- q6ka8: four rows x two tokens
   ;; As q6ka8_4t for two tokens (decode batches of 2 and 3).
   (func $q6ka8_2t (param $w i32) (param $x i32) (param $y i32) (param $nb i32) (param $groups i32) (param $xt i32) (param $ys i32)
-    (local $v v128) (local $wl v128) (local $wh v128) (local $dw v128) (local $mw v128) (local $dv v128) (local $mv v128) (local $sm v128) (local $ha v128) (local $hb v128) (local $ul v128) (local $uh v128) (local $c_lo4b v128) (local $c_hi2b v128) (local $c_one16 v128) (local $s0 v128) (local $s1 v128) (local $n0 v128) (local $n1 v128) (local $a0 v128) (local $a1 v128)
+    (local $v v128) (local $wl v128) (local $wh v128) (local $dw v128) (local $mw v128) (local $dv v128) (local $sm v128) (local $ha v128) (local $hb v128) (local $ul v128) (local $uh v128) (local $c_lo4b v128) (local $c_hi2b v128) (local $c_one16 v128) (local $s0 v128) (local $s1 v128) (local $n0 v128) (local $n1 v128) (local $a0 v128) (local $a1 v128)
     (local $end i32) (local $send i32) (local $yend i32) (local $w_sc i32) (local $xb0 i32) (local $xb1 i32)
     (local.set $c_lo4b (global.get $k_lo4b))
     (local.set $c_hi2b (global.get $k_hi2b))
@@ -2945,7 +2942,7 @@
   ;; $groups 4-row groups from $w (848 bytes per 256 columns), tokens at $x + t * $xt (8-bit input,
   ;; 48 bytes per block); y[4g + r] of token t at $y + t * $ys at $y + 16 g.
   (func $q6ka8_4t (param $w i32) (param $x i32) (param $y i32) (param $nb i32) (param $groups i32) (param $xt i32) (param $ys i32)
-    (local $v v128) (local $wl v128) (local $wh v128) (local $dw v128) (local $mw v128) (local $dv v128) (local $mv v128) (local $sm v128) (local $ha v128) (local $hb v128) (local $ul v128) (local $uh v128) (local $c_lo4b v128) (local $c_hi2b v128) (local $c_one16 v128) (local $s0 v128) (local $s1 v128) (local $s2 v128) (local $s3 v128) (local $n0 v128) (local $n1 v128) (local $n2 v128) (local $n3 v128) (local $a0 v128) (local $a1 v128) (local $a2 v128) (local $a3 v128)
+    (local $v v128) (local $wl v128) (local $wh v128) (local $dw v128) (local $mw v128) (local $dv v128) (local $sm v128) (local $ha v128) (local $hb v128) (local $ul v128) (local $uh v128) (local $c_lo4b v128) (local $c_hi2b v128) (local $c_one16 v128) (local $s0 v128) (local $s1 v128) (local $s2 v128) (local $s3 v128) (local $n0 v128) (local $n1 v128) (local $n2 v128) (local $n3 v128) (local $a0 v128) (local $a1 v128) (local $a2 v128) (local $a3 v128)
     (local $end i32) (local $send i32) (local $yend i32) (local $w_sc i32) (local $xb0 i32) (local $xb1 i32) (local $xb2 i32) (local $xb3 i32)
     (local.set $c_lo4b (global.get $k_lo4b))
     (local.set $c_hi2b (global.get $k_hi2b))
@@ -3067,8 +3064,8 @@
   ;; $groups 4-row groups from $w (112 bytes per block: nibbles, the fifth bits, d[4], m[4] f32), one token (8-bit input,
   ;; 48 bytes per block); y[4g + r] at $y + 16 g.
   (func $q5a8_1t (param $w i32) (param $x i32) (param $y i32) (param $nb i32) (param $groups i32)
-    (local $v v128) (local $wl v128) (local $wh v128) (local $dw v128) (local $mw v128) (local $dv v128) (local $mv v128) (local $sm v128) (local $ha v128) (local $hb v128) (local $ul v128) (local $uh v128) (local $c_lo4b v128) (local $c_hi1b v128) (local $c_one16 v128) (local $s0 v128) (local $n0 v128) (local $a0 v128)
-    (local $end i32) (local $send i32) (local $yend i32) (local $w_sc i32) (local $xb0 i32)
+    (local $v v128) (local $wl v128) (local $wh v128) (local $ha v128) (local $ul v128) (local $uh v128) (local $c_lo4b v128) (local $c_hi1b v128) (local $c_one16 v128) (local $s0 v128) (local $n0 v128) (local $a0 v128)
+    (local $end i32) (local $yend i32) (local $xb0 i32)
     (local.set $c_lo4b (global.get $k_lo4b))
     (local.set $c_hi1b (global.get $k_hi1b))
     (local.set $c_one16 (global.get $k_one16))
@@ -3194,8 +3191,8 @@
   ;; ---------------------------------------------------------------- q5a8: four rows x two tokens
   ;; As q5a8_4t for two tokens (decode batches of 2 and 3).
   (func $q5a8_2t (param $w i32) (param $x i32) (param $y i32) (param $nb i32) (param $groups i32) (param $xt i32) (param $ys i32)
-    (local $v v128) (local $wl v128) (local $wh v128) (local $dw v128) (local $mw v128) (local $dv v128) (local $mv v128) (local $sm v128) (local $ha v128) (local $hb v128) (local $ul v128) (local $uh v128) (local $c_lo4b v128) (local $c_hi1b v128) (local $c_one16 v128) (local $s0 v128) (local $s1 v128) (local $n0 v128) (local $n1 v128) (local $a0 v128) (local $a1 v128)
-    (local $end i32) (local $send i32) (local $yend i32) (local $w_sc i32) (local $xb0 i32) (local $xb1 i32)
+    (local $v v128) (local $wl v128) (local $wh v128) (local $dw v128) (local $mw v128) (local $ha v128) (local $ul v128) (local $uh v128) (local $c_lo4b v128) (local $c_hi1b v128) (local $c_one16 v128) (local $s0 v128) (local $s1 v128) (local $n0 v128) (local $n1 v128) (local $a0 v128) (local $a1 v128)
+    (local $end i32) (local $yend i32) (local $xb0 i32) (local $xb1 i32)
     (local.set $c_lo4b (global.get $k_lo4b))
     (local.set $c_hi1b (global.get $k_hi1b))
     (local.set $c_one16 (global.get $k_one16))
@@ -3247,8 +3244,8 @@
   ;; $groups 4-row groups from $w (112 bytes per block: nibbles, the fifth bits, d[4], m[4] f32), tokens at $x + t * $xt (8-bit input,
   ;; 48 bytes per block); y[4g + r] of token t at $y + t * $ys at $y + 16 g.
   (func $q5a8_4t (param $w i32) (param $x i32) (param $y i32) (param $nb i32) (param $groups i32) (param $xt i32) (param $ys i32)
-    (local $v v128) (local $wl v128) (local $wh v128) (local $dw v128) (local $mw v128) (local $dv v128) (local $mv v128) (local $sm v128) (local $ha v128) (local $hb v128) (local $ul v128) (local $uh v128) (local $c_lo4b v128) (local $c_hi1b v128) (local $c_one16 v128) (local $s0 v128) (local $s1 v128) (local $s2 v128) (local $s3 v128) (local $n0 v128) (local $n1 v128) (local $n2 v128) (local $n3 v128) (local $a0 v128) (local $a1 v128) (local $a2 v128) (local $a3 v128)
-    (local $end i32) (local $send i32) (local $yend i32) (local $w_sc i32) (local $xb0 i32) (local $xb1 i32) (local $xb2 i32) (local $xb3 i32)
+    (local $v v128) (local $wl v128) (local $wh v128) (local $dw v128) (local $mw v128) (local $ha v128) (local $ul v128) (local $uh v128) (local $c_lo4b v128) (local $c_hi1b v128) (local $c_one16 v128) (local $s0 v128) (local $s1 v128) (local $s2 v128) (local $s3 v128) (local $n0 v128) (local $n1 v128) (local $n2 v128) (local $n3 v128) (local $a0 v128) (local $a1 v128) (local $a2 v128) (local $a3 v128)
+    (local $end i32) (local $yend i32) (local $xb0 i32) (local $xb1 i32) (local $xb2 i32) (local $xb3 i32)
     (local.set $c_lo4b (global.get $k_lo4b))
     (local.set $c_hi1b (global.get $k_hi1b))
     (local.set $c_one16 (global.get $k_one16))

@@ -134,6 +134,18 @@ function checkScale(h: number, file: string, tensor: string): void {
   if ((h & 0x7c00) === 0x7c00) throw new ModelLoadError(file, `tensor "${tensor}" has a non-finite block scale (f16 bits 0x${h.toString(16)})`, { item: tensor });
 }
 
+/** One packStoredRows call's rows: stored bytes, the image they go to, and the names errors give. */
+interface RowsJob {
+  raw: Uint8Array;
+  u8: Uint8Array;
+  base: number;
+  row0: number;
+  rows: number;
+  cols: number;
+  file: string;
+  tensor: string;
+}
+
 /**
  * Writes `rows` stored rows (GGUF blocks of `type`, row-major, in the HF row order) into the
  * image at byte `base` of `u8`, as rows [row0, row0 + rows) of a matrix with `cols` columns.
@@ -158,20 +170,21 @@ export function packStoredRows(
   const need = (rows * cols * blk.bytes) / blk.n;
   if (cols % blk.n !== 0 || raw.byteLength !== need)
     throw new ModelLoadError(file, `tensor "${tensor}" has ${raw.byteLength} bytes, ${rows} rows of ${cols} ${type} need ${need}`, { item: tensor });
+  const job: RowsJob = { raw, u8, base, row0, rows, cols, file, tensor };
   if (kind === "q5a8") {
-    packQ5Rows(type as "Q5_0" | "Q5_1" | "Q5_K", raw, u8, base, row0, rows, cols, file, tensor);
+    packQ5Rows(type as "Q5_0" | "Q5_1" | "Q5_K", job);
     return;
   }
   if (type === "IQ4_NL" || type === "IQ4_XS" || type === "MXFP4") {
-    packLevelRows(type, raw, u8, base, row0, rows, cols, file, tensor);
+    packLevelRows(type, job);
     return;
   }
   if (kind === "q4ka8" || kind === "q6ka8") {
-    packCompactKRows(kind, type as "Q4_K" | "Q6_K" | "Q3_K", raw, u8, base, row0, rows, cols, file, tensor);
+    packCompactKRows(kind, type as "Q4_K" | "Q6_K" | "Q3_K", job);
     return;
   }
   if (kind === "q4k" || kind === "q6k") {
-    packKRows(kind, type as "Q4_K" | "Q6_K" | "Q3_K", raw, u8, base, row0, rows, cols, file, tensor);
+    packKRows(kind, type as "Q4_K" | "Q6_K" | "Q3_K", job);
     return;
   }
   const sb = blk.bytes;
@@ -238,18 +251,8 @@ function getF32(u8: Uint8Array, at: number): number {
  * gguf-dequant.ts: Q4_K is kept per 32 columns as q, d1 = d sc and -m1 = -(dmin m) in f32; Q6_K as
  * q - 32 (int8) and d sc per 16 columns in f32 (all exact).
  */
-function packKRows(
-  kind: "q4k" | "q6k",
-  type: "Q4_K" | "Q6_K" | "Q3_K",
-  raw: Uint8Array,
-  u8: Uint8Array,
-  base: number,
-  row0: number,
-  rows: number,
-  cols: number,
-  file: string,
-  tensor: string,
-): void {
+function packKRows(kind: "q4k" | "q6k", type: "Q4_K" | "Q6_K" | "Q3_K", job: RowsJob): void {
+  const { raw, u8, base, row0, rows, cols, file, tensor } = job;
   const nb = cols / 32;
   const nsb = cols / 256;
   const gb = GROUP_BLOCK_BYTES[kind];
@@ -305,18 +308,8 @@ function compactSuperBlock(kind: "q4ka8" | "q6ka8", base: number, r: number, col
  * super-block d (and -dmin): Q4_K's 6-bit scale and min per 32 columns, Q6_K's int8 scale (Q3_K's
  * 6-bit scale - 32) per 16 columns, and q as nibbles (Q6_K / Q3_K: q + 32, a nibble plus 2 bits).
  */
-function packCompactKRows(
-  kind: "q4ka8" | "q6ka8",
-  type: "Q4_K" | "Q6_K" | "Q3_K",
-  raw: Uint8Array,
-  u8: Uint8Array,
-  base: number,
-  row0: number,
-  rows: number,
-  cols: number,
-  file: string,
-  tensor: string,
-): void {
+function packCompactKRows(kind: "q4ka8" | "q6ka8", type: "Q4_K" | "Q6_K" | "Q3_K", job: RowsJob): void {
+  const { raw, u8, base, row0, rows, cols, file, tensor } = job;
   const nsb = cols / 256;
   const sbBytes = STORED_BLOCK[type]!.bytes;
   const q4 = new Uint8Array(256);
@@ -411,7 +404,8 @@ function dequantCompactRow(kind: "q4ka8" | "q6ka8", u8: Uint8Array, base: number
  * Q5_0 / Q5_1 / Q5_K rows into the q5a8 image: per 32 columns q (0..31), d and m in f32 (Q5_0:
  * m = -16 d; Q5_1: its f16 m; Q5_K: d1 = d sc and -m1 = -(dmin m)), all exact.
  */
-function packQ5Rows(type: "Q5_0" | "Q5_1" | "Q5_K", raw: Uint8Array, u8: Uint8Array, base: number, row0: number, rows: number, cols: number, file: string, tensor: string): void {
+function packQ5Rows(type: "Q5_0" | "Q5_1" | "Q5_K", job: RowsJob): void {
+  const { raw, u8, base, row0, rows, cols, file, tensor } = job;
   const nb = cols / 32;
   const gb = GROUP_BLOCK_BYTES.q5a8;
   const q = new Uint8Array(256);
@@ -451,17 +445,8 @@ function packQ5Rows(type: "Q5_0" | "Q5_1" | "Q5_K", raw: Uint8Array, u8: Uint8Ar
 }
 
 /** IQ4_NL / IQ4_XS / MXFP4 rows into the q8 image: per 32 columns the int8 levels and the f32 scale (IQ4_XS: d (ls - 32), MXFP4: 2^(e - 128); exact). */
-function packLevelRows(
-  type: "IQ4_NL" | "IQ4_XS" | "MXFP4",
-  raw: Uint8Array,
-  u8: Uint8Array,
-  base: number,
-  row0: number,
-  rows: number,
-  cols: number,
-  file: string,
-  tensor: string,
-): void {
+function packLevelRows(type: "IQ4_NL" | "IQ4_XS" | "MXFP4", job: RowsJob): void {
+  const { raw, u8, base, row0, rows, cols, file, tensor } = job;
   const nb = cols / 32;
   const gb = GROUP_BLOCK_BYTES.q8;
   const q = new Int8Array(256);
