@@ -74,6 +74,7 @@ export function dequantToBf16(type: DequantType, src: Uint8Array, count: number,
 
 const kScale = new Uint8Array(8);
 const kMin = new Uint8Array(8);
+const k16 = new Int8Array(16);
 
 /** The 8 6-bit scales and mins of the Q4_K super-block at `o` (Q5_K's are packed the same way). */
 export function q4KScales(src: Uint8Array, o: number, sc: Uint8Array, m: Uint8Array): void {
@@ -126,8 +127,9 @@ export function decodeQ4K(src: Uint8Array, o: number, q: Uint8Array, d1: Float32
  * the 256 columns, and per 16 columns ds = d * scale (f32, exact): w = ds q.
  */
 export function decodeQ6K(src: Uint8Array, o: number, q: Int8Array, ds: Float32Array): void {
-  const d = f16Table[src[o + 208]! | (src[o + 209]! << 8)]!;
-  for (let k = 0; k < 16; k++) ds[k] = fround(d * ((src[o + 192 + k]! << 24) >> 24));
+  const d = kSuperScale("Q6_K", src, o);
+  k16Scales("Q6_K", src, o, k16);
+  for (let k = 0; k < 16; k++) ds[k] = fround(d * k16[k]!);
   for (let n = 0; n < 2; n++) {
     const ql = o + 64 * n;
     const qh = o + 128 + 32 * n;
@@ -214,13 +216,9 @@ export function decodeQ5K(src: Uint8Array, o: number, q: Uint8Array, d1: Float32
  * columns ds = d * (scale - 32) (exact): w = ds q.
  */
 export function decodeQ3K(src: Uint8Array, o: number, q: Int8Array, ds: Float32Array): void {
-  const d = f16At(src, o + 108);
-  const sc = o + 96;
-  for (let k = 0; k < 16; k++) {
-    const low = k < 8 ? src[sc + (k & 7)]! & 0xf : src[sc + (k & 7)]! >> 4;
-    const high = (src[sc + 8 + (k & 3)]! >> (2 * (k >> 2))) & 3;
-    ds[k] = fround(d * ((low | (high << 4)) - 32));
-  }
+  const d = kSuperScale("Q3_K", src, o);
+  k16Scales("Q3_K", src, o, k16);
+  for (let k = 0; k < 16; k++) ds[k] = fround(d * k16[k]!);
   for (let e = 0; e < 256; e++) {
     const n = e >> 7; // which 128
     const j = (e >> 5) & 3; // which shift within it
