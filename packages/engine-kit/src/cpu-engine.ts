@@ -126,7 +126,9 @@ type Cache = ReturnType<CpuModel["newCache"]> & {
   ensure(to: number): void;
   blocksNeeded(to: number): number;
   addReservation(n: number): void;
-  adopt(ids: readonly number[]): void;
+  local: number[];
+  adopt(ids: readonly number[], local?: readonly number[]): void;
+  view(j: number, l: number, kind: "k" | "v"): Uint8Array;
   fork(): Cache;
   clear(): void;
 };
@@ -263,7 +265,8 @@ export class CpuBackedEngine implements Engine {
     this.variantList = spec.variants?.length ? normalizeVariants(spec.variants) : defaultVariants({ maxModelLen: this.maxModelLen, batch: spec.batch });
     this.active = spec.activeVariant ?? defaultActive(this.variantList);
     this.kvBudgetNote = this.sizePool();
-    this.prefixes = new PrefixCache(spec.prefixCache ?? 0, this.cpu.kvPool.blockSize, this.cpu.kvPool);
+    const local = this.cpu.homes.local;
+    this.prefixes = new PrefixCache(spec.prefixCache ?? 0, this.cpu.kvPool.blockSize, this.cpu.kvPool, local ? { pool: local.pool, firstLive: (n) => this.cpu.liveLocalFrom(n) } : null);
     this.cpu.kvPool.onFreed = () => this.blocksFreed();
     this.board = spec.coreBoard ? CoreBoard.open(spec.coreBoard) : null;
     this.loop = new PassLoop(
@@ -337,12 +340,12 @@ export class CpuBackedEngine implements Engine {
   private sizePool(): string {
     const pool = this.cpu.kvPool;
     const room = Math.max(0, WASM_CAP - this.cpu.rt.allocationTop - WORKING_RESERVE);
-    const budget = kvBudgetBlocks({ memory: this.spec.kvCacheMemory ?? { share: DEFAULT_KV_SHARE }, blockBytes: pool.blockBytes, available: process.availableMemory(), room });
+    const budget = kvBudgetBlocks({ memory: this.spec.kvCacheMemory ?? { share: DEFAULT_KV_SHARE }, blockBytes: this.cpu.kvBlockBytes, available: process.availableMemory(), room });
     const need = blocksFor(this.maxModelLen, pool.blockSize);
     if (budget.blocks < need) {
       throw new ConfigError(
         "kv-cache-memory",
-        `the KV cache (${budget.how}) holds ${budget.blocks} blocks of ${pool.blockSize} positions (${budget.blocks * pool.blockSize} tokens), fewer than one request of max_model_len ${this.maxModelLen} needs (${need} blocks of ${pool.blockBytes} bytes); raise --kv-cache-memory or lower --max-model-len`,
+        `the KV cache (${budget.how}) holds ${budget.blocks} blocks of ${pool.blockSize} positions (${budget.blocks * pool.blockSize} tokens), fewer than one request of max_model_len ${this.maxModelLen} needs (${need} blocks of ${this.cpu.kvBlockBytes} bytes); raise --kv-cache-memory or lower --max-model-len`,
       );
     }
     pool.setMaxBlocks(budget.blocks);
@@ -365,9 +368,18 @@ export class CpuBackedEngine implements Engine {
       vocabSize: c.vocabSize,
       modelFingerprint: this.hashes.fingerprint,
       numericsFingerprint: this.cpu.numericsFingerprint,
+      ...this.windowInfo(),
       eosTokenIds: [...this.ckpt.generation.eosTokenIds],
       generationDefaults: this.spec.generationConfig === "vllm" ? {} : samplingDefaults(this.ckpt.generation),
     };
+  }
+
+  /** The sliding-window layers whose blocks out of the window are dropped (and exported as zeros), for ModelInfo. */
+  private windowInfo(): Pick<ModelInfo, "slidingWindow"> {
+    const local = this.cpu.homes.local;
+    if (!local) return {};
+    const layers = this.cpu.homes.windowed.flatMap((w, l) => (w ? [l] : []));
+    return { slidingWindow: { window: local.window, layers } };
   }
 
   get tokenizer(): EngineTokenizer {
@@ -412,7 +424,7 @@ export class CpuBackedEngine implements Engine {
       usedBlocks: used,
       freeBlocks: pool.totalBlocks - used,
       cachedBlocks: cached,
-      blockBytes: pool.blockBytes,
+      blockBytes: this.cpu.kvBlockBytes,
       maxModelLen: this.maxModelLen,
       preemptions: this.preemptions,
     };
@@ -623,9 +635,9 @@ export class CpuBackedEngine implements Engine {
       live.forEach((s, i) => {
         const p = s.cache.n;
         s.cache.ensure(p + 1);
-        const id = s.cache.blocks[Math.floor(p / pool.blockSize)];
+        const j = Math.floor(p / pool.blockSize);
         for (let l = 0; l < c.numLayers; l++)
-          writeBlockColumn(g, pool.blockSize, p % pool.blockSize, pool.view(id, l, "k"), pool.view(id, l, "v"), results[i].k[l], results[i].v[l]);
+          writeBlockColumn(g, pool.blockSize, p % pool.blockSize, s.cache.view(j, l, "k"), s.cache.view(j, l, "v"), results[i].k[l], results[i].v[l]);
         s.cache.n = p + 1;
         out.push({ status: "fulfilled", value: results[i].logits });
       });
@@ -689,7 +701,7 @@ export class CpuBackedEngine implements Engine {
     const L = this.ckpt.config.numLayers;
     // Prompt log-probabilities need every position's logits, so they compute the whole prompt.
     const hit = o.promptLogprobs ? null : this.prefixes.lookup(tokens);
-    if (hit) cache.adopt(hit.blocks);
+    if (hit) cache.adopt(hit.blocks, hit.local);
     const k: Uint8Array[] = new Array(L);
     const v: Uint8Array[] = new Array(L);
     const pending: Promise<void>[] = [];
@@ -719,7 +731,7 @@ export class CpuBackedEngine implements Engine {
       });
     });
     for (let l = 0; l < L; l++) if (!k[l]) emit(l);
-    this.prefixes.store(tokens, cache.blocks);
+    this.prefixes.store(tokens, cache.blocks, cache.local);
     const kv = o.exportKV ? { blockSize: this.cpu.kvPool.blockSize, n: tokens.length, k, v } : undefined;
     return { rows, computeMs: timing.computeMs, cachedTokens: hit?.n ?? 0, kv, pending };
   }
@@ -756,7 +768,7 @@ export class CpuBackedEngine implements Engine {
     try {
       this.takeReservation(reservation, s.cache);
       const hit = this.prefixes.lookup(tokens);
-      if (hit) s.cache.adopt(hit.blocks);
+      if (hit) s.cache.adopt(hit.blocks, hit.local);
       await new Promise<Float32Array[]>((resolve, reject) => {
         // Ahead of new prompts: a preempted stream was admitted before them.
         this.loop.prefill(
@@ -980,9 +992,13 @@ export class CpuBackedEngine implements Engine {
     return { ...this.loop.counts, secondThread: this.secondThreadPasses };
   }
 
-  /** Bytes of one block of the KV cache (every layer's K and V). */
+  /**
+   * Bytes the budget charges one block of the KV cache: every layer's K and V, the
+   * sliding-window layers' included (their blocks leave as the window passes, so a long sequence
+   * holds less than this per block).
+   */
   kvBlockBytes(): number {
-    return this.cpu.kvPool.blockBytes;
+    return this.cpu.kvBlockBytes;
   }
 
   /** Blocks whose memory the KV cache has touched so far (it takes memory as blocks are first used). */

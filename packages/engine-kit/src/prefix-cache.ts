@@ -14,10 +14,21 @@ export interface BlockHolder {
   notifyFreed(): void;
 }
 
+/**
+ * The sliding-window layers' blocks of a model that keeps them apart: their holder, and the
+ * first of them a query at position n or later reads (the ones before are gone).
+ */
+export interface WindowBlocks {
+  pool: BlockHolder;
+  firstLive(n: number): number;
+}
+
 interface Entry {
   tokens: number[];
   /** The prompt's full blocks, held (one reference each). */
   blocks: number[];
+  /** The sliding-window layers' blocks of the same positions (-1: gone), held; empty without a window. */
+  local: number[];
   keys: string[];
 }
 
@@ -25,6 +36,8 @@ export interface PrefixHit {
   /** Prompt positions the shared blocks hold (whole blocks, fewer than the prompt's tokens). */
   n: number;
   blocks: number[];
+  /** The sliding-window layers' blocks (-1 before the window); empty without a window. */
+  local: number[];
 }
 
 /** FNV-1a over the ids, one key per block boundary: keys[i] covers tokens [0, (i + 1) * blockSize). */
@@ -60,6 +73,7 @@ export class PrefixCache {
     readonly capacity: number,
     readonly blockSize: number,
     private readonly pool: BlockHolder,
+    private readonly window: WindowBlocks | null = null,
   ) {}
 
   /** The longest kept prefix of `tokens` in whole blocks that leaves at least one token to compute. */
@@ -72,18 +86,23 @@ export class PrefixCache {
       const n = (i + 1) * this.blockSize;
       if (!e || e.blocks.length < i + 1) continue;
       if (!samePrefix(e.tokens, tokens, n)) continue;
+      // a prefix whose window's sliding-window blocks are gone cannot be continued
+      if (this.window && e.local.slice(this.window.firstLive(n), i + 1).some((id) => id < 0)) continue;
       // Most recently used last.
       this.entries.splice(this.entries.indexOf(e), 1);
       this.entries.push(e);
       this.hits++;
       this.reusedTokens += n;
-      return { n, blocks: e.blocks.slice(0, i + 1) };
+      return { n, blocks: e.blocks.slice(0, i + 1), local: e.local.slice(0, i + 1) };
     }
     return null;
   }
 
-  /** Keeps the full blocks of a finished prefill of `tokens` (`blocks`: the cache's blocks in order; one more reference each). */
-  store(tokens: number[], blocks: readonly number[]): void {
+  /**
+   * Keeps the full blocks of a finished prefill of `tokens` (`blocks`: the cache's blocks in
+   * order, `local` its sliding-window layers' blocks; one more reference each).
+   */
+  store(tokens: number[], blocks: readonly number[], local: readonly number[] = []): void {
     const full = Math.min(Math.floor(tokens.length / this.blockSize), blocks.length);
     if (this.capacity === 0 || full === 0) return;
     const keys = blockKeys(this.blockSize, tokens, full * this.blockSize);
@@ -92,7 +111,9 @@ export class PrefixCache {
     if (last && samePrefix(last.tokens, tokens, full * this.blockSize)) return;
     const kept = blocks.slice(0, full);
     for (const id of kept) this.pool.retain(id);
-    const e: Entry = { tokens: tokens.slice(0, full * this.blockSize), blocks: kept, keys };
+    const keptLocal = this.window ? local.slice(0, full) : [];
+    for (const id of keptLocal) if (id >= 0) this.window!.pool.retain(id);
+    const e: Entry = { tokens: tokens.slice(0, full * this.blockSize), blocks: kept, local: keptLocal, keys };
     this.entries.push(e);
     for (const key of keys) this.byKey.set(key, e);
     while (this.entries.length > this.capacity) this.evict(this.entries[0]);
@@ -127,6 +148,7 @@ export class PrefixCache {
     this.entries.splice(this.entries.indexOf(e), 1);
     for (const key of e.keys) if (this.byKey.get(key) === e) this.byKey.delete(key);
     for (const id of e.blocks) this.pool.release(id);
+    for (const id of e.local) if (id >= 0) this.window!.pool.release(id);
     this.pool.notifyFreed();
   }
 }

@@ -191,3 +191,124 @@ describe("the pool's budget and memory", () => {
     }
   });
 });
+
+describe("sliding-window layers (Gemma 3): blocks that leave the window go back", () => {
+  // layers 0 and 2 slide over 20 positions, layer 1 reads the whole context; blocks of 8
+  const gemma = tinyConfig({
+    architecture: "gemma3",
+    numLayers: 3,
+    headDim: 32,
+    tieWordEmbeddings: true,
+    rmsNormEps: 1e-6,
+    queryPreAttnScalar: 24,
+    intermediateSize: 160,
+    slidingWindow: { window: 20, layers: [true, false, true], ropeTheta: 10000 },
+  });
+  let m: LlamaModel;
+  beforeAll(async () => {
+    m = await LlamaModel.load(randomCheckpoint(gemma, 9), { kv: { blockSize: 8 } });
+  });
+  afterAll(() => m?.close());
+
+  /** Greedy-ish tokens from a prefill of `p` then `steps` decode steps; every logits row's bits. */
+  function tokensOf(cache: KVCache, p: number[], steps: number): Buffer[] {
+    const out = [bits(m.prefill(p, cache))];
+    let token = 5;
+    for (let i = 0; i < steps; i++) {
+      out.push(bits(m.decode([{ cache, token }])[0]));
+      token = (token * 31 + 7) % 250;
+    }
+    return out;
+  }
+
+  it("keeps the sliding-window layers' blocks in a pool of their own, only the window's", () => {
+    const local = m.homes.local!;
+    expect(local.window).toBe(20);
+    expect(m.homes.slot).toEqual([0, 0, 1]);
+    expect(m.kvPool.layers).toBe(1);
+    expect(local.pool.layers).toBe(2);
+    expect(m.kvBlockBytes).toBe(3 * m.kvPool.layerStride);
+    const cache = m.newCache(128);
+    tokensOf(cache, prompt, 40); // 85 positions: 11 blocks
+    expect(m.kvPool.usedBlocks).toBe(11);
+    // a query at 85 reads [66, 85]: blocks 8..10
+    expect(local.pool.usedBlocks).toBe(3);
+    const w = cache as unknown as { local: number[] };
+    expect(w.local.slice(0, 8).every((id) => id === -1)).toBe(true);
+    // an export holds zeros where the window has left, the whole-context layer holds every block
+    const kv = m.exportKV(cache);
+    const kBytes = m.kvPool.kBytes;
+    expect(kv.k[0].subarray(0, 8 * kBytes).every((b) => b === 0)).toBe(true);
+    expect(kv.k[0].subarray(8 * kBytes).some((b) => b !== 0)).toBe(true);
+    expect(kv.k[1].subarray(0, kBytes).some((b) => b !== 0)).toBe(true);
+    m.freeCache(cache);
+    expect(local.pool.usedBlocks).toBe(0);
+    expect(m.kvPool.usedBlocks).toBe(0);
+  });
+
+  it("a prompt in chunks (blocks leave between them) gives the bits of the whole prompt, decode steps too", () => {
+    const whole = m.newCache(128);
+    const ref = tokensOf(whole, prompt, 30);
+    m.freeCache(whole);
+    // the same positions in chunks of 7 (blocks leave between chunks), then the same decode steps
+    const c = m.newCache(128);
+    const rows = [bits(m.prefillChunk(prompt, c, 7))];
+    let token = 5;
+    for (let i = 0; i < 30; i++) {
+      rows.push(bits(m.decode([{ cache: c, token }])[0]));
+      token = (token * 31 + 7) % 250;
+    }
+    expect(rows).toEqual(ref);
+    m.freeCache(c);
+  });
+
+  it("an import takes only the window's blocks and decodes the bits of the cache it came from", () => {
+    const src = m.newCache(128);
+    tokensOf(src, prompt, 0);
+    const kv = m.exportKV(src);
+    const dst = m.newCache(128);
+    const before = m.homes.local!.pool.usedBlocks;
+    m.importKV(dst, kv);
+    // 45 positions: a query at 45 reads [26, 45], blocks 3..5
+    expect(m.homes.local!.pool.usedBlocks - before).toBe(3);
+    let token = 5;
+    for (let i = 0; i < 12; i++) {
+      const a = bits(m.decode([{ cache: src, token }])[0]);
+      const b = bits(m.decode([{ cache: dst, token }])[0]);
+      expect(b.equals(a)).toBe(true);
+      token = (token * 31 + 7) % 250;
+    }
+    m.freeCache(src);
+    m.freeCache(dst);
+  });
+
+  it("a fork and an adopted prefix share the window's blocks; going back behind the window is refused", () => {
+    const a = m.newCache(128);
+    tokensOf(a, prompt, 0);
+    const b = (a as unknown as { fork(): KVCache }).fork();
+    const la = bits(m.decode([{ cache: a, token: 9 }])[0]);
+    const lb = bits(m.decode([{ cache: b, token: 9 }])[0]);
+    expect(lb.equals(la)).toBe(true);
+    const w = a as unknown as { blocks: number[]; local: number[]; truncate(keep: number): void };
+    // a cache of 40 positions still holds blocks 2..4 of the sliding-window layers, what a query at 40 reads
+    const e = m.newCache(128);
+    m.prefill(prompt.slice(0, 40), e);
+    const we = e as unknown as { blocks: number[]; local: number[] };
+    expect(we.local.slice(0, 2)).toEqual([-1, -1]);
+    const c = m.newCache(128) as unknown as { adopt(ids: number[], local: number[]): void; n: number };
+    c.adopt(we.blocks.slice(0, 5), we.local.slice(0, 5));
+    expect(c.n).toBe(40);
+    const whole = m.newCache(128);
+    const lw = bits(m.prefill([...prompt.slice(0, 40), 77], whole));
+    const lc = bits(m.prefill([77], c as unknown as KVCache));
+    expect(lc.equals(lw)).toBe(true);
+    // a's first 40 positions cannot be adopted: at 46 positions its block 2 has left the window
+    const d = m.newCache(128) as unknown as { adopt(ids: number[], local: number[]): void };
+    expect(w.local[2]).toBe(-1);
+    expect(() => d.adopt(w.blocks.slice(0, 5), w.local.slice(0, 5))).toThrow(/sliding-window layers' blocks 2..4/);
+    // positions 0..7 have left a's window: going back to 10 would need them
+    expect(() => w.truncate(10)).toThrow(/dropped blocks/);
+    for (const x of [a, b, c, d, e, whole]) m.freeCache(x as unknown as KVCache);
+    expect(m.homes.local!.pool.usedBlocks).toBe(0);
+  });
+});

@@ -59,6 +59,35 @@ describe("(a) prefill in process A, decode in process B", () => {
   });
 });
 
+describe("(a) a sliding-window model across processes", () => {
+  it("gemma3, a window of 6 positions on layers 0 and 2 (blocks out of the window leave, export zeros them): decode in process B gives the solo tokens", async () => {
+    const config = tinyConfig({
+      architecture: "gemma3",
+      numLayers: 3,
+      headDim: 32,
+      tieWordEmbeddings: true,
+      rmsNormEps: 1e-6,
+      queryPreAttnScalar: 24,
+      slidingWindow: { window: 6, layers: [true, false, true], ropeTheta: 10000 },
+    });
+    // 40 prompt positions in blocks of 16: block 0 has left the window at export, more leave while decoding
+    const prompt = Array.from({ length: 40 }, (_, i) => (i * 29 + 3) % 250);
+    const S = 80,
+      maxTokens = 24,
+      seed = 8;
+    for (const sampling of [{}, { temperature: 0.8, seed: 5 }] as SamplingParams[]) {
+      const model = await LlamaModel.load(randomCheckpoint(config, seed));
+      const solo = generate(model, prompt, { maxTokens, S, sampling }).tokens;
+      model.close();
+      const file = join(dir, `kv-gemma-${Math.random().toString(16).slice(2)}.bin`);
+      const common = { config, seed, prompt, S, maxTokens, sampling, file, weights: "auto" };
+      run({ ...common, mode: "prefill" });
+      const b = run({ ...common, mode: "decode" });
+      expect(b.tokens).toEqual(solo);
+    }
+  });
+});
+
 describe("(a) on models made by airm-model make-tiny", () => {
   it.each([
     ["llama", {}],

@@ -221,6 +221,11 @@ export interface ModelInfo {
   /** sha-256 hex of what decides the numerics: kernel version, summation order, dtype. */
   numericsFingerprint: string;
   eosTokenIds: number[];
+  /**
+   * Layers that attend only to the last `window` positions (Gemma 3's local layers) and whose
+   * blocks out of the window are dropped: their KV blobs hold zeros there. Absent when none do.
+   */
+  slidingWindow?: { window: number; layers: number[] };
   /** The model's sampling defaults (empty when it has none or the engine was told to ignore them). */
   generationDefaults?: SamplingDefaults;
 }

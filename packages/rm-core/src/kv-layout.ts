@@ -39,6 +39,14 @@ export function blocksFor(n: number, blockSize: number): number {
   return Math.ceil(n / blockSize);
 }
 
+/**
+ * The first block a query at position `n` or later reads in a layer with a sliding window of
+ * `window` positions (a query at p reads [p + 1 - window, p]); the blocks before it are dead.
+ */
+export function firstLiveBlock(n: number, window: number, blockSize: number): number {
+  return Math.max(0, Math.floor((n + 1 - window) / blockSize));
+}
+
 /** Bytes of one layer's K (or V) of one block: kv_heads x head_dim x block_size x element size. */
 export function blockLayerBytes(g: Pick<KVGeometry, "kvHeads" | "headDim">, blockSize: number, dtype: KVDtype = "bf16"): number {
   return g.kvHeads * g.headDim * blockSize * KV_DTYPE_BYTES[dtype];

@@ -33,6 +33,19 @@ function fieldOf(f: () => unknown): string | undefined {
 }
 
 describe("KV manifest", () => {
+  test("a sliding-window statement agrees with n and block size, and with the receiver's model", () => {
+    // n=13 in blocks of 4, a window of 6: a query at 13 reads [8, 13], so blocks 0 and 1 are zero
+    const at13 = { n: 13, blocks: 4, slidingWindow: { window: 6, layers: [0], zeroBlocks: 2 } };
+    const want = { window: 6, layers: [0] };
+    expect(validateManifest(manifest(at13), { slidingWindow: want }).slidingWindow).toEqual(at13.slidingWindow);
+    expect(fieldOf(() => validateManifest(manifest({ ...at13, slidingWindow: { ...at13.slidingWindow, zeroBlocks: 1 } })))).toBe("slidingWindow");
+    expect(fieldOf(() => validateManifest(manifest({ ...at13, slidingWindow: { ...at13.slidingWindow, layers: [2] } })))).toBe("slidingWindow");
+    // the receiver's model has another window, or none; or it has one the manifest does not state
+    expect(fieldOf(() => validateManifest(manifest(at13), { slidingWindow: { window: 8, layers: [0] } }))).toBe("slidingWindow");
+    expect(fieldOf(() => validateManifest(manifest(at13), { slidingWindow: null }))).toBe("slidingWindow");
+    expect(fieldOf(() => validateManifest(manifest(), { slidingWindow: want }))).toBe("slidingWindow");
+    expect(validateManifest(manifest(), { slidingWindow: null }).slidingWindow).toBeUndefined();
+  });
   test("blob size is blocks x kv_heads x head_dim x block size x 2", () => {
     expect(blobBytes(manifest())).toBe(2 * 2 * 4 * 4 * 2);
     // Llama-3.1-8B, a 20-token prompt in blocks of 16: 2 blocks of 32 KiB per layer's K or V.

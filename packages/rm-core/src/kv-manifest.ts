@@ -5,7 +5,7 @@
 import { crc32 } from "@node-rs/crc32";
 import { KVIntegrityError } from "./errors.ts";
 import type { PulledBlob } from "./contracts.ts";
-import { BLOCK_SIZES, KV_LAYOUT, blockLayerBytes, blocksFor, type KVDtype } from "./kv-layout.ts";
+import { BLOCK_SIZES, KV_LAYOUT, blockLayerBytes, blocksFor, firstLiveBlock, type KVDtype } from "./kv-layout.ts";
 import { blobKey, validateRequestId } from "./kv-key.ts";
 
 export interface KVManifest {
@@ -30,12 +30,43 @@ export interface KVManifest {
   promptTokens?: number[];
   /** CRC-32 of each blob, `k[layer]` and `v[layer]`. */
   crc: { k: number[]; v: number[] };
+  /**
+   * Sliding-window layers: `layers` attend only to the last `window` positions, so no query from
+   * n on reads their blocks [0, zeroBlocks) (= firstLiveBlock(n, window, blockSize)); their blobs
+   * hold zeros there, and the decode side takes no memory for them. Absent when no layer slides.
+   */
+  slidingWindow?: { window: number; layers: number[]; zeroBlocks: number };
 }
+
+/** The sliding window a receiver's model has (null: none); compared with the manifest's. */
+export type WindowExpectation = { window: number; layers: number[] } | null;
 
 /** What the receiving side expects; any field left out is not checked. */
 export type ManifestExpectation = Partial<Pick<KVManifest, "layout" | "dtype" | "blockSize" | "layers" | "kvHeads" | "headDim" | "modelFingerprint" | "numericsFingerprint">> & {
   maxN?: number;
+  slidingWindow?: WindowExpectation;
 };
+
+/** Checks a manifest's sliding-window statement against its own n and block size, and against `want` (undefined: not checked). */
+function checkWindow(m: KVManifest, want: WindowExpectation | undefined): void {
+  const w = m.slidingWindow;
+  if (w !== undefined) {
+    const okLayers = Array.isArray(w.layers) && w.layers.every((l, i) => Number.isInteger(l) && l >= 0 && l < m.layers && (i === 0 || l > w.layers[i - 1]));
+    if (!isPosInt(w.window) || !okLayers || w.layers.length === 0) {
+      throw new KVIntegrityError("slidingWindow", `manifest slidingWindow needs a window >= 1 and ascending layer indices in [0, ${m.layers}), got ${JSON.stringify(w)}`);
+    }
+    const zero = firstLiveBlock(m.n, w.window, m.blockSize);
+    if (w.zeroBlocks !== zero) {
+      throw new KVIntegrityError("slidingWindow", `manifest slidingWindow.zeroBlocks=${JSON.stringify(w.zeroBlocks)}, but a window of ${w.window} at n=${m.n} leaves ${zero} blocks`);
+    }
+  }
+  if (want === undefined) return;
+  const same = want === null ? w === undefined : w !== undefined && w.window === want.window && w.layers.join(",") === want.layers.join(",");
+  if (!same) {
+    const say = (x: { window: number; layers: number[] } | null | undefined) => (x ? `a window of ${x.window} on layers ${x.layers.join(",")}` : "no sliding window");
+    throw new KVIntegrityError("slidingWindow", `KV manifest says ${say(w)}, this side's model has ${say(want)}: prefill and decode must run the same model`);
+  }
+}
 
 /** Bytes of one blob of the manifest's request: its blocks of one layer's K or V. */
 export function blobBytes(m: Pick<KVManifest, "kvHeads" | "headDim" | "blockSize" | "blocks" | "dtype">): number {
@@ -79,8 +110,9 @@ export function validateManifest(input: unknown, expect: ManifestExpectation = {
   if (!m.crc || !Array.isArray(m.crc.k) || !Array.isArray(m.crc.v) || m.crc.k.length !== m.layers || m.crc.v.length !== m.layers) {
     throw new KVIntegrityError("crc", `manifest must carry ${m.layers} K and ${m.layers} V CRC-32 values`);
   }
+  checkWindow(m, expect.slidingWindow);
   for (const [field, want] of Object.entries(expect) as [keyof ManifestExpectation, unknown][]) {
-    if (want === undefined) continue;
+    if (want === undefined || field === "slidingWindow") continue;
     if (field === "maxN") {
       if (m.n > (want as number)) throw new KVIntegrityError("n", `manifest n=${m.n} exceeds what this side accepts (${want as number})`);
       continue;

@@ -8,6 +8,7 @@ import {
   blobKey,
   blocksFor,
   encodeManifest,
+  firstLiveBlock,
   decodeManifest,
   kvCrc32,
   KVIntegrityError,
@@ -87,6 +88,9 @@ export class KVPusher {
       ...(firsts.length > 1 ? { firstTokens: firsts } : {}),
       promptTokens: prompt,
       crc: { k: this.crcK.slice(0, model.layers), v: this.crcV.slice(0, model.layers) },
+      ...(model.slidingWindow
+        ? { slidingWindow: { window: model.slidingWindow.window, layers: [...model.slidingWindow.layers], zeroBlocks: firstLiveBlock(kv.n, model.slidingWindow.window, kv.blockSize) } }
+        : {}),
     };
     await this.transport.push(manifestKey(this.requestId), encodeManifest(manifest), { timeoutMs: this.timeoutMs });
     return manifest;
@@ -128,6 +132,7 @@ export async function pullKV(transport: KVTransport, requestId: string, model: M
       numericsFingerprint: model.numericsFingerprint,
       blockSize: kvs.blockSize,
       maxN: kvs.maxModelLen,
+      slidingWindow: model.slidingWindow ?? null,
     });
     if (m.requestId !== requestId) throw new KVIntegrityError("requestId", `KV manifest is for ${m.requestId}, not ${requestId}`);
     const isId = (t: unknown) => Number.isInteger(t) && (t as number) >= 0 && (t as number) < model.vocabSize;

@@ -1,5 +1,6 @@
 // The paged KV cache of one model: blocks of `blockSize` positions in the model's wasm memory,
-// each holding every layer's K and V in layout rngd-pd/v2 (rm-core's kv-layout): layer l at
+// each holding every layer's K and V (a model with sliding-window layers has two pools: one for
+// its whole-context layers, one for its sliding-window layers; see kv-cache.ts) in layout rngd-pd/v2 (rm-core's kv-layout): layer l at
 // l * layerStride, K [kv_heads][head_dim][block_size] then V [kv_heads][block_size][head_dim].
 // Blocks carry reference counts (a block shared by several caches is copied before one of them
 // writes to it), and a budget (maxBlocks) of which some can be set aside (reservations) for work
@@ -164,6 +165,11 @@ export class KVBlockPool {
   /** Byte address of block `id` in the main memory. */
   address(id: number): number {
     return this.addr[id];
+  }
+
+  /** The memory the blocks live in (the buffer changes when the memory grows). */
+  memoryBuffer(): ArrayBufferLike {
+    return this.rt.memory.buffer;
   }
 
   /** Layer `l`'s K (or V) of block `id` as a fresh view (the memory may grow between calls). */

@@ -3,7 +3,7 @@
 // agree bit for bit). Knows the architecture and the numerics; loading files and sampling are
 // done elsewhere.
 import { createHash } from "node:crypto";
-import { AirmError, ConfigError, ContextOverflowError, KVCacheFullError, KVIntegrityError, KV_LAYOUT, checkKVBlobs, type KVBlobs } from "@airm/rm-core";
+import { AirmError, ConfigError, ContextOverflowError, KVCacheFullError, KVIntegrityError, KV_LAYOUT, checkKVBlobs, firstLiveBlock, type KVBlobs } from "@airm/rm-core";
 import type { Checkpoint, ModelConfig, TensorSource } from "../checkpoint-types.ts";
 import { traitsOf } from "../checkpoint/architecture-traits.ts";
 import { KERNEL_VERSION, NUMERICS_CHOICES } from "../kernels/assemble.ts";
@@ -24,7 +24,7 @@ import {
   type WeightKind,
 } from "../kernels/quant-image.ts";
 import { imageIndex, interleaveRows } from "../kernels/weight-image.ts";
-import { PagedKVCache, type KVCache } from "./kv-cache.ts";
+import { PagedKVCache, wholeContextHomes, type KVCache, type LayerHomes } from "./kv-cache.ts";
 import { KVBlockPool, type KVPoolOptions } from "./kv-pool.ts";
 import { RopeTable } from "./rope.ts";
 
@@ -346,8 +346,12 @@ export class LlamaModel {
   }
 
   /** @internal */ readonly rt: KernelRuntime;
-  /** The paged KV cache every cache of this model takes its blocks from. */
+  /** The paged KV cache every cache of this model takes its blocks from (its whole-context layers' when some slide). */
   readonly kvPool: KVBlockPool;
+  /** Where each layer's KV lives: the sliding-window layers in a pool of their own when the model mixes both. */
+  readonly homes: LayerHomes;
+  /** Bytes of one block of positions over every layer: what the KV budget charges a block of kvPool. */
+  readonly kvBlockBytes: number;
   private readonly layers: LayerWeights[];
   private readonly slots: Map<string, WeightSlot>;
   private readonly weightsStart: number;
@@ -421,7 +425,22 @@ export class LlamaModel {
     const c = ckpt.config;
     this.rope = new RopeTable(c.headDim, c.ropeTheta, c.ropeScaling);
     this.ropeLocal = c.slidingWindow ? new RopeTable(c.headDim, c.slidingWindow.ropeTheta, null) : undefined;
-    this.kvPool = new KVBlockPool(rt, { layers: c.numLayers, kvHeads: c.numKvHeads, headDim: c.headDim }, kv);
+    const sliding = c.slidingWindow?.layers ?? [];
+    const windowed = sliding.filter(Boolean).length;
+    if (windowed > 0 && windowed < c.numLayers) {
+      // Whole-context layers in kvPool; sliding-window layers in a pool whose blocks leave as the window passes them.
+      const shape = (layers: number) => ({ layers, kvHeads: c.numKvHeads, headDim: c.headDim });
+      this.kvPool = new KVBlockPool(rt, shape(c.numLayers - windowed), kv);
+      const local = new KVBlockPool(rt, shape(windowed), { blockSize: this.kvPool.blockSize });
+      const slot: number[] = [];
+      const seen = [0, 0];
+      for (const w of sliding) slot.push(seen[w ? 1 : 0]++);
+      this.homes = { windowed: [...sliding], slot, local: { pool: local, window: c.slidingWindow!.window } };
+    } else {
+      this.kvPool = new KVBlockPool(rt, { layers: c.numLayers, kvHeads: c.numKvHeads, headDim: c.headDim }, kv);
+      this.homes = wholeContextHomes(c.numLayers);
+    }
+    this.kvBlockBytes = this.kvPool.blockBytes + (this.homes.local?.pool.blockBytes ?? 0);
     this.qkvRows = (c.numHeads + 2 * c.numKvHeads) * c.headDim;
     this.widest = Math.max(c.hiddenSize, c.numHeads * c.headDim, c.intermediateSize);
     // The kind of every matrix is part of the arithmetic: a bf16 and a q8 model never share KV.
@@ -686,7 +705,7 @@ export class LlamaModel {
    */
   newCache(S: number): KVCache {
     this.checkOpen();
-    return new PagedKVCache(this.kvPool, this, S);
+    return new PagedKVCache(this.kvPool, this, S, this.homes);
   }
 
   /** The cache's KV as blobs of layout rngd-pd/v2 (copies): per layer K and V, its blocks of [0, n). */
@@ -715,9 +734,16 @@ export class LlamaModel {
     }
     checkKVBlobs({ layers: c.numLayers, kvHeads: c.numKvHeads, headDim: c.headDim }, kv);
     if (w.n !== 0 || w.blocks.length !== 0) throw new ConfigError("cache", "importKV fills an empty cache");
-    w.ensure(kv.n);
+    // the blocks of sliding-window layers that no query from n on reads are not taken
+    w.ensure(kv.n, kv.n);
     for (let l = 0; l < c.numLayers; l++) w.writeLayer(l, kv.k[l], kv.v[l], kv.n);
     w.n = kv.n;
+  }
+
+  /** The first sliding-window block a query at position n or later reads (0 when no layer slides apart). */
+  liveLocalFrom(n: number): number {
+    const local = this.homes.local;
+    return local ? firstLiveBlock(n, local.window, this.kvPool.blockSize) : 0;
   }
 
   /** Returns a cache's blocks to the pool; the cache must not be used afterwards. */
@@ -1001,26 +1027,32 @@ export class LlamaModel {
 
   /**
    * Writes each cache's block table (the i32 byte addresses of its blocks, in order) into a
-   * scratch region of the main memory; returns where each one starts.
+   * scratch region of the main memory; returns where each one starts. With a local pool, the
+   * sliding-window layers' tables follow at `localDelta` bytes from each main table (0 for a
+   * block out of the window, which no query reads).
    */
-  private writeTables(caches: PagedKVCache[]): Map<PagedKVCache, number> {
+  private writeTables(caches: PagedKVCache[]): { tableOf: Map<PagedKVCache, number>; localDelta: number } {
     const total = caches.reduce((a, w) => a + w.blocks.length, 0);
-    if (total > this.tablesCap) {
+    const local = this.homes.local;
+    const entries = local ? 2 * total : total;
+    if (entries > this.tablesCap) {
       if (this.tables) this.rt.free(this.tables, this.tablesCap * 4);
-      this.tablesCap = Math.max(total, 64);
+      this.tablesCap = Math.max(entries, 64);
       this.tables = this.rt.alloc(this.tablesCap * 4);
     }
     const u32 = this.rt.u32;
-    const out = new Map<PagedKVCache, number>();
+    const tableOf = new Map<PagedKVCache, number>();
+    const localDelta = local ? total * 4 : 0;
     let at = this.tables;
     for (const w of caches) {
-      out.set(w, at);
-      for (const id of w.blocks) {
-        u32[at >>> 2] = this.kvPool.address(id);
+      tableOf.set(w, at);
+      for (let j = 0; j < w.blocks.length; j++) {
+        u32[at >>> 2] = this.kvPool.address(w.blocks[j]);
+        if (local) u32[(at + localDelta) >>> 2] = w.local[j] >= 0 ? local.pool.address(w.local[j]) : 0;
         at += 4;
       }
     }
-    return out;
+    return { tableOf, localDelta };
   }
 
   /**
@@ -1032,7 +1064,7 @@ export class LlamaModel {
    * the block's scratch, each query's positions, its cache's table and the KV head's offsets
    * within a layer (the kernel adds the layer's).
    */
-  private planAttention(caches: PagedKVCache[], positions: number[], tableOf: Map<PagedKVCache, number>, s: Scratch, maxN: number): AttentionPlan {
+  private planAttention(caches: PagedKVCache[], positions: number[], tableOf: Map<PagedKVCache, number>, localDelta: number, s: Scratch, maxN: number): AttentionPlan {
     const c = this.config;
     const H = c.numHeads,
       D = c.headDim,
@@ -1084,7 +1116,8 @@ export class LlamaModel {
       perBlock.push({ tiles, singles });
     }
     const total = perBlock.reduce((a, b) => a + b.tiles.length, 0);
-    // Under a sliding window the descriptors are written twice: without it (full layers) and with it.
+    // Under a sliding window the descriptors are written twice: without it (full layers) and with
+    // it, over the sliding-window layers' tables.
     const window = c.slidingWindow?.window ?? 0;
     const start = this.ensureDescs(window > 0 ? 2 * total : total);
     let at = start;
@@ -1109,7 +1142,11 @@ export class LlamaModel {
     if (window > 0) {
       const bytes = total * 64;
       this.rt.u8.copyWithin(start + bytes, start, start + bytes);
-      for (let i = 0; i < total; i++) u32[((start + bytes) >>> 2) + i * 16 + 15] = window;
+      for (let i = 0; i < total; i++) {
+        const w = ((start + bytes) >>> 2) + i * 16;
+        u32[w + 8] += localDelta;
+        u32[w + 15] = window;
+      }
       for (const b of blocks) b.descWindow = b.desc + bytes;
     }
     return { blocks, ps, scratch };
@@ -1223,7 +1260,7 @@ export class LlamaModel {
     this.ropeLocal?.ensure(maxPos + 1);
     const scores = this.ensureScores(maxPos + 1);
     // Each cache's block table (block byte addresses, i32), where the attention kernel reads it.
-    const tableOf = this.writeTables([...ends.keys()]);
+    const { tableOf, localDelta } = this.writeTables([...ends.keys()]);
     const R = logitRows.length;
     const logits = this.ensureLogits(R);
     const resid = this.ensureResidual(T);
@@ -1231,12 +1268,12 @@ export class LlamaModel {
     const ropeRows = this.ensureRopeRows(T);
     // The attention work of each block of tokens (the same in every layer): tiles of four queries
     // of one KV head, and the tokens that run query by query.
-    const attn = this.planAttention(caches, positions, tableOf, s, maxPos + 1);
+    const attn = this.planAttention(caches, positions, tableOf, localDelta, s, maxPos + 1);
     this.writeRopeRows(this.rope, positions, ropeRows);
     // the local table's rows (sliding-window layers) follow the global ones
     const ropeRowsLocal = this.ropeLocal ? ropeRows + T * c.headDim * 4 : ropeRows;
     if (this.ropeLocal) this.writeRopeRows(this.ropeLocal, positions, ropeRowsLocal);
-    return { caches, positions, tableOf, scores, logits, resid, s, ropeRows, ropeRowsLocal, attn };
+    return { caches, positions, tableOf, localDelta, scores, logits, resid, s, ropeRows, ropeRowsLocal, attn };
   }
 
   /** Each token's cos/sin row (D/2 cos, D/2 sin) of `rope` where the rope_kv kernel reads it. */
@@ -1325,7 +1362,7 @@ export class LlamaModel {
       // q heads then k heads are contiguous: rotate both, then append K/V (bf16) to the cache
       const q = s.qkv + t * qkvRows * 4;
       const pos = pass.positions[t0 + t];
-      const at = pool.address(pass.caches[t0 + t].blocks[Math.floor(pos / bs)]) + l * pool.layerStride;
+      const at = pass.caches[t0 + t].layerAddress(Math.floor(pos / bs), l);
       const p = pos % bs;
       rt.ropeKv(q, rows + (t0 + t) * D * 4, H + KV, D, q + H * D * 4, KV, at + p * 2, at + pool.kBytes + p * D * 2, bs);
     }
@@ -1351,13 +1388,14 @@ export class LlamaModel {
     const D = c.headDim;
     const HD = c.numHeads * D;
     const scale = fr(1 / Math.sqrt(c.queryPreAttnScalar ?? D));
-    const lo = l * pool.layerStride;
+    const lo = this.homes.slot[l] * pool.layerStride;
     const window = this.windowOf(l);
+    const tableShift = this.homes.windowed[l] ? pass.localDelta : 0;
     const plan = attn.blocks[t0 / TOKEN_BLOCK];
     // sliding-window layers read the copy of the tile descriptors that carries the window
     rt.attentionTiles(window > 0 ? plan.descWindow : plan.desc, plan.count, pool.blockSize, D, scale, attn.ps, lo, attn.scratch);
     for (const t of plan.singles) {
-      const table = pass.tableOf.get(pass.caches[t0 + t])!;
+      const table = pass.tableOf.get(pass.caches[t0 + t])! + tableShift;
       rt.attentionPaged(
         s.qkv + t * this.qkvRows * 4,
         table,
@@ -1422,6 +1460,8 @@ interface PassState {
   caches: PagedKVCache[];
   positions: number[];
   tableOf: Map<PagedKVCache, number>;
+  /** Bytes from a cache's table to its sliding-window layers' table (0 without a local pool). */
+  localDelta: number;
   /** f32 scores of one query (attention_paged). */
   scores: number;
   /** f32 [rows][vocab] of the requested logits. */

@@ -75,4 +75,18 @@ describe.each(pulled)("$name through airm up's PD path and solo", ({ name, chat,
     expect(refused.error?.message).toMatch(/chat template/);
     await pdEqualsSolo("completions", { prompt: "The Eiffel Tower is in the city of" });
   });
+
+  it.skipIf(!path || chat)("a prompt past the 512-position sliding window: PD (out-of-window blocks dropped, stated in the manifest) equals solo", async () => {
+    const prompt = `${Array.from({ length: 60 }, (_, i) => `Line ${i + 1}: the river ran past the old mill.`).join(" ")} The last line was line`;
+    for (const sampling of [{ temperature: 0 }, SEEDED]) {
+      const body = { model: id, prompt, max_tokens: 16, ...sampling };
+      const r = await postJson(`${pd.url}/v1/completions`, body);
+      const usage = (r.body as { usage?: { prompt_tokens: number } }).usage;
+      expect(r.status, JSON.stringify(r.body)).toBe(200);
+      expect(usage!.prompt_tokens).toBeGreaterThan(600);
+      const [a, b] = [await ask(pd.url, "completions", body), await ask(solo.url, "completions", body)];
+      expect(a.text).toBe(b.text);
+      if (sampling.temperature === 0) console.log(`${name}, greedy past the window: ${JSON.stringify(a.text)}`);
+    }
+  });
 });
