@@ -266,7 +266,12 @@ export class CpuBackedEngine implements Engine {
     this.active = spec.activeVariant ?? defaultActive(this.variantList);
     this.kvBudgetNote = this.sizePool();
     const local = this.cpu.homes.local;
-    this.prefixes = new PrefixCache(spec.prefixCache ?? 0, this.cpu.kvPool.blockSize, this.cpu.kvPool, local ? { pool: local.pool, firstLive: (n) => this.cpu.liveLocalFrom(n) } : null);
+    this.prefixes = new PrefixCache(
+      spec.prefixCache ?? 0,
+      this.cpu.kvPool.blockSize,
+      this.cpu.kvPool,
+      local ? { pool: local.pool, firstLive: (n) => this.cpu.liveLocalFrom(n) } : null,
+    );
     this.cpu.kvPool.onFreed = () => this.blocksFreed();
     this.board = spec.coreBoard ? CoreBoard.open(spec.coreBoard) : null;
     this.loop = new PassLoop(
@@ -340,7 +345,12 @@ export class CpuBackedEngine implements Engine {
   private sizePool(): string {
     const pool = this.cpu.kvPool;
     const room = Math.max(0, WASM_CAP - this.cpu.rt.allocationTop - WORKING_RESERVE);
-    const budget = kvBudgetBlocks({ memory: this.spec.kvCacheMemory ?? { share: DEFAULT_KV_SHARE }, blockBytes: this.cpu.kvBlockBytes, available: process.availableMemory(), room });
+    const budget = kvBudgetBlocks({
+      memory: this.spec.kvCacheMemory ?? { share: DEFAULT_KV_SHARE },
+      blockBytes: this.cpu.kvBlockBytes,
+      available: process.availableMemory(),
+      room,
+    });
     const need = blocksFor(this.maxModelLen, pool.blockSize);
     if (budget.blocks < need) {
       throw new ConfigError(

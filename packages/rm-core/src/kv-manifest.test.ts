@@ -1,5 +1,5 @@
 import { describe, expect, test } from "vitest";
-import { blobBytes, decodeManifest, encodeManifest, kvCrc32, validateManifest, verifyBlob, type KVManifest } from "./kv-manifest.ts";
+import { blobBytes, decodeManifest, encodeManifest, kvCrc32, validateManifest, verifyBlob, windowedBlob, type KVManifest } from "./kv-manifest.ts";
 import { KVIntegrityError } from "./errors.ts";
 
 function manifest(over: Partial<KVManifest> = {}): KVManifest {
@@ -45,6 +45,22 @@ describe("KV manifest", () => {
     expect(fieldOf(() => validateManifest(manifest(at13), { slidingWindow: null }))).toBe("slidingWindow");
     expect(fieldOf(() => validateManifest(manifest(), { slidingWindow: want }))).toBe("slidingWindow");
     expect(validateManifest(manifest(), { slidingWindow: null }).slidingWindow).toBeUndefined();
+  });
+  test("a sliding-window layer's blob crosses without its zero blocks and is widened again; others pass unchanged", () => {
+    const m = manifest({ n: 13, blocks: 4, slidingWindow: { window: 6, layers: [0], zeroBlocks: 2 } });
+    const block = 2 * 4 * 4 * 2;
+    expect(blobBytes(m, 0)).toBe(2 * block);
+    expect(blobBytes(m, 1)).toBe(4 * block);
+    expect(blobBytes(m)).toBe(4 * block);
+    const full = new Uint8Array(4 * block);
+    for (let i = 2 * block; i < full.length; i++) full[i] = (i * 7) % 251 || 1;
+    const crossed = windowedBlob(m, 0, full, "trim");
+    expect(crossed.byteLength).toBe(2 * block);
+    verifyBlob({ ...m, crc: { k: [kvCrc32(crossed), 0], v: [0, 0] } }, 0, "k", crossed);
+    // the whole blob is refused for that layer: its size says the zero blocks came along
+    expect(fieldOf(() => verifyBlob({ ...m, crc: { k: [kvCrc32(full), 0], v: [0, 0] } }, 0, "k", full))).toBe("bytes");
+    expect(Buffer.from(windowedBlob(m, 0, crossed, "widen")).equals(Buffer.from(full))).toBe(true);
+    expect(windowedBlob(m, 1, full, "trim")).toBe(full);
   });
   test("blob size is blocks x kv_heads x head_dim x block size x 2", () => {
     expect(blobBytes(manifest())).toBe(2 * 2 * 4 * 4 * 2);

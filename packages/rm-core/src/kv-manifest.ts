@@ -32,8 +32,9 @@ export interface KVManifest {
   crc: { k: number[]; v: number[] };
   /**
    * Sliding-window layers: `layers` attend only to the last `window` positions, so no query from
-   * n on reads their blocks [0, zeroBlocks) (= firstLiveBlock(n, window, blockSize)); their blobs
-   * hold zeros there, and the decode side takes no memory for them. Absent when no layer slides.
+   * n on reads their blocks [0, zeroBlocks) (= firstLiveBlock(n, window, blockSize)). Their blobs
+   * hold only blocks [zeroBlocks, blocks): the rest is zero and does not cross, and the decode
+   * side takes no memory for it. Absent when no layer slides.
    */
   slidingWindow?: { window: number; layers: number[]; zeroBlocks: number };
 }
@@ -57,7 +58,10 @@ function checkWindow(m: KVManifest, want: WindowExpectation | undefined): void {
     }
     const zero = firstLiveBlock(m.n, w.window, m.blockSize);
     if (w.zeroBlocks !== zero) {
-      throw new KVIntegrityError("slidingWindow", `manifest slidingWindow.zeroBlocks=${JSON.stringify(w.zeroBlocks)}, but a window of ${w.window} at n=${m.n} leaves ${zero} blocks`);
+      throw new KVIntegrityError(
+        "slidingWindow",
+        `manifest slidingWindow.zeroBlocks=${JSON.stringify(w.zeroBlocks)}, but a window of ${w.window} at n=${m.n} leaves ${zero} blocks`,
+      );
     }
   }
   if (want === undefined) return;
@@ -68,9 +72,32 @@ function checkWindow(m: KVManifest, want: WindowExpectation | undefined): void {
   }
 }
 
-/** Bytes of one blob of the manifest's request: its blocks of one layer's K or V. */
-export function blobBytes(m: Pick<KVManifest, "kvHeads" | "headDim" | "blockSize" | "blocks" | "dtype">): number {
-  return m.blocks * blockLayerBytes(m, m.blockSize, m.dtype);
+/**
+ * Bytes of one blob of the manifest's request: its blocks of one layer's K or V (for a
+ * sliding-window layer, those from `slidingWindow.zeroBlocks` on; without `layer`, every block).
+ */
+export function blobBytes(m: Pick<KVManifest, "kvHeads" | "headDim" | "blockSize" | "blocks" | "dtype" | "slidingWindow">, layer?: number): number {
+  const skipped = layer !== undefined && m.slidingWindow?.layers.includes(layer) ? m.slidingWindow.zeroBlocks : 0;
+  return (m.blocks - skipped) * blockLayerBytes(m, m.blockSize, m.dtype);
+}
+
+/**
+ * A sliding-window layer's blob as it crosses (`trim`: the blocks from `zeroBlocks` on) or as
+ * the engine takes it (`widen`: zeros in front again). Other layers' blobs pass unchanged.
+ */
+export function windowedBlob(
+  m: Pick<KVManifest, "kvHeads" | "headDim" | "blockSize" | "blocks" | "dtype" | "slidingWindow">,
+  layer: number,
+  blob: Uint8Array,
+  how: "trim" | "widen",
+): Uint8Array {
+  const w = m.slidingWindow;
+  if (!w || w.zeroBlocks === 0 || !w.layers.includes(layer)) return blob;
+  const skip = w.zeroBlocks * blockLayerBytes(m, m.blockSize, m.dtype);
+  if (how === "trim") return blob.subarray(skip);
+  const out = new Uint8Array(skip + blob.byteLength);
+  out.set(blob, skip);
+  return out;
 }
 
 export function kvCrc32(data: Uint8Array): number {
@@ -137,7 +164,7 @@ export function validateManifest(input: unknown, expect: ManifestExpectation = {
 export function verifyBlob(m: KVManifest, layer: number, kind: "k" | "v", blob: PulledBlob | Uint8Array): void {
   const data = blob instanceof Uint8Array ? blob : blob.bytes;
   const measured = blob instanceof Uint8Array ? null : blob.crc32;
-  const want = blobBytes(m);
+  const want = blobBytes(m, layer);
   if (data.byteLength !== want) {
     throw new KVIntegrityError("bytes", `KV blob ${blobKey(m.requestId, layer, kind)} has ${data.byteLength} bytes, expected ${want}`);
   }

@@ -5,6 +5,7 @@
 // engine, verify each blob's CRC. Knows nothing about HTTP, leases or decoding.
 
 import {
+  blobBytes,
   blobKey,
   blocksFor,
   encodeManifest,
@@ -16,12 +17,45 @@ import {
   manifestKey,
   unionMs,
   verifyBlob,
+  windowedBlob,
   type KVBlobs,
   type PulledBlob,
   type KVManifest,
   type KVTransport,
   type ModelInfo,
 } from "@airm/rm-core";
+
+/** The blob shape of a request of n positions: what a sliding-window layer's blob leaves out (see windowedBlob). */
+export interface PushShape {
+  n: number;
+  blockSize: number;
+  blocks: number;
+  kvHeads: number;
+  headDim: number;
+  dtype: "bf16";
+  slidingWindow?: KVManifest["slidingWindow"];
+}
+
+/** The shape of the KV of `n` positions of `model` in blocks of `blockSize`, with its sliding-window statement. */
+export function pushShape(model: ModelInfo, n: number, blockSize: number): PushShape {
+  const w = model.slidingWindow;
+  return {
+    n,
+    blockSize,
+    blocks: blocksFor(n, blockSize),
+    kvHeads: model.kvHeads,
+    headDim: model.headDim,
+    dtype: "bf16",
+    ...(w ? { slidingWindow: { window: w.window, layers: [...w.layers], zeroBlocks: firstLiveBlock(n, w.window, blockSize) } } : {}),
+  };
+}
+
+/** Bytes that cross for a request of this shape: every layer's K and V blob (sliding-window layers without their zero blocks). */
+export function pushedBytes(shape: PushShape, layers: number): number {
+  let bytes = 0;
+  for (let l = 0; l < layers; l++) bytes += 2 * blobBytes(shape, l);
+  return bytes;
+}
 
 /** Collects one request's per-layer pushes and finishes with the manifest. */
 export class KVPusher {
@@ -36,11 +70,14 @@ export class KVPusher {
     private readonly timeoutMs: number,
     /** True once the request ended elsewhere (released, expired): nothing more is pushed, and finish throws. */
     private readonly ended: () => boolean = () => false,
+    /** The request's KV shape; with a sliding window, those layers' blobs cross without their zero blocks. */
+    private readonly shape?: PushShape,
   ) {}
 
   /** The engine's onLayer: computes both CRCs now (for the manifest and the push), pushes in the background (errors surface in finish). */
-  onLayer = (layer: number, k: Uint8Array, v: Uint8Array): void => {
+  onLayer = (layer: number, fullK: Uint8Array, fullV: Uint8Array): void => {
     if (this.ended()) return;
+    const [k, v] = this.shape ? [windowedBlob(this.shape, layer, fullK, "trim"), windowedBlob(this.shape, layer, fullV, "trim")] : [fullK, fullV];
     const crcK = (this.crcK[layer] = kvCrc32(k));
     const crcV = (this.crcV[layer] = kvCrc32(v));
     // The transport sends these CRCs instead of reading each blob once more for its own.
@@ -66,6 +103,10 @@ export class KVPusher {
     await Promise.all(this.pending);
     if (this.failure) throw this.failure;
     if (this.ended()) throw new Error(`request ${this.requestId} ended while its KV was being pushed`);
+    const shape = this.shape ?? pushShape(model, kv.n, kv.blockSize);
+    if (shape.n !== kv.n || shape.blockSize !== kv.blockSize) {
+      throw new KVIntegrityError("n", `the KV holds ${kv.n} positions in blocks of ${kv.blockSize}; its pushes were shaped for ${shape.n} in blocks of ${shape.blockSize}`);
+    }
     for (let l = 0; l < model.layers; l++) {
       // An engine that did not call onLayer for some layer: push it now from the result.
       if (this.crcK[l] === undefined) this.onLayer(l, kv.k[l], kv.v[l]);
@@ -88,9 +129,7 @@ export class KVPusher {
       ...(firsts.length > 1 ? { firstTokens: firsts } : {}),
       promptTokens: prompt,
       crc: { k: this.crcK.slice(0, model.layers), v: this.crcV.slice(0, model.layers) },
-      ...(model.slidingWindow
-        ? { slidingWindow: { window: model.slidingWindow.window, layers: [...model.slidingWindow.layers], zeroBlocks: firstLiveBlock(kv.n, model.slidingWindow.window, kv.blockSize) } }
-        : {}),
+      ...(shape.slidingWindow ? { slidingWindow: shape.slidingWindow } : {}),
     };
     await this.transport.push(manifestKey(this.requestId), encodeManifest(manifest), { timeoutMs: this.timeoutMs });
     return manifest;
@@ -174,8 +213,9 @@ export async function pullKV(transport: KVTransport, requestId: string, model: M
   pairs.forEach(([kb, vb], l) => {
     verifyBlob(manifest, l, "k", kb);
     verifyBlob(manifest, l, "v", vb);
-    k.push(kb.bytes);
-    v.push(vb.bytes);
+    // a sliding-window layer's blob crossed without its zero blocks: the engine takes every block
+    k.push(windowedBlob(manifest, l, kb.bytes, "widen"));
+    v.push(windowedBlob(manifest, l, vb.bytes, "widen"));
   });
   return { manifest, kv: { blockSize: manifest.blockSize, n: manifest.n, k, v }, arrivedAt, ...(transfer ? { transfer } : {}) };
 }

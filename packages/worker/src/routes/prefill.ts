@@ -8,7 +8,7 @@ import { SpanStatusCode, trace, type Span } from "@opentelemetry/api";
 import type { Context, Hono } from "hono";
 import type { z } from "zod";
 import { checkLogitBias, firstToken, firstTokens, prefillExtras, resumedPlan, round, stepConstraint, tokenize, type ResumedPlan } from "../generation.ts";
-import { KVPusher } from "../kv-handoff.ts";
+import { KVPusher, pushShape, pushedBytes } from "../kv-handoff.ts";
 import type { LeaseEnd } from "../kv-leases.ts";
 import type { WorkerRuntime } from "../runtime.ts";
 import { callerContext, parseBody, tracer } from "./http.ts";
@@ -66,7 +66,8 @@ async function prefillWith(
     const admitted = await rt.admission.acquire({ positions: tokens.length });
     freeSlot = admitted.release;
     span.setAttribute("airm.queue_wait_ms", round(performance.now() - queued));
-    const pusher = new KVPusher(transport!, rid, rt.kvTimeoutMs, () => endedAs !== null);
+    const shape = pushShape(engine.model, tokens.length, engine.kvCache().blockSize);
+    const pusher = new KVPusher(transport!, rid, rt.kvTimeoutMs, () => endedAs !== null, shape);
     const t0 = performance.now();
     const constraint = stepConstraint(engine, matcher, b.minTokens, () => resumed.length);
     const res = await engine.prefill(tokens, {
@@ -81,7 +82,7 @@ async function prefillWith(
     const computed = performance.now();
     freeSlot();
     const kv = res.kv!;
-    const kvBytes = kv.k.reduce((a, x) => a + x.byteLength, 0) * 2;
+    const kvBytes = pushedBytes(shape, engine.model.layers);
     const pushSpan = tracer.startSpan(
       "kv.push",
       { attributes: { "airm.request_id": rid, "airm.kv_transport": transport!.name, "airm.kv_bytes": kvBytes } },
