@@ -31,6 +31,7 @@ import type {
   EngineTokenizer,
   EngineVariant,
   KVBlobs,
+  ImportOptions,
   KVCacheInfo,
   KVReservation,
   KVStream,
@@ -50,7 +51,7 @@ import { DEFAULT_KV_SHARE, kvBudgetBlocks, type KvCacheMemory } from "./kv-budge
 import { loadWeights, type LoadedWeights } from "./load-weights.ts";
 import { type DecodeGraphShape, type DenseKV, type HostDecodeResult, denseLayerBytes, writeBlockColumn } from "./native/rbln-decode-graph.ts";
 import { PassLoop, type DecodeWork } from "./pass-loop.ts";
-import { PrefixCache } from "./prefix-cache.ts";
+import { PrefixCache, type BlockEvent } from "./prefix-cache.ts";
 import { checkpointHashes, type CheckpointHashes } from "./tensor-hash-manifest.ts";
 import { defaultVariants, normalizeVariants, pickVariant, variantName } from "./variants.ts";
 
@@ -93,8 +94,12 @@ export interface CpuEngineSpec {
   artifactCache: ArtifactCache | null;
   /** A vendor runtime that runs host-input decode steps instead of the CPU model (ATOM native). */
   nativeHostDecode?: NativeHostDecode;
-  /** Prompts whose full KV blocks are kept for prefix reuse (0: off; default 0). */
-  prefixCache?: number;
+  /**
+   * Prefix caching by block (vLLM's --enable-prefix-caching): full KV blocks stay under their
+   * block hash after their prompt or stream is done, and a prompt that starts with them shares
+   * them. Default false here (the worker's config turns it on).
+   */
+  prefixCaching?: boolean;
   /** Whole prompts that wait together share a pass up to this many tokens (AIRM_PREFILL_BATCH_TOKENS); 0 or unset: one at a time. */
   prefillBatchTokens?: number;
   /** Positions per KV block (--block-size; default 16). */
@@ -149,6 +154,10 @@ class EngineStream implements KVStream {
   /** Has taken a decode step (a stream kept by a prefill that never decodes does not hold chunks back). */
   stepped = false;
   released = false;
+  /** The token ids at the positions the cache holds (null: not known, e.g. KV imported without them): what the prefix cache keeps at release. */
+  tokens: number[] | null = null;
+  /** The request's cache_salt (the prefix cache's tenant). */
+  salt = "";
   constructor(owner: CpuBackedEngine, cache: Cache, residence: "device" | "host") {
     this.owner = owner;
     this.seq = ++streamCounter;
@@ -206,7 +215,7 @@ export class CpuBackedEngine implements Engine {
   private cpu: CpuModel;
   private variantList: EngineVariant[];
   private active: EngineVariant;
-  private readonly prefixes: PrefixCache;
+  private prefixes: PrefixCache;
   private readonly loop: PassLoop;
   private readonly streams = new Set<EngineStream>();
   /** The host's core board (spec.coreBoard), else null. */
@@ -216,6 +225,7 @@ export class CpuBackedEngine implements Engine {
   /** The stream of each decode step waiting in the loop (to preempt it there). */
   private readonly workStream = new WeakMap<DecodeWork, EngineStream>();
   private readonly freedListeners = new Set<() => void>();
+  private readonly blockListeners = new Set<(e: BlockEvent) => void>();
   private preemptions = 0;
   private weightsFrom: EngineStats["weightsFrom"];
   private loadMs: number;
@@ -265,13 +275,7 @@ export class CpuBackedEngine implements Engine {
     this.variantList = spec.variants?.length ? normalizeVariants(spec.variants) : defaultVariants({ maxModelLen: this.maxModelLen, batch: spec.batch });
     this.active = spec.activeVariant ?? defaultActive(this.variantList);
     this.kvBudgetNote = this.sizePool();
-    const local = this.cpu.homes.local;
-    this.prefixes = new PrefixCache(
-      spec.prefixCache ?? 0,
-      this.cpu.kvPool.blockSize,
-      this.cpu.kvPool,
-      local ? { pool: local.pool, firstLive: (n) => this.cpu.liveLocalFrom(n) } : null,
-    );
+    this.prefixes = this.newPrefixCache();
     this.cpu.kvPool.onFreed = () => this.blocksFreed();
     this.board = spec.coreBoard ? CoreBoard.open(spec.coreBoard) : null;
     this.loop = new PassLoop(
@@ -287,6 +291,23 @@ export class CpuBackedEngine implements Engine {
       () => this.decodingStreams(),
     );
     this.model = this.describe();
+  }
+
+  /** A prefix cache over the current model's pools, which gives kept blocks back when a pool runs short. */
+  private newPrefixCache(): PrefixCache {
+    const local = this.cpu.homes.local;
+    const cache = new PrefixCache(
+      this.spec.prefixCaching ?? false,
+      this.cpu.kvPool.blockSize,
+      { modelFingerprint: this.hashes.fingerprint, numericsFingerprint: this.cpu.numericsFingerprint, blockSize: this.cpu.kvPool.blockSize },
+      this.cpu.kvPool,
+      local ? { pool: local.pool, firstLive: (n) => this.cpu.liveLocalFrom(n) } : null,
+    );
+    this.cpu.kvPool.reclaim = () => cache.evictOldest(false);
+    cache.onEvent = (e) => {
+      for (const l of this.blockListeners) l(e);
+    };
+    return cache;
   }
 
   /**
@@ -451,7 +472,7 @@ export class CpuBackedEngine implements Engine {
       throw new ContextOverflowError(positions, pool.totalBlocks * pool.blockSize, `${pool.totalBlocks} blocks of ${pool.blockSize} positions`, "the KV cache");
     }
     const headroom = this.growthHeadroom();
-    while (pool.availableBlocks < blocks + headroom || !pool.reserve(blocks)) if (!this.prefixes.evictOldest()) return null;
+    while (pool.availableBlocks < blocks + headroom || !pool.reserve(blocks)) if (!this.prefixes.evictOldest(false)) return null;
     return new Reservation(pool, blocks);
   }
 
@@ -465,6 +486,12 @@ export class CpuBackedEngine implements Engine {
     let n = 0;
     for (const s of this.streams) if (!s.preempted) n++;
     return n;
+  }
+
+  /** Calls `listener` with every change to the prefix cache's kept blocks (stored, removed, cleared): what KV events publish. */
+  onBlockEvent(listener: (e: BlockEvent) => void): () => void {
+    this.blockListeners.add(listener);
+    return () => this.blockListeners.delete(listener);
   }
 
   onBlocksFreed(listener: () => void): () => void {
@@ -498,7 +525,7 @@ export class CpuBackedEngine implements Engine {
     for (;;) {
       const need = live.reduce((a, w) => a + Math.max(0, (w.cache as Cache).blocksNeeded(w.cache.n + 1) - (w.cache as Cache).reservedBlocks), 0);
       if (need <= pool.availableBlocks) return live;
-      if (this.prefixes.evictOldest()) continue;
+      if (this.prefixes.evictOldest(false)) continue;
       const victim = [...this.streams].filter((s) => !s.preempted && !s.recomputing && s.cache.blocks.length > 0).sort((a, b) => b.seq - a.seq)[0];
       if (!victim) return live;
       this.preempt(victim);
@@ -577,6 +604,7 @@ export class CpuBackedEngine implements Engine {
 
   private queueStep(s: EngineStream, token: number): Promise<Float32Array> {
     s.stepped = true;
+    s.tokens?.push(token);
     return new Promise<Float32Array>((resolve, reject) => {
       const work: DecodeWork = { cache: s.cache, token, resolve, reject };
       this.workStream.set(work, s);
@@ -643,6 +671,7 @@ export class CpuBackedEngine implements Engine {
         live.map((s) => tokens[streams.indexOf(s)]),
       );
       live.forEach((s, i) => {
+        s.tokens?.push(tokens[streams.indexOf(s)]);
         const p = s.cache.n;
         s.cache.ensure(p + 1);
         const j = Math.floor(p / pool.blockSize);
@@ -677,10 +706,13 @@ export class CpuBackedEngine implements Engine {
     let stream: EngineStream | undefined;
     try {
       this.takeReservation(options.reservation, cache);
-      const run = await this.runPrompt(tokens, cache, { onLayer: options.onLayer, promptLogprobs: options.promptLogprobs === true, exportKV: !options.keepStream });
+      const salt = options.cacheSalt ?? "";
+      const run = await this.runPrompt(tokens, cache, { onLayer: options.onLayer, promptLogprobs: options.promptLogprobs === true, exportKV: !options.keepStream, salt });
       const result = this.firstTokens(tokens, run.rows, options);
       if (options.keepStream) {
         stream = new EngineStream(this, cache, this.spec.residence);
+        stream.tokens = tokens.slice();
+        stream.salt = salt;
         this.streams.add(stream);
       }
       try {
@@ -706,11 +738,11 @@ export class CpuBackedEngine implements Engine {
   private async runPrompt(
     tokens: number[],
     cache: Cache,
-    o: { onLayer?: PrefillOptions["onLayer"]; promptLogprobs: boolean; exportKV: boolean },
+    o: { onLayer?: PrefillOptions["onLayer"]; promptLogprobs: boolean; exportKV: boolean; salt: string },
   ): Promise<{ rows: Float32Array[]; computeMs: number; cachedTokens: number; kv?: KVBlobs; pending: Promise<void>[] }> {
     const L = this.ckpt.config.numLayers;
     // Prompt log-probabilities need every position's logits, so they compute the whole prompt.
-    const hit = o.promptLogprobs ? null : this.prefixes.lookup(tokens);
+    const hit = o.promptLogprobs ? null : this.prefixes.lookup(tokens, o.salt);
     if (hit) cache.adopt(hit.blocks, hit.local);
     const k: Uint8Array[] = new Array(L);
     const v: Uint8Array[] = new Array(L);
@@ -741,7 +773,7 @@ export class CpuBackedEngine implements Engine {
       });
     });
     for (let l = 0; l < L; l++) if (!k[l]) emit(l);
-    this.prefixes.store(tokens, cache.blocks, cache.local);
+    this.prefixes.store(tokens, cache.blocks, cache.local, o.salt);
     const kv = o.exportKV ? { blockSize: this.cpu.kvPool.blockSize, n: tokens.length, k, v } : undefined;
     return { rows, computeMs: timing.computeMs, cachedTokens: hit?.n ?? 0, kv, pending };
   }
@@ -777,8 +809,9 @@ export class CpuBackedEngine implements Engine {
     s.recomputing = true;
     try {
       this.takeReservation(reservation, s.cache);
-      const hit = this.prefixes.lookup(tokens);
+      const hit = this.prefixes.lookup(tokens, s.salt);
       if (hit) s.cache.adopt(hit.blocks, hit.local);
+      s.tokens = tokens.slice();
       await new Promise<Float32Array[]>((resolve, reject) => {
         // Ahead of new prompts: a preempted stream was admitted before them.
         this.loop.prefill(
@@ -806,7 +839,7 @@ export class CpuBackedEngine implements Engine {
 
   // --- KV exchange ----------------------------------------------------------------------------
 
-  importKV(kv: KVBlobs, reservation?: KVReservation): KVStream {
+  importKV(kv: KVBlobs, reservation?: KVReservation, options: ImportOptions = {}): KVStream {
     this.live();
     const c = this.ckpt.config;
     if (kv.blockSize !== this.cpu.kvPool.blockSize) {
@@ -826,6 +859,12 @@ export class CpuBackedEngine implements Engine {
       throw e;
     }
     const stream = new EngineStream(this, cache, this.spec.residence);
+    if (options.tokens) {
+      if (options.tokens.length !== kv.n) throw new ConfigError("tokens", `imported KV holds ${kv.n} positions; ${options.tokens.length} token ids came with it`);
+      this.checkTokens(options.tokens, "tokens");
+      stream.tokens = options.tokens.slice();
+    }
+    stream.salt = options.cacheSalt ?? "";
     this.streams.add(stream);
     return stream;
   }
@@ -840,6 +879,8 @@ export class CpuBackedEngine implements Engine {
       cache.addReservation(1);
     }
     const f = new EngineStream(this, cache, this.spec.residence);
+    f.tokens = s.tokens ? s.tokens.slice() : null;
+    f.salt = s.salt;
     this.streams.add(f);
     return f;
   }
@@ -854,6 +895,9 @@ export class CpuBackedEngine implements Engine {
     if (!(stream instanceof EngineStream) || stream.owner !== this || stream.released) return;
     stream.released = true;
     this.streams.delete(stream);
+    // Its full blocks (prompt and output) stay findable by hash: the conversation's next turn starts with them.
+    const t = stream.tokens;
+    if (t && !stream.preempted && !stream.recomputing && t.length === stream.cache.n) this.prefixes.store(t, stream.cache.blocks, stream.cache.local, stream.salt);
     stream.cache.clear();
     this.publishWork();
   }
@@ -942,7 +986,7 @@ export class CpuBackedEngine implements Engine {
     }
     let mode: DeltaResult["mode"];
     const reason = plan.reason;
-    // Kept prompt KV was computed with the old weights.
+    // Kept KV was computed with the old weights.
     this.prefixes.clear();
     if (!plan.fullReloadRequired) {
       for (const name of plan.changed) this.cpu.updateTensor(name, next.tensors);
@@ -965,6 +1009,8 @@ export class CpuBackedEngine implements Engine {
     this.ckpt.tensors.close();
     this.ckpt = next;
     this.hashes = nextHashes;
+    // New weights hash from a new root; a reloaded model has new pools.
+    this.prefixes = this.newPrefixCache();
     this.model = this.describe();
     return {
       mode,
@@ -987,11 +1033,12 @@ export class CpuBackedEngine implements Engine {
       weightsFrom: this.weightsFrom,
       loadMs: this.loadMs,
       prefixCache: {
+        enabled: this.prefixes.enabled,
         queries: this.prefixes.queries,
         hits: this.prefixes.hits,
         reusedTokens: this.prefixes.reusedTokens,
-        entries: this.prefixes.size,
-        capacity: this.prefixes.capacity,
+        blocks: this.prefixes.size,
+        evictions: this.prefixes.evictions,
       },
       prefillPasses: { passes: this.loop.counts.prefillPasses, prompts: this.loop.counts.prompts },
     };

@@ -101,10 +101,10 @@ export const ENGINE_RUN_CONFIG = defineConfig("@airm/engine-kit", {
     doc: "Input width of the CPU reference's Q4_0/Q4_1/Q4_K/Q3_K/Q6_K kernels (the Q5 types have 8-bit ones only). i8: inputs quantized to 8 bits per block of 32 as llama.cpp does, exact integer dot products on wasm relaxed SIMD (1.3x decode and 1.5-1.7x prefill tokens/s of i16 on one thread, bench/RESULTS.md); i16: 16-bit inputs, slower and closer to the float model. Q8_0 matrices take 16-bit inputs either way. Part of the numerics fingerprint: prefill and decode workers must agree.",
   }),
   prefillChunk: opt(int({ min: 1, max: 65536 }), { env: "AIRM_PREFILL_CHUNK", default: 64, doc: "Tokens per chunk of the rngd-chunk backend's prefill." }),
-  prefixCache: opt(int({ min: 0, max: 1024 }), {
-    env: "AIRM_PREFIX_CACHE",
-    default: 4,
-    doc: "Prompts whose full KV blocks an engine keeps for prefix reuse: a prompt that starts with a kept one's first blocks (a chat template's system prompt) shares them instead of computing them, same bits. Kept blocks are given back first when the cache runs short. 0 turns it off.",
+  prefixCaching: opt(flag(), {
+    env: "AIRM_ENABLE_PREFIX_CACHING",
+    default: true,
+    doc: "Prefix caching by block (vLLM's --enable-prefix-caching): every full KV block a prompt or a finished stream leaves stays in the cache under its block hash (parent hash, token ids, model and numerics fingerprints, cache_salt) until the pool needs it (least recently used first); a prompt that starts with kept blocks shares them instead of computing them, same bits. 0 turns it off (--no-enable-prefix-caching).",
   }),
   prefillBatchTokens: opt(int({ min: 0, max: 65536 }), {
     env: "AIRM_PREFILL_BATCH_TOKENS",

@@ -27,6 +27,6 @@ export {
 } from "./native/rbln-decode-graph.ts";
 export { engineTokens, referenceTokens } from "./reference-run.ts";
 export { CoreBoard, parseCoreBoard, CORE_BOARD_SLOTS, type CoreBoardSpec } from "./core-board.ts";
-export { PrefixCache, type PrefixHit, type BlockHolder } from "./prefix-cache.ts";
+export { PrefixCache, type PrefixHit, type BlockHolder, type BlockEvent } from "./prefix-cache.ts";
 export { PassLoop, type PassPolicy, type DecodeWork, type PrefillWork } from "./pass-loop.ts";
 export { listFuriosaDevices, furiosaDeviceIdMap, type FuriosaSmiDevice } from "./native/furiosa-smi.ts";

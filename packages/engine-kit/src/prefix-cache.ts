@@ -1,12 +1,18 @@
-// Prompt-prefix KV reuse (vLLM's automatic prefix caching, kept small): the full KV blocks of
-// recent prompts stay in the block pool, held by an entry keyed by every block boundary of the
-// prompt's tokens; a new prompt that starts with one of those prefixes shares the blocks instead
-// of computing them. Chat requests share their template's system prompt, so most of a short chat
-// prompt is found here. Knows token ids and block ids; nothing of the model. The caller
-// guarantees that computing the rest of the prompt after shared blocks gives the bits of a whole
-// prefill (it does for the CPU model: per-token results do not depend on how the prompt is split).
+// Prefix caching by block (vLLM's automatic prefix caching): every full KV block a prompt or a
+// finished stream leaves behind is kept under its block hash (rm-core's block-hash.ts: a chain
+// over the parent's hash and the block's token ids, rooted in the model, the numerics, the block
+// size and the request's cache_salt), holding one reference to the block. A new prompt walks its
+// own hashes from the first block and shares every block found, up to the first miss. Kept blocks
+// that nothing else holds are the evictable ones: when a pool runs short they go back least
+// recently used first, the deepest block of a chain before its parents (a parent evicted first
+// would strand its children). Knows hashes, token ids and block ids; nothing of the model. The
+// caller guarantees that computing the rest of a prompt after shared blocks gives the bits of a
+// whole prefill (it does for the CPU model: per-token results do not depend on how the prompt is
+// split).
 
-/** What the cache needs from the block pool: holding and letting go of blocks. */
+import { blockHashes, blockHashRoot, type BlockHashRoot } from "@airm/rm-core";
+
+/** What the cache needs from a block pool: holding and letting go of blocks. */
 export interface BlockHolder {
   retain(id: number): void;
   release(id: number): void;
@@ -23,13 +29,12 @@ export interface WindowBlocks {
   firstLive(n: number): number;
 }
 
-interface Entry {
-  tokens: number[];
-  /** The prompt's full blocks, held (one reference each). */
-  blocks: number[];
-  /** The sliding-window layers' blocks of the same positions (-1: gone), held; empty without a window. */
-  local: number[];
-  keys: string[];
+interface Kept {
+  hash: string;
+  /** The block (main pool), one reference held. */
+  id: number;
+  /** The sliding-window layers' block of the same positions (-1: gone, or no window), one reference held. */
+  local: number;
 }
 
 export interface PrefixHit {
@@ -38,117 +43,186 @@ export interface PrefixHit {
   blocks: number[];
   /** The sliding-window layers' blocks (-1 before the window); empty without a window. */
   local: number[];
+  /** The shared blocks' hashes. */
+  hashes: string[];
 }
 
-/** FNV-1a over the ids, one key per block boundary: keys[i] covers tokens [0, (i + 1) * blockSize). */
-function blockKeys(blockSize: number, tokens: number[], upTo: number): string[] {
-  const keys: string[] = [];
-  let h = 0x811c9dc5;
-  let h2 = blockSize >>> 0;
-  for (let i = 0; i < upTo; i++) {
-    const t = tokens[i];
-    h = Math.imul(h ^ t, 0x01000193) >>> 0;
-    h2 = Math.imul(h2 ^ (t + i), 0x5bd1e995) >>> 0;
-    if ((i + 1) % blockSize === 0) keys.push(`${i + 1}:${h.toString(36)}:${h2.toString(36)}`);
-  }
-  return keys;
-}
-
-function samePrefix(a: number[], b: number[], n: number): boolean {
-  if (a.length < n || b.length < n) return false;
-  for (let j = 0; j < n; j++) if (a[j] !== b[j]) return false;
-  return true;
-}
+/** A change to what the cache holds, in the terms of vLLM's KV events. */
+export type BlockEvent =
+  | { kind: "stored"; hashes: string[]; parent: string | null; tokens: number[]; blockSize: number }
+  | { kind: "removed"; hashes: string[] }
+  | { kind: "cleared" };
 
 export class PrefixCache {
-  /** Entries oldest first. */
-  private readonly entries: Entry[] = [];
-  private readonly byKey = new Map<string, Entry>();
-  hits = 0;
+  /** Kept blocks by hash, least recently used first (Map order). */
+  private readonly kept = new Map<string, Kept>();
+  private readonly roots = new Map<string, string>();
+  /** Lookups, lookups that shared at least one block, and the positions shared. */
   queries = 0;
+  hits = 0;
   reusedTokens = 0;
+  /** Blocks given back to make room. */
+  evictions = 0;
+  /** Called with every change (for KV events). */
+  onEvent: ((e: BlockEvent) => void) | null = null;
 
-  /** `capacity` prompts kept (0: off), their blocks of `blockSize` positions held in `pool`. */
   constructor(
-    readonly capacity: number,
+    readonly enabled: boolean,
     readonly blockSize: number,
+    private root: BlockHashRoot,
     private readonly pool: BlockHolder,
     private readonly window: WindowBlocks | null = null,
   ) {}
 
-  /** The longest kept prefix of `tokens` in whole blocks that leaves at least one token to compute. */
-  lookup(tokens: number[]): PrefixHit | null {
-    if (this.capacity === 0) return null;
-    this.queries++;
-    const keys = blockKeys(this.blockSize, tokens, tokens.length - 1);
-    for (let i = keys.length - 1; i >= 0; i--) {
-      const e = this.byKey.get(keys[i]);
-      const n = (i + 1) * this.blockSize;
-      if (!e || e.blocks.length < i + 1) continue;
-      if (!samePrefix(e.tokens, tokens, n)) continue;
-      // a prefix whose window's sliding-window blocks are gone cannot be continued
-      if (this.window && e.local.slice(this.window.firstLive(n), i + 1).some((id) => id < 0)) continue;
-      // Most recently used last.
-      this.entries.splice(this.entries.indexOf(e), 1);
-      this.entries.push(e);
-      this.hits++;
-      this.reusedTokens += n;
-      return { n, blocks: e.blocks.slice(0, i + 1), local: e.local.slice(0, i + 1) };
+  /** The chain's root for a cache_salt ("" for none). */
+  rootFor(salt = ""): string {
+    let r = this.roots.get(salt);
+    if (r === undefined) {
+      r = blockHashRoot(this.root, salt);
+      if (this.roots.size > 1024) this.roots.clear();
+      this.roots.set(salt, r);
     }
-    return null;
+    return r;
+  }
+
+  /** The hashes of the full blocks of `tokens`. */
+  hashesOf(tokens: readonly number[], salt = "", blocks?: number): string[] {
+    return blockHashes(this.rootFor(salt), tokens, this.blockSize, blocks);
+  }
+
+  /** Positions of `tokens` that kept blocks hold from the start (whole blocks), without sharing them. */
+  held(tokens: readonly number[], salt = ""): number {
+    if (!this.enabled) return 0;
+    let n = 0;
+    for (const h of this.hashesOf(tokens, salt)) {
+      if (!this.kept.has(h)) break;
+      n++;
+    }
+    return n * this.blockSize;
+  }
+
+  /** The longest kept prefix of `tokens` in whole blocks that leaves at least one token to compute. */
+  lookup(tokens: readonly number[], salt = ""): PrefixHit | null {
+    if (!this.enabled) return null;
+    this.queries++;
+    const hashes = this.hashesOf(tokens, salt, Math.floor((tokens.length - 1) / this.blockSize));
+    const found: Kept[] = [];
+    for (const h of hashes) {
+      const k = this.kept.get(h);
+      if (!k) break;
+      found.push(k);
+    }
+    let k = found.length;
+    // A prefix whose window's sliding-window blocks are gone cannot be continued: try a shorter one.
+    while (k > 0 && this.window && found.slice(this.window.firstLive(k * this.blockSize), k).some((b) => b.local < 0)) k--;
+    if (k === 0) return null;
+    const shared = found.slice(0, k);
+    this.touch(shared);
+    this.hits++;
+    this.reusedTokens += k * this.blockSize;
+    return {
+      n: k * this.blockSize,
+      blocks: shared.map((b) => b.id),
+      local: this.window ? shared.map((b) => b.local) : [],
+      hashes: shared.map((b) => b.hash),
+    };
   }
 
   /**
-   * Keeps the full blocks of a finished prefill of `tokens` (`blocks`: the cache's blocks in
-   * order, `local` its sliding-window layers' blocks; one more reference each).
+   * Keeps the full blocks of `tokens` (`blocks`: the cache's blocks in order, `local` its
+   * sliding-window layers' blocks; one more reference each) under their hashes. A hash already
+   * kept stays with its block.
    */
-  store(tokens: number[], blocks: readonly number[], local: readonly number[] = []): void {
+  store(tokens: readonly number[], blocks: readonly number[], local: readonly number[] = [], salt = ""): void {
+    if (!this.enabled) return;
     const full = Math.min(Math.floor(tokens.length / this.blockSize), blocks.length);
-    if (this.capacity === 0 || full === 0) return;
-    const keys = blockKeys(this.blockSize, tokens, full * this.blockSize);
-    // The same prefix again: nothing new to keep.
-    const last = this.byKey.get(keys[keys.length - 1]);
-    if (last && samePrefix(last.tokens, tokens, full * this.blockSize)) return;
-    const kept = blocks.slice(0, full);
-    for (const id of kept) this.pool.retain(id);
-    const keptLocal = this.window ? local.slice(0, full) : [];
-    for (const id of keptLocal) if (id >= 0) this.window!.pool.retain(id);
-    const e: Entry = { tokens: tokens.slice(0, full * this.blockSize), blocks: kept, local: keptLocal, keys };
-    this.entries.push(e);
-    for (const key of keys) this.byKey.set(key, e);
-    while (this.entries.length > this.capacity) this.evict(this.entries[0]);
+    if (full === 0) return;
+    const hashes = this.hashesOf(tokens, salt, full);
+    const chain: Kept[] = [];
+    let firstNew = -1;
+    for (let i = 0; i < full; i++) {
+      let k = this.kept.get(hashes[i]);
+      if (!k) {
+        const loc = this.window ? (local[i] ?? -1) : -1;
+        this.pool.retain(blocks[i]);
+        if (loc >= 0) this.window!.pool.retain(loc);
+        k = { hash: hashes[i], id: blocks[i], local: loc };
+        this.kept.set(k.hash, k);
+        if (firstNew < 0) firstNew = i;
+      }
+      chain.push(k);
+    }
+    this.touch(chain);
+    if (firstNew >= 0 && this.onEvent) {
+      this.onEvent({
+        kind: "stored",
+        hashes: hashes.slice(firstNew),
+        parent: firstNew > 0 ? hashes[firstNew - 1] : null,
+        tokens: tokens.slice(firstNew * this.blockSize, full * this.blockSize),
+        blockSize: this.blockSize,
+      });
+    }
   }
 
-  /** Lets go of the least recently used entry's blocks; false when none is kept. */
-  evictOldest(): boolean {
-    const e = this.entries[0];
-    if (!e) return false;
-    this.evict(e);
-    return true;
+  /**
+   * Gives back the least recently used kept block that only the cache holds (its sliding-window
+   * block with it); false when there is none. `notify`: tell the pool's listeners (not when the
+   * pool itself asks, in the middle of an allocation).
+   */
+  evictOldest(notify = true): boolean {
+    for (const k of this.kept.values()) {
+      if (this.pool.refCount(k.id) !== 1) continue;
+      this.drop([k], true, notify);
+      this.evictions++;
+      return true;
+    }
+    return false;
   }
 
+  /** Lets go of every kept block. */
   clear(): void {
-    for (const e of [...this.entries]) this.evict(e);
+    if (this.kept.size === 0) return;
+    this.drop([...this.kept.values()], false);
+    this.onEvent?.({ kind: "cleared" });
   }
 
+  /** Lets go of every kept block and hashes from `root` from now on (new weights). */
+  reset(root: BlockHashRoot): void {
+    this.clear();
+    this.root = root;
+    this.roots.clear();
+  }
+
+  /** Blocks kept. */
   get size(): number {
-    return this.entries.length;
+    return this.kept.size;
   }
 
-  /** Blocks that only the kept entries hold (what evicting every entry would free). */
+  /** Kept blocks that only the cache holds (what evicting every one would free). */
   evictableBlocks(): number {
-    const holders = new Map<number, number>();
-    for (const e of this.entries) for (const id of e.blocks) holders.set(id, (holders.get(id) ?? 0) + 1);
     let n = 0;
-    for (const [id, count] of holders) if (this.pool.refCount(id) === count) n++;
+    for (const k of this.kept.values()) if (this.pool.refCount(k.id) === 1) n++;
     return n;
   }
 
-  private evict(e: Entry): void {
-    this.entries.splice(this.entries.indexOf(e), 1);
-    for (const key of e.keys) if (this.byKey.get(key) === e) this.byKey.delete(key);
-    for (const id of e.blocks) this.pool.release(id);
-    for (const id of e.local) if (id >= 0) this.window!.pool.release(id);
-    this.pool.notifyFreed();
+  /** Most recently used last; within a chain the root last, so a chain's deepest block goes first. */
+  private touch(chain: Kept[]): void {
+    for (let i = chain.length - 1; i >= 0; i--) {
+      this.kept.delete(chain[i].hash);
+      this.kept.set(chain[i].hash, chain[i]);
+    }
+  }
+
+  private drop(blocks: Kept[], announce = true, notify = true): void {
+    for (const k of blocks) {
+      this.kept.delete(k.hash);
+      this.pool.release(k.id);
+      if (k.local >= 0) this.window!.pool.release(k.local);
+    }
+    if (notify) {
+      this.pool.notifyFreed();
+      if (this.window && blocks.some((k) => k.local >= 0)) this.window.pool.notifyFreed();
+    }
+    if (announce && blocks.length > 0) this.onEvent?.({ kind: "removed", hashes: blocks.map((k) => k.hash) });
   }
 }

@@ -97,7 +97,7 @@ export async function loadVendorEngine<V extends OptionMap>(
     weights: config.weights,
     activations: config.activations,
     artifactCache: cacheOff ? null : new ArtifactCache(config.artifactCache),
-    prefixCache: config.prefixCache,
+    prefixCaching: config.prefixCaching,
     prefillBatchTokens: config.prefillBatchTokens,
     blockSize: config.blockSize,
     kvCacheMemory: config.kvCacheMemory,

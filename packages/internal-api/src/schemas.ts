@@ -78,6 +78,13 @@ const resume = z
     "a migrated request: the completion tokens its client already has (the first included). Prefill runs the prompt and these and draws completion token resume.length; decode continues the count, the penalties, min_tokens, the grammar and the text from them",
   );
 
+const cacheSalt = z
+  .string()
+  .min(1)
+  .max(256)
+  .optional()
+  .describe("vLLM's cache_salt: KV blocks are shared by prefix caching only between requests with the same salt (tenants apart)");
+
 const maxTokens = z.number().int().min(1).nullable().describe("the whole completion, first token included; null: the rest of max_model_len");
 const logprobs = z
   .number()
@@ -102,6 +109,7 @@ export const PrefillRequestSchema = z
     minTokens,
     n: choices,
     resume,
+    cacheSalt,
   })
   .strict()
   .refine((b) => !(b.constraint && b.ignoreEos), { message: "ignoreEos cannot go with a constraint: the grammar ends at its end-of-sequence token", path: ["ignoreEos"] })
@@ -124,6 +132,7 @@ export const DecodeRequestSchema = z
     minTokens,
     n: choices.describe("the choices prefill drew first tokens for (the KV manifest's firstTokens)"),
     resume: resume.describe("the same resume prefill ran (the KV's last positions hold these tokens)"),
+    cacheSalt: cacheSalt.describe("the same cache_salt prefill ran with: the blocks this stream leaves in the prefix cache are kept under it"),
   })
   .strict()
   .refine((b) => !(b.constraint && b.ignoreEos), { message: "ignoreEos cannot go with a constraint: the grammar ends at its end-of-sequence token", path: ["ignoreEos"] })

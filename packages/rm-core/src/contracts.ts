@@ -332,6 +332,11 @@ export interface PrefillOptions {
    * settle and rejects with the first rejection.
    */
   onLayer?(layer: number, k: Uint8Array, v: Uint8Array): void | Promise<void>;
+  /**
+   * vLLM's cache_salt: the prefix cache shares blocks only between requests with the same salt
+   * (tenants apart). Unset: the shared, unsalted cache.
+   */
+  cacheSalt?: string;
   /** Keep the cache as a decode stream in this engine (solo role) and return it; `kv` is then not exported. */
   keepStream?: boolean;
   /** Blocks set aside for this prompt at admission (engine.reserve); without one the prefill takes free blocks or throws KVCacheFullError. */
@@ -347,6 +352,14 @@ export interface PrefillOptions {
    * prompt position.
    */
   promptLogprobs?: boolean;
+}
+
+/** What a stream adopted from another process is, for the engine's prefix cache. */
+export interface ImportOptions {
+  /** The token ids at the imported positions [0, n): with them the stream's full blocks are kept by hash when it is released. */
+  tokens?: number[];
+  /** The request's cache_salt (vLLM's): blocks kept for it are found only by requests with the same salt. */
+  cacheSalt?: string;
 }
 
 export interface PrefillResult {
@@ -421,8 +434,11 @@ export interface EngineStats {
   /** How the weights got ready at load: `artifact-cache` (warm), `converted` (cold) or `native`. */
   weightsFrom: "artifact-cache" | "converted" | "native";
   loadMs: number;
-  /** Prompt-prefix reuse, when the engine has it: prefills that looked, that found a prefix, and prompt tokens reused. */
-  prefixCache?: { queries: number; hits: number; reusedTokens: number; entries: number; capacity: number };
+  /**
+   * Prefix caching by block, when the engine has it: prefills that looked, that found a prefix,
+   * prompt tokens reused, full blocks kept under their hash, and kept blocks given back for room.
+   */
+  prefixCache?: { enabled: boolean; queries: number; hits: number; reusedTokens: number; blocks: number; evictions: number };
   /** Prefill forward passes and the prompts they ran, when the engine batches prompts (prompts / passes: how many ran together). */
   prefillPasses?: { passes: number; prompts: number };
 }
@@ -505,7 +521,7 @@ export interface Engine {
    */
   recompute(stream: KVStream, tokens: number[], reservation?: KVReservation): Promise<void>;
   /** Adopts KV from another process (layout rngd-pd/v2). Throws KVIntegrityError on a shape mismatch, KVCacheFullError without blocks. */
-  importKV(kv: KVBlobs, reservation?: KVReservation): KVStream;
+  importKV(kv: KVBlobs, reservation?: KVReservation, options?: ImportOptions): KVStream;
   /** A second stream with the same KV (another choice of the request): full blocks are shared, a shared block is copied when written. */
   fork(stream: KVStream): KVStream;
   /** A host copy of a stream's KV in layout rngd-pd/v2. */

@@ -5,6 +5,7 @@ export * from "./errors.ts";
 export * from "./kv-key.ts";
 export * from "./kv-layout.ts";
 export * from "./kv-manifest.ts";
+export * from "./block-hash.ts";
 export * from "./blob-spec.ts";
 export * from "./range-allocator.ts";
 export * from "./config/value-types.ts";

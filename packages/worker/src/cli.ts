@@ -43,6 +43,8 @@ export const WORKER_COMMAND = defineCommand({
       defaultText: "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else none",
       doc: "export spans to this OTLP receiver URL (vLLM's flag; the OTEL_* variables set the rest)",
     }),
+    enablePrefixCaching: switchOf({ doc: "keep full KV blocks by hash for reuse (vLLM's flag; the default, AIRM_ENABLE_PREFIX_CACHING)" }),
+    noEnablePrefixCaching: switchOf({ doc: "turn prefix caching off (vLLM's flag)" }),
     localPrefill: switchOf({
       doc: "decode role: also serve /internal/generate, so a gateway can have short prompts prefilled here instead of on a prefill worker (llm-d's topology, when the picker names no prefill pod)",
     }),
@@ -50,6 +52,12 @@ export const WORKER_COMMAND = defineCommand({
   env: [WORKER_CONFIG, RM_CORE_CONFIG, TELEMETRY_CONFIG],
   notes: "The engine's and the transport's own variables are listed in docs/configuration.md. API: docs/internal-api.md.",
 });
+
+/** The engine option --enable-prefix-caching / --no-enable-prefix-caching set (none: the config's). */
+export function prefixCachingFlag(on: boolean, off: boolean): { prefixCaching?: boolean } {
+  if (on && off) throw new Error("--enable-prefix-caching and --no-enable-prefix-caching contradict each other");
+  return on ? { prefixCaching: true } : off ? { prefixCaching: false } : {};
+}
 
 /** Runs the CLI; resolves with the exit code once the worker stopped (or failed). */
 export async function main(argv = process.argv.slice(2), env: Record<string, string | undefined> = process.env): Promise<number> {
@@ -79,6 +87,7 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
         ...(f.blockSize !== undefined ? { blockSize: f.blockSize } : {}),
         ...(f.kvCacheMemory !== undefined ? { kvCacheMemory: f.kvCacheMemory } : {}),
         ...(f.maxNumBatchedTokens !== undefined ? { maxNumBatchedTokens: f.maxNumBatchedTokens } : {}),
+        ...prefixCachingFlag(f.enablePrefixCaching, f.noEnablePrefixCaching),
       },
       threads: f.threads,
       kvTransport: f.kvTransport,

@@ -173,9 +173,10 @@ export function echoOf(engine: ServingEngine, tokens: number[], scored: TokenLog
 }
 
 /** What the request asked the prefill to compute besides the first token. */
-export function prefillExtras(b: { logprobs: number | null; echo: boolean }): { logprobs?: number; promptLogprobs?: boolean } {
-  if (b.logprobs === null) return {};
-  return b.echo ? { logprobs: b.logprobs, promptLogprobs: true } : { logprobs: b.logprobs };
+export function prefillExtras(b: { logprobs: number | null; echo: boolean; cacheSalt?: string }): { logprobs?: number; promptLogprobs?: boolean; cacheSalt?: string } {
+  const salt = b.cacheSalt === undefined ? {} : { cacheSalt: b.cacheSalt };
+  if (b.logprobs === null) return salt;
+  return b.echo ? { ...salt, logprobs: b.logprobs, promptLogprobs: true } : { ...salt, logprobs: b.logprobs };
 }
 
 /** The first-token fields of the prefill answer and the solo `first` event. */

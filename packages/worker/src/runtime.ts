@@ -111,7 +111,11 @@ export class WorkerRuntime {
         },
         preemptions: () => this.serving?.engine.kvCache().preemptions ?? 0,
         leases: () => this.leases.counters(),
-        prefixCache: () => (this.serving ? { queriedTokens: this.prefixQueried, hitTokens: this.prefixHit } : null),
+        prefixCache: () => {
+          if (!this.serving) return null;
+          const kept = this.serving.engine.stats?.().prefixCache;
+          return { queriedTokens: this.prefixQueried, hitTokens: this.prefixHit, blocks: kept?.blocks ?? 0, evictions: kept?.evictions ?? 0 };
+        },
         grammar: () => this.serving?.grammar?.stats ?? null,
         estimates: () => this.estimatesNow(),
       },
@@ -221,7 +225,7 @@ export class WorkerRuntime {
     // A decode step takes as many streams as the widest compiled batch.
     const b = Math.max(1, ...s.engine.variants().map((v) => v.batch));
     this.admission.attach(s.engine);
-    this.prefixCacheOn = (s.engine.stats?.().prefixCache?.capacity ?? 0) > 0;
+    this.prefixCacheOn = s.engine.stats?.().prefixCache?.enabled === true;
     const batcher = new DecodeBatcher(s.engine, b, (n) => this.metrics.decodeBatch.observe(n));
     this.state = { kind: "ready", ...s, batcher, grammar: startGrammar(s.engine, this.grammarCache) };
   }

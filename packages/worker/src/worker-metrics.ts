@@ -20,7 +20,7 @@ export interface WorkerState {
   preemptions(): number;
   leases(): LeaseCounters;
   /** The engine's prompt-prefix reuse in tokens (queried: prompt tokens of prefills that looked; hit: tokens reused), when it has one. */
-  prefixCache(): { queriedTokens: number; hitTokens: number } | null;
+  prefixCache(): { queriedTokens: number; hitTokens: number; blocks: number; evictions: number } | null;
   /** The grammar engine's work (structured outputs), null while loading or without one. */
   grammar(): GrammarEngineStats | null;
   /** The disaggregation decision's inputs measured here. */
@@ -70,25 +70,7 @@ export class WorkerMetrics {
         this.inc(state.leases().expired);
       },
     });
-    // vLLM's prefix-cache counters, in tokens.
-    new Counter({
-      name: "vllm:prefix_cache_queries",
-      help: "prompt tokens of prefills that looked up the prefix cache",
-      registers: r,
-      collect() {
-        this.reset();
-        this.inc(state.prefixCache()?.queriedTokens ?? 0);
-      },
-    });
-    new Counter({
-      name: "vllm:prefix_cache_hits",
-      help: "prompt tokens whose KV came from the prefix cache",
-      registers: r,
-      collect() {
-        this.reset();
-        this.inc(state.prefixCache()?.hitTokens ?? 0);
-      },
-    });
+    registerPrefixCacheMetrics(r, state);
     const grammarCounter = (name: string, help: string, value: (g: GrammarEngineStats) => number) =>
       new Counter({
         name,
@@ -146,4 +128,43 @@ export class WorkerMetrics {
     });
     this.requests = new Counter({ name: "airm_worker_requests_total", help: "internal requests by route and outcome", labelNames: ["route", "outcome"], registers: r });
   }
+}
+
+/** vLLM's prefix-cache counters (in tokens) and what the cache keeps and gives back. */
+function registerPrefixCacheMetrics(r: Registry[], state: WorkerState): void {
+  new Counter({
+    name: "vllm:prefix_cache_queries_total",
+    help: "prompt tokens of prefills that looked up the prefix cache",
+    registers: r,
+    collect() {
+      this.reset();
+      this.inc(state.prefixCache()?.queriedTokens ?? 0);
+    },
+  });
+  new Counter({
+    name: "vllm:prefix_cache_hits_total",
+    help: "prompt tokens whose KV came from the prefix cache",
+    registers: r,
+    collect() {
+      this.reset();
+      this.inc(state.prefixCache()?.hitTokens ?? 0);
+    },
+  });
+  new Gauge({
+    name: "airm_prefix_cache_blocks",
+    help: "full KV blocks kept under their block hash (in use by requests or evictable)",
+    registers: r,
+    collect() {
+      this.set(state.prefixCache()?.blocks ?? 0);
+    },
+  });
+  new Counter({
+    name: "airm_prefix_cache_evictions_total",
+    help: "kept KV blocks given back (least recently used first) because the pool needed room",
+    registers: r,
+    collect() {
+      this.reset();
+      this.inc(state.prefixCache()?.evictions ?? 0);
+    },
+  });
 }

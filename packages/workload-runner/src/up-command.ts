@@ -32,6 +32,10 @@ export const UP_COMMAND = defineCommand({
       doc: "the longest request (prompt + max_tokens) served (vLLM's flag); lower it to cap requests. The KV cache is paged: a request holds the blocks of the positions it uses, whatever this is",
     }),
     blockSize: flagOf(oneOf(["4", "8", "16", "32", "64", "128", "256"] as const), { default: "16", doc: "positions per KV block (vLLM's flag; AIRM_BLOCK_SIZE for every worker)" }),
+    enablePrefixCaching: switchOf({ doc: "prefix caching by block on every worker (vLLM's flag): the default" }),
+    noEnablePrefixCaching: switchOf({
+      doc: "turn prefix caching off on every worker (vLLM's flag; AIRM_ENABLE_PREFIX_CACHING=0): no KV block outlives its request",
+    }),
     kvCacheMemory: flagOf(text({ label: "share|bytes" }), {
       default: "0.25",
       doc: "each worker's KV cache budget (AIRM_KV_CACHE_MEMORY): a share of the memory it can still have after loading the weights, or bytes (512M, 2G); memory is only taken as blocks are used. Each worker prints what it bought (KV cache: N blocks = M tokens)",
@@ -154,12 +158,19 @@ export function upCluster(f: UpFlags, model: string): ClusterOptions {
       AIRM_GENERATION_CONFIG: f.generationConfig,
       AIRM_PREFILL_BATCH_TOKENS: String(f.prefillBatchTokens),
       AIRM_BLOCK_SIZE: f.blockSize,
+      AIRM_ENABLE_PREFIX_CACHING: prefixCachingEnv(f.enablePrefixCaching, f.noEnablePrefixCaching),
       AIRM_KV_CACHE_MEMORY: f.kvCacheMemory,
       AIRM_MAX_NUM_BATCHED_TOKENS: String(f.maxNumBatchedTokens),
       AIRM_MAX_NUM_SEQS: String(f.maxNumSeqs),
     },
     gatewayEnv: { AIRM_TOOL_CALL_PARSER: f.toolCallParser },
   };
+}
+
+/** AIRM_ENABLE_PREFIX_CACHING for the workers from --enable-prefix-caching / --no-enable-prefix-caching (on unless turned off). */
+function prefixCachingEnv(on: boolean, off: boolean): string {
+  if (on && off) throw new Error("--enable-prefix-caching and --no-enable-prefix-caching contradict each other");
+  return off ? "0" : "1";
 }
 
 /**

@@ -169,6 +169,11 @@ describe("structured outputs, tools and the field list", () => {
     expect(parse("completion", { model: "m", prompt: "x", ignore_eos: true, min_tokens: 3 })).toMatchObject({ ignoreEos: true, minTokens: 3 });
     expect(err("completion", { model: "m", prompt: "x", ignore_eos: true, structured_outputs: { regex: "a+" } })).toMatchObject({ param: "ignore_eos" });
     expect(err("completion", { model: "m", prompt: "x", max_tokens: 2, min_tokens: 3 })).toMatchObject({ param: "min_tokens" });
+    // vLLM's cache_salt: a non-empty string, carried to the workers
+    expect(parse("chat", { model: "m", messages: [{ role: "user", content: "hi" }], cache_salt: "tenant-7" })).toMatchObject({ cacheSalt: "tenant-7" });
+    expect(parse("completion", { model: "m", prompt: "x" }).cacheSalt).toBeUndefined();
+    expect(err("completion", { model: "m", prompt: "x", cache_salt: "" })).toMatchObject({ param: "cache_salt" });
+    expect(err("completion", { model: "m", prompt: "x", cache_salt: 7 })).toMatchObject({ param: "cache_salt" });
     // The values that change nothing are accepted.
     expect(parse("chat", chat({ n: 1, presence_penalty: 0, ignore_eos: false, store: false, user: "u1", service_tier: "auto", skip_special_tokens: true })).kind).toBe("chat");
     expect(parse("completion", { model: "m", prompt: "x", add_special_tokens: true, suffix: "" }).kind).toBe("completion");

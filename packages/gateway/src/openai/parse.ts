@@ -47,6 +47,8 @@ export interface GenerationRequest {
   ignoreEos: boolean;
   /** vLLM's min_tokens: no end-of-sequence token before this many completion tokens. */
   minTokens: number;
+  /** vLLM's cache_salt: prefix caching shares KV only between requests with the same salt. */
+  cacheSalt?: string;
   /**
    * A migrated generation's completion tokens the client already has (the orchestrator sets it
    * when it re-dispatches a broken stream; never from the client).
@@ -99,6 +101,7 @@ const common = {
   logit_bias: z.record(z.string(), z.number()).nullish(),
   ignore_eos: z.boolean().nullish(),
   min_tokens: int.min(0).nullish(),
+  cache_salt: z.string().nullish(),
   n: int.min(1).nullish(),
   presence_penalty: z.number().min(-2).max(2).nullish(),
   frequency_penalty: z.number().min(-2).max(2).nullish(),
@@ -295,6 +298,17 @@ function stoppingOf(b: { ignore_eos?: boolean | null; min_tokens?: number | null
   return { ignoreEos: b.ignore_eos ?? false, minTokens: b.min_tokens ?? 0 };
 }
 
+/** Longest cache_salt taken (the workers' limit). */
+export const MAX_CACHE_SALT = 256;
+
+/** vLLM's cache_salt: a non-empty string (vLLM refuses an empty one). Throws 400 naming cache_salt. */
+function cacheSaltOf(v: string | null | undefined): { cacheSalt?: string } {
+  if (v == null) return {};
+  if (v.length === 0) throw new ApiError(400, "invalid_request", "cache_salt must be a non-empty string", "cache_salt");
+  if (v.length > MAX_CACHE_SALT) throw new ApiError(400, "invalid_request", `cache_salt is ${v.length} characters; at most ${MAX_CACHE_SALT}`, "cache_salt");
+  return { cacheSalt: v };
+}
+
 /** Most prompts in one completions request (each runs as its own generation). */
 export const MAX_BATCH_PROMPTS = 64;
 
@@ -353,6 +367,7 @@ function parseCompletion(body: Record<string, unknown>, o: ParseOptions): Genera
     constraint: constraintOf(b),
     toolMode: { kind: "none" },
     ...stoppingOf(b),
+    ...cacheSaltOf(b.cache_salt),
     ignored,
   };
 }
@@ -403,6 +418,7 @@ function parseChat(body: Record<string, unknown>, o: ParseOptions): GenerationRe
     constraint: format ?? tools.constraint,
     toolMode: tools.mode,
     ...stoppingOf(b),
+    ...cacheSaltOf(b.cache_salt),
     ignored,
   };
 }

@@ -109,7 +109,12 @@ export const REQUEST_FIELDS: RequestField[] = [
   refused("logits_processors", BOTH, "vLLM", "custom logits processors"),
   served("return_tokens_as_token_ids", BOTH, "vLLM", "log-probabilities name tokens as `token_id:<id>`"),
   refused("return_token_ids", BOTH, "vLLM", "return_token_ids", [is(false), "false"]),
-  refused("cache_salt", BOTH, "vLLM", "cache_salt (per-tenant prefix-cache isolation)"),
+  served(
+    "cache_salt",
+    BOTH,
+    "vLLM",
+    "a non-empty string: prefix caching shares KV blocks only between requests with the same salt (it roots the block hash chain), so one tenant's prompts cannot be timed against another's",
+  ),
   refused("kv_transfer_params", BOTH, "vLLM", "vLLM's KV connector parameters (this server moves KV itself)"),
   refused("vllm_xargs", BOTH, "vLLM", "vllm_xargs"),
   refused("add_special_tokens", CHAT, "vLLM", "add_special_tokens=true on chat (the template writes the special tokens)", [is(false), "false"]),

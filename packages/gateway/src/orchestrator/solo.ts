@@ -51,6 +51,7 @@ export async function* runSolo(pool: EndpointPool, t: SoloTimeouts, req: Generat
             minTokens: req.minTokens,
             n: req.bestOf,
             ...(req.resume ? { resume: req.resume } : {}),
+            ...(req.cacheSalt ? { cacheSalt: req.cacheSalt } : {}),
           },
           { headers: traceHeaders(), signal: abort.signal },
         ),

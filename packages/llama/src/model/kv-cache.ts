@@ -153,7 +153,7 @@ export class PagedKVCache implements KVCache {
     if (to > this.S) throw new ContextOverflowError(to, this.S, "", "this cache's capacity");
     const need = this.blocksNeeded(to);
     if (need === 0) return;
-    if (need > this.reservedBlocks + this.pool.availableBlocks) {
+    if (need > this.reservedBlocks && !this.pool.makeAvailable(need - this.reservedBlocks)) {
       throw new KVCacheFullError(`a write of positions [${this.n}, ${to}) needs ${need} KV blocks; ${this.pool.availableBlocks} are free`);
     }
     const bs = this.pool.blockSize;

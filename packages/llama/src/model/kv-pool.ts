@@ -50,6 +50,11 @@ export class KVBlockPool {
   private used = 0;
   /** Called after blocks went back to the free list. */
   onFreed: (() => void) | null = null;
+  /**
+   * Asked for a block when none is available (a prefix cache giving back a kept one): true when
+   * it freed one. Called in the middle of reserve / allocate, so it must not call onFreed.
+   */
+  reclaim: (() => boolean) | null = null;
 
   constructor(
     private readonly rt: KernelRuntime,
@@ -106,10 +111,18 @@ export class KVBlockPool {
     this.budget = max;
   }
 
+  /** Asks `reclaim` for blocks until `n` are available (or it has none to give); true when they are. */
+  makeAvailable(n: number): boolean {
+    while (n > this.availableBlocks && n <= this.budget - this.reserved && this.reclaim?.()) {
+      // a kept block went back
+    }
+    return n <= this.availableBlocks;
+  }
+
   /** Sets `n` blocks aside; false (nothing changed) when fewer are available. */
   reserve(n: number): boolean {
     if (!Number.isInteger(n) || n < 0) throw new ConfigError("blocks", `must be an integer >= 0, got ${n}`);
-    if (n > this.availableBlocks) return false;
+    if (!this.makeAvailable(n)) return false;
     this.reserved += n;
     return true;
   }
@@ -128,7 +141,7 @@ export class KVBlockPool {
   allocate(fromReservation: boolean): number {
     if (fromReservation) {
       if (this.reserved < 1) throw new AirmError("KV_INTEGRITY", "allocating from a reservation, but no block is reserved");
-    } else if (this.availableBlocks < 1) {
+    } else if (this.availableBlocks < 1 && !this.reclaim?.()) {
       throw new KVCacheFullError(`the KV cache's ${this.budget} blocks of ${this.blockSize} positions are all in use or reserved`);
     }
     const id = this.freeIds.pop() ?? this.grow();

@@ -1498,7 +1498,7 @@ function capacityOverflow(requested: number, S: number, detail: string): Context
 function ensureBlocks(pool: KVBlockPool, to: Map<PagedKVCache, number>): void {
   let need = 0;
   for (const [w, end] of to) need += Math.max(0, w.blocksNeeded(end) - w.reservedBlocks);
-  if (need > pool.availableBlocks) {
+  if (!pool.makeAvailable(need)) {
     throw new KVCacheFullError(`this pass writes into ${to.size} cache(s) and needs ${need} more KV blocks; ${pool.availableBlocks} of ${pool.totalBlocks} are free`);
   }
   for (const [w, end] of to) w.ensure(end);

@@ -118,7 +118,9 @@ async function serveDecode(
     matchers.forEach((matcher, i) => {
       if (!isEos(engine, firsts[i])) matcher.advance(firsts[i]);
     });
-    streams.push(engine.importKV(pulled.kv, admitted.reservation));
+    // With the positions' token ids the stream's full blocks stay in the prefix cache after it ends.
+    const ids = m.promptTokens?.length === m.n ? { tokens: m.promptTokens } : {};
+    streams.push(engine.importKV(pulled.kv, admitted.reservation, { ...ids, ...(b.cacheSalt === undefined ? {} : { cacheSalt: b.cacheSalt }) }));
     for (let i = 1; i < b.n; i++) streams.push(engine.fork(streams[0]));
     const kvLoadMs = performance.now() - pulled.arrivedAt;
     if (pulled.transfer) rt.noteKvTransfer(pulled.transfer.bytes, pulled.transfer.movingMs, m.n);

@@ -1,0 +1,48 @@
+// Block hashes: the name of a full KV block, the same on every worker, process and host. A block's
+// hash is SHA-256 over its parent's hash and its token ids, so it names the whole prefix up to and
+// including the block; the chain starts from a root that holds what else makes KV differ (the model
+// and numerics fingerprints, the block size, and a request's cache_salt). No process-random seed:
+// a prefill worker, a decode worker and a router that hash the same prompt get the same names.
+//
+// root  = SHA-256("rngd-pd/block-hash/v1" 0x00 model 0x00 numerics 0x00 blockSize 0x00 salt)
+// h[i]  = SHA-256(h[i-1] (32 bytes, root for i = 0) || token ids of block i as u32 little-endian)
+//
+// Hashes travel as lowercase hex. `blockHashId` gives the first 8 bytes as a signed 64-bit integer,
+// the form vLLM's KV events carry a block hash in.
+
+import { createHash } from "node:crypto";
+
+export interface BlockHashRoot {
+  modelFingerprint: string;
+  numericsFingerprint: string;
+  blockSize: number;
+}
+
+/** The chain's root for one model, numerics and block size, and a tenant's cache_salt (none: ""). */
+export function blockHashRoot(r: BlockHashRoot, cacheSalt = ""): string {
+  return createHash("sha256").update(`rngd-pd/block-hash/v1\0${r.modelFingerprint}\0${r.numericsFingerprint}\0${r.blockSize}\0${cacheSalt}`, "utf8").digest("hex");
+}
+
+/**
+ * The hashes of the first `blocks` full blocks of `tokens` (default: every full block), each
+ * chained from `root` (blockHashRoot). `from`/`parent` continue a chain: the hashes of blocks
+ * [from, blocks) given the hash of block from - 1 (root when from is 0).
+ */
+export function blockHashes(root: string, tokens: readonly number[], blockSize: number, blocks = Math.floor(tokens.length / blockSize), from = 0, parent = root): string[] {
+  if (blocks * blockSize > tokens.length) throw new RangeError(`${blocks} blocks of ${blockSize} need ${blocks * blockSize} tokens, got ${tokens.length}`);
+  const out: string[] = [];
+  const ids = Buffer.alloc(4 * blockSize);
+  let prev = Buffer.from(parent, "hex");
+  for (let b = from; b < blocks; b++) {
+    for (let j = 0; j < blockSize; j++) ids.writeUInt32LE(tokens[b * blockSize + j] >>> 0, 4 * j);
+    const h = createHash("sha256").update(prev).update(ids).digest();
+    out.push(h.toString("hex"));
+    prev = h;
+  }
+  return out;
+}
+
+/** A block hash as the signed 64-bit integer of its first 8 bytes (big-endian), as KV events carry it. */
+export function blockHashId(hash: string): bigint {
+  return Buffer.from(hash.slice(0, 16), "hex").readBigInt64BE(0);
+}
