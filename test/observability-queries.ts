@@ -63,7 +63,7 @@ export async function exportedMetrics(): Promise<Map<string, string>> {
       geometry: () => ({ blockSize: 16, numBlocks: 64 }),
       preemptions: () => 0,
       leases: () => ({ outstanding: 0, expired: 0 }) as any,
-      prefixCache: () => ({ queriedTokens: 0, hitTokens: 0, blocks: 0, evictions: 0 }),
+      prefixCache: () => ({ queriedTokens: 0, hitTokens: 0, blocks: 0, evictions: 0, heldPositions: 0, kvSkippedBytes: 0, kvPulledBytes: 0, kvPulls: 0 }),
       grammar: () => null,
       estimates: () => ({ prefill: null, kvBandwidth: null, kvBytes: null, localPrefill: false }) as any,
     },

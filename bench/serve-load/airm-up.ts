@@ -12,15 +12,18 @@ export interface RunningUp {
   startS: number;
   /** The launcher's "airm up: ..." configuration lines. */
   config: string[];
+  /** The first decode worker's port (replica i listens on it + 2i). */
+  decodePort: number;
 }
 
 /** Starts `airm up` with its defaults plus `extra` flags on free ports; resolves once it is up. */
-export async function startAirmUp(extra: string[] = []): Promise<RunningUp> {
+export async function startAirmUp(extra: string[] = [], env: NodeJS.ProcessEnv = process.env): Promise<RunningUp> {
   const bin = fileURLToPath(new URL("../../packages/workload-runner/bin/airm.mjs", import.meta.url));
   const [port, pre, dec] = [await freePort(), await freePort(), await freePort()];
   const t0 = performance.now();
   const child = spawn(process.execPath, [bin, "up", "--port", String(port), "--prefill-port", String(pre), "--decode-port", String(dec), "--quiet", ...extra], {
     stdio: ["ignore", "pipe", "pipe"],
+    env,
   });
   const lines: string[] = [];
   return new Promise((resolve, reject) => {
@@ -29,7 +32,7 @@ export async function startAirmUp(extra: string[] = []): Promise<RunningUp> {
         if (!l.trim()) continue;
         lines.push(l);
         const m = /rngd-pd is up: (\S+)/.exec(l);
-        if (m) resolve({ url: m[1]!, child, startS: (performance.now() - t0) / 1000, config: lines.filter((x) => x.startsWith("airm up:")) });
+        if (m) resolve({ url: m[1]!, child, startS: (performance.now() - t0) / 1000, config: lines.filter((x) => x.startsWith("airm up:")), decodePort: dec });
       }
     };
     child.stdout.on("data", onLine);

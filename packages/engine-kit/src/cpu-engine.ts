@@ -32,6 +32,7 @@ import type {
   EngineVariant,
   KVBlobs,
   ImportOptions,
+  PrefixHold,
   KVCacheInfo,
   KVReservation,
   KVStream,
@@ -170,6 +171,27 @@ class EngineStream implements KVStream {
   }
   get blocks(): number {
     return this.cache.blocks.length;
+  }
+}
+
+/** Kept blocks held for a request (engine.holdPrefix): one reference each until released. */
+class Hold implements PrefixHold {
+  private released = false;
+  constructor(
+    readonly owner: CpuBackedEngine,
+    private readonly pool: { release(id: number): void; notifyFreed(): void },
+    readonly ids: readonly number[],
+    readonly n: number,
+    readonly hash: string | null,
+  ) {}
+  get live(): boolean {
+    return !this.released;
+  }
+  release(): void {
+    if (this.released) return;
+    this.released = true;
+    for (const id of this.ids) this.pool.release(id);
+    if (this.ids.length > 0) this.pool.notifyFreed();
   }
 }
 
@@ -839,6 +861,15 @@ export class CpuBackedEngine implements Engine {
 
   // --- KV exchange ----------------------------------------------------------------------------
 
+  holdPrefix(tokens: number[], options: { cacheSalt?: string; maxPositions?: number } = {}): PrefixHold {
+    this.live();
+    this.checkTokens(tokens, "tokens");
+    const bs = this.cpu.kvPool.blockSize;
+    const max = Math.floor(Math.min(options.maxPositions ?? tokens.length, tokens.length) / bs);
+    const got = this.prefixes.hold(tokens, options.cacheSalt ?? "", max);
+    return new Hold(this, this.cpu.kvPool, got.blocks, got.blocks.length * bs, got.hashes[got.hashes.length - 1] ?? null);
+  }
+
   importKV(kv: KVBlobs, reservation?: KVReservation, options: ImportOptions = {}): KVStream {
     this.live();
     const c = this.ckpt.config;
@@ -853,7 +884,7 @@ export class CpuBackedEngine implements Engine {
     const cache = this.newCache();
     try {
       this.takeReservation(reservation, cache);
-      this.cpu.importKV(cache, kv);
+      this.cpu.importKV(cache, kv, this.heldIds(kv, options.held));
     } catch (e) {
       cache.clear();
       throw e;
@@ -867,6 +898,18 @@ export class CpuBackedEngine implements Engine {
     stream.salt = options.cacheSalt ?? "";
     this.streams.add(stream);
     return stream;
+  }
+
+  /** The block ids of a hold of this engine that the KV leaves out (none without one). */
+  private heldIds(kv: KVBlobs, held: PrefixHold | undefined): readonly number[] {
+    const from = kv.from ?? 0;
+    if (held === undefined) {
+      if (from > 0) throw new KVIntegrityError("from", `the KV leaves out ${from} positions, and no held prefix came with it`);
+      return [];
+    }
+    if (!(held instanceof Hold) || held.owner !== this || !held.live) throw new KVIntegrityError("held", "the held prefix is not one of this engine's live holds");
+    if (held.n !== from) throw new KVIntegrityError("from", `the KV leaves out ${from} positions; the held prefix has ${held.n}`);
+    return held.ids;
   }
 
   fork(stream: KVStream): KVStream {

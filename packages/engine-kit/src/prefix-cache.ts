@@ -101,6 +101,23 @@ export class PrefixCache {
     return n * this.blockSize;
   }
 
+  /**
+   * The kept chain of `tokens` from its first block, at most `maxBlocks` blocks, each retained once
+   * more (the caller releases them): what a decode worker holds for a handoff that skips them.
+   */
+  hold(tokens: readonly number[], salt: string, maxBlocks: number): { blocks: number[]; hashes: string[] } {
+    if (!this.enabled || this.window || maxBlocks < 1) return { blocks: [], hashes: [] };
+    const found: Kept[] = [];
+    for (const h of this.hashesOf(tokens, salt, Math.min(maxBlocks, Math.floor(tokens.length / this.blockSize)))) {
+      const k = this.kept.get(h);
+      if (!k) break;
+      found.push(k);
+    }
+    this.touch(found);
+    for (const k of found) this.pool.retain(k.id);
+    return { blocks: found.map((k) => k.id), hashes: found.map((k) => k.hash) };
+  }
+
   /** The longest kept prefix of `tokens` in whole blocks that leaves at least one token to compute. */
   lookup(tokens: readonly number[], salt = ""): PrefixHit | null {
     if (!this.enabled) return null;

@@ -6,7 +6,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { blockHashes, blockHashRoot } from "@airm/rm-core";
+import { blockHashes, blockHashRoot, blockLayerBytes } from "@airm/rm-core";
 import { loadCheckpoint, makeTinyModel } from "@airm/llama";
 import { CpuBackedEngine, referenceTokens, type BlockEvent, type CpuEngineSpec } from "../src/index.ts";
 import type { Engine } from "@airm/rm-core";
@@ -81,6 +81,41 @@ describe("prefix caching by block", () => {
       expect(again.out).toEqual(await referenceTokens(modelDir, next, 6));
       // token ids that do not match the KV's positions are refused
       expect(() => dec.importKV(r.kv!, undefined, { tokens: sys.slice(1) })).toThrow(/token ids/);
+    } finally {
+      await pre.close();
+      await dec.close();
+    }
+  });
+
+  it("holdPrefix keeps a prefix for an import that leaves it out; the stream equals one of the whole KV", async () => {
+    const pre = await CpuBackedEngine.open(modelDir, spec({ prefixCaching: false }));
+    const dec = await CpuBackedEngine.open(modelDir, spec());
+    try {
+      const first = await turn(dec, sys, 6);
+      const next = [...first.fed, first.out[first.out.length - 1], ...user2];
+      const hold = dec.holdPrefix(next, { maxPositions: next.length - 1 });
+      expect(hold.n).toBe(Math.floor(first.fed.length / BS) * BS);
+      expect(hold.hash).toBe(
+        blockHashes(
+          blockHashRoot({ modelFingerprint: dec.model.modelFingerprint, numericsFingerprint: dec.model.numericsFingerprint, blockSize: BS }),
+          next,
+          BS,
+          hold.n / BS,
+        ).pop(),
+      );
+      const r = await pre.prefill(next, {});
+      const kv = r.kv!;
+      const cut = (hold.n / BS) * blockLayerBytes(dec.model, BS);
+      const rest = { ...kv, from: hold.n, k: kv.k.map((b) => b.subarray(cut)), v: kv.v.map((b) => b.subarray(cut)) };
+      // without the hold the cut KV is refused, and a hold of another length is too
+      expect(() => dec.importKV(rest)).toThrow(/no held prefix/);
+      const s = dec.importKV(rest, undefined, { held: hold, tokens: next });
+      hold.release();
+      const out = [r.firstToken];
+      while (out.length < 6) out.push((await dec.decode([{ stream: s, token: out[out.length - 1] }]))[0].token);
+      dec.release(s);
+      expect(out).toEqual(await referenceTokens(modelDir, next, 6));
+      expect(() => dec.importKV(rest, undefined, { held: hold })).toThrow(/held prefix/);
     } finally {
       await pre.close();
       await dec.close();

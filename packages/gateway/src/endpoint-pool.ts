@@ -36,7 +36,13 @@ export interface PoolOptions {
   breakerFailures?: number;
   /** How long an open breaker waits before a trial call (ms, default 1000; doubles on each failed trial, up to 30 s). */
   breakerCooldownMs?: number;
+  /** How a healthy endpoint is chosen: `load` (fewest outstanding requests, ties in turn; default) or `random`. */
+  routing?: Routing;
 }
+
+/** The gateway's routing policies (AIRM_ROUTING). */
+export const ROUTINGS = ["load", "random"] as const;
+export type Routing = (typeof ROUTINGS)[number];
 
 const BREAKER_MAX_COOLDOWN_MS = 30_000;
 
@@ -196,9 +202,13 @@ export class EndpointPool {
     const now = performance.now();
     const ok = this.endpoints.filter((e) => e.healthy && !exclude.has(e) && this.breakerAllows(e, now));
     if (ok.length === 0) return undefined;
-    const least = Math.min(...ok.map((e) => e.outstanding));
-    const tied = ok.filter((e) => e.outstanding === least);
-    const e = tied[this.turn++ % tied.length];
+    let e: Endpoint;
+    if (this.o.routing === "random") e = ok[Math.floor(Math.random() * ok.length)];
+    else {
+      const least = Math.min(...ok.map((x) => x.outstanding));
+      const tied = ok.filter((x) => x.outstanding === least);
+      e = tied[this.turn++ % tied.length];
+    }
     if (e.breaker.state !== "closed") {
       // This call is the trial; if it ends with no verdict (the client left), another may go after the cooldown.
       e.breaker.state = "half-open";

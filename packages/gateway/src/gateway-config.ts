@@ -2,6 +2,7 @@
 // it applies to worker calls, each with its variable.
 
 import { defineConfig, int, list, num, oneOf, opt, text, type ConfigValues } from "@airm/rm-core";
+import { ROUTINGS } from "./endpoint-pool.ts";
 
 export const GATEWAY_CONFIG = defineConfig("@airm/gateway", {
   metricsPort: opt(int({ min: 0, max: 65535 }), {
@@ -44,6 +45,11 @@ export const GATEWAY_CONFIG = defineConfig("@airm/gateway", {
     env: "AIRM_MIGRATION_LIMIT",
     default: 3,
     doc: "Times one streamed generation may move to another worker after its worker died, went silent, lost its KV or handed it back on drain (0: never; the client then gets the error). The prompt and the tokens already sent are prefilled again and decoding resumes at the next token, with the tokens the first worker would have given (the sampler is keyed by seed and position). Not for n or best_of > 1.",
+  }),
+  routing: opt(oneOf(ROUTINGS), {
+    env: "AIRM_ROUTING",
+    default: "load",
+    doc: "How the gateway picks a worker of a role: load (the fewest requests outstanding, ties in turn) or random (a baseline for benches).",
   }),
   maxBodyBytes: opt(int({ min: 1024 }), { default: 1 << 20, doc: "Largest request body (--max-body-bytes)." }),
   maxWaiting: opt(int({ min: 1 }), {

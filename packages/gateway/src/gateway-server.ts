@@ -107,7 +107,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     throw new ConfigError("--disaggregation", `${disaggregation} runs requests whole on the decode workers: it needs --local-prefill (and decode workers started with it)`);
   const cfg = GATEWAY_CONFIG.resolve({ options: settings });
   const host = opts.host ?? "127.0.0.1";
-  const pools = workerPools(opts, { token: internalToken, breakerFailures: cfg.breakerFailures, breakerCooldownMs: cfg.breakerCooldownMs });
+  const pools = workerPools(opts, { token: internalToken, breakerFailures: cfg.breakerFailures, breakerCooldownMs: cfg.breakerCooldownMs, routing: cfg.routing });
   const all = Object.values(pools) as EndpointPool[];
   const members = opts.prefillPool ? await followPrefillPool(opts.prefillPool, pools.prefill!, opts.prefill ?? []) : null;
   await Promise.all(all.map((p) => p.start(cfg.healthIntervalMs)));

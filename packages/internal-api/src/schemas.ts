@@ -85,6 +85,16 @@ const cacheSalt = z
   .optional()
   .describe("vLLM's cache_salt: KV blocks are shared by prefix caching only between requests with the same salt (tenants apart)");
 
+const blockHash = z.string().regex(/^[0-9a-f]{64}$/, "a block hash: 64 lowercase hex digits");
+const skip = z
+  .object({
+    blocks: z.number().int().min(1).describe("the prompt's first blocks the decode worker holds"),
+    hash: blockHash.describe("the block hash of the last of them, as the decode worker computed it (the prefill side checks its own)"),
+  })
+  .strict()
+  .optional()
+  .describe("the decode worker's kv-hold answer: these blocks do not cross (the manifest's held)");
+
 const maxTokens = z.number().int().min(1).nullable().describe("the whole completion, first token included; null: the rest of max_model_len");
 const logprobs = z
   .number()
@@ -110,6 +120,7 @@ export const PrefillRequestSchema = z
     n: choices,
     resume,
     cacheSalt,
+    skip,
   })
   .strict()
   .refine((b) => !(b.constraint && b.ignoreEos), { message: "ignoreEos cannot go with a constraint: the grammar ends at its end-of-sequence token", path: ["ignoreEos"] })
@@ -138,6 +149,33 @@ export const DecodeRequestSchema = z
   .refine((b) => !(b.constraint && b.ignoreEos), { message: "ignoreEos cannot go with a constraint: the grammar ends at its end-of-sequence token", path: ["ignoreEos"] })
   .refine((b) => !(b.resume && b.n > 1), { message: "resume continues one choice: it cannot go with n > 1", path: ["resume"] });
 export type DecodeRequest = z.input<typeof DecodeRequestSchema>;
+
+/**
+ * POST /internal/kv-hold (decode role): which of the prompt's first blocks this worker's prefix
+ * cache holds; they are held for the request until its decode imports the rest (or the hold
+ * expires), so the prefill side need not send them.
+ */
+export const KvHoldRequestSchema = z
+  .object({
+    requestId: RequestIdSchema,
+    input: PromptInputSchema.describe("the prompt, as the prefill request will carry it"),
+    cacheSalt,
+    resume: resume.describe("the same resume the prefill request will carry"),
+  })
+  .strict();
+export type KvHoldRequest = z.input<typeof KvHoldRequestSchema>;
+export const KvHoldResponseSchema = z
+  .object({
+    requestId: z.string(),
+    held: z
+      .object({ blocks: z.number().int().min(1), hash: blockHash, positions: z.number().int().min(1) })
+      .strict()
+      .nullable()
+      .describe("the blocks held (whole blocks from position 0, short of the prompt's last token), or null"),
+    promptTokens: z.number().int().min(1).describe("the prompt's tokens as this worker counted them"),
+  })
+  .strict();
+export type KvHoldResponse = z.infer<typeof KvHoldResponseSchema>;
 
 /** POST /internal/tokenize (every role): a prompt or chat messages as the model's token ids. */
 export const TokenizeRequestSchema = z

@@ -10,6 +10,8 @@ import {
   DetokenizeRequestSchema,
   DetokenizeResponseSchema,
   GenerateRequestSchema,
+  KvHoldRequestSchema,
+  KvHoldResponseSchema,
   PrefillRequestSchema,
   PrefillResponseSchema,
   ReleaseRequestSchema,
@@ -22,6 +24,8 @@ import {
   type DetokenizeRequest,
   type DetokenizeResponse,
   type GenerateRequest,
+  type KvHoldRequest,
+  type KvHoldResponse,
   type PrefillRequest,
   type PrefillResponse,
   type ReleaseRequest,
@@ -34,6 +38,7 @@ import {
 
 export const ROUTES = {
   prefill: "/internal/prefill",
+  kvHold: "/internal/kv-hold",
   decode: "/internal/decode",
   generate: "/internal/generate",
   release: "/internal/release",
@@ -224,6 +229,11 @@ export class WorkerClient {
   /** POST /internal/prefill. Throws ApiError (the worker's error, or a malformed answer) or the fetch error. */
   async prefill(body: PrefillRequest, o: CallOptions = {}): Promise<PrefillResponse> {
     return this.json(await this.post(ROUTES.prefill, PrefillRequestSchema.parse(body), o), PrefillResponseSchema, "the prefill");
+  }
+
+  /** POST /internal/kv-hold (decode role): the prompt blocks this worker holds for the request. */
+  async kvHold(body: KvHoldRequest, o: CallOptions = {}): Promise<KvHoldResponse> {
+    return this.json(await this.post(ROUTES.kvHold, KvHoldRequestSchema.parse(body), o), KvHoldResponseSchema, "the KV hold");
   }
 
   /** POST /internal/decode: the event stream once the worker accepted the request. */

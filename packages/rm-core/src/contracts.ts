@@ -251,6 +251,12 @@ export interface KVBlobs {
   blockSize: number;
   /** Valid positions [0, n). */
   n: number;
+  /**
+   * Positions [0, from) are not in the blobs (whole blocks, which the receiver already holds: a
+   * handoff that skips what decode has): each blob holds blocks [from / blockSize, ceil(n / blockSize)).
+   * Default 0.
+   */
+  from?: number;
   k: Uint8Array[];
   v: Uint8Array[];
 }
@@ -354,8 +360,23 @@ export interface PrefillOptions {
   promptLogprobs?: boolean;
 }
 
+/**
+ * Kept blocks of a prompt's prefix that an engine holds for a request until it releases them (a
+ * decode worker, between saying what it has and importing the rest): they cannot be evicted.
+ */
+export interface PrefixHold {
+  /** Positions held: whole blocks from position 0 (0: none). */
+  readonly n: number;
+  /** Block hash of the last held block (null when none is held). */
+  readonly hash: string | null;
+  /** Lets go of the blocks (a stream that imported them keeps its own references). */
+  release(): void;
+}
+
 /** What a stream adopted from another process is, for the engine's prefix cache. */
 export interface ImportOptions {
+  /** The kept blocks the imported KV leaves out (kv.from === held.n): the stream starts with them. */
+  held?: PrefixHold;
   /** The token ids at the imported positions [0, n): with them the stream's full blocks are kept by hash when it is released. */
   tokens?: number[];
   /** The request's cache_salt (vLLM's): blocks kept for it are found only by requests with the same salt. */
@@ -522,6 +543,12 @@ export interface Engine {
   recompute(stream: KVStream, tokens: number[], reservation?: KVReservation): Promise<void>;
   /** Adopts KV from another process (layout rngd-pd/v2). Throws KVIntegrityError on a shape mismatch, KVCacheFullError without blocks. */
   importKV(kv: KVBlobs, reservation?: KVReservation, options?: ImportOptions): KVStream;
+  /**
+   * Holds the longest kept prefix of `tokens` in whole blocks, at most `maxPositions` positions,
+   * for a later importKV that leaves those positions out. An engine without a prefix cache (or
+   * whose model keeps sliding-window layers apart) holds none.
+   */
+  holdPrefix?(tokens: number[], options?: { cacheSalt?: string; maxPositions?: number }): PrefixHold;
   /** A second stream with the same KV (another choice of the request): full blocks are shared, a shared block is copied when written. */
   fork(stream: KVStream): KVStream;
   /** A host copy of a stream's KV in layout rngd-pd/v2. */

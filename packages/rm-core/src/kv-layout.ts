@@ -74,12 +74,16 @@ export function checkKVBlobs(g: KVGeometry, kv: KVBlobs): void {
   if (kv.k.length !== g.layers || kv.v.length !== g.layers) {
     throw new KVIntegrityError("layers", `KV has ${kv.k.length} K and ${kv.v.length} V layers; this model has ${g.layers}`);
   }
-  const want = layerBlobBytes(g, kv.blockSize, kv.n);
+  const from = kv.from ?? 0;
+  if (!Number.isInteger(from) || from < 0 || from % kv.blockSize !== 0 || from >= kv.n) {
+    throw new KVIntegrityError("from", `KV from=${kv.from} must be a multiple of the block size ${kv.blockSize} below n=${kv.n}`);
+  }
+  const want = layerBlobBytes(g, kv.blockSize, kv.n) - (from / kv.blockSize) * blockLayerBytes(g, kv.blockSize);
   for (let l = 0; l < g.layers; l++) {
     if (kv.k[l].length !== want || kv.v[l].length !== want) {
       throw new KVIntegrityError(
         "shape",
-        `layer ${l}: K ${kv.k[l].length} / V ${kv.v[l].length} bytes, expected ${want} (${blocksFor(kv.n, kv.blockSize)} blocks x ${g.kvHeads} kv heads x ${g.headDim} x ${kv.blockSize} positions x bf16)`,
+        `layer ${l}: K ${kv.k[l].length} / V ${kv.v[l].length} bytes, expected ${want} (${blocksFor(kv.n, kv.blockSize) - from / kv.blockSize} blocks x ${g.kvHeads} kv heads x ${g.headDim} x ${kv.blockSize} positions x bf16)`,
       );
     }
   }

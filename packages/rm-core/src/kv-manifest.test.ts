@@ -33,6 +33,25 @@ function fieldOf(f: () => unknown): string | undefined {
 }
 
 describe("KV manifest", () => {
+  test("held: blocks the decode side holds do not cross; the statement is checked", () => {
+    const hash = "ab".repeat(32);
+    // n=13 in blocks of 4: 4 blocks, the first 2 held
+    const m = validateManifest(manifest({ n: 13, blocks: 4, held: { blocks: 2, hash } }));
+    const block = 2 * 4 * 4 * 2; // kv heads x head dim x block size x bf16
+    expect(blobBytes(m, 0)).toBe(2 * block);
+    expect(blobBytes(m)).toBe(4 * block);
+    const blob = Uint8Array.from({ length: 4 * block }, (_, i) => i % 251);
+    const trimmed = windowedBlob(m, 1, blob, "trim");
+    expect(Buffer.from(trimmed).equals(Buffer.from(blob.subarray(2 * block)))).toBe(true);
+    // held blocks are the decode side's own: nothing is widened back
+    expect(windowedBlob(m, 1, trimmed, "widen")).toBe(trimmed);
+    // at least one position crosses; the hash is a block hash; no sliding window beside it
+    expect(fieldOf(() => validateManifest(manifest({ n: 8, blocks: 2, held: { blocks: 2, hash } })))).toBe("held");
+    expect(fieldOf(() => validateManifest(manifest({ n: 13, blocks: 4, held: { blocks: 0, hash } })))).toBe("held");
+    expect(fieldOf(() => validateManifest(manifest({ n: 13, blocks: 4, held: { blocks: 1, hash: "xyz" } })))).toBe("held");
+    expect(fieldOf(() => validateManifest(manifest({ n: 13, blocks: 4, held: { blocks: 1, hash }, slidingWindow: { window: 6, layers: [0], zeroBlocks: 2 } })))).toBe("held");
+  });
+
   test("a sliding-window statement agrees with n and block size, and with the receiver's model", () => {
     // n=13 in blocks of 4, a window of 6: a query at 13 reads [8, 13], so blocks 0 and 1 are zero
     const at13 = { n: 13, blocks: 4, slidingWindow: { window: 6, layers: [0], zeroBlocks: 2 } };

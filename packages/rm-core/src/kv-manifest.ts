@@ -37,6 +37,14 @@ export interface KVManifest {
    * side takes no memory for it. Absent when no layer slides.
    */
   slidingWindow?: { window: number; layers: number[]; zeroBlocks: number };
+  /**
+   * The decode side already holds blocks [0, held.blocks) of this request (its prefix cache), so
+   * no blob carries them: every blob holds blocks [held.blocks, blocks). `hash` is the block hash
+   * (rm-core block-hash.ts, the request's cache_salt) of block held.blocks - 1 as the prefill side
+   * computed it from the prompt: the decode side takes its blocks only under that name. At least
+   * one position crosses (held.blocks * blockSize < n). Not with a sliding window.
+   */
+  held?: { blocks: number; hash: string };
 }
 
 /** The sliding window a receiver's model has (null: none); compared with the manifest's. */
@@ -72,32 +80,50 @@ function checkWindow(m: KVManifest, want: WindowExpectation | undefined): void {
   }
 }
 
+type BlobShape = Pick<KVManifest, "kvHeads" | "headDim" | "blockSize" | "blocks" | "dtype" | "slidingWindow" | "held">;
+
 /**
- * Bytes of one blob of the manifest's request: its blocks of one layer's K or V (for a
- * sliding-window layer, those from `slidingWindow.zeroBlocks` on; without `layer`, every block).
+ * The leading blocks of a layer's blob that do not cross: a sliding-window layer's zero blocks,
+ * or the blocks the decode side holds (`held`). Without `layer`: none.
  */
-export function blobBytes(m: Pick<KVManifest, "kvHeads" | "headDim" | "blockSize" | "blocks" | "dtype" | "slidingWindow">, layer?: number): number {
-  const skipped = layer !== undefined && m.slidingWindow?.layers.includes(layer) ? m.slidingWindow.zeroBlocks : 0;
-  return (m.blocks - skipped) * blockLayerBytes(m, m.blockSize, m.dtype);
+export function skippedBlocks(m: BlobShape, layer?: number): number {
+  if (layer === undefined) return 0;
+  if (m.slidingWindow?.layers.includes(layer)) return m.slidingWindow.zeroBlocks;
+  return m.held?.blocks ?? 0;
 }
 
 /**
- * A sliding-window layer's blob as it crosses (`trim`: the blocks from `zeroBlocks` on) or as
- * the engine takes it (`widen`: zeros in front again). Other layers' blobs pass unchanged.
+ * Bytes of one blob of the manifest's request: its blocks of one layer's K or V from
+ * skippedBlocks on (without `layer`, every block).
  */
-export function windowedBlob(
-  m: Pick<KVManifest, "kvHeads" | "headDim" | "blockSize" | "blocks" | "dtype" | "slidingWindow">,
-  layer: number,
-  blob: Uint8Array,
-  how: "trim" | "widen",
-): Uint8Array {
-  const w = m.slidingWindow;
-  if (!w || w.zeroBlocks === 0 || !w.layers.includes(layer)) return blob;
-  const skip = w.zeroBlocks * blockLayerBytes(m, m.blockSize, m.dtype);
+export function blobBytes(m: BlobShape, layer?: number): number {
+  return (m.blocks - skippedBlocks(m, layer)) * blockLayerBytes(m, m.blockSize, m.dtype);
+}
+
+/**
+ * A layer's blob as it crosses (`trim`: the blocks from skippedBlocks on), or a sliding-window
+ * layer's as the engine takes it (`widen`: zeros in front again; held blocks are not widened,
+ * the engine adopts its own). Other blobs pass unchanged.
+ */
+export function windowedBlob(m: BlobShape, layer: number, blob: Uint8Array, how: "trim" | "widen"): Uint8Array {
+  const skipped = skippedBlocks(m, layer);
+  if (skipped === 0) return blob;
+  const skip = skipped * blockLayerBytes(m, m.blockSize, m.dtype);
   if (how === "trim") return blob.subarray(skip);
+  if (!m.slidingWindow?.layers.includes(layer)) return blob;
   const out = new Uint8Array(skip + blob.byteLength);
   out.set(blob, skip);
   return out;
+}
+
+/** Checks a manifest's `held` statement: whole blocks short of n, a block hash, no sliding window. */
+function checkHeld(m: KVManifest): void {
+  const h = m.held;
+  if (h === undefined) return;
+  if (!isPosInt(h.blocks) || h.blocks * m.blockSize >= m.n || typeof h.hash !== "string" || !/^[0-9a-f]{64}$/.test(h.hash)) {
+    throw new KVIntegrityError("held", `manifest held needs 1 <= blocks < n / blockSize (${m.n} / ${m.blockSize}) and a 64-hex block hash, got ${JSON.stringify(h)}`);
+  }
+  if (m.slidingWindow) throw new KVIntegrityError("held", "manifest held cannot go with a sliding window (every layer's blocks must be held)");
 }
 
 export function kvCrc32(data: Uint8Array): number {
@@ -138,6 +164,7 @@ export function validateManifest(input: unknown, expect: ManifestExpectation = {
     throw new KVIntegrityError("crc", `manifest must carry ${m.layers} K and ${m.layers} V CRC-32 values`);
   }
   checkWindow(m, expect.slidingWindow);
+  checkHeld(m);
   for (const [field, want] of Object.entries(expect) as [keyof ManifestExpectation, unknown][]) {
     if (want === undefined || field === "slidingWindow") continue;
     if (field === "maxN") {

@@ -8,9 +8,14 @@ import type { WorkerRuntime } from "./runtime.ts";
 import { commonRoutes } from "./routes/common.ts";
 import { decodeRoutes } from "./routes/decode.ts";
 import { generateRoutes } from "./routes/generate.ts";
+import { kvHoldRoutes } from "./routes/kv-hold.ts";
 import { prefillRoutes } from "./routes/prefill.ts";
 
-const ROLE_ROUTES = { prefill: prefillRoutes, decode: decodeRoutes, solo: generateRoutes } as const;
+const decodeRole = (app: Hono, rt: WorkerRuntime): void => {
+  kvHoldRoutes(app, rt);
+  decodeRoutes(app, rt);
+};
+const ROLE_ROUTES = { prefill: prefillRoutes, decode: decodeRole, solo: generateRoutes } as const;
 
 /**
  * The worker's app over a runtime that may still be loading. With `localPrefill` a decode worker

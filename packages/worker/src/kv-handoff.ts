@@ -25,7 +25,7 @@ import {
   type ModelInfo,
 } from "@airm/rm-core";
 
-/** The blob shape of a request of n positions: what a sliding-window layer's blob leaves out (see windowedBlob). */
+/** The blob shape of a request of n positions: what its blobs leave out (a sliding-window layer's zero blocks, or the blocks decode holds; see windowedBlob). */
 export interface PushShape {
   n: number;
   blockSize: number;
@@ -34,10 +34,14 @@ export interface PushShape {
   headDim: number;
   dtype: "bf16";
   slidingWindow?: KVManifest["slidingWindow"];
+  held?: KVManifest["held"];
 }
 
-/** The shape of the KV of `n` positions of `model` in blocks of `blockSize`, with its sliding-window statement. */
-export function pushShape(model: ModelInfo, n: number, blockSize: number): PushShape {
+/**
+ * The shape of the KV of `n` positions of `model` in blocks of `blockSize`, with its
+ * sliding-window statement, and the blocks the decode side holds (`held`, checked by the caller).
+ */
+export function pushShape(model: ModelInfo, n: number, blockSize: number, held?: KVManifest["held"]): PushShape {
   const w = model.slidingWindow;
   return {
     n,
@@ -47,6 +51,7 @@ export function pushShape(model: ModelInfo, n: number, blockSize: number): PushS
     headDim: model.headDim,
     dtype: "bf16",
     ...(w ? { slidingWindow: { window: w.window, layers: [...w.layers], zeroBlocks: firstLiveBlock(n, w.window, blockSize) } } : {}),
+    ...(held ? { held: { ...held } } : {}),
   };
 }
 
@@ -130,6 +135,7 @@ export class KVPusher {
       promptTokens: prompt,
       crc: { k: this.crcK.slice(0, model.layers), v: this.crcV.slice(0, model.layers) },
       ...(shape.slidingWindow ? { slidingWindow: shape.slidingWindow } : {}),
+      ...(shape.held ? { held: shape.held } : {}),
     };
     await this.transport.push(manifestKey(this.requestId), encodeManifest(manifest), { timeoutMs: this.timeoutMs });
     return manifest;
@@ -217,5 +223,7 @@ export async function pullKV(transport: KVTransport, requestId: string, model: M
     k.push(windowedBlob(manifest, l, kb.bytes, "widen"));
     v.push(windowedBlob(manifest, l, vb.bytes, "widen"));
   });
-  return { manifest, kv: { blockSize: manifest.blockSize, n: manifest.n, k, v }, arrivedAt, ...(transfer ? { transfer } : {}) };
+  // blocks the decode side holds did not cross: the engine adopts its own
+  const from = (manifest.held?.blocks ?? 0) * manifest.blockSize;
+  return { manifest, kv: { blockSize: manifest.blockSize, n: manifest.n, ...(from ? { from } : {}), k, v }, arrivedAt, ...(transfer ? { transfer } : {}) };
 }

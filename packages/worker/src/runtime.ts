@@ -9,6 +9,7 @@ import type { Logger } from "pino";
 import { Admission } from "./admission.ts";
 import { DecodeBatcher } from "./decode-batcher.ts";
 import { LeaseTable, type LeaseEnd } from "./kv-leases.ts";
+import { PrefixHolds } from "./prefix-holds.ts";
 import type { EngineStream, ServingEngine } from "./serving-engine.ts";
 import { WorkerMetrics } from "./worker-metrics.ts";
 
@@ -53,6 +54,14 @@ export class WorkerRuntime {
   readonly metrics: WorkerMetrics;
   /** Requests waiting for their KV to arrive (decode role). */
   kvWaiting = 0;
+  /** Prompt blocks held for requests between their kv-hold and their decode (decode role). */
+  readonly holds: PrefixHolds;
+  /** Prompt positions held for handoffs (kv-hold answers), and KV bytes that did not cross because of them. */
+  heldPositions = 0;
+  kvSkippedBytes = 0;
+  /** Decode role: KV bytes that crossed into this worker, and the handoffs that brought them. */
+  kvPulledBytes = 0;
+  kvPulls = 0;
   /** What the disaggregation decision reads (rm-core's disaggregation.ts), measured on this worker's own requests. */
   readonly estimates = {
     /** This worker's prefills: ms over computed tokens. */
@@ -86,6 +95,8 @@ export class WorkerRuntime {
     this.localPrefill = o.localPrefill === true && o.role === "decode";
     this.log = o.log;
     this.admission = new Admission(o.maxNumSeqs);
+    // A decode follows its kv-hold at once; one that never comes lets its blocks go after two KV waits.
+    this.holds = new PrefixHolds(2 * o.kvTimeoutMs);
     this.leases = new LeaseTable(
       o.leaseTtlMs,
       async (rid) => {
@@ -114,7 +125,16 @@ export class WorkerRuntime {
         prefixCache: () => {
           if (!this.serving) return null;
           const kept = this.serving.engine.stats?.().prefixCache;
-          return { queriedTokens: this.prefixQueried, hitTokens: this.prefixHit, blocks: kept?.blocks ?? 0, evictions: kept?.evictions ?? 0 };
+          return {
+            queriedTokens: this.prefixQueried,
+            hitTokens: this.prefixHit,
+            blocks: kept?.blocks ?? 0,
+            evictions: kept?.evictions ?? 0,
+            heldPositions: this.heldPositions,
+            kvSkippedBytes: this.kvSkippedBytes,
+            kvPulledBytes: this.kvPulledBytes,
+            kvPulls: this.kvPulls,
+          };
         },
         grammar: () => this.serving?.grammar?.stats ?? null,
         estimates: () => this.estimatesNow(),
@@ -254,7 +274,13 @@ export class WorkerRuntime {
   }
 
   /** Ends a request's lease (releases its blobs); a failed release is logged, never thrown. */
+  /** Records a kv-hold answer that held `positions` prompt positions. */
+  noteHold(positions: number): void {
+    this.heldPositions += positions;
+  }
+
   endLease(rid: string, reason: LeaseEnd): Promise<boolean> {
+    this.holds.drop(rid);
     return this.leases.end(rid, reason, (err) => this.log.warn({ request_id: rid, err: (err as Error).message }, "KV release failed"));
   }
 }

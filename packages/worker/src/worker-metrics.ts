@@ -20,7 +20,16 @@ export interface WorkerState {
   preemptions(): number;
   leases(): LeaseCounters;
   /** The engine's prompt-prefix reuse in tokens (queried: prompt tokens of prefills that looked; hit: tokens reused), when it has one. */
-  prefixCache(): { queriedTokens: number; hitTokens: number; blocks: number; evictions: number } | null;
+  prefixCache(): {
+    queriedTokens: number;
+    hitTokens: number;
+    blocks: number;
+    evictions: number;
+    heldPositions: number;
+    kvSkippedBytes: number;
+    kvPulledBytes: number;
+    kvPulls: number;
+  } | null;
   /** The grammar engine's work (structured outputs), null while loading or without one. */
   grammar(): GrammarEngineStats | null;
   /** The disaggregation decision's inputs measured here. */
@@ -165,6 +174,42 @@ function registerPrefixCacheMetrics(r: Registry[], state: WorkerState): void {
     collect() {
       this.reset();
       this.inc(state.prefixCache()?.evictions ?? 0);
+    },
+  });
+  new Counter({
+    name: "airm_kv_held_positions_total",
+    help: "decode role: prompt positions held from the prefix cache for handoffs (kv-hold), which the prefill side did not send",
+    registers: r,
+    collect() {
+      this.reset();
+      this.inc(state.prefixCache()?.heldPositions ?? 0);
+    },
+  });
+  new Counter({
+    name: "airm_kv_skipped_bytes_total",
+    help: "decode role: KV bytes that did not cross because this worker held those blocks",
+    registers: r,
+    collect() {
+      this.reset();
+      this.inc(state.prefixCache()?.kvSkippedBytes ?? 0);
+    },
+  });
+  new Counter({
+    name: "airm_kv_pulled_bytes_total",
+    help: "decode role: KV bytes that crossed into this worker (every handoff's blobs)",
+    registers: r,
+    collect() {
+      this.reset();
+      this.inc(state.prefixCache()?.kvPulledBytes ?? 0);
+    },
+  });
+  new Counter({
+    name: "airm_kv_pulls_total",
+    help: "decode role: handoffs whose KV this worker imported",
+    registers: r,
+    collect() {
+      this.reset();
+      this.inc(state.prefixCache()?.kvPulls ?? 0);
     },
   });
 }

@@ -4,7 +4,7 @@
 // the prefill answer, the rest from decode's stream. Every terminal event releases the request
 // on the workers that hold it.
 
-import { ApiError, type PrefillResponse, type WorkerEventStream } from "@airm/internal-api";
+import { ApiError, type KvHoldResponse, type PrefillResponse, type WorkerEventStream } from "@airm/internal-api";
 import { context, SpanKind, SpanStatusCode, trace, type Context, type Span } from "@opentelemetry/api";
 import type { Endpoint, EndpointPool } from "../endpoint-pool.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
@@ -102,8 +102,33 @@ class PdRequest {
     return call;
   }
 
+  /**
+   * Asks the decode worker which of the prompt's first blocks its prefix cache holds (it keeps
+   * them for this request): the prefill worker then sends only the rest. A decode worker that
+   * cannot say (an older one, or an error) holds nothing: every block crosses, as before.
+   */
+  async hold(signal: AbortSignal): Promise<KvHoldResponse["held"]> {
+    const { req } = this;
+    try {
+      const answer = await this.dec.client.kvHold(
+        {
+          requestId: this.requestId,
+          input: req.input,
+          ...(req.cacheSalt ? { cacheSalt: req.cacheSalt } : {}),
+          ...(req.resume ? { resume: req.resume } : {}),
+        },
+        { headers: traceHeaders(), signal: AbortSignal.any([signal, AbortSignal.timeout(this.o.prefillTimeoutMs)]) },
+      );
+      if (answer.held) this.spans.kv.setAttributes({ "airm.kv_held_blocks": answer.held.blocks, "airm.kv_held_positions": answer.held.positions });
+      return answer.held;
+    } catch (err) {
+      this.spans.kv.addEvent("airm.kv_hold_failed", { "airm.reason": causeOf(err) });
+      return null;
+    }
+  }
+
   /** Runs prefill, trying the next healthy endpoint when one refuses the connection. Null when the client left. */
-  async prefill(signal: AbortSignal): Promise<PrefillResponse | null> {
+  async prefill(signal: AbortSignal, held: KvHoldResponse["held"] = null): Promise<PrefillResponse | null> {
     const tried = new Set<Endpoint>();
     for (;;) {
       tried.add(this.pre);
@@ -123,6 +148,7 @@ class PdRequest {
               n: this.req.bestOf,
               ...(this.req.resume ? { resume: this.req.resume } : {}),
               ...(this.req.cacheSalt ? { cacheSalt: this.req.cacheSalt } : {}),
+              ...(held ? { skip: { blocks: held.blocks, hash: held.hash } } : {}),
             },
             { headers: traceHeaders(), signal: AbortSignal.any([this.prefillAbort.signal, AbortSignal.timeout(this.o.prefillTimeoutMs)]) },
           ),
@@ -207,9 +233,12 @@ export async function* runPd(o: PdOptions, req: GenerationRequest, requestId: st
   };
   signal.addEventListener("abort", onAbort);
   try {
+    const held = await r.hold(signal);
     const decodeCall = r.startDecode();
-    const answer = await r.prefill(signal);
+    const answer = await r.prefill(signal, held);
     if (!answer) return;
+    // The positions decode held came from a cache too: cached_tokens counts the larger reuse.
+    if (held && held.positions > (answer.first.cachedTokens ?? 0)) answer.first.cachedTokens = held.positions;
     r.spans.prefill.setAttributes({
       "airm.prompt_tokens": answer.first.promptTokens,
       "airm.prefill_ms": answer.first.prefillMs,

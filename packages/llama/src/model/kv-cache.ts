@@ -319,21 +319,22 @@ export class PagedKVCache implements KVCache {
    * Writes layer l's K and V blobs (rngd-pd/v2, blocks of [0, n)) into this cache's blocks, which
    * must hold n positions already (ensure(n) first). Throws KVIntegrityError for a wrong size.
    */
-  writeLayer(l: number, k: Uint8Array, v: Uint8Array, n: number): void {
+  writeLayer(l: number, k: Uint8Array, v: Uint8Array, n: number, fromBlock = 0): void {
     this.live();
     this.checkLayer(l);
     const p = this.pool;
     const nb = blocksFor(n, p.blockSize);
     if (nb > this.blocks.length) throw new AirmError("KV_INTEGRITY", `writing ${nb} blocks into a cache that holds ${this.blocks.length}; ensure(${n}) first`);
-    const want = nb * p.kBytes;
+    const want = (nb - fromBlock) * p.kBytes;
     if (k.byteLength !== want || v.byteLength !== want) throw new KVIntegrityError("shape", `layer ${l}: K ${k.byteLength} / V ${v.byteLength} bytes, expected ${want}`);
     const w = this.homes.local && this.homes.windowed[l] ? this.homes.local : null;
-    for (let j = 0; j < nb; j++) {
+    for (let j = fromBlock; j < nb; j++) {
       const [pool, id] = w ? [w.pool, this.local[j]] : [p, this.blocks[j]];
       if (id < 0) continue; // out of the window: nothing reads it
       if (pool.refCount(id) > 1) throw new AirmError("KV_INTEGRITY", `block ${j} of this cache is shared; write only to a cache's own blocks`);
-      this.view(j, l, "k").set(k.subarray(j * p.kBytes, (j + 1) * p.kBytes));
-      this.view(j, l, "v").set(v.subarray(j * p.kBytes, (j + 1) * p.kBytes));
+      const at = (j - fromBlock) * p.kBytes;
+      this.view(j, l, "k").set(k.subarray(at, at + p.kBytes));
+      this.view(j, l, "v").set(v.subarray(at, at + p.kBytes));
     }
   }
 

@@ -726,7 +726,7 @@ export class LlamaModel {
    * size or a wrong shape, ContextOverflowError past the cache's S, KVCacheFullError without
    * blocks (nothing changed then).
    */
-  importKV(cache: KVCache, kv: KVBlobs): void {
+  importKV(cache: KVCache, kv: KVBlobs, held: readonly number[] = []): void {
     const w = this.own(cache);
     const c = this.config;
     if (kv.blockSize !== this.kvPool.blockSize) {
@@ -734,9 +734,14 @@ export class LlamaModel {
     }
     checkKVBlobs({ layers: c.numLayers, kvHeads: c.numKvHeads, headDim: c.headDim }, kv);
     if (w.n !== 0 || w.blocks.length !== 0) throw new ConfigError("cache", "importKV fills an empty cache");
+    const from = kv.from ?? 0;
+    if (held.length * kv.blockSize !== from) throw new KVIntegrityError("from", `the KV leaves out ${from} positions; ${held.length} held blocks of ${kv.blockSize} came with it`);
+    if (from > 0 && this.homes.local) throw new KVIntegrityError("from", "a model with sliding-window layers takes every block of imported KV");
+    // The blocks the blobs leave out are this pool's own, shared (a kept prefix).
+    if (held.length > 0) w.adopt(held);
     // the blocks of sliding-window layers that no query from n on reads are not taken
     w.ensure(kv.n, kv.n);
-    for (let l = 0; l < c.numLayers; l++) w.writeLayer(l, kv.k[l], kv.v[l], kv.n);
+    for (let l = 0; l < c.numLayers; l++) w.writeLayer(l, kv.k[l], kv.v[l], kv.n, held.length);
     w.n = kv.n;
   }
 

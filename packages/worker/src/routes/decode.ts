@@ -3,15 +3,15 @@
 // lease ends on every terminal event: done, error, the client leaving, a release from outside.
 
 import { ApiError, DecodeRequestSchema, ROUTES, toApiError } from "@airm/internal-api";
-import { KVIntegrityError } from "@airm/rm-core";
+import { blobBytes, blockLayerBytes, KVIntegrityError, type KVManifest, type KVReservation, type PrefixHold } from "@airm/rm-core";
 import { SpanStatusCode, trace, type Span } from "@opentelemetry/api";
 import type { Context, Hono } from "hono";
 import type { z } from "zod";
 import { checkChoices, checkLogitBias, checkResume, decodeChoices, isEos, planRequest, round } from "../generation.ts";
-import { pullKV } from "../kv-handoff.ts";
+import { pullKV, type PulledKV } from "../kv-handoff.ts";
 import type { LeaseEnd } from "../kv-leases.ts";
 import type { Serving, WorkerRuntime } from "../runtime.ts";
-import type { EngineStream } from "../serving-engine.ts";
+import type { EngineStream, ServingEngine } from "../serving-engine.ts";
 import { batchTrace, callerContext, eventStream, parseBody, tracer, type EventSink } from "./http.ts";
 
 export function decodeRoutes(app: Hono, rt: WorkerRuntime): void {
@@ -63,6 +63,47 @@ export function decodeRoutes(app: Hono, rt: WorkerRuntime): void {
       (e) => rt.log.error({ request_id: rid, err: e.message }, "decode stream failed"),
     );
   });
+}
+
+/**
+ * The blocks this worker held for the request at its kv-hold, when the manifest says they did not
+ * cross; they must be the ones the prefill side named (count and block hash), else
+ * KVIntegrityError. A hold the manifest does not use is given back.
+ */
+function heldFor(rt: WorkerRuntime, rid: string, m: KVManifest): PrefixHold | undefined {
+  const hold = rt.holds.take(rid);
+  if (!m.held) {
+    hold?.release();
+    return undefined;
+  }
+  const bs = m.blockSize;
+  if (!hold || hold.n !== m.held.blocks * bs || hold.hash !== m.held.hash) {
+    hold?.release();
+    const have = hold ? `${hold.n / bs} block(s) ending in ${hold.hash}` : "none";
+    throw new KVIntegrityError("held", `the KV leaves out ${m.held.blocks} block(s) ending in ${m.held.hash} for this worker to supply; it holds ${have}`);
+  }
+  return hold;
+}
+
+/**
+ * Imports the pulled KV as a stream, beside the blocks this worker held for the request (checked
+ * against the manifest), with the prompt's token ids and cache_salt so the stream's blocks stay in
+ * the prefix cache after it; counts the bytes that crossed and those held instead.
+ */
+function importStream(rt: WorkerRuntime, engine: ServingEngine, pulled: PulledKV, reservation: KVReservation, rid: string, cacheSalt: string | undefined): EngineStream {
+  const m = pulled.manifest;
+  const ids = m.promptTokens?.length === m.n ? { tokens: m.promptTokens } : {};
+  const kept = heldFor(rt, rid, m);
+  let stream: EngineStream;
+  try {
+    stream = engine.importKV(pulled.kv, reservation, { ...ids, ...(cacheSalt === undefined ? {} : { cacheSalt }), ...(kept ? { held: kept } : {}) });
+  } finally {
+    kept?.release();
+  }
+  if (m.held) rt.kvSkippedBytes += 2 * m.layers * m.held.blocks * blockLayerBytes(m, m.blockSize, m.dtype);
+  for (let l = 0; l < m.layers; l++) rt.kvPulledBytes += 2 * blobBytes(m, l);
+  rt.kvPulls++;
+  return stream;
 }
 
 /** Runs one decode request on an open stream; returns how its lease should end. */
@@ -118,9 +159,7 @@ async function serveDecode(
     matchers.forEach((matcher, i) => {
       if (!isEos(engine, firsts[i])) matcher.advance(firsts[i]);
     });
-    // With the positions' token ids the stream's full blocks stay in the prefix cache after it ends.
-    const ids = m.promptTokens?.length === m.n ? { tokens: m.promptTokens } : {};
-    streams.push(engine.importKV(pulled.kv, admitted.reservation, { ...ids, ...(b.cacheSalt === undefined ? {} : { cacheSalt: b.cacheSalt }) }));
+    streams.push(importStream(rt, engine, pulled, admitted.reservation, rid, b.cacheSalt));
     for (let i = 1; i < b.n; i++) streams.push(engine.fork(streams[0]));
     const kvLoadMs = performance.now() - pulled.arrivedAt;
     if (pulled.transfer) rt.noteKvTransfer(pulled.transfer.bytes, pulled.transfer.movingMs, m.n);

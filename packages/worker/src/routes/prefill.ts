@@ -3,6 +3,7 @@
 // token. Any failure releases the request's blobs before the error answer.
 
 import { ApiError, PrefillRequestSchema, ROUTES, type PrefillResponse } from "@airm/internal-api";
+import { blockHashes, blockHashRoot, type KVManifest } from "@airm/rm-core";
 import type { GrammarMatcher } from "@airm/grammar";
 import { SpanStatusCode, trace, type Span } from "@opentelemetry/api";
 import type { Context, Hono } from "hono";
@@ -11,6 +12,7 @@ import { checkLogitBias, firstToken, firstTokens, prefillExtras, resumedPlan, ro
 import { KVPusher, pushShape, pushedBytes } from "../kv-handoff.ts";
 import type { LeaseEnd } from "../kv-leases.ts";
 import type { WorkerRuntime } from "../runtime.ts";
+import type { ServingEngine } from "../serving-engine.ts";
 import { callerContext, parseBody, tracer } from "./http.ts";
 
 export function prefillRoutes(app: Hono, rt: WorkerRuntime): void {
@@ -42,6 +44,32 @@ export function prefillRoutes(app: Hono, rt: WorkerRuntime): void {
   });
 }
 
+/**
+ * The blocks the decode worker said it holds (the request's `skip`), once this side's block hash
+ * of the prompt names the same last block: they need not cross. Throws 409 kv_mismatch when the
+ * names differ (the two workers tokenized or salted the prompt differently), 400 when the skip
+ * leaves no position to send or the model keeps sliding-window layers apart.
+ */
+function checkSkip(engine: ServingEngine, tokens: number[], b: z.output<typeof PrefillRequestSchema>): KVManifest["held"] | undefined {
+  if (!b.skip) return undefined;
+  const bs = engine.kvCache().blockSize;
+  if (b.skip.blocks * bs >= tokens.length) {
+    throw new ApiError(400, "invalid_request", `skip.blocks=${b.skip.blocks} (x ${bs} positions) leaves none of the ${tokens.length} prompt positions to send`, "skip.blocks");
+  }
+  if (engine.model.slidingWindow) throw new ApiError(400, "invalid_request", "skip cannot go with a model whose sliding-window layers keep their own blocks", "skip");
+  const root = blockHashRoot({ modelFingerprint: engine.model.modelFingerprint, numericsFingerprint: engine.model.numericsFingerprint, blockSize: bs }, b.cacheSalt ?? "");
+  const mine = blockHashes(root, tokens, bs, b.skip.blocks);
+  if (mine[mine.length - 1] !== b.skip.hash) {
+    throw new ApiError(
+      409,
+      "kv_mismatch",
+      `the decode worker holds ${b.skip.blocks} block(s) ending in ${b.skip.hash}; this prompt's block ${b.skip.blocks - 1} hashes to ${mine[mine.length - 1]}`,
+      "skip.hash",
+    );
+  }
+  return { blocks: b.skip.blocks, hash: b.skip.hash };
+}
+
 /** Prefills under the request's lease and slot, pushing the KV; answers the first token. */
 async function prefillWith(
   c: Context,
@@ -66,7 +94,7 @@ async function prefillWith(
     const admitted = await rt.admission.acquire({ positions: tokens.length });
     freeSlot = admitted.release;
     span.setAttribute("airm.queue_wait_ms", round(performance.now() - queued));
-    const shape = pushShape(engine.model, tokens.length, engine.kvCache().blockSize);
+    const shape = pushShape(engine.model, tokens.length, engine.kvCache().blockSize, checkSkip(engine, tokens, b));
     const pusher = new KVPusher(transport!, rid, rt.kvTimeoutMs, () => endedAs !== null, shape);
     const t0 = performance.now();
     const constraint = stepConstraint(engine, matcher, b.minTokens, () => resumed.length);

@@ -1,0 +1,356 @@
+// pnpm bench multi-turn [--model NAME|FILE] [--conversations 8] [--turns 3] [--max-tokens 24] [--routing load,random] [--llama-server auto|off|PATH]
+// Chat conversations as users hold them: N conversations of T turns, each with its own system
+// prompt (~110 tokens, seeded), greedy, interleaved (turn 1 of every conversation, then turn 2 of
+// every one...; the conversations of a round run at once), through `airm up` (its defaults: one
+// prefill and two decode workers) once per gateway routing policy (AIRM_ROUTING). Per run: the
+// share of prompt tokens served from a cache (usage.prompt_tokens_details.cached_tokens) against
+// the workload's ideal, TTFT p50/p90, output tok/s, and the KV bytes that crossed per request
+// (the decode workers' airm_kv_pulled_bytes_total) with those a decode worker held instead. The
+// ideal reuses every earlier turn's prompt and answer: for turn t, the longest common prefix of
+// its prompt's tokens with turn t-1's prompt and answer (the server's own /tokenize), in whole
+// blocks, short of the last token. Then the same conversations on llama.cpp's llama-server
+// (--cache-reuse 256, 8 slots, the same GGUF), whose answers report their cached tokens too.
+import { spawn } from "node:child_process";
+import { performance } from "node:perf_hooks";
+import { flagOf, int, list, oneOf, text } from "../packages/rm-core/src/index.ts";
+import { freePort } from "../packages/workload-runner/src/cluster-plan.ts";
+import { chooseDefaultModel, resolveModelArg } from "../packages/workload-runner/src/default-model.ts";
+import { benchArgs, finalLine, sseEvents } from "./lib.ts";
+import { modelId, startAirmUp, stopChild } from "./serve-load/airm-up.ts";
+import { ensureLlamaServer } from "./serve-load/llama-server.ts";
+
+const args = benchArgs(
+  "multi-turn",
+  "interleaved multi-turn chat through airm up per routing policy: prefix reuse against the ideal, TTFT, tok/s, KV bytes moved; llama-server beside",
+  {
+    model: flagOf(text({ label: "name|file" }), { default: "", doc: "the GGUF: a pulled model's name or a file (default: what `airm up` serves with no --model)" }),
+    conversations: flagOf(int({ min: 1, max: 64 }), { default: 8, doc: "conversations" }),
+    turns: flagOf(int({ min: 1, max: 16 }), { default: 3, doc: "turns per conversation" }),
+    maxTokens: flagOf(int({ min: 2, max: 256 }), { default: 24, doc: "new tokens per answer" }),
+    routing: flagOf(list(oneOf(["load", "random"] as const), /,/), { default: ["load", "random"], doc: "gateway routing policies to run (AIRM_ROUTING)" }),
+    seed: flagOf(int({ min: 0 }), { default: 1, doc: "seed of the system prompts and questions" }),
+    blockSize: flagOf(int({ min: 1 }), { default: 16, doc: "the block size the ideal is counted in (airm up's)" }),
+    llamaServer: flagOf(text({ label: "auto|off|path" }), { default: "auto", doc: "llama-server: build and cache it when missing (auto), skip it (off), or this binary" }),
+  },
+);
+
+type Msg = { role: "system" | "user" | "assistant"; content: string };
+
+const TOPICS = [
+  "gardening",
+  "sailing",
+  "bread baking",
+  "chess openings",
+  "bird watching",
+  "bicycle repair",
+  "astronomy",
+  "tea",
+  "old maps",
+  "jazz piano",
+  "beekeeping",
+  "rock climbing",
+];
+const STYLES = ["in plain words", "with one example each time", "briefly and kindly", "like a patient teacher", "with a little humour", "precisely, in short sentences"];
+const RULES = [
+  "Never give medical or legal advice.",
+  "If you are not sure, say so.",
+  "Prefer metric units.",
+  "Keep lists to three items.",
+  "Ask one question back when the request is vague.",
+  "Do not repeat the question.",
+  "Use the user's name when they give it.",
+  "End with a short summary line.",
+];
+const QUESTIONS = [
+  "How do I start?",
+  "What should I buy first?",
+  "What is the most common mistake?",
+  "How long does it take to learn?",
+  "Can you give me a plan for a week?",
+  "What do experts disagree about?",
+];
+
+function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Each conversation's system prompt (about 110 tokens, its own topic and rules) and its questions. */
+function conversations(seed: number, n: number, turns: number): { system: string; questions: string[] }[] {
+  const r = rng(seed);
+  const pick = <T>(xs: T[]): T => xs[Math.floor(r() * xs.length)]!;
+  return Array.from({ length: n }, (_, i) => {
+    const topic = TOPICS[i % TOPICS.length]!;
+    const rules = Array.from({ length: 6 }, () => pick(RULES)).join(" ");
+    const system = `You are assistant number ${i + 1}, an expert on ${topic}, and you answer ${pick(STYLES)}. ${rules} The user is a beginner who wants to learn about ${topic} at home, on a small budget, over the next months. Stay on the topic of ${topic}; if asked about something else, steer back to ${topic} politely.`;
+    return { system, questions: Array.from({ length: turns }, () => `${pick(QUESTIONS)} (about ${topic})`) };
+  });
+}
+
+interface Turn {
+  conv: number;
+  turn: number;
+  ok: boolean;
+  error?: string;
+  ttftMs: number;
+  promptTokens: number;
+  cachedTokens: number;
+  tokens: number;
+  text: string;
+}
+
+async function chat(url: string, model: string, messages: Msg[], maxTokens: number, c: number, t: number): Promise<Turn> {
+  const t0 = performance.now();
+  const fail = (error: string): Turn => ({ conv: c, turn: t, ok: false, error, ttftMs: 0, promptTokens: 0, cachedTokens: 0, tokens: 0, text: "" });
+  try {
+    const r = await fetch(`${url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model, messages, max_tokens: maxTokens, temperature: 0, stream: true, stream_options: { include_usage: true } }),
+    });
+    if (!r.ok || !r.body) return fail(`HTTP ${r.status}: ${(await r.text()).slice(0, 200)}`);
+    let first: number | null = null;
+    let text = "";
+    let usage: { prompt_tokens: number; completion_tokens: number; prompt_tokens_details?: { cached_tokens?: number } } | null = null;
+    let llamaCache: number | null = null;
+    for await (const j of sseEvents(r.body)) {
+      if (j.error) return fail(j.error.message);
+      if (j.usage) usage = j.usage;
+      // llama-server's own timings: cache_n prompt tokens taken from its cache
+      if (j.timings?.cache_n !== undefined) llamaCache = j.timings.cache_n;
+      const delta = j.choices?.[0]?.delta?.content;
+      if (delta) {
+        first ??= performance.now();
+        text += delta;
+      }
+    }
+    if (!usage) return fail("no usage arrived");
+    const cached = usage.prompt_tokens_details?.cached_tokens ?? llamaCache ?? 0;
+    return {
+      conv: c,
+      turn: t,
+      ok: true,
+      ttftMs: (first ?? performance.now()) - t0,
+      promptTokens: usage.prompt_tokens,
+      cachedTokens: cached,
+      tokens: usage.completion_tokens,
+      text,
+    };
+  } catch (e) {
+    return fail((e as Error).message);
+  }
+}
+
+const quantile = (xs: number[], q: number): number => {
+  if (xs.length === 0) return Number.NaN;
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))]!;
+};
+
+async function tokenize(url: string, model: string, messages: Msg[], addGenerationPrompt: boolean): Promise<number[]> {
+  const r = await fetch(`${url}/tokenize`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model, messages, add_generation_prompt: addGenerationPrompt }),
+  });
+  if (!r.ok) throw new Error(`/tokenize: HTTP ${r.status}: ${await r.text()}`);
+  return ((await r.json()) as { tokens: number[] }).tokens;
+}
+
+/** Decode workers' KV counters summed: bytes that crossed, handoffs, bytes held instead. */
+async function kvCounters(urls: string[]): Promise<{ pulled: number; pulls: number; skipped: number }> {
+  const out = { pulled: 0, pulls: 0, skipped: 0 };
+  for (const u of urls) {
+    const m = await (await fetch(`${u}/metrics`)).text();
+    const v = (name: string) => Number(new RegExp(`^${name}\\S* (\\S+)$`, "m").exec(m)?.[1] ?? 0);
+    out.pulled += v("airm_kv_pulled_bytes_total");
+    out.pulls += v("airm_kv_pulls_total");
+    out.skipped += v("airm_kv_skipped_bytes_total");
+  }
+  return out;
+}
+
+interface RunResult {
+  system: string;
+  requests: number;
+  errors: number;
+  promptTokens: number;
+  cachedTokens: number;
+  hitShare: number;
+  hitShareFromTurn2: number;
+  ttftP50: number;
+  ttftP90: number;
+  tokS: number;
+  kvBytesPerRequest: number | null;
+  kvHeldBytesPerRequest: number | null;
+  turns: Turn[];
+}
+
+/** The conversations, interleaved: round t sends turn t of every conversation at once. */
+async function runConversations(url: string, model: string, system: string): Promise<RunResult> {
+  const convs = conversations(args.seed, args.conversations, args.turns);
+  const history: Msg[][] = convs.map((c) => [{ role: "system", content: c.system }]);
+  const turns: Turn[] = [];
+  const t0 = performance.now();
+  for (let t = 0; t < args.turns; t++) {
+    const round = await Promise.all(
+      convs.map((c, i) => {
+        history[i]!.push({ role: "user", content: c.questions[t]! });
+        return chat(url, model, [...history[i]!], args.maxTokens, i, t);
+      }),
+    );
+    round.forEach((r, i) => {
+      if (!r.ok) console.error(`  ${system}: conversation ${i} turn ${t + 1}: ${r.error}`);
+      history[i]!.push({ role: "assistant", content: r.text });
+    });
+    turns.push(...round);
+  }
+  const wallS = (performance.now() - t0) / 1000;
+  const ok = turns.filter((r) => r.ok);
+  const later = ok.filter((r) => r.turn > 0);
+  const sum = (xs: Turn[], f: (r: Turn) => number) => xs.reduce((a, r) => a + f(r), 0);
+  return {
+    system,
+    requests: turns.length,
+    errors: turns.length - ok.length,
+    promptTokens: sum(ok, (r) => r.promptTokens),
+    cachedTokens: sum(ok, (r) => r.cachedTokens),
+    hitShare: sum(ok, (r) => r.cachedTokens) / sum(ok, (r) => r.promptTokens),
+    hitShareFromTurn2: sum(later, (r) => r.cachedTokens) / sum(later, (r) => r.promptTokens),
+    ttftP50: quantile(
+      ok.map((r) => r.ttftMs),
+      0.5,
+    ),
+    ttftP90: quantile(
+      ok.map((r) => r.ttftMs),
+      0.9,
+    ),
+    tokS: sum(ok, (r) => r.tokens) / wallS,
+    kvBytesPerRequest: null,
+    kvHeldBytesPerRequest: null,
+    turns,
+  };
+}
+
+/** The ideal reuse of the conversations as `url` tokenizes them (every earlier prompt and answer kept). */
+async function idealShare(url: string, model: string, turns: Turn[]): Promise<{ all: number; fromTurn2: number }> {
+  const convs = conversations(args.seed, args.conversations, args.turns);
+  let prompt = 0;
+  let ideal = 0;
+  let prompt2 = 0;
+  let ideal2 = 0;
+  for (let i = 0; i < convs.length; i++) {
+    const msgs: Msg[] = [{ role: "system", content: convs[i]!.system }];
+    let before: number[] = [];
+    for (let t = 0; t < args.turns; t++) {
+      msgs.push({ role: "user", content: convs[i]!.questions[t]! });
+      const ids = await tokenize(url, model, msgs, true);
+      let lcp = 0;
+      while (lcp < Math.min(ids.length - 1, before.length) && ids[lcp] === before[lcp]) lcp++;
+      const reuse = Math.floor(lcp / args.blockSize) * args.blockSize;
+      prompt += ids.length;
+      ideal += reuse;
+      if (t > 0) {
+        prompt2 += ids.length;
+        ideal2 += reuse;
+      }
+      const answer = turns.find((r) => r.conv === i && r.turn === t)?.text ?? "";
+      msgs.push({ role: "assistant", content: answer });
+      before = await tokenize(url, model, msgs, false);
+    }
+  }
+  return { all: ideal / prompt, fromTurn2: ideal2 / prompt2 };
+}
+
+function row(r: RunResult, ideal: { all: number; fromTurn2: number } | null): string {
+  const kv = r.kvBytesPerRequest === null ? "-" : `${(r.kvBytesPerRequest / 1e6).toFixed(2)} MB (held ${(r.kvHeldBytesPerRequest! / 1e6).toFixed(2)} MB)`;
+  const gap = ideal ? ` (ideal ${ideal.all.toFixed(3)} / ${ideal.fromTurn2.toFixed(3)})` : "";
+  return `| ${r.system.padEnd(24)} | ${r.hitShare.toFixed(3)} / ${r.hitShareFromTurn2.toFixed(3)}${gap} | ${r.ttftP50.toFixed(0)} / ${r.ttftP90.toFixed(0)} | ${r.tokS.toFixed(1)} | ${kv} | ${r.errors} |`;
+}
+
+const chosen = args.model ? await resolveModelArg(args.model, process.env) : await chooseDefaultModel(process.env);
+const gguf = chosen.path;
+console.log(`model: ${gguf}; ${args.conversations} conversations x ${args.turns} turns, ${args.maxTokens} new tokens, interleaved`);
+const results: RunResult[] = [];
+let ideal: { all: number; fromTurn2: number } | null = null;
+for (const routing of args.routing) {
+  const up = await startAirmUp(["--model", gguf], { ...process.env, AIRM_ROUTING: routing });
+  try {
+    const model = await modelId(up.url);
+    const decodes = [0, 1].map((i) => `http://127.0.0.1:${up.decodePort + 2 * i}`);
+    const kv0 = await kvCounters(decodes);
+    const r = await runConversations(up.url, model, `airm up, routing ${routing}`);
+    const kv1 = await kvCounters(decodes);
+    const pulls = kv1.pulls - kv0.pulls;
+    r.kvBytesPerRequest = pulls > 0 ? (kv1.pulled - kv0.pulled) / pulls : null;
+    r.kvHeldBytesPerRequest = pulls > 0 ? (kv1.skipped - kv0.skipped) / pulls : null;
+    ideal ??= await idealShare(up.url, model, r.turns);
+    results.push(r);
+    console.log(row(r, ideal));
+  } finally {
+    await stopChild(up.child);
+  }
+}
+
+let llama: RunResult | null = null;
+let llamaSkipped: string | null = null;
+const server = await ensureLlamaServer(args.llamaServer);
+if ("skipped" in server) {
+  llamaSkipped = server.skipped;
+  console.log(`llama-server: skipped (${llamaSkipped})`);
+} else {
+  const port = await freePort();
+  const child = spawn(server.bin, ["-m", gguf, "-t", "2", "-c", "16384", "-np", "8", "--cache-reuse", "256", "--host", "127.0.0.1", "--port", String(port)], {
+    stdio: "ignore",
+    env: server.env,
+  });
+  try {
+    const url = `http://127.0.0.1:${port}`;
+    const t0 = performance.now();
+    while (
+      !(await fetch(`${url}/health`).then(
+        (x) => x.ok,
+        () => false,
+      ))
+    ) {
+      if (child.exitCode !== null || performance.now() - t0 > 120_000) throw new Error("llama-server did not become healthy");
+      await new Promise((res) => setTimeout(res, 200));
+    }
+    llama = await runConversations(url, "bench-model", `llama-server ${server.version}`);
+    console.log(row(llama, null));
+  } finally {
+    await stopChild(child);
+  }
+}
+
+console.log("");
+console.log("| system                   | cached share all / from turn 2 | TTFT p50 / p90 ms | out tok/s | KV crossed per request | errors |");
+console.log("| ------------------------ | ------------------------------ | ----------------- | --------: | ---------------------- | -----: |");
+for (const r of results) console.log(row(r, ideal));
+if (llama) console.log(row(llama, null));
+const slim = (r: RunResult) => ({
+  hit_share: r.hitShare,
+  hit_share_from_turn2: r.hitShareFromTurn2,
+  ttft_p50_ms: r.ttftP50,
+  ttft_p90_ms: r.ttftP90,
+  tok_s: r.tokS,
+  kv_bytes_per_request: r.kvBytesPerRequest,
+  kv_held_bytes_per_request: r.kvHeldBytesPerRequest,
+  errors: r.errors,
+});
+finalLine({
+  bench: "multi-turn",
+  model: gguf,
+  conversations: args.conversations,
+  turns: args.turns,
+  ideal_hit_share: ideal?.all ?? null,
+  ideal_hit_share_from_turn2: ideal?.fromTurn2 ?? null,
+  ...Object.fromEntries(results.map((r) => [r.system.replace(/\W+/g, "_"), slim(r)])),
+  llama_server: llama ? slim(llama) : { skipped: llamaSkipped },
+});
