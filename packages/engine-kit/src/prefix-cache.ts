@@ -10,7 +10,7 @@
 // whole prefill (it does for the CPU model: per-token results do not depend on how the prompt is
 // split).
 
-import { blockHashes, blockHashRoot, type BlockHashRoot } from "@airm/rm-core";
+import { blockHashes, blockHashRoot, type BlockEvent, type BlockHashRoot } from "@airm/rm-core";
 
 /** What the cache needs from a block pool: holding and letting go of blocks. */
 export interface BlockHolder {
@@ -47,11 +47,7 @@ export interface PrefixHit {
   hashes: string[];
 }
 
-/** A change to what the cache holds, in the terms of vLLM's KV events. */
-export type BlockEvent =
-  | { kind: "stored"; hashes: string[]; parent: string | null; tokens: number[]; blockSize: number }
-  | { kind: "removed"; hashes: string[] }
-  | { kind: "cleared" };
+export type { BlockEvent } from "@airm/rm-core";
 
 export class PrefixCache {
   /** Kept blocks by hash, least recently used first (Map order). */

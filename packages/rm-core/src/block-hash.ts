@@ -7,8 +7,9 @@
 // root  = SHA-256("rngd-pd/block-hash/v1" 0x00 model 0x00 numerics 0x00 blockSize 0x00 salt)
 // h[i]  = SHA-256(h[i-1] (32 bytes, root for i = 0) || token ids of block i as u32 little-endian)
 //
-// Hashes travel as lowercase hex. `blockHashId` gives the first 8 bytes as a signed 64-bit integer,
-// the form vLLM's KV events carry a block hash in.
+// Hashes travel as lowercase hex. `blockHashId` gives the low 64 bits (the last 8 bytes, big-endian,
+// unsigned): the integer vLLM's KV events carry a block hash as (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES,
+// on by default), and what llm-d's decoder makes of a bytes hash too.
 
 import { createHash } from "node:crypto";
 
@@ -42,7 +43,7 @@ export function blockHashes(root: string, tokens: readonly number[], blockSize: 
   return out;
 }
 
-/** A block hash as the signed 64-bit integer of its first 8 bytes (big-endian), as KV events carry it. */
+/** A block hash as KV events carry it: the unsigned 64-bit integer of its last 8 bytes (big-endian). */
 export function blockHashId(hash: string): bigint {
-  return Buffer.from(hash.slice(0, 16), "hex").readBigInt64BE(0);
+  return Buffer.from(hash.slice(-16), "hex").readBigUInt64BE(0);
 }

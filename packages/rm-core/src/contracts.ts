@@ -373,6 +373,12 @@ export interface PrefixHold {
   release(): void;
 }
 
+/** A change to what an engine's prefix cache holds, in the terms of vLLM's KV events (hashes: rm-core block-hash.ts). */
+export type BlockEvent =
+  | { kind: "stored"; hashes: string[]; parent: string | null; tokens: number[]; blockSize: number }
+  | { kind: "removed"; hashes: string[] }
+  | { kind: "cleared" };
+
 /** What a stream adopted from another process is, for the engine's prefix cache. */
 export interface ImportOptions {
   /** The kept blocks the imported KV leaves out (kv.from === held.n): the stream starts with them. */
@@ -549,6 +555,8 @@ export interface Engine {
    * whose model keeps sliding-window layers apart) holds none.
    */
   holdPrefix?(tokens: number[], options?: { cacheSalt?: string; maxPositions?: number }): PrefixHold;
+  /** Calls `listener` with every block the prefix cache stores or removes, and when it is cleared (what KV events publish). Returns the unsubscribe. */
+  onBlockEvent?(listener: (e: BlockEvent) => void): () => void;
   /** A second stream with the same KV (another choice of the request): full blocks are shared, a shared block is copied when written. */
   fork(stream: KVStream): KVStream;
   /** A host copy of a stream's KV in layout rngd-pd/v2. */

@@ -45,6 +45,10 @@ export const WORKER_COMMAND = defineCommand({
     }),
     enablePrefixCaching: switchOf({ doc: "keep full KV blocks by hash for reuse (vLLM's flag; the default, AIRM_ENABLE_PREFIX_CACHING)" }),
     noEnablePrefixCaching: switchOf({ doc: "turn prefix caching off (vLLM's flag)" }),
+    kvEventsConfig: flagOf(text({ label: "json" }), {
+      defaultText: "AIRM_KV_EVENTS_CONFIG, else none",
+      doc: 'vLLM\'s flag: publish the prefix cache\'s block events, e.g. \'{"enable_kv_cache_events": true, "endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558"}\'',
+    }),
     localPrefill: switchOf({
       doc: "decode role: also serve /internal/generate, so a gateway can have short prompts prefilled here instead of on a prefill worker (llm-d's topology, when the picker names no prefill pod)",
     }),
@@ -92,6 +96,7 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
       threads: f.threads,
       kvTransport: f.kvTransport,
       localPrefill: f.localPrefill,
+      kvEventsConfig: f.kvEventsConfig,
       env,
     };
     tracing = await startTracing({

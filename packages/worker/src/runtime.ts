@@ -59,6 +59,8 @@ export class WorkerRuntime {
   /** Prompt positions held for handoffs (kv-hold answers), and KV bytes that did not cross because of them. */
   heldPositions = 0;
   kvSkippedBytes = 0;
+  /** The KV event publisher, when --kv-events-config enables one. */
+  kvEvents: { batches: number; events: number } | null = null;
   /** Decode role: KV bytes that crossed into this worker, and the handoffs that brought them. */
   kvPulledBytes = 0;
   kvPulls = 0;
@@ -134,6 +136,8 @@ export class WorkerRuntime {
             kvSkippedBytes: this.kvSkippedBytes,
             kvPulledBytes: this.kvPulledBytes,
             kvPulls: this.kvPulls,
+            eventBatches: this.kvEvents?.batches ?? 0,
+            events: this.kvEvents?.events ?? 0,
           };
         },
         grammar: () => this.serving?.grammar?.stats ?? null,

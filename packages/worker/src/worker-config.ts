@@ -36,6 +36,11 @@ export const WORKER_CONFIG = defineConfig("@airm/worker", {
     default: 64,
     doc: "Compiled structured-output grammars a worker keeps (by schema and vocabulary; least recently used go first, grammars in use stay). A request whose grammar is cached skips compiling it.",
   }),
+  kvEventsConfig: opt(text({ label: "json" }), {
+    env: "AIRM_KV_EVENTS_CONFIG",
+    defaultText: "none (no events)",
+    doc: 'vLLM\'s --kv-events-config: a JSON object such as {"enable_kv_cache_events": true, "endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558", "topic": "kv@POD@MODEL"}. The worker then publishes its prefix cache\'s block stored / removed / cleared events in vLLM\'s wire format (ZMQ PUB, msgpack KVEventBatch; replay on a ROUTER), starting with a cleared event (a restarted worker\'s old entries go).',
+  }),
   logLevel: opt(oneOf(["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const), {
     env: "AIRM_LOG_LEVEL",
     default: "info",

@@ -29,6 +29,8 @@ export interface WorkerState {
     kvSkippedBytes: number;
     kvPulledBytes: number;
     kvPulls: number;
+    eventBatches: number;
+    events: number;
   } | null;
   /** The grammar engine's work (structured outputs), null while loading or without one. */
   grammar(): GrammarEngineStats | null;
@@ -201,6 +203,15 @@ function registerPrefixCacheMetrics(r: Registry[], state: WorkerState): void {
     collect() {
       this.reset();
       this.inc(state.prefixCache()?.kvPulledBytes ?? 0);
+    },
+  });
+  new Counter({
+    name: "airm_kv_events_published_total",
+    help: "KV event batches published (--kv-events-config): each a KVEventBatch message on the ZMQ PUB socket",
+    registers: r,
+    collect() {
+      this.reset();
+      this.inc(state.prefixCache()?.eventBatches ?? 0);
     },
   });
   new Counter({

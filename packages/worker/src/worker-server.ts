@@ -10,8 +10,10 @@ import type { AddressInfo } from "node:net";
 import { ConfigError, engineForBackend, RM_CORE_CONFIG, registry, selectTransport, transportName, type KVTransport, type WorkerRole } from "@airm/rm-core";
 import pino, { type Logger } from "pino";
 import { createWorkerApp } from "./app.ts";
+import type { KvEventPublisher } from "./kv-events.ts";
+import { parseKvEventsConfig } from "./kv-events-config.ts";
 import { WorkerRuntime } from "./runtime.ts";
-import { loadServingEngine } from "./serving-engine.ts";
+import { loadServingEngine, type ServingEngine } from "./serving-engine.ts";
 import { WORKER_CONFIG } from "./worker-config.ts";
 
 registry.addHost(import.meta.url);
@@ -37,6 +39,8 @@ export interface WorkerOptions {
   kvTransport?: string;
   /** Decode role: also serve /internal/generate (prefill locally when the picker did not disaggregate). */
   localPrefill?: boolean;
+  /** vLLM's --kv-events-config JSON (else AIRM_KV_EVENTS_CONFIG): publish the prefix cache's block events. */
+  kvEventsConfig?: string;
   /** The environment the worker, its engine and its transport are configured from (default: none); AIRM_INTERNAL_TOKEN in it guards /internal/*. */
   env?: Record<string, string | undefined>;
   logger?: Logger;
@@ -102,6 +106,7 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
   const server = await listen(createWorkerApp(rt, o.localPrefill, RM_CORE_CONFIG.resolve({ env }).internalToken), o.port, host);
   const port = (server.address() as AddressInfo).port;
 
+  let events: KvEventPublisher | null = null;
   const ready = (async () => {
     let transport: KVTransport | null = null;
     try {
@@ -114,6 +119,7 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
         { env, options: { ...(o.threads === undefined ? {} : { threads: o.threads }), ...(o.engineOptions ?? {}) } },
       );
       rt.markReady({ engine, transport });
+      events = await startKvEvents(o.kvEventsConfig ?? cfg.kvEventsConfig, engine, rt, log);
       const kv = engine.kvCache();
       const info = {
         role: o.role,
@@ -173,7 +179,26 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
       await rt.leases.endAll("aborted");
       await rt.serving?.grammar?.close().catch(() => {});
       await rt.serving?.engine.close().catch(() => {});
+      await events?.close().catch(() => {});
       await rt.serving?.transport?.close().catch(() => {});
     },
   };
+}
+
+/**
+ * Publishes the engine's prefix-cache block events when --kv-events-config enables them: first a
+ * cleared event (what a consumer knew of this worker before a restart is gone), then every change.
+ */
+async function startKvEvents(json: string | undefined, engine: ServingEngine, rt: WorkerRuntime, log: Logger): Promise<KvEventPublisher | null> {
+  if (!json) return null;
+  const cfg = parseKvEventsConfig(json);
+  if (!cfg.enable_kv_cache_events || cfg.publisher === "null") return null;
+  if (!engine.onBlockEvent) throw new ConfigError("--kv-events-config", "this engine keeps no prefix cache to publish events of");
+  const { KvEventPublisher } = await import("./kv-events.ts");
+  const publisher = await KvEventPublisher.start(cfg);
+  rt.kvEvents = publisher;
+  publisher.add({ kind: "cleared" });
+  engine.onBlockEvent((e) => publisher.add(e));
+  log.info({ endpoint: publisher.endpoints.events, replay: publisher.endpoints.replay, topic: cfg.topic }, "publishing KV events");
+  return publisher;
 }
