@@ -325,7 +325,7 @@ export class CpuBackedEngine implements Engine {
       this.cpu.kvPool,
       local ? { pool: local.pool, firstLive: (n) => this.cpu.liveLocalFrom(n) } : null,
     );
-    this.cpu.kvPool.reclaim = () => cache.evictOldest(false);
+    this.cpu.kvPool.reclaim = () => cache.evictOldest();
     cache.onEvent = (e) => {
       for (const l of this.blockListeners) l(e);
     };
@@ -494,7 +494,8 @@ export class CpuBackedEngine implements Engine {
       throw new ContextOverflowError(positions, pool.totalBlocks * pool.blockSize, `${pool.totalBlocks} blocks of ${pool.blockSize} positions`, "the KV cache");
     }
     const headroom = this.growthHeadroom();
-    while (pool.availableBlocks < blocks + headroom || !pool.reserve(blocks)) if (!this.prefixes.evictOldest(false)) return null;
+    // the pool gives back kept prefix blocks itself (reclaim) when it runs short
+    if (!pool.makeAvailable(blocks + headroom) || !pool.reserve(blocks)) return null;
     return new Reservation(pool, blocks);
   }
 
@@ -537,7 +538,7 @@ export class CpuBackedEngine implements Engine {
   }
 
   /**
-   * Makes the pool hold the blocks the decode steps write: evicts kept prefixes first, then
+   * Makes the pool hold the blocks the decode steps write: kept prefix blocks go first (the pool's reclaim), then
    * preempts the newest streams (possibly ones in this pass, whose steps then fail with
    * PreemptedError). Returns the steps that stay.
    */
@@ -546,8 +547,7 @@ export class CpuBackedEngine implements Engine {
     let live = steps.filter((w) => this.stillLive(w));
     for (;;) {
       const need = live.reduce((a, w) => a + Math.max(0, (w.cache as Cache).blocksNeeded(w.cache.n + 1) - (w.cache as Cache).reservedBlocks), 0);
-      if (need <= pool.availableBlocks) return live;
-      if (this.prefixes.evictOldest(false)) continue;
+      if (pool.makeAvailable(need)) return live;
       const victim = [...this.streams].filter((s) => !s.preempted && !s.recomputing && s.cache.blocks.length > 0).sort((a, b) => b.seq - a.seq)[0];
       if (!victim) return live;
       this.preempt(victim);

@@ -43,8 +43,6 @@ export interface PrefixHit {
   blocks: number[];
   /** The sliding-window layers' blocks (-1 before the window); empty without a window. */
   local: number[];
-  /** The shared blocks' hashes. */
-  hashes: string[];
 }
 
 export type { BlockEvent } from "@airm/rm-core";
@@ -82,19 +80,22 @@ export class PrefixCache {
   }
 
   /** The hashes of the full blocks of `tokens`. */
-  hashesOf(tokens: readonly number[], salt = "", blocks?: number): string[] {
+  private hashesOf(tokens: readonly number[], salt = "", blocks?: number): string[] {
     return blockHashes(this.rootFor(salt), tokens, this.blockSize, blocks);
   }
 
-  /** Positions of `tokens` that kept blocks hold from the start (whole blocks), without sharing them. */
-  held(tokens: readonly number[], salt = ""): number {
-    if (!this.enabled) return 0;
-    let n = 0;
-    for (const h of this.hashesOf(tokens, salt)) {
-      if (!this.kept.has(h)) break;
-      n++;
+  /** The kept blocks of `tokens` from its first block up to the first miss, at most `maxBlocks` (hashed one by one: none past the miss). */
+  private chain(tokens: readonly number[], salt: string, maxBlocks: number): Kept[] {
+    const found: Kept[] = [];
+    let parent = this.rootFor(salt);
+    for (let b = 0; b < maxBlocks; b++) {
+      const [h] = blockHashes(parent, tokens, this.blockSize, b + 1, b, parent);
+      const k = this.kept.get(h);
+      if (!k) break;
+      found.push(k);
+      parent = h;
     }
-    return n * this.blockSize;
+    return found;
   }
 
   /**
@@ -102,13 +103,8 @@ export class PrefixCache {
    * more (the caller releases them): what a decode worker holds for a handoff that skips them.
    */
   hold(tokens: readonly number[], salt: string, maxBlocks: number): { blocks: number[]; hashes: string[] } {
-    if (!this.enabled || this.window || maxBlocks < 1) return { blocks: [], hashes: [] };
-    const found: Kept[] = [];
-    for (const h of this.hashesOf(tokens, salt, Math.min(maxBlocks, Math.floor(tokens.length / this.blockSize)))) {
-      const k = this.kept.get(h);
-      if (!k) break;
-      found.push(k);
-    }
+    if (!this.enabled || this.window) return { blocks: [], hashes: [] };
+    const found = this.chain(tokens, salt, Math.min(maxBlocks, Math.floor(tokens.length / this.blockSize)));
     this.touch(found);
     for (const k of found) this.pool.retain(k.id);
     return { blocks: found.map((k) => k.id), hashes: found.map((k) => k.hash) };
@@ -118,13 +114,7 @@ export class PrefixCache {
   lookup(tokens: readonly number[], salt = ""): PrefixHit | null {
     if (!this.enabled) return null;
     this.queries++;
-    const hashes = this.hashesOf(tokens, salt, Math.floor((tokens.length - 1) / this.blockSize));
-    const found: Kept[] = [];
-    for (const h of hashes) {
-      const k = this.kept.get(h);
-      if (!k) break;
-      found.push(k);
-    }
+    const found = this.chain(tokens, salt, Math.floor((tokens.length - 1) / this.blockSize));
     let k = found.length;
     // A prefix whose window's sliding-window blocks are gone cannot be continued: try a shorter one.
     while (k > 0 && this.window && found.slice(this.window.firstLive(k * this.blockSize), k).some((b) => b.local < 0)) k--;
@@ -137,7 +127,6 @@ export class PrefixCache {
       n: k * this.blockSize,
       blocks: shared.map((b) => b.id),
       local: this.window ? shared.map((b) => b.local) : [],
-      hashes: shared.map((b) => b.hash),
     };
   }
 
@@ -179,13 +168,13 @@ export class PrefixCache {
 
   /**
    * Gives back the least recently used kept block that only the cache holds (its sliding-window
-   * block with it); false when there is none. `notify`: tell the pool's listeners (not when the
-   * pool itself asks, in the middle of an allocation).
+   * block with it); false when there is none. The pool asks (its reclaim), in the middle of an
+   * allocation, so the pool's "blocks freed" listeners are not called.
    */
-  evictOldest(notify = true): boolean {
+  evictOldest(): boolean {
     for (const k of this.kept.values()) {
       if (this.pool.refCount(k.id) !== 1) continue;
-      this.drop([k], true, notify);
+      this.drop([k], "evict");
       this.evictions++;
       return true;
     }
@@ -195,7 +184,7 @@ export class PrefixCache {
   /** Lets go of every kept block. */
   clear(): void {
     if (this.kept.size === 0) return;
-    this.drop([...this.kept.values()], false);
+    this.drop([...this.kept.values()], "clear");
     this.onEvent?.({ kind: "cleared" });
   }
 
@@ -226,16 +215,22 @@ export class PrefixCache {
     }
   }
 
-  private drop(blocks: Kept[], announce = true, notify = true): void {
+  /**
+   * Lets go of kept blocks. `evict`: the pool asked for room (its listeners are not called; the
+   * blocks are announced as removed); `clear`: every block goes (listeners called; the caller
+   * announces the clear).
+   */
+  private drop(blocks: Kept[], why: "evict" | "clear"): void {
     for (const k of blocks) {
       this.kept.delete(k.hash);
       this.pool.release(k.id);
       if (k.local >= 0) this.window!.pool.release(k.local);
     }
-    if (notify) {
-      this.pool.notifyFreed();
-      if (this.window && blocks.some((k) => k.local >= 0)) this.window.pool.notifyFreed();
+    if (why === "evict") {
+      this.onEvent?.({ kind: "removed", hashes: blocks.map((k) => k.hash) });
+      return;
     }
-    if (announce && blocks.length > 0) this.onEvent?.({ kind: "removed", hashes: blocks.map((k) => k.hash) });
+    this.pool.notifyFreed();
+    if (this.window && blocks.some((k) => k.local >= 0)) this.window.pool.notifyFreed();
   }
 }

@@ -48,7 +48,6 @@ const seqBytes = (seq: bigint): Buffer => {
 
 /** vLLM binds an endpoint with a wildcard host (or ipc/inproc) and connects to any other. */
 const binds = (endpoint: string): boolean => endpoint.includes("*") || endpoint.includes("::") || endpoint.startsWith("ipc://") || endpoint.startsWith("inproc://");
-/** ZMQ's tcp wildcard as vLLM writes it (tcp://*:5557) is what libzmq binds too. */
 
 export class KvEventPublisher {
   private seq = 0n;

@@ -35,9 +35,4 @@ export class PrefixHolds {
   get size(): number {
     return this.held.size;
   }
-
-  /** Gives back every hold. */
-  clear(): void {
-    for (const id of [...this.held.keys()]) this.drop(id);
-  }
 }

@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import * as zmq from "zeromq";
 import { parseKvEventsConfig } from "../src/kv-events-config.ts";
 import type { RunningWorker } from "../src/index.ts";
-import { tinyWorker } from "./tiny-worker.ts";
+import { generateTokens, tinyWorker } from "./tiny-worker.ts";
 
 const BS = 8;
 const sock = (what: string) => `ipc://${join(tmpdir(), `airm-kvev-${process.pid}-${what}`)}`;
@@ -33,19 +33,6 @@ afterAll(async () => {
 type Batch = [number, Record<string, unknown>[], number | null];
 const decodeBatch = (payload: Buffer): Batch => decode(payload, { useBigInt64: true }) as Batch;
 
-async function generate(id: string, promptTokenIds: number[], maxTokens: number): Promise<number[]> {
-  const r = await fetch(`${w.url}/internal/generate`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({ requestId: id, input: { promptTokenIds }, maxTokens, ignoreEos: true }),
-  });
-  const lines = (await r.text())
-    .trim()
-    .split("\n")
-    .map((l) => JSON.parse(l));
-  return lines.flatMap((e) => (e.type === "first" || e.type === "token" ? [e.token] : []));
-}
-
 describe("KV events", () => {
   it("publishes each batch as vLLM does, names blocks by the hash of their tokens, and replays from a sequence", async () => {
     const sub = new zmq.Subscriber({ receiveTimeout: 10_000 });
@@ -53,7 +40,7 @@ describe("KV events", () => {
     sub.subscribe("kv@");
     await new Promise((r) => setTimeout(r, 200)); // the subscription reaches the publisher
     const prompt = Array.from({ length: 20 }, (_, i) => 5 + i);
-    const out = await generate("ev-1", prompt, 10);
+    const out = await generateTokens(w, "ev-1", prompt, 10);
     const got: { topic: string; seq: bigint; batch: Batch }[] = [];
     while (got.flatMap((g) => g.batch[1]).filter((e) => e.type === "BlockStored").length < 2) {
       const frames = await sub.receive();

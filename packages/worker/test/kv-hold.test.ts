@@ -5,46 +5,21 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { ErrorBodySchema, KvHoldResponseSchema, PrefillResponseSchema, WorkerEventSchema, type WorkerEvent } from "@airm/internal-api";
+import { ErrorBodySchema, KvHoldResponseSchema, PrefillResponseSchema } from "@airm/internal-api";
 import { makeTinyModel } from "@airm/llama";
-import { blockLayerBytes, blocksFor, engineForBackend, selectTransport, type KVTransport, type WorkerRole } from "@airm/rm-core";
-import pino from "pino";
+import { blockLayerBytes, blocksFor, type WorkerRole } from "@airm/rm-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createWorkerApp, loadServingEngine, WorkerRuntime, type ServingEngine } from "../src/index.ts";
+import { events, inProcessWorker, tokensOf, type Opened } from "./in-process-worker.ts";
 
 const root = mkdtempSync(join(tmpdir(), "airm-worker-hold-"));
 const model = join(root, "model");
 const shmRoot = `/dev/shm/airm-worker-hold-${process.pid}`;
 const BS = 8;
 const env = { AIRM_ENGINE_LOG: "0", AIRM_ARTIFACT_CACHE: "off", PD_SHM_ROOT: shmRoot, AIRM_BLOCK_SIZE: String(BS) };
-const log = pino({ level: "silent" });
-const opened: { engine: ServingEngine; transport: KVTransport | null }[] = [];
+const opened: Opened[] = [];
 const MAX_TOKENS = 12;
 
-async function worker(role: WorkerRole, backend: string) {
-  const rt = new WorkerRuntime({ role, backend, engineName: engineForBackend(backend, role), maxNumSeqs: 8, leaseTtlMs: 60_000, kvTimeoutMs: 20_000, log });
-  const transport = role === "solo" ? null : await selectTransport({ name: "shm", env });
-  const engine = await loadServingEngine(rt.engineName, { model, backend, maxModelLen: 256 }, { env });
-  opened.push({ engine, transport });
-  rt.markReady({ engine, transport });
-  const app = createWorkerApp(rt);
-  const post = (path: string, body: unknown) => app.request(path, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
-  return { rt, engine, app, post };
-}
-
-async function events(r: Response): Promise<WorkerEvent[]> {
-  return (await r.text())
-    .trim()
-    .split("\n")
-    .map((l) => WorkerEventSchema.parse(JSON.parse(l)));
-}
-
-function tokensOf(first: number | null, evs: WorkerEvent[]): number[] {
-  const f = first ?? (evs.find((e) => e.type === "first") as { token: number }).token;
-  const err = evs.find((e) => e.type === "error");
-  if (err) throw new Error(`stream failed: ${JSON.stringify(err)}`);
-  return [f, ...evs.flatMap((e) => (e.type === "token" ? [e.token] : []))];
-}
+const worker = (role: WorkerRole, backend: string) => inProcessWorker(role, backend, { model, env, maxModelLen: 256, maxNumSeqs: 8, opened });
 
 let prefill: Awaited<ReturnType<typeof worker>>;
 let decode: Awaited<ReturnType<typeof worker>>;

@@ -6,54 +6,19 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { ErrorBodySchema, PrefillResponseSchema, WorkerEventSchema, type WorkerEvent } from "@airm/internal-api";
+import { ErrorBodySchema, PrefillResponseSchema } from "@airm/internal-api";
 import { makeTinyModel } from "@airm/llama";
-import { engineForBackend, selectTransport, type KVTransport, type SamplingParams, type WorkerRole } from "@airm/rm-core";
-import pino from "pino";
+import type { SamplingParams, WorkerRole } from "@airm/rm-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createWorkerApp, loadServingEngine, WorkerRuntime, type ServingEngine } from "../src/index.ts";
+import { events, inProcessWorker, tokensOf, type Opened } from "./in-process-worker.ts";
 
 const root = mkdtempSync(join(tmpdir(), "airm-worker-paged-"));
 const model = join(root, "model");
 const shmRoot = `/dev/shm/airm-worker-paged-${process.pid}`;
 const env = { AIRM_ENGINE_LOG: "0", AIRM_ARTIFACT_CACHE: "off", PD_SHM_ROOT: shmRoot, AIRM_BLOCK_SIZE: "8" };
-const log = pino({ level: "silent" });
-const opened: { engine: ServingEngine; transport: KVTransport | null }[] = [];
+const opened: Opened[] = [];
 const MAX_LEN = 128;
 const MAX_TOKENS = 40;
-
-/** A worker in-process; `blocks`: its KV budget in blocks of 8 positions (unset: roomy). */
-async function worker(role: WorkerRole, backend: string, blocks?: number) {
-  const rt = new WorkerRuntime({ role, backend, engineName: engineForBackend(backend, role), maxNumSeqs: 16, leaseTtlMs: 60_000, kvTimeoutMs: 20_000, log });
-  const transport = role === "solo" ? null : await selectTransport({ name: "shm", env });
-  let options = {};
-  if (blocks !== undefined) {
-    const probe = await loadServingEngine(rt.engineName, { model, backend, maxModelLen: MAX_LEN }, { env });
-    const bytes = probe.kvCache().blockBytes * blocks;
-    await probe.close();
-    options = { kvCacheMemory: { bytes } };
-  }
-  const engine = await loadServingEngine(rt.engineName, { model, backend, maxModelLen: MAX_LEN }, { env, options });
-  opened.push({ engine, transport });
-  rt.markReady({ engine, transport });
-  const app = createWorkerApp(rt);
-  const post = (path: string, body: unknown) => app.request(path, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
-  return { rt, engine, app, post };
-}
-
-async function events(r: Response): Promise<WorkerEvent[]> {
-  return (await r.text())
-    .trim()
-    .split("\n")
-    .map((l) => WorkerEventSchema.parse(JSON.parse(l)));
-}
-
-function tokensOf(first: number | null, evs: WorkerEvent[]): number[] {
-  const f = first ?? (evs.find((e) => e.type === "first") as { token: number }).token;
-  const err = evs.find((e) => e.type === "error");
-  if (err) throw new Error(`stream failed: ${JSON.stringify(err)}`);
-  return [f, ...evs.flatMap((e) => (e.type === "token" ? [e.token] : []))];
-}
 
 const PROMPTS = [
   "the first of eight",
@@ -67,6 +32,8 @@ const PROMPTS = [
 ];
 const SAMPLING: SamplingParams[] = PROMPTS.map((_, i) => (i % 2 ? { temperature: 0.8, seed: 100 + i } : { temperature: 0 }));
 const body = (requestId: string, i: number) => ({ requestId, input: { prompt: PROMPTS[i] }, maxTokens: MAX_TOKENS, sampling: SAMPLING[i], ignoreEos: true });
+
+const worker = (role: WorkerRole, backend: string, blocks?: number) => inProcessWorker(role, backend, { model, env, maxModelLen: MAX_LEN, maxNumSeqs: 16, opened, blocks });
 
 let roomy: Awaited<ReturnType<typeof worker>>;
 let reference: number[][];

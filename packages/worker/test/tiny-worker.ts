@@ -31,3 +31,17 @@ export async function tinyWorker(o: Pick<WorkerOptions, "role" | "backend" | "kv
     },
   };
 }
+
+/** A solo worker's greedy tokens for a prompt of token ids (POST /internal/generate), the first included. */
+export async function generateTokens(w: RunningWorker, requestId: string, promptTokenIds: number[], maxTokens: number): Promise<number[]> {
+  const r = await fetch(`${w.url}/internal/generate`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ requestId, input: { promptTokenIds }, maxTokens, ignoreEos: true }),
+  });
+  const lines = (await r.text())
+    .trim()
+    .split("\n")
+    .map((l) => JSON.parse(l));
+  return lines.flatMap((e) => (e.type === "first" || e.type === "token" ? [e.token] : []));
+}

@@ -7,10 +7,10 @@ import { execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { makeTinyModel } from "@airm/llama";
 import { blockHashes, blockHashId, blockHashRoot } from "@airm/rm-core";
-import { startWorker, type RunningWorker } from "@airm/worker";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { RunningWorker } from "../src/index.ts";
+import { generateTokens, tinyWorker } from "./tiny-worker.ts";
 
 const BS = 8;
 const root = mkdtempSync(join(tmpdir(), "airm-kvev-llmd-"));
@@ -30,19 +30,10 @@ interface Line {
 }
 
 beforeAll(async () => {
-  const dir = execFileSync("bash", [join(import.meta.dirname, "../scripts/tools/kvev-consumer.sh")], { encoding: "utf8", timeout: 900_000 }).trim();
+  const dir = execFileSync("bash", [join(import.meta.dirname, "../../../scripts/tools/kvev-consumer.sh")], { encoding: "utf8", timeout: 900_000 }).trim();
   consumer = join(dir, "bin/kvev-consumer");
-  makeTinyModel({ arch: "llama", out: join(root, "model"), layers: 2, seed: 4 });
-  w = await startWorker({
-    role: "solo",
-    backend: "rngd",
-    model: join(root, "model"),
-    port: 0,
-    maxModelLen: 64,
-    kvEventsConfig: JSON.stringify({ enable_kv_cache_events: true, endpoint: EVENTS, replay_endpoint: REPLAY, topic: TOPIC }),
-    env: { AIRM_ENGINE_LOG: "0", AIRM_ARTIFACT_CACHE: "off", AIRM_BLOCK_SIZE: String(BS), AIRM_LOG_LEVEL: "silent" },
-  });
-  await w.ready;
+  const config = JSON.stringify({ enable_kv_cache_events: true, endpoint: EVENTS, replay_endpoint: REPLAY, topic: TOPIC });
+  w = await tinyWorker({ role: "solo", backend: "rngd", seed: 4, env: { AIRM_BLOCK_SIZE: String(BS), AIRM_KV_EVENTS_CONFIG: config } });
 }, 900_000);
 afterAll(async () => {
   await w?.close();
@@ -71,25 +62,12 @@ function consume(args: string[]): Promise<Line[]> {
   });
 }
 
-async function generate(id: string, promptTokenIds: number[], maxTokens: number): Promise<number[]> {
-  const r = await fetch(`${w.url}/internal/generate`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({ requestId: id, input: { promptTokenIds }, maxTokens, ignoreEos: true }),
-  });
-  const lines = (await r.text())
-    .trim()
-    .split("\n")
-    .map((l) => JSON.parse(l));
-  return lines.flatMap((e) => (e.type === "first" || e.type === "token" ? [e.token] : []));
-}
-
 describe("KV events through llm-d's decoder", () => {
   it("a live subscriber and a replaying one decode what the worker stored, under the pod and model of the topic", async () => {
     const live = consume(["-endpoint", EVENTS, "-topic-prefix", "kv@", "-count", "2"]);
     await new Promise((r) => setTimeout(r, 1500)); // the consumer dials and subscribes
     const prompt = Array.from({ length: 21 }, (_, i) => 40 + i);
-    const out = await generate("llmd-1", prompt, 9);
+    const out = await generateTokens(w, "llmd-1", prompt, 9);
     const got = await live;
     const engine = w.runtime.serving!.engine;
     const hashes = blockHashes(
