@@ -10,14 +10,13 @@
 // its prompt's tokens with turn t-1's prompt and answer (the server's own /tokenize), in whole
 // blocks, short of the last token. Then the same conversations on llama.cpp's llama-server
 // (--cache-reuse 256, 8 slots, the same GGUF), whose answers report their cached tokens too.
-import { spawn } from "node:child_process";
 import { performance } from "node:perf_hooks";
 import { flagOf, int, list, oneOf, text } from "../packages/rm-core/src/index.ts";
-import { freePort } from "../packages/workload-runner/src/cluster-plan.ts";
 import { chooseDefaultModel, resolveModelArg } from "../packages/workload-runner/src/default-model.ts";
 import { benchArgs, finalLine, sseEvents } from "./lib.ts";
 import { modelId, startAirmUp, stopChild } from "./serve-load/airm-up.ts";
-import { ensureLlamaServer } from "./serve-load/llama-server.ts";
+import { rng } from "./serve-load/prompts.ts";
+import { ensureLlamaServer, startLlamaServer } from "./serve-load/llama-server.ts";
 
 const args = benchArgs(
   "multi-turn",
@@ -69,17 +68,6 @@ const QUESTIONS = [
   "Can you give me a plan for a week?",
   "What do experts disagree about?",
 ];
-
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Each conversation's system prompt (about 110 tokens, its own topic and rules) and its questions. */
 function conversations(seed: number, n: number, turns: number): { system: string; questions: string[] }[] {
@@ -305,23 +293,8 @@ if ("skipped" in server) {
   llamaSkipped = server.skipped;
   console.log(`llama-server: skipped (${llamaSkipped})`);
 } else {
-  const port = await freePort();
-  const child = spawn(server.bin, ["-m", gguf, "-t", "2", "-c", "16384", "-np", "8", "--cache-reuse", "256", "--host", "127.0.0.1", "--port", String(port)], {
-    stdio: "ignore",
-    env: server.env,
-  });
+  const { url, child } = await startLlamaServer(server, ["-m", gguf, "-t", "2", "-c", "16384", "-np", "8", "--cache-reuse", "256"]);
   try {
-    const url = `http://127.0.0.1:${port}`;
-    const t0 = performance.now();
-    while (
-      !(await fetch(`${url}/health`).then(
-        (x) => x.ok,
-        () => false,
-      ))
-    ) {
-      if (child.exitCode !== null || performance.now() - t0 > 120_000) throw new Error("llama-server did not become healthy");
-      await new Promise((res) => setTimeout(res, 200));
-    }
     llama = await runConversations(url, "bench-model", `llama-server ${server.version}`);
     console.log(row(llama, null));
   } finally {

