@@ -1,4 +1,4 @@
-// pnpm bench multi-turn [--model NAME|FILE] [--conversations 8] [--turns 3] [--max-tokens 24] [--routing load,random] [--llama-server auto|off|PATH]
+// pnpm bench multi-turn [--model NAME|FILE] [--conversations 8] [--turns 3] [--max-tokens 24] [--routing prefix,load,random] [--llama-server auto|off|PATH]
 // Chat conversations as users hold them: N conversations of T turns, each with its own system
 // prompt (~110 tokens, seeded), greedy, interleaved (turn 1 of every conversation, then turn 2 of
 // every one...; the conversations of a round run at once), through `airm up` (its defaults: one
@@ -26,7 +26,7 @@ const args = benchArgs(
     conversations: flagOf(int({ min: 1, max: 64 }), { default: 8, doc: "conversations" }),
     turns: flagOf(int({ min: 1, max: 16 }), { default: 3, doc: "turns per conversation" }),
     maxTokens: flagOf(int({ min: 2, max: 256 }), { default: 24, doc: "new tokens per answer" }),
-    routing: flagOf(list(oneOf(["load", "random"] as const), /,/), { default: ["load", "random"], doc: "gateway routing policies to run (AIRM_ROUTING)" }),
+    routing: flagOf(list(oneOf(["prefix", "load", "random"] as const), /,/), { default: ["prefix", "load", "random"], doc: "gateway routing policies to run (AIRM_ROUTING)" }),
     seed: flagOf(int({ min: 0 }), { default: 1, doc: "seed of the system prompts and questions" }),
     blockSize: flagOf(int({ min: 1 }), { default: 16, doc: "the block size the ideal is counted in (airm up's)" }),
     llamaServer: flagOf(text({ label: "auto|off|path" }), { default: "auto", doc: "llama-server: build and cache it when missing (auto), skip it (off), or this binary" }),

@@ -1,5 +1,5 @@
 // Package boundaries: hosts (worker, gateway, workload-runner) import only the contracts
-// (rm-core, internal-api), the grammar library (structured outputs: the spec the contract
+// (rm-core, internal-api), the routing library (mode names, scoring, the KV block index), the grammar library (structured outputs: the spec the contract
 // carries, checked by the gateway and run by the worker) and the telemetry library (each part's
 // trace export), and name no engine or transport except
 // as a default; no transport imports another (shared parts live in kv-relay); plugins are found
@@ -22,12 +22,12 @@ const importsOf = (text: string) =>
   [...text.matchAll(/^\s*(?:import|export)\b[^"']*?from\s+["']([^"']+)["']/gm), ...text.matchAll(/import\(\s*["']([^"']+)["']\s*\)/g)].map((m) => m[1]);
 
 describe("package boundaries", () => {
-  test("hosts import no @airm package but the contracts (rm-core, internal-api), the grammar library and the telemetry library", () => {
+  test("hosts import no @airm package but the contracts (rm-core, internal-api) and the routing, grammar and telemetry libraries", () => {
     const bad: string[] = [];
     for (const pkg of HOSTS) {
       for (const [file, text] of packageSources(pkg)) {
         for (const spec of importsOf(text)) {
-          if (!spec.startsWith("@airm/") || ["@airm/rm-core", "@airm/internal-api", "@airm/grammar", "@airm/telemetry"].includes(spec)) continue;
+          if (!spec.startsWith("@airm/") || ["@airm/rm-core", "@airm/internal-api", "@airm/grammar", "@airm/telemetry", "@airm/routing"].includes(spec)) continue;
           // The runner picks its default model with the model cache's rules (docs/decisions.md).
           if (file === "packages/workload-runner/src/default-model.ts" && spec === "@airm/llama") continue;
           // --prefill-pool follows an InferencePool with the endpoint picker's watcher (its light entry).

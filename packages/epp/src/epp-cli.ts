@@ -33,6 +33,7 @@ export const EPP_COMMAND = defineCommand({
     staleAfterMs: flagFor("staleAfterMs", { metavar: "MS" }),
     localPrefillMaxTokens: flagFor("localPrefillMaxTokens", { metavar: "TOKENS" }),
     disaggregation: flagFor("disaggregation"),
+    routing: flagFor("routing"),
     failureMode: flagFor("failureMode", { metavar: "FailOpen|FailClose" }),
     logLevel: flagFor("logLevel", { metavar: "LEVEL" }),
   },
@@ -83,7 +84,7 @@ export async function main(argv: string[], env: Record<string, string | undefine
       metricsPort: c.metricsPort,
       scrapeIntervalMs: c.scrapeIntervalMs,
       staleAfterMs: c.staleAfterMs,
-      picker: { localPrefillMaxTokens: c.localPrefillMaxTokens, disaggregation: c.disaggregation },
+      picker: { localPrefillMaxTokens: c.localPrefillMaxTokens, disaggregation: c.disaggregation, routing: c.routing },
       failureMode: c.failureMode,
       log,
     });

@@ -5,7 +5,7 @@
 // itself.
 
 import { defineConfig, int, oneOf, opt, text } from "@airm/rm-core";
-import { DISAGGREGATION_MODES } from "./picker.ts";
+import { DISAGGREGATION_MODES, PICKER_ROUTINGS } from "./picker.ts";
 import { FAILURE_MODES } from "./request-router.ts";
 
 export const EPP_CONFIG = defineConfig("@airm/epp", {
@@ -29,7 +29,12 @@ export const EPP_CONFIG = defineConfig("@airm/epp", {
     doc:
       "Whether a request to a decode pod gets a prefill pod (its KV ships) or is prefilled by the decode pod itself (its gateway and worker run with --local-prefill). " +
       "auto: for decode pods that prefill locally (airm_worker_local_prefill 1), ship only when max(the prefill pod's prefill time, KV bytes / the decode pod's KV bandwidth) is under the decode pod's own prefill time, all from the pods' airm_* estimate gauges (docs/decisions.md); " +
-      "always: every request gets a prefill pod; prompt-length: --local-prefill-max-tokens decides.",
+      "always: every request gets a prefill pod; never: none does (the decode pods prefill every request: run them with --local-prefill); prompt-length: --local-prefill-max-tokens decides. " +
+      "The names are shared with the gateway's --disaggregation; its header mode is the gateway's alone.",
+  }),
+  routing: opt(oneOf(PICKER_ROUTINGS), {
+    default: "approx-prefix",
+    doc: "How a pod is chosen among those of a role (names shared with the gateway's AIRM_ROUTING): approx-prefix scores load and the prompt text's first 8 blocks of 256 characters that the pod took last; load scores load alone; random takes any unsaturated pod. The gateway's prefix (its index from the workers' KV events) is not followed here yet.",
   }),
   localPrefillMaxTokens: opt(int({ min: 0 }), {
     default: 0,

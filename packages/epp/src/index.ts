@@ -21,7 +21,7 @@ export {
   type PickReason,
   type SaturationLimits,
   type Weights,
-} from "./scoring.ts";
+} from "@airm/routing";
 export { PrefixIndex, promptBlockHashes, type PrefixOptions } from "./prefix-index.ts";
 export { MetricsScraper, isFresh, pendingPicks, type EndpointState, type ScraperOptions } from "./metrics-scraper.ts";
 export { parseServerLoad, LOAD_METRICS, type ServerLoad } from "./prometheus-text.ts";

@@ -9,7 +9,18 @@ import { CHARS_PER_TOKEN, decideDisaggregation, estimateTokens, type Disaggregat
 import { decodes, type Role } from "./endpoint.ts";
 import { isFresh, pendingPicks, type EndpointState, type MetricsScraper } from "./metrics-scraper.ts";
 import { PrefixIndex } from "./prefix-index.ts";
-import { choose, DEFAULT_SATURATION, DEFAULT_WEIGHTS, isSaturated, type Candidate, type PickReason, type SaturationLimits, type Weights } from "./scoring.ts";
+import {
+  type Candidate,
+  choose,
+  DEFAULT_SATURATION,
+  DEFAULT_WEIGHTS,
+  type DisaggregationMode as DisaggregationModeName,
+  isSaturated,
+  type PickReason,
+  type Routing,
+  type SaturationLimits,
+  type Weights,
+} from "@airm/routing";
 
 export interface Picked {
   ok: true;
@@ -25,13 +36,24 @@ export interface Picked {
 }
 
 /**
- * How a decode-only destination's path is chosen when prefill endpoints are available: auto = the
- * measured decision (rm-core's decideDisaggregation, from the endpoints' airm_* estimate gauges)
- * for destinations that prefill locally (airm_worker_local_prefill 1), always = every request gets
- * a prefill endpoint, prompt-length = the older threshold (localPrefillMaxTokens).
+ * How a decode-only destination's path is chosen when prefill endpoints are available (the shared
+ * names of @airm/routing that a picker applies): auto = the measured decision (rm-core's
+ * decideDisaggregation, from the endpoints' airm_* estimate gauges) for destinations that prefill
+ * locally (airm_worker_local_prefill 1), always = every request gets a prefill endpoint, never =
+ * none does (the decode pods prefill every request: they must run with --local-prefill),
+ * prompt-length = the older threshold (localPrefillMaxTokens). `header` is a gateway's mode.
  */
-export const DISAGGREGATION_MODES = ["auto", "always", "prompt-length"] as const;
+export const DISAGGREGATION_MODES = ["auto", "always", "never", "prompt-length"] as const satisfies readonly DisaggregationModeName[];
 export type DisaggregationMode = (typeof DISAGGREGATION_MODES)[number];
+
+/**
+ * How equals of one role are chosen (the shared names the picker applies): approx-prefix (default)
+ * scores load and the prompt text's first blocks this endpoint took last; load scores load alone;
+ * random takes any open endpoint. `prefix` (the KV block index from the workers' events) is the
+ * gateway's so far: this picker does not follow KV events yet.
+ */
+export const PICKER_ROUTINGS = ["approx-prefix", "load", "random"] as const satisfies readonly Routing[];
+export type PickerRouting = (typeof PICKER_ROUTINGS)[number];
 
 /** Nothing could be picked: the HTTP status and OpenAI error the client gets. */
 export interface Refusal {
@@ -56,6 +78,8 @@ export interface PickerOptions {
   localPrefillMaxTokens?: number;
   /** How the path is chosen (default auto). */
   disaggregation?: DisaggregationMode;
+  /** How equals are chosen (default approx-prefix). */
+  routing?: PickerRouting;
 }
 
 /** Characters per token of the estimate the disaggregation decision uses (no tokenizer here). */
@@ -71,6 +95,7 @@ export class Picker {
   readonly prefix: PrefixIndex;
   readonly localPrefillMaxTokens: number;
   readonly disaggregation: DisaggregationMode;
+  readonly routing: PickerRouting;
   private readonly now: () => number;
   private turn = 0;
 
@@ -85,6 +110,7 @@ export class Picker {
     this.now = options.now ?? (() => performance.now());
     this.localPrefillMaxTokens = options.localPrefillMaxTokens ?? 0;
     this.disaggregation = options.disaggregation ?? "auto";
+    this.routing = options.routing ?? "approx-prefix";
     if (this.localPrefillMaxTokens > 0 && this.disaggregation !== "prompt-length")
       throw new Error(`localPrefillMaxTokens (${this.localPrefillMaxTokens}) is the prompt-length rule: set disaggregation to prompt-length, or leave it 0`);
   }
@@ -100,7 +126,7 @@ export class Picker {
     if (destPool.length === 0 && prefillOffer && !prefillOffer.ok) return prefillOffer;
     const destOffer = this.offer(destPool, now, "decode");
     if (!destOffer.ok) return destOffer;
-    const hashes = this.prefix.hashes(model, prompt);
+    const hashes = this.routing === "approx-prefix" ? this.prefix.hashes(model, prompt) : [];
     this.turn++;
     const dest = this.best(destOffer.open, hashes, (s) => s.endpoint.role === "both");
     let prefill: { state: EndpointState; reason: PickReason } | null = null;
@@ -112,6 +138,10 @@ export class Picker {
         // the older rule: short prompts are not disaggregated
         local = this.localPrefillMaxTokens > 0 && tokens <= this.localPrefillMaxTokens;
         if (prefillOffer?.ok) path = { reason: "prompt_length" };
+      }
+      if (this.disaggregation === "never" && prefillOffer?.ok) {
+        local = true;
+        path = { reason: "forced" };
       }
       if (prefillOffer?.ok && !local) prefill = this.best(prefillOffer.open, hashes, () => true);
       const est = dest.state.load?.estimates;
@@ -180,6 +210,7 @@ export class Picker {
   }
 
   private best(open: EndpointState[], hashes: number[], affinity: (s: EndpointState) => boolean): { state: EndpointState; reason: PickReason } {
+    if (this.routing === "random") return { state: open[Math.floor(Math.random() * open.length)], reason: open.length > 1 ? "random" : "only_candidate" };
     const cands: Candidate[] = open.map((s) => ({
       waiting: s.load!.waiting + pendingPicks(s),
       running: s.load!.running,

@@ -9,7 +9,7 @@ import type { Log } from "./log.ts";
 import type { EndpointState } from "./metrics-scraper.ts";
 import type { Picker } from "./picker.ts";
 import { BadRequestBody, parseInferenceBody } from "./request-body.ts";
-import type { PickReason } from "./scoring.ts";
+import type { PickReason } from "@airm/routing";
 
 export type FailureMode = "FailOpen" | "FailClose";
 export const FAILURE_MODES = ["FailOpen", "FailClose"] as const;

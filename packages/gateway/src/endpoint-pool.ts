@@ -6,8 +6,10 @@
 // OpenAI API.
 
 import { WorkerClient, type WorkerHealth } from "@airm/internal-api";
+import { choose, DEFAULT_SATURATION, DEFAULT_WEIGHTS, isSaturated, type Candidate, type Routing, type Weights } from "@airm/routing";
 import type { SamplingDefaults } from "@airm/rm-core";
 import { causeOf, nothingListens } from "./orchestrator/worker-calls.ts";
+import type { Affinity } from "./prefix-router.ts";
 
 export interface Endpoint {
   readonly url: string;
@@ -36,13 +38,15 @@ export interface PoolOptions {
   breakerFailures?: number;
   /** How long an open breaker waits before a trial call (ms, default 1000; doubles on each failed trial, up to 30 s). */
   breakerCooldownMs?: number;
-  /** How a healthy endpoint is chosen: `load` (fewest outstanding requests, ties in turn; default) or `random`. */
-  routing?: Routing;
+  /** How a healthy endpoint is chosen (AIRM_ROUTING): `prefix` (default: load and the prompt's held prefix, scored), `load` (fewest outstanding, ties in turn) or `random`. */
+  routing?: GatewayRouting;
+  /** The score's weights with `prefix` (default @airm/routing's DEFAULT_WEIGHTS). */
+  weights?: Weights;
 }
 
-/** The gateway's routing policies (AIRM_ROUTING). */
-export const ROUTINGS = ["load", "random"] as const;
-export type Routing = (typeof ROUTINGS)[number];
+/** The gateway's routing policies (AIRM_ROUTING): the shared names it applies (approx-prefix is the endpoint picker's). */
+export const ROUTINGS = ["prefix", "load", "random"] as const satisfies readonly Routing[];
+export type GatewayRouting = (typeof ROUTINGS)[number];
 
 const BREAKER_MAX_COOLDOWN_MS = 30_000;
 
@@ -198,12 +202,13 @@ export class EndpointPool {
    * The healthy endpoint with the fewest outstanding requests (ties rotate), skipping `exclude`
    * and endpoints whose breaker is open. Returns undefined when none is usable.
    */
-  pick(exclude: Set<Endpoint> = new Set()): Endpoint | undefined {
+  pick(exclude: Set<Endpoint> = new Set(), affinity?: Affinity | null): Endpoint | undefined {
     const now = performance.now();
     const ok = this.endpoints.filter((e) => e.healthy && !exclude.has(e) && this.breakerAllows(e, now));
     if (ok.length === 0) return undefined;
     let e: Endpoint;
     if (this.o.routing === "random") e = ok[Math.floor(Math.random() * ok.length)];
+    else if (affinity && affinity.blocks > 0 && ok.length > 1) e = this.scored(ok, affinity);
     else {
       const least = Math.min(...ok.map((x) => x.outstanding));
       const tied = ok.filter((x) => x.outstanding === least);
@@ -217,9 +222,26 @@ export class EndpointPool {
     return e;
   }
 
+  /**
+   * The best of `ok` by the shared score (@airm/routing): requests outstanding from this gateway
+   * as the queue, the KV in use from the last probe, and the share of the prompt's blocks it
+   * holds. Saturated endpoints (more than 5 outstanding past their slots, or KV over 80 % used)
+   * are left out while another is open.
+   */
+  private scored(ok: Endpoint[], affinity: Affinity): Endpoint {
+    const load = (e: Endpoint) => {
+      const kv = e.health?.kvCache;
+      return { waiting: Math.max(0, e.outstanding - (e.health?.requests.slots ?? 1)), kvUsage: kv && kv.totalBlocks > 0 ? kv.usedBlocks / kv.totalBlocks : 0 };
+    };
+    const open = ok.filter((e) => !isSaturated(load(e), DEFAULT_SATURATION));
+    const from = open.length ? open : ok;
+    const cands: Candidate[] = from.map((e) => ({ waiting: e.outstanding, running: 0, kvUsage: load(e).kvUsage, prefixBlocks: affinity.matched(e), pending: 0 }));
+    return from[choose(cands, this.o.weights ?? DEFAULT_WEIGHTS, affinity.blocks, this.turn++).index];
+  }
+
   /** pick(), away from the endpoints in `avoid` when another one is healthy (a moved request's next try). */
-  pickAvoiding(avoid?: Set<Endpoint>): Endpoint | undefined {
-    return (avoid?.size ? this.pick(avoid) : undefined) ?? this.pick();
+  pickAvoiding(avoid?: Set<Endpoint>, affinity?: Affinity | null): Endpoint | undefined {
+    return (avoid?.size ? this.pick(avoid, affinity) : undefined) ?? this.pick(undefined, affinity);
   }
 
   /** Why no endpoint could be picked, for the 503 message. */

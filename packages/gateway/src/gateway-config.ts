@@ -48,8 +48,8 @@ export const GATEWAY_CONFIG = defineConfig("@airm/gateway", {
   }),
   routing: opt(oneOf(ROUTINGS), {
     env: "AIRM_ROUTING",
-    default: "load",
-    doc: "How the gateway picks a worker of a role: load (the fewest requests outstanding, ties in turn) or random (a baseline for benches).",
+    default: "prefix",
+    doc: "How the gateway picks a worker of a role: prefix (a score of load and the share of the prompt's blocks the worker already holds, from the workers' KV events; workers that publish none are scored by load alone), load (the fewest requests outstanding, ties in turn) or random (a baseline for benches).",
   }),
   maxBodyBytes: opt(int({ min: 1024 }), { default: 1 << 20, doc: "Largest request body (--max-body-bytes)." }),
   maxWaiting: opt(int({ min: 1 }), {

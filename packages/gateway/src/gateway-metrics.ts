@@ -211,6 +211,35 @@ export class GatewayMetrics {
     });
   }
 
+  /** Prefix-aware routing's index (AIRM_ROUTING=prefix): its size per worker, and the KV events and lookups behind it. */
+  exportPrefixRouting(
+    view: () => { blocks: { endpoint: string; blocks: number }[]; events: { batches: number; events: number; replays: number; missed: number }; lookups: number },
+  ): void {
+    new Gauge({
+      name: "airm_router_index_blocks",
+      help: "KV blocks the prefix-routing index holds per worker, from the workers' KV events",
+      labelNames: ["endpoint"],
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        for (const b of view().blocks) this.set({ endpoint: b.endpoint }, b.blocks);
+      },
+    });
+    const counter = (name: string, help: string, read: (v: ReturnType<typeof view>) => number) =>
+      new Gauge({
+        name,
+        help: `${help} (a counter, read from the router)`,
+        registers: [this.registry],
+        collect() {
+          this.set(read(view()));
+        },
+      });
+    counter("airm_router_kv_events_total", "KV events the gateway applied to its index", (v) => v.events.events);
+    counter("airm_router_kv_event_replays_total", "replays asked of the workers' replay endpoints (start, gap, restart)", (v) => v.events.replays);
+    counter("airm_router_kv_event_batches_missed_total", "event batches lost and not replayed", (v) => v.events.missed);
+    counter("airm_router_prefix_lookups_total", "prompts hashed for a prefix-aware pick", (v) => v.lookups);
+  }
+
   /** Adds one finished request to the window and the histograms. */
   record(r: RequestRecord): void {
     this.ttft.observe(r.ttftMs / 1000);

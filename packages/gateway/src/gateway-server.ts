@@ -15,6 +15,7 @@ import { GATEWAY_CONFIG, type GatewayConfig } from "./gateway-config.ts";
 import { GatewayMetrics } from "./gateway-metrics.ts";
 import { Orchestrator, estimatesOf, type DisaggregationMode } from "./orchestrator/index.ts";
 import { decodeSlots, podBlocks, podGeometry, podLoad } from "./pod-load.ts";
+import { PrefixRouter } from "./prefix-router.ts";
 
 export interface GatewayOptions extends Partial<GatewayConfig> {
   port: number;
@@ -113,8 +114,17 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
   await Promise.all(all.map((p) => p.start(cfg.healthIntervalMs)));
   const metrics = new GatewayMetrics();
   const log = pino({ name: "airm-gateway", level: cfg.logLevel }, pino.destination(2));
+  const router = cfg.routing === "prefix" ? new PrefixRouter(all, log) : undefined;
+  if (router) {
+    metrics.exportPrefixRouting(() => ({
+      blocks: all.flatMap((p) => p.endpoints.map((e) => ({ endpoint: e.url, blocks: router.index.blocksOf(e.url) }))),
+      events: router.eventCounts(),
+      lookups: router.counts.lookups,
+    }));
+  }
   const orchestrator = new Orchestrator({
     ...pools,
+    router,
     prefillTimeoutMs: cfg.prefillTimeoutMs,
     decodeIdleTimeoutMs: cfg.decodeIdleTimeoutMs,
     kvTimeoutMs: cfg.kvTimeoutMs,
@@ -176,6 +186,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     metrics,
     async close() {
       members?.stop();
+      router?.close();
       for (const p of all) p.stop();
       await Promise.all([closeServer(server), metricsServer ? closeServer(metricsServer) : undefined, grammar.close()]);
     },

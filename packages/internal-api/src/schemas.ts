@@ -391,6 +391,23 @@ export const WorkerHealthSchema = z
     requests: z.object({ waiting: z.number().int(), running: z.number().int(), slots: z.number().int().describe("requests that run at once (max_num_seqs)") }).strict(),
     error: z.string().nullable().describe("why the load failed"),
     estimates: WorkerEstimatesSchema.optional().describe("the disaggregation decision's inputs measured here (absent from workers before this field)"),
+    prefixCache: z
+      .object({
+        enabled: z.boolean().describe("prefix caching by block is on (--enable-prefix-caching)"),
+        instance: z.string().describe("this worker process's id: a router that sees it change drops what it indexed of the worker"),
+        events: z
+          .object({
+            endpoint: z.string().describe("where its KV events are published (a wildcard host means the worker's own)"),
+            replayEndpoint: z.string().nullable().describe("its replay endpoint (null: none)"),
+            topic: z.string(),
+          })
+          .strict()
+          .nullable()
+          .describe("its KV events (--kv-events-config), null when it publishes none"),
+      })
+      .strict()
+      .optional()
+      .describe("the prefix cache and its KV events, for a prefix-aware router (absent while loading)"),
   })
   .strict();
 export type WorkerHealth = z.infer<typeof WorkerHealthSchema>;

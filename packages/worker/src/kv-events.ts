@@ -82,6 +82,12 @@ export class KvEventPublisher {
     return new KvEventPublisher(cfg, pub, replay);
   }
 
+  /** Where a consumer finds the events (the addresses bound, a tcp port 0 resolved), for /health. */
+  get advertised(): { endpoint: string; replayEndpoint: string | null; topic: string } {
+    const { events, replay } = this.endpoints;
+    return { endpoint: events ?? this.cfg.endpoint, replayEndpoint: replay ?? this.cfg.replay_endpoint, topic: this.cfg.topic };
+  }
+
   /** The addresses bound (a tcp port 0 resolved), for logs and tests. */
   get endpoints(): { events: string | null; replay: string | null } {
     return { events: this.pub.lastEndpoint ?? null, replay: this.replay?.lastEndpoint ?? null };

@@ -2,6 +2,7 @@
 // slots, metrics and log, plus what loading produces (engine, transport, batcher), which moves
 // from loading to ready or failed exactly once. Routes ask `ready()` and get a 503 while loading.
 
+import { randomUUID } from "node:crypto";
 import { GrammarEngine, type GrammarMatcher, type GrammarSpec } from "@airm/grammar";
 import { ApiError, OverloadedError, type WorkerEstimates } from "@airm/internal-api";
 import { Ewma, PrefillFit, type KVTransport, type WorkerRole } from "@airm/rm-core";
@@ -60,7 +61,9 @@ export class WorkerRuntime {
   heldPositions = 0;
   kvSkippedBytes = 0;
   /** The KV event publisher, when --kv-events-config enables one. */
-  kvEvents: { batches: number; events: number } | null = null;
+  kvEvents: { batches: number; events: number; advertised: { endpoint: string; replayEndpoint: string | null; topic: string } } | null = null;
+  /** This process's id in /health (a router that sees it change forgets what it indexed here). */
+  readonly instance = randomUUID();
   /** Decode role: KV bytes that crossed into this worker, and the handoffs that brought them. */
   kvPulledBytes = 0;
   kvPulls = 0;

@@ -80,6 +80,16 @@ export interface ClusterPlan {
   ports: { what: string; port: number }[];
 }
 
+/**
+ * A worker's KV events (its prefix cache's stored / removed / cleared blocks, which the gateway's
+ * prefix-aware routing follows) on Unix sockets of its own, private to the machine: no port to
+ * choose, nothing reachable from elsewhere.
+ */
+export function kvEventsConfig(launcherPid: number, name: string): string {
+  const at = (what: string) => `ipc://${join(tmpdir(), `airm-kvev-${launcherPid}-${name}-${what}.sock`)}`;
+  return JSON.stringify({ enable_kv_cache_events: true, publisher: "zmq", endpoint: at("pub"), replay_endpoint: at("replay"), topic: `kv@${name}` });
+}
+
 /** Linux's range of ephemeral ports (the local ports of outgoing connections and of listen(0)). */
 function ephemeralRange(): [number, number] {
   try {
@@ -185,7 +195,7 @@ export async function planCluster(o: ClusterShape, launcherPid: number): Promise
       parts.push({
         name,
         argv,
-        env: { MODEL: w.model ?? o.model, ...cores, ...w.env },
+        env: { MODEL: w.model ?? o.model, ...cores, AIRM_KV_EVENTS_CONFIG: kvEventsConfig(launcherPid, name), ...w.env },
         url,
         ready: { http: "/health" },
         drains: true,

@@ -5,15 +5,17 @@
 // probes keep.
 
 import type { PromptInput, WorkerEstimates } from "@airm/internal-api";
+import type { DisaggregationMode as DisaggregationModeName } from "@airm/routing";
 import { decideDisaggregation, estimateTokens, type DisaggregationDecision } from "@airm/rm-core";
 import type { EndpointPool } from "../endpoint-pool.ts";
 
 /**
- * auto: an endpoint picker's x-prefiller-host-port wins; without it, the measured decision.
- * always: every request ships its KV. never: every request runs whole on the decode worker (a
- * baseline). header: llm-d's sidecar rule (the header ships, its absence runs locally).
+ * The shared mode names (@airm/routing) a gateway applies. auto: an endpoint picker's
+ * x-prefiller-host-port wins; without it, the measured decision. always: every request ships its
+ * KV. never: every request runs whole on the decode worker (a baseline). header: llm-d's sidecar
+ * rule (the header ships, its absence runs locally). prompt-length is the endpoint picker's.
  */
-export const DISAGGREGATION_MODES = ["auto", "always", "never", "header"] as const;
+export const DISAGGREGATION_MODES = ["auto", "always", "never", "header"] as const satisfies readonly DisaggregationModeName[];
 export type DisaggregationMode = (typeof DISAGGREGATION_MODES)[number];
 
 export type PathReason = DisaggregationDecision["reason"] | "header" | "forced";

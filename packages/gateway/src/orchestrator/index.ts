@@ -6,6 +6,7 @@ import { randomBytes } from "node:crypto";
 import { trace } from "@opentelemetry/api";
 import type { Endpoint, EndpointPool } from "../endpoint-pool.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
+import type { PrefixRouter } from "../prefix-router.ts";
 import type { GenEvent } from "./gen-events.ts";
 import { choosePath, type DisaggregationMode, type PathChoice } from "./disaggregation.ts";
 import { migrating, type MigrationHooks, type MigrationTrail } from "./migration.ts";
@@ -34,6 +35,8 @@ export interface OrchestratorOptions {
   onPath?(requestId: string, path: PathChoice): void;
   /** Request migration (limit 0: none); see migration.ts. */
   migration?: MigrationHooks;
+  /** Prefix-aware routing (AIRM_ROUTING=prefix); absent: the pools pick by their own rule. */
+  router?: PrefixRouter;
 }
 
 /** A fresh request id: `cmpl-` + 24 hex digits (a valid rm-core request id). */

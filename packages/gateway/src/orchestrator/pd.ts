@@ -7,6 +7,7 @@
 import { ApiError, type KvHoldResponse, type PrefillResponse, type WorkerEventStream } from "@airm/internal-api";
 import { context, SpanKind, SpanStatusCode, trace, type Context, type Span } from "@opentelemetry/api";
 import type { Endpoint, EndpointPool } from "../endpoint-pool.ts";
+import type { Affinity, PrefixRouter } from "../prefix-router.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
 import type { EndReason, GenEvent } from "./gen-events.ts";
 import { blame, type MigrationTrail } from "./migration.ts";
@@ -24,11 +25,13 @@ export interface PdOptions {
   prefillAt?: Endpoint;
   /** A migrating generation's record: endpoints to avoid when another is healthy, and whom this attempt blames. */
   trail?: MigrationTrail;
+  /** Prefix-aware routing (AIRM_ROUTING=prefix): where the prompt's blocks are. */
+  router?: PrefixRouter;
 }
 
 /** The pool's pick, away from `avoid` when another endpoint is healthy. */
-function pickOrFail(pool: EndpointPool, avoid?: Set<Endpoint>): Endpoint {
-  const ep = pool.pickAvoiding(avoid);
+function pickOrFail(pool: EndpointPool, avoid?: Set<Endpoint>, affinity?: Affinity | null): Endpoint {
+  const ep = pool.pickAvoiding(avoid, affinity);
   if (!ep) throw new ApiError(503, "no_healthy_worker", `no healthy ${pool.role} worker: ${pool.describeDown()}`);
   return ep;
 }
@@ -56,9 +59,10 @@ class PdRequest {
     readonly o: PdOptions,
     readonly req: GenerationRequest,
     readonly requestId: string,
+    affinity: Affinity | null = null,
   ) {
-    this.pre = o.prefillAt ?? pickOrFail(o.prefill, o.trail?.avoid);
-    this.dec = pickOrFail(o.decode, o.trail?.avoid);
+    this.pre = o.prefillAt ?? pickOrFail(o.prefill, o.trail?.avoid, affinity);
+    this.dec = pickOrFail(o.decode, o.trail?.avoid, affinity);
     this.pre.outstanding++;
     this.dec.outstanding++;
     const attrs = { "airm.request_id": requestId };
@@ -68,7 +72,8 @@ class PdRequest {
       decode: tracer.startSpan("decode", { kind: SpanKind.CLIENT, attributes: attrs }, this.parent),
     };
     notePick(this.spans.prefill, o.prefill, this.pre, o.trail?.avoid, o.prefillAt ? "named by the endpoint picker (x-prefiller-host-port)" : undefined);
-    notePick(this.spans.decode, o.decode, this.dec, o.trail?.avoid);
+    notePick(this.spans.decode, o.decode, this.dec, o.trail?.avoid, affinity ? prefixWhy(affinity, this.dec) : undefined);
+    if (affinity) this.spans.decode.setAttribute("airm.prefix_blocks_matched", affinity.matched(this.dec));
   }
 
   /**
@@ -225,8 +230,15 @@ class PdRequest {
   }
 }
 
+/** Why a prefix-routed pick went where it did (a span attribute). */
+function prefixWhy(a: Affinity, e: Endpoint): string {
+  return `prefix routing: holds ${a.matched(e)} of the prompt's ${a.blocks} blocks, ${e.outstanding} requests outstanding`;
+}
+
 export async function* runPd(o: PdOptions, req: GenerationRequest, requestId: string, signal: AbortSignal): AsyncGenerator<GenEvent> {
-  const r = new PdRequest(o, req, requestId);
+  const affinity = o.router ? await o.router.affinity(req, [o.prefill, o.decode], o.decode, signal) : null;
+  if (signal.aborted) return;
+  const r = new PdRequest(o, req, requestId, affinity);
   const onAbort = () => {
     r.decodeAbort.abort();
     r.prefillAbort.abort();

@@ -5,6 +5,7 @@
 import { ApiError, type WorkerEventStream } from "@airm/internal-api";
 import { context, SpanKind, SpanStatusCode, trace } from "@opentelemetry/api";
 import type { EndpointPool } from "../endpoint-pool.ts";
+import type { PrefixRouter } from "../prefix-router.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
 import type { GenEvent } from "./gen-events.ts";
 import { blame, type MigrationTrail } from "./migration.ts";
@@ -17,10 +18,14 @@ export interface SoloTimeouts {
   decodeIdleTimeoutMs: number;
   /** A migrating generation's record: endpoints to avoid when another is healthy, and whom this attempt blames. */
   trail?: MigrationTrail;
+  /** Prefix-aware routing (AIRM_ROUTING=prefix): where the prompt's blocks are. */
+  router?: PrefixRouter;
 }
 
 export async function* runSolo(pool: EndpointPool, t: SoloTimeouts, req: GenerationRequest, requestId: string, signal: AbortSignal): AsyncGenerator<GenEvent> {
-  const ep = pool.pickAvoiding(t.trail?.avoid);
+  const affinity = t.router ? await t.router.affinity(req, [pool], pool, signal) : null;
+  if (signal.aborted) return;
+  const ep = pool.pickAvoiding(t.trail?.avoid, affinity);
   if (!ep) throw new ApiError(503, "no_healthy_worker", `no healthy ${pool.role} worker: ${pool.describeDown()}`);
   ep.outstanding++;
   const abort = new AbortController();

@@ -99,5 +99,6 @@ export function health(rt: WorkerRuntime): WorkerHealth {
     requests: { waiting: rt.admission.numWaiting + rt.kvWaiting, running: rt.admission.numRunning, slots: rt.admission.maxRunning },
     error: rt.loadError,
     estimates: rt.estimatesNow(),
+    ...(e ? { prefixCache: { enabled: e.stats?.().prefixCache?.enabled ?? false, instance: rt.instance, events: rt.kvEvents?.advertised ?? null } } : {}),
   };
 }

@@ -1,11 +1,16 @@
-// The picker's arithmetic, pure: when an endpoint is saturated (GIE v1.5.0's thresholds), how a
-// candidate scores (a weighted sum of queue, KV usage, running requests and prefix affinity),
-// and which candidate wins. No clocks, no I/O: picker.ts feeds it what the scraper saw.
+// The pickers' arithmetic, pure, shared by the endpoint picker and the gateway: when an endpoint
+// is saturated (GIE v1.5.0's thresholds), how a candidate scores (a weighted sum of queue, KV
+// usage, running requests and the prompt's matched prefix), and which candidate wins. No clocks,
+// no I/O: each picker feeds it what it saw (the epp its scrapes, the gateway its own counts).
 
-import type { ServerLoad } from "./prometheus-text.ts";
+/** Why an endpoint was picked (a label of the pick counters; round_robin: a request without a body). */
+export type PickReason = "least_loaded" | "prefix_affinity" | "only_candidate" | "fail_open" | "round_robin" | "local_prefill" | "random";
 
-/** Why an endpoint was picked (a label of airm_epp_picks_total; round_robin: a request without a body). */
-export type PickReason = "least_loaded" | "prefix_affinity" | "only_candidate" | "fail_open" | "round_robin" | "local_prefill";
+/** The load the saturation check reads. */
+export interface Load {
+  waiting: number;
+  kvUsage: number;
+}
 
 /** GIE v1.5.0's saturation detector defaults: queue depth 5, KV cache utilisation 0.8. */
 export interface SaturationLimits {
@@ -43,7 +48,7 @@ export interface Candidate {
 }
 
 /** True when the scraped load is past either limit (picks not yet scraped do not count). */
-export function isSaturated(load: ServerLoad, limits: SaturationLimits = DEFAULT_SATURATION): boolean {
+export function isSaturated(load: Load, limits: SaturationLimits = DEFAULT_SATURATION): boolean {
   return load.waiting > limits.maxWaiting || load.kvUsage > limits.maxKvUsage;
 }
 
