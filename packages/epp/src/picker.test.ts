@@ -137,3 +137,26 @@ test("auto (the default): a decode pod that prefills locally gets a prefill pod 
   const always = new Picker({ states: () => [state(1, "prefill", {}), decodeAt(12.5e6)] }, { now, disaggregation: "always" }).pick("m", p256);
   expect(always.ok && [always.prefill?.key, always.local]).toEqual(["10.0.0.1:8000", false]);
 });
+
+test("the shared mode names: never names no prefill endpoint; load ignores the prefix; random spreads", () => {
+  const pd = () => [state(1, "prefill", {}), state(2, "decode", {})];
+  const never = new Picker({ states: pd }, { now, disaggregation: "never" }).pick("m", "x");
+  expect(never.ok && [never.prefill, never.local, never.path?.reason]).toEqual([null, true, "forced"]);
+  const always = new Picker({ states: pd }, { now, disaggregation: "always" }).pick("m", "x");
+  expect(always.ok && always.prefill?.key).toBe("10.0.0.1:8000");
+
+  // A prompt both-role endpoint 1 took before: approx-prefix keeps it there though it is busier, load does not.
+  const both = [state(1, "both", { running: 3 }), state(2, "both", { running: 0 })];
+  for (const [routing, want] of [
+    ["approx-prefix", "10.0.0.1:8000"],
+    ["load", "10.0.0.2:8000"],
+  ] as const) {
+    const p = new Picker({ states: () => both }, { now, routing });
+    p.prefix.record(p.prefix.hashes("m", long("a")), "10.0.0.1:8000");
+    const r = p.pick("m", long("a"));
+    expect(r.ok && r.destination.key, routing).toBe(want);
+  }
+  const random = new Picker({ states: () => [state(1, "decode", {}), state(2, "decode", { running: 5 })] }, { now, routing: "random" });
+  const keys = new Set(Array.from({ length: 40 }, () => random.pick("m", "x")).map((r) => (r.ok ? r.destination.key : r.code)));
+  expect(keys.size).toBe(2);
+});

@@ -9,7 +9,6 @@ import { WorkerClient, type WorkerHealth } from "@airm/internal-api";
 import { choose, DEFAULT_SATURATION, DEFAULT_WEIGHTS, isSaturated, type Candidate, type Routing, type Weights } from "@airm/routing";
 import type { SamplingDefaults } from "@airm/rm-core";
 import { causeOf, nothingListens } from "./orchestrator/worker-calls.ts";
-import type { Affinity } from "./prefix-router.ts";
 
 export interface Endpoint {
   readonly url: string;
@@ -25,6 +24,15 @@ export interface Endpoint {
   aliveAt: number;
   /** Its circuit breaker: calls that failed in a row, and when (performance.now()) an open breaker lets a trial call through. */
   breaker: { state: "closed" | "open" | "half-open"; failures: number; retryAt: number; cooldownMs: number };
+}
+
+/** How many of a prompt's blocks each endpoint holds (prefix-router.ts works it out), for pick(). */
+export interface Affinity {
+  /** The prompt's full blocks. */
+  blocks: number;
+  /** Positions per block. */
+  blockSize: number;
+  matched(e: Endpoint): number;
 }
 
 export interface PoolOptions {

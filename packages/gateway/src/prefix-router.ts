@@ -10,14 +10,9 @@ import type { PromptInput } from "@airm/internal-api";
 import { BlockIndex, type BlockIds, KvEventSubscriber, promptBlockIds } from "@airm/routing";
 import type { BlockHashRoot } from "@airm/rm-core";
 import type { Logger } from "pino";
-import type { Endpoint, EndpointPool } from "./endpoint-pool.ts";
+import type { Affinity, Endpoint, EndpointPool } from "./endpoint-pool.ts";
 
-/** How many of a prompt's blocks each endpoint holds, for EndpointPool.pick. */
-export interface Affinity {
-  /** The prompt's full blocks. */
-  blocks: number;
-  matched(e: Endpoint): number;
-}
+export type { Affinity } from "./endpoint-pool.ts";
 
 /** What a request needs hashed: its prompt, tokens already generated (a moved stream) and its tenant. */
 export interface PromptOf {
@@ -119,8 +114,14 @@ export class PrefixRouter {
       if (!ids) byRoot.set(key, (ids = promptBlockIds(root, tokens, p.cacheSalt ?? "")));
       return ids;
     };
-    const blocks = Math.max(0, ...pools.flatMap((pool) => pool.endpoints.map((e) => idsFor(e).length)));
-    return { blocks, matched: (e) => this.index.matched(idsFor(e), e.url) };
+    let blocks = 0;
+    let blockSize = 0;
+    for (const e of pools.flatMap((pool) => pool.endpoints)) {
+      if (idsFor(e).length <= blocks) continue;
+      blocks = idsFor(e).length;
+      blockSize = rootOf(e)!.blockSize;
+    }
+    return { blocks, blockSize, matched: (e) => this.index.matched(idsFor(e), e.url) };
   }
 
   close(): void {

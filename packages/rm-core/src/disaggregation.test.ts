@@ -78,6 +78,17 @@ describe("decideDisaggregation", () => {
     expect(decideDisaggregation({ promptTokens: 256, ...per, bandwidth: 1e9 })).toMatchObject({ ship: true, reason: "kv_faster" });
   });
 
+  it("counts what the decode endpoint holds: those positions neither cross nor are computed locally", () => {
+    const fastRemote = { fixedMs: 5, msPerToken: 0.25 };
+    const per = { bandwidth: 1e9, kvBytes: 1e3, kvBytesPerToken: 40e3, remote: fastRemote, local: same };
+    // 256 tokens, 240 held: 16 cross (0.64 ms), local computes 16 (21 ms); remote still computes all 256 (69 ms): local
+    const d = decideDisaggregation({ promptTokens: 256, heldTokens: 240, ...per });
+    expect(d).toMatchObject({ ship: false, reason: "local_faster" });
+    expect(d.kvMs).toBeCloseTo(0.64, 9);
+    expect(d.localMs).toBeCloseTo(21, 9);
+    expect(decideDisaggregation({ promptTokens: 256, ...per })).toMatchObject({ ship: true, localMs: 261 });
+  });
+
   it("on equal hardware without a remote model, a tie stays local (nothing has to cross)", () => {
     expect(decideDisaggregation({ promptTokens: 100, bandwidth: 1e12, kvBytes: 1, remote: null, local: same })).toMatchObject({ ship: false, reason: "local_faster" });
   });

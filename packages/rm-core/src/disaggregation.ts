@@ -122,6 +122,11 @@ export interface DisaggregationInputs {
   remote: PrefillModel | null;
   /** The decode endpoint's own prefill model (null: not measured yet). */
   local: PrefillModel | null;
+  /**
+   * Prompt positions the decode endpoint already holds in its prefix cache (default 0): they do
+   * not cross (the handoff skips them) and a local prefill does not compute them.
+   */
+  heldTokens?: number;
 }
 
 export type DisaggregationReason = "kv_faster" | "local_faster" | "explore_kv" | "explore_local";
@@ -139,11 +144,12 @@ export const DISAGGREGATION_REASONS: readonly DisaggregationReason[] = ["kv_fast
 
 /** The decision for one request (see the top of this file). */
 export function decideDisaggregation(i: DisaggregationInputs): DisaggregationDecision {
-  const bytes = i.kvBytesPerToken != null && i.kvBytesPerToken > 0 ? i.kvBytesPerToken * i.promptTokens : i.kvBytes;
+  const rest = Math.max(1, i.promptTokens - Math.max(0, i.heldTokens ?? 0));
+  const bytes = i.kvBytesPerToken != null && i.kvBytesPerToken > 0 ? i.kvBytesPerToken * rest : i.kvBytes;
   if (i.bandwidth === null || bytes === null || !(i.bandwidth > 0)) return { ship: true, reason: "explore_kv" };
   if (i.local === null) return { ship: false, reason: "explore_local" };
   const kvMs = (bytes / i.bandwidth) * 1000;
-  const localMs = prefillMs(i.local, i.promptTokens);
+  const localMs = prefillMs(i.local, rest);
   const pdMs = Math.max(prefillMs(i.remote ?? i.local, i.promptTokens), kvMs);
   return { ship: pdMs < localMs, reason: pdMs < localMs ? "kv_faster" : "local_faster", pdMs, localMs, kvMs };
 }

@@ -45,7 +45,9 @@ export function estimatesOf(pool: EndpointPool | undefined): WorkerEstimates | n
 
 /**
  * The path of a request without a placement. `localPath`: the decode workers prefill whole
- * requests (--local-prefill); without it every request ships its KV.
+ * requests (--local-prefill); without it every request ships its KV. `heldTokens`: prompt
+ * positions a decode worker holds already (prefix routing's index), which neither cross nor
+ * are computed on the local path.
  */
 export function choosePath(
   mode: DisaggregationMode,
@@ -53,6 +55,7 @@ export function choosePath(
   placed: boolean,
   input: PromptInput,
   pools: { prefill?: EndpointPool; decode?: EndpointPool },
+  heldTokens = 0,
 ): PathChoice {
   if (!localPath || mode === "always") return { local: false, reason: placed ? "header" : "forced" };
   if (mode === "never") return { local: true, reason: "forced" };
@@ -68,6 +71,7 @@ export function choosePath(
     kvBytesPerToken: dec?.kvBytesPerToken ?? null,
     remote: pre?.prefill ?? null,
     local: dec?.prefill ?? null,
+    heldTokens,
   });
   return { local: !decision.ship, reason: decision.reason, decision, promptTokens };
 }

@@ -77,14 +77,20 @@ export class Orchestrator {
     const active = trace.getActiveSpan();
     const span = active?.isRecording() ? active : undefined;
     // A moved attempt picks its own prefill worker: the one an endpoint picker named may be the one that failed.
-    const dispatch = (r: GenerationRequest, id: string, trail: MigrationTrail, first: boolean): AsyncGenerator<GenEvent> => {
+    const { router } = this.o;
+    const o = this.o;
+    async function* dispatch(r: GenerationRequest, id: string, trail: MigrationTrail, first: boolean): AsyncGenerator<GenEvent> {
       if (solo) {
         span?.addEvent("airm.dispatch", { "airm.request_id": id, "airm.path": "solo" });
-        return runSolo(solo, { ...this.o, trail }, r, id, signal);
+        return yield* runSolo(solo, { ...o, trail }, r, id, signal);
       }
       const prefillAt = first ? at.prefill : undefined;
-      const path = choosePath(this.o.disaggregation ?? "auto", this.o.localPrefill === true, prefillAt !== undefined, r.input, this.o);
-      this.o.onPath?.(id, path);
+      // Where the prompt's blocks are, once for the path and the picks (prefix routing).
+      const affinity = router ? await router.affinity(r, [prefill!, decode!], decode!, signal) : null;
+      if (signal.aborted) return;
+      const held = affinity ? Math.max(0, ...decode!.endpoints.filter((e) => e.healthy).map((e) => affinity.matched(e))) * affinity.blockSize : 0;
+      const path = choosePath(o.disaggregation ?? "auto", o.localPrefill === true, prefillAt !== undefined, r.input, o, held);
+      o.onPath?.(id, path);
       span?.addEvent("airm.dispatch", {
         "airm.request_id": id,
         "airm.path": path.local ? "local" : "pd",
@@ -92,9 +98,9 @@ export class Orchestrator {
         ...(path.decision?.pdMs !== undefined ? { "airm.path.pd_ms": path.decision.pdMs } : {}),
         ...(path.decision?.localMs !== undefined ? { "airm.path.local_ms": path.decision.localMs } : {}),
       });
-      if (path.local) return runSolo(decode!, { ...this.o, trail }, r, id, signal);
-      return runPd({ ...this.o, prefill: prefill!, decode: decode!, prefillAt, trail }, r, id, signal);
-    };
+      if (path.local) return yield* runSolo(decode!, { ...o, trail, affinity }, r, id, signal);
+      return yield* runPd({ ...o, prefill: prefill!, decode: decode!, prefillAt, trail, affinity }, r, id, signal);
+    }
     const hooks = this.o.migration ?? { limit: 0 };
     const traced: MigrationHooks = {
       ...hooks,

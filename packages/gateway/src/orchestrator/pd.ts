@@ -27,6 +27,8 @@ export interface PdOptions {
   trail?: MigrationTrail;
   /** Prefix-aware routing (AIRM_ROUTING=prefix): where the prompt's blocks are. */
   router?: PrefixRouter;
+  /** The prompt's affinity when the caller worked it out already (undefined: ask the router). */
+  affinity?: Affinity | null;
 }
 
 /** The pool's pick, away from `avoid` when another endpoint is healthy. */
@@ -236,7 +238,7 @@ function prefixWhy(a: Affinity, e: Endpoint): string {
 }
 
 export async function* runPd(o: PdOptions, req: GenerationRequest, requestId: string, signal: AbortSignal): AsyncGenerator<GenEvent> {
-  const affinity = o.router ? await o.router.affinity(req, [o.prefill, o.decode], o.decode, signal) : null;
+  const affinity = o.affinity !== undefined ? o.affinity : o.router ? await o.router.affinity(req, [o.prefill, o.decode], o.decode, signal) : null;
   if (signal.aborted) return;
   const r = new PdRequest(o, req, requestId, affinity);
   const onAbort = () => {

@@ -5,7 +5,7 @@
 import { ApiError, type WorkerEventStream } from "@airm/internal-api";
 import { context, SpanKind, SpanStatusCode, trace } from "@opentelemetry/api";
 import type { EndpointPool } from "../endpoint-pool.ts";
-import type { PrefixRouter } from "../prefix-router.ts";
+import type { Affinity, PrefixRouter } from "../prefix-router.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
 import type { GenEvent } from "./gen-events.ts";
 import { blame, type MigrationTrail } from "./migration.ts";
@@ -20,10 +20,12 @@ export interface SoloTimeouts {
   trail?: MigrationTrail;
   /** Prefix-aware routing (AIRM_ROUTING=prefix): where the prompt's blocks are. */
   router?: PrefixRouter;
+  /** The prompt's affinity when the caller worked it out already (undefined: ask the router). */
+  affinity?: Affinity | null;
 }
 
 export async function* runSolo(pool: EndpointPool, t: SoloTimeouts, req: GenerationRequest, requestId: string, signal: AbortSignal): AsyncGenerator<GenEvent> {
-  const affinity = t.router ? await t.router.affinity(req, [pool], pool, signal) : null;
+  const affinity = t.affinity !== undefined ? t.affinity : t.router ? await t.router.affinity(req, [pool], pool, signal) : null;
   if (signal.aborted) return;
   const ep = pool.pickAvoiding(t.trail?.avoid, affinity);
   if (!ep) throw new ApiError(503, "no_healthy_worker", `no healthy ${pool.role} worker: ${pool.describeDown()}`);
