@@ -33,6 +33,8 @@ export interface Affinity {
   /** Positions per block. */
   blockSize: number;
   matched(e: Endpoint): number;
+  /** The prompt's token ids as a worker tokenized it (a moved stream's tokens not included). */
+  promptTokens: number[];
 }
 
 export interface PoolOptions {

@@ -96,14 +96,14 @@ export class PrefixRouter {
     if (!choice || this.index.size === 0) return null;
     const at = leastBusy(tokenizeOn);
     if (!at) return null;
-    let tokens: number[];
+    let promptTokens: number[];
     try {
-      tokens = (await at.client.tokenize({ input: p.input }, { signal: AbortSignal.any([AbortSignal.timeout(5000), ...(signal ? [signal] : [])]) })).tokens;
+      promptTokens = (await at.client.tokenize({ input: p.input }, { signal: AbortSignal.any([AbortSignal.timeout(5000), ...(signal ? [signal] : [])]) })).tokens;
     } catch (err) {
       this.log?.debug({ worker: at.url, err: (err as Error).message }, "prefix routing: tokenize failed; routing by load");
       return null;
     }
-    if (p.resume?.length) tokens = [...tokens, ...p.resume];
+    const tokens = p.resume?.length ? [...promptTokens, ...p.resume] : promptTokens;
     this.counts.lookups++;
     const byRoot = new Map<string, BlockIds>();
     const idsFor = (e: Endpoint): BlockIds => {
@@ -121,7 +121,7 @@ export class PrefixRouter {
       blocks = idsFor(e).length;
       blockSize = rootOf(e)!.blockSize;
     }
-    return { blocks, blockSize, matched: (e) => this.index.matched(idsFor(e), e.url) };
+    return { blocks, blockSize, promptTokens, matched: (e) => this.index.matched(idsFor(e), e.url) };
   }
 
   close(): void {

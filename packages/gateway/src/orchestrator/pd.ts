@@ -114,13 +114,15 @@ class PdRequest {
    * them for this request): the prefill worker then sends only the rest. A decode worker that
    * cannot say (an older one, or an error) holds nothing: every block crosses, as before.
    */
-  async hold(signal: AbortSignal): Promise<KvHoldResponse["held"]> {
+  async hold(signal: AbortSignal, promptTokenIds?: number[]): Promise<KvHoldResponse["held"]> {
     const { req } = this;
     try {
       const answer = await this.dec.client.kvHold(
         {
           requestId: this.requestId,
-          input: req.input,
+          // The prompt's token ids when prefix routing asked for them already (the same
+          // tokenization the worker would do): the decode worker does not tokenize it again.
+          input: promptTokenIds ? { promptTokenIds } : req.input,
           ...(req.cacheSalt ? { cacheSalt: req.cacheSalt } : {}),
           ...(req.resume ? { resume: req.resume } : {}),
         },
@@ -247,7 +249,7 @@ export async function* runPd(o: PdOptions, req: GenerationRequest, requestId: st
   };
   signal.addEventListener("abort", onAbort);
   try {
-    const held = await r.hold(signal);
+    const held = await r.hold(signal, affinity?.promptTokens);
     const decodeCall = r.startDecode();
     const answer = await r.prefill(signal, held);
     if (!answer) return;
