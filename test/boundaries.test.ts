@@ -3,9 +3,11 @@
 // carries, checked by the gateway and run by the worker) and the telemetry library (each part's
 // trace export), and name no engine or transport except
 // as a default; no transport imports another (shared parts live in kv-relay); plugins are found
-// by name.
+// by name; no package's files import each other in a cycle (type imports count: a cycle of types
+// still ties the files' order and meaning together).
+import { dirname, join, normalize } from "node:path";
 import { describe, expect, test } from "vitest";
-import { packageSources } from "./source-files.ts";
+import { packageSources, packages } from "./source-files.ts";
 
 const HOSTS = ["worker", "gateway", "workload-runner"];
 const TRANSPORTS = ["kv-shm", "kv-tcp", "kv-nixl-ucx", "kv-nixl"];
@@ -61,5 +63,63 @@ describe("package boundaries", () => {
       }
     }
     expect(bad).toEqual([]);
+  });
+});
+
+/**
+ * The import cycles among `files` ([path, text]): each a list of files that reach one another
+ * through relative imports (strongly connected components of more than one file, or a file that
+ * imports itself).
+ */
+function importCycles(files: [string, string][]): string[][] {
+  const known = new Set(files.map(([f]) => f));
+  const edges = new Map(
+    files.map(([f, text]) => [
+      f,
+      importsOf(text)
+        .filter((s) => s.startsWith("."))
+        .map((s) => normalize(join(dirname(f), s)))
+        .filter((t) => known.has(t)),
+    ]),
+  );
+  const order = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const cycles: string[][] = [];
+  const visit = (v: string): void => {
+    order.set(v, order.size);
+    low.set(v, order.get(v)!);
+    stack.push(v);
+    for (const w of edges.get(v)!) {
+      if (!order.has(w)) {
+        visit(w);
+        low.set(v, Math.min(low.get(v)!, low.get(w)!));
+      } else if (stack.includes(w)) low.set(v, Math.min(low.get(v)!, order.get(w)!));
+    }
+    if (low.get(v) !== order.get(v)) return;
+    const group = stack.splice(stack.indexOf(v));
+    if (group.length > 1 || edges.get(v)!.includes(v)) cycles.push(group.sort());
+  };
+  for (const f of edges.keys()) if (!order.has(f)) visit(f);
+  return cycles;
+}
+
+describe("import cycles", () => {
+  test("no package's source files import one another in a cycle", () => {
+    const found = packages().flatMap((pkg) => importCycles(packageSources(pkg)).map((c) => c.join(" -> ")));
+    expect(found).toEqual([]);
+  });
+
+  test("the check sees a cycle, a longer one, and a file that imports itself", () => {
+    const files: [string, string][] = [
+      ["p/src/a.ts", 'import { b } from "./b.ts";'],
+      ["p/src/b.ts", 'import type { A } from "./a.ts";'],
+      ["p/src/c.ts", 'export { d } from "./sub/d.ts";'],
+      ["p/src/sub/d.ts", 'const e = await import("../e.ts");'],
+      ["p/src/e.ts", 'import { c } from "./c.ts";'],
+      ["p/src/f.ts", 'import { f } from "./f.ts";'],
+      ["p/src/g.ts", 'import { a } from "./a.ts";'],
+    ];
+    expect(importCycles(files)).toEqual([["p/src/a.ts", "p/src/b.ts"], ["p/src/c.ts", "p/src/e.ts", "p/src/sub/d.ts"], ["p/src/f.ts"]]);
   });
 });

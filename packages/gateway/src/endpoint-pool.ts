@@ -8,7 +8,7 @@
 import { WorkerClient, type WorkerHealth } from "@airm/internal-api";
 import { choose, DEFAULT_SATURATION, DEFAULT_WEIGHTS, isSaturated, type Candidate, type Routing, type Weights } from "@airm/routing";
 import type { SamplingDefaults } from "@airm/rm-core";
-import { causeOf, nothingListens } from "./orchestrator/worker-calls.ts";
+import { causeOf, nothingListens } from "./net-errors.ts";
 
 export interface Endpoint {
   readonly url: string;

@@ -5,7 +5,23 @@ import type { AddressInfo } from "node:net";
 import { serve, type ServerType } from "@hono/node-server";
 import { Hono } from "hono";
 import { Counter, Gauge, Registry, collectDefaultMetrics } from "prom-client";
-import type { RelayStats } from "./relay-server.ts";
+
+/** What the relay holds and has done, as the metrics report it. */
+export interface RelayStats {
+  blobs: number;
+  /** Blob bytes stored (the sum of blob sizes). */
+  bytesHeld: number;
+  /** Pool bytes handed out (size classes, including pushes in progress and blobs still being sent). */
+  poolHeldBytes: number;
+  poolIdleBytes: number;
+  maxBytes: number;
+  expired: number;
+  crcFailures: number;
+  connections: number;
+  framesRejected: number;
+  slotsReused: number;
+  slotsAllocated: number;
+}
 
 interface StatsSource {
   stats(): RelayStats;

@@ -22,7 +22,7 @@ import {
   type FrameHeader,
   type StatusCode,
 } from "./frame.ts";
-import { RelayMetrics, startMetricsServer, type MetricsServer } from "./relay-metrics.ts";
+import { RelayMetrics, type RelayStats, startMetricsServer, type MetricsServer } from "./relay-metrics.ts";
 import { feed, stagedOnRead } from "./staged-read.ts";
 import { formatHostPort } from "./address.ts";
 import { RELAY_CONFIG } from "./relay-config.ts";
@@ -61,23 +61,6 @@ export interface RelayServer {
   address: string;
   metricsPort?: number;
   close(): Promise<void>;
-}
-
-/** What the relay holds and has done, as the metrics report it. */
-export interface RelayStats {
-  blobs: number;
-  /** Blob bytes stored (the sum of blob sizes). */
-  bytesHeld: number;
-  /** Pool bytes handed out (size classes, including pushes in progress and blobs still being sent). */
-  poolHeldBytes: number;
-  poolIdleBytes: number;
-  maxBytes: number;
-  expired: number;
-  crcFailures: number;
-  connections: number;
-  framesRejected: number;
-  slotsReused: number;
-  slotsAllocated: number;
 }
 
 interface StoredBlob {

@@ -2,7 +2,8 @@
 
 // Checkpoint I/O: loading, tokenizers, the tiny-model generator, the model cache.
 export type { Architecture, Checkpoint, ChatMessage, GenerationDefaults, ModelConfig, RopeScaling, TensorInfo, TensorSource, Tokenizer } from "./checkpoint-types.ts";
-export { loadCheckpoint, checkTensors, type LoadCheckpointOptions } from "./checkpoint/load-checkpoint.ts";
+export { loadCheckpoint, type LoadCheckpointOptions } from "./checkpoint/load-checkpoint.ts";
+export { checkTensors } from "./checkpoint/make-checkpoint.ts";
 export { ModelLoadError } from "./checkpoint/model-load-error.ts";
 export { samplingDefaults, HF_SAMPLING_KEYS, GGUF_SAMPLING_KEYS } from "./checkpoint/sampling-defaults.ts";
 export { expectedTensors, type ExpectedTensor } from "./checkpoint/expected-tensors.ts";

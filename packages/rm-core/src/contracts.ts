@@ -3,8 +3,10 @@
 // and are checked by annotation (`export const shm: KVTransportPlugin = {...}`).
 
 import type { ConfigSpec, ConfigValues, OptionMap } from "./config/config-spec.ts";
-import type { KVDtype } from "./kv-layout.ts";
 import type { SamplingDefaults, SamplingParams, TokenHistory, TokenLogprobs } from "./sampling.ts";
+
+/** Element type of the KV blobs. */
+export type KVDtype = "bf16" | "fp16";
 
 /** The plugin groups hosts resolve by name. */
 export const GROUPS = ["airm.kv_transports", "airm.workloads"] as const;

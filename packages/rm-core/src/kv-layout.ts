@@ -5,12 +5,13 @@
 // package takes the geometry from here: the model's block pool, the engines, the manifest and
 // the transports.
 
-import type { KVBlobs } from "./contracts.ts";
+import type { KVBlobs, KVDtype } from "./contracts.ts";
+
+export type { KVDtype } from "./contracts.ts";
 import { KVIntegrityError } from "./errors.ts";
 
 /** The only KV layout: paged, see the module comment. */
 export const KV_LAYOUT = "rngd-pd/v2";
-export type KVDtype = "bf16" | "fp16";
 
 /** Bytes per element of each KV dtype. */
 export const KV_DTYPE_BYTES: Record<KVDtype, number> = { bf16: 2, fp16: 2 };

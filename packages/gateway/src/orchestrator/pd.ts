@@ -10,8 +10,9 @@ import type { Endpoint, EndpointPool } from "../endpoint-pool.ts";
 import type { Affinity, PrefixRouter } from "../prefix-router.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
 import type { EndReason, GenEvent } from "./gen-events.ts";
+import { causeOf, nothingListens } from "../net-errors.ts";
 import { blame, type MigrationTrail } from "./migration.ts";
-import { causeOf, isDeadline, isWorkerFault, nothingListens, notePick, relayEvents, releaseOn, traceHeaders, workerLogprobs } from "./worker-calls.ts";
+import { isDeadline, isWorkerFault, notePick, relayEvents, releaseOn, traceHeaders, workerLogprobs } from "./worker-calls.ts";
 
 const tracer = trace.getTracer("@airm/gateway");
 

@@ -8,8 +8,9 @@ import type { EndpointPool } from "../endpoint-pool.ts";
 import type { Affinity, PrefixRouter } from "../prefix-router.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
 import type { GenEvent } from "./gen-events.ts";
+import { causeOf, nothingListens } from "../net-errors.ts";
 import { blame, type MigrationTrail } from "./migration.ts";
-import { causeOf, isWorkerFault, nothingListens, notePick, relayEvents, traceHeaders, workerLogprobs } from "./worker-calls.ts";
+import { isWorkerFault, notePick, relayEvents, traceHeaders, workerLogprobs } from "./worker-calls.ts";
 
 const tracer = trace.getTracer("@airm/gateway");
 

@@ -7,31 +7,13 @@ import { context, propagation, type Span } from "@opentelemetry/api";
 import type { Endpoint, EndpointPool } from "../endpoint-pool.ts";
 import type { GenEvent } from "./gen-events.ts";
 import type { GenerationRequest } from "../openai/parse.ts";
+import { causeOf } from "../net-errors.ts";
 
 /** W3C trace headers of the active span, for a worker call. */
 export function traceHeaders(): Record<string, string> {
   const h: Record<string, string> = {};
   propagation.inject(context.active(), h);
   return h;
-}
-
-/** A short cause of a failed fetch: "timed out", ECONNREFUSED, or the message. */
-export function causeOf(err: unknown): string {
-  const e = err as Error & { cause?: { code?: string; message?: string } };
-  if (e?.name === "TimeoutError") return "timed out";
-  if (e?.cause) return e.cause.code ?? e.cause.message ?? String(e.cause);
-  return e?.message ?? String(err);
-}
-
-/**
- * True when nothing listens at the endpoint (the connection was refused, or no route or name):
- * the endpoint is down until a probe says otherwise. A connection that was accepted and then
- * dropped is not that: behind a Service the next connection may reach another pod, and one pod
- * going away must not take the whole endpoint out of the pool.
- */
-export function nothingListens(err: unknown): boolean {
-  const code = (err as { cause?: { code?: string } })?.cause?.code;
-  return code === "ECONNREFUSED" || code === "EHOSTUNREACH" || code === "ENETUNREACH" || code === "ENOTFOUND" || code === "EAI_AGAIN";
 }
 
 /**

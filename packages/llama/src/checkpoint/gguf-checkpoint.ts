@@ -11,9 +11,10 @@ import { compileChatTemplate } from "../tokenizer/chat-template.ts";
 import { ggufTokenizer } from "../tokenizer/gguf-tokenizer.ts";
 import { ARCHITECTURE_TRAITS, traitsOf } from "./architecture-traits.ts";
 import { DEQUANT_TYPES, dequantToBf16, type DequantType } from "./gguf-dequant.ts";
-import { GGML_TYPES, closeGguf, openGguf, type GgufFile, type GgufTensorInfo, type GgufValue } from "./gguf-file.ts";
+import { GGML_TYPES, closeGguf, openGguf, type GgufFile, type GgufTensorInfo } from "./gguf-file.ts";
 import { expectedTensors } from "./expected-tensors.ts";
-import { checkTensors, makeCheckpoint } from "./load-checkpoint.ts";
+import { checkTensors, makeCheckpoint } from "./make-checkpoint.ts";
+import { GgufMetadata } from "./gguf-metadata.ts";
 import { ModelLoadError } from "./model-load-error.ts";
 import { readExactly } from "./safetensors-source.ts";
 import { GGUF_SAMPLING_KEYS, samplingDefaultsOf } from "./sampling-defaults.ts";
@@ -52,57 +53,6 @@ export function hfTensorName(gguf: string, architecture?: Architecture): string 
   };
   const part = (architecture === "gemma3" ? GEMMA3_NORMS[m[2]!] : undefined) ?? parts[m[2]!];
   return part ? `model.layers.${m[1]}.${part}.${m[3]}` : gguf;
-}
-
-/** Reads GGUF metadata with typed accessors that name the file and key on errors. */
-export class GgufMetadata {
-  constructor(private readonly file: GgufFile) {}
-  has(key: string): boolean {
-    return this.file.metadata.has(key);
-  }
-  raw(key: string): GgufValue | undefined {
-    return this.file.metadata.get(key);
-  }
-  private missing(key: string): never {
-    throw new ModelLoadError(this.file.path, `metadata key "${key}" is missing`, { item: key });
-  }
-  int(key: string, fallback?: number): number {
-    const v = this.file.metadata.get(key);
-    if (v === undefined) return fallback ?? this.missing(key);
-    const n = typeof v === "bigint" ? Number(v) : v;
-    if (typeof n !== "number" || !Number.isSafeInteger(n) || n < 0)
-      throw new ModelLoadError(this.file.path, `metadata key "${key}" must be a non-negative integer, got ${String(v)}`, { item: key });
-    return n;
-  }
-  num(key: string, fallback?: number): number {
-    const v = this.file.metadata.get(key);
-    if (v === undefined) return fallback ?? this.missing(key);
-    const n = typeof v === "bigint" ? Number(v) : v;
-    if (typeof n !== "number" || !Number.isFinite(n)) throw new ModelLoadError(this.file.path, `metadata key "${key}" must be a number, got ${String(v)}`, { item: key });
-    return n;
-  }
-  str(key: string, fallback?: string): string {
-    const v = this.file.metadata.get(key);
-    if (v === undefined) return fallback ?? this.missing(key);
-    if (typeof v !== "string") throw new ModelLoadError(this.file.path, `metadata key "${key}" must be a string`, { item: key });
-    return v;
-  }
-  bool(key: string, fallback: boolean): boolean {
-    const v = this.file.metadata.get(key);
-    return typeof v === "boolean" ? v : fallback;
-  }
-  strings(key: string): string[] {
-    const v = this.file.metadata.get(key);
-    if (v === undefined) this.missing(key);
-    if (!Array.isArray(v) || !v.every((s) => typeof s === "string")) throw new ModelLoadError(this.file.path, `metadata key "${key}" must be an array of strings`, { item: key });
-    return v as string[];
-  }
-  ints(key: string): number[] | undefined {
-    const v = this.file.metadata.get(key);
-    if (v === undefined) return undefined;
-    if (!Array.isArray(v)) throw new ModelLoadError(this.file.path, `metadata key "${key}" must be an array of integers`, { item: key });
-    return v.map((x) => Number(x));
-  }
 }
 
 const ARCHITECTURES: Record<string, Architecture> = Object.fromEntries(

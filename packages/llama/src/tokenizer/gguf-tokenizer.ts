@@ -6,7 +6,7 @@
 
 import type { ModelConfig } from "../checkpoint-types.ts";
 import type { GgufFile } from "../checkpoint/gguf-file.ts";
-import { GgufMetadata } from "../checkpoint/gguf-checkpoint.ts";
+import { GgufMetadata } from "../checkpoint/gguf-metadata.ts";
 import { ModelLoadError } from "../checkpoint/model-load-error.ts";
 import { HfTokenizer } from "./hf-tokenizer.ts";
 import { SpmTokenizer } from "./spm-tokenizer.ts";
