@@ -77,6 +77,7 @@ export async function exportedMetrics(): Promise<Map<string, string>> {
       }),
       grammar: () => null,
       estimates: () => ({ prefill: null, kvBandwidth: null, kvBytes: null, localPrefill: false }) as any,
+      prefixInfo: () => ({ modelFingerprint: "m", numericsFingerprint: "n", blockSize: 16, instance: "i" }),
     },
     { role: "decode", backend: "atom" },
   );

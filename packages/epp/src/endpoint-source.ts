@@ -17,7 +17,7 @@ export interface EndpointSource {
 /** Two member lists are the same set (order aside). */
 export function sameEndpoints(a: Endpoint[], b: Endpoint[]): boolean {
   if (a.length !== b.length) return false;
-  const key = (e: Endpoint) => `${e.address}\0${e.port}\0${e.role}\0${e.name}`;
+  const key = (e: Endpoint) => `${e.address}\0${e.port}\0${e.role}\0${e.name}\0${e.kvEvents ?? ""}\0${e.kvReplay ?? ""}`;
   const seen = new Set(a.map(key));
   return b.every((e) => seen.has(key(e)));
 }

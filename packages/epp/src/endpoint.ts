@@ -14,6 +14,10 @@ export interface Endpoint {
   role: Role;
   /** A name for logs and metrics (the pod name in Kubernetes). */
   name: string;
+  /** Where its worker publishes KV events (tcp://host:port or ipc://path), for --routing prefix; else the --kv-events-port convention. */
+  kvEvents?: string;
+  /** Its replay endpoint (null: none); else the --kv-replay-port convention. */
+  kvReplay?: string | null;
 }
 
 /** The header and dynamic-metadata key that names the destination (GIE's DestinationEndpointKey). */

@@ -34,6 +34,8 @@ export const EPP_COMMAND = defineCommand({
     localPrefillMaxTokens: flagFor("localPrefillMaxTokens", { metavar: "TOKENS" }),
     disaggregation: flagFor("disaggregation"),
     routing: flagFor("routing"),
+    kvEventsPort: flagFor("kvEventsPort"),
+    kvReplayPort: flagFor("kvReplayPort"),
     failureMode: flagFor("failureMode", { metavar: "FailOpen|FailClose" }),
     logLevel: flagFor("logLevel", { metavar: "LEVEL" }),
   },
@@ -85,6 +87,7 @@ export async function main(argv: string[], env: Record<string, string | undefine
       scrapeIntervalMs: c.scrapeIntervalMs,
       staleAfterMs: c.staleAfterMs,
       picker: { localPrefillMaxTokens: c.localPrefillMaxTokens, disaggregation: c.disaggregation, routing: c.routing },
+      kvEvents: { port: c.kvEventsPort, replayPort: c.kvReplayPort },
       failureMode: c.failureMode,
       log,
     });

@@ -34,7 +34,15 @@ export const EPP_CONFIG = defineConfig("@airm/epp", {
   }),
   routing: opt(oneOf(PICKER_ROUTINGS), {
     default: "approx-prefix",
-    doc: "How a pod is chosen among those of a role (names shared with the gateway's AIRM_ROUTING): approx-prefix scores load and the prompt text's first 8 blocks of 256 characters that the pod took last; load scores load alone; random takes any unsaturated pod. The gateway's prefix (its index from the workers' KV events) is not followed here yet.",
+    doc: "How a pod is chosen among those of a role (names shared with the gateway's AIRM_ROUTING): approx-prefix scores load and the prompt text's first 8 blocks of 256 characters that the pod took last; prefix scores load and the prompt's KV blocks the pod's worker holds, from its KV events (--kv-events-port; the prompt tokenized by a decode pod's /tokenize, its blocks named from the pod's airm_prefix_cache_info); load scores load alone; random takes any unsaturated pod.",
+  }),
+  kvEventsPort: opt(int({ min: 1, max: 65535 }), {
+    default: 5557,
+    doc: "With --routing prefix: the port of a pod's KV events (its worker's --kv-events-config endpoint tcp://*:PORT, vLLM's default 5557), for endpoints that name none (kvEvents in an endpoints file).",
+  }),
+  kvReplayPort: opt(int({ min: 0, max: 65535 }), {
+    default: 5558,
+    doc: "With --routing prefix: the port of a pod's KV event replay socket (its replay_endpoint); 0: none (a picker that restarts then starts with an empty index).",
   }),
   localPrefillMaxTokens: opt(int({ min: 0 }), {
     default: 0,

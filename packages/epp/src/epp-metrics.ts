@@ -4,6 +4,7 @@
 
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import type { PrefixEvents } from "./prefix-events.ts";
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import { ROLES } from "./endpoint.ts";
 import { isFresh, type EndpointState } from "./metrics-scraper.ts";
@@ -69,6 +70,35 @@ export class EppMetrics {
       });
     byRole("airm_epp_endpoints", "Endpoints in the pool, by role", () => true);
     byRole("airm_epp_endpoints_ready", "Endpoints with fresh metrics (scraped without error within the stale limit), by role", (s, now) => isFresh(s, now, staleAfterMs));
+  }
+
+  /** Precise prefix routing's index (--routing prefix): its blocks per endpoint, the KV events behind it, the prompts tokenized. */
+  exportEvents(events: PrefixEvents): void {
+    const registers = [this.registry];
+    new Gauge({
+      name: "airm_epp_index_blocks",
+      help: "KV blocks the prefix index holds per endpoint, from its KV events",
+      labelNames: ["endpoint"],
+      registers,
+      collect() {
+        this.reset();
+        for (const w of events.index.workers()) this.set({ endpoint: w }, events.index.blocksOf(w));
+      },
+    });
+    const read = (name: string, help: string, value: () => number) =>
+      new Gauge({
+        name,
+        help: `${help} (a counter, read from the index)`,
+        registers,
+        collect() {
+          this.set(value());
+        },
+      });
+    read("airm_epp_kv_events_total", "KV events applied to the index", () => events.eventCounts().events);
+    read("airm_epp_kv_event_replays_total", "replays asked of the endpoints' replay sockets (start, gap, restart)", () => events.eventCounts().replays);
+    read("airm_epp_kv_event_batches_missed_total", "event batches lost and not replayed", () => events.eventCounts().missed);
+    read("airm_epp_prefix_lookups_total", "prompts tokenized for a precise prefix pick", () => events.counts.lookups);
+    read("airm_epp_tokenize_failures_total", "tokenizer calls that failed (those requests were routed by load)", () => events.counts.tokenizeFailures);
   }
 }
 

@@ -13,6 +13,7 @@ import { HealthService } from "./health-service.ts";
 import { silentLog, type Log } from "./log.ts";
 import { isFresh, MetricsScraper } from "./metrics-scraper.ts";
 import { Picker, type PickerOptions } from "./picker.ts";
+import { PrefixEvents } from "./prefix-events.ts";
 import { protos } from "./protos.ts";
 import { PickingRouter, type FailureMode } from "./request-router.ts";
 
@@ -34,8 +35,10 @@ export interface EppOptions {
   failureMode?: FailureMode;
   /** Request bodies above this are refused with 413 (default 16 MiB). */
   maxBodyBytes?: number;
-  /** Scoring knobs (weights, saturation limits, prefix index). */
+  /** Scoring knobs (weights, saturation limits, prefix index, routing). */
   picker?: Omit<PickerOptions, "staleAfterMs">;
+  /** With routing prefix: where the endpoints' KV events are when an endpoint names none (default 5557, replay 5558). */
+  kvEvents?: { port: number; replayPort: number };
   log?: Log;
 }
 
@@ -49,6 +52,8 @@ export interface Epp {
   readonly scraper: MetricsScraper;
   readonly metrics: EppMetrics;
   readonly health: HealthService;
+  /** The KV events' index and tokenizer calls (routing prefix), else null. */
+  readonly events: PrefixEvents | null;
   close(): Promise<void>;
 }
 
@@ -79,7 +84,12 @@ export async function startEpp(o: EppOptions): Promise<Epp> {
   const scraper = new MetricsScraper({ intervalMs: o.scrapeIntervalMs ?? 50, onScrape: (s) => s.error && metrics.scrapeErrors.inc({ endpoint: s.key }) });
   metrics = new EppMetrics(() => scraper.states(), staleAfterMs);
   const picker = new Picker(scraper, { ...o.picker, staleAfterMs });
-  const router = new PickingRouter({ picker, failureMode: o.failureMode ?? "FailClose", metrics, log });
+  const events = picker.routing === "prefix" ? new PrefixEvents({ kvEventsPort: o.kvEvents?.port ?? 5557, kvReplayPort: o.kvEvents?.replayPort ?? 5558, log }) : null;
+  const router = new PickingRouter({ picker, failureMode: o.failureMode ?? "FailClose", metrics, log, ...(events ? { events } : {}) });
+  if (events) metrics.exportEvents(events);
+  // The events follow the endpoints as they come and go, and as their worker processes change (the scrapes say).
+  const follow = events ? setInterval(() => events.sync(scraper.states()), 250) : undefined;
+  follow?.unref();
   const health = new HealthService();
   const { extProc, health: healthProto } = protos();
 
@@ -131,7 +141,10 @@ export async function startEpp(o: EppOptions): Promise<Epp> {
       scraper,
       metrics,
       health,
+      events,
       async close() {
+        clearInterval(follow);
+        events?.close();
         health.setServing(false);
         health.endWatches();
         unsubscribe();
@@ -141,6 +154,8 @@ export async function startEpp(o: EppOptions): Promise<Epp> {
       },
     };
   } catch (e) {
+    clearInterval(follow);
+    events?.close();
     unsubscribe();
     o.source.stop();
     scraper.stop();

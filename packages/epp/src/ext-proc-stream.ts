@@ -29,7 +29,7 @@ export type RouteAnswer = { kind: "route"; destination: string; prefill: string 
 
 export interface Router {
   /** The answer for one request (`body` null when it has none). Must not throw. */
-  route(body: Buffer | null, headers: Map<string, string>): RouteAnswer;
+  route(body: Buffer | null, headers: Map<string, string>): RouteAnswer | Promise<RouteAnswer>;
 }
 
 export interface StreamOptions {
@@ -66,12 +66,22 @@ export function serveProcessStream(call: ServerDuplexStream<ProcessingRequest, P
   };
   const wholeBody = () => (chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, bodyBytes));
   /** Routes once the body is complete (or absent); `bodyEnds` is false when trailers still follow. */
-  const answerRequest = (body: Buffer | null, bodyEnds: boolean) => {
-    answered = true;
-    const a = router.route(body, headers);
+  // Answers leave in order: one that waits for the routing (a tokenizer call) holds the later ones.
+  let pending: Promise<void> | null = null;
+  const inOrder = (f: () => void) => {
+    if (pending) pending = pending.then(f);
+    else f();
+  };
+  const answer = (a: RouteAnswer, body: Buffer | null, bodyEnds: boolean) => {
     if (a.kind === "refuse") return refuse(a.status, a.code, a.message, a.param ?? null);
     send(requestHeadersAnswer({ destination: a.destination, prefill: a.prefill, bodyBytes: body?.length ?? 0 }));
     if (body) for (const r of streamedBody("request_body", body, bodyEnds)) send(r);
+  };
+  const answerRequest = (body: Buffer | null, bodyEnds: boolean) => {
+    answered = true;
+    const a = router.route(body, headers);
+    if (!(a instanceof Promise)) return answer(a, body, bodyEnds);
+    pending = a.then((x) => answer(x, body, bodyEnds));
   };
 
   call.on("data", (req: ProcessingRequest) => {
@@ -93,16 +103,21 @@ export function serveProcessStream(call: ServerDuplexStream<ProcessingRequest, P
       case "request_trailers":
         // GIE v1.5.0 ignores request trailers; a body that ends with trailers is routed here.
         if (!answered) answerRequest(wholeBody(), false);
-        send(trailersAnswer("request_trailers"));
+        inOrder(() => send(trailersAnswer("request_trailers")));
         return;
       case "response_headers":
-        send(responseHeadersAnswer());
+        inOrder(() => send(responseHeadersAnswer()));
         return;
-      case "response_body":
-        for (const r of streamedBody("response_body", req.response_body?.body ?? Buffer.alloc(0), req.response_body?.end_of_stream ?? false)) send(r);
+      case "response_body": {
+        const body = req.response_body?.body ?? Buffer.alloc(0);
+        const ends = req.response_body?.end_of_stream ?? false;
+        inOrder(() => {
+          for (const r of streamedBody("response_body", body, ends)) send(r);
+        });
         return;
+      }
       case "response_trailers":
-        send(trailersAnswer("response_trailers"));
+        inOrder(() => send(trailersAnswer("response_trailers")));
         return;
       default:
         options.log.warn({ request: req.request }, "ext_proc message with no known phase ignored");

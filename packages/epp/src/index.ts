@@ -9,7 +9,8 @@ export type { EndpointSource } from "./endpoint-source.ts";
 export { StaticEndpoints, EndpointsFileError, EndpointsFileSchema, parseEndpointsFile, type StaticEndpointsOptions } from "./static-endpoints.ts";
 export { InferencePoolMembers, PoolUnavailableError, kubeApi, type PoolApi, type PoolMembersOptions } from "./pool-members.ts";
 export { ROLE_LABEL, INFERENCE_POOL, podEndpoints, podIsServing, roleOfPod, poolSpecOf, labelSelectorText, type PodLike, type PoolSpec } from "./pod-endpoints.ts";
-export { Picker, type Picked, type Refusal, type PickerOptions } from "./picker.ts";
+export { DISAGGREGATION_MODES, Picker, PICKER_ROUTINGS, type Picked, type PickerOptions, type PickerRouting, type Refusal } from "./picker.ts";
+export { PrefixEvents, type PrefixEventsOptions } from "./prefix-events.ts";
 export {
   DEFAULT_SATURATION,
   DEFAULT_WEIGHTS,

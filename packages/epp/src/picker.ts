@@ -8,6 +8,7 @@
 import { CHARS_PER_TOKEN, decideDisaggregation, estimateTokens, type DisaggregationDecision } from "@airm/rm-core";
 import { decodes, type Role } from "./endpoint.ts";
 import { isFresh, pendingPicks, type EndpointState, type MetricsScraper } from "./metrics-scraper.ts";
+import type { PreciseAffinity } from "./prefix-events.ts";
 import { PrefixIndex } from "./prefix-index.ts";
 import {
   type Candidate,
@@ -47,12 +48,12 @@ export const DISAGGREGATION_MODES = ["auto", "always", "never", "prompt-length"]
 export type DisaggregationMode = (typeof DISAGGREGATION_MODES)[number];
 
 /**
- * How equals of one role are chosen (the shared names the picker applies): approx-prefix (default)
- * scores load and the prompt text's first blocks this endpoint took last; load scores load alone;
- * random takes any open endpoint. `prefix` (the KV block index from the workers' events) is the
- * gateway's so far: this picker does not follow KV events yet.
+ * How equals of one role are chosen (the shared names of @airm/routing): approx-prefix (default)
+ * scores load and the prompt text's first blocks this endpoint took last; prefix scores load and
+ * the prompt's blocks the endpoint's worker holds, from its KV events (prefix-events.ts); load
+ * scores load alone; random takes any open endpoint.
  */
-export const PICKER_ROUTINGS = ["approx-prefix", "load", "random"] as const satisfies readonly Routing[];
+export const PICKER_ROUTINGS = ["approx-prefix", "prefix", "load", "random"] as const satisfies readonly Routing[];
 export type PickerRouting = (typeof PICKER_ROUTINGS)[number];
 
 /** Nothing could be picked: the HTTP status and OpenAI error the client gets. */
@@ -80,6 +81,12 @@ export interface PickerOptions {
   disaggregation?: DisaggregationMode;
   /** How equals are chosen (default approx-prefix). */
   routing?: PickerRouting;
+}
+
+/** A prompt's blocks, and how many of them an endpoint holds (or took last). */
+interface Prefix {
+  blocks: number;
+  matched(s: EndpointState): number;
 }
 
 /** Characters per token of the estimate the disaggregation decision uses (no tokenizer here). */
@@ -116,7 +123,7 @@ export class Picker {
   }
 
   /** Picks for one request and counts the picks (they weigh on the next picks until scraped). */
-  pick(model: string, prompt: string): Picked | Refusal {
+  pick(model: string, prompt: string, precise: PreciseAffinity | null = null): Picked | Refusal {
     const states = this.scraper.states();
     const now = this.now();
     const prefillPool = states.filter((s) => s.endpoint.role === "prefill");
@@ -127,8 +134,16 @@ export class Picker {
     const destOffer = this.offer(destPool, now, "decode");
     if (!destOffer.ok) return destOffer;
     const hashes = this.routing === "approx-prefix" ? this.prefix.hashes(model, prompt) : [];
+    // Where the prompt is prefilled counts: approx-prefix only knows where it sent it; the index knows where the blocks are.
+    const affinity = (where: (s: EndpointState) => boolean): Prefix =>
+      precise
+        ? { blocks: precise.blocks, matched: (s) => precise.matched(s) }
+        : { blocks: hashes.length, matched: (s) => (where(s) ? this.prefix.matchedBlocks(hashes, s.key) : 0) };
     this.turn++;
-    const dest = this.best(destOffer.open, hashes, (s) => s.endpoint.role === "both");
+    const dest = this.best(
+      destOffer.open,
+      affinity((s) => s.endpoint.role === "both"),
+    );
     let prefill: { state: EndpointState; reason: PickReason } | null = null;
     let local = false;
     let path: Picked["path"] = null;
@@ -143,7 +158,11 @@ export class Picker {
         local = true;
         path = { reason: "forced" };
       }
-      if (prefillOffer?.ok && !local) prefill = this.best(prefillOffer.open, hashes, () => true);
+      if (prefillOffer?.ok && !local)
+        prefill = this.best(
+          prefillOffer.open,
+          affinity(() => true),
+        );
       const est = dest.state.load?.estimates;
       if (prefill && this.disaggregation === "auto" && est?.localPrefill) {
         const decision = decideDisaggregation({
@@ -209,16 +228,16 @@ export class Picker {
     return { ok: true, open };
   }
 
-  private best(open: EndpointState[], hashes: number[], affinity: (s: EndpointState) => boolean): { state: EndpointState; reason: PickReason } {
+  private best(open: EndpointState[], prefix: Prefix): { state: EndpointState; reason: PickReason } {
     if (this.routing === "random") return { state: open[Math.floor(Math.random() * open.length)], reason: open.length > 1 ? "random" : "only_candidate" };
     const cands: Candidate[] = open.map((s) => ({
       waiting: s.load!.waiting + pendingPicks(s),
       running: s.load!.running,
       kvUsage: s.load!.kvUsage,
-      prefixBlocks: affinity(s) ? this.prefix.matchedBlocks(hashes, s.key) : 0,
+      prefixBlocks: this.routing === "load" ? 0 : prefix.matched(s),
       pending: pendingPicks(s),
     }));
-    const c = choose(cands, this.weights, hashes.length, this.turn);
+    const c = choose(cands, this.weights, this.routing === "load" ? 0 : prefix.blocks, this.turn);
     return { state: open[c.index], reason: c.reason };
   }
 }

@@ -15,6 +15,29 @@ export interface ServerLoad {
   kvUsage: number;
   /** Our workers' disaggregation inputs (rm-core ESTIMATE_GAUGES), when they export them and have measured them. */
   estimates?: Estimates;
+  /** How the server names its KV blocks, and its worker process (airm_prefix_cache_info), when it exports it. */
+  prefixInfo?: PrefixCacheInfo;
+}
+
+/** airm_prefix_cache_info's labels. */
+export interface PrefixCacheInfo {
+  modelFingerprint: string;
+  numericsFingerprint: string;
+  blockSize: number;
+  instance: string;
+}
+
+const PREFIX_INFO = "airm_prefix_cache_info";
+
+/** The labels of a sample line's label set `{...}` (quotes and escapes honoured). */
+function labelsOf(set: string): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const m of set.matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g))
+    out.set(
+      m[1],
+      m[2].replace(/\\(.)/g, (_, c: string) => (c === "n" ? "\n" : c)),
+    );
+  return out;
 }
 
 /** What an endpoint measured for the disaggregation decision; a field is absent until measured. */
@@ -58,6 +81,7 @@ function endOfLabels(text: string, open: number, lineEnd: number): number {
 export function parseServerLoad(text: string): ServerLoad {
   const sums: Partial<Record<keyof typeof LOAD_METRICS, number>> = {};
   const est: Partial<Record<keyof typeof ESTIMATE_GAUGES, number>> = {};
+  let info: PrefixCacheInfo | undefined;
   let pos = 0;
   while (pos < text.length) {
     let lineEnd = text.indexOf("\n", pos);
@@ -71,6 +95,14 @@ export function parseServerLoad(text: string): ServerLoad {
         nameEnd++;
       }
       const name = text.slice(pos, nameEnd);
+      if (name === PREFIX_INFO && text.charCodeAt(nameEnd) === 123) {
+        const end = endOfLabels(text, nameEnd, lineEnd);
+        const l = end > 0 ? labelsOf(text.slice(nameEnd, end)) : new Map<string, string>();
+        const blockSize = Number(l.get("block_size"));
+        if (l.get("model_fingerprint") && l.get("numerics_fingerprint") && l.get("instance") && Number.isInteger(blockSize) && blockSize > 0) {
+          info = { modelFingerprint: l.get("model_fingerprint")!, numericsFingerprint: l.get("numerics_fingerprint")!, blockSize, instance: l.get("instance")! };
+        }
+      }
       const field = FIELD_OF.get(name);
       const estimate = field ? undefined : ESTIMATE_OF.get(name);
       if (field || estimate) {
@@ -93,6 +125,7 @@ export function parseServerLoad(text: string): ServerLoad {
     .map(([, name]) => name);
   if (missing.length) throw new Error(`/metrics lacks ${missing.join(", ")}`);
   const load = sums as ServerLoad;
+  if (info) load.prefixInfo = info;
   if (Object.keys(est).length) {
     load.estimates = {
       localPrefill: est.localPrefill === 1,

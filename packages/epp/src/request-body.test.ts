@@ -4,9 +4,9 @@ import { BadRequestBody, parseInferenceBody } from "./request-body.ts";
 const parse = (v: unknown) => parseInferenceBody(Buffer.from(typeof v === "string" ? v : JSON.stringify(v)));
 
 test("model and prompt from completions and chat bodies", () => {
-  expect(parse({ model: "m", prompt: "hello" })).toEqual({ model: "m", prompt: "hello" });
-  expect(parse({ model: "m", prompt: ["a", "b"] })).toEqual({ model: "m", prompt: "a\nb" });
-  expect(parse({ model: "m", prompt: [1, 2, 3] })).toEqual({ model: "m", prompt: "1,2,3" });
+  expect(parse({ model: "m", prompt: "hello" })).toMatchObject({ model: "m", prompt: "hello" });
+  expect(parse({ model: "m", prompt: ["a", "b"] })).toMatchObject({ model: "m", prompt: "a\nb" });
+  expect(parse({ model: "m", prompt: [1, 2, 3], cache_salt: "t" })).toEqual({ model: "m", prompt: "1,2,3", tokenize: { model: "m", prompt: [1, 2, 3], cacheSalt: "t" } });
   expect(
     parse({
       model: "m",
@@ -15,8 +15,8 @@ test("model and prompt from completions and chat bodies", () => {
         { role: "user", content: [{ type: "text", text: "hi" }, { type: "image_url" }] },
       ],
     }),
-  ).toEqual({ model: "m", prompt: "system: be brief\nuser: hi" });
-  expect(parse({ model: "m" })).toEqual({ model: "m", prompt: "" });
+  ).toMatchObject({ model: "m", prompt: "system: be brief\nuser: hi", tokenize: { messages: [{ role: "system" }, { role: "user" }] } });
+  expect(parse({ model: "m" })).toEqual({ model: "m", prompt: "", tokenize: { model: "m" } });
 });
 
 test("not JSON, not an object, or no model: a 400 naming the problem", () => {

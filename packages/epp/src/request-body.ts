@@ -6,6 +6,8 @@ export interface InferenceRequest {
   model: string;
   /** The text prefix affinity hashes: the prompt, or the messages as "role: text" lines. */
   prompt: string;
+  /** What a tokenizer needs for precise prefix routing: the body's own prompt, or messages and tools, and its cache_salt. */
+  tokenize: { model: string; prompt?: unknown; messages?: unknown; tools?: unknown; cacheSalt?: string };
 }
 
 /** The body cannot be routed: answered with HTTP 400 and an OpenAI error naming `param`. */
@@ -44,12 +46,13 @@ export function parseInferenceBody(body: Buffer): InferenceRequest {
     throw new BadRequestBody(`request body is not valid JSON: ${(e as Error).message}`, null);
   }
   if (typeof json !== "object" || json === null || Array.isArray(json)) throw new BadRequestBody("request body must be a JSON object", null);
-  const o = json as { model?: unknown; prompt?: unknown; messages?: unknown };
+  const o = json as { model?: unknown; prompt?: unknown; messages?: unknown; tools?: unknown; cache_salt?: unknown };
   if (typeof o.model !== "string" || o.model === "") throw new BadRequestBody("model not found in request body", "model");
-  if (o.prompt !== undefined) return { model: o.model, prompt: promptText(o.prompt) };
+  const salt = typeof o.cache_salt === "string" && o.cache_salt ? { cacheSalt: o.cache_salt } : {};
+  if (o.prompt !== undefined) return { model: o.model, prompt: promptText(o.prompt), tokenize: { model: o.model, prompt: o.prompt, ...salt } };
   if (Array.isArray(o.messages)) {
     const lines = o.messages.map((m) => `${typeof m?.role === "string" ? m.role : ""}: ${textOf(m?.content)}`);
-    return { model: o.model, prompt: lines.join("\n") };
+    return { model: o.model, prompt: lines.join("\n"), tokenize: { model: o.model, messages: o.messages, ...(o.tools !== undefined ? { tools: o.tools } : {}), ...salt } };
   }
-  return { model: o.model, prompt: "" };
+  return { model: o.model, prompt: "", tokenize: { model: o.model } };
 }

@@ -8,14 +8,17 @@ import type { RouteAnswer, Router } from "./ext-proc-stream.ts";
 import type { Log } from "./log.ts";
 import type { EndpointState } from "./metrics-scraper.ts";
 import type { Picker } from "./picker.ts";
-import { BadRequestBody, parseInferenceBody } from "./request-body.ts";
+import type { PreciseAffinity, PrefixEvents } from "./prefix-events.ts";
+import { BadRequestBody, type InferenceRequest, parseInferenceBody } from "./request-body.ts";
 import type { PickReason } from "@airm/routing";
 
 export type FailureMode = "FailOpen" | "FailClose";
 export const FAILURE_MODES = ["FailOpen", "FailClose"] as const;
 
 export interface RouterOptions {
-  picker: Pick<Picker, "pick" | "pickAny">;
+  picker: Pick<Picker, "pick" | "pickAny" | "fresh">;
+  /** Precise prefix routing (--routing prefix): the KV events' index and the tokenizer calls. */
+  events?: PrefixEvents;
   failureMode: FailureMode;
   metrics?: EppMetrics;
   log: Log;
@@ -24,18 +27,30 @@ export interface RouterOptions {
 export class PickingRouter implements Router {
   constructor(private readonly o: RouterOptions) {}
 
-  route(body: Buffer | null, headers: Map<string, string>): RouteAnswer {
+  route(body: Buffer | null, headers: Map<string, string>): RouteAnswer | Promise<RouteAnswer> {
     const t0 = performance.now();
-    const answer = this.decide(body, headers);
-    this.o.metrics?.decisionMs.observe(performance.now() - t0);
-    return answer;
+    const done = (answer: RouteAnswer) => {
+      this.o.metrics?.decisionMs.observe(performance.now() - t0);
+      return answer;
+    };
+    let req: InferenceRequest | null = null;
+    try {
+      if (body !== null) req = parseInferenceBody(body);
+    } catch (e) {
+      return done(this.failed(e));
+    }
+    const events = this.o.events;
+    if (!req || !events) return done(this.decide(req, headers, null));
+    return events
+      .affinity(req.tokenize, this.o.picker.fresh())
+      .catch(() => null)
+      .then((precise) => done(this.decide(req, headers, precise)));
   }
 
-  private decide(body: Buffer | null, headers: Map<string, string>): RouteAnswer {
+  private decide(req: InferenceRequest | null, headers: Map<string, string>, precise: PreciseAffinity | null): RouteAnswer {
     try {
-      if (body === null) return this.any("round_robin");
-      const req = parseInferenceBody(body);
-      const p = this.o.picker.pick(req.model, req.prompt);
+      if (req === null) return this.any("round_robin");
+      const p = this.o.picker.pick(req.model, req.prompt, precise);
       if (!p.ok) return { kind: "refuse", status: p.status, code: p.code, message: p.message };
       this.count(p.destination, p.reason);
       if (p.prefill) this.count(p.prefill, p.prefillReason!);
@@ -45,11 +60,16 @@ export class PickingRouter implements Router {
       this.o.log.debug({ requestId: headers.get("x-request-id"), model: req.model, ...answer, reason: p.reason, path: p.path?.reason, ...p.path?.decision }, "picked");
       return answer;
     } catch (e) {
-      if (e instanceof BadRequestBody) return { kind: "refuse", status: 400, code: "invalid_request", message: e.message, param: e.param };
-      this.o.log.error({ err: (e as Error).message, failureMode: this.o.failureMode }, "picker failed");
-      if (this.o.failureMode === "FailOpen") return this.any("fail_open");
-      return { kind: "refuse", status: 500, code: "picker_error", message: `the endpoint picker failed: ${(e as Error).message}` };
+      return this.failed(e);
     }
+  }
+
+  /** A body that cannot be routed (400), or the picker's own failure (the failure mode says what then). */
+  private failed(e: unknown): RouteAnswer {
+    if (e instanceof BadRequestBody) return { kind: "refuse", status: 400, code: "invalid_request", message: e.message, param: e.param };
+    this.o.log.error({ err: (e as Error).message, failureMode: this.o.failureMode }, "picker failed");
+    if (this.o.failureMode === "FailOpen") return this.any("fail_open");
+    return { kind: "refuse", status: 500, code: "picker_error", message: `the endpoint picker failed: ${(e as Error).message}` };
   }
 
   /** Any decode-capable endpoint in turn (requests without a body, fail-open). */

@@ -17,6 +17,15 @@ const EndpointEntrySchema = z
     port: z.number().int().min(1).max(65535),
     role: z.enum(ROLES as [string, ...string[]]).default("both"),
     name: z.string().trim().min(1).optional(),
+    kvEvents: z
+      .string()
+      .regex(/^(tcp|ipc):\/\//, "must be a tcp:// or ipc:// address")
+      .optional(),
+    kvReplay: z
+      .string()
+      .regex(/^(tcp|ipc):\/\//, "must be a tcp:// or ipc:// address")
+      .nullable()
+      .optional(),
   })
   .strict();
 
@@ -47,7 +56,14 @@ export function parseEndpointsFile(path: string, text: string): Endpoint[] {
     const where = issue.path.length ? `entry ${issue.path.map(String).join(".")}: ` : "";
     throw new EndpointsFileError(path, `${where}${issue.message}`);
   }
-  const out = r.data.map((e) => ({ address: e.address, port: e.port, role: e.role as Endpoint["role"], name: e.name ?? hostPortOf(e) }));
+  const out = r.data.map((e) => ({
+    address: e.address,
+    port: e.port,
+    role: e.role as Endpoint["role"],
+    name: e.name ?? hostPortOf(e),
+    ...(e.kvEvents ? { kvEvents: e.kvEvents } : {}),
+    ...(e.kvReplay !== undefined ? { kvReplay: e.kvReplay } : {}),
+  }));
   const seen = new Set<string>();
   for (const e of out) {
     if (seen.has(hostPortOf(e))) throw new EndpointsFileError(path, `${hostPortOf(e)} is listed twice`);

@@ -6,7 +6,7 @@ import { serve } from "@hono/node-server";
 import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { GrammarChecker } from "@airm/grammar";
-import { registerVllmGauges, keepIdleConnections } from "@airm/internal-api";
+import { keepIdleConnections, registerPrefixCacheInfo, registerVllmGauges } from "@airm/internal-api";
 import { ConfigError } from "@airm/rm-core";
 import pino from "pino";
 import { createGatewayApp } from "./app.ts";
@@ -157,6 +157,14 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     () => podLoad(orchestrator.inFlight, decodeSlots(servingPool), podBlocks(servingPool)),
     () => podGeometry(servingPool),
   );
+  // How the serving workers name their blocks, for an endpoint picker that routes by prefix (a
+  // pod's gateway speaks for its worker; several workers behind one gateway share a root).
+  registerPrefixCacheInfo(metrics.registry, () => {
+    const e = servingPool.endpoints.find((x) => x.health?.prefixCache?.enabled && x.health.model && x.health.kvCache);
+    if (!e) return null;
+    const h = e.health!;
+    return { modelFingerprint: h.model!.modelFingerprint, numericsFingerprint: h.model!.numericsFingerprint, blockSize: h.kvCache!.blockSize, instance: h.prefixCache!.instance };
+  });
   const grammar = new GrammarChecker();
   const app = createGatewayApp({
     orchestrator,

@@ -5,4 +5,4 @@ export * from "./schemas.ts";
 export { ApiError, ErrorBodySchema, OverloadedError, toApiError, invalidRequest, type ErrorBody } from "./api-error.ts";
 export { WorkerClient, WorkerEventStream, keepIdleConnections, ROUTES, NDJSON, encodeEvent, readEvents, StreamIdleError, type CallOptions } from "./worker-client.ts";
 export { schemaTables, INTERNAL_API_SCHEMAS } from "./schema-docs.ts";
-export { registerVllmGauges, type ServingLoad, type CacheGeometry } from "./vllm-metrics.ts";
+export { registerPrefixCacheInfo, registerVllmGauges, type PrefixCacheInfo, type ServingLoad, type CacheGeometry } from "./vllm-metrics.ts";

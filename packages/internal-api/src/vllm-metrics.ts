@@ -74,3 +74,31 @@ export function registerVllmGauges(registry: Registry, load: () => ServingLoad, 
     },
   });
 }
+
+/** How a server names its KV blocks (rm-core block-hash.ts's root), and its process, for a prefix-aware picker. */
+export interface PrefixCacheInfo {
+  modelFingerprint: string;
+  numericsFingerprint: string;
+  blockSize: number;
+  /** The worker process's id: a picker that sees it change drops what it indexed there. */
+  instance: string;
+}
+
+/**
+ * Registers airm_prefix_cache_info (value 1; omitted while `info()` is null, e.g. while loading or
+ * with prefix caching off): the labels model_fingerprint, numerics_fingerprint, block_size and
+ * instance let an endpoint picker that scrapes /metrics name a prompt's blocks as the server does.
+ */
+export function registerPrefixCacheInfo(registry: Registry, info: () => PrefixCacheInfo | null): void {
+  new Gauge({
+    name: "airm_prefix_cache_info",
+    help: "how this server names its KV blocks (block hash root) and its worker process, for prefix-aware routing; 1 while prefix caching is on",
+    labelNames: ["model_fingerprint", "numerics_fingerprint", "block_size", "instance"],
+    registers: [registry],
+    collect() {
+      this.reset();
+      const i = info();
+      if (i) this.set({ model_fingerprint: i.modelFingerprint, numerics_fingerprint: i.numericsFingerprint, block_size: String(i.blockSize), instance: i.instance }, 1);
+    },
+  });
+}

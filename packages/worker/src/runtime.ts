@@ -145,6 +145,11 @@ export class WorkerRuntime {
         },
         grammar: () => this.serving?.grammar?.stats ?? null,
         estimates: () => this.estimatesNow(),
+        prefixInfo: () => {
+          const e = this.serving?.engine;
+          if (!e?.stats().prefixCache?.enabled) return null;
+          return { modelFingerprint: e.model.modelFingerprint, numericsFingerprint: e.model.numericsFingerprint, blockSize: e.kvCache().blockSize, instance: this.instance };
+        },
       },
       { role: o.role, backend: o.backend },
     );

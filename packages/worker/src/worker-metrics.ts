@@ -3,7 +3,7 @@
 // live state at scrape time; timings are observed by the routes.
 
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
-import { registerVllmGauges, type CacheGeometry } from "@airm/internal-api";
+import { registerPrefixCacheInfo, registerVllmGauges, type CacheGeometry, type PrefixCacheInfo } from "@airm/internal-api";
 import type { GrammarEngineStats } from "@airm/grammar";
 import type { WorkerEstimates } from "@airm/internal-api";
 import { ESTIMATE_GAUGES } from "@airm/rm-core";
@@ -36,6 +36,8 @@ export interface WorkerState {
   grammar(): GrammarEngineStats | null;
   /** The disaggregation decision's inputs measured here. */
   estimates(): WorkerEstimates;
+  /** How its blocks are named, and its process (null while loading or with prefix caching off). */
+  prefixInfo(): PrefixCacheInfo | null;
 }
 
 const MS_BUCKETS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000];
@@ -55,6 +57,7 @@ export class WorkerMetrics {
     collectDefaultMetrics({ register: this.registry });
     const r = [this.registry];
     registerVllmGauges(this.registry, () => ({ waiting: state.waiting(), running: state.running(), kvUsage: state.kvUsage() }), state.geometry);
+    registerPrefixCacheInfo(this.registry, state.prefixInfo);
     new Counter({
       name: "vllm:num_preemptions_total",
       help: "streams preempted: their KV blocks taken back for older streams when the cache ran out, their KV recomputed later",
