@@ -127,7 +127,9 @@ describe.skipIf(why !== null)(`PD across network namespaces${why ? ` (skipped: $
     const ip = (h: string) => rig.host(h).address;
     const gw = `http://${ip("gateway-node")}:8000`;
     const model = JSON.parse(fetchIn(rig, "gateway-node", `${gw}/v1/models`)).data[0].id;
-    const req = { model, prompt: "The quick brown fox jumps over the lazy dog and", max_tokens: 8, temperature: 0 };
+    // A prompt no earlier test sent: the decode worker holds none of its blocks, so its whole KV
+    // crosses the slow link (a prompt it held would push one block, which may beat the cut).
+    const req = { model, prompt: "Sphinx of black quartz, judge my vow, then count the waves", max_tokens: 8, temperature: 0 };
     // a slow prefill host (the KV push then takes seconds), cut while it pushes, for twice the KV timeout
     rig.shape("prefill-node", "50kbit", "4kb", "2s");
     const t0 = Date.now();
