@@ -2,7 +2,7 @@
 // line as the rendered chart wrote it (the image's /app mapped to this repository), bound to the
 // pod's IP (kwok hands out 127.1.0.0/24, so a process on this host answers for the pod), with the
 // container's environment. emptyDir volumes become per-pod folders (memory-backed ones under
-// /dev/shm), and the pod's own loopback and 0.0.0.0 become its IP. Services get what kube-proxy
+// /dev/shm), and the pod's own loopback and wildcard addresses become its IP. Services get what kube-proxy
 // gives them: a stable address (127.2.0.0/24 here) whose ports forward each new connection to a
 // running pod the Service selects, so `<svc>.<ns>.svc` keeps working when the pods behind it are
 // replaced. A pod that goes away has its processes stopped and its folders removed. Pods on a node
@@ -261,7 +261,11 @@ export class PodRunner {
     }
     let unresolved = false;
     const map = (s: string): string => {
-      let out = s.replace(/\b0\.0\.0\.0\b/g, ip).replace(/\b127\.0\.0\.1\b/g, ip);
+      // A wildcard bind (0.0.0.0, ZMQ's tcp://*:port) in a pod binds only that pod's addresses.
+      let out = s
+        .replace(/\b0\.0\.0\.0\b/g, ip)
+        .replace(/\b127\.0\.0\.1\b/g, ip)
+        .replace(/tcp:\/\/\*:/g, `tcp://${ip}:`);
       out = out.replace(/\b([a-z0-9-]+\.[a-z0-9-]+)\.svc\b/g, (host: string) => {
         const to = resolve(host);
         if (to === null) unresolved = true;

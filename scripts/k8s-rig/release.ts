@@ -40,17 +40,15 @@ export class Release {
     return helm(this.helm, [...args, "--kubeconfig", this.rig.kubeconfig, "--namespace", this.namespace]);
   }
 
-  /** Installs the chart at `chart` as release rngd-pd: two PD pods (shm) on `model` serving up to `maxModelLen`, and an InferencePool `pool` over them. */
-  async installPdPool(chart: string, o: { model: string; maxModelLen: number; pool: string }): Promise<void> {
-    await this.helmRun([
-      "install",
-      "rngd-pd",
-      chart,
-      ...[`model.path=${o.model}`, `maxModelLen=${o.maxModelLen}`, "prefill.replicas=2", "inferencePool.create=true", `inferencePool.name=${o.pool}`].flatMap((v) => ["--set", v]),
-      "--wait",
-      "--timeout",
-      "180s",
-    ]);
+  /**
+   * Installs the chart at `chart` as release rngd-pd: two PD pods (shm) on `model` serving up to
+   * `maxModelLen` (null: the model's context), and an InferencePool `pool` over them; `set`: more
+   * values (key=value).
+   */
+  async installPdPool(chart: string, o: { model: string; maxModelLen: number | null; pool: string; set?: string[] }): Promise<void> {
+    const values = [`model.path=${o.model}`, "prefill.replicas=2", "inferencePool.create=true", `inferencePool.name=${o.pool}`];
+    if (o.maxModelLen !== null) values.push(`maxModelLen=${o.maxModelLen}`);
+    await this.helmRun(["install", "rngd-pd", chart, ...[...values, ...(o.set ?? [])].flatMap((v) => ["--set", v]), "--wait", "--timeout", "180s"]);
   }
 
   /** The last output lines of every pod's processes (for failure messages). */

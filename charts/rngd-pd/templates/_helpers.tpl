@@ -46,6 +46,13 @@ true
 {{- end -}}
 {{- end -}}
 
+{{/* True when the worker of `role` publishes KV events (kvEvents.enabled): every decode worker, and prefill workers in pods of their own (tcp, nixl-ucx); a PD pod has one address, so only its decode worker publishes. */}}
+{{- define "rngd-pd.kvEvents" -}}
+{{- if and .root.Values.kvEvents.enabled (or (eq .role "decode") (include "rngd-pd.needsRelay" .root)) -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{- define "rngd-pd.relayAddr" -}}
 {{ include "rngd-pd.fullname" . }}-kv-relay.{{ .Release.Namespace }}.svc:{{ .Values.kvRelay.port }}
 {{- end -}}
@@ -167,6 +174,10 @@ The worker finds its card with --chip -1 (the kubelet checkpoint and POD_UID).
     - name: AIRM_KV_NIXL_POOL_MB
       value: {{ $v.nixl.poolMb | quote }}
     {{- end }}
+    {{- if include "rngd-pd.kvEvents" (dict "root" .root "role" .role) }}
+    - name: AIRM_KV_EVENTS_CONFIG
+      value: {{ dict "enable_kv_cache_events" true "publisher" "zmq" "endpoint" (printf "tcp://*:%v" $v.kvEvents.port) "replay_endpoint" (printf "tcp://*:%v" $v.kvEvents.replayPort) | toJson | quote }}
+    {{- end }}
     {{- if include "rngd-pd.needsRelay" .root }}
     - name: AIRM_KV_TCP_ADDR
       value: {{ include "rngd-pd.relayAddr" .root | quote }}
@@ -180,6 +191,12 @@ The worker finds its card with --chip -1 (the kubelet checkpoint and POD_UID).
   ports:
     - name: {{ .role }}
       containerPort: {{ .spec.port }}
+    {{- if include "rngd-pd.kvEvents" (dict "root" .root "role" .role) }}
+    - name: kv-events
+      containerPort: {{ $v.kvEvents.port }}
+    - name: kv-replay
+      containerPort: {{ $v.kvEvents.replayPort }}
+    {{- end }}
   readinessProbe:
     httpGet: { path: /health, port: {{ .spec.port }} }
     periodSeconds: 5

@@ -46,8 +46,15 @@ const seqBytes = (seq: bigint): Buffer => {
   return b;
 };
 
-/** vLLM binds an endpoint with a wildcard host (or ipc/inproc) and connects to any other. */
-const binds = (endpoint: string): boolean => endpoint.includes("*") || endpoint.includes("::") || endpoint.startsWith("ipc://") || endpoint.startsWith("inproc://");
+/**
+ * vLLM binds an endpoint with a wildcard host (or ipc/inproc) and connects to any other. A tcp
+ * endpoint on the address the worker itself listens on (--host) is bound too: the worker owns it.
+ */
+export function binds(endpoint: string, ownHost: string): boolean {
+  if (endpoint.includes("*") || endpoint.includes("::") || endpoint.startsWith("ipc://") || endpoint.startsWith("inproc://")) return true;
+  const host = /^tcp:\/\/(.+):\d+$/.exec(endpoint)?.[1]?.replace(/^\[(.*)\]$/, "$1");
+  return host !== undefined && host === ownHost;
+}
 
 export class KvEventPublisher {
   private seq = 0n;
@@ -69,10 +76,10 @@ export class KvEventPublisher {
     if (replay) void this.serveReplay(replay);
   }
 
-  /** Opens the PUB socket (and the replay ROUTER) as `cfg` says. */
-  static async start(cfg: KvEventsConfig): Promise<KvEventPublisher> {
+  /** Opens the PUB socket (and the replay ROUTER) as `cfg` says; `ownHost`: the address the worker serves on. */
+  static async start(cfg: KvEventsConfig, ownHost: string): Promise<KvEventPublisher> {
     const pub = new zmq.Publisher({ sendHighWaterMark: cfg.hwm });
-    if (binds(cfg.endpoint)) await pub.bind(cfg.endpoint);
+    if (binds(cfg.endpoint, ownHost)) await pub.bind(cfg.endpoint);
     else pub.connect(cfg.endpoint);
     let replay: zmq.Router | null = null;
     if (cfg.replay_endpoint) {

@@ -119,7 +119,7 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
         { env, options: { ...(o.threads === undefined ? {} : { threads: o.threads }), ...(o.engineOptions ?? {}) } },
       );
       rt.markReady({ engine, transport });
-      events = await startKvEvents(o.kvEventsConfig ?? cfg.kvEventsConfig, engine, rt, log);
+      events = await startKvEvents(o.kvEventsConfig ?? cfg.kvEventsConfig, engine, rt, log, host);
       const kv = engine.kvCache();
       const info = {
         role: o.role,
@@ -189,13 +189,13 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
  * Publishes the engine's prefix-cache block events when --kv-events-config enables them: first a
  * cleared event (what a consumer knew of this worker before a restart is gone), then every change.
  */
-async function startKvEvents(json: string | undefined, engine: ServingEngine, rt: WorkerRuntime, log: Logger): Promise<KvEventPublisher | null> {
+async function startKvEvents(json: string | undefined, engine: ServingEngine, rt: WorkerRuntime, log: Logger, host: string): Promise<KvEventPublisher | null> {
   if (!json) return null;
   const cfg = parseKvEventsConfig(json);
   if (!cfg.enable_kv_cache_events || cfg.publisher === "null") return null;
   if (!engine.onBlockEvent) throw new ConfigError("--kv-events-config", "this engine keeps no prefix cache to publish events of");
   const { KvEventPublisher } = await import("./kv-events.ts");
-  const publisher = await KvEventPublisher.start(cfg);
+  const publisher = await KvEventPublisher.start(cfg, host);
   rt.kvEvents = publisher;
   publisher.add({ kind: "cleared" });
   engine.onBlockEvent((e) => publisher.add(e));

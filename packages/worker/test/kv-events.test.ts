@@ -10,6 +10,7 @@ import { decode } from "@msgpack/msgpack";
 import { blockHashes, blockHashId, blockHashRoot } from "@airm/rm-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import * as zmq from "zeromq";
+import { binds } from "../src/kv-events.ts";
 import { parseKvEventsConfig } from "../src/kv-events-config.ts";
 import type { RunningWorker } from "../src/index.ts";
 import { generateTokens, tinyWorker } from "./tiny-worker.ts";
@@ -113,5 +114,36 @@ describe("KV events", () => {
     expect(() => parseKvEventsConfig('{"enable_kv_cache_events": true, "endpoit": "x"}')).toThrow(/unknown field\(s\) endpoit/);
     expect(() => parseKvEventsConfig('{"enable_kv_cache_events": true, "endpoint": "5557"}')).toThrow(/endpoint/);
     expect(() => parseKvEventsConfig('{"enable_kv_cache_events": "yes"}')).toThrow(/enable_kv_cache_events/);
+  });
+
+  it("binds a wildcard, ipc and the worker's own address (a pod's), and connects to any other (vLLM's rule)", async () => {
+    expect(binds("tcp://*:5557", "0.0.0.0")).toBe(true);
+    expect(binds("tcp://[::]:5557", "127.0.0.1")).toBe(true);
+    expect(binds(EVENTS, "127.0.0.1")).toBe(true);
+    expect(binds("tcp://10.1.2.3:5557", "10.1.2.3")).toBe(true);
+    expect(binds("tcp://10.1.2.9:5557", "10.1.2.3")).toBe(false);
+    expect(binds("tcp://collector.svc:5557", "0.0.0.0")).toBe(false);
+    // A worker serving on 127.0.0.2 publishes on its own address: a live subscriber gets its batches.
+    const config = JSON.stringify({ enable_kv_cache_events: true, endpoint: "tcp://127.0.0.2:0", replay_endpoint: null });
+    const own = await tinyWorker({ role: "solo", backend: "rngd", seed: 3, host: "127.0.0.2", env: { AIRM_BLOCK_SIZE: String(BS), AIRM_KV_EVENTS_CONFIG: config } });
+    try {
+      const at = (await (await fetch(`${own.url}/health`)).json()) as { prefixCache: { events: { endpoint: string } } };
+      expect(at.prefixCache.events.endpoint).toMatch(/^tcp:\/\/127\.0\.0\.2:\d+$/);
+      const sub = new zmq.Subscriber({ receiveTimeout: 10_000 });
+      sub.connect(at.prefixCache.events.endpoint);
+      sub.subscribe();
+      await new Promise((r) => setTimeout(r, 200));
+      await generateTokens(
+        own,
+        "own-1",
+        Array.from({ length: 20 }, (_, i) => 7 + i),
+        4,
+      );
+      const [, , payload] = await sub.receive();
+      expect(decodeBatch(payload!)[1].some((e) => e.type === "BlockStored")).toBe(true);
+      sub.close();
+    } finally {
+      await own.close();
+    }
   });
 });

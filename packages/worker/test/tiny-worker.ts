@@ -8,7 +8,7 @@ import { makeTinyModel } from "@airm/llama";
 import pino from "pino";
 import { startWorker, type RunningWorker, type WorkerOptions } from "../src/index.ts";
 
-export async function tinyWorker(o: Pick<WorkerOptions, "role" | "backend" | "kvTransport"> & { seed: number; env: Record<string, string> }): Promise<RunningWorker> {
+export async function tinyWorker(o: Pick<WorkerOptions, "role" | "backend" | "kvTransport" | "host"> & { seed: number; env: Record<string, string> }): Promise<RunningWorker> {
   const root = mkdtempSync(join(tmpdir(), "airm-worker-http-"));
   const model = join(root, "model");
   makeTinyModel({ arch: "llama", out: model, layers: 2, seed: o.seed });
@@ -16,6 +16,7 @@ export async function tinyWorker(o: Pick<WorkerOptions, "role" | "backend" | "kv
     role: o.role,
     backend: o.backend,
     kvTransport: o.kvTransport,
+    host: o.host,
     model,
     port: 0,
     maxModelLen: 64,
