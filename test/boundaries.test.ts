@@ -32,8 +32,6 @@ describe("package boundaries", () => {
           if (!spec.startsWith("@airm/") || ["@airm/rm-core", "@airm/internal-api", "@airm/grammar", "@airm/telemetry", "@airm/routing"].includes(spec)) continue;
           // The runner picks its default model with the model cache's rules (docs/decisions.md).
           if (file === "packages/workload-runner/src/default-model.ts" && spec === "@airm/llama") continue;
-          // --prefill-pool follows an InferencePool with the endpoint picker's watcher (its light entry).
-          if (file === "packages/gateway/src/gateway-server.ts" && spec === "@airm/epp/pool-members") continue;
           bad.push(`${file} imports ${spec}`);
         }
       }

@@ -2,8 +2,8 @@
 // (measured with the TypeScript parser, nested functions counted inside their parent too), but
 // for a short allow list of known long ones, each held to its size today so it cannot grow; an
 // entry that no longer needs its place must leave the list.
-import ts from "typescript";
 import { describe, expect, test } from "vitest";
+import { functionLengths } from "../scripts/code-size.ts";
 import { packageSources, packages } from "./source-files.ts";
 
 const LIMIT = 120;
@@ -14,23 +14,6 @@ const ALLOWED: Record<string, number> = {
   "packages/grammar/src/grammar-thread.ts grammarThreadMain": 173,
   "packages/llama/src/model/llama-model.ts build": 158,
 };
-
-/** [name, lines] of every function-like node of a source file. */
-function functionLengths(file: string, text: string): [string, number][] {
-  const sf = ts.createSourceFile(file, text, ts.ScriptTarget.ES2022, true);
-  const out: [string, number][] = [];
-  const visit = (node: ts.Node) => {
-    if (ts.isFunctionDeclaration(node) || ts.isMethodDeclaration(node) || ts.isArrowFunction(node) || ts.isFunctionExpression(node) || ts.isConstructorDeclaration(node)) {
-      const start = sf.getLineAndCharacterOfPosition(node.getStart(sf)).line;
-      const end = sf.getLineAndCharacterOfPosition(node.getEnd()).line;
-      const name = (node as { name?: ts.Node }).name?.getText(sf) ?? (ts.isVariableDeclaration(node.parent) ? node.parent.name.getText(sf) : "(anonymous)");
-      out.push([`${file}:${start + 1} ${name}`, end - start + 1]);
-    }
-    ts.forEachChild(node, visit);
-  };
-  visit(sf);
-  return out;
-}
 
 /** "file name" without the line number, the allow list's key. */
 const keyOf = (where: string) => where.replace(/:\d+ /, " ");

@@ -1,7 +1,7 @@
 import { defineConfig } from "tsup";
 
 export default defineConfig({
-  entry: { index: "src/index.ts", "pool-members": "src/pool-members.ts", testing: "src/testing/index.ts", "epp-cli": "src/epp-cli.ts" },
+  entry: { index: "src/index.ts", testing: "src/testing/index.ts", "epp-cli": "src/epp-cli.ts" },
   format: ["esm"],
   dts: true,
   clean: true,

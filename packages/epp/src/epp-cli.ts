@@ -70,11 +70,7 @@ export async function main(argv: string[], env: Record<string, string | undefine
   let epp: Epp;
   try {
     // Loaded after the arguments are checked: --help and usage errors answer without loading gRPC.
-    const [{ startEpp }, { InferencePoolMembers }, { StaticEndpoints }] = await Promise.all([
-      import("./epp-server.ts"),
-      import("./pool-members.ts"),
-      import("./static-endpoints.ts"),
-    ]);
+    const [{ startEpp }, { InferencePoolMembers }, { StaticEndpoints }] = await Promise.all([import("./epp-server.ts"), import("@airm/routing"), import("./static-endpoints.ts")]);
     const source = c.poolName
       ? new InferencePoolMembers({ poolName: c.poolName, namespace: c.poolNamespace, pollMs: c.poolPollMs, log })
       : new StaticEndpoints(c.endpointsFile!, { log });

@@ -6,7 +6,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { PrefixEvents } from "./prefix-events.ts";
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
-import { ROLES } from "./endpoint.ts";
+import { ROLES } from "@airm/routing";
 import { isFresh, type EndpointState } from "./metrics-scraper.ts";
 
 /** Decision latency buckets, in ms: most decisions take tens of microseconds. */

@@ -4,8 +4,8 @@
 // CLI (epp-cli.ts), the tests and the bench all start it through startEpp().
 
 import { Server, ServerCredentials, type ServerDuplexStream } from "@grpc/grpc-js";
-import type { EndpointSource } from "./endpoint-source.ts";
-import { hostPortOf } from "./endpoint.ts";
+import type { EndpointSource } from "@airm/routing";
+import { hostPortOf } from "@airm/routing";
 import { EppMetrics, startMetricsServer, type MetricsServer } from "./epp-metrics.ts";
 import type { ProcessingResponse } from "./ext-proc-messages.ts";
 import { serveProcessStream, type ProcessingRequest } from "./ext-proc-stream.ts";

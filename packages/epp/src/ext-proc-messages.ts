@@ -5,7 +5,12 @@
 // error body. Plain objects in the shape of the trimmed protos (proto/), field names as there,
 // except google.protobuf.Struct/Value, whose names protobufjs bundles in camelCase (structValue).
 
-import { DESTINATION_HEADER, DESTINATION_NAMESPACE, PREFILLER_HEADER } from "./endpoint.ts";
+/** The header and dynamic-metadata key that names the destination (GIE's DestinationEndpointKey). */
+export const DESTINATION_HEADER = "x-gateway-destination-endpoint";
+/** The dynamic-metadata namespace Envoy's load balancer reads the destination from. */
+export const DESTINATION_NAMESPACE = "envoy.lb";
+/** The header that names the prefill pod to the decode pod (llm-d's routing-sidecar protocol). */
+export const PREFILLER_HEADER = "x-prefiller-host-port";
 
 /** GIE's BodyByteLimit: Envoy implementations take up to 64 KiB per streamed chunk; this keeps a margin. */
 export const BODY_CHUNK_BYTES = 62_000;

@@ -4,7 +4,7 @@
 // the queue it sees. Knows nothing about scoring; the picker reads its states.
 
 import { Agent, request } from "node:http";
-import { hostPortOf, type Endpoint } from "./endpoint.ts";
+import { hostPortOf, type Endpoint } from "@airm/routing";
 import { parseServerLoad, type ServerLoad } from "./prometheus-text.ts";
 
 /** What the picker knows about one endpoint. Mutated in place by the scraper and the picker. */

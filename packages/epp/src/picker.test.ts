@@ -1,5 +1,5 @@
 import { expect, test } from "vitest";
-import type { Endpoint, Role } from "./endpoint.ts";
+import type { Endpoint, Role } from "@airm/routing";
 import type { EndpointState } from "./metrics-scraper.ts";
 import { Picker } from "./picker.ts";
 import type { ServerLoad } from "./prometheus-text.ts";

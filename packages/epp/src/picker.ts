@@ -6,7 +6,7 @@
 // when everything ready is saturated.
 
 import { CHARS_PER_TOKEN, decideDisaggregation, estimateTokens, type DisaggregationDecision } from "@airm/rm-core";
-import { decodes, type Role } from "./endpoint.ts";
+import { decodes, type Role } from "@airm/routing";
 import { isFresh, pendingPicks, type EndpointState, type MetricsScraper } from "./metrics-scraper.ts";
 import type { PreciseAffinity } from "./prefix-events.ts";
 import { PrefixIndex } from "./prefix-index.ts";

@@ -8,7 +8,7 @@
 
 import { request } from "node:http";
 import { BlockIndex, type BlockIds, KvEventSubscriber, promptBlockIds } from "@airm/routing";
-import { decodes, hostPortOf, type Endpoint } from "./endpoint.ts";
+import { decodes, hostPortOf, type Endpoint } from "@airm/routing";
 import type { Log } from "./log.ts";
 import type { EndpointState } from "./metrics-scraper.ts";
 import type { PrefixCacheInfo } from "./prometheus-text.ts";

@@ -2,7 +2,7 @@
 // picker, and applies the failure mode when the picker itself fails (FailOpen: any endpoint in
 // turn; FailClose: 500). Counts picks and times each decision. Knows nothing of gRPC.
 
-import { hostPortOf } from "./endpoint.ts";
+import { hostPortOf } from "@airm/routing";
 import type { EppMetrics } from "./epp-metrics.ts";
 import type { RouteAnswer, Router } from "./ext-proc-stream.ts";
 import type { Log } from "./log.ts";

@@ -7,8 +7,8 @@ import { stat, readFile } from "node:fs/promises";
 import { AirmError } from "@airm/rm-core";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
-import { ChangeListeners, sameEndpoints, type EndpointSource } from "./endpoint-source.ts";
-import { ROLES, hostPortOf, type Endpoint } from "./endpoint.ts";
+import { ChangeListeners, sameEndpoints, type EndpointSource } from "@airm/routing";
+import { ROLES, hostPortOf, type Endpoint } from "@airm/routing";
 import { silentLog, type Log } from "./log.ts";
 
 const EndpointEntrySchema = z

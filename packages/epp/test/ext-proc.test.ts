@@ -6,7 +6,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { credentials } from "@grpc/grpc-js";
 import { afterEach, expect, test } from "vitest";
-import { PrefixIndex, protos, startEpp, StaticEndpoints, type Endpoint, type Epp, type EppOptions } from "../src/index.ts";
+import type { Endpoint } from "@airm/routing";
+import { PrefixIndex, protos, startEpp, StaticEndpoints, type Epp, type EppOptions } from "../src/index.ts";
 import { EnvoyStub, startFakeModelServer, type FakeModelServer } from "../src/testing/index.ts";
 
 const cleanup: (() => Promise<void> | void)[] = [];

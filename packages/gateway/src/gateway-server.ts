@@ -81,7 +81,7 @@ function workerPools(o: GatewayOptions, pool: PoolOptions): { solo?: EndpointPoo
  * the pool was read; throws the watcher's error (naming the pool and what to check) otherwise.
  */
 async function followPrefillPool(at: { name: string; namespace: string }, pool: EndpointPool, urls: string[]): Promise<{ stop(): void }> {
-  const { InferencePoolMembers, hostPortOf } = await import("@airm/epp/pool-members");
+  const { InferencePoolMembers, hostPortOf } = await import("@airm/routing");
   const members = new InferencePoolMembers({ poolName: at.name, namespace: at.namespace });
   const sync = () =>
     pool.setUrls([

@@ -3,7 +3,7 @@
 
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import type { Endpoint, Role } from "../endpoint.ts";
+import type { Endpoint, Role } from "@airm/routing";
 import type { ServerLoad } from "../prometheus-text.ts";
 
 export interface FakeModelServer {

@@ -1,6 +1,5 @@
-// What the picker routes to: a model-server endpoint (address, port, role, name) and the two
-// headers of the protocol it answers Envoy with. Where endpoints come from is an EndpointSource's
-// business (endpoint-source.ts); how loaded they are is the scraper's (metrics-scraper.ts).
+// What a picker routes to: a model-server endpoint (address, port, role, name, where its worker's
+// KV events are). Where endpoints come from is an EndpointSource's business (endpoint-source.ts).
 
 /** What an endpoint serves: the prefill half, the decode half, or whole requests. */
 export type Role = "prefill" | "decode" | "both";
@@ -19,13 +18,6 @@ export interface Endpoint {
   /** Its replay endpoint (null: none); else the --kv-replay-port convention. */
   kvReplay?: string | null;
 }
-
-/** The header and dynamic-metadata key that names the destination (GIE's DestinationEndpointKey). */
-export const DESTINATION_HEADER = "x-gateway-destination-endpoint";
-/** The dynamic-metadata namespace Envoy's load balancer reads the destination from. */
-export const DESTINATION_NAMESPACE = "envoy.lb";
-/** The header that names the prefill pod to the decode pod (llm-d's routing-sidecar protocol). */
-export const PREFILLER_HEADER = "x-prefiller-host-port";
 
 /** "address:port" ("[v6]:port" for IPv6 addresses), the endpoint's identity everywhere. */
 export function hostPortOf(e: { address: string; port: number }): string {

@@ -4,14 +4,12 @@
 // watching: a poll survives API restarts, expired resource versions and selector changes with
 // no extra code, and one LIST of a few pods per second is cheap. A failed poll keeps the last
 // members; a pool that was deleted empties them. The endpoint picker uses it as its endpoint
-// source; the gateway can use it to check that a host named in a header belongs to the pool.
+// source; the gateway uses it to check that a host named in a header belongs to the pool.
 
 import type { CoreV1Api, CustomObjectsApi, KubeConfig } from "@kubernetes/client-node";
 import { AirmError } from "@airm/rm-core";
 import { ChangeListeners, sameEndpoints, type EndpointSource } from "./endpoint-source.ts";
 import { hostPortOf, type Endpoint, type Role } from "./endpoint.ts";
-
-export { hostPortOf, type Endpoint, type Role };
 import { silentLog, type Log } from "./log.ts";
 import { INFERENCE_POOL, labelSelectorText, podEndpoints, poolSpecOf, type PodLike, type PoolSpec } from "./pod-endpoints.ts";
 
