@@ -92,7 +92,7 @@ describe("charts/rngd-pd", () => {
       [["nixl.python=venv/bin/python"], /\/nixl\/python/],
       [["airm.kvTransport=nixl", "topology=sidecar"], /topology sidecar needs airm.kvTransport tcp or nixl-ucx/],
       [["epp.routing=kv"], /\/epp\/routing.*one of 'approx-prefix', 'prefix', 'load', 'random'/],
-      [["epp.enabled=true", "epp.routing=prefix"], /epp.routing prefix follows the workers' KV events: set kvEvents.enabled true/],
+      [["epp.enabled=true", "kvEvents.enabled=false"], /epp.routing prefix follows the workers' KV events: set kvEvents.enabled true/],
       [["kvEvents.port=0"], /\/kvEvents\/port/],
     ];
     for (const [set, message] of cases) {
@@ -185,19 +185,21 @@ describe("charts/rngd-pd", () => {
     expect(envOf(gw).AIRM_METRICS_PORT).toBe("9400");
   });
 
-  test("kvEvents: vLLM's --kv-events-config on the pod's ports 5557/5558 (a PD pod's decode worker; both roles in pods of their own); the picker follows them with routing prefix", () => {
+  test("kvEvents (on by default): vLLM's --kv-events-config on the pod's ports 5557/5558 (a PD pod's decode worker; both roles in pods of their own); our picker follows them (routing prefix)", () => {
     const config = (c: Manifest) => (envOf(c).AIRM_KV_EVENTS_CONFIG === undefined ? undefined : JSON.parse(envOf(c).AIRM_KV_EVENTS_CONFIG));
-    const off = deployment(manifests(), "pd");
+    const off = deployment(manifests([], ["kvEvents.enabled=false"]), "pd");
     for (const role of ["prefill", "decode"]) expect(config(container(off, role))).toBeUndefined();
-    const on = manifests([], ["kvEvents.enabled=true", "epp.enabled=true", "epp.routing=prefix"]);
+    // On by default, and the picker routes by them.
+    const on = manifests([], ["epp.enabled=true"]);
     const pd = deployment(on, "pd");
     expect(config(container(pd, "prefill"))).toBeUndefined();
     expect(config(container(pd, "decode"))).toEqual({ enable_kv_cache_events: true, publisher: "zmq", endpoint: "tcp://*:5557", replay_endpoint: "tcp://*:5558" });
     expect(container(pd, "decode").ports.map((p: Manifest) => p.containerPort)).toEqual([8102, 5557, 5558]);
     const epp = container(deployment(on, "epp"), "epp");
     expect([arg(epp, "--routing"), arg(epp, "--kv-events-port"), arg(epp, "--kv-replay-port")]).toEqual(["prefix", "5557", "5558"]);
-    expect(arg(container(deployment(manifests([], ["epp.enabled=true"]), "epp"), "epp"), "--routing")).toBe("approx-prefix");
-    const split = manifests([example("llm-d-sidecar")], ["kvEvents.enabled=true", "kvEvents.port=6557", "kvEvents.replayPort=6558"]);
+    const approx = container(deployment(manifests([], ["epp.enabled=true", "kvEvents.enabled=false", "epp.routing=approx-prefix"]), "epp"), "epp");
+    expect([arg(approx, "--routing"), approx.args.includes("--kv-events-port")]).toEqual(["approx-prefix", false]);
+    const split = manifests([example("llm-d-sidecar")], ["kvEvents.port=6557", "kvEvents.replayPort=6558"]);
     for (const role of ["prefill", "decode"]) {
       const c = deployment(split, role).spec.template.spec.containers.find((x: Manifest) => x.name === role);
       expect(config(c)?.endpoint, role).toBe("tcp://*:6557");

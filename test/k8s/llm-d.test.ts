@@ -4,7 +4,8 @@
 // usage and prefix scorers over the vllm:* gauges it scrapes from the pool's target port), then
 // the project's own (packages/epp). Checks: completions and streamed chat through Envoy reach our
 // pods with the tokens a direct request gives; with one replica busy with held-open requests, a
-// picker sends >= 9 of 10 new requests to the idle one; llm-d's sidecar topology (the picker
+// picker sends >= 9 of 10 new requests to the idle one; with the workers' KV events (the chart's
+// default) our picker sends a prompt's continuation to the pod that holds its blocks; llm-d's sidecar topology (the picker
 // names the prefill pod in x-prefiller-host-port, the decode pod's gateway honours it) works, and
 // a prefill host outside the pool is refused. The model is the 135M shape with random weights, so
 // that a request of 400 tokens stays in flight for seconds.
@@ -72,16 +73,18 @@ async function samePassThrough(front: string, direct: string): Promise<void> {
 
 /**
  * Holds 4 long streamed requests open on the gateway at `busyIp`, waits until its /metrics shows
- * them, then sends 10 short requests (distinct prompts) one by one through `front` and counts
- * where each went. Returns the count on the idle replica.
+ * them, then sends 10 short requests (distinct prompts, starting with `tag`) one by one through
+ * `front` and counts where each went. Returns the count on the idle replica. Each caller tags its
+ * prompts: a pod that already holds a prompt's blocks draws it under prefix routing, which is
+ * routing by prefix, not by load.
  */
-async function skewed(front: string, busyIp: string, idleIp: string): Promise<{ idle: number; busy: number }> {
+async function skewed(front: string, busyIp: string, idleIp: string, tag: string): Promise<{ idle: number; busy: number }> {
   const letGo = await holdOpen(release, `http://${busyIp}:8000`, modelId);
   try {
     await new Promise((r) => setTimeout(r, 500)); // a few of the picker's 50 ms scrapes
     const before = { idle: await gatewayServed(idleIp), busy: await gatewayServed(busyIp) };
     for (let i = 0; i < 10; i++) {
-      const r = await post(`${front}/v1/completions`, { model: modelId, prompt: `probe ${i}: which replica answers?`, max_tokens: 4, temperature: 0 });
+      const r = await post(`${front}/v1/completions`, { model: modelId, prompt: `${tag} probe ${i}: which replica answers?`, max_tokens: 4, temperature: 0 });
       expect(r.status, r.text).toBe(200);
     }
     const after = { idle: await gatewayServed(idleIp), busy: await gatewayServed(busyIp) };
@@ -145,7 +148,7 @@ describe("the llm-d path: Envoy -> InferencePool -> endpoint picker -> our pods"
       });
     await samePassThrough(front, `http://${pods[0]!.ip}:8000`);
     const [busy, idle] = [pods[0]!, pods[1]!];
-    const got = await skewed(front, busy.ip, idle.ip);
+    const got = await skewed(front, busy.ip, idle.ip, "Stock");
     console.log(`stock EPP, skewed load: ${got.idle} of 10 to the idle replica, ${got.busy} to the busy one`);
     expect(got.idle + got.busy).toBe(10);
     expect(got.idle).toBeGreaterThanOrEqual(9);
@@ -156,7 +159,7 @@ describe("the llm-d path: Envoy -> InferencePool -> endpoint picker -> our pods"
     await epp.stop();
   });
 
-  test("our picker (epp.enabled, packages/epp): the same pass-through and the same shift to the idle replica", async () => {
+  test("our picker (epp.enabled, packages/epp; routing prefix by default): the same pass-through and the same shift to the idle replica", async () => {
     await release.helmRun([
       "upgrade",
       "rngd-pd",
@@ -182,12 +185,51 @@ describe("the llm-d path: Envoy -> InferencePool -> endpoint picker -> our pods"
     );
     await samePassThrough(front, `http://${pods[0]!.ip}:8000`);
     // Skew the other way this time: the second pod is busy.
-    const got = await skewed(front, pods[1]!.ip, pods[0]!.ip);
+    const got = await skewed(front, pods[1]!.ip, pods[0]!.ip, "Ours");
     console.log(`our EPP, skewed load: ${got.idle} of 10 to the idle replica, ${got.busy} to the busy one`);
     expect(got.idle + got.busy).toBe(10);
     expect(got.idle).toBeGreaterThanOrEqual(9);
     const metrics = await (await fetch(`http://${epp!.ip}:9090/metrics`)).text();
     expect(metrics).toMatch(/^airm_epp_picks_total\{[^}]*\} \d+/m);
+    await envoy.stop();
+  });
+
+  test("precise prefix routing (kvEvents.enabled, epp.routing prefix): each prompt's continuation goes to the pod whose decode worker holds its blocks", async () => {
+    await release.helmRun(["upgrade", "rngd-pd", chart, "--reuse-values", "--set", "kvEvents.enabled=true", "--set", "epp.routing=prefix", "--wait", "--timeout", "180s"]);
+    const [epp] = await release.listening("epp", 1, 9002);
+    pods = await release.serving("pd", 2, 8000);
+    const envoy = await startEnvoy(rig.dir, llmd, { port: 18082, adminPort: 18903, extProc: { host: epp!.ip, port: 9002 } });
+    procs.push(envoy);
+    const front = "http://127.0.0.1:18082";
+    await release.until(
+      "the prefix picker sending a request through Envoy",
+      async () => (await post(`${front}/v1/completions`, completionBody()).catch(() => ({ status: 0 }))).status === 200,
+      60_000,
+    );
+    const eppMetrics = async () => (await fetch(`http://${epp!.ip}:9090/metrics`)).text();
+    const where = async (prompt: string): Promise<number> => {
+      const before = await Promise.all(pods.map((p) => gatewayServed(p.ip)));
+      const r = await post(`${front}/v1/completions`, { model: modelId, prompt, max_tokens: 4, temperature: 0 });
+      expect(r.status, r.text).toBe(200);
+      const after = await Promise.all(pods.map((p) => gatewayServed(p.ip)));
+      return after.findIndex((n, i) => n > before[i]!);
+    };
+    // Four first turns (long enough for several blocks of 16), then each one's continuation.
+    const firsts = [0, 1, 2, 3].map((i) => `Conversation ${i} about ${["rivers", "clocks", "bees", "maps"][i]}: ${"tell me more and more about it, ".repeat(6)}`);
+    const at: number[] = [];
+    for (const p of firsts) at.push(await where(p));
+    await release.until("the picker's index holding the pods' blocks", async () => /^airm_epp_index_blocks(\{[^}]*\})? [1-9]/m.test(await eppMetrics()), 30_000);
+    const affine = async () => Number(/^airm_epp_picks_total\{reason="prefix_affinity"[^}]*\} (\d+)/m.exec(await eppMetrics())?.[1] ?? 0);
+    const affine0 = await affine();
+    // The continuations in the reverse order: routing by load (ties in turn) would put them on
+    // the pods in the same alternation as the first turns, so on the other pod each time.
+    const next: number[] = [];
+    for (const p of [...firsts].reverse()) next.unshift(await where(`${p} And then?`));
+    console.log(`prefix routing: first turns on pods ${at.join(",")}, continuations on ${next.join(",")}`);
+    expect(new Set(at).size).toBe(2);
+    expect(next).toEqual(at);
+    expect((await affine()) - affine0).toBe(4);
+    expect(Number(/^airm_epp_prefix_lookups_total (\d+)/m.exec(await eppMetrics())?.[1] ?? 0)).toBeGreaterThanOrEqual(4);
     await envoy.stop();
   });
 
@@ -262,7 +304,7 @@ describe("the llm-d path: Envoy -> InferencePool -> endpoint picker -> our pods"
     expect((await generated()) - before.generated).toBe(3);
 
     // Skewed: one decode pod holds 4 long requests; new requests go to the other.
-    const got = await skewed(front, decodes[0]!.ip, decodes[1]!.ip);
+    const got = await skewed(front, decodes[0]!.ip, decodes[1]!.ip, "Sidecar");
     console.log(`sidecar topology, our EPP, skewed load: ${got.idle} of 10 to the idle decode pod, ${got.busy} to the busy one`);
     expect(got.idle).toBeGreaterThanOrEqual(9);
 
