@@ -103,6 +103,13 @@ function importCycles(files: [string, string][]): string[][] {
 }
 
 describe("import cycles", () => {
+  test("the gateway's orchestrator knows nothing of the OpenAI wire format (it imports nothing from openai/)", () => {
+    const bad = packageSources("gateway")
+      .filter(([file]) => file.startsWith("packages/gateway/src/orchestrator/"))
+      .flatMap(([file, text]) => importsOf(text).filter((spec) => spec.includes("/openai/")).map((spec) => `${file} imports ${spec}`));
+    expect(bad).toEqual([]);
+  });
+
   test("no package's source files import one another in a cycle", () => {
     const found = packages().flatMap((pkg) => importCycles(packageSources(pkg)).map((c) => c.join(" -> ")));
     expect(found).toEqual([]);

@@ -1,7 +1,8 @@
 // The body of a grammar thread: one xgrammar (wasm) instance, loaded from the npm package's UMD
 // bundle, that either checks grammars (no tokenizer: a checker) or compiles them against a
 // vocabulary and runs matchers (an engine). It runs as an eval'd script (no TypeScript loader in
-// the thread), so `grammarThreadMain` must stay self-contained: no imports, no outer names.
+// the thread), so `grammarThreadMain` and `GrammarHost` must stay self-contained: no imports, no
+// outer names (the class reaches the function as its argument).
 // Masks reach the caller through a SharedArrayBuffer per matcher, so the caller can read them
 // synchronously while its forward pass runs; everything else is a message with a reply.
 
@@ -40,37 +41,31 @@ export type ThreadRequest =
 /** `compiled`: the open had to compile its grammar (`ms` is then mostly compile time). */
 export type ThreadReply = { id: number; ok: true; ms: number; compiled?: boolean } | { id: number; ok: false; message: string; aborted: boolean };
 
-/** Runs in the thread. workerData: { xgrammarPath, maxCompiled }. */
-export function grammarThreadMain(): void {
-  // biome-ignore lint/suspicious/noExplicitAny: the thread has no types of xgrammar's bundle
-  type Any = any;
-  const { parentPort, workerData } = require("node:worker_threads");
-  const NodeModule = require("node:module");
-  const fs = require("node:fs");
-  // xgrammar reports why it aborts on stderr (emscripten's printErr is console.error).
-  const said: string[] = [];
-  console.error = (...args: unknown[]) => {
-    said.push(args.map(String).join(" "));
-    if (said.length > 32) said.shift();
-  };
-  console.warn = console.error;
-  console.log = () => {};
-  const file = workerData.xgrammarPath as string;
-  const mod = new NodeModule(file);
-  mod.filename = file;
-  mod.paths = NodeModule._nodeModulePaths(file);
-  mod._compile(fs.readFileSync(file, "utf8"), file);
-  const xg: Any = mod.exports;
-  const maxCompiled: number = workerData.maxCompiled;
+// biome-ignore lint/suspicious/noExplicitAny: the thread has no types of xgrammar's bundle
+type Any = any;
+type Entry = { m: Any; ctl: Int32Array; mask: Int32Array; key: string };
 
-  let compiler: Any = null;
-  let words = 0;
-  const compiled = new Map<string, { grammar: Any; users: number }>();
-  const matchers = new Map<number, { m: Any; ctl: Int32Array; mask: Int32Array; key: string }>();
+/**
+ * One thread's xgrammar instance: its compiler (after init), the compiled grammars (LRU, at most
+ * `maxCompiled` unused ones kept) and the open matchers, each publishing its masks into its shared
+ * buffer. Its text is sent to the thread with grammarThreadMain's, so it names nothing outside.
+ */
+export class GrammarHost {
+  compiler: Any = null;
+  words = 0;
+  readonly compiled = new Map<string, { grammar: Any; users: number }>();
+  readonly matchers = new Map<number, Entry>();
+
+  constructor(
+    readonly xg: Any,
+    readonly maxCompiled: number,
+    /** What xgrammar said on stderr lately (the reason it gives before an abort). */
+    readonly said: string[],
+  ) {}
 
   /** The reason xgrammar gave before it aborted, without its source location. */
-  function lastReason(fallback: string): string {
-    const fatal = [...said].reverse().find((l) => l.includes("[FATAL]") || l.includes("[ERROR]"));
+  lastReason(fallback: string): string {
+    const fatal = [...this.said].reverse().find((l) => l.includes("[FATAL]") || l.includes("[ERROR]"));
     if (!fatal) return fallback;
     return fatal
       .replace(/^.*?\[(FATAL|ERROR)\]\s*\S+:\d+:\s*/, "")
@@ -78,7 +73,8 @@ export function grammarThreadMain(): void {
       .trim();
   }
 
-  async function build(r: Any): Promise<Any> {
+  async build(r: Any): Promise<Any> {
+    const xg = this.xg;
     switch (r.kind) {
       case "ebnf":
         return xg.Grammar.fromEBNF(r.ebnf);
@@ -100,94 +96,140 @@ export function grammarThreadMain(): void {
     }
   }
 
-  function publish(entry: { m: Any; ctl: Int32Array; mask: Int32Array }, status: number, bits?: Int32Array, us = 0): void {
-    if (bits) entry.mask.set(bits.subarray(0, words));
+  publish(entry: Entry, status: number, bits?: Int32Array, us = 0): void {
+    if (bits) entry.mask.set(bits.subarray(0, this.words));
     Atomics.store(entry.ctl, 2, Math.round(us));
     Atomics.store(entry.ctl, 1, status);
     Atomics.add(entry.ctl, 0, 1);
     Atomics.notify(entry.ctl, 0);
   }
 
-  async function fill(entry: { m: Any; ctl: Int32Array; mask: Int32Array }): Promise<void> {
-    if (entry.m.isTerminated()) return publish(entry, 2);
+  async fill(entry: Entry): Promise<void> {
+    if (entry.m.isTerminated()) return this.publish(entry, 2);
     const t0 = performance.now();
     const bits: Int32Array = await entry.m.getNextTokenBitmask();
     let all = true;
-    for (let w = 0; w < words - 1 && all; w++) if (bits[w] !== -1) all = false;
-    publish(entry, all ? 1 : 0, all ? undefined : bits, (performance.now() - t0) * 1000);
+    for (let w = 0; w < this.words - 1 && all; w++) if (bits[w] !== -1) all = false;
+    this.publish(entry, all ? 1 : 0, all ? undefined : bits, (performance.now() - t0) * 1000);
   }
 
-  function evict(): void {
-    for (const [key, c] of compiled) {
-      if (compiled.size <= maxCompiled) break;
+  evict(): void {
+    for (const [key, c] of this.compiled) {
+      if (this.compiled.size <= this.maxCompiled) break;
       if (c.users > 0) continue;
       c.grammar.dispose();
-      compiled.delete(key);
+      this.compiled.delete(key);
     }
   }
 
   /** Compiles a grammar unless it is cached; true when it compiled. */
-  async function compile(key: string, recipe: Any): Promise<boolean> {
-    const have = compiled.get(key);
+  async compile(key: string, recipe: Any): Promise<boolean> {
+    const have = this.compiled.get(key);
     if (have) {
-      compiled.delete(key);
-      compiled.set(key, have); // most recently used last
+      this.compiled.delete(key);
+      this.compiled.set(key, have); // most recently used last
       return false;
     }
-    const g = await build(recipe);
-    const c = await compiler.compileGrammar(g);
+    const g = await this.build(recipe);
+    const c = await this.compiler.compileGrammar(g);
     g.dispose();
-    compiled.set(key, { grammar: c, users: 0 });
+    this.compiled.set(key, { grammar: c, users: 0 });
     return true;
   }
 
+  async init(v: Any): Promise<void> {
+    const info = await this.xg.TokenizerInfo.createTokenizerInfo(v.tokens, v.type, v.prependSpace, v.vocabSize, v.stopIds);
+    this.compiler = await this.xg.GrammarCompiler.createGrammarCompiler(info);
+    this.words = Math.ceil(v.vocabSize / 32);
+  }
+
+  /** Opens a matcher on the grammar (compiled now or cached), replays its tokens, publishes its first mask; true when it compiled. */
+  async open(msg: Any): Promise<boolean> {
+    const didCompile = await this.compile(msg.key, msg.recipe);
+    const c = this.compiled.get(msg.key)!;
+    const m = await this.xg.GrammarMatcher.createGrammarMatcher(c.grammar);
+    const entry = { m, ctl: new Int32Array(msg.shared, 0, 4), mask: new Int32Array(msg.shared, 16), key: msg.key };
+    c.users++;
+    this.matchers.set(msg.mid, entry);
+    this.evict();
+    if (msg.replay.some((t: number) => !m.acceptToken(t))) this.publish(entry, 3);
+    else await this.fill(entry);
+    return didCompile;
+  }
+
+  async advance(mid: number, token: number): Promise<void> {
+    const entry = this.matchers.get(mid);
+    if (!entry) return;
+    if (!entry.m.acceptToken(token)) this.publish(entry, 3);
+    else await this.fill(entry);
+  }
+
+  close(mid: number): void {
+    const entry = this.matchers.get(mid);
+    if (!entry) return;
+    this.matchers.delete(mid);
+    entry.m.dispose();
+    const c = this.compiled.get(entry.key);
+    if (c) c.users--;
+    this.evict();
+  }
+
   /** Handles one request; answers whether it compiled a grammar. */
-  async function handle(msg: Any): Promise<boolean> {
+  async handle(msg: Any): Promise<boolean> {
     switch (msg.op) {
-      case "init": {
-        const v = msg.vocab;
-        const info = await xg.TokenizerInfo.createTokenizerInfo(v.tokens, v.type, v.prependSpace, v.vocabSize, v.stopIds);
-        compiler = await xg.GrammarCompiler.createGrammarCompiler(info);
-        words = Math.ceil(v.vocabSize / 32);
+      case "init":
+        await this.init(msg.vocab);
         return false;
-      }
-      case "check": {
-        const g = await build(msg.recipe);
-        g.dispose();
+      case "check":
+        (await this.build(msg.recipe)).dispose();
         return false;
-      }
-      case "open": {
-        const didCompile = await compile(msg.key, msg.recipe);
-        const c = compiled.get(msg.key)!;
-        const m = await xg.GrammarMatcher.createGrammarMatcher(c.grammar);
-        const entry = { m, ctl: new Int32Array(msg.shared, 0, 4), mask: new Int32Array(msg.shared, 16), key: msg.key };
-        c.users++;
-        matchers.set(msg.mid, entry);
-        evict();
-        if (msg.replay.some((t: number) => !m.acceptToken(t))) publish(entry, 3);
-        else await fill(entry);
-        return didCompile;
-      }
-      case "advance": {
-        const entry = matchers.get(msg.mid);
-        if (!entry) return false;
-        if (!entry.m.acceptToken(msg.token)) publish(entry, 3);
-        else await fill(entry);
+      case "open":
+        return this.open(msg);
+      case "advance":
+        await this.advance(msg.mid, msg.token);
         return false;
-      }
-      case "close": {
-        const entry = matchers.get(msg.mid);
-        if (!entry) return false;
-        matchers.delete(msg.mid);
-        entry.m.dispose();
-        const c = compiled.get(entry.key);
-        if (c) c.users--;
-        evict();
+      case "close":
+        this.close(msg.mid);
         return false;
-      }
     }
     return false;
   }
+
+  /** Marks the matcher `mid` failed (its request's step fails instead of waiting). */
+  failed(mid: number): void {
+    const entry = this.matchers.get(mid);
+    if (entry) this.publish(entry, 4);
+  }
+
+  /** Marks every matcher failed (the instance aborted and is not to be trusted). */
+  failAll(): void {
+    for (const entry of this.matchers.values()) this.publish(entry, 4);
+  }
+}
+
+/**
+ * Runs in the thread, given the GrammarHost class (its text travels in the script). workerData:
+ * { xgrammarPath, maxCompiled }. Loads xgrammar's bundle, keeps what it says on stderr, and
+ * handles the messages one at a time, answering each that has an id.
+ */
+export function grammarThreadMain(Host: typeof GrammarHost): void {
+  const { parentPort, workerData } = require("node:worker_threads");
+  const NodeModule = require("node:module");
+  const fs = require("node:fs");
+  // xgrammar reports why it aborts on stderr (emscripten's printErr is console.error).
+  const said: string[] = [];
+  console.error = (...args: unknown[]) => {
+    said.push(args.map(String).join(" "));
+    if (said.length > 32) said.shift();
+  };
+  console.warn = console.error;
+  console.log = () => {};
+  const file = workerData.xgrammarPath as string;
+  const mod = new NodeModule(file);
+  mod.filename = file;
+  mod.paths = NodeModule._nodeModulePaths(file);
+  mod._compile(fs.readFileSync(file, "utf8"), file);
+  const host = new Host(mod.exports, workerData.maxCompiled, said);
 
   let chain: Promise<void> = Promise.resolve();
   parentPort.on("message", (msg: Any) => {
@@ -195,19 +237,16 @@ export function grammarThreadMain(): void {
       const t0 = performance.now();
       try {
         said.length = 0;
-        const compiledNow = await handle(msg);
+        const compiledNow = await host.handle(msg);
         if (msg.id !== undefined) parentPort.postMessage({ id: msg.id, ok: true, ms: performance.now() - t0, compiled: compiledNow });
       } catch (e) {
         const aborted = (e as { name?: string } | null)?.name === "RuntimeError"; // emscripten abort()
-        const message = aborted ? lastReason("the grammar engine aborted") : String((e as Error)?.message ?? e);
-        if (msg.op === "advance" || msg.op === "open") {
-          const entry = matchers.get(msg.mid);
-          if (entry) publish(entry, 4);
-        }
+        const message = aborted ? host.lastReason("the grammar engine aborted") : String((e as Error)?.message ?? e);
+        if (msg.op === "advance" || msg.op === "open") host.failed(msg.mid);
         if (msg.id !== undefined) parentPort.postMessage({ id: msg.id, ok: false, message, aborted });
         if (aborted) {
           // The instance is not to be trusted after an abort: fail every matcher and leave.
-          for (const entry of matchers.values()) publish(entry, 4);
+          host.failAll();
           process.exit(1);
         }
       }
@@ -216,8 +255,8 @@ export function grammarThreadMain(): void {
 }
 
 /**
- * The thread's script: the function above, called. A bundler or TS loader that keeps function
- * names may have written calls to its `__name` helper into the function's text; the script
+ * The thread's script: the function above, called with the class. A bundler or TS loader that
+ * keeps function names may have written calls to its `__name` helper into their text; the script
  * defines a harmless one.
  */
-export const GRAMMAR_THREAD_SOURCE = `var __name = (f) => f;\n(${grammarThreadMain.toString()})();`;
+export const GRAMMAR_THREAD_SOURCE = `var __name = (f) => f;\n(${grammarThreadMain.toString()})(${GrammarHost.toString()});`;

@@ -11,6 +11,7 @@ import { z } from "zod";
 import { fieldsOf, REQUEST_FIELDS, type Endpoint } from "./request-fields.ts";
 import { constraintOf, type Constraint } from "./structured.ts";
 import { toolsOf, type ToolMode, type ToolSettings } from "./tools.ts";
+import type { Generation } from "../orchestrator/generation.ts";
 
 export interface GenerationRequest {
   kind: "completion" | "chat";
@@ -49,13 +50,28 @@ export interface GenerationRequest {
   minTokens: number;
   /** vLLM's cache_salt: prefix caching shares KV only between requests with the same salt. */
   cacheSalt?: string;
-  /**
-   * A migrated generation's completion tokens the client already has (the orchestrator sets it
-   * when it re-dispatches a broken stream; never from the client).
-   */
-  resume?: number[];
   /** Top-level fields neither OpenAI nor vLLM defines: ignored, as vLLM does (the route logs them once). */
   ignored: string[];
+}
+
+/**
+ * The generation the orchestrator runs for one prompt of the request, in the workers' terms: the
+ * constraint's grammar, the candidates best_of asks for, and the log-probabilities the workers
+ * report (the request's, or the chosen tokens' alone when best_of must rank candidates).
+ */
+export function generationOf(req: GenerationRequest, input: PromptInput): Generation {
+  return {
+    input,
+    maxTokens: req.maxTokens,
+    sampling: req.sampling,
+    logprobs: req.logprobs ?? (req.bestOf > req.n ? 0 : null),
+    echo: req.echo,
+    constraint: req.constraint?.spec,
+    ignoreEos: req.ignoreEos,
+    minTokens: req.minTokens,
+    n: req.bestOf,
+    ...(req.cacheSalt ? { cacheSalt: req.cacheSalt } : {}),
+  };
 }
 
 export interface ParseOptions {

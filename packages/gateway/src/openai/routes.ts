@@ -15,7 +15,7 @@ import type { GatewayMetrics } from "../gateway-metrics.ts";
 import { newRequestId, type GenEvent, type Orchestrator, type Placement } from "../orchestrator/index.ts";
 import { jsonAnswer, sseAnswer } from "./answers.ts";
 import { Timing } from "./completion.ts";
-import { parseGenerationRequest, type GenerationRequest } from "./parse.ts";
+import { generationOf, parseGenerationRequest, type GenerationRequest } from "./parse.ts";
 import { parseResponsesRequest, type ResponsesRequest, responsesJson, responsesSse } from "./responses.ts";
 import { tokenizeRoutes } from "./tokenize-routes.ts";
 import type { ToolSettings } from "./tools.ts";
@@ -175,7 +175,7 @@ async function complete(c: Context, kind: Kind, o: GatewayAppOptions, timing: Ti
   const own = req.timeoutS !== null && req.timeoutS <= (o.requestTimeoutS ?? Number.POSITIVE_INFINITY);
   // One generation per prompt (a completions batch has several), each under its own request id.
   const gens = req.prompts.map((input, p) => {
-    const run = o.orchestrator.run({ ...req, input }, p === 0 ? requestId : `${requestId}-${p}`, signal, at);
+    const run = o.orchestrator.run(generationOf(req, input), p === 0 ? requestId : `${requestId}-${p}`, signal, at);
     return deadline ? withDeadline(run, deadline, limitS, own) : run;
   });
   // Every generation's first token before answering: a failure before any token is an HTTP error.

@@ -5,7 +5,7 @@
 import { randomBytes } from "node:crypto";
 import { trace } from "@opentelemetry/api";
 import type { Endpoint, EndpointPool } from "../endpoint-pool.ts";
-import type { GenerationRequest } from "../openai/parse.ts";
+import type { Generation } from "./generation.ts";
 import type { PrefixRouter } from "../prefix-router.ts";
 import type { GenEvent } from "./gen-events.ts";
 import { choosePath, type DisaggregationMode, type PathChoice } from "./disaggregation.ts";
@@ -71,7 +71,7 @@ export class Orchestrator {
    * The events of one generation. Abandoning the generator (return()) or aborting `signal` ends
    * the request on the workers. Throws ApiError for worker faults (5xx) and rejected input (4xx).
    */
-  run(req: GenerationRequest, requestId: string, signal: AbortSignal, at: Placement = {}): AsyncGenerator<GenEvent> {
+  run(req: Generation, requestId: string, signal: AbortSignal, at: Placement = {}): AsyncGenerator<GenEvent> {
     const { prefill, decode, solo } = this.o;
     // The request's span (gateway.request) gets an event per attempt and per migration, when it records.
     const active = trace.getActiveSpan();
@@ -79,7 +79,7 @@ export class Orchestrator {
     // A moved attempt picks its own prefill worker: the one an endpoint picker named may be the one that failed.
     const { router } = this.o;
     const o = this.o;
-    async function* dispatch(r: GenerationRequest, id: string, trail: MigrationTrail, first: boolean): AsyncGenerator<GenEvent> {
+    async function* dispatch(r: Generation, id: string, trail: MigrationTrail, first: boolean): AsyncGenerator<GenEvent> {
       if (solo) {
         span?.addEvent("airm.dispatch", { "airm.request_id": id, "airm.path": "solo" });
         return yield* runSolo(solo, { ...o, trail }, r, id, signal);

@@ -9,7 +9,7 @@
 
 import { ApiError } from "@airm/internal-api";
 import type { Endpoint } from "../endpoint-pool.ts";
-import type { GenerationRequest } from "../openai/parse.ts";
+import type { Generation } from "./generation.ts";
 import type { GenEvent } from "./gen-events.ts";
 
 /** Which worker an attempt blames for its failure, and the endpoints later attempts avoid. */
@@ -60,16 +60,16 @@ export interface MigrationHooks {
   onResumed?(m: { requestId: string; attempt: number; resumeAt: number; seconds: number }): void;
 }
 
-type Dispatch = (req: GenerationRequest, requestId: string, trail: MigrationTrail, first: boolean) => AsyncGenerator<GenEvent>;
+type Dispatch = (req: Generation, requestId: string, trail: MigrationTrail, first: boolean) => AsyncGenerator<GenEvent>;
 
 /**
  * The events of one generation, moved to another worker on a migratable failure after its first
  * token, at most `hooks.limit` times. A resumed attempt's first token becomes the token event it
  * stands for (or nothing, when it ends the completion: the done event says so).
  */
-export async function* migrating(dispatch: Dispatch, req: GenerationRequest, requestId: string, signal: AbortSignal, hooks: MigrationHooks): AsyncGenerator<GenEvent> {
+export async function* migrating(dispatch: Dispatch, req: Generation, requestId: string, signal: AbortSignal, hooks: MigrationHooks): AsyncGenerator<GenEvent> {
   const trail: MigrationTrail = { avoid: new Set() };
-  if (hooks.limit === 0 || req.bestOf > 1) {
+  if (hooks.limit === 0 || req.n > 1) {
     yield* dispatch(req, requestId, trail, true);
     return;
   }

@@ -8,11 +8,12 @@ import { ApiError, type KvHoldResponse, type PrefillResponse, type WorkerEventSt
 import { context, SpanKind, SpanStatusCode, trace, type Context, type Span } from "@opentelemetry/api";
 import type { Endpoint, EndpointPool } from "../endpoint-pool.ts";
 import type { Affinity, PrefixRouter } from "../prefix-router.ts";
-import type { GenerationRequest } from "../openai/parse.ts";
 import type { EndReason, GenEvent } from "./gen-events.ts";
 import { causeOf, nothingListens } from "../net-errors.ts";
 import { blame, type MigrationTrail } from "./migration.ts";
-import { isDeadline, isWorkerFault, notePick, relayEvents, releaseOn, traceHeaders, workerLogprobs } from "./worker-calls.ts";
+import { type Generation, workerFields } from "./generation.ts";
+import { onNextEndpoints } from "./retry.ts";
+import { isDeadline, isWorkerFault, notePick, relayEvents, releaseOn, traceHeaders } from "./worker-calls.ts";
 
 const tracer = trace.getTracer("@airm/gateway");
 
@@ -60,7 +61,7 @@ class PdRequest {
 
   constructor(
     readonly o: PdOptions,
-    readonly req: GenerationRequest,
+    readonly req: Generation,
     readonly requestId: string,
     affinity: Affinity | null = null,
   ) {
@@ -89,22 +90,7 @@ class PdRequest {
     const { req, requestId } = this;
     const kvTimeoutMs = this.o.prefillTimeoutMs + this.o.kvTimeoutMs;
     const call = context.with(trace.setSpan(this.parent, this.spans.decode), () =>
-      this.dec.client.decode(
-        {
-          requestId,
-          maxTokens: req.maxTokens,
-          sampling: req.sampling,
-          kvTimeoutMs,
-          logprobs: workerLogprobs(req),
-          constraint: req.constraint?.spec,
-          ignoreEos: req.ignoreEos,
-          minTokens: req.minTokens,
-          n: req.bestOf,
-          ...(req.resume ? { resume: req.resume } : {}),
-          ...(req.cacheSalt ? { cacheSalt: req.cacheSalt } : {}),
-        },
-        { headers: traceHeaders(), signal: this.decodeAbort.signal },
-      ),
+      this.dec.client.decode({ requestId, kvTimeoutMs, ...workerFields(req) }, { headers: traceHeaders(), signal: this.decodeAbort.signal }),
     );
     call.catch(() => {});
     return call;
@@ -137,56 +123,49 @@ class PdRequest {
     }
   }
 
-  /** Runs prefill, trying the next healthy endpoint when one refuses the connection. Null when the client left. */
-  async prefill(signal: AbortSignal, held: KvHoldResponse["held"] = null): Promise<PrefillResponse | null> {
-    const tried = new Set<Endpoint>();
-    for (;;) {
-      tried.add(this.pre);
-      try {
+  /** Runs prefill, trying the next healthy endpoint when one refuses the connection or is full. Null when the client left. */
+  prefill(signal: AbortSignal, held: KvHoldResponse["held"] = null): Promise<PrefillResponse | null> {
+    const pool = this.o.prefill;
+    return onNextEndpoints({
+      pool,
+      first: this.pre,
+      span: this.spans.prefill,
+      call: async (ep) => {
         const answer = await context.with(trace.setSpan(this.parent, this.spans.prefill), () =>
-          this.pre.client.prefill(
+          ep.client.prefill(
             {
               requestId: this.requestId,
               input: this.req.input,
-              maxTokens: this.req.maxTokens,
-              sampling: this.req.sampling,
-              logprobs: workerLogprobs(this.req),
               echo: this.req.echo,
-              constraint: this.req.constraint?.spec,
-              ignoreEos: this.req.ignoreEos,
-              minTokens: this.req.minTokens,
-              n: this.req.bestOf,
-              ...(this.req.resume ? { resume: this.req.resume } : {}),
-              ...(this.req.cacheSalt ? { cacheSalt: this.req.cacheSalt } : {}),
+              ...workerFields(this.req),
               ...(held ? { skip: { blocks: held.blocks, hash: held.hash } } : {}),
             },
             { headers: traceHeaders(), signal: AbortSignal.any([this.prefillAbort.signal, AbortSignal.timeout(this.o.prefillTimeoutMs)]) },
           ),
         );
-        this.o.prefill.alive(this.pre);
-        this.o.prefill.callSucceeded(this.pre);
+        pool.alive(ep);
+        pool.callSucceeded(ep);
         return answer;
-      } catch (err) {
-        if (signal.aborted) return null; // the client left or the deadline passed: cleanup says which
+      },
+      failed: (err, ep) => {
+        if (signal.aborted) return { stop: true }; // the client left or the deadline passed: cleanup says which
         this.reason = "prefill_failed";
-        if (isWorkerFault(err)) this.o.prefill.callFailed(this.pre, (err as Error).message);
+        if (isWorkerFault(err)) pool.callFailed(ep, (err as Error).message);
         // Retried on another prefill worker only when nothing came back yet (no token can repeat:
         // the first one comes from this answer): a worker that is full (429) or not reachable.
         const full = err instanceof ApiError && err.status === 429;
-        if (err instanceof ApiError && !full) throw err;
+        if (err instanceof ApiError && !full) return { fail: err };
         const timedOut = (err as Error).name === "TimeoutError";
-        if (!timedOut && !full && nothingListens(err)) this.o.prefill.markDown(this.pre, `unreachable: ${causeOf(err)}`);
-        const next = timedOut ? undefined : this.o.prefill.pick(tried);
-        if (!next && full) throw err;
-        if (!next) throw new ApiError(timedOut ? 504 : 502, "prefill_unreachable", `prefill worker ${this.pre.url} did not answer: ${causeOf(err)}`);
-        this.spans.prefill.addEvent("airm.retry", { "airm.from": this.pre.url, "airm.to": next.url, "airm.reason": full ? "full (429)" : causeOf(err) });
-        notePick(this.spans.prefill, this.o.prefill, next, tried);
-        this.pre.outstanding--;
-        this.pre = next;
-        this.pre.outstanding++;
+        if (timedOut) return { fail: new ApiError(504, "prefill_unreachable", `prefill worker ${ep.url} did not answer: ${causeOf(err)}`) };
+        if (!full && nothingListens(err)) pool.markDown(ep, `unreachable: ${causeOf(err)}`);
+        return { retry: full ? "full (429)" : causeOf(err) };
+      },
+      exhausted: (err, ep) => (err instanceof ApiError ? err : new ApiError(502, "prefill_unreachable", `prefill worker ${ep.url} did not answer: ${causeOf(err)}`)),
+      moved: (ep) => {
+        this.pre = ep;
         this.reason = "aborted";
-      }
-    }
+      },
+    });
   }
 
   /**
@@ -194,30 +173,28 @@ class PdRequest {
    * probes have not seen it yet) took nothing of the request, so the next healthy one gets the
    * same call: the KV waits in the transport. Null when the client left.
    */
-  async decodeBody(first: Promise<WorkerEventStream>, signal: AbortSignal): Promise<WorkerEventStream | null> {
-    const tried = new Set<Endpoint>();
-    let call = first;
-    for (;;) {
-      tried.add(this.dec);
-      try {
-        return await call;
-      } catch (err) {
-        if (signal.aborted) return null;
+  decodeBody(first: Promise<WorkerEventStream>, signal: AbortSignal): Promise<WorkerEventStream | null> {
+    const pool = this.o.decode;
+    return onNextEndpoints({
+      pool,
+      first: this.dec,
+      span: this.spans.decode,
+      // The first call started before prefill (prefetch); a retry starts its own.
+      call: (_ep, attempt) => (attempt === 0 ? first : this.startDecode()),
+      failed: (err, ep) => {
+        if (signal.aborted) return { stop: true };
         this.reason = "decode_rejected";
-        if (isWorkerFault(err)) this.o.decode.callFailed(this.dec, (err as Error).message);
-        if (err instanceof ApiError) throw err;
-        if (nothingListens(err)) this.o.decode.markDown(this.dec, `unreachable: ${causeOf(err)}`);
-        const next = this.o.decode.pick(tried);
-        if (!next) throw new ApiError(502, "decode_unreachable", `decode worker ${this.dec.url} did not answer: ${causeOf(err)}`);
-        this.spans.decode.addEvent("airm.retry", { "airm.from": this.dec.url, "airm.to": next.url, "airm.reason": causeOf(err) });
-        this.dec.outstanding--;
-        this.dec = next;
-        this.dec.outstanding++;
-        notePick(this.spans.decode, this.o.decode, next, tried);
+        if (isWorkerFault(err)) pool.callFailed(ep, (err as Error).message);
+        if (err instanceof ApiError) return { fail: err };
+        if (nothingListens(err)) pool.markDown(ep, `unreachable: ${causeOf(err)}`);
+        return { retry: causeOf(err) };
+      },
+      exhausted: (err, ep) => new ApiError(502, "decode_unreachable", `decode worker ${ep.url} did not answer: ${causeOf(err)}`),
+      moved: (ep) => {
+        this.dec = ep;
         this.reason = "aborted";
-        call = this.startDecode();
-      }
-    }
+      },
+    });
   }
 
   /** Releases what the workers hold (unless decode finished), frees the endpoints, ends the spans. */
@@ -240,7 +217,7 @@ function prefixWhy(a: Affinity, e: Endpoint): string {
   return `prefix routing: holds ${a.matched(e)} of the prompt's ${a.blocks} blocks, ${e.outstanding} requests outstanding`;
 }
 
-export async function* runPd(o: PdOptions, req: GenerationRequest, requestId: string, signal: AbortSignal): AsyncGenerator<GenEvent> {
+export async function* runPd(o: PdOptions, req: Generation, requestId: string, signal: AbortSignal): AsyncGenerator<GenEvent> {
   const affinity = o.affinity !== undefined ? o.affinity : o.router ? await o.router.affinity(req, [o.prefill, o.decode], o.decode, signal) : null;
   if (signal.aborted) return;
   const r = new PdRequest(o, req, requestId, affinity);
@@ -282,8 +259,8 @@ export async function* runPd(o: PdOptions, req: GenerationRequest, requestId: st
       answered = true;
     };
     let dones = 0;
-    for await (const ev of relayEvents(body, { who: `decode worker ${r.dec.url}`, idleMs: o.decodeIdleTimeoutMs, kv, onReady, onEvent, choices: req.bestOf })) {
-      if (ev.type === "done" && ++dones === req.bestOf) {
+    for await (const ev of relayEvents(body, { who: `decode worker ${r.dec.url}`, idleMs: o.decodeIdleTimeoutMs, kv, onReady, onEvent, choices: req.n })) {
+      if (ev.type === "done" && ++dones === req.n) {
         r.finished = true;
         r.reason = "done";
       }

@@ -6,11 +6,11 @@ import { ApiError, type WorkerEventStream } from "@airm/internal-api";
 import { context, SpanKind, SpanStatusCode, trace } from "@opentelemetry/api";
 import type { EndpointPool } from "../endpoint-pool.ts";
 import type { Affinity, PrefixRouter } from "../prefix-router.ts";
-import type { GenerationRequest } from "../openai/parse.ts";
 import type { GenEvent } from "./gen-events.ts";
 import { causeOf, nothingListens } from "../net-errors.ts";
 import { blame, type MigrationTrail } from "./migration.ts";
-import { isWorkerFault, notePick, relayEvents, traceHeaders, workerLogprobs } from "./worker-calls.ts";
+import { type Generation, workerFields } from "./generation.ts";
+import { isWorkerFault, notePick, relayEvents, traceHeaders } from "./worker-calls.ts";
 
 const tracer = trace.getTracer("@airm/gateway");
 
@@ -25,7 +25,7 @@ export interface SoloTimeouts {
   affinity?: Affinity | null;
 }
 
-export async function* runSolo(pool: EndpointPool, t: SoloTimeouts, req: GenerationRequest, requestId: string, signal: AbortSignal): AsyncGenerator<GenEvent> {
+export async function* runSolo(pool: EndpointPool, t: SoloTimeouts, req: Generation, requestId: string, signal: AbortSignal): AsyncGenerator<GenEvent> {
   const affinity = t.affinity !== undefined ? t.affinity : t.router ? await t.router.affinity(req, [pool], pool, signal) : null;
   if (signal.aborted) return;
   const ep = pool.pickAvoiding(t.trail?.avoid, affinity);
@@ -46,23 +46,7 @@ export async function* runSolo(pool: EndpointPool, t: SoloTimeouts, req: Generat
     let answer: WorkerEventStream;
     try {
       answer = await context.with(trace.setSpan(context.active(), span), () =>
-        ep.client.generate(
-          {
-            requestId,
-            input: req.input,
-            maxTokens: req.maxTokens,
-            sampling: req.sampling,
-            logprobs: workerLogprobs(req),
-            echo: req.echo,
-            constraint: req.constraint?.spec,
-            ignoreEos: req.ignoreEos,
-            minTokens: req.minTokens,
-            n: req.bestOf,
-            ...(req.resume ? { resume: req.resume } : {}),
-            ...(req.cacheSalt ? { cacheSalt: req.cacheSalt } : {}),
-          },
-          { headers: traceHeaders(), signal: abort.signal },
-        ),
+        ep.client.generate({ requestId, input: req.input, echo: req.echo, ...workerFields(req) }, { headers: traceHeaders(), signal: abort.signal }),
       );
     } catch (err) {
       if (signal.aborted) return;
@@ -79,7 +63,7 @@ export async function* runSolo(pool: EndpointPool, t: SoloTimeouts, req: Generat
         // until the first token the prefill timeout governs (it fires first and names itself)
         firstIdleMs: t.prefillTimeoutMs + t.decodeIdleTimeoutMs,
         kv: null,
-        choices: req.bestOf,
+        choices: req.n,
         onEvent: () => pool.alive(ep),
       })) {
         if (ev.type === "first") {

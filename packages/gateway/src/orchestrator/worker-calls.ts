@@ -6,7 +6,6 @@ import { ApiError, StreamIdleError, type ReleaseReason, type WorkerClient, type 
 import { context, propagation, type Span } from "@opentelemetry/api";
 import type { Endpoint, EndpointPool } from "../endpoint-pool.ts";
 import type { GenEvent } from "./gen-events.ts";
-import type { GenerationRequest } from "../openai/parse.ts";
 import { causeOf } from "../net-errors.ts";
 
 /** W3C trace headers of the active span, for a worker call. */
@@ -38,11 +37,6 @@ export async function releaseOn(worker: WorkerClient, requestId: string, reason:
   } catch {
     // The worker is gone: its lease TTL (or the other side's release) frees the blobs.
   }
-}
-
-/** The log-probabilities a worker is asked for: the request's, or the chosen tokens' alone when best_of must rank candidates. */
-export function workerLogprobs(req: GenerationRequest): number | null {
-  return req.logprobs ?? (req.bestOf > req.n ? 0 : null);
 }
 
 export interface RelayOptions {

@@ -8,52 +8,33 @@ import type { Checkpoint, ModelConfig, TensorSource } from "../checkpoint-types.
 import { traitsOf } from "../checkpoint/architecture-traits.ts";
 import { KERNEL_VERSION, NUMERICS_CHOICES } from "../kernels/assemble.ts";
 import { KernelRuntime, WEIGHT_MEMORY_BYTES } from "../kernels/kernel-runtime.ts";
-import {
-  GROUP_BLOCK_BYTES,
-  QUANT_IMAGE_LAYOUT,
-  STORED_TYPES,
-  dequantImageRow,
-  kindOfStored,
-  A8_KIND,
-  takesA8,
-  packStoredRows,
-  quantImageBytes,
-  quantizable,
-  quantizeBf16Rows,
-  type QuantKind,
-  type WeightKind,
-} from "../kernels/quant-image.ts";
-import { imageIndex, interleaveRows } from "../kernels/weight-image.ts";
+import { GROUP_BLOCK_BYTES, QUANT_IMAGE_LAYOUT, dequantImageRow, takesA8, type QuantKind, type WeightKind } from "../kernels/quant-image.ts";
+import { imageIndex } from "../kernels/weight-image.ts";
 import { PagedKVCache, wholeContextHomes, type KVCache, type LayerHomes } from "./kv-cache.ts";
 import { KVBlockPool, type KVPoolOptions } from "./kv-pool.ts";
 import { RopeTable } from "./rope.ts";
+import {
+  ACTIVATIONS_MODES,
+  type ActivationsMode,
+  DEFAULT_ACTIVATIONS,
+  type LayerWeights,
+  type Matrix,
+  WEIGHTS_MODES,
+  type WeightSlot,
+  type WeightsMode,
+  WeightLoader,
+  expectShape,
+  fillQuantRows,
+  weightBytes,
+  weightMemoriesFor,
+  writeVectorF32,
+} from "./weight-loading.ts";
+
+export { ACTIVATIONS_MODES, type ActivationsMode, DEFAULT_ACTIVATIONS, WEIGHTS_MODES, type WeightsMode };
 
 const fr = Math.fround;
 /** Tokens per pass through a layer (bounds scratch memory; has no effect on results). */
 const TOKEN_BLOCK = 128;
-
-/**
- * How matrix weights are held in memory. `auto`: GGUF Q8_0 / Q4_0 / Q4_1 / Q4_K / Q6_K blocks
- * kept as stored and run by the integer kernels, every other matrix as bf16. `bf16`: every matrix
- * dequantised to bf16. `q8_0` / `q4_1`: as `auto`, and float (F32/F16/BF16) matrices quantized to
- * that block type at load. A matrix whose rows are not a multiple of 4 or columns of 32 (256 for
- * K-quants), or a fused group with a part none of the kernels takes, stays bf16; a fused group of
- * different block types runs as segments.
- */
-export type WeightsMode = "auto" | "bf16" | "q8_0" | "q4_1";
-export const WEIGHTS_MODES: readonly WeightsMode[] = ["auto", "bf16", "q8_0", "q4_1"];
-
-/**
- * The integer width of the inputs of the Q4_0 / Q4_1 / Q4_K / Q6_K kernels. `i8`: inputs quantized
- * to 8 bits per block of 32 (llama.cpp's scheme), exact integer dot products over wasm relaxed
- * SIMD (kernels.wat: q4a8, q4ka8, q6ka8), about 1.8x the 16-bit kernels' multiply-adds per second.
- * `i16`: 16-bit inputs (the more precise, slower kernels). Q8_0 matrices take 16-bit inputs either
- * way. It changes the arithmetic, so it is part of the numerics fingerprint (PD peers must agree).
- */
-export type ActivationsMode = "i8" | "i16";
-export const ACTIVATIONS_MODES: readonly ActivationsMode[] = ["i8", "i16"];
-/** The default: see docs/decisions.md for the measurements it was chosen from. */
-export const DEFAULT_ACTIVATIONS: ActivationsMode = "i8";
 
 export interface LlamaModelOptions {
   /** Kernel threads: 1 (default) or 2 (rows of each matmul split between two threads). */
@@ -92,150 +73,8 @@ const PLACEMENTS: readonly WeightPlacement[] = ["auto", "separate"];
  */
 export const SHARED_WEIGHTS_MAX = 3 * 2 ** 30;
 
-/**
- * A run of rows of a (fused) weight matrix held in one kind: its image address, first output row,
- * row count and image bytes. A fused group whose parts are stored in different block types (Q4_K
- * q/k with a Q6_K v, as Q4_K_M files have) is several segments over one input.
- */
-interface Segment {
-  ptr: number;
-  kind: WeightKind;
-  row0: number;
-  rows: number;
-  bytes: number;
-}
-
-interface Matrix {
-  segs: Segment[];
-}
-
 /** Image bytes of matrices (what a decode step streams through them). */
 const bytesOf = (ms: Matrix[]): number => ms.reduce((a, m) => a + m.segs.reduce((b, g) => b + g.bytes, 0), 0);
-
-const FLOAT_TYPES = ["F32", "F16", "BF16"];
-
-/** The kind a stored block type takes under `acts` (one over 8-bit inputs only, as q5a8, needs them), if any. */
-function storedKind(dtype: string, acts: ActivationsMode): QuantKind | undefined {
-  const k = kindOfStored(dtype);
-  return k !== undefined && takesA8(k) && acts !== "i8" ? undefined : k;
-}
-
-/**
- * The kind of each part of a fused group under `mode`, or "bf16" for the whole group. With 8-bit
- * activations, Q4_0 / Q4_1 / Q4_K / Q6_K parts take the kernels over 8-bit inputs.
- */
-function planKinds(parts: { dtype: string; rows: number }[], cols: number, mode: WeightsMode, acts: ActivationsMode): QuantKind[] | "bf16" {
-  if (mode === "bf16") return "bf16";
-  const kinds = parts.map((p) => storedKind(p.dtype, acts) ?? (FLOAT_TYPES.includes(p.dtype) ? (mode === "q8_0" ? "q8" : mode === "q4_1" ? "q4" : undefined) : undefined));
-  if (kinds.some((k, i) => k === undefined || !quantizable(parts[i].rows, cols, k))) return "bf16";
-  return (kinds as QuantKind[]).map((k) => (acts === "i8" ? (A8_KIND[k] ?? k) : k));
-}
-
-type Part = { name: string; rows: number };
-
-/**
- * The image segments of one (fused) matrix group under `mode`: one bf16 image of all its rows, or
- * runs of consecutive parts of one block kind, each its own image (bytes: the image's size).
- */
-function planSegments(
-  src: TensorSource,
-  names: Part[],
-  cols: number,
-  mode: WeightsMode,
-  acts: ActivationsMode,
-): { kind: WeightKind; row0: number; rows: number; bytes: number; parts: Part[] }[] {
-  const plan = planKinds(
-    names.map((n) => ({ dtype: src.info(n.name).dtype, rows: n.rows })),
-    cols,
-    mode,
-    acts,
-  );
-  if (plan === "bf16") {
-    const rows = names.reduce((a, n) => a + n.rows, 0);
-    return [{ kind: "bf16", row0: 0, rows, bytes: rows * cols * 2, parts: names }];
-  }
-  const segs: { kind: WeightKind; row0: number; rows: number; bytes: number; parts: Part[] }[] = [];
-  let at = 0;
-  names.forEach((n, i) => {
-    const last = segs.at(-1);
-    if (last && last.kind === plan[i]) {
-      last.rows += n.rows;
-      last.parts.push(n);
-    } else segs.push({ kind: plan[i], row0: at, rows: n.rows, bytes: 0, parts: [n] });
-    at += n.rows;
-  });
-  for (const seg of segs) seg.bytes = quantImageBytes(seg.kind as QuantKind, seg.rows, cols);
-  return segs;
-}
-
-/** The matrix groups of `c` in load order (the order their images are allocated in). */
-function matrixGroups(c: ModelConfig): { names: Part[]; cols: number }[] {
-  const H = c.numHeads,
-    KV = c.numKvHeads,
-    D = c.headDim;
-  const out: { names: Part[]; cols: number }[] = [];
-  for (let l = 0; l < c.numLayers; l++) {
-    const p = `model.layers.${l}.`;
-    out.push({
-      names: [
-        { name: `${p}self_attn.q_proj.weight`, rows: H * D },
-        { name: `${p}self_attn.k_proj.weight`, rows: KV * D },
-        { name: `${p}self_attn.v_proj.weight`, rows: KV * D },
-      ],
-      cols: c.hiddenSize,
-    });
-    out.push({ names: [{ name: `${p}self_attn.o_proj.weight`, rows: c.hiddenSize }], cols: H * D });
-    out.push({
-      names: [
-        { name: `${p}mlp.gate_proj.weight`, rows: c.intermediateSize },
-        { name: `${p}mlp.up_proj.weight`, rows: c.intermediateSize },
-      ],
-      cols: c.hiddenSize,
-    });
-    out.push({ names: [{ name: `${p}mlp.down_proj.weight`, rows: c.hiddenSize }], cols: c.intermediateSize });
-  }
-  out.push({ names: [{ name: "model.embed_tokens.weight", rows: c.vocabSize }], cols: c.hiddenSize });
-  if (!c.tieWordEmbeddings) out.push({ names: [{ name: "lm_head.weight", rows: c.vocabSize }], cols: c.hiddenSize });
-  return out;
-}
-
-/**
- * Weight memories of `memoryBytes` that images of `sizes` fill in order, none spanning two (as
- * KernelRuntime.allocWeights places them).
- */
-function weightMemoriesFor(sizes: number[], memoryBytes: number): number {
-  let memories = 1;
-  let top = 64;
-  for (const bytes of sizes) {
-    const size = Math.ceil(Math.max(bytes, 1) / 64) * 64;
-    if (size > memoryBytes - 64) throw new AirmError("MODEL_LOAD", `a weight matrix image of ${bytes} bytes does not fit a wasm32 weight memory (${memoryBytes} bytes)`);
-    if (top + size > memoryBytes) {
-      memories++;
-      top = 64;
-    }
-    top += size;
-  }
-  return memories;
-}
-
-/** Writes tensor `name` as rows [row0, row0 + rows) of a quantized image at `ptr` (blocks kept, or quantized from bf16). */
-function fillQuantRows(rt: KernelRuntime, kind: QuantKind, src: TensorSource, name: string, ptr: number, row0: number, rows: number, cols: number): void {
-  const info = src.info(name);
-  let raw: Uint8Array;
-  let type: string;
-  if ((STORED_TYPES[kind] as readonly string[]).includes(info.dtype)) {
-    if (!src.readStored) throw new AirmError("MODEL_LOAD", `${info.file}: tensor ${name} is ${info.dtype} but its source cannot give stored blocks`);
-    raw = src.readStored(name);
-    type = info.dtype;
-  } else {
-    const plain = new Uint16Array(rows * cols);
-    src.readBf16(name, plain);
-    type = kind === "q8" ? "Q8_0" : "Q4_1"; // float matrices quantize to q8 or q4 / q4a8 (Q4_1)
-    raw = quantizeBf16Rows(type as "Q8_0" | "Q4_1", plain, rows, cols);
-  }
-  const view = rt.weightView(ptr);
-  packStoredRows(kind, type, raw, view.u8, view.offset, row0, rows, cols, info.file, name);
-}
 
 export interface PrefillOptions {
   /** Called when layer l's K and V for all prompt tokens are in the cache. */
@@ -255,25 +94,6 @@ export interface PassItem {
   logits?: "last" | "all" | "none";
 }
 
-interface LayerWeights {
-  inNorm: number; // f32 [hidden]: before attention
-  mlpNorm: number; // f32 [hidden]: before the MLP (Llama's post_attention_layernorm, Gemma's pre_feedforward_layernorm)
-  attnOutNorm: number; // f32 [hidden] on the attention output (Gemma's post_attention_layernorm) or 0
-  mlpOutNorm: number; // f32 [hidden] on the MLP output (Gemma's post_feedforward_layernorm) or 0
-  qNorm: number; // f32 [D] (Qwen3) or 0
-  kNorm: number; // f32 [D] (Qwen3) or 0
-  wqkv: Matrix; // [(H + 2 KV) * D][hidden]
-  bqkv: number; // f32 [(H + 2 KV) * D] or 0
-  wo: Matrix; // [hidden][H * D]
-  wgu: Matrix; // [2 I][hidden]: gate rows, then up rows
-  wd: Matrix; // [hidden][I]
-}
-
-/** Where one HF tensor lives in the packed weights. */
-type WeightSlot =
-  | { kind: "matrix"; ptr: number; rowsTotal: number; cols: number; row0: number; rows: number; weights: WeightKind }
-  | { kind: "vector"; ptr: number; offset: number; n: number; plusOne: boolean };
-
 interface Scratch {
   tokens: number; // capacity in tokens (one block)
   normed: number; // f32 [T][widest input]
@@ -285,6 +105,42 @@ interface Scratch {
   act: number; // f32 [T][I]
   out: number; // f32 [T][hidden]
   bytes: number;
+}
+
+/** The load options checked (ConfigError naming the option), with their defaults. */
+function checkedOptions(opts: LlamaModelOptions): { mode: WeightsMode; acts: ActivationsMode; placement: WeightPlacement; memoryBytes: number } {
+  const mode = opts.weights ?? "auto";
+  if (!WEIGHTS_MODES.includes(mode)) throw new ConfigError("weights", `must be one of ${WEIGHTS_MODES.join(", ")}, got ${String(mode)}`);
+  const acts = opts.activations ?? DEFAULT_ACTIVATIONS;
+  if (!ACTIVATIONS_MODES.includes(acts)) throw new ConfigError("activations", `must be one of ${ACTIVATIONS_MODES.join(", ")}, got ${String(acts)}`);
+  const placement = opts.placement ?? "auto";
+  if (!PLACEMENTS.includes(placement)) throw new ConfigError("placement", `must be one of ${PLACEMENTS.join(", ")}, got ${String(placement)}`);
+  const memoryBytes = opts.weightMemoryBytes ?? WEIGHT_MEMORY_BYTES;
+  if (!Number.isInteger(memoryBytes) || memoryBytes < 65536 || memoryBytes > WEIGHT_MEMORY_BYTES) {
+    throw new ConfigError("weightMemoryBytes", `must be an integer in [65536, ${WEIGHT_MEMORY_BYTES}], got ${String(memoryBytes)}`);
+  }
+  return { mode, acts, placement, memoryBytes };
+}
+
+/**
+ * Reads a packed weight image into the main memory's weights ([start, end)) and every weight
+ * memory's, in that order; throws when its size is not what this config (`id`, packed `format`)
+ * packs to.
+ */
+function readPackedImage(image: PackedImageReader, rt: KernelRuntime, start: number, end: number, config: { id: string; format: string }): void {
+  const ranges = rt.weightRanges();
+  const packs = end - start + ranges.reduce((a, r) => a + r.end - r.start, 0);
+  if (image.byteLength !== packs) {
+    throw new AirmError(
+      "MODEL_LOAD",
+      `packed weight image has ${image.byteLength} bytes, this config (${config.id}) packs to ${packs} under ${config.format}; rebuild the image from the checkpoint`,
+    );
+  }
+  image.readNext(rt.u8.subarray(start, end));
+  for (const r of ranges) {
+    const view = rt.weightView(r.memory * 2 ** 32 + r.start);
+    image.readNext(view.u8.subarray(view.offset, view.offset + r.end - r.start));
+  }
 }
 
 /** Numbers of the shape the kernels need, checked once. */
@@ -495,33 +351,15 @@ export class LlamaModel {
     return LlamaModel.build(ckpt, opts, image);
   }
 
+  /**
+   * The model of `ckpt` under `opts`, in named stages: check the options, size the weights (and
+   * refuse before touching a page when they cannot fit), reserve the runtime's memory, allocate
+   * and fill the weights (WeightLoader), or read them from the packed `image`.
+   */
   private static async build(ckpt: Checkpoint, opts: LlamaModelOptions, image: PackedImageReader | undefined): Promise<LlamaModel> {
-    const c = ckpt.config;
-    checkShape(c);
-    const mode = opts.weights ?? "auto";
-    if (!WEIGHTS_MODES.includes(mode)) throw new ConfigError("weights", `must be one of ${WEIGHTS_MODES.join(", ")}, got ${String(mode)}`);
-    const acts = opts.activations ?? DEFAULT_ACTIVATIONS;
-    if (!ACTIVATIONS_MODES.includes(acts)) throw new ConfigError("activations", `must be one of ${ACTIVATIONS_MODES.join(", ")}, got ${String(acts)}`);
-    const src = ckpt.tensors;
-    const H = c.numHeads,
-      KV = c.numKvHeads,
-      D = c.headDim,
-      hidden = c.hiddenSize,
-      I = c.intermediateSize,
-      V = c.vocabSize;
-    const qkvRows = (H + 2 * KV) * D;
-    const placement = opts.placement ?? "auto";
-    if (!PLACEMENTS.includes(placement)) throw new ConfigError("placement", `must be one of ${PLACEMENTS.join(", ")}, got ${String(placement)}`);
-    const memoryBytes = opts.weightMemoryBytes ?? WEIGHT_MEMORY_BYTES;
-    if (!Number.isInteger(memoryBytes) || memoryBytes < 65536 || memoryBytes > WEIGHT_MEMORY_BYTES) {
-      throw new ConfigError("weightMemoryBytes", `must be an integer in [65536, ${WEIGHT_MEMORY_BYTES}], got ${String(memoryBytes)}`);
-    }
-    // The image sizes, exactly as the loader below will allocate them.
-    const groups = matrixGroups(c);
-    for (const g of groups) for (const { name, rows } of g.names) expectShape(src, name, [rows, g.cols]);
-    const sizes = groups.flatMap((g) => planSegments(src, g.names, g.cols, mode, acts).map((seg) => seg.bytes));
-    const matrixBytes = sizes.reduce((a, b) => a + b, 0);
-    const vectorBytes = 4 * (c.numLayers * (4 * hidden + qkvRows + 2 * D) + hidden) + 64 * 16 * c.numLayers;
+    checkShape(ckpt.config);
+    const { mode, acts, placement, memoryBytes } = checkedOptions(opts);
+    const { sizes, matrixBytes, vectorBytes } = weightBytes(ckpt.tensors, ckpt.config, mode, acts);
     // Refuse before touching a page: a wasm memory that outgrows the machine dies of OOM later.
     const free = process.availableMemory();
     if (matrixBytes + vectorBytes > free) {
@@ -534,120 +372,13 @@ export class LlamaModel {
     // Reserve what the weights will take up front (the memory grows later as needed).
     const totalBytes = weightMemories > 0 ? vectorBytes : matrixBytes + vectorBytes;
     const rt = await KernelRuntime.create({ threads: opts.threads ?? 1, initialBytes: totalBytes, weightMemories, weightMemoryBytes: opts.weightMemoryBytes });
-    const slots = new Map<string, WeightSlot>();
-    const fill = image === undefined;
     try {
       const start = rt.allocationTop;
-      const loadMatrix = (names: { name: string; rows: number }[], cols: number): Matrix => {
-        const rows = names.reduce((a, n) => a + n.rows, 0);
-        const segs = planSegments(src, names, cols, mode, acts);
-        if (segs[0].kind === "bf16") {
-          const bytes = segs[0].bytes;
-          const ptr = rt.allocWeights(bytes);
-          let at = 0;
-          for (const { name, rows: r } of names) {
-            slots.set(name, { kind: "matrix", ptr, rowsTotal: rows, cols, row0: at, rows: r, weights: "bf16" });
-            at += r;
-          }
-          if (fill) {
-            const plain = new Uint16Array(rows * cols);
-            let off = 0;
-            for (const { name, rows: r } of names) {
-              src.readBf16(name, plain.subarray(off, off + r * cols));
-              off += r * cols;
-            }
-            const view = rt.weightView(ptr);
-            interleaveRows(plain, view.u16, view.offset / 2, rows, cols);
-          }
-          return { segs: [{ ptr, kind: "bf16", row0: 0, rows, bytes }] };
-        }
-        // consecutive parts of one kind share a segment
-        const out: Segment[] = [];
-        for (const seg of segs) {
-          const kind = seg.kind as QuantKind;
-          const ptr = rt.allocWeights(seg.bytes);
-          let within = 0;
-          for (const { name, rows: r } of seg.parts) {
-            slots.set(name, { kind: "matrix", ptr, rowsTotal: seg.rows, cols, row0: within, rows: r, weights: kind });
-            if (fill) fillQuantRows(rt, kind, src, name, ptr, within, r, cols);
-            within += r;
-          }
-          out.push({ ptr, kind, row0: seg.row0, rows: seg.rows, bytes: seg.bytes });
-        }
-        return { segs: out };
-      };
-      const loadVectorF32 = (names: { name: string; n: number }[], plusOne = false): number => {
-        const total = names.reduce((a, n) => a + n.n, 0);
-        const ptr = rt.alloc(total * 4);
-        let at = 0;
-        for (const { name, n } of names) {
-          slots.set(name, { kind: "vector", ptr, offset: at, n, plusOne });
-          if (fill) writeVectorF32(rt, src, name, (ptr >>> 2) + at, n, plusOne);
-          at += n;
-        }
-        return ptr;
-      };
-      // Gemma's norms act as (1 + w): held as f32(1 + w), which is what transformers multiplies by
-      const norm = (name: string, n: number): number => loadVectorF32([{ name, n }], traits.normPlusOne);
-      const layers: LayerWeights[] = [];
-      const traits = traitsOf(c);
-      const qkNorm = traits.qkNorm;
-      const sandwich = traits.sandwichNorms;
-      for (let l = 0; l < c.numLayers; l++) {
-        const p = `model.layers.${l}.`;
-        layers.push({
-          inNorm: norm(`${p}input_layernorm.weight`, hidden),
-          mlpNorm: norm(sandwich ? `${p}pre_feedforward_layernorm.weight` : `${p}post_attention_layernorm.weight`, hidden),
-          attnOutNorm: sandwich ? norm(`${p}post_attention_layernorm.weight`, hidden) : 0,
-          mlpOutNorm: sandwich ? norm(`${p}post_feedforward_layernorm.weight`, hidden) : 0,
-          wqkv: loadMatrix(
-            [
-              { name: `${p}self_attn.q_proj.weight`, rows: H * D },
-              { name: `${p}self_attn.k_proj.weight`, rows: KV * D },
-              { name: `${p}self_attn.v_proj.weight`, rows: KV * D },
-            ],
-            hidden,
-          ),
-          bqkv: c.attentionBias
-            ? loadVectorF32([
-                { name: `${p}self_attn.q_proj.bias`, n: H * D },
-                { name: `${p}self_attn.k_proj.bias`, n: KV * D },
-                { name: `${p}self_attn.v_proj.bias`, n: KV * D },
-              ])
-            : 0,
-          qNorm: qkNorm ? norm(`${p}self_attn.q_norm.weight`, D) : 0,
-          kNorm: qkNorm ? norm(`${p}self_attn.k_norm.weight`, D) : 0,
-          wo: loadMatrix([{ name: `${p}self_attn.o_proj.weight`, rows: hidden }], H * D),
-          wgu: loadMatrix(
-            [
-              { name: `${p}mlp.gate_proj.weight`, rows: I },
-              { name: `${p}mlp.up_proj.weight`, rows: I },
-            ],
-            hidden,
-          ),
-          wd: loadMatrix([{ name: `${p}mlp.down_proj.weight`, rows: hidden }], I),
-        });
-      }
-      const embed = loadMatrix([{ name: "model.embed_tokens.weight", rows: V }], hidden);
-      const finalNorm = norm("model.norm.weight", hidden);
-      const lmHead = c.tieWordEmbeddings ? embed : loadMatrix([{ name: "lm_head.weight", rows: V }], hidden);
+      const loader = new WeightLoader(rt, ckpt.tensors, mode, acts, image === undefined);
+      const { layers, embed, finalNorm, lmHead } = loader.model(ckpt.config);
       const end = rt.allocationTop;
-      if (image !== undefined) {
-        const ranges = rt.weightRanges();
-        const packs = end - start + ranges.reduce((a, r) => a + r.end - r.start, 0);
-        if (image.byteLength !== packs) {
-          throw new AirmError(
-            "MODEL_LOAD",
-            `packed weight image has ${image.byteLength} bytes, this config (${ckpt.id}) packs to ${packs} under ${LlamaModel.packedFormatFor(mode, placement, acts)}; rebuild the image from the checkpoint`,
-          );
-        }
-        image.readNext(rt.u8.subarray(start, end));
-        for (const r of ranges) {
-          const view = rt.weightView(r.memory * 2 ** 32 + r.start);
-          image.readNext(view.u8.subarray(view.offset, view.offset + r.end - r.start));
-        }
-      }
-      return new LlamaModel(ckpt, rt, layers, embed, finalNorm, lmHead, slots, start, end, mode, placement, acts, opts.kv);
+      if (image !== undefined) readPackedImage(image, rt, start, end, { id: ckpt.id, format: LlamaModel.packedFormatFor(mode, placement, acts) });
+      return new LlamaModel(ckpt, rt, layers, embed, finalNorm, lmHead, loader.slots, start, end, mode, placement, acts, opts.kv);
     } catch (e) {
       rt.close();
       throw e;
@@ -1514,29 +1245,6 @@ async function drive<T>(steps: Generator<void, T>, pause: () => Promise<void> = 
   for (let r = steps.next(); ; r = steps.next()) {
     if (r.done) return r.value;
     await pause();
-  }
-}
-
-function expectShape(src: TensorSource, name: string, shape: number[]): void {
-  const info = src.info(name);
-  if (info.shape.length !== shape.length || info.shape.some((v, i) => v !== shape[i])) {
-    throw new AirmError("MODEL_LOAD", `${info.file}: tensor ${name} has shape [${info.shape.join(", ")}], config.json implies [${shape.join(", ")}]`);
-  }
-}
-
-/**
- * Reads a 1-D tensor and stores it widened to f32 at f32 index `at` of the runtime's memory;
- * `plusOne` stores f32(1 + w) instead (Gemma's norms).
- */
-function writeVectorF32(rt: KernelRuntime, src: TensorSource, name: string, at: number, n: number, plusOne = false): void {
-  expectShape(src, name, [n]);
-  const tmp = new Uint16Array(n);
-  src.readBf16(name, tmp);
-  const u32 = rt.u32;
-  for (let i = 0; i < n; i++) u32[at + i] = tmp[i] << 16;
-  if (plusOne) {
-    const f32 = rt.f32;
-    for (let i = 0; i < n; i++) f32[at + i] = fr(1 + f32[at + i]);
   }
 }
 
