@@ -24,6 +24,9 @@ export interface Serving {
   grammar: GrammarEngine | null;
 }
 
+/** What a prefill or decode worker serves with: its KV transport is there. */
+export type HandoffServing = Serving & { transport: KVTransport };
+
 export interface RuntimeOptions {
   role: WorkerRole;
   backend: string;
@@ -251,6 +254,17 @@ export class WorkerRuntime {
     if (this.state.kind === "ready") return this.state;
     const why = this.state.kind === "failed" ? `engine failed to load: ${this.state.error}` : "the engine is still loading; retry when /health says ready";
     throw new ApiError(503, "not_ready", why);
+  }
+
+  /**
+   * What the prefill and decode routes hand KV through: ready()'s, with the transport every
+   * prefill and decode worker loads. Throws as ready() does, and 500 on a worker without one
+   * (a solo worker, which serves neither route).
+   */
+  handoff(): HandoffServing {
+    const s = this.ready();
+    if (!s.transport) throw new ApiError(500, "no_kv_transport", `this ${this.role} worker has no KV transport to hand KV through`);
+    return s as HandoffServing;
   }
 
   markReady(s: Omit<Serving, "batcher" | "grammar">): void {

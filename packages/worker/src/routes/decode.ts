@@ -2,21 +2,22 @@
 // pulls wait while prefill still pushes), imports it, and streams token events until done. The
 // lease ends on every terminal event: done, error, the client leaving, a release from outside.
 
-import { ApiError, DecodeRequestSchema, ROUTES, toApiError } from "@airm/internal-api";
+import { ApiError, DecodeRequestSchema, ROUTES } from "@airm/internal-api";
 import { blobBytes, blockLayerBytes, KVIntegrityError, type KVManifest, type KVReservation, type PrefixHold } from "@airm/rm-core";
-import { SpanStatusCode, trace, type Span } from "@opentelemetry/api";
+import { trace, type Span } from "@opentelemetry/api";
 import type { Context, Hono } from "hono";
 import type { z } from "zod";
 import { checkChoices, checkLogitBias, checkResume, decodeChoices, isEos, planRequest, round } from "../generation.ts";
 import { pullKV, type PulledKV } from "../kv-handoff.ts";
 import type { LeaseEnd } from "../kv-leases.ts";
-import type { Serving, WorkerRuntime } from "../runtime.ts";
+import type { HandoffServing, WorkerRuntime } from "../runtime.ts";
 import type { EngineStream, ServingEngine } from "../serving-engine.ts";
 import { batchTrace, callerContext, eventStream, parseBody, tracer, type EventSink } from "./http.ts";
+import { failStage, finishStage } from "./stages.ts";
 
 export function decodeRoutes(app: Hono, rt: WorkerRuntime): void {
   app.post(ROUTES.decode, async (c) => {
-    const serving = rt.ready();
+    const serving = rt.handoff();
     const b = await parseBody(c, DecodeRequestSchema);
     rt.admit("decode");
     checkLogitBias(serving.engine, b.sampling);
@@ -41,11 +42,7 @@ export function decodeRoutes(app: Hono, rt: WorkerRuntime): void {
     // A draining worker's hand-back stops the request like a release, with its own error event.
     const onHandBack = () => stopped.abort(rt.handBack.signal.reason);
     rt.handBack.signal.addEventListener("abort", onHandBack, { once: true });
-    const span = tracer.startSpan(
-      "worker.decode",
-      { attributes: { "airm.request_id": rid, "airm.n": b.n, "airm.kv_transport": serving.transport?.name ?? "none" } },
-      callerContext(c),
-    );
+    const span = tracer.startSpan("worker.decode", { attributes: { "airm.request_id": rid, "airm.n": b.n, "airm.kv_transport": serving.transport.name } }, callerContext(c));
     return eventStream(
       c,
       async (sink) => {
@@ -106,16 +103,89 @@ function importStream(rt: WorkerRuntime, engine: ServingEngine, pulled: PulledKV
   return stream;
 }
 
-/** Runs one decode request on an open stream; returns how its lease should end. */
-async function serveDecode(
+type DecodeBody = z.output<typeof DecodeRequestSchema>;
+
+/** The request's KV, pulled and checked: the manifest against the request's resume and choices, and the plan it fits. */
+interface ArrivedKV {
+  pulled: PulledKV;
+  resumed: number[];
+  promptLen: number;
+  /** What is left to generate, counting the resumed tokens, and the sequence length it needs. */
+  maxTokens: number;
+  seqLen: number;
+  /** Each choice's first token (prefill drew them). */
+  firsts: number[];
+}
+
+/**
+ * Stage 1, receive: pulls the request's KV (each pull waits while prefill still pushes) and checks
+ * it against the request: the resumed tokens the KV ends with, the choices, and that what is
+ * left to generate fits max_model_len and the cache.
+ */
+async function receiveKV(rt: WorkerRuntime, s: HandoffServing, b: DecodeBody, c: Context, span: Span, stopped: AbortSignal): Promise<ArrivedKV> {
+  const { engine, transport } = s;
+  const rid = b.requestId;
+  const pullSpan = tracer.startSpan("kv.pull", { attributes: { "airm.request_id": rid, "airm.kv_transport": transport.name } }, trace.setSpan(callerContext(c), span));
+  const pulled = await raceAbort(pullKV(transport, rid, engine.model, engine.kvCache(), b.kvTimeoutMs ?? rt.kvTimeoutMs), stopped).finally(() => pullSpan.end());
+  if (pulled.transfer) pullSpan.setAttributes({ "airm.kv_bytes": pulled.transfer.bytes, "airm.kv_moving_ms": round(pulled.transfer.movingMs) });
+  const m = pulled.manifest;
+  // A resumed request's KV ends with its delivered tokens: the prompt is what comes before them.
+  const resumed = b.resume ?? [];
+  const promptLen = m.n - resumed.length;
+  const held = m.promptTokens?.slice(promptLen) ?? [];
+  if (resumed.length && (promptLen < 1 || held.length !== resumed.length || held.some((t, i) => t !== resumed[i]))) {
+    throw new KVIntegrityError("resume", `the KV's last ${resumed.length} positions do not hold the request's resume tokens`);
+  }
+  checkResume(engine, resumed, b.maxTokens);
+  // The KV holds the prompt and the resumed tokens: what is left to generate must fit max_model_len and the cache.
+  const plan = planRequest(engine, m.n, b.maxTokens === null ? null : b.maxTokens - resumed.length, b.n);
+  const firsts = m.firstTokens ?? [m.firstToken as number];
+  if (firsts.length !== b.n) throw new KVIntegrityError("firstTokens", `the KV manifest carries ${firsts.length} choice(s), the request asks for ${b.n}`);
+  return { pulled, resumed, promptLen, maxTokens: plan.maxTokens + resumed.length, seqLen: plan.seqLen, firsts };
+}
+
+/**
+ * Stage 3, import: the KV becomes the first choice's stream (beside the blocks this worker held),
+ * the others fork from it; the transport's copy is freed at once (the lease stays open until a
+ * terminal event), and the client hears `ready`.
+ */
+async function importKV(
   rt: WorkerRuntime,
-  s: Serving,
-  b: z.output<typeof DecodeRequestSchema>,
-  c: Context,
+  s: HandoffServing,
+  b: DecodeBody,
+  kv: ArrivedKV,
+  reservation: KVReservation,
+  streams: EngineStream[],
   sink: EventSink,
-  stopped: AbortSignal,
   span: Span,
-): Promise<LeaseEnd> {
+  t0: number,
+): Promise<void> {
+  const { engine } = s;
+  const { pulled, promptLen, resumed } = kv;
+  const m = pulled.manifest;
+  const rid = b.requestId;
+  // Into the caller's list as each is made: whatever happens next, the caller releases them.
+  streams.push(importStream(rt, engine, pulled, reservation, rid, b.cacheSalt));
+  for (let i = 1; i < b.n; i++) streams.push(engine.fork(streams[0]));
+  const kvLoadMs = performance.now() - pulled.arrivedAt;
+  if (pulled.transfer) rt.noteKvTransfer(pulled.transfer.bytes, pulled.transfer.movingMs, m.n);
+  await s.transport.release(rid).catch((err) => rt.log.warn({ request_id: rid, err: (err as Error).message }, "early KV release failed"));
+  rt.metrics.kvLoadMs.observe(kvLoadMs);
+  await sink.write({ type: "ready", promptTokens: promptLen, seqLen: kv.seqLen, kvLoadMs: round(kvLoadMs), kvWaitMs: round(pulled.arrivedAt - t0) });
+  span.setAttributes({
+    "airm.prompt_tokens": promptLen,
+    "airm.resumed_tokens": resumed.length,
+    "airm.kv_wait_ms": round(pulled.arrivedAt - t0),
+    "airm.kv_load_ms": round(kvLoadMs),
+    ...(pulled.transfer ? { "airm.kv_bytes": pulled.transfer.bytes } : {}),
+  });
+}
+
+/**
+ * Runs one decode request on an open stream through its stages (receive the KV, admit, import,
+ * decode, finish); returns how its lease should end.
+ */
+async function serveDecode(rt: WorkerRuntime, s: HandoffServing, b: DecodeBody, c: Context, sink: EventSink, stopped: AbortSignal, span: Span): Promise<LeaseEnd> {
   const { engine } = s;
   const rid = b.requestId;
   const aborted = () => sink.gone || stopped.aborted;
@@ -128,28 +198,12 @@ async function serveDecode(
   rt.kvWaiting++;
   let waiting = true;
   try {
-    const pullSpan = tracer.startSpan("kv.pull", { attributes: { "airm.request_id": rid, "airm.kv_transport": s.transport!.name } }, trace.setSpan(callerContext(c), span));
-    const kvInfo = engine.kvCache();
-    const pulled = await raceAbort(pullKV(s.transport!, rid, engine.model, kvInfo, b.kvTimeoutMs ?? rt.kvTimeoutMs), stopped).finally(() => pullSpan.end());
-    if (pulled.transfer) pullSpan.setAttributes({ "airm.kv_bytes": pulled.transfer.bytes, "airm.kv_moving_ms": round(pulled.transfer.movingMs) });
-    const m = pulled.manifest;
-    // A resumed request's KV ends with its delivered tokens: the prompt is what comes before them.
-    const resumed = b.resume ?? [];
-    const promptLen = m.n - resumed.length;
-    const held = m.promptTokens?.slice(promptLen) ?? [];
-    if (resumed.length && (promptLen < 1 || held.length !== resumed.length || held.some((t, i) => t !== resumed[i]))) {
-      throw new KVIntegrityError("resume", `the KV's last ${resumed.length} positions do not hold the request's resume tokens`);
-    }
-    checkResume(engine, resumed, b.maxTokens);
-    // The KV holds the prompt and the resumed tokens: what is left to generate must fit max_model_len and the cache.
-    const plan = planRequest(engine, m.n, b.maxTokens === null ? null : b.maxTokens - resumed.length, b.n);
-    const maxTokens = plan.maxTokens + resumed.length;
-    const firsts = m.firstTokens ?? [m.firstToken as number];
-    if (firsts.length !== b.n) throw new KVIntegrityError("firstTokens", `the KV manifest carries ${firsts.length} choice(s), the request asks for ${b.n}`);
+    const kv = await receiveKV(rt, s, b, c, span, stopped);
+    const m = kv.pulled.manifest;
     rt.kvWaiting--;
     waiting = false;
-    // Admitted once the KV's blocks (and the next position's, and a block per other choice) are
-    // set aside; the n choices share the prompt's blocks.
+    // Stage 2, admit: once the KV's blocks (and the next position's, and a block per other
+    // choice) are set aside; the n choices share the prompt's blocks.
     const queued = performance.now();
     const admitted = await rt.admission.acquire({ positions: m.n + 1, extra: b.n - 1, signal: stopped });
     freeSlot = admitted.release;
@@ -157,35 +211,21 @@ async function serveDecode(
     if (aborted()) return "client_gone";
     const matchers = await Promise.all(openings);
     matchers.forEach((matcher, i) => {
-      if (!isEos(engine, firsts[i])) matcher.advance(firsts[i]);
+      if (!isEos(engine, kv.firsts[i])) matcher.advance(kv.firsts[i]);
     });
-    streams.push(importStream(rt, engine, pulled, admitted.reservation, rid, b.cacheSalt));
-    for (let i = 1; i < b.n; i++) streams.push(engine.fork(streams[0]));
-    const kvLoadMs = performance.now() - pulled.arrivedAt;
-    if (pulled.transfer) rt.noteKvTransfer(pulled.transfer.bytes, pulled.transfer.movingMs, m.n);
-    // The engine copied the KV: free the transport's copy now rather than at the end of the
-    // request (the lease stays open until a terminal event).
-    await s.transport!.release(rid).catch((err) => rt.log.warn({ request_id: rid, err: (err as Error).message }, "early KV release failed"));
-    rt.metrics.kvLoadMs.observe(kvLoadMs);
-    await sink.write({ type: "ready", promptTokens: promptLen, seqLen: plan.seqLen, kvLoadMs: round(kvLoadMs), kvWaitMs: round(pulled.arrivedAt - t0) });
-    span.setAttributes({
-      "airm.prompt_tokens": promptLen,
-      "airm.resumed_tokens": resumed.length,
-      "airm.kv_wait_ms": round(pulled.arrivedAt - t0),
-      "airm.kv_load_ms": round(kvLoadMs),
-      ...(pulled.transfer ? { "airm.kv_bytes": pulled.transfer.bytes } : {}),
-    });
+    await importKV(rt, s, b, kv, admitted.reservation, streams, sink, span, t0);
+    // Stage 4, decode.
     const batches = batchTrace(span);
     const { finish, decodeMs } = await decodeChoices({
       engine,
       batcher: s.batcher,
       streams,
-      firsts,
-      prompt: m.promptTokens?.slice(0, promptLen) ?? [],
+      firsts: kv.firsts,
+      prompt: m.promptTokens?.slice(0, kv.promptLen) ?? [],
       positions: m.promptTokens ?? [],
       recompute: (stream, tokens) => rt.recompute(stream, tokens, stopped),
-      resumed,
-      maxTokens,
+      resumed: kv.resumed,
+      maxTokens: kv.maxTokens,
       sampling: b.sampling,
       logprobs: b.logprobs,
       matchers,
@@ -196,17 +236,9 @@ async function serveDecode(
       aborted,
     });
     batches.finish();
-    span.setAttributes({ "airm.decode_ms": round(decodeMs), "airm.finish": finish });
-    if (finish === "aborted" && rt.handBack.signal.aborted && !sink.gone) throw rt.handBack.signal.reason;
-    rt.metrics.requests.inc({ route: "decode", outcome: finish === "aborted" ? "client_gone" : "ok" });
-    if (finish !== "aborted") rt.metrics.decodeMs.observe(decodeMs);
-    return finish === "aborted" ? "client_gone" : "done";
+    return finishStage(rt, "decode", span, sink, finish, decodeMs);
   } catch (err) {
-    const e = toApiError(err);
-    rt.log.warn({ request_id: rid, code: e.code, err: e.message }, "decode failed");
-    rt.metrics.requests.inc({ route: "decode", outcome: e.code });
-    span.setStatus({ code: SpanStatusCode.ERROR, message: e.message });
-    await sink.write({ type: "error", status: e.status, code: e.code, param: e.param, message: e.message });
+    await failStage(rt, "decode", span, sink, err, rid);
     return aborted() || c.req.raw.signal.aborted ? "client_gone" : "decode_rejected";
   } finally {
     for (const o of openings) {

@@ -2,12 +2,13 @@
 // reference PD must equal token for token. Answers the same event stream as decode, opened by a
 // `first` event instead of `ready`.
 
-import { GenerateRequestSchema, ROUTES, toApiError } from "@airm/internal-api";
+import { GenerateRequestSchema, ROUTES } from "@airm/internal-api";
 import type { Hono } from "hono";
 import { checkChoices, checkLogitBias, decodeChoices, firstToken, firstTokens, isEos, prefillExtras, resumedPlan, round, stepConstraint, tokenize } from "../generation.ts";
 import type { WorkerRuntime } from "../runtime.ts";
 import type { EngineStream } from "../serving-engine.ts";
 import { batchTrace, callerContext, eventStream, parseBody, tracer } from "./http.ts";
+import { failStage, finishStage } from "./stages.ts";
 
 export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
   app.post(ROUTES.generate, async (c) => {
@@ -78,16 +79,9 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
             aborted: () => sink.gone || rt.handBack.signal.aborted,
           });
           batches.finish();
-          span.setAttributes({ "airm.decode_ms": round(decodeMs), "airm.finish": finish });
-          // A draining worker handed the request back: its stream ends with worker_draining (a gateway moves it).
-          if (finish === "aborted" && rt.handBack.signal.aborted && !sink.gone) throw rt.handBack.signal.reason;
-          if (finish !== "aborted") rt.metrics.decodeMs.observe(decodeMs);
-          rt.metrics.requests.inc({ route: "generate", outcome: finish === "aborted" ? "client_gone" : "ok" });
+          finishStage(rt, "generate", span, sink, finish, decodeMs);
         } catch (err) {
-          const e = toApiError(err);
-          rt.log.warn({ code: e.code, err: e.message }, "generate failed");
-          rt.metrics.requests.inc({ route: "generate", outcome: e.code });
-          await sink.write({ type: "error", status: e.status, code: e.code, param: e.param, message: e.message });
+          await failStage(rt, "generate", span, sink, err, b.requestId);
         } finally {
           for (const m of matchers) m.close();
           for (const st of streams) engine.release(st);

@@ -79,7 +79,7 @@ async function prefillWith(
   matcher: GrammarMatcher | undefined,
   span: Span,
 ): Promise<Response> {
-  const { engine, transport } = rt.ready();
+  const { engine, transport } = rt.handoff();
   const { prompt, resumed, tokens, maxTokens, seqLen } = plan;
   const rid = b.requestId;
   // A release (the client left, its deadline passed) or the TTL can end the lease while prefill
@@ -95,7 +95,7 @@ async function prefillWith(
     freeSlot = admitted.release;
     span.setAttribute("airm.queue_wait_ms", round(performance.now() - queued));
     const shape = pushShape(engine.model, tokens.length, engine.kvCache().blockSize, checkSkip(engine, tokens, b));
-    const pusher = new KVPusher(transport!, rid, rt.kvTimeoutMs, () => endedAs !== null, shape);
+    const pusher = new KVPusher(transport, rid, rt.kvTimeoutMs, () => endedAs !== null, shape);
     const t0 = performance.now();
     const constraint = stepConstraint(engine, matcher, b.minTokens, () => resumed.length);
     const res = await engine.prefill(tokens, {
@@ -113,7 +113,7 @@ async function prefillWith(
     const kvBytes = pushedBytes(shape, engine.model.layers);
     const pushSpan = tracer.startSpan(
       "kv.push",
-      { attributes: { "airm.request_id": rid, "airm.kv_transport": transport!.name, "airm.kv_bytes": kvBytes } },
+      { attributes: { "airm.request_id": rid, "airm.kv_transport": transport.name, "airm.kv_bytes": kvBytes } },
       trace.setSpan(callerContext(c), span),
     );
     await pusher.finish(engine.model, kv, firstTokens(res), tokens).finally(() => pushSpan.end());
@@ -126,14 +126,14 @@ async function prefillWith(
     const answer: PrefillResponse = {
       requestId: rid,
       first: firstToken(engine, res, { tokens: prompt, echo: b.echo }, seqLen, maxTokens, prefillMs, resumed),
-      transport: transport!.name,
+      transport: transport.name,
       kvPushMs: round(pushMs),
       kvBytes,
     };
     span.setAttributes({
       "airm.prefill_ms": round(prefillMs),
       "airm.cached_tokens": res.cachedTokens ?? 0,
-      "airm.kv_transport": transport!.name,
+      "airm.kv_transport": transport.name,
       "airm.kv_bytes": kvBytes,
       "airm.kv_push_ms": round(pushMs),
     });
@@ -142,7 +142,7 @@ async function prefillWith(
     freeSlot?.();
     if (endedAs !== null) {
       // Ended from outside: its earlier blobs went with the lease; drop any pushed after it.
-      await transport!.release(rid).catch(() => {});
+      await transport.release(rid).catch(() => {});
       rt.metrics.requests.inc({ route: "prefill", outcome: endedAs });
       throw new ApiError(409, "request_ended", `request ${rid} ended (${endedAs}) while it was being prefilled`, "requestId");
     }
