@@ -1,12 +1,19 @@
 // @airm/engine-atom: the Rebellions ATOM engine, registered as airm.workloads "atom". Prefill runs
 // the whole prompt; decode passes each stream's whole cache as a host input every step and writes
 // back the new position, as the ATOM decode graph does. The native path (librbln_runtime.so via
-// koffi) is taken only when the library, an ATOM card and the compiled decode graphs are all
-// present; otherwise the same execution model runs on the CPU reference and says so.
+// koffi, bound in rbln-runtime.ts; the decode graph in rbln-decode-graph.ts) is taken only when the
+// library, an ATOM card and the compiled decode graphs are all present; it reaches engine-kit as
+// the NativeHostDecode that probeNative returns. Otherwise the same execution model runs on the
+// CPU reference and says so.
 
 import { existsSync } from "node:fs";
 import { ConfigError, defineConfig, opt, text, type EnginePlugin } from "@airm/rm-core";
-import { RblnDecodeGraph, RblnRuntimeLibrary, decodeGraphFile, findRblnLibrary, loadVendorEngine, vendorEngineConfig, type VendorEngineSpec } from "@airm/engine-kit";
+import { loadVendorEngine, vendorEngineConfig, type VendorEngineSpec } from "@airm/engine-kit";
+import { RblnDecodeGraph, decodeGraphFile } from "./rbln-decode-graph.ts";
+import { RblnRuntimeLibrary, findRblnLibrary } from "./rbln-runtime.ts";
+
+export { RblnRuntimeLibrary, RblnGraphSession, findRblnLibrary, DEFAULT_RBLN_LIBRARY, RBLN_SUCCESS } from "./rbln-runtime.ts";
+export { RblnDecodeGraph, decodeGraphFile, decodeGraphIO } from "./rbln-decode-graph.ts";
 
 /** What only the ATOM engine reads. */
 export const ATOM_VENDOR_CONFIG = defineConfig("@airm/engine-atom", {

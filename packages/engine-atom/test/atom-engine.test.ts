@@ -9,9 +9,9 @@ import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Registry, blocksToDense, openEngine } from "@airm/rm-core";
 import { loadCheckpoint, makeTinyModel } from "@airm/llama";
-import { decodeGraphIO, denseLayerBytes, engineTokens, referenceTokens } from "@airm/engine-kit";
+import { denseLayerBytes, engineTokens, referenceTokens } from "@airm/engine-kit";
 import type { Engine, EnginePlugin } from "@airm/rm-core";
-import { atomEngine, atomSpec } from "../src/index.ts";
+import { atomEngine, atomSpec, decodeGraphIO } from "../src/index.ts";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const packages = join(here, "..", "..");
@@ -104,7 +104,7 @@ describe("ATOM native path (fake librbln_runtime.so)", () => {
   const lib = join(root, "librbln_runtime.so");
   const graphs = join(root, "graphs");
   beforeAll(() => {
-    execFileSync("gcc", ["-shared", "-fPIC", "-O1", "-o", lib, join(packages, "engine-kit", "test", "fixtures", "fake-rbln-runtime.c")]);
+    execFileSync("gcc", ["-shared", "-fPIC", "-O1", "-o", lib, join(here, "fixtures", "fake-rbln-runtime.c")]);
     mkdirSync(graphs, { recursive: true });
   });
 

@@ -50,7 +50,7 @@ import { planTensorDelta } from "./delta-plan.ts";
 import { CoreBoard, type CoreBoardSpec } from "./core-board.ts";
 import { DEFAULT_KV_SHARE, kvBudgetBlocks, type KvCacheMemory } from "./kv-budget.ts";
 import { loadWeights, type LoadedWeights } from "./load-weights.ts";
-import { type DecodeGraphShape, type DenseKV, type HostDecodeResult, denseLayerBytes, writeBlockColumn } from "./native/rbln-decode-graph.ts";
+import { type DecodeGraphShape, type DenseKV, type HostDecodeResult, denseLayerBytes, writeBlockColumn } from "./host-decode.ts";
 import { PassLoop, type DecodeWork } from "./pass-loop.ts";
 import { PrefixCache, type BlockEvent } from "./prefix-cache.ts";
 import { checkpointHashes, type CheckpointHashes } from "./tensor-hash-manifest.ts";

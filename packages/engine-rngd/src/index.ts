@@ -3,10 +3,14 @@
 // against the live cache; all decode B streams per step on a resident cache. FuriosaAI documents
 // no C ABI for its model runtime (furiosa-rt is Python/Rust; the C library furiosa-libsmi only
 // manages devices, and is used, when AIRM_FURIOSA_SMI_LIB names it, to resolve device-plugin ids
-// such as uuids), so the execution model always runs on the CPU reference and says so.
+// such as uuids: bound in furiosa-smi.ts and handed to engine-kit as the spec's deviceIdMap), so
+// the execution model always runs on the CPU reference and says so.
 
 import { defineConfig, opt, text, type EnginePlugin } from "@airm/rm-core";
-import { furiosaDeviceIdMap, listFuriosaDevices, loadVendorEngine, vendorEngineConfig, type VendorEngineSpec } from "@airm/engine-kit";
+import { loadVendorEngine, vendorEngineConfig, type VendorEngineSpec } from "@airm/engine-kit";
+import { furiosaDeviceIdMap, listFuriosaDevices } from "./furiosa-smi.ts";
+
+export { listFuriosaDevices, furiosaDeviceIdMap, type FuriosaSmiDevice } from "./furiosa-smi.ts";
 
 export const RNGD_BACKENDS = ["rngd", "rngd-chunk", "rngd-full"] as const;
 

@@ -72,7 +72,7 @@ describe("engine rngd", () => {
 
   it("--chip -1 resolves a uuid device-plugin id through furiosa-smi (fake libfuriosa_smi.so)", async () => {
     const smi = join(root, "libfuriosa_smi.so");
-    const fixture = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "engine-kit", "test", "fixtures", "fake-furiosa-smi.c");
+    const fixture = join(dirname(fileURLToPath(import.meta.url)), "fixtures", "fake-furiosa-smi.c");
     execFileSync("gcc", ["-shared", "-fPIC", "-O1", "-o", smi, fixture]);
     const ckpt = join(root, "kubelet_internal_checkpoint");
     writeFileSync(

@@ -19,27 +19,8 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import type { EngineVariant } from "@airm/rm-core";
-import { NativeRuntimeError } from "../device-errors.ts";
-import type { KVGeometry } from "@airm/rm-core";
-import { variantName } from "../variants.ts";
+import { NativeRuntimeError, denseLayerBytes, variantName, type DecodeGraphShape, type DenseKV, type HostDecodeResult } from "@airm/engine-kit";
 import { RblnGraphSession, type RblnRuntimeLibrary } from "./rbln-runtime.ts";
-
-export interface DecodeGraphShape extends KVGeometry {
-  vocabSize: number;
-}
-
-/** One stream's cache as a graph input: positions [0, n) of dense K [kv_heads, head_dim, S] and V [kv_heads, S, head_dim] per layer. */
-export interface DenseKV {
-  seqLen: number;
-  n: number;
-  k: Uint8Array[];
-  v: Uint8Array[];
-}
-
-/** Bytes of one layer's dense K (or V) at context S. */
-export function denseLayerBytes(g: Pick<KVGeometry, "kvHeads" | "headDim">, S: number): number {
-  return g.kvHeads * g.headDim * S * 2;
-}
 
 /** The graph file for a variant inside a graph folder: `decode-B4xS512.rbln`. */
 export function decodeGraphFile(dir: string, v: EngineVariant): string {
@@ -57,13 +38,6 @@ export function decodeGraphIO(shape: DecodeGraphShape, v: EngineVariant): { inpu
     outputs.push(column, column);
   }
   return { inputs, outputs };
-}
-
-export interface HostDecodeResult {
-  logits: Float32Array;
-  /** Per layer: the new position's K and V, [kv_heads, head_dim] bf16 each. */
-  k: Uint8Array[];
-  v: Uint8Array[];
 }
 
 /** A decode graph opened on one ATOM card. */
@@ -143,27 +117,4 @@ export class RblnDecodeGraph {
   close(): void {
     this.session.close();
   }
-}
-
-/**
- * Writes a new position's K and V ([kv_heads, head_dim] bf16, as the graph returns them) into
- * one layer of a block (layout rngd-pd/v2: K [kv_heads, head_dim, block_size], V [kv_heads,
- * block_size, head_dim]) at offset `p` within the block.
- */
-export function writeBlockColumn(
-  g: Pick<KVGeometry, "kvHeads" | "headDim">,
-  blockSize: number,
-  p: number,
-  kBlock: Uint8Array,
-  vBlock: Uint8Array,
-  k: Uint8Array,
-  v: Uint8Array,
-): void {
-  for (let r = 0; r < g.kvHeads * g.headDim; r++) {
-    const o = (r * blockSize + p) * 2;
-    kBlock[o] = k[r * 2];
-    kBlock[o + 1] = k[r * 2 + 1];
-  }
-  const run = g.headDim * 2;
-  for (let h = 0; h < g.kvHeads; h++) vBlock.set(v.subarray(h * run, (h + 1) * run), (h * blockSize + p) * run);
 }

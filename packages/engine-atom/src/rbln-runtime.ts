@@ -8,7 +8,7 @@
 
 import { existsSync } from "node:fs";
 import koffi from "koffi";
-import { NativeRuntimeError } from "../device-errors.ts";
+import { NativeRuntimeError } from "@airm/engine-kit";
 
 /** Where the SDK installs the runtime library. */
 export const DEFAULT_RBLN_LIBRARY = "/usr/local/lib/librbln_runtime.so";

@@ -5,7 +5,7 @@
 // serial, bdf) to cards. Struct layouts follow the header (FURIOSA_SMI_MAX_* sizes).
 
 import koffi from "koffi";
-import { NativeRuntimeError } from "../device-errors.ts";
+import { NativeRuntimeError } from "@airm/engine-kit";
 
 /** What the library reports for one card. */
 export interface FuriosaSmiDevice {

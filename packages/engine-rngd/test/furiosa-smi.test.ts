@@ -1,12 +1,13 @@
 // Exercises the koffi binding of furiosa_smi.h (device listing) against a fake libfuriosa_smi.so
-// built here from test/fixtures/fake-furiosa-smi.c with gcc, and its use by chip selection.
+// built here from test/fixtures/fake-furiosa-smi.c with gcc, and its use by engine-kit's chip selection.
 import { execFileSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { DEVICE_CONFIG, furiosaDeviceIdMap, listFuriosaDevices, selectChip } from "../src/index.ts";
+import { DEVICE_CONFIG, selectChip } from "@airm/engine-kit";
+import { furiosaDeviceIdMap, listFuriosaDevices } from "../src/furiosa-smi.ts";
 
 const source = fileURLToPath(new URL("./fixtures/fake-furiosa-smi.c", import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), "airm-smi-"));
