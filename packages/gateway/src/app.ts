@@ -5,9 +5,10 @@ import { GrammarChecker } from "@airm/grammar";
 import { ApiError } from "@airm/internal-api";
 import { Hono } from "hono";
 import { requireApiKey } from "./api-keys.ts";
-import { openAIRoutes, type GatewayAppOptions } from "./openai/routes.ts";
+import { openAIRoutes } from "./openai/routes.ts";
+import type { GatewayAppOptions } from "./openai/serving.ts";
 
-export type { GatewayAppOptions } from "./openai/routes.ts";
+export type { GatewayAppOptions } from "./openai/serving.ts";
 
 /**
  * The app. `grammar` defaults to a checker of its own (its thread does not keep the process

@@ -9,8 +9,8 @@ import { streamSSE } from "hono/streaming";
 import type { GatewayMetrics } from "../gateway-metrics.ts";
 import { type ChoiceOutcome, collectChoices, type Outcome, type Run, type Timing } from "./completion.ts";
 import { chatLogprobs, completionLogprobs, type ScoredToken } from "./logprobs.ts";
-import type { GenerationRequest } from "./parse.ts";
-import { type AnswerPiece, ToolCallReader } from "./tool-calls.ts";
+import { type AnswerPiece, ToolCallReader } from "./chat/tool-calls.ts";
+import type { GenerationRequest } from "./request-common.ts";
 
 export interface AnswerContext {
   kind: "completion" | "chat";

@@ -10,7 +10,7 @@ import { StopStringMatcher } from "@airm/rm-core";
 import { type Span, SpanStatusCode } from "@opentelemetry/api";
 import type { GatewayMetrics } from "../gateway-metrics.ts";
 import type { GenEvent } from "../orchestrator/index.ts";
-import type { GenerationRequest } from "./parse.ts";
+import type { GenerationRequest } from "./request-common.ts";
 
 export type Usage = { prompt_tokens: number; completion_tokens: number; total_tokens: number; prompt_tokens_details: { cached_tokens: number } };
 

@@ -10,10 +10,11 @@ import { ApiError } from "@airm/internal-api";
 import type { Context } from "hono";
 import { streamSSE } from "hono/streaming";
 import { z } from "zod";
-import type { AnswerContext } from "./answers.ts";
-import { collectChoices, type Outcome } from "./completion.ts";
-import { type GenerationRequest, type ParseOptions, parseGenerationRequest } from "./parse.ts";
-import { type AnswerPiece, type ToolCall, ToolCallReader } from "./tool-calls.ts";
+import type { AnswerContext } from "../answers.ts";
+import { type AnswerPiece, type ToolCall, ToolCallReader } from "../chat/tool-calls.ts";
+import { collectChoices, type Outcome } from "../completion.ts";
+import { parseGenerationRequest } from "../parse.ts";
+import type { GenerationRequest, ParseOptions } from "../request-common.ts";
 
 const hex = (n: number) => randomBytes(n).toString("hex");
 

@@ -7,7 +7,7 @@
 import type { ChatTool } from "@airm/internal-api";
 import { ApiError } from "@airm/internal-api";
 import { z } from "zod";
-import type { Constraint } from "./structured.ts";
+import type { Constraint } from "../structured.ts";
 
 /** The tool-call parsers of `auto` (vLLM's --tool-call-parser names). */
 export const TOOL_CALL_PARSERS = ["hermes", "llama3_json"] as const;

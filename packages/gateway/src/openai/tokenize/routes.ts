@@ -5,9 +5,10 @@
 import { ApiError, type PromptInput } from "@airm/internal-api";
 import type { Context, Hono } from "hono";
 import { z } from "zod";
-import type { EndpointPool } from "../endpoint-pool.ts";
-import { fromZod, messageSchema, messagesOf } from "./parse.ts";
-import { toolsOf } from "./tools.ts";
+import type { EndpointPool } from "../../endpoint-pool.ts";
+import { messageSchema, messagesOf } from "../chat/request.ts";
+import { toolsOf } from "../chat/tools.ts";
+import { fromZod } from "../request-common.ts";
 
 const common = { model: z.string().nullish(), return_token_strs: z.boolean().nullish() };
 
