@@ -106,7 +106,11 @@ describe("import cycles", () => {
   test("the gateway's orchestrator knows nothing of the OpenAI wire format (it imports nothing from openai/)", () => {
     const bad = packageSources("gateway")
       .filter(([file]) => file.startsWith("packages/gateway/src/orchestrator/"))
-      .flatMap(([file, text]) => importsOf(text).filter((spec) => spec.includes("/openai/")).map((spec) => `${file} imports ${spec}`));
+      .flatMap(([file, text]) =>
+        importsOf(text)
+          .filter((spec) => spec.includes("/openai/"))
+          .map((spec) => `${file} imports ${spec}`),
+      );
     expect(bad).toEqual([]);
   });
 
