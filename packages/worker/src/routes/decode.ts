@@ -7,21 +7,19 @@ import { blobBytes, blockLayerBytes, KVIntegrityError, type KVManifest, type KVR
 import { trace, type Span } from "@opentelemetry/api";
 import type { Context, Hono } from "hono";
 import type { z } from "zod";
-import { checkChoices, checkLogitBias, checkResume, decodeChoices, isEos, planRequest, round } from "../generation.ts";
+import { checkResume, decodeChoices, isEos, planRequest, round } from "../generation.ts";
 import { pullKV, type PulledKV } from "../kv-handoff.ts";
 import type { LeaseEnd } from "../kv-leases.ts";
 import type { HandoffServing, WorkerRuntime } from "../runtime.ts";
 import type { EngineStream, ServingEngine } from "../serving-engine.ts";
 import { batchTrace, callerContext, eventStream, parseBody, tracer, type EventSink } from "./http.ts";
-import { failStage, finishStage } from "./stages.ts";
+import { admitStage, failStage, finishStage, prepareStage } from "./stages.ts";
 
 export function decodeRoutes(app: Hono, rt: WorkerRuntime): void {
   app.post(ROUTES.decode, async (c) => {
     const serving = rt.handoff();
     const b = await parseBody(c, DecodeRequestSchema);
-    rt.admit("decode");
-    checkLogitBias(serving.engine, b.sampling);
-    checkChoices(rt.admission.maxRunning, b.n);
+    prepareStage(rt, "decode", serving.engine, b.sampling, b.n);
     // A constraint that cannot build is a 400 before the stream opens (it compiles during the KV wait).
     if (b.constraint) await rt.checkConstraint(b.constraint);
     const rid = b.requestId;
@@ -204,10 +202,8 @@ async function serveDecode(rt: WorkerRuntime, s: HandoffServing, b: DecodeBody, 
     waiting = false;
     // Stage 2, admit: once the KV's blocks (and the next position's, and a block per other
     // choice) are set aside; the n choices share the prompt's blocks.
-    const queued = performance.now();
-    const admitted = await rt.admission.acquire({ positions: m.n + 1, extra: b.n - 1, signal: stopped });
+    const admitted = await admitStage(rt, span, { positions: m.n + 1, extra: b.n - 1, signal: stopped });
     freeSlot = admitted.release;
-    span.setAttribute("airm.queue_wait_ms", round(performance.now() - queued));
     if (aborted()) return "client_gone";
     const matchers = await Promise.all(openings);
     matchers.forEach((matcher, i) => {

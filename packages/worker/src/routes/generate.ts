@@ -4,19 +4,17 @@
 
 import { GenerateRequestSchema, ROUTES } from "@airm/internal-api";
 import type { Hono } from "hono";
-import { checkChoices, checkLogitBias, decodeChoices, firstToken, firstTokens, isEos, prefillExtras, resumedPlan, round, stepConstraint, tokenize } from "../generation.ts";
+import { decodeChoices, firstToken, firstTokens, isEos, prefillExtras, resumedPlan, round, stepConstraint, tokenize } from "../generation.ts";
 import type { WorkerRuntime } from "../runtime.ts";
 import type { EngineStream } from "../serving-engine.ts";
 import { batchTrace, callerContext, eventStream, parseBody, tracer } from "./http.ts";
-import { failStage, finishStage } from "./stages.ts";
+import { admitStage, failStage, finishStage, prepareStage } from "./stages.ts";
 
 export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
   app.post(ROUTES.generate, async (c) => {
     const { engine, batcher } = rt.ready();
     const b = await parseBody(c, GenerateRequestSchema);
-    rt.admit("generate");
-    checkLogitBias(engine, b.sampling);
-    checkChoices(rt.admission.maxRunning, b.n);
+    prepareStage(rt, "generate", engine, b.sampling, b.n);
     const prompt = tokenize(engine, b.input);
     const { resumed, tokens, maxTokens, seqLen } = resumedPlan(engine, prompt, b);
     // A bad constraint is a 400 before the stream opens; a resumed request's matcher replays its delivered tokens.
@@ -33,11 +31,9 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
         try {
           // Admitted once the prompt's blocks (and the next position's, and a block per other
           // choice) are set aside; one prefill, then a stream per choice sharing the prompt's blocks.
-          const queued = performance.now();
-          const admitted = await rt.admission.acquire({ positions: tokens.length + 1, extra: b.n - 1, signal: stopped.signal });
+          const admitted = await admitStage(rt, span, { positions: tokens.length + 1, extra: b.n - 1, signal: stopped.signal });
           freeSlot = admitted.release;
           const t0 = performance.now();
-          span.setAttribute("airm.queue_wait_ms", round(t0 - queued));
           const constraint = stepConstraint(engine, matchers[0], b.minTokens, () => resumed.length);
           const res = await engine.prefill(tokens, {
             reservation: admitted.reservation,

@@ -8,12 +8,13 @@ import type { GrammarMatcher } from "@airm/grammar";
 import { SpanStatusCode, trace, type Span } from "@opentelemetry/api";
 import type { Context, Hono } from "hono";
 import type { z } from "zod";
-import { checkLogitBias, firstToken, firstTokens, prefillExtras, resumedPlan, round, stepConstraint, tokenize, type ResumedPlan } from "../generation.ts";
+import { firstToken, firstTokens, prefillExtras, resumedPlan, round, stepConstraint, tokenize, type ResumedPlan } from "../generation.ts";
 import { KVPusher, pushShape, pushedBytes } from "../kv-handoff.ts";
 import type { LeaseEnd } from "../kv-leases.ts";
 import type { WorkerRuntime } from "../runtime.ts";
 import type { ServingEngine } from "../serving-engine.ts";
 import { callerContext, parseBody, tracer } from "./http.ts";
+import { admitStage, prepareStage } from "./stages.ts";
 
 export function prefillRoutes(app: Hono, rt: WorkerRuntime): void {
   app.post(ROUTES.prefill, async (c) => {
@@ -21,8 +22,7 @@ export function prefillRoutes(app: Hono, rt: WorkerRuntime): void {
     try {
       const { engine } = rt.ready();
       const b = await parseBody(c, PrefillRequestSchema);
-      rt.admit("prefill");
-      checkLogitBias(engine, b.sampling);
+      prepareStage(rt, "prefill", engine, b.sampling);
       const prompt = tokenize(engine, b.input);
       const plan = resumedPlan(engine, prompt, b);
       const rid = b.requestId;
@@ -90,10 +90,8 @@ async function prefillWith(
   let freeSlot: (() => void) | undefined;
   try {
     // Admitted once the prompt's KV blocks are set aside (they are free again once it is pushed).
-    const queued = performance.now();
-    const admitted = await rt.admission.acquire({ positions: tokens.length });
+    const admitted = await admitStage(rt, span, { positions: tokens.length });
     freeSlot = admitted.release;
-    span.setAttribute("airm.queue_wait_ms", round(performance.now() - queued));
     const shape = pushShape(engine.model, tokens.length, engine.kvCache().blockSize, checkSkip(engine, tokens, b));
     const pusher = new KVPusher(transport, rid, rt.kvTimeoutMs, () => endedAs !== null, shape);
     const t0 = performance.now();

@@ -1,11 +1,36 @@
-// The last stages every streamed request shares (decode and generate): finish, which records how
-// the decode loop ended and turns a drain's hand-back into the stream's error, and fail, which
-// gives the client the error as the stream's last event, logged and counted.
+// The stages a worker request passes, shared by the routes (prefill, decode, generate):
+// prepare (the worker admits one more request, and this engine can run what it asks), admit (the
+// engine sets its blocks and a running slot aside), then each route's own compute (prefill, or
+// receive and import the KV) and decode loop, and for the streamed routes finish (how the decode
+// loop ended, a drain's hand-back turned into the stream's error) or fail (the error as the
+// stream's last event, logged and counted).
 import { toApiError } from "@airm/internal-api";
+import type { SamplingParams } from "@airm/rm-core";
 import { SpanStatusCode, type Span } from "@opentelemetry/api";
+import type { Admitted } from "../admission.ts";
+import { checkChoices, checkLogitBias, round } from "../generation.ts";
 import type { WorkerRuntime } from "../runtime.ts";
-import { round } from "../generation.ts";
+import type { ServingEngine } from "../serving-engine.ts";
 import type { EventSink } from "./http.ts";
+
+/**
+ * Prepare: throws 503 while the worker drains and 429 when its queue is full (rt.admit), 400 when
+ * the request's logit_bias names a token outside the vocabulary or its `choices` exceed the
+ * requests this worker runs at once (routes that run the choices here pass them).
+ */
+export function prepareStage(rt: WorkerRuntime, route: string, engine: ServingEngine, sampling: SamplingParams, choices?: number): void {
+  rt.admit(route);
+  checkLogitBias(engine, sampling);
+  if (choices !== undefined) checkChoices(rt.admission.maxRunning, choices);
+}
+
+/** Admit: waits until the engine sets aside the blocks of `need` and a running slot; the wait goes on the span. */
+export async function admitStage(rt: WorkerRuntime, span: Span, need: { positions: number; extra?: number; signal?: AbortSignal }): Promise<Admitted> {
+  const queued = performance.now();
+  const admitted = await rt.admission.acquire(need);
+  span.setAttribute("airm.queue_wait_ms", round(performance.now() - queued));
+  return admitted;
+}
 
 /**
  * Records how the decode loop of `route` ended; throws the hand-back when a draining worker
