@@ -9,7 +9,7 @@
 // end, so all meet the same load), over `rounds` rounds (the busy pod swaps each round).
 // The stock EPP binds every interface, so the bench re-runs itself inside a network namespace of
 // its own (unshare -rn) after building what it needs (helm, the rig, the EPP and Envoy: cached).
-import { execFileSync, spawnSync } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -18,7 +18,7 @@ import { flagOf, int } from "../packages/rm-core/src/index.ts";
 import { applyGieCrds, llmdBinaries, type Proc, startEnvoy, startOurEpp, startStockEpp } from "../scripts/k8s-rig/llm-d.ts";
 import { PodRunner } from "../scripts/k8s-rig/pod-runner.ts";
 import { gatewayServed, holdOpen, Release } from "../scripts/k8s-rig/release.ts";
-import { rigBinaries, startRig } from "../scripts/k8s-rig/rig.ts";
+import { NPU_BOTH_NODE, rerunInNetns, rigBinaries, startRig } from "../scripts/k8s-rig/rig.ts";
 import { benchArgs, finalLine, progress, progressDone, sseEvents, summarize } from "./lib.ts";
 
 // The run inside the namespace is marked by a first argument of its own.
@@ -43,8 +43,7 @@ if (!inside) {
   execFileSync("bash", [join(repo, "scripts", "tools", "helm.sh")], { stdio: ["ignore", "ignore", "inherit"] });
   rigBinaries();
   llmdBinaries();
-  const r = spawnSync("unshare", ["-rn", "--", "sh", "-c", 'ip link set lo up && exec "$0" --import tsx "$@"', process.execPath, here, INSIDE, ...argv], { stdio: "inherit" });
-  process.exit(r.status ?? 1);
+  rerunInNetns(here, [INSIDE, ...argv]);
 }
 
 const NS = "bench";
@@ -55,13 +54,7 @@ const model = join(repo, "node_modules", ".cache", `airm-bench-135m-${process.pi
 progress("generating the 135M-shaped model");
 makeTinyModel({ arch: "llama", out: model, preset: "135m" });
 progress("starting the Kubernetes rig");
-const rig = await startRig([
-  {
-    name: "npu-both",
-    labels: { "airm.ai-computing.io/furiosa.RNGD": "true", "airm.ai-computing.io/rebellions.ATOM": "true" },
-    devices: { "furiosa.ai/rngd": 4, "rebellions.ai/ATOM": 4 },
-  },
-]);
+const rig = await startRig([NPU_BOTH_NODE]);
 const procs: Proc[] = [];
 const runner = new PodRunner(rig, repo, NS);
 

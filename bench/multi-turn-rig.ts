@@ -9,17 +9,17 @@
 // run has its own cache_salt, so no run meets another's cached blocks. The rig binds every
 // interface it needs on its own, so the bench re-runs itself inside a network namespace (unshare
 // -rn) after building what it needs (helm, the rig, Envoy: cached).
-import { execFileSync, spawnSync } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { flagOf, int, list, oneOf, text } from "../packages/rm-core/src/index.ts";
+import { flagOf, list, oneOf } from "../packages/rm-core/src/index.ts";
 import { chooseDefaultModel, resolveModelArg } from "../packages/workload-runner/src/default-model.ts";
-import { applyGieCrds, llmdBinaries, type Proc, startEnvoy } from "../scripts/k8s-rig/llm-d.ts";
+import { applyGieCrds, envoyToPicker, llmdBinaries, type Proc } from "../scripts/k8s-rig/llm-d.ts";
 import { PodRunner } from "../scripts/k8s-rig/pod-runner.ts";
-import { type PodAt, gatewayServed, Release } from "../scripts/k8s-rig/release.ts";
-import { rigBinaries, startRig } from "../scripts/k8s-rig/rig.ts";
+import { gatewayServed, metricSum, type PodAt, Release } from "../scripts/k8s-rig/release.ts";
+import { NPU_BOTH_NODE, rerunInNetns, rigBinaries, startRig } from "../scripts/k8s-rig/rig.ts";
 import { benchArgs, finalLine, progress, progressDone } from "./lib.ts";
-import { idealShare, kvCounters, type RunResult, row, runConversations } from "./multi-turn/conversations.ts";
+import { idealShare, kvCounters, type RunResult, row, runConversations, WORKLOAD_FLAGS } from "./multi-turn/conversations.ts";
 
 const INSIDE = "--inside-netns";
 const inside = process.argv[2] === INSIDE;
@@ -29,13 +29,8 @@ const args = benchArgs(
   "multi-turn-rig",
   "interleaved multi-turn chat through Envoy and airm-epp on the Kubernetes rig (two PD pods) per picker routing: prefix reuse against the ideal, TTFT, tok/s, KV bytes moved",
   {
-    model: flagOf(text({ label: "name|file" }), { default: "", doc: "the GGUF: a pulled model's name or a file (default: what `airm up` serves with no --model)" }),
-    conversations: flagOf(int({ min: 1, max: 64 }), { default: 8, doc: "conversations" }),
-    turns: flagOf(int({ min: 1, max: 16 }), { default: 3, doc: "turns per conversation" }),
-    maxTokens: flagOf(int({ min: 2, max: 256 }), { default: 24, doc: "new tokens per answer" }),
+    ...WORKLOAD_FLAGS,
     routing: flagOf(list(oneOf(ROUTINGS), /,/), { default: ["load", "prefix"], doc: "picker routings to run, in this order (epp.routing)" }),
-    seed: flagOf(int({ min: 0 }), { default: 1, doc: "seed of the system prompts and questions" }),
-    blockSize: flagOf(int({ min: 1 }), { default: 16, doc: "the block size the ideal is counted in (the chart's kvCache.blockSize)" }),
   },
   argv,
 );
@@ -51,16 +46,11 @@ if (!inside) {
   const rest = [...argv];
   const at = rest.indexOf("--model");
   if (at >= 0) rest.splice(at, 2);
-  const here = fileURLToPath(import.meta.url);
-  const r = spawnSync("unshare", ["-rn", "--", "sh", "-c", 'ip link set lo up && exec "$0" --import tsx "$@"', process.execPath, here, INSIDE, "--model", model, ...rest], {
-    stdio: "inherit",
-  });
-  process.exit(r.status ?? 1);
+  rerunInNetns(fileURLToPath(import.meta.url), [INSIDE, "--model", model, ...rest]);
 }
 
 const NS = "bench";
 const POOL = "bench-pool";
-const EPP_GRPC = 9002;
 const EPP_METRICS = 9090;
 const DECODE_PORT = 8102;
 const helm = execFileSync("bash", [join(repo, "scripts", "tools", "helm.sh")], { encoding: "utf8" }).trim();
@@ -68,31 +58,16 @@ const llmd = llmdBinaries();
 const chart = join(repo, "charts", "rngd-pd");
 console.log(`model: ${args.model}; ${args.conversations} conversations x ${args.turns} turns, ${args.maxTokens} new tokens, interleaved; two PD pods`);
 progress("starting the Kubernetes rig");
-const rig = await startRig([
-  {
-    name: "npu-both",
-    labels: { "airm.ai-computing.io/furiosa.RNGD": "true", "airm.ai-computing.io/rebellions.ATOM": "true" },
-    devices: { "furiosa.ai/rngd": 4, "rebellions.ai/ATOM": 4 },
-  },
-]);
+const rig = await startRig([NPU_BOTH_NODE]);
 const runner = new PodRunner(rig, repo, NS);
 const fronted: { envoy: Proc | null } = { envoy: null };
 
-/** A counter's value summed over its series in Prometheus text (0 when absent). */
-function counter(text: string, name: string): number {
-  let n = 0;
-  for (const m of text.matchAll(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, "gm"))) n += Number(m[1]);
-  return n;
-}
-
-/** The picker pod once it serves gRPC, with Envoy (re)started in front of it; its metrics URL. */
+/** Envoy (re)started in front of the picker pod, once a request passes; its URL and the picker's metrics URL. */
 async function front(release: Release): Promise<{ url: string; metrics: string }> {
-  const [epp] = await release.listening("epp", 1, EPP_GRPC);
   await fronted.envoy?.stop();
-  fronted.envoy = await startEnvoy(rig.dir, llmd, { port: 18280, adminPort: 18990, extProc: { host: epp!.ip, port: EPP_GRPC } });
-  const url = "http://127.0.0.1:18280";
-  await release.until(`a request through ${url}`, async () => (await fetch(`${url}/v1/models`).catch(() => null))?.status === 200, 60_000);
-  return { url, metrics: `http://${epp!.ip}:${EPP_METRICS}/metrics` };
+  const { envoy, front, epp } = await envoyToPicker(release, llmd, { port: 18280, adminPort: 18990, ready: async (url) => (await fetch(`${url}/v1/models`)).status === 200 });
+  fronted.envoy = envoy;
+  return { url: front, metrics: `http://${epp.ip}:${EPP_METRICS}/metrics` };
 }
 
 interface RigRun extends RunResult {
@@ -107,7 +82,7 @@ async function measure(release: Release, pods: PodAt[], routing: string, model: 
   const f = await front(release);
   if (routing === "prefix") {
     // The picker follows the pods' events: its index holds the warm-up's blocks before the run.
-    await release.until("the picker's index following the pods' KV events", async () => counter(await (await fetch(f.metrics)).text(), "airm_epp_index_blocks") > 0, 60_000);
+    await release.until("the picker's index following the pods' KV events", async () => metricSum(await (await fetch(f.metrics)).text(), "airm_epp_index_blocks") > 0, 60_000);
   }
   const decodes = pods.map((p) => `http://${p.ip}:${DECODE_PORT}`);
   const served0 = await Promise.all(pods.map((p) => gatewayServed(p.ip)));
@@ -122,14 +97,14 @@ async function measure(release: Release, pods: PodAt[], routing: string, model: 
   const pulls = kv1.pulls - kv0.pulls;
   r.kvBytesPerRequest = pulls > 0 ? (kv1.pulled - kv0.pulled) / pulls : null;
   r.kvHeldBytesPerRequest = pulls > 0 ? (kv1.skipped - kv0.skipped) / pulls : null;
-  const delta = (name: string) => counter(e1, name) - counter(e0, name);
+  const delta = (name: string) => metricSum(e1, name) - metricSum(e0, name);
   return {
     ...r,
     routing,
     perPod: served1.map((n, i) => n - served0[i]!),
     eppLookups: delta("airm_epp_prefix_lookups_total"),
     eppTokenizeFailures: delta("airm_epp_tokenize_failures_total"),
-    eppIndexBlocks: counter(e1, "airm_epp_index_blocks"),
+    eppIndexBlocks: metricSum(e1, "airm_epp_index_blocks"),
   };
 }
 

@@ -10,10 +10,10 @@
 // its prompt's tokens with turn t-1's prompt and answer (the server's own /tokenize), in whole
 // blocks, short of the last token. Then the same conversations on llama.cpp's llama-server
 // (--cache-reuse 256, 8 slots, the same GGUF), whose answers report their cached tokens too.
-import { flagOf, int, list, oneOf, text } from "../packages/rm-core/src/index.ts";
+import { flagOf, list, oneOf, text } from "../packages/rm-core/src/index.ts";
 import { chooseDefaultModel, resolveModelArg } from "../packages/workload-runner/src/default-model.ts";
 import { benchArgs, finalLine } from "./lib.ts";
-import { idealShare, kvCounters, type RunResult, row, runConversations } from "./multi-turn/conversations.ts";
+import { idealShare, kvCounters, type RunResult, row, runConversations, WORKLOAD_FLAGS } from "./multi-turn/conversations.ts";
 import { modelId, startAirmUp, stopChild } from "./serve-load/airm-up.ts";
 import { ensureLlamaServer, startLlamaServer } from "./serve-load/llama-server.ts";
 
@@ -21,13 +21,8 @@ const args = benchArgs(
   "multi-turn",
   "interleaved multi-turn chat through airm up per routing policy: prefix reuse against the ideal, TTFT, tok/s, KV bytes moved; llama-server beside",
   {
-    model: flagOf(text({ label: "name|file" }), { default: "", doc: "the GGUF: a pulled model's name or a file (default: what `airm up` serves with no --model)" }),
-    conversations: flagOf(int({ min: 1, max: 64 }), { default: 8, doc: "conversations" }),
-    turns: flagOf(int({ min: 1, max: 16 }), { default: 3, doc: "turns per conversation" }),
-    maxTokens: flagOf(int({ min: 2, max: 256 }), { default: 24, doc: "new tokens per answer" }),
+    ...WORKLOAD_FLAGS,
     routing: flagOf(list(oneOf(["prefix", "load", "random"] as const), /,/), { default: ["prefix", "load", "random"], doc: "gateway routing policies to run (AIRM_ROUTING)" }),
-    seed: flagOf(int({ min: 0 }), { default: 1, doc: "seed of the system prompts and questions" }),
-    blockSize: flagOf(int({ min: 1 }), { default: 16, doc: "the block size the ideal is counted in (airm up's)" }),
     llamaServer: flagOf(text({ label: "auto|off|path" }), { default: "auto", doc: "llama-server: build and cache it when missing (auto), skip it (off), or this binary" }),
   },
 );

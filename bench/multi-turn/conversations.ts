@@ -4,6 +4,7 @@
 // workload's ideal, TTFT, output tok/s. Used by `pnpm bench multi-turn` (airm up, llama-server)
 // and `pnpm bench multi-turn-rig` (the chart on the Kubernetes rig through Envoy and airm-epp).
 import { performance } from "node:perf_hooks";
+import { flagOf, int, text } from "../../packages/rm-core/src/index.ts";
 import { sseEvents } from "../lib.ts";
 import { rng } from "../serve-load/prompts.ts";
 
@@ -161,6 +162,16 @@ export interface RunResult {
   kvHeldBytesPerRequest: number | null;
   turns: Turn[];
 }
+
+/** The flags both benches take for the workload (and the GGUF); `blockSize` is the server's block size, the ideal's unit. */
+export const WORKLOAD_FLAGS = {
+  model: flagOf(text({ label: "name|file" }), { default: "", doc: "the GGUF: a pulled model's name or a file (default: what `airm up` serves with no --model)" }),
+  conversations: flagOf(int({ min: 1, max: 64 }), { default: 8, doc: "conversations" }),
+  turns: flagOf(int({ min: 1, max: 16 }), { default: 3, doc: "turns per conversation" }),
+  maxTokens: flagOf(int({ min: 2, max: 256 }), { default: 24, doc: "new tokens per answer" }),
+  seed: flagOf(int({ min: 0 }), { default: 1, doc: "seed of the system prompts and questions" }),
+  blockSize: flagOf(int({ min: 1 }), { default: 16, doc: "the block size the ideal is counted in (the servers' KV block size)" }),
+};
 
 /** What a run sends: how many conversations of how many turns (seeded), answers of how many tokens, reuse counted in blocks of what size. */
 export interface Workload {

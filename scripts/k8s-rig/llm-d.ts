@@ -6,7 +6,7 @@
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { tcpOpen } from "./release.ts";
+import { type PodAt, type Release, tcpOpen } from "./release.ts";
 import type { Rig } from "./rig.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -202,4 +202,21 @@ export async function startOurEpp(rig: Rig, repo: string, pool: string, namespac
   const p = run(process.execPath, [join(repo, "packages", "epp", "bin", "airm-epp.mjs"), ...args], { KUBECONFIG: rig.kubeconfig }, rig.dir);
   await untilListening(ports.grpc, p, "airm-epp");
   return p;
+}
+
+/**
+ * Envoy on `port` in front of the release's own picker pod (epp.enabled; a new pod after each
+ * upgrade), once `ready(front)` says a request passes through it. Returns Envoy, its URL and the
+ * picker pod.
+ */
+export async function envoyToPicker(
+  release: Release,
+  bin: string,
+  o: { port: number; adminPort: number; ready: (front: string) => Promise<boolean> },
+): Promise<{ envoy: Proc; front: string; epp: PodAt }> {
+  const [epp] = await release.listening("epp", 1, 9002);
+  const envoy = await startEnvoy(release.rig.dir, bin, { port: o.port, adminPort: o.adminPort, extProc: { host: epp!.ip, port: 9002 } });
+  const front = `http://127.0.0.1:${o.port}`;
+  await release.until(`a request through Envoy at ${front} and the picker at ${epp!.ip}`, () => o.ready(front).catch(() => false), 60_000);
+  return { envoy, front, epp: epp! };
 }

@@ -124,6 +124,13 @@ export async function gatewayServed(ip: string): Promise<number> {
   return n;
 }
 
+/** A metric's value in Prometheus text summed over its series (labelled or not), 0 when absent. */
+export function metricSum(text: string, name: string): number {
+  let n = 0;
+  for (const m of text.matchAll(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, "gm"))) n += Number(m[1]);
+  return n;
+}
+
 /** A gauge's value in Prometheus text (the unlabelled series), 0 when absent. */
 export function gauge(text: string, name: string): number {
   return Number(new RegExp(`^${name} (\\S+)$`, "m").exec(text)?.[1] ?? 0);

@@ -3,7 +3,7 @@
 // addresses in 127.1.0.0/24), built by build.sh and started here in a folder of their own. Nothing
 // is mocked but the kubelets. Every part binds 127.0.0.1 (kwok's pod addresses are loopback too).
 // kwok manages only the nodes created here; node.ts adds real ones (containerd + kubelet) beside them.
-import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { type ChildProcess, execFileSync, spawn, spawnSync } from "node:child_process";
 import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -15,6 +15,23 @@ export interface RigNode {
   /** Extended resources the node offers (e.g. { "furiosa.ai/rngd": 2 }). */
   devices?: Record<string, number>;
 }
+
+/**
+ * Re-runs the script `file` with `argv` in a network namespace of its own with only lo up
+ * (unshare -rn: a user namespace maps root), and exits with its status. Build what the run needs
+ * before calling it: the namespace has no network.
+ */
+export function rerunInNetns(file: string, argv: string[]): never {
+  const r = spawnSync("unshare", ["-rn", "--", "sh", "-c", 'ip link set lo up && exec "$0" --import tsx "$@"', process.execPath, file, ...argv], { stdio: "inherit" });
+  process.exit(r.status ?? 1);
+}
+
+/** One kwok node with both cards (4 of each), labelled as the chart's PD pods select. */
+export const NPU_BOTH_NODE: RigNode = {
+  name: "npu-both",
+  labels: { "airm.ai-computing.io/furiosa.RNGD": "true", "airm.ai-computing.io/rebellions.ATOM": "true" },
+  devices: { "furiosa.ai/rngd": 4, "rebellions.ai/ATOM": 4 },
+};
 
 export interface Rig {
   dir: string;
