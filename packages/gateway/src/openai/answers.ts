@@ -176,13 +176,22 @@ export function sseAnswer(c: Context, a: AnswerContext): Response {
       await s.writeSSE({ data: "[DONE]" });
       a.timing.record(a.metrics, out);
     } catch (err) {
-      for (const r of a.runs) await r.gen.return(undefined).catch(() => {});
-      a.timing.endSpan((err as Error).message);
-      if (!s.aborted && !a.clientGone.signal.aborted) {
-        const e = err instanceof ApiError ? err : new ApiError(500, "internal_error", (err as Error).message);
+      const e = await streamFailed(a, s, err);
+      if (e) {
         await send(e.body());
         await s.writeSSE({ data: "[DONE]" });
       }
     }
   });
+}
+
+/**
+ * After a streamed answer failed: ends every generation and the request's span. Returns the error
+ * the client is to see, or null when it has gone (nothing more is written then).
+ */
+export async function streamFailed(a: AnswerContext, s: { aborted: boolean }, err: unknown): Promise<ApiError | null> {
+  for (const r of a.runs) await r.gen.return(undefined).catch(() => {});
+  a.timing.endSpan((err as Error).message);
+  if (s.aborted || a.clientGone.signal.aborted) return null;
+  return err instanceof ApiError ? err : new ApiError(500, "internal_error", (err as Error).message);
 }

@@ -162,7 +162,7 @@ export function screen(kind: Endpoint, body: Record<string, unknown>): { rest: R
   return { rest, ignored };
 }
 
-export function maxTokensOf(value: number | null | undefined, param: string, fallback: number | null, maxContext: number | undefined): number | null {
+function maxTokensOf(value: number | null | undefined, param: string, fallback: number | null, maxContext: number | undefined): number | null {
   const v = value ?? fallback;
   if (v === null) return null;
   if (v <= 0) throw new ApiError(400, "invalid_request", `${param} must be at least 1, got ${v}`, param);
@@ -201,7 +201,7 @@ function minPOf(v: number | null | undefined): number | undefined {
  * neutral value (temperature 1, top_p 1, top_k and min_p off, repetition_penalty 1), as vLLM's
  * to_sampling_params does.
  */
-export function samplingOf(b: CommonFields, vocabSize: number | undefined, d: SamplingDefaults = {}): SamplingParams & { seed: number } {
+function samplingOf(b: CommonFields, vocabSize: number | undefined, d: SamplingDefaults = {}): SamplingParams & { seed: number } {
   const s: SamplingParams & { seed: number } = {
     temperature: b.temperature ?? d.temperature ?? 1,
     seed: (b.seed ?? Math.floor(Math.random() * 2 ** 31)) >>> 0,
@@ -221,14 +221,14 @@ export function samplingOf(b: CommonFields, vocabSize: number | undefined, d: Sa
   return s;
 }
 
-export function stopsOf(stop: string | string[] | null | undefined): string[] {
+function stopsOf(stop: string | string[] | null | undefined): string[] {
   const stops = stop == null ? [] : typeof stop === "string" ? [stop] : stop;
   if (stops.some((s) => s.length === 0)) throw new ApiError(400, "invalid_request", "stop strings must not be empty", "stop");
   return stops;
 }
 
 /** ignore_eos and min_tokens. */
-export function stoppingOf(b: { ignore_eos?: boolean | null; min_tokens?: number | null; max_tokens?: number | null }): { ignoreEos: boolean; minTokens: number } {
+function stoppingOf(b: { ignore_eos?: boolean | null; min_tokens?: number | null; max_tokens?: number | null }): { ignoreEos: boolean; minTokens: number } {
   return { ignoreEos: b.ignore_eos ?? false, minTokens: b.min_tokens ?? 0 };
 }
 
@@ -244,7 +244,7 @@ export function cacheSaltOf(v: string | null | undefined): { cacheSalt?: string 
 }
 
 /** n and best_of: n choices returned of best_of candidates. Throws 400 naming the field. */
-export function choicesOf(b: { n?: number | null; best_of?: number | null; stream?: boolean | null }, max: number | undefined): { n: number; bestOf: number } {
+function choicesOf(b: { n?: number | null; best_of?: number | null; stream?: boolean | null }, max: number | undefined): { n: number; bestOf: number } {
   const n = b.n ?? 1;
   const bestOf = b.best_of ?? n;
   if (bestOf < n) throw new ApiError(400, "invalid_request", `best_of (${bestOf}) must be at least n (${n})`, "best_of");
@@ -255,4 +255,28 @@ export function choicesOf(b: { n?: number | null; best_of?: number | null; strea
     throw new ApiError(400, "invalid_request", `${param}=${bestOf} choices exceed the decode workers' ${max} slots (their batch width); ask for at most ${max}`, param);
   }
   return { n, bestOf };
+}
+
+/**
+ * What chat and completions read alike from the common fields, checked in this order (the first
+ * bad one is the 400): n and best_of, max_tokens (`maxTokens` names the field the body used and
+ * the endpoint's default), the sampling fields, stop.
+ */
+export function commonRequestOf(
+  b: CommonFields & { best_of?: number | null },
+  maxTokens: { value: number | null | undefined; param: string; fallback: number | null },
+  o: ParseOptions,
+): Pick<GenerationRequest, "model" | "n" | "bestOf" | "maxTokens" | "sampling" | "stop" | "stream" | "includeUsage" | "tokensAsIds" | "timeoutS" | "ignoreEos" | "minTokens"> {
+  return {
+    model: b.model ?? null,
+    ...choicesOf(b, o.maxChoices),
+    maxTokens: maxTokensOf(maxTokens.value, maxTokens.param, maxTokens.fallback, o.maxContext),
+    sampling: samplingOf(b, o.vocabSize, o.generationDefaults?.(b.model ?? null)),
+    stop: stopsOf(b.stop),
+    stream: b.stream ?? false,
+    includeUsage: b.stream_options?.include_usage ?? false,
+    tokensAsIds: b.return_tokens_as_token_ids ?? false,
+    timeoutS: b.timeout ?? null,
+    ...stoppingOf(b),
+  };
 }

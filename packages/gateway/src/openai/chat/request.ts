@@ -7,21 +7,7 @@
 import { ApiError, type ChatMessage, type PromptInput } from "@airm/internal-api";
 import { z } from "zod";
 import { constraintOf } from "../structured.ts";
-import {
-  cacheSaltOf,
-  choicesOf,
-  common,
-  fromZod,
-  type GenerationRequest,
-  int,
-  MAX_CHAT_TOP_LOGPROBS,
-  maxTokensOf,
-  type ParseOptions,
-  samplingOf,
-  screen,
-  stoppingOf,
-  stopsOf,
-} from "../request-common.ts";
+import { cacheSaltOf, common, commonRequestOf, fromZod, type GenerationRequest, int, MAX_CHAT_TOP_LOGPROBS, type ParseOptions, screen } from "../request-common.ts";
 import { toolsOf } from "./tools.ts";
 
 const contentPart = z.object({ type: z.string(), text: z.string().optional() }).loose();
@@ -112,22 +98,13 @@ export function parseChat(body: Record<string, unknown>, o: ParseOptions): Gener
   const input: PromptInput = tools.tools ? { messages, tools: tools.tools } : { messages };
   return {
     kind: "chat",
-    model: b.model ?? null,
     input,
     prompts: [input],
-    ...choicesOf(b, o.maxChoices),
-    maxTokens: maxTokensOf(b.max_completion_tokens ?? b.max_tokens, param, null, o.maxContext),
-    sampling: samplingOf(b, o.vocabSize, o.generationDefaults?.(b.model ?? null)),
-    stop: stopsOf(b.stop),
-    stream: b.stream ?? false,
-    includeUsage: b.stream_options?.include_usage ?? false,
+    ...commonRequestOf(b, { value: b.max_completion_tokens ?? b.max_tokens, param, fallback: null }, o),
     logprobs: b.logprobs === true ? (b.top_logprobs ?? 0) : null,
     echo: false,
-    tokensAsIds: b.return_tokens_as_token_ids ?? false,
-    timeoutS: b.timeout ?? null,
     constraint: format ?? tools.constraint,
     toolMode: tools.mode,
-    ...stoppingOf(b),
     ...cacheSaltOf(b.cache_salt),
     ignored,
   };

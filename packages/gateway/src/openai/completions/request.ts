@@ -5,21 +5,7 @@
 import { ApiError, type PromptInput } from "@airm/internal-api";
 import { z } from "zod";
 import { constraintOf } from "../structured.ts";
-import {
-  cacheSaltOf,
-  choicesOf,
-  common,
-  fromZod,
-  type GenerationRequest,
-  int,
-  MAX_COMPLETION_LOGPROBS,
-  maxTokensOf,
-  type ParseOptions,
-  samplingOf,
-  screen,
-  stoppingOf,
-  stopsOf,
-} from "../request-common.ts";
+import { cacheSaltOf, common, commonRequestOf, fromZod, type GenerationRequest, int, MAX_COMPLETION_LOGPROBS, type ParseOptions, screen } from "../request-common.ts";
 
 const tokenIds = z.array(int.min(0)).min(1);
 
@@ -62,22 +48,13 @@ export function parseCompletion(body: Record<string, unknown>, o: ParseOptions):
   const prompts = completionInputs(b.prompt);
   return {
     kind: "completion",
-    model: b.model ?? null,
     input: prompts[0],
     prompts,
-    ...choicesOf(b, o.maxChoices),
-    maxTokens: maxTokensOf(b.max_tokens, "max_tokens", 16, o.maxContext),
-    sampling: samplingOf(b, o.vocabSize, o.generationDefaults?.(b.model ?? null)),
-    stop: stopsOf(b.stop),
-    stream: b.stream ?? false,
-    includeUsage: b.stream_options?.include_usage ?? false,
+    ...commonRequestOf(b, { value: b.max_tokens, param: "max_tokens", fallback: 16 }, o),
     logprobs: b.logprobs ?? null,
     echo: b.echo ?? false,
-    tokensAsIds: b.return_tokens_as_token_ids ?? false,
-    timeoutS: b.timeout ?? null,
     constraint: constraintOf(b),
     toolMode: { kind: "none" },
-    ...stoppingOf(b),
     ...cacheSaltOf(b.cache_salt),
     ignored,
   };

@@ -10,7 +10,7 @@ import { ApiError } from "@airm/internal-api";
 import type { Context } from "hono";
 import { streamSSE } from "hono/streaming";
 import { z } from "zod";
-import type { AnswerContext } from "../answers.ts";
+import { type AnswerContext, streamFailed } from "../answers.ts";
 import { type AnswerPiece, type ToolCall, ToolCallReader } from "../chat/tool-calls.ts";
 import { collectChoices, type Outcome } from "../completion.ts";
 import { parseGenerationRequest } from "../parse.ts";
@@ -321,10 +321,8 @@ export function responsesSse(c: Context, a: AnswerContext, b: ResponsesBody): Re
       await send(final.status === "incomplete" ? "response.incomplete" : "response.completed", { response: final });
       a.timing.record(a.metrics, out);
     } catch (err) {
-      for (const r of a.runs) await r.gen.return(undefined).catch(() => {});
-      a.timing.endSpan((err as Error).message);
-      if (!s.aborted && !a.clientGone.signal.aborted) {
-        const e = err instanceof ApiError ? err : new ApiError(500, "internal_error", (err as Error).message);
+      const e = await streamFailed(a, s, err);
+      if (e) {
         const failed = { ...responseJson(a, b, items, null), status: "failed", error: { code: e.status >= 500 ? "server_error" : "invalid_prompt", message: e.message } };
         await send("response.failed", { response: failed });
       }
