@@ -1,9 +1,9 @@
 // The largest source files and functions of the packages (src/, tests excluded), by lines: what a
 // newcomer meets first, and what the function-size test holds. `pnpm exec tsx scripts/code-size.ts
 // [--top 10] [--root DIR]` (DIR: another checkout, to compare before and after a change).
-import { readdirSync, readFileSync } from "node:fs";
-import { join, relative } from "node:path";
+import { join } from "node:path";
 import ts from "typescript";
+import { packageSources, packages } from "../test/source-files.ts";
 
 /** [file:line name, lines] of every function-like node of a source file (nested ones too). */
 export function functionLengths(file: string, text: string): [string, number][] {
@@ -22,34 +22,14 @@ export function functionLengths(file: string, text: string): [string, number][] 
   return out;
 }
 
-function walk(dir: string, out: string[]): string[] {
-  for (const e of readdirSync(dir, { withFileTypes: true })) {
-    if (e.name === "node_modules" || e.name === "dist") continue;
-    const p = join(dir, e.name);
-    if (e.isDirectory()) walk(p, out);
-    else if (e.name.endsWith(".ts") && !e.name.endsWith(".test.ts")) out.push(p);
-  }
-  return out;
-}
-
 /** The `top` largest files and functions under `root`'s packages/*\/src. */
 export function codeSize(root: string, top: number): { files: [string, number][]; functions: [string, number][] } {
   const files: [string, number][] = [];
   const functions: [string, number][] = [];
-  for (const pkg of readdirSync(join(root, "packages"), { withFileTypes: true })) {
-    if (!pkg.isDirectory()) continue;
-    let sources: string[] = [];
-    try {
-      sources = walk(join(root, "packages", pkg.name, "src"), []);
-    } catch {
-      continue;
-    }
-    for (const f of sources) {
-      const text = readFileSync(f, "utf8");
-      const rel = relative(root, f);
-      files.push([rel, text.split("\n").length - (text.endsWith("\n") ? 1 : 0)]);
-      functions.push(...functionLengths(rel, text));
-    }
+  for (const [file, text] of packages(root).flatMap((pkg) => packageSources(pkg, root))) {
+    if (!file.endsWith(".ts")) continue;
+    files.push([file, text.split("\n").length - (text.endsWith("\n") ? 1 : 0)]);
+    functions.push(...functionLengths(file, text));
   }
   const largest = (xs: [string, number][]) => xs.sort((a, b) => b[1] - a[1]).slice(0, top);
   return { files: largest(files), functions: largest(functions) };

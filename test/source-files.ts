@@ -1,5 +1,5 @@
 // The repository's TypeScript sources, for the checks that read code as text.
-import { readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join, relative } from "node:path";
 
 export const root = join(import.meta.dirname, "..");
@@ -14,16 +14,18 @@ function walk(dir: string, out: string[]): string[] {
   return out;
 }
 
-/** Source files (not tests) of `pkg`'s src/ folder, as [repo-relative path, text]. */
-export function packageSources(pkg: string): [string, string][] {
-  return walk(join(root, "packages", pkg, "src"), [])
+/** Source files (not tests) of `pkg`'s src/ folder, as [path relative to `at`, text]; `at`: this checkout, or another. */
+export function packageSources(pkg: string, at = root): [string, string][] {
+  const src = join(at, "packages", pkg, "src");
+  if (!existsSync(src)) return [];
+  return walk(src, [])
     .filter((f) => !f.endsWith(".test.ts"))
-    .map((f) => [relative(root, f), readFileSync(f, "utf8")]);
+    .map((f) => [relative(at, f), readFileSync(f, "utf8")]);
 }
 
-/** Every package folder name. */
-export function packages(): string[] {
-  return readdirSync(join(root, "packages"), { withFileTypes: true })
+/** Every package folder name (of this checkout, or of `at`). */
+export function packages(at = root): string[] {
+  return readdirSync(join(at, "packages"), { withFileTypes: true })
     .filter((e) => e.isDirectory())
     .map((e) => e.name);
 }
@@ -31,5 +33,5 @@ export function packages(): string[] {
 /** Sources (not tests) of every package, plus bench/ and scripts/. */
 export function allSources(): [string, string][] {
   const extra = [...walk(join(root, "bench"), []), ...walk(join(root, "scripts"), [])].map((f) => [relative(root, f), readFileSync(f, "utf8")] as [string, string]);
-  return [...packages().flatMap(packageSources), ...extra];
+  return [...packages().flatMap((pkg) => packageSources(pkg)), ...extra];
 }

@@ -118,35 +118,50 @@ function planSegments(
   return segs;
 }
 
-/** The matrix groups of `c` in load order (the order their images are allocated in). */
-function matrixGroups(c: ModelConfig): { names: Part[]; cols: number }[] {
-  const H = c.numHeads,
-    KV = c.numKvHeads,
-    D = c.headDim;
-  const out: { names: Part[]; cols: number }[] = [];
-  for (let l = 0; l < c.numLayers; l++) {
-    const p = `model.layers.${l}.`;
-    out.push({
+type Group = { names: Part[]; cols: number };
+
+/** The matrix groups of layer `l` of `c`, fused as they are held: q/k/v, o, gate/up, down. */
+function layerGroups(c: ModelConfig, l: number): { wqkv: Group; wo: Group; wgu: Group; wd: Group } {
+  const { numHeads: H, numKvHeads: KV, headDim: D, hiddenSize: hidden, intermediateSize: I } = c;
+  const p = `model.layers.${l}.`;
+  return {
+    wqkv: {
       names: [
         { name: `${p}self_attn.q_proj.weight`, rows: H * D },
         { name: `${p}self_attn.k_proj.weight`, rows: KV * D },
         { name: `${p}self_attn.v_proj.weight`, rows: KV * D },
       ],
-      cols: c.hiddenSize,
-    });
-    out.push({ names: [{ name: `${p}self_attn.o_proj.weight`, rows: c.hiddenSize }], cols: H * D });
-    out.push({
+      cols: hidden,
+    },
+    wo: { names: [{ name: `${p}self_attn.o_proj.weight`, rows: hidden }], cols: H * D },
+    wgu: {
       names: [
-        { name: `${p}mlp.gate_proj.weight`, rows: c.intermediateSize },
-        { name: `${p}mlp.up_proj.weight`, rows: c.intermediateSize },
+        { name: `${p}mlp.gate_proj.weight`, rows: I },
+        { name: `${p}mlp.up_proj.weight`, rows: I },
       ],
-      cols: c.hiddenSize,
-    });
-    out.push({ names: [{ name: `${p}mlp.down_proj.weight`, rows: c.hiddenSize }], cols: c.intermediateSize });
+      cols: hidden,
+    },
+    wd: { names: [{ name: `${p}mlp.down_proj.weight`, rows: hidden }], cols: I },
+  };
+}
+
+/** The embedding and, unless tied to it, the LM head. */
+function outputGroups(c: ModelConfig): { embed: Group; lmHead: Group | null } {
+  return {
+    embed: { names: [{ name: "model.embed_tokens.weight", rows: c.vocabSize }], cols: c.hiddenSize },
+    lmHead: c.tieWordEmbeddings ? null : { names: [{ name: "lm_head.weight", rows: c.vocabSize }], cols: c.hiddenSize },
+  };
+}
+
+/** The matrix groups of `c` in load order (the order WeightLoader allocates their images in). */
+function matrixGroups(c: ModelConfig): Group[] {
+  const out: Group[] = [];
+  for (let l = 0; l < c.numLayers; l++) {
+    const g = layerGroups(c, l);
+    out.push(g.wqkv, g.wo, g.wgu, g.wd);
   }
-  out.push({ names: [{ name: "model.embed_tokens.weight", rows: c.vocabSize }], cols: c.hiddenSize });
-  if (!c.tieWordEmbeddings) out.push({ names: [{ name: "lm_head.weight", rows: c.vocabSize }], cols: c.hiddenSize });
-  return out;
+  const { embed, lmHead } = outputGroups(c);
+  return lmHead ? [...out, embed, lmHead] : [...out, embed];
 }
 
 /**
@@ -313,29 +328,30 @@ export class WeightLoader {
     // Gemma's norms act as (1 + w): held as f32(1 + w), which is what transformers multiplies by
     const norm = (name: string, n: number): number => this.vectorF32([{ name, n }], traits.normPlusOne);
     const layers: LayerWeights[] = [];
-    for (let l = 0; l < c.numLayers; l++) layers.push(this.layer(c, `model.layers.${l}.`, norm, traits));
-    const embed = this.matrix([{ name: "model.embed_tokens.weight", rows: c.vocabSize }], c.hiddenSize);
+    for (let l = 0; l < c.numLayers; l++) layers.push(this.layer(c, l, norm, traits));
+    const out = outputGroups(c);
+    const embed = this.group(out.embed);
     const finalNorm = norm("model.norm.weight", c.hiddenSize);
-    const lmHead = c.tieWordEmbeddings ? embed : this.matrix([{ name: "lm_head.weight", rows: c.vocabSize }], c.hiddenSize);
+    const lmHead = out.lmHead ? this.group(out.lmHead) : embed;
     return { layers, embed, finalNorm, lmHead };
   }
 
-  private layer(c: ModelConfig, p: string, norm: (name: string, n: number) => number, traits: ReturnType<typeof traitsOf>): LayerWeights {
-    const { numHeads: H, numKvHeads: KV, headDim: D, hiddenSize: hidden, intermediateSize: I } = c;
+  private group(g: Group): Matrix {
+    return this.matrix(g.names, g.cols);
+  }
+
+  /** Layer `l`'s weights in allocation order: its norms, then its matrices and vectors as LayerWeights lists them. */
+  private layer(c: ModelConfig, l: number, norm: (name: string, n: number) => number, traits: ReturnType<typeof traitsOf>): LayerWeights {
+    const { numHeads: H, numKvHeads: KV, headDim: D, hiddenSize: hidden } = c;
+    const p = `model.layers.${l}.`;
+    const g = layerGroups(c, l);
     const sandwich = traits.sandwichNorms;
     return {
       inNorm: norm(`${p}input_layernorm.weight`, hidden),
       mlpNorm: norm(sandwich ? `${p}pre_feedforward_layernorm.weight` : `${p}post_attention_layernorm.weight`, hidden),
       attnOutNorm: sandwich ? norm(`${p}post_attention_layernorm.weight`, hidden) : 0,
       mlpOutNorm: sandwich ? norm(`${p}post_feedforward_layernorm.weight`, hidden) : 0,
-      wqkv: this.matrix(
-        [
-          { name: `${p}self_attn.q_proj.weight`, rows: H * D },
-          { name: `${p}self_attn.k_proj.weight`, rows: KV * D },
-          { name: `${p}self_attn.v_proj.weight`, rows: KV * D },
-        ],
-        hidden,
-      ),
+      wqkv: this.group(g.wqkv),
       bqkv: c.attentionBias
         ? this.vectorF32([
             { name: `${p}self_attn.q_proj.bias`, n: H * D },
@@ -345,15 +361,9 @@ export class WeightLoader {
         : 0,
       qNorm: traits.qkNorm ? norm(`${p}self_attn.q_norm.weight`, D) : 0,
       kNorm: traits.qkNorm ? norm(`${p}self_attn.k_norm.weight`, D) : 0,
-      wo: this.matrix([{ name: `${p}self_attn.o_proj.weight`, rows: hidden }], H * D),
-      wgu: this.matrix(
-        [
-          { name: `${p}mlp.gate_proj.weight`, rows: I },
-          { name: `${p}mlp.up_proj.weight`, rows: I },
-        ],
-        hidden,
-      ),
-      wd: this.matrix([{ name: `${p}mlp.down_proj.weight`, rows: hidden }], I),
+      wo: this.group(g.wo),
+      wgu: this.group(g.wgu),
+      wd: this.group(g.wd),
     };
   }
 }
