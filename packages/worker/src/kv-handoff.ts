@@ -8,6 +8,7 @@ import {
   blobBytes,
   blobKey,
   blocksFor,
+  ContextOverflowError,
   encodeManifest,
   firstLiveBlock,
   decodeManifest,
@@ -142,6 +143,19 @@ export class KVPusher {
   }
 }
 
+/**
+ * The blob copied into this process's own memory. A pull may be a view of the producer's memory
+ * (shm maps its slab), which stays the request's only while the producer's lease lasts
+ * (PulledBlob.bytes). The decode worker keeps the KV while it waits for blocks, which can outlast
+ * that lease (its TTL, under a burst of requests): the producer then frees the region and another
+ * request's push reuses it, and the import read that request's KV (200 with wrong tokens, found by
+ * test/e2e/peer-failures.test.ts, vLLM #53095). Copied first and checked after, no byte the
+ * producer can still change is used.
+ */
+function owned(b: PulledBlob): PulledBlob {
+  return { ...b, bytes: b.bytes.slice() };
+}
+
 export interface PulledKV {
   manifest: KVManifest;
   kv: KVBlobs;
@@ -160,8 +174,9 @@ export interface KVExpectation {
 /**
  * Pulls one request's manifest and, alongside, its layers in order (each pull waits up to
  * `timeoutMs`), validates the manifest against this engine (layout, dtype, shape, block size,
- * positions within max_model_len, fingerprints) and every blob's CRC-32. With `manifestOnly` only
- * the manifest is pulled and checked. Throws KVIntegrityError(field) on any mismatch,
+ * fingerprints) and every blob's CRC-32 on a copy of its own (the transport's may then be released
+ * at once). With `manifestOnly` only the manifest is pulled and checked. Throws
+ * KVIntegrityError(field) on any mismatch, ContextOverflowError for positions past max_model_len,
  * TransportTimeoutError / TransportError from pulls.
  */
 export async function pullKV(transport: KVTransport, requestId: string, model: ModelInfo, kvs: KVExpectation, timeoutMs: number, manifestOnly = false): Promise<PulledKV> {
@@ -176,9 +191,12 @@ export async function pullKV(transport: KVTransport, requestId: string, model: M
       modelFingerprint: model.modelFingerprint,
       numericsFingerprint: model.numericsFingerprint,
       blockSize: kvs.blockSize,
-      maxN: kvs.maxModelLen,
       slidingWindow: model.slidingWindow ?? null,
     });
+    // A prompt longer than this side's max_model_len is the request's fault, not the KV's: the 400
+    // context_overflow prefill gives, not a 502 kv_integrity_error (the gateway checks max_tokens
+    // against the smallest max_model_len; a prefill worker may serve a longer context than decode).
+    if (m.n > kvs.maxModelLen) throw new ContextOverflowError(m.n + 1, kvs.maxModelLen, `the prompt alone has ${m.n} tokens on the decode worker`);
     if (m.requestId !== requestId) throw new KVIntegrityError("requestId", `KV manifest is for ${m.requestId}, not ${requestId}`);
     const isId = (t: unknown) => Number.isInteger(t) && (t as number) >= 0 && (t as number) < model.vocabSize;
     if (!isId(m.firstToken)) throw new KVIntegrityError("firstToken", `KV manifest firstToken ${JSON.stringify(m.firstToken)} is not a token id of this model`);
@@ -217,11 +235,12 @@ export async function pullKV(transport: KVTransport, requestId: string, model: M
   const timed = blobs.every((b) => b.transfer !== undefined);
   const transfer = timed ? { bytes: blobs.reduce((a, b) => a + b.bytes.byteLength, 0), movingMs: unionMs(blobs.map((b) => b.transfer!)) } : undefined;
   pairs.forEach(([kb, vb], l) => {
-    verifyBlob(manifest, l, "k", kb);
-    verifyBlob(manifest, l, "v", vb);
+    const [ko, vo] = [owned(kb), owned(vb)];
+    verifyBlob(manifest, l, "k", ko);
+    verifyBlob(manifest, l, "v", vo);
     // a sliding-window layer's blob crossed without its zero blocks: the engine takes every block
-    k.push(windowedBlob(manifest, l, kb.bytes, "widen"));
-    v.push(windowedBlob(manifest, l, vb.bytes, "widen"));
+    k.push(windowedBlob(manifest, l, ko.bytes, "widen"));
+    v.push(windowedBlob(manifest, l, vo.bytes, "widen"));
   });
   // blocks the decode side holds did not cross: the engine adopts its own
   const from = (manifest.held?.blocks ?? 0) * manifest.blockSize;

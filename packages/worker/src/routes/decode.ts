@@ -144,8 +144,7 @@ async function receiveKV(rt: WorkerRuntime, s: HandoffServing, b: DecodeBody, c:
 
 /**
  * Stage 3, import: the KV becomes the first choice's stream (beside the blocks this worker held),
- * the others fork from it; the transport's copy is freed at once (the lease stays open until a
- * terminal event), and the client hears `ready`.
+ * the others fork from it, and the client hears `ready`.
  */
 async function importKV(
   rt: WorkerRuntime,
@@ -167,7 +166,6 @@ async function importKV(
   for (let i = 1; i < b.n; i++) streams.push(engine.fork(streams[0]));
   const kvLoadMs = performance.now() - pulled.arrivedAt;
   if (pulled.transfer) rt.noteKvTransfer(pulled.transfer.bytes, pulled.transfer.movingMs, m.n);
-  await s.transport.release(rid).catch((err) => rt.log.warn({ request_id: rid, err: (err as Error).message }, "early KV release failed"));
   rt.metrics.kvLoadMs.observe(kvLoadMs);
   await sink.write({ type: "ready", promptTokens: promptLen, seqLen: kv.seqLen, kvLoadMs: round(kvLoadMs), kvWaitMs: round(pulled.arrivedAt - t0) });
   span.setAttributes({
@@ -200,6 +198,10 @@ async function serveDecode(rt: WorkerRuntime, s: HandoffServing, b: DecodeBody, 
     const m = kv.pulled.manifest;
     rt.kvWaiting--;
     waiting = false;
+    // The pulled KV is this worker's own copy (pullKV): the transport's is freed now, before the
+    // wait for blocks, whatever the producer's lease does meanwhile (the lease here stays open
+    // until a terminal event).
+    await s.transport.release(rid).catch((err) => rt.log.warn({ request_id: rid, err: (err as Error).message }, "early KV release failed"));
     // Stage 2, admit: once the KV's blocks (and the next position's, and a block per other
     // choice) are set aside; the n choices share the prompt's blocks.
     const admitted = await admitStage(rt, span, { positions: m.n + 1, extra: b.n - 1, signal: stopped });
@@ -234,6 +236,13 @@ async function serveDecode(rt: WorkerRuntime, s: HandoffServing, b: DecodeBody, 
     batches.finish();
     return finishStage(rt, "decode", span, sink, finish, decodeMs);
   } catch (err) {
+    // Stopped from outside (the caller left, or a release ended the lease, e.g. its prefill
+    // failed): nothing failed here, so it is not counted or logged as this worker's error (it was
+    // counted as engine_error, a 500 that never happened).
+    if (stopped.aborted && err === stopped.reason && !(err instanceof ApiError)) {
+      rt.metrics.requests.inc({ route: "decode", outcome: "client_gone" });
+      return "client_gone";
+    }
     await failStage(rt, "decode", span, sink, err, rid);
     return aborted() || c.req.raw.signal.aborted ? "client_gone" : "decode_rejected";
   } finally {

@@ -10,7 +10,7 @@ import { startFlipProxy } from "@airm/kv-relay/testing";
 import { newInternalToken } from "@airm/rm-core";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { binPath, freePort, type RunningCluster } from "../../src/index.ts";
-import { cluster, health, leftoverBlobs, modelId, postJson, tinyModel, until } from "../helpers/cluster.ts";
+import { cluster, deadSlabs, health, leftoverBlobs, modelId, postJson, tinyModel, until } from "../helpers/cluster.ts";
 
 const SLOW_S = 512;
 /** Big enough that prefill and decode take a while on the CPU path, so a fault lands mid-request. */
@@ -36,21 +36,6 @@ const longBody = (id: string, promptTokens = 400, maxTokens = 64) => ({
   max_tokens: maxTokens,
   temperature: 0,
 });
-
-/** Slab files under `root` whose owning process is gone (a slab is named slab-<pid>-...). */
-function deadSlabs(root: string): string[] {
-  if (!existsSync(root)) return [];
-  return readdirSync(root).filter((f) => {
-    const m = /^\.?(?:new-)?slab-(\d+)-/.exec(f);
-    if (!m) return false;
-    try {
-      process.kill(Number(m[1]), 0);
-      return false;
-    } catch {
-      return true;
-    }
-  });
-}
 
 /** A relay metrics port for a tcp cluster (sidecarEnv), so a case can check the relay holds no blob afterwards. */
 async function relayMetrics(): Promise<{ sidecarEnv: Record<string, string>; url: string }> {

@@ -1,6 +1,7 @@
 // Helpers of the end-to-end tests: clusters through the one launcher on free ports with a
 // generated tiny model, calls to the workers' internal API through the contract's client, and
-// checks that no KV blob is left in a cluster folder.
+// checks that nothing of a request is left: no KV blob in a cluster folder, no slab of a dead
+// process, no lease or used KV block on a live worker.
 
 import { existsSync, mkdtempSync, readdirSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -144,4 +145,50 @@ export async function modelId(c: RunningCluster): Promise<string> {
 /** A worker's /health body. */
 export async function health(url: string): Promise<any> {
   return (await fetch(`${url}/health`)).json();
+}
+
+/** Slab files under an shm root whose owning process is gone (a slab is named slab-<pid>-...). */
+export function deadSlabs(root: string): string[] {
+  if (!existsSync(root)) return [];
+  return readdirSync(root).filter((f) => {
+    const m = /^\.?(?:new-)?slab-(\d+)-/.exec(f);
+    if (!m) return false;
+    try {
+      process.kill(Number(m[1]), 0);
+      return false;
+    } catch {
+      return true;
+    }
+  });
+}
+
+/** What a live worker still holds: open leases and KV blocks in use (0 and 0 when a request left nothing). */
+async function held(url: string): Promise<{ leases: number; blocks: number }> {
+  const h = await health(url);
+  return { leases: h.leases.outstanding, blocks: h.kvCache?.usedBlocks ?? 0 };
+}
+
+/**
+ * Waits (up to `limitMs`) until nothing of any request is left in a cluster: every live worker has
+ * no open lease and no KV block in use, and its shm root (when it has one) holds no KV link and no
+ * dead process's slab (the live endpoints sweep those every few seconds). Throws naming what is left.
+ */
+export async function expectNothingLeft(c: RunningCluster, limitMs = 20_000): Promise<void> {
+  const workers = c.parts.filter((p) => p.alive && /^(prefill|decode|solo)/.test(p.name));
+  const left = async () => {
+    const out: string[] = [];
+    for (const w of workers) {
+      const h = await held(w.url);
+      if (h.leases || h.blocks) out.push(`${w.name}: ${h.leases} lease(s), ${h.blocks} block(s)`);
+    }
+    if (c.clusterDir) out.push(...leftoverBlobs(c.clusterDir), ...deadSlabs(c.clusterDir));
+    return out;
+  };
+  const end = Date.now() + limitMs;
+  let now = await left();
+  while (now.length && Date.now() < end) {
+    await new Promise((r) => setTimeout(r, 100));
+    now = await left();
+  }
+  if (now.length) throw new Error(`left after the request: ${now.join("; ")}`);
 }
