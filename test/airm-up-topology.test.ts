@@ -13,6 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { makeTinyModel } from "../packages/llama/src/index.ts";
 import { freePort } from "../packages/workload-runner/src/cluster-plan.ts";
 import { checkTopology, TopologyError } from "../packages/workload-runner/src/topology.ts";
+import { killOnInterrupt } from "../scripts/rig-cleanup.ts";
 import { QUIET, SoloReference, until } from "./netns-helpers.ts";
 
 const why = process.getuid?.() !== 0 ? "needs root (CAP_NET_ADMIN)" : ["/usr/sbin/ip", "/usr/sbin/tc"].some((p) => !existsSync(p)) ? "needs iproute2 (ip, tc)" : null;
@@ -105,11 +106,14 @@ describe.skipIf(why !== null)(`airm up --topology on four hosts${why ? ` (skippe
     makeTinyModel({ arch: "llama", out: model });
     port = await freePort();
     const env = { ...process.env, ...QUIET };
-    up = spawn(process.execPath, [airm, "up", "--topology", example, "--kv-transport", "tcp", "--model", model, "--decode-replicas", "1", "--port", String(port), "--quiet"], {
-      env,
-      stdio: ["ignore", "pipe", "pipe"],
-      detached: true,
-    });
+    // airm up and its parts (its process tree) are killed if a signal stops the test; its rig dies with it
+    up = killOnInterrupt(
+      spawn(process.execPath, [airm, "up", "--topology", example, "--kv-transport", "tcp", "--model", model, "--decode-replicas", "1", "--port", String(port), "--quiet"], {
+        env,
+        stdio: ["ignore", "pipe", "pipe"],
+        detached: true,
+      }),
+    );
     up.stdout!.on("data", (d) => (out += d));
     up.stderr!.on("data", (d) => (err += d));
     try {

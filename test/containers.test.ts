@@ -7,6 +7,8 @@
 // stops every container within its grace period and leaves nothing in the shared volume; a write
 // to the root filesystem fails. Containers use the host's network, bound to 127.0.0.1.
 // Needs root, podman, buildah, runc and mmdebstrap (.ci/run installs them); skipped otherwise.
+// A signal that stops the test process removes its containers and volume (test/podman.ts);
+// checked on the image's base with a process of its own (fixtures/podman-run.ts).
 import { type ChildProcess, execFileSync, spawn, spawnSync } from "node:child_process";
 import { chmodSync, mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -15,7 +17,10 @@ import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { makeTinyModel } from "../packages/llama/src/index.ts";
 import { freePort } from "../packages/workload-runner/src/cluster-plan.ts";
+import { killOnInterrupt, onInterrupt } from "../scripts/rig-cleanup.ts";
+import { ended, leftovers, removeRun, type Run, show, startRun } from "./interrupt-helpers.ts";
 import { until } from "./netns-helpers.ts";
+import { PodmanRun, podman, podmanEnv } from "./podman.ts";
 
 const repo = fileURLToPath(new URL("..", import.meta.url));
 const has = (cmd: string) => spawnSync("sh", ["-c", `command -v ${cmd}`]).status === 0;
@@ -25,8 +30,6 @@ const why =
     : ["podman", "buildah", "runc", "mmdebstrap"].find((c) => !has(c))
       ? "needs podman, buildah, runc and mmdebstrap (.ci/run installs them)"
       : null;
-const CONTAINERS_CONF = join(repo, "scripts/image/containers.conf");
-const podmanEnv = { ...process.env, CONTAINERS_CONF };
 const tag = `airm-test-${process.pid}`;
 /** The chart's security settings, as podman flags. */
 const SECURE = [
@@ -43,12 +46,6 @@ const SECURE = [
   "/cache:rw,mode=1777",
 ];
 const GRACE_S = 10;
-
-function podman(args: string[], opts: { allowFail?: boolean } = {}): string {
-  const r = spawnSync("podman", args, { encoding: "utf8", env: podmanEnv, timeout: 120_000 });
-  if (r.status !== 0 && !opts.allowFail) throw new Error(`podman ${args.join(" ")}: ${r.stderr || r.stdout}`);
-  return `${r.stdout ?? ""}${opts.allowFail ? (r.stderr ?? "") : ""}`;
-}
 
 async function healthy(url: string): Promise<boolean> {
   return fetch(`${url}/health`).then(
@@ -76,16 +73,12 @@ describe.skipIf(why !== null)(`the image's containers${why ? ` (skipped: ${why})
   let up: ChildProcess | undefined;
   let want = "";
   const model = mkdtempSync(join(tmpdir(), "airm-containers-model-"));
-  const volume = `${tag}-kv-shm`;
-  const containers: string[] = [];
+  const forgetModel = onInterrupt(() => rmSync(model, { recursive: true, force: true }));
+  const made = new PodmanRun(tag);
+  let volume = "";
 
   /** Starts one container of the image with the chart's settings; returns its name. */
-  const run = (name: string, args: string[], extra: string[] = []): string => {
-    const full = `${tag}-${name}`;
-    podman(["run", "-d", "--name", full, "--network", "host", ...SECURE, "-v", `${model}:/model:ro`, ...extra, image, ...args]);
-    containers.push(full);
-    return full;
-  };
+  const run = (name: string, args: string[], extra: string[] = []): string => made.run(name, ["--network", "host", ...SECURE, "-v", `${model}:/model:ro`, ...extra], image, args);
 
   beforeAll(async () => {
     const t0 = Date.now();
@@ -98,21 +91,23 @@ describe.skipIf(why !== null)(`the image's containers${why ? ` (skipped: ${why})
     for (const f of readdirSync(model)) chmodSync(join(model, f), statSync(join(model, f)).isDirectory() ? 0o755 : 0o644);
     // the reference: airm up on the host, with the same model
     const port = await freePort();
-    up = spawn(process.execPath, [join(repo, "packages/workload-runner/bin/airm.mjs"), "up", "--model", model, "--port", String(port), "--quiet"], {
-      stdio: "ignore",
-      env: { ...process.env, AIRM_LOG_LEVEL: "warn" },
-    });
+    up = killOnInterrupt(
+      spawn(process.execPath, [join(repo, "packages/workload-runner/bin/airm.mjs"), "up", "--model", model, "--port", String(port), "--quiet"], {
+        stdio: "ignore",
+        env: { ...process.env, AIRM_LOG_LEVEL: "warn" },
+      }),
+    );
     await until("airm up is ready", () => healthy(`http://127.0.0.1:${port}`), 120);
     want = await complete(`http://127.0.0.1:${port}`, PROMPT);
     up.kill("SIGINT");
-    podman(["volume", "create", "--opt", "type=tmpfs", "--opt", "device=tmpfs", "--opt", "o=mode=1777", volume]);
+    volume = made.volume("kv-shm", ["--opt", "type=tmpfs", "--opt", "device=tmpfs", "--opt", "o=mode=1777"]);
   }, 1_000_000);
 
   afterAll(() => {
     if (up && up.exitCode === null) up.kill("SIGKILL");
-    for (const c of containers) podman(["rm", "-f", "-t", "0", c], { allowFail: true });
-    podman(["volume", "rm", "-f", volume], { allowFail: true });
+    made.removeAll();
     rmSync(model, { recursive: true, force: true });
+    forgetModel();
   });
 
   it("over shm: prefill and decode share a memory-backed volume; the gateway's answer equals airm up's; SIGTERM stops every container within the grace period and leaves nothing in the volume", async () => {
@@ -170,5 +165,35 @@ describe.skipIf(why !== null)(`the image's containers${why ? ` (skipped: ${why})
     expect(status).toMatch(/^CapEff:\s+0+$/m);
     // /tmp (the chart's emptyDir) is writable
     podman(["exec", c, "node", "-e", "require('fs').writeFileSync('/tmp/x', '1')"]);
+  }, 120_000);
+});
+
+/** The image's base (scripts/image/build.sh makes it once): it has node, and does not change with the sources. */
+const baseImage = () => (has("podman") ? podman(["images", "--format", "{{.Repository}}:{{.Tag}}", "localhost/rngd-pd-base"]).trim().split("\n")[0] : "");
+const whyNotBase =
+  process.getuid?.() !== 0 ? "needs root" : !has("podman") || !has("runc") ? "needs podman and runc" : !baseImage() ? "needs the image's base (scripts/image/build.sh)" : null;
+const exists = (kind: "container" | "volume", name: string) => spawnSync("podman", [kind, "exists", name], { env: podmanEnv }).status === 0;
+
+describe.skipIf(whyNotBase !== null)(`containers of a process stopped by SIGTERM${whyNotBase ? ` (skipped: ${whyNotBase})` : ""}`, () => {
+  it("are removed, with their volume, and no process of theirs is left", async () => {
+    const marker = `airm-podman-interrupt-${process.pid}`;
+    let run: Run | undefined;
+    let made: { container: string; volume: string } | undefined;
+    try {
+      run = startRun(process.execPath, ["--import", "tsx", join(repo, "test", "fixtures", "podman-run.ts"), marker, baseImage()]);
+      await until("the container runs", () => run!.out().includes("\n") || run!.proc.exitCode !== null, 120);
+      made = JSON.parse(run.out()) as { container: string; volume: string };
+      expect([exists("container", made.container), exists("volume", made.volume)]).toEqual([true, true]);
+      // conmon and the container's process name the marker
+      expect(leftovers({ markers: [marker] }).length).toBeGreaterThanOrEqual(2);
+      run.proc.kill("SIGTERM");
+      expect(await ended(run, 60_000)).toEqual({ code: null, signal: "SIGTERM" });
+      expect([exists("container", made.container), exists("volume", made.volume)]).toEqual([false, false]);
+      expect(show(leftovers({ markers: [marker] }))).toEqual([]);
+    } finally {
+      removeRun(run, { markers: [marker] }, []);
+      if (made) podman(["rm", "-f", "-t", "0", made.container], { allowFail: true });
+      if (made) podman(["volume", "rm", "-f", made.volume], { allowFail: true });
+    }
   }, 120_000);
 });

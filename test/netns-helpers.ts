@@ -1,11 +1,12 @@
 // What the tests across the netns rig share: HTTP from inside a rig host (this process cannot
 // reach the rig's addresses), waiting for a condition, and the solo worker on this host's loopback
-// whose answers PD across the hosts must equal.
+// whose answers PD across the hosts must equal (killed, like the rig, if a signal stops the test).
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { freePort } from "../packages/workload-runner/src/cluster-plan.ts";
 import { gatewayArgv } from "../packages/workload-runner/src/rngd-pd-workload.ts";
 import type { NetnsRig } from "../scripts/netns-rig/rig.ts";
+import { killOnInterrupt } from "../scripts/rig-cleanup.ts";
 
 export const QUIET = { AIRM_LOG_LEVEL: "warn", AIRM_ENGINE_LOG: "0" };
 export const bin = (pkg: string, name: string) => fileURLToPath(new URL(`../packages/${pkg}/bin/${name}.mjs`, import.meta.url));
@@ -44,13 +45,15 @@ export class SoloReference {
   async start(model: string): Promise<void> {
     const [workerPort, gatewayPort] = [await freePort(), await freePort()];
     this.procs.push(
-      spawn(process.execPath, [bin("worker", "airm-worker"), "--role", "solo", "--backend", "rngd-full", "--port", String(workerPort), "--model", model], {
-        stdio: "ignore",
-        env: { ...process.env, ...QUIET },
-      }),
+      killOnInterrupt(
+        spawn(process.execPath, [bin("worker", "airm-worker"), "--role", "solo", "--backend", "rngd-full", "--port", String(workerPort), "--model", model], {
+          stdio: "ignore",
+          env: { ...process.env, ...QUIET },
+        }),
+      ),
     );
     const gw = gatewayArgv({ host: "127.0.0.1", port: gatewayPort, solo: [`http://127.0.0.1:${workerPort}`] });
-    this.procs.push(spawn(gw[0]!, gw.slice(1), { stdio: "ignore", env: { ...process.env, ...QUIET, AIRM_HEALTH_INTERVAL_MS: "500" } }));
+    this.procs.push(killOnInterrupt(spawn(gw[0]!, gw.slice(1), { stdio: "ignore", env: { ...process.env, ...QUIET, AIRM_HEALTH_INTERVAL_MS: "500" } })));
     this.url = `http://127.0.0.1:${gatewayPort}`;
     await until(
       "the solo gateway is healthy",

@@ -1,10 +1,14 @@
 // scripts/netns-rig: hosts as network namespaces of their own on one switch, with tc tbf shaping
-// and MTU per link, reachable from each other and from nothing else; down() leaves nothing.
-// Needs root and iproute2 (CI runs as root); skipped with the reason otherwise.
+// and MTU per link, reachable from each other and from nothing else; down() leaves nothing, and
+// neither does a process running a rig that SIGTERM, SIGINT or SIGHUP stops (its teardown kills
+// every process in the rig's namespaces, so the namespaces and their links go; the process then
+// dies by the signal). Needs root and iproute2 (CI runs as root); skipped with the reason otherwise.
 import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
+import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { NetnsRig, resolveTopology } from "../scripts/netns-rig/rig.ts";
+import { ended, leftovers, removeRun, type Run, show, startRun } from "./interrupt-helpers.ts";
 
 const why = process.getuid?.() !== 0 ? "needs root (CAP_NET_ADMIN)" : ["/usr/sbin/ip", "/usr/sbin/tc"].some((p) => !existsSync(p)) ? "needs iproute2 (ip, tc)" : null;
 
@@ -70,4 +74,43 @@ describe.skipIf(why !== null)(`a two-host rig${why ? ` (skipped: ${why})` : ""}`
     rig = undefined;
     for (const pid of pids) expect(existsSync(`/proc/${pid}`)).toBe(false);
   });
+});
+
+interface NetnsRun {
+  holders: number[];
+  nets: string[];
+  shell: number;
+  grandchild: number;
+}
+
+/** Starts test/fixtures/netns-rig-run.ts and resolves with what it printed once its rig is up. */
+async function startNetnsRun(marker: string): Promise<{ run: Run; s: NetnsRun }> {
+  const run = startRun(process.execPath, ["--import", "tsx", join(import.meta.dirname, "fixtures", "netns-rig-run.ts"), marker]);
+  for (let i = 0; i < 300 && !run.out().includes("\n") && run.proc.exitCode === null; i++) await new Promise((r) => setTimeout(r, 100));
+  if (!run.out().includes("\n")) throw new Error(`the rig did not come up: ${run.err()}`);
+  return { run, s: JSON.parse(run.out()) };
+}
+
+describe.skipIf(why !== null)(`a process running a rig, stopped by a signal${why ? ` (skipped: ${why})` : ""}`, () => {
+  it.each(["SIGTERM", "SIGINT", "SIGHUP"] as const)(
+    "on %s leaves no process in the rig's namespaces, so no namespace or link, and dies by the signal",
+    async (signal) => {
+      const marker = `airm-netns-interrupt-${process.pid}-${signal}`;
+      let run: Run | undefined;
+      let s: NetnsRun | undefined;
+      try {
+        ({ run, s } = await startNetnsRun(marker));
+        const q = { pids: [...s.holders, s.shell, s.grandchild], markers: [marker], nets: s.nets };
+        expect(s.holders).toHaveLength(3);
+        expect(leftovers(q).length).toBeGreaterThanOrEqual(s.holders.length + 2);
+        run.proc.kill(signal);
+        expect(await ended(run, 30_000)).toEqual({ code: null, signal });
+        // unnamed namespaces (no bind mount holds them) end with their last process, and their links with them
+        expect(show(leftovers(q))).toEqual([]);
+      } finally {
+        removeRun(run, { pids: s ? [...s.holders, s.shell, s.grandchild] : [], markers: [marker], nets: s?.nets ?? [] }, []);
+      }
+    },
+    60_000,
+  );
 });

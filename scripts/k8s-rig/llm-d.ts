@@ -2,10 +2,12 @@
 // picker (GIE EPP v1.5.0, built by build-llmd.sh) and Envoy 1.40.0 with the ext_proc filter and an
 // ORIGINAL_DST cluster keyed on the picker's x-gateway-destination-endpoint header, as an llm-d
 // Gateway configures them. The stock EPP binds every interface (it has no address flag): run it
-// only inside a network namespace of the test's own (test.sh does).
+// only inside a network namespace of the test's own (test.sh does). Each process dies with the
+// process that started it, and is SIGKILLed when a signal stops that one (../rig-cleanup.ts).
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { diesWithParent, killOnInterrupt } from "../rig-cleanup.ts";
 import { type PodAt, type Release, tcpOpen } from "./release.ts";
 import type { Rig } from "./rig.ts";
 
@@ -29,7 +31,7 @@ export interface Proc {
 }
 
 function run(exe: string, args: string[], env: Record<string, string>, cwd: string): Proc {
-  const child = spawn(exe, args, { cwd, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } });
+  const child = killOnInterrupt(spawn(...diesWithParent([exe, ...args]), { cwd, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } }));
   const log: string[] = [];
   const keep = (b: Buffer) => {
     log.push(b.toString());

@@ -3,10 +3,15 @@
 // into containerd's k8s.io namespace (no registry). Only inside the host setup test-node.sh makes
 // (private network and mount namespaces, real root): the node takes an address on a bridge of its
 // own, a cgroup root of its own, and pods that really run (runc, overlayfs, CNI bridge, probes).
+// Until stop() is done, a signal to this process kills the kubelet, containerd, the shims and the
+// containers at once and removes the node's mounts, cgroups, links and folder (../rig-cleanup.ts);
+// kubelet and containerd also die with this process however it dies (test-node.sh then removes
+// the rest).
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, renameSync, rmdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
+import { diesWithParent, killTrees, onInterrupt, processes, signalAll, sleepSync } from "../rig-cleanup.ts";
 import type { Rig } from "./rig.ts";
 
 export interface NodeTaint {
@@ -267,6 +272,79 @@ function rmCgroupTree(dir: string): void {
   rmdirSync(dir);
 }
 
+/** Pids of the processes in the node's cgroups (its containers), from the pids hierarchy. */
+function cgroupPids(cgroupRoot: string): number[] {
+  const dir = join("/sys/fs/cgroup/pids", cgroupRoot);
+  if (!existsSync(dir)) return [];
+  return sh("find", [dir, "-name", "cgroup.procs", "-exec", "cat", "{}", "+"]).split("\n").filter(Boolean).map(Number);
+}
+
+/** The node's containerd shims: they outlive containerd, and name its socket on their command line. */
+function shimPids(sock: string): number[] {
+  return processes()
+    .filter((p) => p.cmdline.includes("containerd-shim") && p.cmdline.includes(sock))
+    .map((p) => p.pid);
+}
+
+/** A process of the node (kubelet, containerd) and the file its output goes to. */
+interface NodeProc {
+  name: string;
+  child: ChildProcess;
+  logFile: string;
+}
+
+const running = (p: NodeProc) => p.child.exitCode === null && p.child.signalCode === null;
+
+/** SIGTERM, then SIGKILL if it still runs 10 s later. */
+async function halt(p: NodeProc | undefined): Promise<void> {
+  if (!p || !running(p)) return;
+  p.child.kill("SIGTERM");
+  for (let t = 0; t < 100 && running(p); t++) await sleep(100);
+  if (running(p)) p.child.kill("SIGKILL");
+}
+
+/** What a node leaves besides its processes: mounts and files under its folder, its cgroups, its links. */
+interface NodeTraces {
+  dir: string;
+  cgroupRoot: string;
+  links: string[];
+  log: (line: string) => void;
+}
+
+/** Unmounts what is left under the node's folder and removes its cgroups, links and folder (its processes must be gone). */
+function removeTraces(t: NodeTraces): void {
+  for (const m of mountsUnder(t.dir)) {
+    try {
+      sh("umount", ["-l", m]);
+    } catch {}
+  }
+  // every hierarchy, the unified one too: runc's cgroupfs manager creates the path there as well
+  for (const c of readdirSync("/sys/fs/cgroup")) {
+    try {
+      rmCgroupTree(join("/sys/fs/cgroup", c, t.cgroupRoot));
+    } catch (e) {
+      t.log(`node: cgroup ${c}${t.cgroupRoot}: ${(e as Error).message}`);
+    }
+  }
+  for (const l of t.links) {
+    try {
+      sh("ip", ["link", "del", l]);
+    } catch {}
+  }
+  rmSync(t.dir, { recursive: true, force: true });
+}
+
+/**
+ * The teardown on a signal: kubelet and containerd SIGKILLed first (nothing starts a container
+ * then), then every container and shim at once; once the cgroups are empty, the traces.
+ */
+function killNode(procs: NodeProc[], sock: string, t: NodeTraces): void {
+  killTrees(procs.filter(running).map((p) => p.child.pid!));
+  killTrees([...cgroupPids(t.cgroupRoot), ...shimPids(sock)]);
+  for (let i = 0; i < 50 && cgroupPids(t.cgroupRoot).length; i++) sleepSync(100);
+  removeTraces(t);
+}
+
 /**
  * Starts containerd and a kubelet for node `o.name`, registered with the rig's apiserver, and
  * resolves once the Node is Ready with `o.devices` in its allocatable. Needs the environment
@@ -286,14 +364,17 @@ export async function startNode(rig: Rig, o: NodeOptions): Promise<RealNode> {
   const cgroupRoot = `/${process.env.RIG_NODE_CGROUP_PREFIX ?? `airm-node-${process.pid}`}-${o.name}`;
   const link = `airm-node${i}`;
   const cniBridge = `airm-cni${i}`;
-  const procs: { name: string; child: ChildProcess; logFile: string }[] = [];
+  const procs: NodeProc[] = [];
+  const traces: NodeTraces = { dir: D, cgroupRoot, links: [link, cniBridge], log };
+  const forget = onInterrupt(() => killNode(procs, sock, traces));
   const ctr = (args: string[]) => sh(join(bin, "bin", "ctr"), ["--address", sock, "-n", "k8s.io", ...args]);
   const tail = (f: string) => (existsSync(f) ? readFileSync(f, "utf8").split("\n").slice(-30).join("\n") : "");
   const start = (name: string, args: string[]) => {
     const logFile = join(D, `${name}.log`);
     const fd = openSync(logFile, "a");
     // containerd starts containerd-shim-runc-v2 from its PATH
-    const child = spawn(join(bin, "bin", name), args, { cwd: D, stdio: ["ignore", fd, fd], env: { ...process.env, PATH: `${join(bin, "bin")}:${process.env.PATH}` } });
+    const env = { ...process.env, PATH: `${join(bin, "bin")}:${process.env.PATH}` };
+    const child = spawn(...diesWithParent([join(bin, "bin", name), ...args]), { cwd: D, stdio: ["ignore", fd, fd], env });
     closeSync(fd);
     procs.push({ name, child, logFile });
   };
@@ -311,54 +392,13 @@ export async function startNode(rig: Rig, o: NodeOptions): Promise<RealNode> {
 
   const stop = async () => {
     // kubelet first (nothing restarts containers then), then every container still there, then containerd.
-    const halt = async (name: string) => {
-      const p = procs.find((x) => x.name === name);
-      if (!p || p.child.exitCode !== null || p.child.signalCode !== null) return;
-      p.child.kill("SIGTERM");
-      for (let t = 0; t < 100 && p.child.exitCode === null && p.child.signalCode === null; t++) await sleep(100);
-      if (p.child.exitCode === null && p.child.signalCode === null) p.child.kill("SIGKILL");
-    };
-    await halt("kubelet");
-    const pidsIn = () =>
-      hierarchies().includes("pids") && existsSync(join("/sys/fs/cgroup/pids", cgroupRoot))
-        ? sh("find", [join("/sys/fs/cgroup/pids", cgroupRoot), "-name", "cgroup.procs", "-exec", "cat", "{}", "+"])
-            .split("\n")
-            .filter(Boolean)
-            .map(Number)
-        : [];
-    for (const pid of pidsIn()) {
-      try {
-        process.kill(pid, "SIGKILL");
-      } catch {}
-    }
-    await halt("containerd");
-    // shims outlive containerd: this node's name its socket on their command line
-    for (const pid of readdirSync("/proc").filter((x) => /^\d+$/.test(x))) {
-      try {
-        const cmd = readFileSync(`/proc/${pid}/cmdline`, "utf8");
-        if (cmd.includes("containerd-shim") && cmd.includes(sock)) process.kill(Number(pid), "SIGKILL");
-      } catch {}
-    }
-    for (let t = 0; t < 50 && pidsIn().length; t++) await sleep(100);
-    for (const m of mountsUnder(D)) {
-      try {
-        sh("umount", ["-l", m]);
-      } catch {}
-    }
-    // every hierarchy, the unified one too: runc's cgroupfs manager creates the path there as well
-    for (const c of readdirSync("/sys/fs/cgroup")) {
-      try {
-        rmCgroupTree(join("/sys/fs/cgroup", c, cgroupRoot));
-      } catch (e) {
-        log(`node ${o.name}: cgroup ${c}${cgroupRoot}: ${(e as Error).message}`);
-      }
-    }
-    for (const l of [link, cniBridge]) {
-      try {
-        sh("ip", ["link", "del", l]);
-      } catch {}
-    }
-    rmSync(D, { recursive: true, force: true });
+    await halt(procs.find((p) => p.name === "kubelet"));
+    signalAll(cgroupPids(cgroupRoot), "SIGKILL");
+    await halt(procs.find((p) => p.name === "containerd"));
+    signalAll(shimPids(sock), "SIGKILL");
+    for (let t = 0; t < 50 && cgroupPids(cgroupRoot).length; t++) await sleep(100);
+    removeTraces(traces);
+    forget();
   };
 
   try {
@@ -434,7 +474,7 @@ export async function startNode(rig: Rig, o: NodeOptions): Promise<RealNode> {
     ctr,
     cgroup: (controller, qos, podUid, containerId) =>
       join("/sys/fs/cgroup", controller, cgroupRoot, "kubepods", qos === "guaranteed" ? "" : qos, `pod${podUid}`, containerId ?? ""),
-    pids: () => procs.filter((p) => p.child.exitCode === null && p.child.signalCode === null).map((p) => p.child.pid!),
+    pids: () => procs.filter(running).map((p) => p.child.pid!),
     stop,
   };
 }

@@ -6,11 +6,14 @@
 // gives them: a stable address (127.2.0.0/24 here) whose ports forward each new connection to a
 // running pod the Service selects, so `<svc>.<ns>.svc` keeps working when the pods behind it are
 // replaced. A pod that goes away has its processes stopped and its folders removed. Pods on a node
-// kwok does not manage (a real kubelet's, node.ts) are left to that kubelet.
+// kwok does not manage (a real kubelet's, node.ts) are left to that kubelet. A signal to this
+// process between start() and stop() kills every pod's processes at once and removes the pods'
+// folders (../rig-cleanup.ts).
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdirSync, rmSync } from "node:fs";
 import { connect, createServer, type Server } from "node:net";
 import { join } from "node:path";
+import { killTrees, onInterrupt } from "../rig-cleanup.ts";
 import { KWOK_NODE, type Rig } from "./rig.ts";
 
 /** A Kubernetes object as kubectl prints it, read field by field. */
@@ -25,7 +28,7 @@ interface RunningPod {
   ready: boolean;
   /** Seconds its processes get after SIGTERM (terminationGracePeriodSeconds, default 30). */
   graceS: number;
-  procs: { container: string; child: ChildProcess; log: string[] }[];
+  procs: { container: string; child: ChildProcess; log: string[]; preStopS: number }[];
   dirs: string[];
 }
 
@@ -41,7 +44,7 @@ export class PodRunner {
   /** Processes of pods being stopped (they count as running until they exit). */
   private readonly stopping = new Set<ChildProcess>();
   /** Service (name.namespace) -> its stable address and the port forwarders listening there. */
-  private readonly services = new Map<string, { ip: string; servers: Server[] }>();
+  private readonly services = new Map<string, { ip: string; ports: string; servers: Server[] }>();
   private podList: Obj[] = [];
   /** The Services as last listed, by name.namespace. */
   private readonly serviceSpecs = new Map<string, Obj>();
@@ -50,6 +53,16 @@ export class PodRunner {
   private readonly kwokNodes = new Map<string, boolean>();
   private stopped = false;
   private loop: Promise<void> | null = null;
+  /** The last error of the sync-and-probe loop (a failed kubectl call), for failure messages. */
+  private lastError = "";
+  /** Turns of the sync-and-probe loop so far (a stuck loop shows in failure messages). */
+  private turns = 0;
+  /** IPs of pods whose processes are being stopped (a new pod given one of them waits). */
+  private readonly stoppingIps = new Set<string>();
+  /** Every folder made for a pod (a pod being stopped is no longer in `pods` but may still have its folders). */
+  private readonly madeDirs = new Set<string>();
+  /** Unregisters the teardown start() registered. */
+  private forget = () => {};
 
   constructor(
     private readonly rig: Rig,
@@ -58,13 +71,16 @@ export class PodRunner {
   ) {}
 
   start(): void {
+    this.forget = onInterrupt(() => this.kill());
     this.loop = (async () => {
       while (!this.stopped) {
         try {
+          this.turns++;
           this.sync();
           await this.probeAll();
-        } catch {
-          // the API may be busy for a moment (helm applying); try again
+        } catch (err) {
+          // the API may be busy for a moment (helm applying); try again (shown by podLogs())
+          this.lastError = `${new Date().toISOString()} ${(err as Error).message.slice(0, 600)}`;
         }
         await sleep(300);
       }
@@ -79,7 +95,10 @@ export class PodRunner {
 
   /** The last output of every pod's processes, `chars` per container (for failure messages). */
   podLogs(chars = 1200): string {
-    return [...this.pods.values()].map((p) => `--- ${p.name} ${p.ip}\n${p.procs.map((c) => `[${c.container}] ${c.log.join("").slice(-chars)}`).join("\n")}`).join("\n");
+    const pods = [...this.pods.values()].map(
+      (p) => `--- ${p.name} ${p.ip} (probes say ${p.ready ? "ready" : "not ready"})\n${p.procs.map((c) => `[${c.container}] ${c.log.join("").slice(-chars)}`).join("\n")}`,
+    );
+    return [...pods, `--- pod runner: ${this.turns} turns; last error: ${this.lastError || "none"}`].join("\n");
   }
 
   /** Pids of every process the runner has started that has not exited yet. */
@@ -94,6 +113,14 @@ export class PodRunner {
     for (const p of [...this.pods.values()]) await this.stopPod(p);
     for (const svc of this.services.values()) for (const srv of svc.servers) srv.close();
     this.services.clear();
+    this.forget();
+  }
+
+  /** The teardown on a signal: kills every pod's processes (and their children) at once and removes the pods' folders. */
+  private kill(): void {
+    this.stopped = true;
+    killTrees(this.pids());
+    for (const d of this.madeDirs) rmSync(d, { recursive: true, force: true });
   }
 
   private sync(): void {
@@ -108,6 +135,9 @@ export class PodRunner {
       if (!running || !this.onKwokNode(pod)) continue;
       live.add(uid);
       if (this.pods.has(uid)) continue;
+      // kwok hands a deleted pod's IP out again at once; a kubelet does not while the old pod's
+      // processes still run (its preStop pause, its drain). The new pod starts once they are gone.
+      if (this.stoppingIps.has(pod.status.podIP)) continue;
       const resolved = this.resolver(list.items, services.items);
       const cmds = (pod.spec.containers as Obj[]).map((c) => this.commandOf(pod, c, resolved));
       if (cmds.some((c) => c === null)) continue; // a Service it needs has no pod yet
@@ -212,8 +242,13 @@ export class PodRunner {
       const key = `${svc.metadata.name}.${svc.metadata.namespace}`;
       seen.add(key);
       this.serviceSpecs.set(key, svc);
-      if (this.services.has(key) || !svc.spec.selector) continue;
-      const ip = `127.2.0.${this.nextService++}`;
+      if (!svc.spec.selector) continue;
+      // An upgrade may change a Service's ports: its listeners follow, on the same address.
+      const ports = (svc.spec.ports as Obj[]).map((x) => x.port).join(",");
+      const had = this.services.get(key);
+      if (had?.ports === ports) continue;
+      for (const srv of had?.servers ?? []) srv.close();
+      const ip = had?.ip ?? `127.2.0.${this.nextService++}`;
       const servers = (svc.spec.ports as Obj[]).map((port) => {
         const srv = createServer((sock) => {
           // The Service as it is now (an upgrade may have changed its selector).
@@ -229,7 +264,7 @@ export class PodRunner {
         srv.listen(port.port, ip);
         return srv;
       });
-      this.services.set(key, { ip, servers });
+      this.services.set(key, { ip, ports, servers });
     }
     for (const [key, svc] of [...this.services]) {
       if (seen.has(key)) continue;
@@ -287,7 +322,8 @@ export class PodRunner {
     // A pod with a service account reaches the API server as a kubelet would let it (a mounted
     // token); here the process gets the rig's kubeconfig instead (its RBAC is not exercised).
     if (pod.spec.serviceAccountName && pod.spec.automountServiceAccountToken !== false) env.KUBECONFIG = this.rig.kubeconfig;
-    return { container: c.name, argv: [...command, ...args], env, dirs: mounts.map(([, to]) => to) };
+    const preStopS = Number(c.lifecycle?.preStop?.sleep?.seconds ?? 0);
+    return { container: c.name, argv: [...command, ...args], env, dirs: mounts.map(([, to]) => to), preStopS };
   }
 
   private startPod(pod: Obj, cmds: Cmd[]): void {
@@ -300,7 +336,10 @@ export class PodRunner {
       procs: [],
       dirs: [...new Set(cmds.flatMap((c) => c.dirs))],
     };
-    for (const d of p.dirs) mkdirSync(d, { recursive: true });
+    for (const d of p.dirs) {
+      mkdirSync(d, { recursive: true });
+      this.madeDirs.add(d);
+    }
     this.pods.set(p.uid, p);
     for (const c of cmds) this.spawnContainer(p, c, []);
   }
@@ -318,7 +357,7 @@ export class PodRunner {
     };
     child.stdout?.on("data", keep);
     child.stderr?.on("data", keep);
-    const entry = { container: c.container, child, log };
+    const entry = { container: c.container, child, log, preStopS: c.preStopS };
     const at = p.procs.findIndex((x) => x.container === c.container);
     if (at >= 0) p.procs[at] = entry;
     else p.procs.push(entry);
@@ -331,16 +370,28 @@ export class PodRunner {
     });
   }
 
+  /**
+   * Stops a pod as the kubelet does: each container's preStop sleep hook first (the container keeps
+   * serving meanwhile), then SIGTERM, and SIGKILL for whatever still runs when the grace period
+   * (which the hooks count against) is over.
+   */
   private async stopPod(p: RunningPod): Promise<void> {
     this.pods.delete(p.uid);
+    this.stoppingIps.add(p.ip);
     for (const c of p.procs) this.stopping.add(c.child);
-    for (const c of p.procs) if (c.child.exitCode === null) c.child.kill("SIGTERM");
     const until = Date.now() + p.graceS * 1000;
+    await Promise.all(
+      p.procs.map(async (c) => {
+        if (!this.stopped) await sleep(Math.min(c.preStopS * 1000, until - Date.now()));
+        if (c.child.exitCode === null) c.child.kill("SIGTERM");
+      }),
+    );
     while (p.procs.some((c) => c.child.exitCode === null && c.child.signalCode === null) && Date.now() < until) await sleep(100);
     for (const c of p.procs) if (c.child.exitCode === null && c.child.signalCode === null) c.child.kill("SIGKILL");
     while (p.procs.some((c) => c.child.exitCode === null && c.child.signalCode === null)) await sleep(50);
     for (const d of p.dirs) rmSync(d, { recursive: true, force: true });
     for (const c of p.procs) this.stopping.delete(c.child);
+    this.stoppingIps.delete(p.ip);
   }
 }
 
@@ -349,4 +400,6 @@ interface Cmd {
   argv: string[];
   env: Record<string, string>;
   dirs: string[];
+  /** Seconds of the container's `lifecycle.preStop.sleep` hook (0: none). */
+  preStopS: number;
 }

@@ -3,11 +3,14 @@
 // addresses in 127.1.0.0/24), built by build.sh and started here in a folder of their own. Nothing
 // is mocked but the kubelets. Every part binds 127.0.0.1 (kwok's pod addresses are loopback too).
 // kwok manages only the nodes created here; node.ts adds real ones (containerd + kubelet) beside them.
+// A signal to the process that started the rig kills the parts and removes the folder
+// (../rig-cleanup.ts), and the parts die with that process however it dies.
 import { type ChildProcess, execFileSync, spawn, spawnSync } from "node:child_process";
 import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
-import { tmpdir } from "node:os";
+import { constants, tmpdir } from "node:os";
 import { join } from "node:path";
+import { diesWithParent, killTrees, onInterrupt } from "../rig-cleanup.ts";
 
 export interface RigNode {
   name: string;
@@ -19,11 +22,14 @@ export interface RigNode {
 /**
  * Re-runs the script `file` with `argv` in a network namespace of its own with only lo up
  * (unshare -rn: a user namespace maps root), and exits with its status. Build what the run needs
- * before calling it: the namespace has no network.
+ * before calling it: the namespace has no network. This process waits blocked in spawnSync and
+ * cannot pass a signal on, so the run gets SIGTERM from the kernel when this process dies (its
+ * rigs' teardowns then run there).
  */
 export function rerunInNetns(file: string, argv: string[]): never {
-  const r = spawnSync("unshare", ["-rn", "--", "sh", "-c", 'ip link set lo up && exec "$0" --import tsx "$@"', process.execPath, file, ...argv], { stdio: "inherit" });
-  process.exit(r.status ?? 1);
+  const inner = ["unshare", "-rn", "--", "sh", "-c", 'ip link set lo up && exec "$0" --import tsx "$@"', process.execPath, file, ...argv];
+  const r = spawnSync("setpriv", ["--pdeathsig", "TERM", "--", ...inner], { stdio: "inherit" });
+  process.exit(r.status ?? (r.signal ? 128 + constants.signals[r.signal] : 1));
 }
 
 /** One kwok node with both cards (4 of each), labelled as the chart's PD pods select. */
@@ -181,17 +187,22 @@ function nodeManifest(n: RigNode): string {
 export async function startRig(nodes: RigNode[], opts: { log?: (line: string) => void } = {}): Promise<Rig> {
   const bin = rigBinaries();
   const dir = mkdtempSync(join(tmpdir(), "airm-k8s-rig-"));
+  const parts: RigPart[] = [];
+  // Until stop() is done: a signal (or any exit) kills the parts still running and removes the folder.
+  const forget = onInterrupt(() => {
+    killTrees(parts.filter((p) => p.child.exitCode === null && p.child.signalCode === null).map((p) => p.child.pid!));
+    rmSync(dir, { recursive: true, force: true });
+  });
   makePki(dir);
   const [etcdPort, peerPort, apiPort] = [await freePort(), await freePort(), await freePort()];
   const kc = kubeconfig(dir, apiPort);
-  const parts: RigPart[] = [];
   // Output goes to a file, not a pipe: the tests call helm and kubectl synchronously, and a pipe
   // nobody reads for the length of a `helm --wait` fills up and stops a chatty component (the
   // controller-manager then created no ReplicaSet, and every wait timed out).
   const start = (name: string, exe: string, args: string[]) => {
     const logFile = join(dir, `${name}.log`);
     const fd = openSync(logFile, "a");
-    const child = spawn(join(bin, "bin", exe), args, { cwd: dir, stdio: ["ignore", fd, fd], env: { ...process.env, KUBECONFIG: kc } });
+    const child = spawn(...diesWithParent([join(bin, "bin", exe), ...args]), { cwd: dir, stdio: ["ignore", fd, fd], env: { ...process.env, KUBECONFIG: kc } });
     closeSync(fd);
     parts.push({ name, child, logFile });
   };
@@ -208,6 +219,7 @@ export async function startRig(nodes: RigNode[], opts: { log?: (line: string) =>
     await sleep(300);
     for (const p of parts) if (p.child.exitCode === null) p.child.kill("SIGKILL");
     rmSync(dir, { recursive: true, force: true });
+    forget();
   };
   try {
     mkdirSync(join(dir, "etcd"));

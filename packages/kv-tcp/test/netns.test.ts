@@ -1,12 +1,15 @@
 // The relay in its own network namespace, reached over a veth pair: the bytes cross a real
 // (virtual) link between two network stacks, not loopback. Needs root and iproute2; skipped
-// with the reason otherwise. Still one machine: a multi-node network has not run.
+// with the reason otherwise. Still one machine: a multi-node network has not run. The namespace
+// is a named one and the link's end is in this process's namespace: neither goes by itself, so
+// a signal that stops the test removes them too (scripts/rig-cleanup.ts).
 
 import { execFileSync } from "node:child_process";
 import { blobKey, isAirmError, patternBytes } from "@airm/rm-core";
 import { afterAll, beforeAll, expect, test } from "vitest";
 import { createTcpTransport } from "../src/index.ts";
 import { spawnRelay, type RelayProcess } from "@airm/kv-relay";
+import { killTrees, onInterrupt } from "../../../scripts/rig-cleanup.ts";
 
 const id = process.pid % 10000;
 const ns = `airm-kvtcp-${id}`;
@@ -19,6 +22,32 @@ function ip(...args: string[]): void {
   execFileSync("ip", args, { stdio: ["ignore", "ignore", "pipe"] });
 }
 
+/** Removes the link and the namespace, once every process in it (the relay) is killed. */
+function tearDown(): void {
+  try {
+    killTrees(
+      execFileSync("ip", ["netns", "pids", ns], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] })
+        .split("\n")
+        .filter(Boolean)
+        .map(Number),
+    );
+  } catch {
+    // no namespace (any more)
+  }
+  for (const args of [
+    ["link", "del", hostIf],
+    ["netns", "del", ns],
+  ]) {
+    try {
+      ip(...args);
+    } catch {
+      // already gone
+    }
+  }
+}
+
+let forget = () => {};
+
 function setUp(): string | undefined {
   if (process.getuid?.() !== 0) return "needs root to create a network namespace";
   try {
@@ -26,6 +55,7 @@ function setUp(): string | undefined {
   } catch (e) {
     return `cannot create a network namespace: ${(e as Error).message.split("\n")[0]}`;
   }
+  forget = onInterrupt(tearDown);
   ip("link", "add", hostIf, "type", "veth", "peer", "name", nsIf);
   ip("link", "set", nsIf, "netns", ns);
   ip("addr", "add", `${subnet}.1/24`, "dev", hostIf);
@@ -44,16 +74,8 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await relay?.stop();
-  for (const args of [
-    ["link", "del", hostIf],
-    ["netns", "del", ns],
-  ]) {
-    try {
-      ip(...args);
-    } catch {
-      // already gone
-    }
-  }
+  if (!skip) tearDown();
+  forget();
 });
 
 test("a 64-blob request crosses a veth link to a relay in another network namespace, byte-exact", async (ctx) => {

@@ -4,8 +4,10 @@
 // pairs with private addresses (10.77.0.0/24 unless the topology says), with `tc tbf` on each
 // host's egress and the MTU the topology gives. Nothing is added to the caller's own namespace.
 // Needs root (CAP_NET_ADMIN), iproute2 (ip, tc) and util-linux (unshare, nsenter). Used by
-// `airm up --topology` (topology.ts) and by the tests and benches through scripts/netns-rig/rig.ts.
+// `airm up --topology` (topology.ts) and by the tests and benches through scripts/netns-rig/rig.ts,
+// which also has kill() run when a signal stops them (RigOptions.guard).
 import { type ChildProcess, execFileSync, spawn, type SpawnOptions } from "node:child_process";
+import { readdirSync, readlinkSync } from "node:fs";
 
 /** One host and its link to the switch. `rate`/`burst`/`latency` are tc tbf's; no rate: unshaped. */
 export interface HostSpec {
@@ -59,15 +61,39 @@ export function resolveTopology(t: Topology): { hosts: (HostSpec & { address: st
 
 export interface RigOptions {
   /**
-   * The holders get SIGKILL when this process dies (setpriv --pdeathsig), so that a launcher
-   * killed without stopping the rig leaves no namespace behind (airm up --topology).
+   * The holders and the processes spawn() starts get SIGKILL when this process dies (setpriv
+   * --pdeathsig), so that a launcher killed without stopping the rig leaves no namespace behind
+   * (airm up --topology).
    */
   dieWithParent?: boolean;
+  /**
+   * Registers `kill` (kill() below: it returns the pids it signalled) to run if this process is
+   * stopped by a signal, and returns what unregisters it: the rig registers it once it is up and
+   * unregisters it when down() is done. The tests and benches pass theirs (scripts/netns-rig);
+   * airm up stops the rig itself.
+   */
+  guard?: (kill: () => number[]) => () => void;
 }
 
 function holder(o: RigOptions): ChildProcess {
   const cmd = o.dieWithParent ? ["setpriv", "--pdeathsig", "KILL", "sleep", "infinity"] : ["sleep", "infinity"];
   return spawn("unshare", ["-n", ...cmd], { stdio: "ignore" });
+}
+
+/** The network namespace of `pid` ("net:[inode]"), or "" once the process is gone. */
+function netnsOf(pid: number | string): string {
+  try {
+    return readlinkSync(`/proc/${pid}/ns/net`);
+  } catch {
+    return "";
+  }
+}
+
+/** Pids of every process in one of the network namespaces `nets`. */
+function pidsIn(nets: Set<string>): number[] {
+  return readdirSync("/proc")
+    .filter((x) => /^\d+$/.test(x) && nets.has(netnsOf(x)))
+    .map(Number);
 }
 
 /** Runs `ip`/`tc`/... in the network namespace of `pid`; returns stdout. */
@@ -113,10 +139,17 @@ export class NetnsRig {
   readonly hosts: ReadonlyMap<string, RigHost>;
   private readonly holders: ChildProcess[];
   private readonly started: ChildProcess[] = [];
+  /** The namespaces of the switch and the hosts, as the holders entered them. */
+  private readonly nets: Set<string>;
+  private readonly o: RigOptions;
+  private unguard = () => {};
 
-  private constructor(hosts: Map<string, RigHost>, holders: ChildProcess[]) {
+  private constructor(hosts: Map<string, RigHost>, holders: ChildProcess[], o: RigOptions) {
     this.hosts = hosts;
     this.holders = holders;
+    this.nets = new Set(holders.map((h) => netnsOf(h.pid!)).filter(Boolean));
+    this.o = o;
+    if (o.guard) this.unguard = o.guard(() => this.kill());
   }
 
   /** Creates the namespaces, links, addresses and shaping; on any failure removes what it made. */
@@ -151,7 +184,7 @@ export class NetnsRig {
         const { name, address, ...link } = h;
         out.set(name, { name, pid, address, iface: "eth0", link });
       }
-      return new NetnsRig(out, holders);
+      return new NetnsRig(out, holders, o);
     } catch (e) {
       for (const p of holders) p.kill("SIGKILL");
       throw e;
@@ -176,7 +209,8 @@ export class NetnsRig {
 
   /** Starts a process in `host`'s namespace (stopped by down() if still running). */
   spawn(host: string, cmd: string, args: string[], opts: SpawnOptions = {}): ChildProcess {
-    const p = spawn("nsenter", ["-t", String(this.host(host).pid), "-n", "--", cmd, ...args], opts);
+    const argv = this.o.dieWithParent ? ["setpriv", "--pdeathsig", "KILL", "--", cmd, ...args] : [cmd, ...args];
+    const p = spawn("nsenter", ["-t", String(this.host(host).pid), "-n", "--", ...argv], opts);
     this.started.push(p);
     return p;
   }
@@ -200,5 +234,25 @@ export class NetnsRig {
     for (const p of this.holders) p.kill("SIGKILL");
     await Promise.race([Promise.all(gone), new Promise((r) => setTimeout(r, 5000))]);
     for (const p of this.started) if (p.exitCode === null && p.signalCode === null) p.kill("SIGKILL");
+    this.unguard();
+  }
+
+  /**
+   * SIGKILLs at once every process in the rig's namespaces (what spawn() started, their children,
+   * anything nsenter put there) and the holders, without waiting: the namespaces, links and
+   * addresses go with the last of them. Returns the pids signalled. Synchronous, for a teardown
+   * on a signal.
+   */
+  kill(): number[] {
+    const holders = this.holders.filter((h) => h.exitCode === null && h.signalCode === null).map((h) => h.pid!);
+    const pids = [...new Set([...pidsIn(this.nets), ...holders])];
+    for (const pid of pids) {
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {
+        // already gone
+      }
+    }
+    return pids;
   }
 }
