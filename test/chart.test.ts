@@ -232,6 +232,40 @@ describe("charts/rngd-pd", () => {
     expect(deployment(ms, "gateway").spec.template.metadata.labels["llm-d.ai/inferenceServing"]).toBe("true");
   });
 
+  test("stopping well: two gateway pods (tcp) replaced new-first, a disruption budget per serving role, a preStop pause on every serving container, and a grace period covering pause + drain", () => {
+    const budgets = (ms: Manifest[]) =>
+      ms
+        .filter((m) => m.kind === "PodDisruptionBudget")
+        .map((m) => [m.metadata.name, m.spec.maxUnavailable, m.spec.selector.matchLabels["app.kubernetes.io/component"]])
+        .sort();
+    const serving = (d: Manifest) => d.spec.template.spec.containers.filter((c: Manifest) => c.name !== "nixl-agent");
+    const checkStop = (d: Manifest, grace: number, pause: number | undefined) => {
+      expect(d.spec.template.spec.terminationGracePeriodSeconds, d.metadata.name).toBe(grace);
+      for (const c of serving(d)) expect(c.lifecycle?.preStop?.sleep?.seconds, `${d.metadata.name}/${c.name}`).toBe(pause);
+    };
+    const shm = manifests();
+    expect(budgets(shm)).toEqual([["rngd-pd-pd", 1, "pd"]]);
+    checkStop(deployment(shm, "pd"), 5 + 10 + 10, 5);
+    expect(envOf(container(deployment(shm, "pd"), "gateway")).AIRM_DRAIN_S).toBe("10");
+    const tcp = manifests([example("tcp")]);
+    expect(budgets(tcp)).toEqual([
+      ["rngd-pd-decode", 1, "decode"],
+      ["rngd-pd-gateway", 1, "gateway"],
+      ["rngd-pd-prefill", 1, "prefill"],
+    ]);
+    const gw = deployment(tcp, "gateway");
+    expect(gw.spec.replicas).toBe(2);
+    expect(gw.spec.strategy).toEqual({ type: "RollingUpdate", rollingUpdate: { maxSurge: 1, maxUnavailable: 0 } });
+    for (const d of ["gateway", "prefill", "decode"]) checkStop(deployment(tcp, d), 25, 5);
+    // Knobs: a longer drain lengthens the grace period; no pause, no hook; budgets can be left out.
+    const knobs = manifests([example("tcp")], ["airm.drainSeconds=60", "airm.preStopSeconds=0", "podDisruptionBudget.enabled=false"]);
+    for (const d of ["gateway", "prefill", "decode"]) checkStop(deployment(knobs, d), 70, undefined);
+    expect(envOf(container(deployment(knobs, "gateway"), "gateway")).AIRM_DRAIN_S).toBe("60");
+    expect(budgets(knobs)).toEqual([]);
+    // The sidecar topology's gateways live in the decode pods: no gateway budget of their own.
+    expect(budgets(manifests([example("llm-d-sidecar")])).map((b) => b[0])).toEqual(["rngd-pd-decode", "rngd-pd-prefill"]);
+  });
+
   test("decode on RNGD: the override with `rebellions.ai/ATOM: null` asks for no ATOM; without the nulls the merge keeps it", () => {
     const moved = container(deployment(manifests([example("decode-on-rngd"), example("tcp")]), "decode"), "decode");
     expect(arg(moved, "--backend")).toBe("rngd");

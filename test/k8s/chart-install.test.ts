@@ -174,10 +174,11 @@ describe("charts/rngd-pd on a real control plane", () => {
 
   test("upgrade to tcp: prefill on an RNGD node, decode on an ATOM node, a relay; same tokens through the gateway pod", async () => {
     await upgrade("tcp.yaml");
-    const pods = await until("the shm pod gone and four tcp pods", () => {
+    const pods = await until("the shm pod gone and five tcp pods (prefill, decode, relay, two gateways)", () => {
       const p = placement();
-      return p.length === 4 && !p.some((x) => x.component === "pd") ? p : null;
+      return p.length === 5 && !p.some((x) => x.component === "pd") ? p : null;
     });
+    expect(pods.filter((p) => p.component === "gateway").length).toBe(2);
     const by = (c: string) => pods.find((p) => p.component === c)!;
     expect(by("prefill").labels[RNGD]).toBe("true");
     expect(by("decode").labels[ATOM]).toBe("true");

@@ -16,7 +16,7 @@ import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { makeTinyModel } from "../../packages/llama/src/index.ts";
 import { applyGieCrds, envoyToPicker, llmdBinaries, type Proc, startEnvoy, startStockEpp } from "../../scripts/k8s-rig/llm-d.ts";
-import { PodRunner } from "../../scripts/k8s-rig/pod-runner.ts";
+import { isReady, PodRunner } from "../../scripts/k8s-rig/pod-runner.ts";
 import { gatewayServed, holdOpen, metricSum, Release } from "../../scripts/k8s-rig/release.ts";
 import { NPU_BOTH_NODE, type Rig, startRig } from "../../scripts/k8s-rig/rig.ts";
 
@@ -94,6 +94,36 @@ async function skewed(front: string, busyIp: string, idleIp: string, tag: string
   } finally {
     await letGo();
   }
+}
+
+/**
+ * `n` clients through `front`, each sending its next streamed completion (48 tokens, ignore_eos)
+ * as soon as one ends, until stopped; an answer counts as whole with status 200, no error event,
+ * 48 completion tokens and the closing [DONE]. Anything else is a failure, kept with its text.
+ */
+function holdWhole(front: string, n: number): { whole: number; failures: string[]; stop(): Promise<void> } {
+  let holding = true;
+  const o = { whole: 0, failures: [] as string[], stop: async () => {} };
+  const client = async (i: number) => {
+    while (holding) {
+      const body = { model: modelId, prompt: `rolling ${i}`, max_tokens: 48, ignore_eos: true, temperature: 0, stream: true, stream_options: { include_usage: true } };
+      const r = await fetch(`${front}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) }).catch((e: Error) => e);
+      if (r instanceof Error) {
+        o.failures.push(`client ${i}: ${r.message}`);
+        continue;
+      }
+      const text = await r.text().catch((e: Error) => `(body cut: ${e.message})`);
+      const whole = r.status === 200 && !text.includes('"error"') && text.trimEnd().endsWith("data: [DONE]") && /"completion_tokens":48\b/.test(text);
+      if (whole) o.whole++;
+      else o.failures.push(`client ${i}: ${r.status} ${text.slice(-300)}`);
+    }
+  };
+  const clients = Array.from({ length: n }, (_, i) => client(i));
+  o.stop = async () => {
+    holding = false;
+    await Promise.all(clients);
+  };
+  return o;
 }
 
 beforeAll(async () => {
@@ -294,6 +324,59 @@ describe("the llm-d path: Envoy -> InferencePool -> endpoint picker -> our pods"
       expect(r.status, `${other}: ${r.text}`).toBe(403);
       expect(r.body.error.code).toBe("prefiller_not_in_pool");
     }
+    await envoy.stop();
+  });
+
+  test("a rolling restart of the gateway Deployment (tcp, two gateway pods) under held-open streaming load through Envoy: no client error, every answer whole", async () => {
+    // From the sidecar topology back to the gateway topology with tcp: the pool selects the two
+    // gateway pods; our picker behind Envoy.
+    await release
+      .helmRun([
+        "upgrade",
+        "--install",
+        "rngd-pd",
+        chart,
+        "--reset-values",
+        "-f",
+        join(chart, "examples", "tcp.yaml"),
+        ...[
+          `model.path=${model}`,
+          `maxModelLen=${S}`,
+          "inferencePool.create=true",
+          `inferencePool.name=${POOL}`,
+          "epp.enabled=true",
+          "inferencePool.endpointPickerRef.name=rngd-pd-epp",
+        ].flatMap((v) => ["--set", v]),
+        "--wait",
+        "--timeout",
+        "180s",
+      ])
+      .catch((e: Error) => {
+        throw new Error(`${e.message}\n${rig.kubectl(["get", "pods", "-n", NS, "-o", "wide"])}\n${release.podLogs()}`);
+      });
+    const gateways = await release.serving("gateway", 2, 8000);
+    modelId ??= ((await (await fetch(`http://${gateways[0]!.ip}:8000/v1/models`)).json()) as any).data[0].id;
+    const { envoy, front } = await envoyToPicker(release, llmd, { port: 18083, adminPort: 18904, ready: completes });
+    procs.push(envoy);
+    const load = holdWhole(front, 4);
+    await release.until("the load running through Envoy", () => load.whole >= 4 || null);
+    const old = new Set(gateways.map((g) => g.name));
+    rig.kubectl(["rollout", "restart", "deployment/rngd-pd-gateway", "-n", NS]);
+    const ready = () => JSON.parse(rig.kubectl(["get", "pods", "-n", NS, "-l", "app.kubernetes.io/component=gateway", "-o", "json"])).items.filter(isReady);
+    await release.until(
+      "the rollout done: two new gateway pods ready, the old ones' processes gone",
+      () => {
+        const now = ready().map((p: { metadata: { name: string } }) => p.metadata.name);
+        return (now.length === 2 && now.every((n: string) => !old.has(n)) && ![...runner.pods.values()].some((p) => old.has(p.name))) || null;
+      },
+      240_000,
+    );
+    await release.serving("gateway", 2, 8000);
+    const after = load.whole;
+    await release.until("more answers after the rollout", () => load.whole >= after + 4 || null);
+    await load.stop();
+    console.log(`gateway rolling restart through Envoy: ${load.whole} whole answers, ${load.failures.length} failures`);
+    expect(load.failures).toEqual([]);
     await envoy.stop();
   });
 

@@ -19,6 +19,7 @@ import { applyGieCrds, llmdBinaries } from "../../scripts/k8s-rig/llm-d.ts";
 import { PodRunner } from "../../scripts/k8s-rig/pod-runner.ts";
 import { Release } from "../../scripts/k8s-rig/release.ts";
 import { freePort, type Rig, startRig } from "../../scripts/k8s-rig/rig.ts";
+import { killOnInterrupt } from "../../scripts/rig-cleanup.ts";
 import { dashboardQueries, metricNames, type Query, ruleQueries, rulesFile } from "../observability-queries.ts";
 
 const repo = join(import.meta.dirname, "..", "..");
@@ -104,9 +105,12 @@ beforeAll(async () => {
   const port = await freePort();
   promUrl = `http://127.0.0.1:${port}`;
   writeFileSync(join(promDir, "prometheus.yml"), promConfig());
-  prom = spawn(prometheus, [`--config.file=${join(promDir, "prometheus.yml")}`, `--storage.tsdb.path=${join(promDir, "data")}`, `--web.listen-address=127.0.0.1:${port}`], {
-    stdio: ["ignore", "ignore", "pipe"],
-  });
+  // killed with the rig if a signal stops the run (its folder is in test.sh's TMPDIR)
+  prom = killOnInterrupt(
+    spawn(prometheus, [`--config.file=${join(promDir, "prometheus.yml")}`, `--storage.tsdb.path=${join(promDir, "data")}`, `--web.listen-address=127.0.0.1:${port}`], {
+      stdio: ["ignore", "ignore", "pipe"],
+    }),
+  );
   prom.stderr!.on("data", (d) => (promLog = (promLog + d).slice(-20_000)));
   await release.until(
     "Prometheus ready",
@@ -145,8 +149,9 @@ describe("the chart's dashboard and rules against a real Prometheus scraping the
     const components = [...new Set(targets.map((t) => t.labels.component))].sort();
     expect(components).toEqual(["decode", "epp", "gateway", "kv-relay", "prefill"]);
 
-    // A short load through the gateway pod: 24 streamed completions, two at a time.
-    const [gw] = await release.serving("gateway", 1, 8000);
+    // A short load through one of the two gateway pods (the chart's default with tcp): 24 streamed
+    // completions, two at a time.
+    const [gw] = await release.serving("gateway", 2, 8000);
     const model = ((await (await fetch(`http://${gw!.ip}:8000/v1/models`)).json()) as { data: { id: string }[] }).data[0]!.id;
     for (let i = 0; i < 12; i++) {
       await Promise.all(

@@ -110,6 +110,27 @@ One worker container. Args: dict "root" $ "role" "prefill"|"decode" "spec" .Valu
 ["localPrefill" true: a decode worker that also prefills (topology sidecar)].
 The worker finds its card with --chip -1 (the kubelet checkpoint and POD_UID).
 */}}
+{{/*
+The grace period of a pod whose containers drain: the preStop pause, the drain, and 10 s to exit.
+*/}}
+{{- define "rngd-pd.gracePeriod" -}}
+{{- int (add (ceil .Values.airm.preStopSeconds) (ceil .Values.airm.drainSeconds) 10) -}}
+{{- end -}}
+
+{{/*
+A serving container's preStop hook: it keeps serving for airm.preStopSeconds after its pod is
+deleted, while endpoint pickers, Services and proxies stop sending it requests, and only then gets
+SIGTERM and drains (the kubelet's sleep action, Kubernetes 1.30+; 0: none).
+*/}}
+{{- define "rngd-pd.preStop" -}}
+{{- if gt (int .Values.airm.preStopSeconds) 0 }}
+lifecycle:
+  preStop:
+    sleep:
+      seconds: {{ int .Values.airm.preStopSeconds }}
+{{- end }}
+{{- end -}}
+
 {{- define "rngd-pd.worker" -}}
 {{- $v := .root.Values -}}
 - name: {{ .role }}
@@ -197,6 +218,7 @@ The worker finds its card with --chip -1 (the kubelet checkpoint and POD_UID).
     - name: kv-replay
       containerPort: {{ $v.kvEvents.replayPort }}
     {{- end }}
+  {{- include "rngd-pd.preStop" .root | nindent 2 }}
   readinessProbe:
     httpGet: { path: /health, port: {{ .spec.port }} }
     periodSeconds: 5
@@ -288,6 +310,8 @@ for is prefilled by the decode worker (--local-prefill), as llm-d's sidecar does
       value: {{ $v.airm.metricsPort | quote }}
     - name: AIRM_MIGRATION_LIMIT
       value: {{ $v.airm.migrationLimit | quote }}
+    - name: AIRM_DRAIN_S
+      value: {{ $v.airm.drainSeconds | quote }}
     {{- if .pool }}
     - name: POD_NAMESPACE
       valueFrom:
@@ -305,6 +329,7 @@ for is prefilled by the decode worker (--local-prefill), as llm-d's sidecar does
       containerPort: {{ $v.gateway.port }}
     - name: metrics
       containerPort: {{ $v.airm.metricsPort }}
+  {{- include "rngd-pd.preStop" .root | nindent 2 }}
   readinessProbe:
     httpGet: { path: /health, port: {{ $v.gateway.port }} }
     periodSeconds: 5

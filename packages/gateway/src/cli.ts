@@ -1,5 +1,6 @@
 // `airm-gateway`: the command line (rm-core's defineCommand) and environment (GATEWAY_CONFIG),
-// starts the gateway and stops it on SIGINT/SIGTERM (or when the `airm up` that started it is gone).
+// starts the gateway and stops it on SIGINT/SIGTERM, after draining (drain.ts, AIRM_DRAIN_S), or at
+// once when the `airm up` that started it is gone.
 
 import { defineCommand, flagOf, switchOf, int, isAirmError, list, oneOf, RM_CORE_CONFIG, text, untilStopSignal } from "@airm/rm-core";
 import { startTracing, TELEMETRY_CONFIG, type Tracing } from "@airm/telemetry";
@@ -64,6 +65,7 @@ export const GATEWAY_COMMAND = defineCommand({
 export async function main(argv = process.argv.slice(2), env: Record<string, string | undefined> = process.env): Promise<number> {
   let gw: Awaited<ReturnType<typeof startGateway>>;
   let tracing: Tracing;
+  let drainS: number;
   try {
     const { values: f, help } = GATEWAY_COMMAND.parse(argv);
     if (help) {
@@ -75,7 +77,9 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
       options: { metricsPort: f.metricsPort, maxBodyBytes: f.maxBodyBytes, apiKeys: f.apiKey, toolCallParser: f.toolCallParser, migrationLimit: f.migrationLimit },
     });
     const prefillPool = f.prefillPool ? { name: f.prefillPool, namespace: f.poolNamespace ?? cfg.podNamespace } : undefined;
-    const { internalToken } = RM_CORE_CONFIG.resolve({ env });
+    const core = RM_CORE_CONFIG.resolve({ env });
+    const { internalToken } = core;
+    drainS = core.drainS;
     tracing = await startTracing({ service: "airm-gateway", env, attributes: { "airm.role": "gateway" }, options: { tracesEndpoint: f.otlpTracesEndpoint } });
     gw = await startGateway({
       ...cfg,
@@ -94,7 +98,9 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
     return 2;
   }
   console.log(JSON.stringify({ msg: "airm-gateway listening", url: gw.url, metrics_port: gw.metricsPort, traces: tracing.description }));
-  await untilStopSignal(env);
+  const why = await untilStopSignal(env);
+  // A signal drains first: the streams it holds end whole; a launcher that is gone leaves nobody to serve.
+  if (why !== "parent exited") await gw.drain(drainS * 1000);
   await gw.close();
   await tracing.shutdown().catch(() => {});
   return 0;

@@ -7,9 +7,10 @@ import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { GrammarChecker } from "@airm/grammar";
 import { keepIdleConnections, registerPrefixCacheInfo, registerVllmGauges } from "@airm/internal-api";
-import { ConfigError } from "@airm/rm-core";
+import { ConfigError, RM_CORE_CONFIG } from "@airm/rm-core";
 import pino from "pino";
 import { createGatewayApp } from "./app.ts";
+import { GatewayDrain } from "./drain.ts";
 import { EndpointPool, type PoolOptions } from "./endpoint-pool.ts";
 import { GATEWAY_CONFIG, type GatewayConfig } from "./gateway-config.ts";
 import { GatewayMetrics } from "./gateway-metrics.ts";
@@ -42,6 +43,12 @@ export interface RunningGateway {
   port: number;
   metricsPort: number | null;
   metrics: GatewayMetrics;
+  /**
+   * Drains (drain.ts): /health says draining, new requests get 503 gateway_draining, the open ones
+   * finish for up to `graceMs` (default: AIRM_DRAIN_S's default; the CLI passes the resolved one) and what is left then ends with
+   * gateway_draining. Resolves with the number of requests cut; close() afterwards.
+   */
+  drain(graceMs?: number): Promise<number>;
   close(): Promise<void>;
 }
 
@@ -166,7 +173,9 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     return { modelFingerprint: h.model!.modelFingerprint, numericsFingerprint: h.model!.numericsFingerprint, blockSize: h.kvCache!.blockSize, instance: h.prefixCache!.instance };
   });
   const grammar = new GrammarChecker();
+  const drain = new GatewayDrain();
   const app = createGatewayApp({
+    drain,
     orchestrator,
     pools: all,
     modelPool: servingPool,
@@ -192,6 +201,12 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     port,
     metricsPort: metricsServer ? (metricsServer.address() as AddressInfo).port : null,
     metrics,
+    async drain(graceMs = RM_CORE_CONFIG.resolve({ env: {} }).drainS * 1000) {
+      log.info({ open_requests: drain.openRequests, grace_ms: graceMs }, "draining: no new requests");
+      const cut = await drain.run(server, graceMs);
+      if (cut > 0) log.warn({ cut }, "drain grace passed: open requests ended with gateway_draining");
+      return cut;
+    },
     async close() {
       members?.stop();
       router?.close();

@@ -32,7 +32,7 @@ export const RM_CORE_CONFIG = defineConfig("@airm/rm-core", {
   drainS: opt(num({ min: 0 }), {
     env: "AIRM_DRAIN_S",
     default: 10,
-    doc: "On SIGTERM or SIGINT a worker drains: it admits nothing new and reports not ready (/health 503, status draining, so gateways and endpoint pickers stop routing to it), lets its requests finish for up to this many seconds, then hands the rest back (an error event worker_draining, which a gateway migrates to another worker at the next token) and exits. 0 hands back at once. `airm up` stops its workers first and waits this long plus 5 s; the chart sets terminationGracePeriodSeconds to it plus 10.",
+    doc: "On SIGTERM or SIGINT a worker or a gateway drains. A worker admits nothing new and reports not ready (/health 503, status draining, so gateways and endpoint pickers stop routing to it), lets its requests finish for up to this many seconds, then hands the rest back (an error event worker_draining, which a gateway migrates to another worker at the next token) and exits. A gateway reports not ready the same way, answers new requests 503 gateway_draining with Retry-After, lets the streams it holds finish for up to this many seconds, ends what is left with an error event gateway_draining, and exits. 0 ends at once. `airm up` stops its gateway first (its streams end while the workers still serve them), then its workers, waiting this long plus 5 s for each; the chart sets terminationGracePeriodSeconds to it plus 10 (plus the gateway's preStop pause).",
   }),
   parentPid: opt(int({ min: 1 }), {
     env: "AIRM_PARENT_PID",

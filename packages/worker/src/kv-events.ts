@@ -79,12 +79,19 @@ export class KvEventPublisher {
   /** Opens the PUB socket (and the replay ROUTER) as `cfg` says; `ownHost`: the address the worker serves on. */
   static async start(cfg: KvEventsConfig, ownHost: string): Promise<KvEventPublisher> {
     const pub = new zmq.Publisher({ sendHighWaterMark: cfg.hwm });
-    if (binds(cfg.endpoint, ownHost)) await pub.bind(cfg.endpoint);
-    else pub.connect(cfg.endpoint);
     let replay: zmq.Router | null = null;
-    if (cfg.replay_endpoint) {
-      replay = new zmq.Router({ sendHighWaterMark: 2 * (cfg.buffer_steps + 1) });
-      await replay.bind(cfg.replay_endpoint);
+    try {
+      if (binds(cfg.endpoint, ownHost)) await pub.bind(cfg.endpoint);
+      else pub.connect(cfg.endpoint);
+      if (cfg.replay_endpoint) {
+        replay = new zmq.Router({ sendHighWaterMark: 2 * (cfg.buffer_steps + 1) });
+        await replay.bind(cfg.replay_endpoint);
+      }
+    } catch (err) {
+      // An open socket keeps the process alive: a worker that cannot publish must still exit.
+      pub.close();
+      replay?.close();
+      throw err;
     }
     return new KvEventPublisher(cfg, pub, replay);
   }

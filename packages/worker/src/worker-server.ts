@@ -118,8 +118,13 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
         // --threads (and the other engine flags) win over the engine's variables; without them the engine reads its own settings.
         { env, options: { ...(o.threads === undefined ? {} : { threads: o.threads }), ...(o.engineOptions ?? {}) } },
       );
+      // Events before ready: a worker that cannot publish fails to load (and closes its engine,
+      // whose threads would keep the process alive) without having said it was ready.
+      events = await startKvEvents(o.kvEventsConfig ?? cfg.kvEventsConfig, engine, rt, log, host).catch(async (err) => {
+        await engine.close().catch(() => {});
+        throw err;
+      });
       rt.markReady({ engine, transport });
-      events = await startKvEvents(o.kvEventsConfig ?? cfg.kvEventsConfig, engine, rt, log, host);
       const kv = engine.kvCache();
       const info = {
         role: o.role,

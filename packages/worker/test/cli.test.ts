@@ -1,8 +1,13 @@
 // The airm-worker command line as a process: help, usage errors, and a load failure that exits
 // non-zero with its reason (what `airm up` reports when a worker cannot start).
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { createServer, type AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { makeTinyModel } from "@airm/llama";
 
 const BIN = fileURLToPath(new URL("../bin/airm-worker.mjs", import.meta.url));
 const run = (args: string[], env: NodeJS.ProcessEnv = {}) =>
@@ -49,4 +54,24 @@ describe("airm-worker CLI", () => {
     expect(model.status).toBe(1);
     expect(model.stderr).toContain("/nonexistent-model-dir");
   });
+  it("exits 1 with the reason when its KV events replay port is taken (the events socket it did bind does not keep it alive)", async () => {
+    const taken = createServer();
+    await new Promise<void>((r) => taken.listen(0, "127.0.0.1", r));
+    const port = (taken.address() as AddressInfo).port;
+    const model = mkdtempSync(join(tmpdir(), "airm-cli-model-"));
+    models.push(model);
+    makeTinyModel({ arch: "llama", out: model });
+    try {
+      const events = JSON.stringify({ enable_kv_cache_events: true, publisher: "zmq", endpoint: "tcp://127.0.0.1:0", replay_endpoint: `tcp://127.0.0.1:${port}` });
+      const r = run(["--role", "solo", "--backend", "rngd", "--port", "0", "--kv-events-config", events], { MODEL: model });
+      expect([r.status, r.signal, r.stderr]).toEqual([1, null, expect.stringContaining("Address already in use")]);
+    } finally {
+      taken.close();
+    }
+  });
+});
+
+const models: string[] = [];
+afterAll(() => {
+  for (const m of models) rmSync(m, { recursive: true, force: true });
 });

@@ -18,8 +18,11 @@ export interface PartSpec {
   ready: { http: string } | "connect";
   /** Scheduling niceness to run at (higher: yields the CPU to the others; default unchanged). */
   nice?: number;
-  /** A worker: SIGTERM drains it (AIRM_DRAIN_S), so the cluster stops it first and waits that long. */
-  drains?: boolean;
+  /**
+   * SIGTERM drains it (AIRM_DRAIN_S), so the cluster stops it before the others and waits that
+   * long: the gateway ("front") first, then the workers ("worker").
+   */
+  drains?: "front" | "worker";
 }
 
 export class ChildPart {

@@ -198,7 +198,7 @@ export async function planCluster(o: ClusterShape, launcherPid: number): Promise
         env: { MODEL: w.model ?? o.model, ...cores, AIRM_KV_EVENTS_CONFIG: kvEventsConfig(launcherPid, name), ...w.env },
         url,
         ready: { http: "/health" },
-        drains: true,
+        drains: "worker",
         ...(w.nice === undefined ? {} : { nice: w.nice }),
       });
       ports.push({ what: `${name} port`, port });
@@ -218,7 +218,7 @@ export async function planCluster(o: ClusterShape, launcherPid: number): Promise
       metricsUrl = `http://${host}:${metricsPort}/metrics`;
       ports.push({ what: "--metrics-port", port: metricsPort });
     }
-    parts.push({ name: "gateway", argv, env: genv, url: gatewayUrl, ready: { http: "/health" } });
+    parts.push({ name: "gateway", argv, env: genv, url: gatewayUrl, ready: { http: "/health" }, drains: "front" });
     ports.push({ what: "--port", port });
   }
   for (const p of parts) p.env = { ...env, ...p.env };

@@ -76,10 +76,13 @@ export class Supervisor {
     if (this.stopping) return;
     this.stopping = true;
     if (reason) this.o.log(reason);
-    // Workers first: each drains (its requests finish for up to AIRM_DRAIN_S while the gateway
-    // still streams them), then the gateway and the sidecars stop.
+    // The gateway first: it drains (takes nothing new; the streams it holds finish while the
+    // workers still serve them). Then the workers, which drain too (a request that reached one
+    // late finishes), then the sidecars. Each draining part gets AIRM_DRAIN_S plus 5 s.
     const drainMs = (p: ChildPart) => 1000 * RM_CORE_CONFIG.resolve({ env: { ...this.o.env, ...p.spec.env } }).drainS + 5000;
-    await Promise.all(this.parts.filter((p) => p.spec.drains).map((p) => p.stop("SIGTERM", drainMs(p))));
+    for (const stage of ["front", "worker"] as const) {
+      await Promise.all(this.parts.filter((p) => p.spec.drains === stage).map((p) => p.stop("SIGTERM", drainMs(p))));
+    }
     await Promise.all([...this.parts].reverse().map((p) => p.stop()));
     this.o.afterStop();
     this.resolveDone(code);

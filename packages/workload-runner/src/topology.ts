@@ -278,7 +278,7 @@ export function planPlaced(o: ClusterShape, p: PlacedCluster, rig: RigView, laun
       );
       const url = `http://${ip(h)}:${port}`;
       const nice = w.nice === undefined ? {} : { nice: w.nice };
-      parts.push({ name, argv, env: { MODEL: w.model ?? o.model, ...hostEnv.get(h), ...w.env }, url, host: h, ready: { http: "/health" }, drains: true, ...nice });
+      parts.push({ name, argv, env: { MODEL: w.model ?? o.model, ...hostEnv.get(h), ...w.env }, url, host: h, ready: { http: "/health" }, drains: "worker", ...nice });
       bind(name, h, port);
       urls[role].push(url);
     }
@@ -295,7 +295,7 @@ export function planPlaced(o: ClusterShape, p: PlacedCluster, rig: RigView, laun
     bind("gateway's metrics", gw, mp);
   }
   const argv = rig.argv(gw, gatewayArgv({ host: ip(gw), port: gwPort, prefill: urls.prefill, decode: urls.decode }));
-  parts.push({ name: "gateway", argv, env: genv, url: gatewayUrl, host: gw, ready: { http: "/health" } });
+  parts.push({ name: "gateway", argv, env: genv, url: gatewayUrl, host: gw, ready: { http: "/health" }, drains: "front" });
   bind("gateway", gw, gwPort);
   for (const part of parts) part.env = { ...env, ...part.env };
   return { parts, transport: p.transport, clusterDir, coreBoard: null, gatewayUrl, metricsUrl, ports };

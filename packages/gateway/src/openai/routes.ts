@@ -22,7 +22,9 @@ export function openAIRoutes(app: Hono, o: GatewayAppOptions): void {
       endpoints: p.endpoints.map((e) => ({ url: e.url, healthy: e.healthy, circuit: e.breaker.state, outstanding: e.outstanding, error: e.lastError })),
     }));
     const ok = o.pools.every((p) => p.endpoints.some((e) => e.healthy));
-    return c.json({ status: ok ? "ok" : "degraded", mode: o.orchestrator.isSolo ? "solo" : "pd", roles }, ok ? 200 : 503);
+    // Draining: not ready, whatever the workers say, so that nothing routes here any more.
+    const status = o.drain?.draining ? "draining" : ok ? "ok" : "degraded";
+    return c.json({ status, mode: o.orchestrator.isSolo ? "solo" : "pd", roles, open_requests: o.drain?.openRequests ?? 0 }, status === "ok" ? 200 : 503);
   });
 
   app.get("/metrics", async () => new Response(await o.metrics.registry.metrics(), { headers: { "content-type": o.metrics.registry.contentType } }));

@@ -11,6 +11,7 @@ import { SpanKind, context, trace } from "@opentelemetry/api";
 import type { Context, Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import type { Logger } from "pino";
+import { GatewayDrain } from "../drain.ts";
 import type { EndpointPool } from "../endpoint-pool.ts";
 import type { GatewayMetrics } from "../gateway-metrics.ts";
 import { newRequestId, type GenEvent, type Orchestrator, type Placement } from "../orchestrator/index.ts";
@@ -41,6 +42,8 @@ export interface GatewayAppOptions {
   tools: ToolSettings;
   /** The gateway's log (default: warnings and worse, on stderr). */
   log?: Logger;
+  /** The gateway's drain: refuses new requests and cuts the open ones at its end (default: none). */
+  drain?: GatewayDrain;
 }
 
 /** Field names already logged as ignored (once per name and process: no request body in the log). */
@@ -143,23 +146,27 @@ function placement(c: Context, o: GatewayAppOptions): Placement {
 }
 
 /**
- * `gen`, ended with 504 request_timeout once `deadline` fired (whatever the aborted worker calls
- * then threw, or an early end). The orchestrator saw the same signal and released the request's
- * slots, lease and blobs on the workers.
+ * `gen`, ended with `error()` once `stop` fired (whatever the aborted worker calls then threw, or
+ * an early end): the request's deadline (504 request_timeout) or the end of the gateway's drain
+ * (503 gateway_draining). The orchestrator saw the same signal and released the request's slots,
+ * lease and blobs on the workers.
  */
-async function* withDeadline(gen: AsyncGenerator<GenEvent>, deadline: AbortSignal, limitS: number, own: boolean): AsyncGenerator<GenEvent> {
-  const timedOut = () =>
-    new ApiError(
-      504,
-      "request_timeout",
-      `the request ran past its deadline of ${limitS} s (${own ? "its timeout" : "the server's AIRM_REQUEST_TIMEOUT_S"}); its work on the workers was released`,
-    );
+async function* endedBy(gen: AsyncGenerator<GenEvent>, stop: AbortSignal, error: () => ApiError): AsyncGenerator<GenEvent> {
   try {
     yield* gen;
   } catch (err) {
-    throw deadline.aborted ? timedOut() : err;
+    throw stop.aborted ? error() : err;
   }
-  if (deadline.aborted) throw timedOut();
+  if (stop.aborted) throw error();
+}
+
+/** The error of a request that ran past its deadline of `limitS` (its own `timeout`, or the server's). */
+function timedOut(limitS: number, own: boolean): ApiError {
+  return new ApiError(
+    504,
+    "request_timeout",
+    `the request ran past its deadline of ${limitS} s (${own ? "its timeout" : "the server's AIRM_REQUEST_TIMEOUT_S"}); its work on the workers was released`,
+  );
 }
 
 /** Runs one completion request and answers it (JSON or SSE). */
@@ -184,13 +191,15 @@ async function complete<B>(c: Context, endpoint: GenerationEndpoint<B>, o: Gatew
   const clientGone = new AbortController();
   const limitS = Math.min(req.timeoutS ?? Number.POSITIVE_INFINITY, o.requestTimeoutS ?? Number.POSITIVE_INFINITY);
   const deadline = Number.isFinite(limitS) ? AbortSignal.timeout(Math.ceil(limitS * 1000)) : undefined;
-  const signal = AbortSignal.any([c.req.raw.signal, clientGone.signal, ...(deadline ? [deadline] : [])]);
+  const drained = o.drain?.signal;
+  const signal = AbortSignal.any([c.req.raw.signal, clientGone.signal, ...(deadline ? [deadline] : []), ...(drained ? [drained] : [])]);
   const at = placement(c, o);
   const own = req.timeoutS !== null && req.timeoutS <= (o.requestTimeoutS ?? Number.POSITIVE_INFINITY);
   // One generation per prompt (a completions batch has several), each under its own request id.
   const gens = req.prompts.map((input, p) => {
-    const run = o.orchestrator.run(generationOf(req, input), p === 0 ? requestId : `${requestId}-${p}`, signal, at);
-    return deadline ? withDeadline(run, deadline, limitS, own) : run;
+    let run = o.orchestrator.run(generationOf(req, input), p === 0 ? requestId : `${requestId}-${p}`, signal, at);
+    if (deadline) run = endedBy(run, deadline, () => timedOut(limitS, own));
+    return drained ? endedBy(run, drained, GatewayDrain.cutError) : run;
   });
   // Every generation's first token before answering: a failure before any token is an HTTP error.
   const firsts = await Promise.allSettled(gens.map((g) => g.next()));
