@@ -1,21 +1,25 @@
-// pnpm bench kv-transport --transport tcp [--reps N] [--no-crc] [--connections N] [--no-pool] [--no-direct-reads] [--iperf-seconds S]
+// pnpm bench kv-transport --transport tcp [--reps N] [--no-crc] [--connections N] [--no-pool] [--no-direct-reads] [--iperf-seconds S] [--tls]
 // One 67.1 MB request (64 x 1 MiB) through airm-kv-relay: the relay, the producer and the consumer
 // are three processes on loopback. Push and pull are timed separately, with 1 and 8 requests in
 // flight. Pushes pass each blob's CRC-32 as the prefill worker does (it takes them once for the
 // manifest); a push where the transport computes them itself is reported beside (push1_self_crc).
 // iperf3 over loopback (one stream, run between the reps and once after) is the reference,
 // medians on both sides. A plain Node socket moving 64 MiB into a 64 MiB destination is reported
-// beside it (what the platform allows with the same memory behaviour). Final line:
-// {"bench":"kv-transport","transport":"tcp","push_gbps",...,"iperf3_gbps","ratio"}.
+// beside it (what the platform allows with the same memory behaviour). With --tls the same
+// request also crosses a second relay serving mutual TLS (AIRM_TLS_DIR, a throwaway CA) in each
+// rep, right after the plain one, and the tls_* figures and tls_ratio (TLS over plain) join the
+// final line: {"bench":"kv-transport","transport":"tcp","push_gbps",...,"iperf3_gbps","ratio"}.
 
 import { spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import net from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { spawnRelay } from "../../packages/kv-relay/src/index.ts";
-import { flagOf, int, num, oneOf, switchOf, text } from "../../packages/rm-core/src/index.ts";
+import { flagOf, int, makeTlsDir, num, oneOf, switchOf, text } from "../../packages/rm-core/src/index.ts";
 import { benchArgs, finalLine, fmt, progress, progressDone, summarize } from "../lib.ts";
 
 const BLOBS = 64;
@@ -26,10 +30,10 @@ const self = fileURLToPath(import.meta.url);
 // ---------------------------------------------------------------------------------------------
 // Child roles: a producer or a consumer driven by JSON lines on stdin, answering on stdout.
 
-async function role(which: "producer" | "consumer", addr: string, crc: boolean, connections: number): Promise<void> {
+async function role(which: "producer" | "consumer", addr: string, crc: boolean, connections: number, tlsDir: string | undefined): Promise<void> {
   const { createTcpTransport } = await import("../../packages/kv-tcp/src/index.ts");
   const { blobKey, patternBytes, kvCrc32 } = await import("../../packages/rm-core/src/index.ts");
-  const t = createTcpTransport({ addr, crc, connections });
+  const t = createTcpTransport({ addr, crc, connections, tlsDir });
   const blobs = which === "producer" ? Array.from({ length: BLOBS }, (_, i) => patternBytes(i + 1, BLOB_BYTES)) : [];
   // What a prefill worker has in hand: each blob's CRC-32, taken once for the manifest when the
   // layer was made (outside the timed push, as in the worker, where it is not repeated).
@@ -141,8 +145,9 @@ class Child {
   }
 }
 
-function spawnRole(which: string, addr: string, crc: boolean, connections: number): Child {
-  const args = ["--import", "tsx", self, "--role", which, "--addr", addr, "--connections", String(connections), ...(crc ? [] : ["--no-crc"])];
+function spawnRole(which: string, addr: string, crc: boolean, connections: number, tlsDir?: string): Child {
+  const tls = tlsDir ? ["--tls-dir", tlsDir] : [];
+  const args = ["--import", "tsx", self, "--role", which, "--addr", addr, "--connections", String(connections), ...(crc ? [] : ["--no-crc"]), ...tls];
   const p = spawn(process.execPath, args, { stdio: ["pipe", "pipe", "inherit"] });
   return new Child(p);
 }
@@ -181,19 +186,92 @@ async function iperf3(seconds: number): Promise<number> {
   return j.end.sum_received.bits_per_second / 8 / 1e9;
 }
 
+/** One relay with its producer and consumer: the plain one, and with --tls one serving mutual TLS. */
+interface Lane {
+  /** Prefix of its result rows ("" or "tls_"). */
+  prefix: string;
+  relay: Awaited<ReturnType<typeof spawnRelay>>;
+  producer: Child;
+  consumer: Child;
+  /** CPU per request (ms), summed over the measured reps: where the time goes, robust to a busy machine. */
+  cpu: { pusher: number; puller: number; relayPush: number; relayPull: number; requests: number };
+}
+
+async function startLane(prefix: string, relayEnv: Record<string, string>, crc: boolean, connections: number, tlsDir?: string): Promise<Lane> {
+  const relay = await spawnRelay(["--listen", "127.0.0.1:0", "--max-mb", "1024"], { ...relayEnv, ...(tlsDir ? { AIRM_TLS_DIR: tlsDir } : {}) });
+  const producer = spawnRole("producer", relay.address, crc, connections, tlsDir);
+  const consumer = spawnRole("consumer", relay.address, crc, connections, tlsDir);
+  return { prefix, relay, producer, consumer, cpu: { pusher: 0, puller: 0, relayPush: 0, relayPull: 0, requests: 0 } };
+}
+
+async function stopLane(l: Lane): Promise<void> {
+  await Promise.allSettled([l.producer.stop(), l.consumer.stop()]);
+  l.relay.proc.kill("SIGTERM");
+}
+
+const gbps = (k: number, ms: number) => (k * REQUEST_BYTES) / 1e9 / (ms / 1000);
+
+/** One request set of `k` in flight through a lane: push, pull, release; recorded unless `warm`. */
+async function round(l: Lane, k: number, rids: string[], res: Record<string, number[]>, warm: boolean): Promise<void> {
+  const r0 = cpuMsOf(l.relay.proc.pid);
+  const pushMs = await l.producer.send("push", rids);
+  const r1 = cpuMsOf(l.relay.proc.pid);
+  const pullMs = await l.consumer.send("pull", rids);
+  const r2 = cpuMsOf(l.relay.proc.pid);
+  const pullerCpu = l.consumer.lastCpuMs;
+  await l.consumer.send("release", rids);
+  if (warm) return; // warm-up: faults in the relay pool and the JIT
+  l.cpu.pusher += l.producer.lastCpuMs;
+  l.cpu.puller += pullerCpu;
+  l.cpu.relayPush += r1 - r0;
+  l.cpu.relayPull += r2 - r1;
+  l.cpu.requests += k;
+  (res[`${l.prefix}push${k}`] ??= []).push(gbps(k, pushMs));
+  (res[`${l.prefix}pull${k}`] ??= []).push(gbps(k, pullMs));
+}
+
+/** The CPU line of a lane and its figures for the final line. */
+function cpuOf(l: Lane): Record<string, number> {
+  const per = (x: number) => x / l.cpu.requests;
+  console.log(
+    `${l.prefix ? "TLS: " : ""}CPU per request: pusher ${per(l.cpu.pusher).toFixed(1)} ms, relay receiving ${per(l.cpu.relayPush).toFixed(1)} ms, ` +
+      `relay sending ${per(l.cpu.relayPull).toFixed(1)} ms, puller ${per(l.cpu.puller).toFixed(1)} ms`,
+  );
+  return {
+    [`${l.prefix}cpu_ms_pusher`]: per(l.cpu.pusher),
+    [`${l.prefix}cpu_ms_relay_receiving`]: per(l.cpu.relayPush),
+    [`${l.prefix}cpu_ms_relay_sending`]: per(l.cpu.relayPull),
+    [`${l.prefix}cpu_ms_puller`]: per(l.cpu.puller),
+  };
+}
+
+/** The --tls figures of the final line: TLS push and pull, and TLS over plain (min of push and pull each). */
+function tlsFigures(s: Record<string, { median: number }>): Record<string, number> {
+  if (!s.tls_push1) return {};
+  const plain = Math.min(s.push1.median, s.pull1.median);
+  const tls = Math.min(s.tls_push1.median, s.tls_pull1.median);
+  console.log(`TLS over plain (min of push and pull, 1 in flight): ${(tls / plain).toFixed(3)}`);
+  return {
+    tls_push_gbps: s.tls_push1.median,
+    tls_pull_gbps: s.tls_pull1.median,
+    tls_push_gbps_8: s.tls_push8.median,
+    tls_pull_gbps_8: s.tls_pull8.median,
+    tls_ratio: tls / plain,
+    tls_ratio_8: Math.min(s.tls_push8.median, s.tls_pull8.median) / Math.min(s.push8.median, s.pull8.median),
+  };
+}
+
 export async function run(argv: string[]): Promise<void> {
   const a = args(argv);
   const { reps, connections, iperfSeconds } = a;
   const crc = !a.noCrc;
   // Ablations of the relay's memory path: fresh (untouched) buffers per push, chunk copies instead of direct reads.
   const relayEnv = { AIRM_KV_TCP_POOL: a.noPool ? "0" : "1", AIRM_KV_TCP_DIRECT_READS: a.noDirectReads ? "0" : "1" };
-  const relay = await spawnRelay(["--listen", "127.0.0.1:0", "--max-mb", "1024"], relayEnv);
-  const producer = spawnRole("producer", relay.address, crc, connections);
-  const consumer = spawnRole("consumer", relay.address, crc, connections);
-  const gbps = (k: number, ms: number) => (k * REQUEST_BYTES) / 1e9 / (ms / 1000);
+  const certs = a.tls ? mkdtempSync(join(tmpdir(), "airm-bench-tls-")) : undefined;
+  const lanes = [await startLane("", relayEnv, crc, connections)];
+  if (certs) lanes.push(await startLane("tls_", relayEnv, crc, connections, makeTlsDir(certs)));
+  const [plain] = lanes;
   const res: Record<string, number[]> = { push1: [], pull1: [], push8: [], pull8: [], push1_self_crc: [] };
-  // CPU per request (ms), summed over the measured reps: where the time goes, robust to a busy machine.
-  const cpu = { pusher: 0, puller: 0, relayPush: 0, relayPull: 0, requests: 0 };
   const iperf: number[] = [];
   const raw: number[] = [];
   const rawSend = new Child(spawn(process.execPath, ["--import", "tsx", self, "--role", "raw-sender"], { stdio: ["pipe", "pipe", "inherit"] }));
@@ -211,30 +289,23 @@ export async function run(argv: string[]): Promise<void> {
         await rawRound();
       }
       for (const k of [1, 8]) {
-        progress(`tcp: rep ${rep + 1}/${reps}, ${k} in flight`);
-        const rids = Array.from({ length: k }, () => `bench-${n++}`);
-        const r0 = cpuMsOf(relay.proc.pid);
-        const pushMs = await producer.send("push", rids);
-        const r1 = cpuMsOf(relay.proc.pid);
-        const pullMs = await consumer.send("pull", rids);
-        const r2 = cpuMsOf(relay.proc.pid);
-        const pullerCpu = consumer.lastCpuMs;
-        await consumer.send("release", rids);
-        if (rep < 0) continue; // warm-up: faults in the relay pool and the JIT
-        cpu.pusher += producer.lastCpuMs;
-        cpu.puller += pullerCpu;
-        cpu.relayPush += r1 - r0;
-        cpu.relayPull += r2 - r1;
-        cpu.requests += k;
-        res[`push${k}`].push(gbps(k, pushMs));
-        res[`pull${k}`].push(gbps(k, pullMs));
+        for (const lane of lanes) {
+          progress(`tcp: rep ${rep + 1}/${reps}, ${k} in flight${lane.prefix ? ", TLS" : ""}`);
+          await round(
+            lane,
+            k,
+            Array.from({ length: k }, () => `bench-${n++}`),
+            res,
+            rep < 0,
+          );
+        }
       }
       if (crc) {
         // The same request pushed by a caller that passes no CRC-32 (reported, not in the ratio).
         const rids = [`bench-${n++}`];
-        const ms = await producer.send("push-self-crc", rids);
-        await consumer.send("pull", rids);
-        await consumer.send("release", rids);
+        const ms = await plain.producer.send("push-self-crc", rids);
+        await plain.consumer.send("pull", rids);
+        await plain.consumer.send("release", rids);
         if (rep >= 0) res.push1_self_crc.push(gbps(1, ms));
       }
     }
@@ -242,25 +313,22 @@ export async function run(argv: string[]): Promise<void> {
     iperf.push(await iperf3(iperfSeconds));
     await rawRound();
   } finally {
-    await Promise.allSettled([producer.stop(), consumer.stop(), rawSend.stop()]);
+    await Promise.allSettled([...lanes.map(stopLane), rawSend.stop()]);
     rawRecv.kill("SIGTERM");
-    relay.proc.kill("SIGTERM");
+    if (certs) rmSync(certs, { recursive: true, force: true });
   }
   if (!res.push1_self_crc.length) delete res.push1_self_crc;
   const s = Object.fromEntries(Object.entries(res).map(([k, v]) => [k, summarize(v)]));
   const ref = summarize(iperf).median;
   for (const [k, v] of Object.entries(s)) {
     console.log(
-      `${k.padEnd(6)} ${fmt(v, "GB/s")}  (${(REQUEST_BYTES / 1e6).toFixed(1)} MB per request${crc ? ", CRC-32 on" : ", CRC off"}; reps: ${res[k].map((x) => x.toFixed(2)).join(" ")})`,
+      `${k.padEnd(10)} ${fmt(v, "GB/s")}  (${(REQUEST_BYTES / 1e6).toFixed(1)} MB per request${crc ? ", CRC-32 on" : ", CRC off"}; reps: ${res[k].map((x) => x.toFixed(2)).join(" ")})`,
     );
   }
   console.log(`iperf3 loopback, 1 stream, between reps: ${fmt(summarize(iperf), "GB/s")}`);
   console.log(`plain Node socket, 64 MiB into a 64 MiB destination (no framing, no CRC): ${fmt(summarize(raw), "GB/s")}`);
-  const per = (x: number) => x / cpu.requests;
-  console.log(
-    `CPU per request: pusher ${per(cpu.pusher).toFixed(1)} ms, relay receiving ${per(cpu.relayPush).toFixed(1)} ms, ` +
-      `relay sending ${per(cpu.relayPull).toFixed(1)} ms, puller ${per(cpu.puller).toFixed(1)} ms`,
-  );
+  const cpu = Object.assign({}, ...lanes.map(cpuOf));
+  const tls = tlsFigures(s);
   const push = s.push1.median;
   const pull = s.pull1.median;
   finalLine({
@@ -276,16 +344,15 @@ export async function run(argv: string[]): Promise<void> {
     iperf3_gbps: ref,
     ratio: Math.min(push, pull) / ref,
     node_socket_gbps: summarize(raw).median,
-    cpu_ms_pusher: per(cpu.pusher),
-    cpu_ms_relay_receiving: per(cpu.relayPush),
-    cpu_ms_relay_sending: per(cpu.relayPull),
-    cpu_ms_puller: per(cpu.puller),
+    ...cpu,
     ratio_to_node_socket: Math.min(push, pull) / summarize(raw).median,
+    ...tls,
     reps,
     crc,
     connections,
     relay_pool: relayEnv.AIRM_KV_TCP_POOL === "1",
     relay_direct_reads: relayEnv.AIRM_KV_TCP_DIRECT_READS === "1",
+    tls_compared: a.tls,
   });
 }
 
@@ -298,6 +365,8 @@ const FLAGS = {
   iperfSeconds: flagOf(num({ positive: true }), { default: 1, doc: "length of each iperf3 reference run" }),
   noPool: switchOf({ doc: "ablation: the relay allocates every blob buffer afresh" }),
   noDirectReads: switchOf({ doc: "ablation: the relay copies each chunk into place" }),
+  tls: switchOf({ doc: "also move each request through a relay serving mutual TLS (a throwaway CA), in the same reps: tls_* rows and tls_ratio" }),
+  tlsDir: flagOf(text({ label: "path" }), { doc: "internal: the TLS folder of a child role (AIRM_TLS_DIR)" }),
   role: flagOf(oneOf(["producer", "consumer", "raw-sender", "raw-receiver"] as const), { doc: "internal: run as one of the bench's child processes" }),
   addr: flagOf(text({ label: "host:port" }), { doc: "internal: the relay of a child role" }),
   port: flagOf(int({ min: 1, max: 65535 }), { doc: "internal: the raw sender's port" }),
@@ -310,7 +379,7 @@ function args(argv: string[]) {
 
 if (process.argv[1] && pathToFileURL(process.argv[1]).href === import.meta.url) {
   const a = args(process.argv.slice(2));
-  if (a.role === "producer" || a.role === "consumer") await role(a.role, a.addr!, !a.noCrc, a.connections);
+  if (a.role === "producer" || a.role === "consumer") await role(a.role, a.addr!, !a.noCrc, a.connections, a.tlsDir);
   else if (a.role === "raw-sender") await rawSender();
   else if (a.role === "raw-receiver") await rawReceiver(a.port!);
   else await run(process.argv.slice(2));

@@ -86,7 +86,10 @@ describe("a Kubernetes rig run stopped by SIGTERM", () => {
       // pnpm is gone at once; the run stops within a few seconds (test.sh checks for pnpm every second)
       const left = await untilNothingLeft(() => [...show(leftovers(query(s, marker, [s!.netns]))), ...foldersLeft([...s!.dirs, s!.tmpdir])], 60_000);
       expect(left).toEqual([]);
-      expect(run.err()).toMatch(/test\.sh: SIGTERM: stopping the tests/);
+      // Two watchers see pnpm go, each within a second: test.sh's (which then says "SIGTERM:
+      // stopping the tests") and vitest's own (which stops vitest, and test.sh sweeps after it).
+      // Which one is first depends on the machine's load; either way the tests' teardowns stopped
+      // everything they started, so the sweep found only the stray.
       expect(run.err().match(/killed leftover \d+/g)).toEqual([`killed leftover ${s.stray}`]);
     } finally {
       removeRun(run, query(s, marker, s ? [s.netns] : []), s ? [...s.dirs, s.tmpdir] : []);

@@ -61,3 +61,10 @@ test("a page rendered by prom-client (our workers' and gateways' library, which 
   expect(text).toMatch(/^airm_kv_bandwidth_bytes_per_second Nan$/m);
   expect(parseServerLoad(text)).toEqual({ waiting: 1, running: 2, kvUsage: 0.5, estimates: { localPrefill: true, prefill: { fixedMs: 2, msPerToken: 0.5 } } });
 });
+
+test("a server that says it drains (airm_draining 1) fails the scrape, so it is not picked; 0 is a server like any other", () => {
+  const page = (draining: number) =>
+    ["# TYPE airm_draining gauge", `airm_draining ${draining}`, "vllm:num_requests_waiting 0", "vllm:num_requests_running 1", "vllm:kv_cache_usage_perc 0.1"].join("\n");
+  expect(() => parseServerLoad(page(1))).toThrow(/drains \(airm_draining 1\)/);
+  expect(parseServerLoad(page(0))).toEqual({ waiting: 0, running: 1, kvUsage: 0.1 });
+});

@@ -3,7 +3,7 @@
 // disaggregation inputs when they are there. Pure; one pass over the text, no regular
 // expressions per line, so a 50 ms scrape of a large page stays cheap.
 
-import { ESTIMATE_GAUGES, type PrefillModel } from "@airm/rm-core";
+import { DRAINING_GAUGE, ESTIMATE_GAUGES, type PrefillModel } from "@airm/rm-core";
 
 /** The load of one model server as its /metrics says. */
 export interface ServerLoad {
@@ -103,6 +103,8 @@ export function parseServerLoad(text: string): ServerLoad {
           info = { modelFingerprint: l.get("model_fingerprint")!, numericsFingerprint: l.get("numerics_fingerprint")!, blockSize, instance: l.get("instance")! };
         }
       }
+      // A server that drains takes no new request: the scrape fails, so the picker passes it over.
+      if (name === DRAINING_GAUGE && Number(text.slice(nameEnd, lineEnd).trim().split(/\s+/)[0]) === 1) throw new Error(`the server drains (${DRAINING_GAUGE} 1)`);
       const field = FIELD_OF.get(name);
       const estimate = field ? undefined : ESTIMATE_OF.get(name);
       if (field || estimate) {

@@ -2,7 +2,7 @@
 // starts the gateway and stops it on SIGINT/SIGTERM, after draining (drain.ts, AIRM_DRAIN_S), or at
 // once when the `airm up` that started it is gone.
 
-import { defineCommand, flagOf, switchOf, int, isAirmError, list, oneOf, RM_CORE_CONFIG, text, untilStopSignal } from "@airm/rm-core";
+import { defineCommand, flagOf, switchOf, int, isAirmError, list, oneOf, RM_CORE_CONFIG, text, tlsMaterialOf, untilStopSignal } from "@airm/rm-core";
 import { startTracing, TELEMETRY_CONFIG, type Tracing } from "@airm/telemetry";
 import { GATEWAY_CONFIG } from "./gateway-config.ts";
 import { startGateway } from "./gateway-server.ts";
@@ -79,11 +79,13 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
     const prefillPool = f.prefillPool ? { name: f.prefillPool, namespace: f.poolNamespace ?? cfg.podNamespace } : undefined;
     const core = RM_CORE_CONFIG.resolve({ env });
     const { internalToken } = core;
+    const tls = tlsMaterialOf(core.tlsDir);
     drainS = core.drainS;
     tracing = await startTracing({ service: "airm-gateway", env, attributes: { "airm.role": "gateway" }, options: { tracesEndpoint: f.otlpTracesEndpoint } });
     gw = await startGateway({
       ...cfg,
       internalToken,
+      tls,
       port: f.port,
       host: f.host,
       prefill: f.prefill,

@@ -7,7 +7,7 @@
 
 import { WorkerClient, type WorkerHealth } from "@airm/internal-api";
 import { choose, DEFAULT_SATURATION, DEFAULT_WEIGHTS, isSaturated, type Candidate, type Routing, type Weights } from "@airm/routing";
-import type { SamplingDefaults } from "@airm/rm-core";
+import type { SamplingDefaults, TlsMaterial } from "@airm/rm-core";
 import { causeOf, nothingListens } from "./net-errors.ts";
 
 export interface Endpoint {
@@ -44,6 +44,8 @@ export interface PoolOptions {
   busyGraceMs?: number;
   /** The deployment's internal token (AIRM_INTERNAL_TOKEN) the workers ask on /internal/*. */
   token?: string;
+  /** The deployment's TLS material (AIRM_TLS_DIR): calls and probes are mutual TLS to https URLs. */
+  tls?: TlsMaterial;
   /** Calls that fail in a row before an endpoint's breaker opens (default 3). */
   breakerFailures?: number;
   /** How long an open breaker waits before a trial call (ms, default 1000; doubles on each failed trial, up to 30 s). */
@@ -89,7 +91,7 @@ export class EndpointPool {
   }
 
   private endpoint(u: string): Endpoint {
-    const client = new WorkerClient(u, `${this.role} worker ${u.replace(/\/+$/, "")}`, { token: this.o.token });
+    const client = new WorkerClient(u, `${this.role} worker ${u.replace(/\/+$/, "")}`, { token: this.o.token, tls: this.o.tls });
     const breaker = { state: "closed" as const, failures: 0, retryAt: 0, cooldownMs: this.breakerCooldownMs };
     return { url: client.url, client, outstanding: 0, healthy: false, health: null, lastError: "not probed yet", probedAt: 0, aliveAt: 0, breaker };
   }
@@ -107,6 +109,11 @@ export class EndpointPool {
       void this.probe(e);
       return e;
     });
+  }
+
+  /** The member at `hostPort` ("10.0.0.5:8101"), whatever its scheme (http, or https with TLS), or undefined. */
+  byHostPort(hostPort: string): Endpoint | undefined {
+    return this.endpoints.find((e) => e.url.replace(/^https?:\/\//, "") === hostPort);
   }
 
   /** The member at `url` (same normalisation as the pool's URLs), or undefined. */

@@ -8,7 +8,7 @@
 // served.
 
 import type { WorkerEstimates } from "@airm/internal-api";
-import { ESTIMATE_GAUGES } from "@airm/rm-core";
+import { DRAINING_GAUGE, ESTIMATE_GAUGES } from "@airm/rm-core";
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 
 export interface RequestRecord {
@@ -181,6 +181,18 @@ export class GatewayMetrics {
 
   private orZero(x: number): number {
     return Number.isNaN(x) ? 0 : x;
+  }
+
+  /** DRAINING_GAUGE: 1 once the gateway drains, so an endpoint picker that scrapes it stops picking it. */
+  exportDraining(draining: () => boolean): void {
+    new Gauge({
+      name: DRAINING_GAUGE,
+      help: "1 while this gateway drains (it takes no new request: 503 gateway_draining), else 0",
+      registers: [this.registry],
+      collect() {
+        this.set(draining() ? 1 : 0);
+      },
+    });
   }
 
   /**

@@ -7,7 +7,7 @@ import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { GrammarChecker } from "@airm/grammar";
 import { keepIdleConnections, registerPrefixCacheInfo, registerVllmGauges } from "@airm/internal-api";
-import { ConfigError, RM_CORE_CONFIG } from "@airm/rm-core";
+import { ConfigError, RM_CORE_CONFIG, type TlsMaterial } from "@airm/rm-core";
 import pino from "pino";
 import { createGatewayApp } from "./app.ts";
 import { GatewayDrain } from "./drain.ts";
@@ -36,6 +36,8 @@ export interface GatewayOptions extends Partial<GatewayConfig> {
   disaggregation?: DisaggregationMode;
   /** The deployment's internal token (AIRM_INTERNAL_TOKEN), sent on every worker call. */
   internalToken?: string;
+  /** The deployment's TLS material (AIRM_TLS_DIR): every worker call is mutual TLS (https worker URLs). The client port stays plain HTTP. */
+  tls?: TlsMaterial;
 }
 
 export interface RunningGateway {
@@ -87,7 +89,7 @@ function workerPools(o: GatewayOptions, pool: PoolOptions): { solo?: EndpointPoo
  * Keeps `pool`'s members the InferencePool's prefill pods (plus the static `urls`). Resolves once
  * the pool was read; throws the watcher's error (naming the pool and what to check) otherwise.
  */
-async function followPrefillPool(at: { name: string; namespace: string }, pool: EndpointPool, urls: string[]): Promise<{ stop(): void }> {
+async function followPrefillPool(at: { name: string; namespace: string }, pool: EndpointPool, urls: string[], scheme: string): Promise<{ stop(): void }> {
   const { InferencePoolMembers, hostPortOf } = await import("@airm/routing");
   const members = new InferencePoolMembers({ poolName: at.name, namespace: at.namespace });
   const sync = () =>
@@ -96,7 +98,7 @@ async function followPrefillPool(at: { name: string; namespace: string }, pool: 
       ...members
         .endpoints()
         .filter((e) => e.role === "prefill")
-        .map((e) => `http://${hostPortOf(e)}`),
+        .map((e) => `${scheme}://${hostPortOf(e)}`),
     ]);
   members.onChange(sync);
   await members.start();
@@ -109,15 +111,15 @@ async function followPrefillPool(at: { name: string; namespace: string }, pool: 
  * neither --solo nor both --prefill and --decode are given, or both are.
  */
 export async function startGateway(opts: GatewayOptions): Promise<RunningGateway> {
-  const { port: _p, host: _h, prefill: _pr, decode: _d, solo: _s, prefillPool: _pp, localPrefill, disaggregation, internalToken, ...settings } = opts;
+  const { port: _p, host: _h, prefill: _pr, decode: _d, solo: _s, prefillPool: _pp, localPrefill, disaggregation, internalToken, tls, ...settings } = opts;
   if (localPrefill && opts.solo?.length) throw new ConfigError("--local-prefill", "is for a PD gateway (--decode workers started with --local-prefill), not --solo");
   if ((disaggregation === "never" || disaggregation === "header") && !localPrefill)
     throw new ConfigError("--disaggregation", `${disaggregation} runs requests whole on the decode workers: it needs --local-prefill (and decode workers started with it)`);
   const cfg = GATEWAY_CONFIG.resolve({ options: settings });
   const host = opts.host ?? "127.0.0.1";
-  const pools = workerPools(opts, { token: internalToken, breakerFailures: cfg.breakerFailures, breakerCooldownMs: cfg.breakerCooldownMs, routing: cfg.routing });
+  const pools = workerPools(opts, { token: internalToken, tls, breakerFailures: cfg.breakerFailures, breakerCooldownMs: cfg.breakerCooldownMs, routing: cfg.routing });
   const all = Object.values(pools) as EndpointPool[];
-  const members = opts.prefillPool ? await followPrefillPool(opts.prefillPool, pools.prefill!, opts.prefill ?? []) : null;
+  const members = opts.prefillPool ? await followPrefillPool(opts.prefillPool, pools.prefill!, opts.prefill ?? [], tls ? "https" : "http") : null;
   await Promise.all(all.map((p) => p.start(cfg.healthIntervalMs)));
   const metrics = new GatewayMetrics();
   const log = pino({ name: "airm-gateway", level: cfg.logLevel }, pino.destination(2));
@@ -174,6 +176,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
   });
   const grammar = new GrammarChecker();
   const drain = new GatewayDrain();
+  metrics.exportDraining(() => drain.draining);
   const app = createGatewayApp({
     drain,
     orchestrator,

@@ -1,9 +1,10 @@
 // The wire mechanics of the contract: route paths, NDJSON framing of worker events (each line
 // parsed with WorkerEventSchema, with an idle timeout between lines), and a typed client the
-// gateway (and tests and benches) call workers with. Raw network failures are thrown as they are
-// (the caller decides whether a worker is down); answers that break the contract are ApiErrors.
+// gateway (and tests and benches) call workers with, over mutual TLS when given the deployment's
+// TLS material. Raw network failures are thrown as they are (the caller decides whether a worker
+// is down); answers that break the contract are ApiErrors.
 
-import { INTERNAL_TOKEN_HEADER } from "@airm/rm-core";
+import { ConfigError, INTERNAL_TOKEN_HEADER, type TlsMaterial } from "@airm/rm-core";
 import { ApiError, OverloadedError } from "./api-error.ts";
 import {
   DecodeRequestSchema,
@@ -35,6 +36,7 @@ import {
   type WorkerEvent,
   type WorkerHealth,
 } from "./schemas.ts";
+import { fetchVia } from "./tls-dispatcher.ts";
 
 export const ROUTES = {
   prefill: "/internal/prefill",
@@ -177,20 +179,30 @@ async function bodyOf(r: Response): Promise<unknown> {
   }
 }
 
-/** A worker's internal API at `url` (e.g. http://127.0.0.1:8101). */
+/** A worker's internal API at `url` (e.g. http://127.0.0.1:8101, https://... with TLS). */
 export class WorkerClient {
   readonly url: string;
   /** The deployment's internal token header (AIRM_INTERNAL_TOKEN), sent on every call; none without one. */
   private readonly auth: Record<string, string>;
+  /** The dispatcher of calls over mutual TLS, or nothing (the global one). */
+  private readonly via: RequestInit;
 
+  /**
+   * `options.tls`: the deployment's TLS material (AIRM_TLS_DIR): calls present its certificate and
+   * verify the worker's; the URL must then be https. Throws ConfigError for an http URL with TLS.
+   */
   constructor(
     url: string,
     /** How this worker is named in error messages ("prefill worker http://..."). */
     readonly who = `worker ${url}`,
-    options: { token?: string } = {},
+    options: { token?: string; tls?: TlsMaterial } = {},
   ) {
     this.url = url.replace(/\/+$/, "");
     this.auth = options.token ? { [INTERNAL_TOKEN_HEADER]: options.token } : {};
+    if (options.tls && !/^https:\/\//i.test(this.url)) {
+      throw new ConfigError("worker URL", `${this.url}: with AIRM_TLS_DIR set the workers serve TLS only; give https:// URLs`);
+    }
+    this.via = fetchVia(options.tls);
   }
 
   private async post(path: string, body: unknown, o: CallOptions): Promise<Response> {
@@ -199,6 +211,7 @@ export class WorkerClient {
       headers: { "content-type": "application/json", ...o.headers, ...this.auth },
       body: JSON.stringify(body),
       signal: o.signal,
+      ...this.via,
     });
     if (r.status === 401) {
       // A deployment fault, not the client's: say so rather than pass a 401 on to whoever called the gateway.
@@ -263,7 +276,7 @@ export class WorkerClient {
 
   /** GET /health: the status and the parsed body (null when it is not a health body). */
   async health(o: CallOptions = {}): Promise<{ status: number; health: WorkerHealth | null }> {
-    const r = await fetch(`${this.url}${ROUTES.health}`, { signal: o.signal, headers: { ...o.headers, ...this.auth } });
+    const r = await fetch(`${this.url}${ROUTES.health}`, { signal: o.signal, headers: { ...o.headers, ...this.auth }, ...this.via });
     const parsed = WorkerHealthSchema.safeParse(await bodyOf(r));
     return { status: r.status, health: parsed.success ? parsed.data : null };
   }

@@ -3,6 +3,7 @@
 // Only small descriptors cross it; the blob bytes travel over UCX.
 
 import { RelayClient } from "@airm/kv-relay";
+import type { TlsMaterial } from "@airm/rm-core";
 
 /** Publish/fetch/release of descriptors by blob key. */
 export interface DescriptorDirectory {
@@ -14,10 +15,13 @@ export interface DescriptorDirectory {
   close(): Promise<void>;
 }
 
-/** A directory in the relay at `addr` ("host:port"); `token` is the deployment's AIRM_INTERNAL_TOKEN, presented to the relay. */
-export function relayDirectory(addr: string, options: { token?: string } = {}): DescriptorDirectory {
+/**
+ * A directory in the relay at `addr` ("host:port"); `token` is the deployment's AIRM_INTERNAL_TOKEN,
+ * presented to the relay, `tls` its AIRM_TLS_DIR material (the relay is then reached over mutual TLS).
+ */
+export function relayDirectory(addr: string, options: { token?: string; tls?: TlsMaterial } = {}): DescriptorDirectory {
   // One connection: a burst of descriptor fetches then comes back in one batch.
-  const relay = RelayClient.connect(addr, { connections: 1, token: options.token });
+  const relay = RelayClient.connect(addr, { connections: 1, token: options.token, tls: options.tls });
   return {
     address: relay.address,
     publish: async (key, descriptor, timeoutMs) => {

@@ -1,7 +1,7 @@
 // airm-kv-nixl-agent: runs the host's NIXL agent sidecar until SIGINT/SIGTERM.
 
 import { RELAY_CLIENT_CONFIG } from "@airm/kv-relay";
-import { ConfigError, RM_CORE_CONFIG, defineCommand, defineConfig, flag, flagOf, hostPort, isAirmError, num, opt, text, untilStopSignal } from "@airm/rm-core";
+import { ConfigError, RM_CORE_CONFIG, defineCommand, defineConfig, flag, flagOf, hostPort, isAirmError, num, opt, text, tlsMaterialOf, untilStopSignal } from "@airm/rm-core";
 import { defaultNixlPython } from "./python-agent.ts";
 import { startSidecar } from "./sidecar.ts";
 import { DEFAULT_NIXL_ADDR } from "./nixl-transport.ts";
@@ -62,8 +62,8 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
       return 0;
     }
     const c = SIDECAR_CONFIG.resolve({ env, options: { python: f.python } });
-    const { internalToken } = RM_CORE_CONFIG.resolve({ env });
-    const crossHost = c.crossHost ? { relay: RELAY_CLIENT_CONFIG.resolve({ env }).addr, peer: peerAddress(c.peerAddr ?? f.listen) } : undefined;
+    const { internalToken, tlsDir } = RM_CORE_CONFIG.resolve({ env });
+    const crossHost = c.crossHost ? { relay: RELAY_CLIENT_CONFIG.resolve({ env }).addr, peer: peerAddress(c.peerAddr ?? f.listen), tls: tlsMaterialOf(tlsDir) } : undefined;
     sidecar = await startSidecar({
       crossHost,
       listen: f.listen,

@@ -5,7 +5,7 @@
 // sidecars).
 
 import { status, type Metadata, type ServerWritableStream } from "@grpc/grpc-js";
-import { INTERNAL_TOKEN_HEADER, requestIdOf, sameSecret } from "@airm/rm-core";
+import { INTERNAL_TOKEN_HEADER, requestIdOf, sameSecret, type TlsMaterial } from "@airm/rm-core";
 import { RelayClient } from "@airm/kv-relay";
 import { NixlAgentClient } from "./agent-client.ts";
 import type { PythonAgent } from "./python-agent.ts";
@@ -36,7 +36,8 @@ export interface CoreOptions {
   ttlMs: number;
   /** The deployment's internal token (calls in and to peer sidecars carry it). */
   token?: string;
-  crossHost: { relay: string; peer: string } | null;
+  /** `tls`: the relay is reached over mutual TLS with it (AIRM_TLS_DIR). */
+  crossHost: { relay: string; peer: string; tls?: TlsMaterial } | null;
   log: (line: string) => void;
 }
 
@@ -45,7 +46,7 @@ export class SidecarCore {
   /** This host's NIXL agent. */
   readonly me: string;
   readonly instance: string;
-  readonly cross: { relay: string; peer: string } | null;
+  readonly cross: { relay: string; peer: string; tls?: TlsMaterial } | null;
   readonly arenas = new Map<number, ArenaRec>();
   readonly pubs = new Map<string, PubRec>();
   /** Watchers of a whole request (WatchRequest.request_id), told of each publication of it. */
@@ -82,7 +83,7 @@ export class SidecarCore {
     this.token = o.token;
     this.cross = o.crossHost;
     this.log = o.log;
-    this.relay = this.cross ? RelayClient.connect(this.cross.relay, { connections: 1, token: o.token }) : null;
+    this.relay = this.cross ? RelayClient.connect(this.cross.relay, { connections: 1, token: o.token, tls: this.cross.tls }) : null;
     py.onTransfer((e) => {
       const h = this.inflight.get(e.xfer);
       if (!h) return;

@@ -9,6 +9,7 @@ import { rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Server, ServerCredentials } from "@grpc/grpc-js";
+import type { TlsMaterial } from "@airm/rm-core";
 import { nixlAgentService } from "./protos.ts";
 import { PythonAgent } from "./python-agent.ts";
 import { SidecarCore } from "./sidecar-core.ts";
@@ -32,7 +33,7 @@ export interface SidecarOptions {
    * up there, and this sidecar READs it from the producer's agent, whose sidecar other hosts reach
    * at `peer` (its metadata, and the acknowledgement that frees the producer's slot).
    */
-  crossHost?: { relay: string; peer: string };
+  crossHost?: { relay: string; peer: string; tls?: TlsMaterial };
   /** The Python agent's environment (UCX_* picks UCX's transports). */
   env?: Record<string, string | undefined>;
   log?: (line: string) => void;

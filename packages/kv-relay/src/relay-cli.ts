@@ -1,9 +1,9 @@
 // airm-kv-relay: the command line around startRelay(). Flags win over the AIRM_KV_TCP_*
 // variables (RELAY_CONFIG); AIRM_INTERNAL_TOKEN (RM_CORE_CONFIG) makes it refuse callers without
-// that token. Prints one "listening" line on stdout and stops on SIGINT/SIGTERM (or when the
+// that token, AIRM_TLS_DIR serve mutual TLS only. Prints one "listening" line on stdout and stops on SIGINT/SIGTERM (or when the
 // `airm up` that started it is gone).
 
-import { defineCommand, flagOf, hostPort, int, isAirmError, num, RM_CORE_CONFIG, switchOf, untilStopSignal } from "@airm/rm-core";
+import { defineCommand, flagOf, hostPort, int, isAirmError, num, RM_CORE_CONFIG, switchOf, tlsMaterialOf, untilStopSignal } from "@airm/rm-core";
 import { DEFAULT_ADDR, parseHostPort } from "./address.ts";
 import { RELAY_CONFIG } from "./relay-config.ts";
 import { startRelay } from "./relay-server.ts";
@@ -34,7 +34,8 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
       return 0;
     }
     const c = RELAY_CONFIG.resolve({ env, options: { maxMb: f.maxMb, ttlS: f.ttlS, metricsPort: f.metricsPort, crc: f.noCrc ? false : undefined, log: f.log || undefined } });
-    const { internalToken } = RM_CORE_CONFIG.resolve({ env });
+    const { internalToken, tlsDir } = RM_CORE_CONFIG.resolve({ env });
+    const tls = tlsMaterialOf(tlsDir);
     const { host, port } = parseHostPort(f.listen, "--listen");
     relay = await startRelay({
       host,
@@ -47,12 +48,14 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
       reusePool: c.reusePool,
       directReads: c.directReads,
       token: internalToken,
+      tls,
     });
   } catch (e) {
     console.error(`${isAirmError(e) || e instanceof Error ? (e as Error).message : String(e)}\n(airm-kv-relay --help lists the options)`);
     return 2;
   }
-  console.log(`airm-kv-relay listening on ${relay.address}${relay.metricsPort !== undefined ? ` (metrics on port ${relay.metricsPort})` : ""}`);
+  const extras = [relay.tls ? "mutual TLS" : "", relay.metricsPort !== undefined ? `metrics on port ${relay.metricsPort}` : ""].filter(Boolean);
+  console.log(`airm-kv-relay listening on ${relay.address}${extras.length ? ` (${extras.join(", ")})` : ""}`);
   await untilStopSignal(env);
   await relay.close();
   return 0;

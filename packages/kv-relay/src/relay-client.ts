@@ -2,12 +2,15 @@
 // each multiplexing exchanges by tag and reading every payload straight into its destination
 // (net.connect onread), and RelayClient, whose push/pull/release turn the relay's statuses into
 // rm-core's typed errors. A client given the deployment's token (AIRM_INTERNAL_TOKEN) opens every
-// connection with a HELLO carrying it. Knows frames, sockets and reconnecting; what a blob means
-// (a KV layer, a UCX descriptor) is the caller's.
+// connection with a HELLO carrying it; given its TLS material (AIRM_TLS_DIR) it connects with
+// tls.connect, presenting its certificate, and reads through the same `onread` staged reader
+// (Node decrypts straight into the destination). Knows frames, sockets and reconnecting; what a
+// blob means (a KV layer, a UCX descriptor) is the caller's.
 
 import net from "node:net";
+import tls from "node:tls";
 import { crc32 } from "@node-rs/crc32";
-import { ConfigError, InvalidKeyError, KVIntegrityError, TransportError, TransportTimeoutError, kvCrc32 } from "@airm/rm-core";
+import { ConfigError, InvalidKeyError, KVIntegrityError, TransportError, TransportTimeoutError, clientTlsOptions, isTlsError, kvCrc32, type TlsMaterial } from "@airm/rm-core";
 import { FLAG_CRC, HEADER_BYTES, MAGIC, MAX_HELLO_BYTES, Op, PROTOCOL_VERSION, RESPONSE_BIT, Status, decodeHeader, encodeHead, type FrameHeader } from "./frame.ts";
 import { formatHostPort, parseHostPort } from "./address.ts";
 import { stagedOnRead } from "./staged-read.ts";
@@ -94,7 +97,27 @@ interface Body {
   startedAt: number;
 }
 
-/** One TCP connection to a relay. */
+/** What a failed connection's error says about TLS: a hint naming the setting to check, or "". */
+function tlsHint(e: Error | undefined): string {
+  return e && isTlsError(e) ? " (TLS: the relay and this part need certificates of the same CA in AIRM_TLS_DIR, in force, and both ends TLS or neither)" : "";
+}
+
+/**
+ * Opens the socket of a connection: plain TCP, or mutual TLS with `material`. Both read through
+ * `onread` (tls.connect takes it too: TLS records are decrypted straight into the buffers the
+ * frame parser names). Resolves on "connect", or on "secureConnect" once the server's
+ * certificate is verified.
+ */
+function openSocket(host: string, port: number, onread: net.OnReadOpts, material: TlsMaterial | undefined): { socket: net.Socket; readyEvent: string } {
+  if (!material) return { socket: net.connect({ host, port, noDelay: true, onread }), readyEvent: "connect" };
+  // tls.connect documents `onread` (without a `socket` option); @types/node does not declare it.
+  const options: tls.ConnectionOptions & { onread: net.OnReadOpts } = { host, port, onread, ...clientTlsOptions(material) };
+  const socket = tls.connect(options);
+  socket.setNoDelay(true);
+  return { socket, readyEvent: "secureConnect" };
+}
+
+/** One TCP (or TLS) connection to a relay. */
 export class ClientConnection {
   readonly socket: net.Socket;
   readonly ready: Promise<void>;
@@ -112,21 +135,18 @@ export class ClientConnection {
   /** Set once the relay answered UNAUTHORIZED: every exchange on this connection fails with it. */
   private refusal: TransportError | undefined;
 
-  /** `token`: sent in a HELLO ahead of every other frame (the relay's AIRM_INTERNAL_TOKEN). */
+  /** `token`: sent in a HELLO ahead of every other frame (the relay's AIRM_INTERNAL_TOKEN); `material`: connect over mutual TLS. */
   constructor(
     readonly host: string,
     readonly port: number,
     private readonly onClosed: (c: ClientConnection) => void,
     token?: string,
+    material?: TlsMaterial,
   ) {
-    this.socket = net.connect({
-      host,
-      port,
-      noDelay: true,
-      onread: stagedOnRead(this),
-    });
+    const { socket, readyEvent } = openSocket(host, port, stagedOnRead(this), material);
+    this.socket = socket;
     this.ready = new Promise<void>((resolve, reject) => {
-      this.socket.once("connect", () => {
+      this.socket.once(readyEvent, () => {
         if (!this.pending.size) this.socket.unref(); // an idle pooled connection does not keep the process alive
         resolve();
       });
@@ -334,7 +354,7 @@ export class ClientConnection {
   private onClose(): void {
     this.closed = true;
     this.onClosed(this);
-    const why = this.lastError ? `: ${this.lastError.message}` : "";
+    const why = this.lastError ? `: ${this.lastError.message}${tlsHint(this.lastError)}` : "";
     const queued = this.sendQueue.splice(0);
     for (const run of queued) run(); // each finds the connection closed and fails its exchange
     for (const ex of [...this.pending.values()]) {
@@ -346,7 +366,7 @@ export class ClientConnection {
 
 const CONNECT_ERRORS = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EHOSTUNREACH", "ENETUNREACH", "EAI_AGAIN", "EPIPE"]);
 
-/** The connections of this process to one relay address (with one token), shared by every transport pointed at it. */
+/** The connections of this process to one relay address (with one token and TLS material), shared by every transport pointed at it. */
 export class RelayPool {
   users = 0;
   private readonly conns: ClientConnection[] = [];
@@ -357,6 +377,8 @@ export class RelayPool {
     readonly maxConnections: number,
     /** Sent in a HELLO on every connection opened (unset: none). */
     readonly token?: string,
+    /** Every connection is mutual TLS with it (unset: plain TCP). */
+    readonly tls?: TlsMaterial,
   ) {}
 
   get address(): string {
@@ -386,7 +408,7 @@ export class RelayPool {
         const left = deadline - Date.now();
         if (!CONNECT_ERRORS.has(code) || left <= 0) {
           throw new TransportError(
-            `cannot reach the KV relay at ${this.address} (${(e as Error).message}); start it with \`airm-kv-relay --listen ${this.address}\` ` +
+            `cannot reach the KV relay at ${this.address} (${(e as Error).message})${tlsHint(e as Error)}; start it with \`airm-kv-relay --listen ${this.address}\` ` +
               `or point AIRM_KV_TCP_ADDR at the running relay`,
             "TRANSPORT_ERROR",
             { cause: e },
@@ -407,6 +429,7 @@ export class RelayPool {
         if (i >= 0) this.conns.splice(i, 1);
       },
       this.token,
+      this.tls,
     );
     this.conns.push(c);
     return c;
@@ -425,14 +448,15 @@ export class RelayPool {
 
 const pools = new Map<string, RelayPool>();
 
-/** A pool's id: its address and token (clients with different tokens do not share connections). */
-const poolId = (host: string, port: number, token: string | undefined) => `${formatHostPort(host, port)}\0${token ?? ""}`;
+/** A pool's id: its address, token and TLS folder (clients with different ones do not share connections). */
+const poolId = (host: string, port: number, token: string | undefined, material: TlsMaterial | undefined) =>
+  `${formatHostPort(host, port)}\0${token ?? ""}\0${material ? `tls:${material.dir}` : ""}`;
 
-/** The process-wide pool for host:port and token (created on first use); pair with releasePool(). */
-export function acquirePool(host: string, port: number, maxConnections: number, token?: string): RelayPool {
-  const id = poolId(host, port, token);
+/** The process-wide pool for host:port, token and TLS material (created on first use); pair with releasePool(). */
+export function acquirePool(host: string, port: number, maxConnections: number, token?: string, material?: TlsMaterial): RelayPool {
+  const id = poolId(host, port, token, material);
   let p = pools.get(id);
-  if (!p) pools.set(id, (p = new RelayPool(host, port, maxConnections, token)));
+  if (!p) pools.set(id, (p = new RelayPool(host, port, maxConnections, token, material)));
   p.users++;
   return p;
 }
@@ -441,7 +465,7 @@ export function acquirePool(host: string, port: number, maxConnections: number, 
 export function releasePool(p: RelayPool): void {
   if (--p.users > 0) return;
   p.destroy();
-  const id = poolId(p.host, p.port, p.token);
+  const id = poolId(p.host, p.port, p.token, p.tls);
   if (pools.get(id) === p) pools.delete(id);
 }
 
@@ -466,6 +490,8 @@ export interface RelayClientOptions {
    * connection; a relay started with a token refuses connections without it. Unset: no HELLO.
    */
   token?: string;
+  /** The deployment's TLS material (AIRM_TLS_DIR): connect over mutual TLS. Unset: plain TCP. */
+  tls?: TlsMaterial;
 }
 
 /**
@@ -486,13 +512,13 @@ export class RelayClient {
     if (token !== undefined && Buffer.byteLength(token, "utf8") > MAX_HELLO_BYTES) {
       throw new ConfigError("token", `the relay token is ${Buffer.byteLength(token, "utf8")} bytes; a HELLO carries at most ${MAX_HELLO_BYTES} (AIRM_INTERNAL_TOKEN)`);
     }
-    this.pool = acquirePool(host, port, o.connections, token);
+    this.pool = acquirePool(host, port, o.connections, token, o.tls);
   }
 
-  /** A client of the relay at "host:port" (CRC on, 2 connections, no token unless given). Throws ConfigError. */
+  /** A client of the relay at "host:port" (CRC on, 2 connections, no token and no TLS unless given). Throws ConfigError. */
   static connect(addr: string, options: Partial<RelayClientOptions> = {}): RelayClient {
     const { host, port } = parseHostPort(addr, "addr");
-    return new RelayClient(host, port, { crc: options.crc ?? true, connections: options.connections ?? 2, token: options.token });
+    return new RelayClient(host, port, { crc: options.crc ?? true, connections: options.connections ?? 2, token: options.token, tls: options.tls });
   }
 
   get address(): string {

@@ -49,8 +49,9 @@ export const RELAY_CONFIG = defineConfig("@airm/kv-relay", {
 
 /**
  * What a relay user (the tcp transport, nixl-ucx's descriptor directory) needs: where the relay is,
- * and the deployment's token to present to it (rm-core's AIRM_INTERNAL_TOKEN, declared there, so
- * a transport resolves it from the same environment as its other options).
+ * the deployment's token to present to it and its TLS folder (rm-core's AIRM_INTERNAL_TOKEN and
+ * AIRM_TLS_DIR, declared there, so a transport resolves them from the same environment as its
+ * other options).
  */
 export const RELAY_CLIENT_CONFIG = defineConfig("@airm/kv-relay", {
   addr: opt(hostPort(), {
@@ -58,4 +59,4 @@ export const RELAY_CLIENT_CONFIG = defineConfig("@airm/kv-relay", {
     default: "127.0.0.1:7400",
     doc: "The relay's host:port the workers connect to (the chart's kvRelay Service; `airm up` sets it when it starts a relay).",
   }),
-}).with(new ConfigSpec("@airm/rm-core", { internalToken: RM_CORE_CONFIG.options.internalToken }));
+}).with(new ConfigSpec("@airm/rm-core", { internalToken: RM_CORE_CONFIG.options.internalToken, tlsDir: RM_CORE_CONFIG.options.tlsDir }));

@@ -73,7 +73,7 @@ export class RelayMetrics {
     this.expired = new Counter({ name: "airm_kv_relay_expired_total", help: "Blobs dropped by the TTL, by whether they had been read", labelNames: ["read"], registers: r });
     this.framesRejected = new Counter({
       name: "airm_kv_relay_frames_rejected_total",
-      help: "Connections closed for a malformed frame or a caller without the relay's token (unauthenticated, bad_token), by reason",
+      help: "Connections closed for a malformed frame, a caller without the relay's token (unauthenticated, bad_token) or a refused TLS handshake (tls_handshake), by reason",
       labelNames: ["reason"],
       registers: r,
     });

@@ -1,11 +1,14 @@
 // airm-kv-relay: keeps KV blobs in a byte-capped pool of pre-touched buffers and hands them to
 // pullers over the frame protocol of frame.ts. Knows sockets, the store, waiting pulls, TTLs and
-// CRC checks; the client side (pooling, retries, CRC on receive) lives in relay-client.ts.
+// CRC checks; the client side (pooling, retries, CRC on receive) lives in relay-client.ts. With
+// TLS material it serves mutual TLS only: a caller without a certificate of the deployment's CA
+// is refused at the handshake, before any frame.
 
 import { createHash } from "node:crypto";
 import net from "node:net";
+import tls from "node:tls";
 import { crc32 } from "@node-rs/crc32";
-import { isAirmError, requestIdOf, sameSecret, validateKey, validateRequestId } from "@airm/rm-core";
+import { isAirmError, refusalReason, requestIdOf, sameSecret, serverTlsOptions, validateKey, validateRequestId, type TlsMaterial } from "@airm/rm-core";
 import { pino, type Logger } from "pino";
 import { BlobPool, type PoolSlot } from "./blob-pool.ts";
 import {
@@ -52,6 +55,11 @@ export interface RelayOptions {
    * the connection is closed. Unset: any caller is served (a HELLO is answered OK and ignored).
    */
   token?: string;
+  /**
+   * The deployment's TLS material (the CLI reads AIRM_TLS_DIR): serve mutual TLS, refusing at the
+   * handshake a caller whose certificate ca.crt did not issue (or none). Unset: plain TCP.
+   */
+  tls?: TlsMaterial;
 }
 
 export interface RelayServer {
@@ -424,6 +432,8 @@ export class Relay implements RelayServer {
   readonly discardScratch = Buffer.allocUnsafe(64 * 1024);
   /** The token every connection must present in its HELLO (unset: none asked). */
   readonly token: string | undefined;
+  /** The TLS material it serves mutual TLS with (unset: plain TCP). */
+  readonly tls: TlsMaterial | undefined;
   bytesOut = 0;
   bytesIn = 0;
   expired = 0;
@@ -447,8 +457,19 @@ export class Relay implements RelayServer {
 
   private readonly directReads: boolean;
 
-  constructor(opts: { maxBytes: number; ttlMs: number; crc: boolean; log: boolean; reusePool?: boolean; directReads?: boolean; logger?: Logger; token?: string }) {
+  constructor(opts: {
+    maxBytes: number;
+    ttlMs: number;
+    crc: boolean;
+    log: boolean;
+    reusePool?: boolean;
+    directReads?: boolean;
+    logger?: Logger;
+    token?: string;
+    tls?: TlsMaterial;
+  }) {
     this.token = opts.token || undefined;
+    this.tls = opts.tls;
     this.pool = new BlobPool(opts.maxBytes, opts.reusePool ?? true);
     this.crcEnabled = opts.crc;
     this.logBlobs = opts.log;
@@ -456,7 +477,25 @@ export class Relay implements RelayServer {
     this.log = opts.logger ?? pino({ name: "airm-kv-relay", base: undefined }, pino.destination(2));
     this.metrics = new RelayMetrics(this);
     this.directReads = opts.directReads ?? true;
-    this.server = net.createServer({ noDelay: true, pauseOnConnect: true }, (socket) => this.accept(socket));
+    this.server = this.tls ? this.tlsServer(this.tls) : net.createServer({ noDelay: true, pauseOnConnect: true }, (socket) => this.accept(socket));
+  }
+
+  /**
+   * A server of mutual TLS: connections are taken once their handshake verified the caller's
+   * certificate; refused handshakes are logged (at warn when a certificate was refused, at debug
+   * when the caller just went away, e.g. a port probe) and counted as rejected frames.
+   */
+  private tlsServer(material: TlsMaterial): net.Server {
+    const server = tls.createServer({ ...serverTlsOptions(material), noDelay: true }, (socket) => this.accept(socket));
+    server.on("tlsClientError", (err: Error, socket: tls.TLSSocket) => {
+      const remote = `${socket.remoteAddress}:${socket.remotePort}`;
+      const reason = refusalReason(err, socket);
+      if (!reason) return this.log.debug({ remote, err: err.message }, "TLS handshake aborted");
+      this.framesRejected++;
+      this.metrics.framesRejected.inc({ reason: "tls_handshake" });
+      this.log.warn({ remote, reason }, `TLS handshake from ${remote} refused: ${reason}`);
+    });
+    return server;
   }
 
   /** Listens and starts the TTL sweep (and the metrics server when a port is given). */
@@ -511,12 +550,13 @@ export class Relay implements RelayServer {
 
   /**
    * Takes an accepted connection. Where Node exposes the accepted handle, the socket is re-wrapped
-   * with `onread` so the kernel copies payload bytes straight into their pool slot; otherwise each
-   * 'data' chunk is copied once into place.
+   * with `onread` so the kernel copies payload bytes straight into their pool slot; otherwise (and
+   * over TLS, whose handle decrypts in place of the kernel's copy) each 'data' chunk is copied
+   * once into place.
    */
   private accept(accepted: net.Socket): void {
     const conn = new RelayConnection(this, `${accepted.remoteAddress}:${accepted.remotePort}`);
-    const handle = (accepted as unknown as { _handle?: unknown })._handle;
+    const handle = this.tls ? undefined : (accepted as unknown as { _handle?: unknown })._handle;
     let socket: net.Socket;
     if (this.directReads && handle) {
       (accepted as unknown as { _handle: unknown })._handle = null;
@@ -780,6 +820,7 @@ export async function startRelay(opts: RelayOptions = {}): Promise<Relay> {
     reusePool: opts.reusePool ?? d.reusePool,
     directReads: opts.directReads ?? d.directReads,
     token: opts.token,
+    tls: opts.tls,
   });
   await relay.listen(opts.host ?? "127.0.0.1", opts.port ?? 7400, opts.metricsPort);
   return relay;

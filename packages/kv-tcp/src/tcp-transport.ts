@@ -1,7 +1,8 @@
 // The `tcp` KV transport: push/pull/release of named blobs through an airm-kv-relay (the relay
 // client of @airm/kv-relay), the blob spec and key checks every transport runs, per-blob audit
 // logging, and local accounting for stats(). CRC-32s are computed (or taken from the caller) on
-// push and measured on arrival on pull, and the measured value is returned with the bytes.
+// push and measured on arrival on pull, and the measured value is returned with the bytes. With
+// AIRM_TLS_DIR every connection to the relay is mutual TLS.
 
 import { createHash } from "node:crypto";
 import {
@@ -14,6 +15,7 @@ import {
   int,
   opt,
   requestIdOf,
+  tlsMaterialOf,
   validateKey,
   validateRequestId,
   type ConfigValues,
@@ -58,7 +60,7 @@ class TcpTransport implements KVTransport {
     port: number,
     private readonly o: TcpOptions,
   ) {
-    this.client = new RelayClient(host, port, { crc: o.crc, connections: o.connections, token: o.internalToken });
+    this.client = new RelayClient(host, port, { crc: o.crc, connections: o.connections, token: o.internalToken, tls: tlsMaterialOf(o.tlsDir) });
   }
 
   get address(): string {
@@ -139,7 +141,8 @@ class TcpTransport implements KVTransport {
 /**
  * Opens a tcp transport endpoint (no connection is made until the first call). `options` are
  * TCP_CONFIG's; unset ones take their defaults (hosts resolve them from the environment through
- * the plugin). Throws ConfigError for a bad address or option.
+ * the plugin). Throws ConfigError for a bad address or option, or a TLS folder (tlsDir,
+ * AIRM_TLS_DIR) with a file missing or unusable.
  */
 export function createTcpTransport(options: Partial<TcpOptions> = {}): KVTransport & { readonly address: string } {
   const o = TCP_CONFIG.resolve({ options });

@@ -1,6 +1,7 @@
 // What configures rm-core itself: which KV transport a host opens by default, where the registry
-// looks for plugins, and the supervisor whose death stops a part. Hosts resolve it from their
-// environment; docs/configuration.md lists it with every other package's.
+// looks for plugins, the deployment's shared secret and TLS folder, and the supervisor whose death
+// stops a part. Hosts resolve it from their environment; docs/configuration.md lists it with every
+// other package's.
 
 import { defineConfig, opt } from "./config/config-spec.ts";
 import { int, list, num, text } from "./config/value-types.ts";
@@ -28,6 +29,11 @@ export const RM_CORE_CONFIG = defineConfig("@airm/rm-core", {
     env: "AIRM_INTERNAL_TOKEN",
     defaultText: "none: internal routes and the relay accept any caller (airm up generates one for its parts)",
     doc: "Shared secret of one deployment's parts: every worker /internal/* route asks it in the x-airm-internal-token header and the KV relay in each connection's HELLO frame; the gateway and the transports send it. Refused callers get 401 (workers) or an UNAUTHORIZED frame (relay), and are counted.",
+  }),
+  tlsDir: opt(text({ label: "path" }), {
+    env: "AIRM_TLS_DIR",
+    defaultText: "none: the parts talk plain HTTP and TCP to each other",
+    doc: "A folder holding tls.crt, tls.key and ca.crt (the keys cert-manager writes into a Secret mounted as a volume). When set, every worker and the KV relay serve TLS and refuse, at the handshake, a caller without a certificate issued by ca.crt (none, another CA's, an expired one); the gateway, the KV transports' relay clients and `airm up`'s probes present tls.crt and verify the server's certificate against ca.crt. Only the chain is checked, not host names: any certificate of that CA is a part of the deployment, so give the deployment a CA of its own. AIRM_INTERNAL_TOKEN is still asked. The gateway's client port, the metrics ports, KV events and the UCX / NIXL / shm data paths stay plain (docs/tls.md). A missing or unreadable file stops the part at start. `airm up --tls` makes a throwaway CA and sets it.",
   }),
   drainS: opt(num({ min: 0 }), {
     env: "AIRM_DRAIN_S",

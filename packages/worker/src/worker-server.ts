@@ -1,13 +1,29 @@
 // Starts a worker process's pieces: the HTTP server first (so /health answers "loading" at
 // once), then the transport (prefill, decode) and the engine, both chosen by name through the
-// registry and configured from the worker's environment. Used by the CLI and by tests. Knows
-// nothing about the routes' semantics.
+// registry and configured from the worker's environment. With AIRM_TLS_DIR the server is HTTPS and
+// refuses, at the handshake, a caller without a certificate of the deployment's CA. Used by the
+// CLI and by tests. Knows nothing about the routes' semantics.
 
 import { serve } from "@hono/node-server";
 import { keepIdleConnections } from "@airm/internal-api";
 import type { Server } from "node:http";
+import { createServer as createHttpsServer } from "node:https";
 import type { AddressInfo } from "node:net";
-import { ConfigError, engineForBackend, RM_CORE_CONFIG, registry, selectTransport, transportName, type KVTransport, type WorkerRole } from "@airm/rm-core";
+import type { TLSSocket } from "node:tls";
+import {
+  ConfigError,
+  engineForBackend,
+  RM_CORE_CONFIG,
+  refusalReason,
+  registry,
+  selectTransport,
+  serverTlsOptions,
+  tlsMaterialOf,
+  transportName,
+  type KVTransport,
+  type TlsMaterial,
+  type WorkerRole,
+} from "@airm/rm-core";
 import pino, { type Logger } from "pino";
 import { createWorkerApp } from "./app.ts";
 import type { KvEventPublisher } from "./kv-events.ts";
@@ -64,10 +80,25 @@ export interface RunningWorker {
 
 const ROLES: WorkerRole[] = ["prefill", "decode", "solo"];
 
-function listen(app: { fetch: (r: Request) => Response | Promise<Response> }, port: number, host: string): Promise<Server> {
+/** The node-server options of an HTTPS server with mutual TLS (none without TLS: plain HTTP as before). */
+function tlsServing(tls: TlsMaterial | undefined): object {
+  return tls ? { createServer: createHttpsServer, serverOptions: serverTlsOptions(tls) } : {};
+}
+
+/** Logs a refused TLS handshake (a certificate missing, of another CA, expired) at warn; other aborted handshakes (a port probe) at debug. */
+function logRefusals(server: Server, log: Logger): void {
+  server.on("tlsClientError", (err: Error, socket: TLSSocket) => {
+    const reason = refusalReason(err, socket);
+    if (reason) log.warn({ remote: socket.remoteAddress, reason }, `TLS handshake refused: ${reason}`);
+    else log.debug({ remote: socket.remoteAddress, err: err.message }, "TLS handshake aborted");
+  });
+}
+
+function listen(app: { fetch: (r: Request) => Response | Promise<Response> }, port: number, host: string, tls: TlsMaterial | undefined, log: Logger): Promise<Server> {
   return new Promise((resolve, reject) => {
-    const s = serve({ fetch: app.fetch, port, hostname: host }) as Server;
+    const s = serve({ fetch: app.fetch, port, hostname: host, ...tlsServing(tls) }) as Server;
     keepIdleConnections(s);
+    if (tls) logRefusals(s, log);
     s.once("listening", () => resolve(s));
     s.once("error", reject);
   });
@@ -103,8 +134,11 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
   // connections should answer /health and /metrics at once ("loading") rather than time out.
   await registry.load("airm.workloads", engineName).catch(() => {});
   if (kvName) await registry.load("airm.kv_transports", kvName).catch(() => {});
-  const server = await listen(createWorkerApp(rt, o.localPrefill, RM_CORE_CONFIG.resolve({ env }).internalToken), o.port, host);
+  const core = RM_CORE_CONFIG.resolve({ env });
+  const tls = tlsMaterialOf(core.tlsDir);
+  const server = await listen(createWorkerApp(rt, o.localPrefill, core.internalToken), o.port, host, tls, log);
   const port = (server.address() as AddressInfo).port;
+  const url = `${tls ? "https" : "http"}://${host}:${port}`;
 
   let events: KvEventPublisher | null = null;
   const ready = (async () => {
@@ -137,7 +171,7 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
         transport: kvName,
       };
       log.info(
-        { ...info, load_ms: Math.round(performance.now() - t0), url: `http://${host}:${port}` },
+        { ...info, load_ms: Math.round(performance.now() - t0), url, tls: Boolean(tls) },
         `worker ready on ${engine.device.path === "native" ? `native ${engine.device.device}` : "the CPU reference path"}`,
       );
     } catch (err) {
@@ -151,7 +185,7 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
   });
 
   return {
-    url: `http://${host}:${port}`,
+    url,
     port,
     runtime: rt,
     ready,

@@ -138,6 +138,11 @@ export async function freePort(host = "127.0.0.1"): Promise<number> {
 /** The core board's file name in the temp folder, before the launcher's pid. */
 export const CORE_BOARD_PREFIX = "airm-cores-";
 
+/** The scheme of the workers' URLs: https when the parts are given a TLS folder (AIRM_TLS_DIR in the cluster's env), else http. */
+export function workerScheme(env: Record<string, string | undefined> | undefined): "https" | "http" {
+  return env?.AIRM_TLS_DIR ? "https" : "http";
+}
+
 const fill = (template: string, vars: Record<string, string>) => template.replace(/\{(host|port|addr)\}/g, (_, k: string) => vars[k]);
 
 /**
@@ -189,7 +194,7 @@ export async function planCluster(o: ClusterShape, launcherPid: number): Promise
       const name = i === 0 ? role : `${role}-${i + 1}`;
       const localPrefill = role === "decode" && o.localPrefill === true;
       const argv = workerArgv({ role, backend: w.backend ?? DEFAULT_BACKENDS[role], host, port, maxModelLen: o.maxModelLen, batch: w.batch, threads: w.threads, localPrefill });
-      const url = `http://${host}:${port}`;
+      const url = `${workerScheme(env)}://${host}:${port}`;
       const cores: Record<string, string> = coreBoard ? { AIRM_CORE_BOARD: `${coreBoard.path}:${slot++}` } : {};
       if (w.secondThread) cores.AIRM_SECOND_THREAD = w.secondThread;
       parts.push({

@@ -1,13 +1,16 @@
 // The one launcher of local clusters (`airm up`, the end-to-end tests and the benches): plans the
-// processes (cluster-plan.ts), gives them one internal token, checks their ports, creates the
-// transport's cluster folder, starts every part through the supervisor (supervisor.ts: restart,
-// stop everything, or leave alone when one dies), and waits until each is healthy. Stopping
-// removes the cluster folder.
+// processes (cluster-plan.ts), gives them one internal token (and, with TLS, one TLS folder: a
+// throwaway CA's or AIRM_TLS_DIR), checks their ports, creates the transport's cluster folder,
+// starts every part through the supervisor (supervisor.ts: restart, stop everything, or leave
+// alone when one dies), and waits until each is healthy. Stopping removes the cluster folder and
+// a throwaway CA's TLS folder.
 
-import { existsSync, mkdirSync, readdirSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmdirSync, rmSync } from "node:fs";
 import { connect } from "node:net";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { ConfigError, newInternalToken } from "@airm/rm-core";
+import { fetchVia } from "@airm/internal-api";
+import { ConfigError, loadTlsDir, makeTlsDir, newInternalToken, type TlsMaterial } from "@airm/rm-core";
 import type { ChildPart } from "./child-part.ts";
 import { planCluster, type ClusterPlan, type ClusterShape } from "./cluster-plan.ts";
 import { RESTART_POLICY, Supervisor, type OnPartExit, type RestartPolicy } from "./supervisor.ts";
@@ -33,6 +36,13 @@ export interface ClusterOptions extends ClusterShape {
    * folder, and rejects with StartAbortedError (airm up's Ctrl-C before it is up).
    */
   abort?: AbortSignal;
+  /**
+   * Mutual TLS between the parts (airm up --tls): a throwaway CA issues one certificate for every
+   * part into a folder of this launcher's (removed when the cluster stops) and AIRM_TLS_DIR names
+   * it. An AIRM_TLS_DIR already set (in `env` or the inherited environment) is used instead, with
+   * or without this.
+   */
+  tls?: boolean;
   /** Plans the processes instead of planCluster (airm up --topology: each part in a host of the rig). */
   planner?(shape: ClusterShape, launcherPid: number): Promise<ClusterPlan>;
   /**
@@ -68,6 +78,8 @@ export interface RunningCluster {
   plan: ClusterPlan;
   /** The internal token every part was given (AIRM_INTERNAL_TOKEN): what a direct call of a worker's /internal/* route sends. */
   internalToken: string;
+  /** The TLS material every part was given (AIRM_TLS_DIR), null without TLS: what a direct call of a worker presents. */
+  tls: TlsMaterial | null;
   parts: ChildPart[];
   /** The part named `name` ("prefill", "decode-2", "gateway", "kv-relay"...). Throws when absent. */
   part(name: string): ChildPart;
@@ -101,15 +113,60 @@ function probeHeaders(env: Record<string, string | undefined>): Record<string, s
   return key ? { authorization: `Bearer ${key}` } : {};
 }
 
-async function healthy(p: ChildPart, env: Record<string, string | undefined>, reach?: PartReach): Promise<boolean> {
+/** Whether part `p` is ready; a worker serving TLS is asked over mutual TLS with `tls`. */
+async function healthy(p: ChildPart, env: Record<string, string | undefined>, reach?: PartReach, tls?: TlsMaterial): Promise<boolean> {
   const r = p.spec.ready;
   if (r === "connect") return reach ? reach.connect(p.url) : tcpOpen(p.url);
   const url = /^https?:\/\//.test(p.url) ? p.url : `http://${p.url}`;
   const base = reach ? await reach.http(url) : url;
+  const via = url.startsWith("https:") ? fetchVia(tls) : {};
   try {
-    return (await fetch(`${base}${r.http}`, { signal: AbortSignal.timeout(2000), headers: probeHeaders({ ...env, ...p.spec.env }) })).status === 200;
+    return (await fetch(`${base}${r.http}`, { signal: AbortSignal.timeout(2000), headers: probeHeaders({ ...env, ...p.spec.env }), ...via })).status === 200;
   } catch {
     return false;
+  }
+}
+
+/** A launcher's TLS folders are under `<tmp>/<prefix><pid>`, one per cluster. */
+export const TLS_DIR_PREFIX = "airm-tls-";
+
+/** The cluster's TLS folder and material, and how it goes when the cluster stops (a throwaway CA's is removed). */
+interface ClusterTls {
+  dir: string;
+  material: TlsMaterial;
+  remove(): void;
+}
+
+/**
+ * The TLS of a cluster: AIRM_TLS_DIR when it is set (checked now: a missing file stops the start
+ * with its name), else with `o.tls` a throwaway CA's folder made now, else none.
+ */
+function clusterTls(o: ClusterOptions, inherited: Record<string, string | undefined>, log: (line: string) => void): ClusterTls | null {
+  const given = o.env?.AIRM_TLS_DIR || inherited.AIRM_TLS_DIR;
+  if (given) {
+    const material = loadTlsDir(given);
+    log(`airm up: the parts talk mutual TLS with the certificates in ${given} (AIRM_TLS_DIR)`);
+    return { dir: given, material, remove: () => {} };
+  }
+  if (!o.tls) return null;
+  for (const d of sweepStaleClusterDirs(tmpdir(), TLS_DIR_PREFIX)) log(`airm up: removed ${d}, left by an earlier launcher that was killed`);
+  const parent = join(tmpdir(), `${TLS_DIR_PREFIX}${process.pid}`);
+  mkdirSync(parent, { recursive: true, mode: 0o700 });
+  const dir = makeTlsDir(mkdtempSync(join(parent, "cluster-")), { hosts: o.host ? [o.host] : [] });
+  log(`airm up: the parts talk mutual TLS: a throwaway CA issued their certificate in ${dir} (removed when the cluster stops)`);
+  const remove = () => {
+    rmSync(dir, { recursive: true, force: true });
+    try {
+      rmdirSync(parent); // the last cluster of this launcher
+    } catch {
+      // another cluster of this process still has its folder there
+    }
+  };
+  try {
+    return { dir, material: loadTlsDir(dir), remove };
+  } catch (e) {
+    remove();
+    throw e;
   }
 }
 
@@ -166,8 +223,16 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
   // The parts share one internal token (AIRM_INTERNAL_TOKEN): the one given, else a fresh one, so
   // nothing else on the host can call the workers' internal routes or the relay.
   const internalToken = o.env?.AIRM_INTERNAL_TOKEN || inherited.AIRM_INTERNAL_TOKEN || newInternalToken();
-  const plan = await (o.planner ?? planCluster)({ ...o, env: { ...o.env, AIRM_INTERNAL_TOKEN: internalToken } }, process.pid);
-  if (!o.reach) await checkPorts(plan);
+  const tls = clusterTls(o, inherited, log);
+  const tlsEnv: Record<string, string> = tls ? { AIRM_TLS_DIR: tls.dir } : {};
+  let plan: ClusterPlan;
+  try {
+    plan = await (o.planner ?? planCluster)({ ...o, env: { ...o.env, AIRM_INTERNAL_TOKEN: internalToken, ...tlsEnv } }, process.pid);
+    if (!o.reach) await checkPorts(plan);
+  } catch (e) {
+    tls?.remove();
+    throw e;
+  }
   const dir = plan.clusterDir;
   if (dir) {
     for (const d of sweepStaleClusterDirs(dir.under, dir.prefix)) log(`airm up: removed ${d}, left by an earlier launcher that was killed`);
@@ -184,10 +249,11 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
     policy: { ...RESTART_POLICY, ...o.restart },
     log,
     childLog: o.childLog ?? (() => {}),
-    probe: (p) => healthy(p, baseEnv, o.reach),
+    probe: (p) => healthy(p, baseEnv, o.reach, tls?.material),
     afterStop: () => {
       if (dir && existsSync(dir.path)) rmSync(dir.path, { recursive: true, force: true });
       if (board) rmSync(board.path, { force: true });
+      tls?.remove();
     },
   });
   const parts = sup.parts;
@@ -220,7 +286,7 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
     }
     for (const p of [...pending]) {
       if (o.abort?.aborted) break;
-      if (await healthy(p, baseEnv, o.reach)) {
+      if (await healthy(p, baseEnv, o.reach, tls?.material)) {
         pending.delete(p);
         log(`airm up: ${p.name} is healthy`);
       }
@@ -252,6 +318,7 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
     clusterDir: dir?.path ?? null,
     plan,
     internalToken,
+    tls: tls?.material ?? null,
     parts,
     part(name) {
       const p = parts.find((x) => x.name === name);

@@ -15,7 +15,7 @@ import { readFileSync } from "node:fs";
 import { ConfigError, transportNeeds, type SidecarSpec, type TransportNeeds } from "@airm/rm-core";
 import { parse as parseYaml } from "yaml";
 import type { PartSpec } from "./child-part.ts";
-import type { ClusterPlan, ClusterShape, WorkerSpec } from "./cluster-plan.ts";
+import { workerScheme, type ClusterPlan, type ClusterShape, type WorkerSpec } from "./cluster-plan.ts";
 import { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS } from "./defaults.ts";
 import { resolveTopology, type Topology } from "./netns-rig.ts";
 import { binFrom, pluginRegistry } from "./package-bins.ts";
@@ -276,7 +276,7 @@ export function planPlaced(o: ClusterShape, p: PlacedCluster, rig: RigView, laun
         h,
         workerArgv({ role, backend: w.backend ?? DEFAULT_BACKENDS[role], host: ip(h), port, maxModelLen: o.maxModelLen, batch: w.batch, threads: w.threads }),
       );
-      const url = `http://${ip(h)}:${port}`;
+      const url = `${workerScheme(env)}://${ip(h)}:${port}`;
       const nice = w.nice === undefined ? {} : { nice: w.nice };
       parts.push({ name, argv, env: { MODEL: w.model ?? o.model, ...hostEnv.get(h), ...w.env }, url, host: h, ready: { http: "/health" }, drains: "worker", ...nice });
       bind(name, h, port);

@@ -99,11 +99,14 @@ export const UP_COMMAND = defineCommand({
       defaultText: "none: every part on 127.0.0.1",
       doc: "YAML or JSON: hosts of a rig of network namespaces on one switch (links shaped with tc: rate, burst, latency, mtu) and `place`, the host of gateway, prefill, decode (a list: one worker per entry) and relay; each part runs in its host's namespace on its address, the transport's per-host sidecar (the NIXL agent) beside the workers, and the gateway is reached on 127.0.0.1:--port. Needs root. The hosts share this machine's memory, so UCX is held to TCP over eth0 (UCX_TLS=tcp, UCX_NET_DEVICES=eth0 unless set). A transport with a folder of one machine (shm) is refused across hosts",
     }),
+    tls: switchOf({
+      doc: "mutual TLS between the parts: a throwaway CA (openssl) issues one certificate for them all into a folder removed when the cluster stops, and every part gets it as AIRM_TLS_DIR (workers and the KV relay serve TLS and refuse callers without a certificate of that CA; the gateway and the transports present it). An AIRM_TLS_DIR already set is used instead. The gateway's own port stays plain HTTP",
+    }),
     quiet: switchOf({ doc: "do not echo the parts' own log lines" }),
   },
   env: [RM_CORE_CONFIG],
   notes:
-    "Stop with Ctrl-C (SIGINT) or SIGTERM: every part is stopped and the cluster's folder removed.\nIf a part dies, airm up says which and why and restarts it (the gateway routes around it meanwhile); a part that keeps dying makes it stop the rest and exit 1.\nThe parts share a fresh internal token (AIRM_INTERNAL_TOKEN, or yours when it is set); with AIRM_API_KEY set the gateway asks for that key.",
+    "Stop with Ctrl-C (SIGINT) or SIGTERM: every part is stopped and the cluster's folder removed.\nIf a part dies, airm up says which and why and restarts it (the gateway routes around it meanwhile); a part that keeps dying makes it stop the rest and exit 1.\nThe parts share a fresh internal token (AIRM_INTERNAL_TOKEN, or yours when it is set); with AIRM_API_KEY set the gateway asks for that key; with --tls or AIRM_TLS_DIR they talk mutual TLS (docs/tls.md).",
 });
 
 /** The ready-to-paste requests; with API keys they send the key from the shell's AIRM_API_KEY (never printed). */
@@ -150,6 +153,7 @@ export function upCluster(f: UpFlags, model: string): ClusterOptions {
     maxModelLen: f.maxModelLen,
     coreBoard: auto,
     readyTimeoutMs: f.readyTimeout * 1000,
+    tls: f.tls,
     onPartExit: f.maxRestarts === 0 ? "stop-all" : "restart",
     restart: { maxDeaths: f.maxRestarts + 1 },
     env: {
@@ -257,7 +261,7 @@ export async function up(argv: string[]): Promise<number> {
   process.stdout.write(
     [
       "",
-      `rngd-pd is up: ${cluster.url}  (KV transport ${f.kvTransport}${sidecars}, decode on ${f.decodeBackend})`,
+      `rngd-pd is up: ${cluster.url}  (KV transport ${f.kvTransport}${sidecars}, decode on ${f.decodeBackend}${cluster.tls ? `; mutual TLS between the parts, ${cluster.tls.dir}` : ""})`,
       ...placement,
       "",
       tryIt(cluster.url, modelId, Boolean(key)),

@@ -132,7 +132,7 @@ function placement(c: Context, o: GatewayAppOptions): Placement {
   if (!/^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):\d{1,5}$/.test(named)) {
     throw new ApiError(400, "invalid_request", `${PREFILLER_HEADER} must be host:port, got ${JSON.stringify(named.slice(0, 100))}`, PREFILLER_HEADER);
   }
-  const ep = o.prefillPool.byUrl(`http://${named}`);
+  const ep = o.prefillPool.byHostPort(named);
   if (!ep) {
     throw new ApiError(
       403,

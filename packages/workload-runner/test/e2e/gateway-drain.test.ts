@@ -1,6 +1,6 @@
 // The gateway's drain with real processes (a PD cluster as airm up runs it). Told to stop
 // (SIGTERM) while it streams four long completions, the gateway at once says draining on /health
-// (503), refuses a new request with 503 gateway_draining, Retry-After and a closed connection, lets
+// (503) and on /metrics (airm_draining 1, for endpoint pickers), refuses a new request with 503 gateway_draining, Retry-After and a closed connection, lets
 // the four streams finish whole (every token, [DONE], the same tokens as an undisturbed run), then
 // exits 0 by itself. With a drain period too short for the streams, what is left ends with an
 // error event gateway_draining (not a cut connection) and the workers are left with no lease and no
@@ -115,14 +115,27 @@ describe("gateway drain", () => {
     const gateway = c.part("gateway");
     let refused: Awaited<ReturnType<typeof fresh>> | undefined;
     let probe: Awaited<ReturnType<typeof fresh>> | undefined;
+    let metricsText = "";
     const runs = await four(c.url, id, async () => {
       gateway.child.kill("SIGTERM");
       await until(async () => (await fresh(`${c.url}/health`)).status === 503, "the gateway to say it drains", 10_000, 5);
       probe = await fresh(`${c.url}/health`);
+      metricsText = await new Promise<string>((resolve, reject) =>
+        request(`${c.url}/metrics`, { agent: false }, (res) => {
+          let t = "";
+          res.setEncoding("utf8");
+          res.on("data", (d: string) => (t += d));
+          res.on("end", () => resolve(t));
+        })
+          .on("error", reject)
+          .end(),
+      );
       refused = await fresh(`${c.url}/v1/completions`, "POST", body(id, 9));
     });
     expect(probe).toMatchObject({ status: 503, body: { status: "draining" } });
     expect(probe!.body.open_requests).toBeGreaterThan(0);
+    // what an endpoint picker that scrapes the gateway sees (ours passes a draining server over)
+    expect(metricsText).toMatch(/^airm_draining 1$/m);
     expect(refused).toMatchObject({ status: 503, headers: { "retry-after": "1", connection: "close" }, body: { error: { code: "gateway_draining" } } });
     expectWhole(runs, calm);
     expect(await gateway.exited).toBe(0);

@@ -8,6 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { WorkerClient, type DecodeRequest, type GenerateRequest, type PrefillRequest, type WorkerEvent } from "@airm/internal-api";
 import { makeTinyModel, type TinyModelOptions } from "@airm/llama";
+import type { TlsMaterial } from "@airm/rm-core";
 import { startLocalCluster, type ClusterOptions, type RunningCluster, type WorkerSpec } from "../../src/index.ts";
 
 /** A generated tiny model (deterministic) in a new temp folder. */
@@ -83,20 +84,20 @@ async function collect(first: { token: number; text: string; promptTokens: numbe
   throw new Error("the stream ended without a done event");
 }
 
-/** One request through a solo worker's internal API (with the cluster's internal token): the token ids it generates. */
-export async function soloTokens(soloUrl: string, body: GenerateRequest, token?: string): Promise<TokenRun> {
-  const events = (await new WorkerClient(soloUrl, undefined, { token }).generate(body)).events(120_000);
+/** One request through a solo worker's internal API (with the cluster's internal token and TLS material): the token ids it generates. */
+export async function soloTokens(soloUrl: string, body: GenerateRequest, token?: string, tls?: TlsMaterial): Promise<TokenRun> {
+  const events = (await new WorkerClient(soloUrl, undefined, { token, tls }).generate(body)).events(120_000);
   const first = await events.next();
   if (first.done || first.value.type !== "first") throw new Error(`no first event: ${JSON.stringify(first.value)}`);
   return collect(first.value, events);
 }
 
-/** One request through a prefill and a decode worker's internal API (decode sent first: prefetch). */
-export async function pdTokens(prefillUrl: string, decodeUrl: string, body: PrefillRequest, token?: string): Promise<TokenRun> {
+/** One request through a prefill and a decode worker's internal API (decode sent first: prefetch), over mutual TLS with `tls`. */
+export async function pdTokens(prefillUrl: string, decodeUrl: string, body: PrefillRequest, token?: string, tls?: TlsMaterial): Promise<TokenRun> {
   const decodeBody: DecodeRequest = { requestId: body.requestId, maxTokens: body.maxTokens, sampling: body.sampling };
-  const decode = new WorkerClient(decodeUrl, undefined, { token }).decode(decodeBody);
+  const decode = new WorkerClient(decodeUrl, undefined, { token, tls }).decode(decodeBody);
   decode.catch(() => {});
-  const prefill = new WorkerClient(prefillUrl, undefined, { token });
+  const prefill = new WorkerClient(prefillUrl, undefined, { token, tls });
   const p = await prefill.prefill(body);
   const run = await collect(p.first, (await decode).events(120_000));
   await prefill.release({ requestId: body.requestId });
