@@ -6,17 +6,34 @@
 // (after warm-up) against the end, and requests per second in the first and the last tenth.
 //
 //   pnpm bench soak [--minutes 10] [--clients 4]
+//
+// With --faults it is the fault soak instead (soak/faults.ts): KV over tcp, 16 streaming clients,
+// a decode worker, the prefill worker and the relay killed in turn every --fault-every-s, every
+// answer checked against an undisturbed run of the same requests.
+//
+//   pnpm bench soak --faults [--minutes 30] [--clients 16] [--fault-every-s 120]
 
-import { flagOf, int, text } from "../packages/rm-core/src/index.ts";
+import { flagOf, int, switchOf, text } from "../packages/rm-core/src/index.ts";
 import { benchArgs, finalLine, sseEvents } from "./lib.ts";
+import { faultSoak } from "./soak/faults.ts";
 import { sample, span, upDefaults, type Sample } from "./soak/sample.ts";
 
 const args = benchArgs("soak", "airm up's defaults under mixed traffic (streams, cancels, deadlines, bad input) for N minutes: RSS, fds, blobs, leases", {
-  minutes: flagOf(int({ min: 1 }), { default: 10, doc: "how long the traffic runs" }),
-  clients: flagOf(int({ min: 1 }), { default: 4, doc: "concurrent closed-loop clients" }),
+  minutes: flagOf(int({ min: 1 }), { defaultText: "10; 30 with --faults", doc: "how long the traffic runs" }),
+  clients: flagOf(int({ min: 1 }), { defaultText: "4; 16 with --faults", doc: "concurrent closed-loop clients" }),
   sampleS: flagOf(int({ min: 1 }), { default: 10, doc: "seconds between samples" }),
   model: flagOf(text({ label: "path" }), { defaultText: "airm up's default", doc: "model to serve" }),
+  faults: switchOf({
+    doc: "the fault soak: KV over tcp, streaming clients, a decode worker, the prefill worker and the relay killed in turn; answers checked against an undisturbed run",
+  }),
+  faultEveryS: flagOf(int({ min: 5 }), { default: 120, doc: "with --faults: seconds between two kills" }),
 });
+if (args.faults) {
+  await faultSoak({ minutes: args.minutes ?? 30, clients: args.clients ?? 16, sampleS: args.sampleS, faultEveryS: args.faultEveryS, model: args.model });
+  process.exit(0);
+}
+const minutes = args.minutes ?? 10;
+const clients = args.clients ?? 4;
 
 type Kind = "stream" | "json" | "cancel" | "deadline" | "bad";
 /** The mix each client walks through: bad input once in twenty requests. */
@@ -102,9 +119,9 @@ async function one(kind: Kind, url: string, modelId: string, n: number): Promise
 }
 
 const modelId = ((await (await fetch(`${cluster.url}/v1/models`)).json()) as { data: { id: string }[] }).data[0].id;
-console.log(`soak: ${modelNote}; ${args.clients} clients for ${args.minutes} min; sample every ${args.sampleS} s`);
+console.log(`soak: ${modelNote}; ${clients} clients for ${minutes} min; sample every ${args.sampleS} s`);
 const t0 = performance.now();
-const endAt = t0 + args.minutes * 60_000;
+const endAt = t0 + minutes * 60_000;
 const samples: Sample[] = [await sample(cluster, t0)];
 let running = true;
 const sampler = (async () => {
@@ -114,7 +131,7 @@ const sampler = (async () => {
   }
 })();
 await Promise.all(
-  Array.from({ length: args.clients }, async (_, c) => {
+  Array.from({ length: clients }, async (_, c) => {
     for (let i = c; performance.now() < endAt; i++) {
       const kind = MIX[i % MIX.length];
       try {
@@ -139,7 +156,7 @@ for (let i = 0; i < 50 && (last.blobs > 0 || last.leases > 0); i++) {
 samples.push(last);
 await cluster.stop();
 
-const total = args.minutes * 60;
+const total = minutes * 60;
 const warmAt = samples.findIndex((s) => s.t >= total / 10);
 const parts = Object.fromEntries(
   Object.keys(samples[0].parts).map((name) => {
@@ -163,8 +180,8 @@ console.log(`  blobs max ${Math.max(...samples.map((s) => s.blobs))}, end ${last
 console.log(`  requests/s: first tenth ${firstTenth.toFixed(2)}, last tenth ${lastTenth.toFixed(2)}`);
 finalLine({
   bench: "soak",
-  minutes: args.minutes,
-  clients: args.clients,
+  minutes: minutes,
+  clients: clients,
   requests: Object.fromEntries(Object.entries(counts).map(([k, c]) => [k, c.done])),
   unexpected: Object.values(counts).reduce((a, c) => a + c.unexpected, 0),
   parts,

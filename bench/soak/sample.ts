@@ -4,7 +4,7 @@
 
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { startUpCluster, type RunningCluster } from "../../packages/workload-runner/src/index.ts";
+import { startUpCluster, type ClusterOptions, type RunningCluster } from "../../packages/workload-runner/src/index.ts";
 
 export interface PartSample {
   rssKb: number;
@@ -58,9 +58,16 @@ export async function sample(c: RunningCluster, t0: number): Promise<Sample> {
   return { t: (performance.now() - t0) / 1000, parts, blobs: blobLinks(c.clusterDir), leases };
 }
 
-/** `airm up` with its defaults (plus `extra` flags) on free ports, started in this process. */
-export function upDefaults(extra: string[], gatewayEnv: Record<string, string> = {}): Promise<{ cluster: RunningCluster; modelNote: string }> {
-  return startUpCluster(extra, { env: process.env, gatewayEnv });
+/**
+ * `airm up` with its defaults (plus `extra` flags) on free ports, started in this process;
+ * `adjust` changes the launcher's options last (a restart policy, a sidecar's variables).
+ */
+export function upDefaults(
+  extra: string[],
+  gatewayEnv: Record<string, string> = {},
+  adjust?: (c: ClusterOptions) => ClusterOptions,
+): Promise<{ cluster: RunningCluster; modelNote: string }> {
+  return startUpCluster(extra, { env: process.env, gatewayEnv, adjust });
 }
 
 /** start / max / end of a series. */

@@ -257,6 +257,22 @@ export class EndpointPool {
   }
 
   /** pick(), away from the endpoints in `avoid` when another one is healthy (a moved request's next try). */
+  /**
+   * Resolves true once an endpoint not in `exclude` is healthy and its breaker lets a call through
+   * (at once when one is), false after `ms` or when `signal` aborts: a request waits for a worker
+   * that restarts instead of failing while it loads. Probes of a down endpoint come every
+   * RECOVERY_PROBE_MS, so this looks every 50 ms.
+   */
+  async untilHealthy(ms: number, signal: AbortSignal, exclude: Set<Endpoint> = new Set()): Promise<boolean> {
+    const end = performance.now() + ms;
+    for (;;) {
+      const now = performance.now();
+      if (this.endpoints.some((e) => e.healthy && !exclude.has(e) && this.breakerAllows(e, now))) return true;
+      if (now >= end || signal.aborted) return false;
+      await new Promise((r) => setTimeout(r, Math.min(50, end - now)));
+    }
+  }
+
   pickAvoiding(avoid?: Set<Endpoint>, affinity?: Affinity | null): Endpoint | undefined {
     return (avoid?.size ? this.pick(avoid, affinity) : undefined) ?? this.pick(undefined, affinity);
   }

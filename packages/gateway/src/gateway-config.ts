@@ -46,6 +46,11 @@ export const GATEWAY_CONFIG = defineConfig("@airm/gateway", {
     default: 3,
     doc: "Times one streamed generation may move to another worker after its worker died, went silent, lost its KV or handed it back on drain (0: never; the client then gets the error). The prompt and the tokens already sent are prefilled again and decoding resumes at the next token, with the tokens the first worker would have given (the sampler is keyed by seed and position). Not for n or best_of > 1.",
   }),
+  workerWaitS: opt(num({ min: 0 }), {
+    env: "AIRM_WORKER_WAIT_S",
+    default: 30,
+    doc: "How long a request waits for a worker of a role when none is healthy (one restarting after a crash, or still loading), and for the one it was sent to when that one died before taking the request, before it gets 503 no_healthy_worker (0: at once). Waiting requests count against AIRM_MAX_WAITING.",
+  }),
   routing: opt(oneOf(ROUTINGS), {
     env: "AIRM_ROUTING",
     default: "prefix",

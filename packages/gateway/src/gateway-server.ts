@@ -137,6 +137,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     prefillTimeoutMs: cfg.prefillTimeoutMs,
     decodeIdleTimeoutMs: cfg.decodeIdleTimeoutMs,
     kvTimeoutMs: cfg.kvTimeoutMs,
+    workerWaitMs: cfg.workerWaitS * 1000,
     localPrefill: localPrefill === true,
     disaggregation: disaggregation ?? "auto",
     onPath: (id, p) => {

@@ -24,6 +24,8 @@ export interface OrchestratorOptions {
   prefillTimeoutMs: number;
   decodeIdleTimeoutMs: number;
   kvTimeoutMs: number;
+  /** How long a request waits for a healthy worker of a role (a restarting one) before 503 (AIRM_WORKER_WAIT_S; default 0). */
+  workerWaitMs?: number;
   /**
    * PD: a request no endpoint picker gave a prefill pod (no x-prefiller-host-port) runs whole on a
    * decode worker (its /internal/generate: `airm-worker --local-prefill`), as llm-d's sidecar does.

@@ -31,6 +31,8 @@ export interface PdOptions {
   router?: PrefixRouter;
   /** The prompt's affinity when the caller worked it out already (undefined: ask the router). */
   affinity?: Affinity | null;
+  /** How long to wait for a healthy worker of a role (a restarting one) before 503 (default 0). */
+  workerWaitMs?: number;
 }
 
 /** The pool's pick, away from `avoid` when another endpoint is healthy. */
@@ -161,6 +163,8 @@ class PdRequest {
         return { retry: full ? "full (429)" : causeOf(err) };
       },
       exhausted: (err, ep) => (err instanceof ApiError ? err : new ApiError(502, "prefill_unreachable", `prefill worker ${ep.url} did not answer: ${causeOf(err)}`)),
+      waitMs: this.o.workerWaitMs,
+      signal,
       moved: (ep) => {
         this.pre = ep;
         this.reason = "aborted";
@@ -190,6 +194,8 @@ class PdRequest {
         return { retry: causeOf(err) };
       },
       exhausted: (err, ep) => new ApiError(502, "decode_unreachable", `decode worker ${ep.url} did not answer: ${causeOf(err)}`),
+      waitMs: this.o.workerWaitMs,
+      signal,
       moved: (ep) => {
         this.dec = ep;
         this.reason = "aborted";
@@ -219,6 +225,8 @@ function prefixWhy(a: Affinity, e: Endpoint): string {
 
 export async function* runPd(o: PdOptions, req: Generation, requestId: string, signal: AbortSignal): AsyncGenerator<GenEvent> {
   const affinity = o.affinity !== undefined ? o.affinity : o.router ? await o.router.affinity(req, [o.prefill, o.decode], o.decode, signal) : null;
+  // A role with no healthy worker (one restarting): wait for it, up to workerWaitMs.
+  for (const pool of o.prefillAt ? [o.decode] : [o.prefill, o.decode]) await pool.untilHealthy(o.workerWaitMs ?? 0, signal);
   if (signal.aborted) return;
   const r = new PdRequest(o, req, requestId, affinity);
   const onAbort = () => {

@@ -1,7 +1,8 @@
 // The one retry the orchestrator makes inside an attempt: a worker call that failed before the
 // worker took anything of the request (it refused the connection, was full, or its call never
-// started) goes to the next healthy endpoint of the same pool, none tried twice. Failures after
-// the first token are migration's (migration.ts), not this.
+// started) goes to the next healthy endpoint of the same pool; once each was tried, to one that is
+// healthy again within the wait (a restarted worker). Failures after the first token are
+// migration's (migration.ts), not this.
 import type { Span } from "@opentelemetry/api";
 import type { Endpoint, EndpointPool } from "../endpoint-pool.ts";
 import { notePick } from "./worker-calls.ts";
@@ -22,7 +23,17 @@ export interface RetryOptions<T> {
   exhausted(err: unknown, ep: Endpoint): unknown;
   /** The request now runs on `ep` (the outstanding counts have moved). */
   moved(ep: Endpoint): void;
+  /**
+   * With no untried endpoint left: how long to wait for any endpoint of the pool to be healthy
+   * again (the one that died, restarted) before giving up; 0 or absent: give up at once.
+   */
+  waitMs?: number;
+  /** Ends that wait (the client left). */
+  signal?: AbortSignal;
 }
+
+/** Endpoints tried at most this many times over by one call's retries (a restarted one counts again). */
+const MAX_ROUNDS = 3;
 
 /** The first answer of the call on `first` or the endpoints after it; null when the client left. */
 export async function onNextEndpoints<T>(o: RetryOptions<T>): Promise<T | null> {
@@ -36,7 +47,7 @@ export async function onNextEndpoints<T>(o: RetryOptions<T>): Promise<T | null> 
       const f = o.failed(err, ep);
       if ("stop" in f) return null;
       if ("fail" in f) throw f.fail;
-      const next = o.pool.pick(tried);
+      const next = o.pool.pick(tried) ?? (await again(o, attempt));
       if (!next) throw o.exhausted(err, ep);
       o.span.addEvent("airm.retry", { "airm.from": ep.url, "airm.to": next.url, "airm.reason": f.retry });
       notePick(o.span, o.pool, next, tried);
@@ -46,4 +57,13 @@ export async function onNextEndpoints<T>(o: RetryOptions<T>): Promise<T | null> 
       o.moved(ep);
     }
   }
+}
+
+/**
+ * Every endpoint was tried: one that comes back healthy within `waitMs` (a worker that died and was
+ * restarted) is picked again, up to MAX_ROUNDS times the pool's size in all.
+ */
+async function again<T>(o: RetryOptions<T>, attempt: number): Promise<Endpoint | undefined> {
+  if (!o.waitMs || !o.signal || attempt + 1 >= MAX_ROUNDS * o.pool.endpoints.length) return undefined;
+  return (await o.pool.untilHealthy(o.waitMs, o.signal)) ? o.pool.pick() : undefined;
 }

@@ -23,10 +23,13 @@ export interface SoloTimeouts {
   router?: PrefixRouter;
   /** The prompt's affinity when the caller worked it out already (undefined: ask the router). */
   affinity?: Affinity | null;
+  /** How long to wait for a healthy worker (a restarting one) before 503 (default 0). */
+  workerWaitMs?: number;
 }
 
 export async function* runSolo(pool: EndpointPool, t: SoloTimeouts, req: Generation, requestId: string, signal: AbortSignal): AsyncGenerator<GenEvent> {
   const affinity = t.affinity !== undefined ? t.affinity : t.router ? await t.router.affinity(req, [pool], pool, signal) : null;
+  await pool.untilHealthy(t.workerWaitMs ?? 0, signal);
   if (signal.aborted) return;
   const ep = pool.pickAvoiding(t.trail?.avoid, affinity);
   if (!ep) throw new ApiError(503, "no_healthy_worker", `no healthy ${pool.role} worker: ${pool.describeDown()}`);

@@ -69,7 +69,10 @@ async function expectNoLeaks(c: RunningCluster, shmRoot = c.clusterDir, relayMet
 
 describe("fault matrix", () => {
   it("prefill killed while pushing KV: 502 naming the prefill worker; the decode's wait ends; nothing left", async () => {
-    const pd = await cluster({ model: slowModel, maxModelLen: SLOW_S });
+    // Nothing restarts the prefill worker here: the gateway is told not to wait for it to come
+    // back (AIRM_WORKER_WAIT_S=0; waiting for a restarted worker is the fault soak's and
+    // gateway-drain's business), so the error comes at once.
+    const pd = await cluster({ model: slowModel, maxModelLen: SLOW_S, gatewayEnv: { AIRM_WORKER_WAIT_S: "0", AIRM_HEALTH_INTERVAL_MS: "500" } });
     clusters.push(pd);
     const id = await modelId(pd);
     const keys = join(pd.clusterDir!, "keys");
@@ -84,6 +87,24 @@ describe("fault matrix", () => {
     expect(r.status).toBe(502);
     expect(r.body.error.code).toBe("prefill_unreachable");
     expect(r.body.error.message).toContain(prefill.url);
+    await expectNoLeaks(pd);
+  });
+
+  it("the only prefill worker killed and restarted by the launcher: requests sent meanwhile wait for it (AIRM_WORKER_WAIT_S) and are answered, the same as before", async () => {
+    const pd = await cluster({ model: slowModel, maxModelLen: SLOW_S, onPartExit: "restart" });
+    clusters.push(pd);
+    const id = await modelId(pd);
+    const body = { model: id, prompt: "A restart should cost nothing but time:", max_tokens: 8, temperature: 0 };
+    const before = await postJson(`${pd.url}/v1/completions`, body);
+    expect(before.status).toBe(200);
+    const prefill = pd.part("prefill");
+    prefill.child.kill("SIGKILL");
+    await prefill.exited;
+    const during = await Promise.all([0, 1, 2].map(() => postJson(`${pd.url}/v1/completions`, body)));
+    for (const r of during) {
+      expect(r.status, JSON.stringify(r.body)).toBe(200);
+      expect(r.body.choices[0].text).toBe(before.body.choices[0].text);
+    }
     await expectNoLeaks(pd);
   });
 

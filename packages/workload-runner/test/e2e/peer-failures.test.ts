@@ -209,7 +209,8 @@ describe("PD failures reported against peer projects", () => {
     const pd = await started({
       model: slow,
       maxModelLen: S,
-      gatewayEnv: { AIRM_HEALTH_INTERVAL_MS: "60000", AIRM_PREFILL_TIMEOUT_MS: String(prefillMs), AIRM_KV_TIMEOUT_MS: String(kvMs) },
+      // the prefill worker is not restarted here: no wait for it to come back (AIRM_WORKER_WAIT_S=0)
+      gatewayEnv: { AIRM_HEALTH_INTERVAL_MS: "60000", AIRM_PREFILL_TIMEOUT_MS: String(prefillMs), AIRM_KV_TIMEOUT_MS: String(kvMs), AIRM_WORKER_WAIT_S: "0" },
     });
     const id = await modelId(pd);
     const t0 = Date.now();
