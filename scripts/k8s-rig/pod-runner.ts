@@ -128,13 +128,12 @@ export class PodRunner {
     const services = JSON.parse(this.rig.kubectl(["get", "services", "-n", this.namespace, "-o", "json"])) as { items: Obj[] };
     this.podList = list.items;
     this.syncServices(services.items);
-    const live = new Set<string>();
-    for (const pod of list.items) {
-      const uid = pod.metadata.uid as string;
-      const running = pod.status?.phase === "Running" && pod.status?.podIP && !pod.metadata.deletionTimestamp;
-      if (!running || !this.onKwokNode(pod)) continue;
-      live.add(uid);
-      if (this.pods.has(uid)) continue;
+    const running = list.items.filter((pod) => pod.status?.phase === "Running" && pod.status?.podIP && !pod.metadata.deletionTimestamp && this.onKwokNode(pod));
+    const live = new Set<string>(running.map((pod) => pod.metadata.uid as string));
+    // Pods gone first: their IPs count as in use from now on (stopPod marks them at once).
+    for (const p of [...this.pods.values()]) if (!live.has(p.uid)) void this.stopPod(p);
+    for (const pod of running) {
+      if (this.pods.has(pod.metadata.uid)) continue;
       // kwok hands a deleted pod's IP out again at once; a kubelet does not while the old pod's
       // processes still run (its preStop pause, its drain). The new pod starts once they are gone.
       if (this.stoppingIps.has(pod.status.podIP)) continue;
@@ -143,7 +142,6 @@ export class PodRunner {
       if (cmds.some((c) => c === null)) continue; // a Service it needs has no pod yet
       this.startPod(pod, cmds as Cmd[]);
     }
-    for (const p of [...this.pods.values()]) if (!live.has(p.uid)) void this.stopPod(p);
   }
 
   /** Whether the pod's node is one of kwok's (lists the nodes again when it names one not seen yet). */

@@ -194,11 +194,21 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     tools: { parser: cfg.toolCallParser === "none" ? null : cfg.toolCallParser },
     log,
   });
-  const server = await listen(app.fetch, opts.port, host);
+  // What runs so far (probe timers, the pool watch, the grammar thread) would keep a gateway that
+  // cannot listen alive: stopped before the error goes up, so that the process exits.
+  const abandon = async (err: unknown, opened: Server[]): Promise<never> => {
+    members?.stop();
+    router?.close();
+    for (const p of all) p.stop();
+    await Promise.all([...opened.map(closeServer), grammar.close()]);
+    throw err;
+  };
+  const server = await listen(app.fetch, opts.port, host).catch((err) => abandon(err, []));
   const port = (server.address() as AddressInfo).port;
   let metricsServer: Server | undefined;
   if (cfg.metricsPort !== undefined) {
-    metricsServer = await listen(async () => new Response(await metrics.registry.metrics(), { headers: { "content-type": metrics.registry.contentType } }), cfg.metricsPort, host);
+    const scrape = async () => new Response(await metrics.registry.metrics(), { headers: { "content-type": metrics.registry.contentType } });
+    metricsServer = await listen(scrape, cfg.metricsPort, host).catch((err) => abandon(err, [server]));
   }
   return {
     url: `http://${host}:${port}`,
