@@ -18,7 +18,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
 import { waitGone } from "../../scripts/rig-cleanup.ts";
-import { ended, leftovers, removeRun, type Run, type RunQuery, show, startRun, stateOf, untilNothingLeft } from "../interrupt-helpers.ts";
+import { ended, leftovers, removeRun, type Run, type RunQuery, show, startRun, stateOf } from "../interrupt-helpers.ts";
 import type { NodeRunState } from "./fixtures/node-run.ts";
 
 const repo = join(import.meta.dirname, "..", "..");
