@@ -10,7 +10,7 @@ import { startFlipProxy } from "@airm/kv-relay/testing";
 import { newInternalToken } from "@airm/rm-core";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { binPath, freePort, type RunningCluster } from "../../src/index.ts";
-import { cluster, deadSlabs, health, leftoverBlobs, modelId, postJson, tinyModel, until } from "../helpers/cluster.ts";
+import { cluster, deadSlabs, health, leftoverBlobs, modelId, postJson, tinyModel, until, SLOW_MODEL } from "../helpers/cluster.ts";
 
 const SLOW_S = 512;
 /** Big enough that prefill and decode take a while on the CPU path, so a fault lands mid-request. */
@@ -19,7 +19,7 @@ const clusters: RunningCluster[] = [];
 const cleanups: (() => unknown)[] = [];
 
 beforeAll(() => {
-  slowModel = tinyModel({ arch: "llama", layers: 8, hidden: 512, heads: 8, kvHeads: 2, intermediate: 1536 });
+  slowModel = tinyModel(SLOW_MODEL);
 });
 afterEach(async () => {
   await Promise.all(clusters.splice(0).map((c) => c.stop()));

@@ -10,7 +10,7 @@ import { rmSync } from "node:fs";
 import { request } from "node:http";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { sseEvents, type RunningCluster } from "../../src/index.ts";
-import { cluster, health, modelId, tinyModel, until } from "../helpers/cluster.ts";
+import { cluster, health, modelId, tinyModel, until, SLOW_MODEL } from "../helpers/cluster.ts";
 
 const S = 512;
 const TOKENS = 160;
@@ -19,7 +19,7 @@ const clusters: RunningCluster[] = [];
 
 beforeAll(() => {
   // Big enough that four streams of 160 tokens take a few seconds on the CPU path.
-  model = tinyModel({ arch: "llama", layers: 8, hidden: 512, heads: 8, kvHeads: 2, intermediate: 1536 });
+  model = tinyModel(SLOW_MODEL);
 });
 afterEach(async () => {
   await Promise.all(clusters.splice(0).map((c) => c.stop()));
@@ -73,13 +73,13 @@ async function stream(url: string, b: unknown, seen: (n: number) => void): Promi
  * One request on a connection of its own (a draining gateway closes idle kept-open connections, and
  * a request sent on one as it closes would fail with a reset: the client's race, not the gateway's).
  */
-function fresh(url: string, method = "GET", payload?: unknown): Promise<{ status: number; headers: Record<string, unknown>; body: any }> {
+function fresh(url: string, method = "GET", payload?: unknown): Promise<{ status: number; headers: Record<string, unknown>; text: string; body: any }> {
   return new Promise((resolve, reject) => {
     const req = request(url, { method, agent: false, headers: { "content-type": "application/json" } }, (res) => {
       let text = "";
       res.setEncoding("utf8");
       res.on("data", (d: string) => (text += d));
-      res.on("end", () => resolve({ status: res.statusCode!, headers: res.headers, body: JSON.parse(text) }));
+      res.on("end", () => resolve({ status: res.statusCode!, headers: res.headers, text, body: /json/.test(String(res.headers["content-type"])) ? JSON.parse(text) : null }));
     });
     req.on("error", reject);
     req.end(payload === undefined ? undefined : JSON.stringify(payload));
@@ -120,16 +120,7 @@ describe("gateway drain", () => {
       gateway.child.kill("SIGTERM");
       await until(async () => (await fresh(`${c.url}/health`)).status === 503, "the gateway to say it drains", 10_000, 5);
       probe = await fresh(`${c.url}/health`);
-      metricsText = await new Promise<string>((resolve, reject) =>
-        request(`${c.url}/metrics`, { agent: false }, (res) => {
-          let t = "";
-          res.setEncoding("utf8");
-          res.on("data", (d: string) => (t += d));
-          res.on("end", () => resolve(t));
-        })
-          .on("error", reject)
-          .end(),
-      );
+      metricsText = (await fresh(`${c.url}/metrics`)).text;
       refused = await fresh(`${c.url}/v1/completions`, "POST", body(id, 9));
     });
     expect(probe).toMatchObject({ status: 503, body: { status: "draining" } });

@@ -10,7 +10,7 @@
 import { rmSync } from "node:fs";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { sseEvents, type RunningCluster } from "../../src/index.ts";
-import { cluster, health, modelId, tinyModel, until } from "../helpers/cluster.ts";
+import { cluster, health, modelId, tinyModel, until, SLOW_MODEL } from "../helpers/cluster.ts";
 
 const S = 512;
 const TOKENS = 200;
@@ -19,7 +19,7 @@ const clusters: RunningCluster[] = [];
 
 beforeAll(() => {
   // Big enough that 8 streams of 200 tokens take a few seconds on the CPU path, so the kill lands mid-stream.
-  model = tinyModel({ arch: "llama", layers: 8, hidden: 512, heads: 8, kvHeads: 2, intermediate: 1536 });
+  model = tinyModel(SLOW_MODEL);
 });
 afterEach(async () => {
   await Promise.all(clusters.splice(0).map((c) => c.stop()));

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { WorkerClient } from "@airm/internal-api";
 import { INTERNAL_TOKEN_HEADER } from "@airm/rm-core";
 import type { RunningCluster } from "../../src/index.ts";
-import { cluster, health, leftoverBlobs, modelId, postJson, settledLeftovers, tinyModel, until } from "../helpers/cluster.ts";
+import { cluster, health, leftoverBlobs, modelId, postJson, settledLeftovers, tinyModel, until, SLOW_MODEL } from "../helpers/cluster.ts";
 
 const S = 256;
 let model: string;
@@ -20,7 +20,7 @@ const clusters: RunningCluster[] = [];
 beforeAll(() => {
   model = tinyModel();
   otherModel = tinyModel({ arch: "llama", seed: 7 });
-  slowModel = tinyModel({ arch: "llama", layers: 8, hidden: 512, heads: 8, kvHeads: 2, intermediate: 1536 });
+  slowModel = tinyModel(SLOW_MODEL);
 });
 afterEach(async () => {
   await Promise.all(clusters.splice(0).map((c) => c.stop()));

@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { INTERNAL_TOKEN_HEADER } from "@airm/rm-core";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { sseEvents, type RunningCluster } from "../../src/index.ts";
-import { cluster, expectNothingLeft, health, modelId, postJson, tinyModel, until } from "../helpers/cluster.ts";
+import { cluster, expectNothingLeft, health, modelId, postJson, tinyModel, until, SLOW_MODEL } from "../helpers/cluster.ts";
 
 const S = 512;
 /** The generated tiny model (2 layers): fast, for the bursts of 128 requests. */
@@ -21,7 +21,7 @@ const cleanups: (() => unknown)[] = [];
 
 beforeAll(() => {
   tiny = tinyModel();
-  slow = tinyModel({ arch: "llama", layers: 8, hidden: 512, heads: 8, kvHeads: 2, intermediate: 1536 });
+  slow = tinyModel(SLOW_MODEL);
 });
 afterEach(async () => {
   while (cleanups.length) await cleanups.pop()!();

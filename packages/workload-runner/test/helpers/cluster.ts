@@ -18,6 +18,12 @@ export function tinyModel(o: Omit<TinyModelOptions, "out"> = { arch: "llama" }):
   return out;
 }
 
+/**
+ * The shape of the e2e tests' slow model: big enough that prefill and a long decode take seconds
+ * on the CPU path, so a fault or a signal lands mid-request (`tinyModel(SLOW_MODEL)`).
+ */
+export const SLOW_MODEL: Omit<TinyModelOptions, "out"> = { arch: "llama", layers: 8, hidden: 512, heads: 8, kvHeads: 2, intermediate: 1536 };
+
 const freePorts = (specs: WorkerSpec[] | undefined) => (specs ?? [{}]).map((s) => ({ port: 0, ...s }));
 
 /**
