@@ -380,4 +380,57 @@ describe("charts/rngd-pd", () => {
     for (const [k, v] of Object.entries(pool.spec.selector.matchLabels)) expect(serving[k]).toBe(v);
     expect(manifests().some((m) => m.kind === "InferencePool")).toBe(false);
   });
+  test("tls: every part mounts the Secret as AIRM_TLS_DIR; gateways call workers over https; probes and scrapes use plain ports; cert-manager's Certificate or an existing Secret", () => {
+    const topologies: string[][] = [["airm.kvTransport=tcp", "epp.enabled=true"], ["airm.kvTransport=shm"], ["airm.kvTransport=tcp", "topology=sidecar"]];
+    for (const set of topologies) {
+      const ms = manifests([], [...set, "tls.enabled=true", "tls.existingSecret=airm-tls"]);
+      for (const d of ms.filter((m) => m.kind === "Deployment")) {
+        const pod = d.spec.template.spec;
+        expect(
+          pod.volumes.find((v: Manifest) => v.name === "airm-tls"),
+          d.metadata.name,
+        ).toEqual({ name: "airm-tls", secret: { secretName: "airm-tls" } });
+        for (const c of pod.containers) {
+          expect(envOf(c).AIRM_TLS_DIR, `${d.metadata.name}/${c.name}`).toBe("/etc/airm/tls");
+          expect(c.volumeMounts).toContainEqual({ name: "airm-tls", mountPath: "/etc/airm/tls", readOnly: true });
+        }
+        for (const c of pod.containers.filter((x: Manifest) => x.name === "prefill" || x.name === "decode")) {
+          const metricsPort = Number(arg(c, "--metrics-port"));
+          expect(metricsPort, `${d.metadata.name}/${c.name}`).toBe(c.name === "prefill" ? 9411 : 9412);
+          expect(c.ports).toContainEqual({ name: `${c.name}-metrics`, containerPort: metricsPort });
+          expect(c.readinessProbe.httpGet.port).toBe(metricsPort);
+          expect(c.livenessProbe.httpGet.port).toBe(metricsPort);
+        }
+        const gw = pod.containers.find((c: Manifest) => c.name === "gateway");
+        if (gw) expect(arg(gw, "--decode"), set.join(" ")).toMatch(/^https:\/\//);
+        if (gw?.args.includes("--prefill")) expect(arg(gw, "--prefill")).toMatch(/^https:\/\//);
+        if (d.metadata.name === "rngd-pd-epp") expect(container(d, "epp").readinessProbe.grpc.port).toBe(9003);
+      }
+      expect(ms.some((m) => m.kind === "Certificate")).toBe(false);
+    }
+    const plain = manifests([], ["airm.kvTransport=tcp"]);
+    expect(JSON.stringify(plain)).not.toContain("AIRM_TLS_DIR");
+    expect(container(deployment(plain, "prefill"), "prefill").args).not.toContain("--metrics-port");
+
+    const cm = manifests([], ["tls.enabled=true", "tls.certManager.enabled=true", "tls.certManager.issuerRef.name=airm-ca"]);
+    const cert = cm.find((m) => m.kind === "Certificate");
+    expect(cert.apiVersion).toBe("cert-manager.io/v1");
+    expect(cert.spec).toMatchObject({
+      secretName: "rngd-pd-tls",
+      usages: expect.arrayContaining(["server auth", "client auth"]),
+      issuerRef: { name: "airm-ca", kind: "Issuer", group: "cert-manager.io" },
+    });
+    expect(deployment(cm, "pd").spec.template.spec.volumes).toContainEqual({ name: "airm-tls", secret: { secretName: "rngd-pd-tls" } });
+
+    for (const [set, message] of [
+      [["tls.enabled=true"], /tls.enabled needs tls.existingSecret .* or tls.certManager.enabled/],
+      [["tls.enabled=true", "tls.existingSecret=s", "tls.certManager.enabled=true"], /not both/],
+      [["tls.enabled=true", "tls.certManager.enabled=true"], /tls.certManager.issuerRef.name is required/],
+      [["tls.certManager.issuerRef.kind=Cluster"], /\/tls\/certManager\/issuerRef\/kind/],
+    ] as [string[], RegExp][]) {
+      const r = render([], set);
+      expect(r.ok, set.join(" ")).toBe(false);
+      expect(r.err).toMatch(message);
+    }
+  });
 });

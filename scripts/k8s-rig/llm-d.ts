@@ -110,7 +110,20 @@ async function untilListening(port: number, p: Proc, what: string, host = "127.0
 }
 
 /** Envoy's bootstrap: a listener whose requests pass the ext_proc filter, then go where the picker said. */
-export function envoyConfig(o: { port: number; adminPort: number; extProc: { host: string; port: number } }): string {
+/** Envoy's TLS to the picker's ext_proc port: the picker's certificate chain checked against `ca` (a PEM file); no client certificate, as llm-d's gateways connect. */
+function pickerTls(ca: string): object {
+  return {
+    name: "envoy.transport_sockets.tls",
+    typed_config: {
+      "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+      common_tls_context: { alpn_protocols: ["h2"], validation_context: { trusted_ca: { filename: ca } } },
+    },
+  };
+}
+
+type EnvoyOptions = { port: number; adminPort: number; extProc: { host: string; port: number; tlsCa?: string } };
+
+export function envoyConfig(o: EnvoyOptions): string {
   return JSON.stringify({
     admin: { address: { socket_address: { address: "127.0.0.1", port_value: o.adminPort } } },
     static_resources: {
@@ -168,6 +181,7 @@ export function envoyConfig(o: { port: number; adminPort: number; extProc: { hos
               explicit_http_config: { http2_protocol_options: {} },
             },
           },
+          ...(o.extProc.tlsCa ? { transport_socket: pickerTls(o.extProc.tlsCa) } : {}),
           load_assignment: {
             cluster_name: "ext_proc",
             endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: o.extProc.host, port_value: o.extProc.port } } } }] }],
@@ -186,7 +200,7 @@ export function envoyConfig(o: { port: number; adminPort: number; extProc: { hos
 }
 
 /** Starts Envoy on 127.0.0.1:`port` in front of the ext_proc server at `extProc`. */
-export async function startEnvoy(dir: string, bin: string, o: { port: number; adminPort: number; extProc: { host: string; port: number } }): Promise<Proc> {
+export async function startEnvoy(dir: string, bin: string, o: EnvoyOptions): Promise<Proc> {
   const config = join(dir, `envoy-${o.port}.json`);
   writeFileSync(config, envoyConfig(o));
   const p = run(join(bin, "bin", "envoy"), ["-c", config, "--disable-hot-restart", "-l", "warning", "--base-id", String(o.port)], {}, dir);
@@ -214,10 +228,10 @@ export async function startOurEpp(rig: Rig, repo: string, pool: string, namespac
 export async function envoyToPicker(
   release: Release,
   bin: string,
-  o: { port: number; adminPort: number; ready: (front: string) => Promise<boolean> },
+  o: { port: number; adminPort: number; ready: (front: string) => Promise<boolean>; tlsCa?: string },
 ): Promise<{ envoy: Proc; front: string; epp: PodAt }> {
   const [epp] = await release.listening("epp", 1, 9002);
-  const envoy = await startEnvoy(release.rig.dir, bin, { port: o.port, adminPort: o.adminPort, extProc: { host: epp!.ip, port: 9002 } });
+  const envoy = await startEnvoy(release.rig.dir, bin, { port: o.port, adminPort: o.adminPort, extProc: { host: epp!.ip, port: 9002, tlsCa: o.tlsCa } });
   const front = `http://127.0.0.1:${o.port}`;
   await release.until(`a request through Envoy at ${front} and the picker at ${epp!.ip}`, () => o.ready(front).catch(() => false), 60_000);
   return { envoy, front, epp: epp! };

@@ -2,7 +2,8 @@
 // line as the rendered chart wrote it (the image's /app mapped to this repository), bound to the
 // pod's IP (kwok hands out 127.1.0.0/24, so a process on this host answers for the pod), with the
 // container's environment. emptyDir volumes become per-pod folders (memory-backed ones under
-// /dev/shm), and the pod's own loopback and wildcard addresses become its IP. Services get what kube-proxy
+// /dev/shm), a secret volume a per-pod folder holding the Secret's keys as files (read when the
+// pod starts, as a kubelet writes them; no later updates), and the pod's own loopback and wildcard addresses become its IP. Services get what kube-proxy
 // gives them: a stable address (127.2.0.0/24 here) whose ports forward each new connection to a
 // running pod the Service selects, so `<svc>.<ns>.svc` keeps working when the pods behind it are
 // replaced. A pod that goes away has its processes stopped and its folders removed. Pods on a node
@@ -10,7 +11,7 @@
 // process between start() and stop() kills every pod's processes at once and removes the pods'
 // folders (../rig-cleanup.ts).
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdirSync, rmSync } from "node:fs";
+import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { connect, createServer, type Server } from "node:net";
 import { join } from "node:path";
 import { killTrees, onInterrupt } from "../rig-cleanup.ts";
@@ -282,10 +283,16 @@ export class PodRunner {
   private commandOf(pod: Obj, c: Obj, resolve: (host: string) => string | null): Cmd | null {
     const ip = pod.status.podIP as string;
     const uid = pod.metadata.uid as string;
-    // emptyDir volumes as per-pod folders, at the paths the containers mount them.
+    // emptyDir and secret volumes as per-pod folders, at the paths the containers mount them.
     const mounts: [string, string][] = [];
     for (const m of c.volumeMounts ?? []) {
       const vol = (pod.spec.volumes as Obj[]).find((v) => v.name === m.name);
+      if (vol?.secret) {
+        const dir = this.secretFolder(pod, vol.secret.secretName as string, `/tmp/airm-rig-${uid}-${m.name}`);
+        if (dir === null) return null;
+        mounts.push([m.mountPath, dir]);
+        continue;
+      }
       // A scratch /tmp stays the host's /tmp (the processes use it as their own; nothing the chart
       // passes lives there, while host paths given to the test, such as its model, may).
       if (!vol?.emptyDir || m.mountPath === "/tmp") continue;
@@ -322,6 +329,20 @@ export class PodRunner {
     if (pod.spec.serviceAccountName && pod.spec.automountServiceAccountToken !== false) env.KUBECONFIG = this.rig.kubeconfig;
     const preStopS = Number(c.lifecycle?.preStop?.sleep?.seconds ?? 0);
     return { container: c.name, argv: [...command, ...args], env, dirs: mounts.map(([, to]) => to), preStopS };
+  }
+
+  /** The Secret's keys written as files into `dir` (a kubelet's secret volume); null while the Secret does not exist (the pod waits, as a kubelet's would). */
+  private secretFolder(pod: Obj, name: string, dir: string): string | null {
+    let secret: Obj;
+    try {
+      secret = JSON.parse(this.rig.kubectl(["get", "secret", name, "-n", pod.metadata.namespace, "-o", "json"]));
+    } catch {
+      return null;
+    }
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    this.madeDirs.add(dir);
+    for (const [key, b64] of Object.entries(secret.data ?? {})) writeFileSync(join(dir, key), Buffer.from(String(b64), "base64"), { mode: 0o600 });
+    return dir;
   }
 
   private startPod(pod: Obj, cmds: Cmd[]): void {

@@ -68,7 +68,7 @@ export class Release {
   }
 
   /** The `component` pods (app.kubernetes.io/component) not being deleted, with their IPs once the runner started them. */
-  private pods(component: string): { name: string; ip: string | undefined }[] {
+  pods(component: string): { name: string; ip: string | undefined }[] {
     const items = JSON.parse(this.rig.kubectl(["get", "pods", "-n", this.namespace, "-l", `app.kubernetes.io/component=${component}`, "-o", "json"])).items as {
       metadata: { name: string; deletionTimestamp?: string };
     }[];

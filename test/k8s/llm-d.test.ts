@@ -10,11 +10,13 @@
 // a prefill host outside the pool is refused. The model is the 135M shape with random weights, so
 // that a request of 400 tokens stays in flight for seconds.
 import { execFileSync } from "node:child_process";
-import { rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { request as httpsRequest } from "node:https";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { makeTinyModel } from "../../packages/llama/src/index.ts";
+import { makeTlsTestDirs } from "../../packages/rm-core/src/index.ts";
 import { applyGieCrds, envoyToPicker, llmdBinaries, type Proc, startEnvoy, startStockEpp } from "../../scripts/k8s-rig/llm-d.ts";
 import { isReady, PodRunner } from "../../scripts/k8s-rig/pod-runner.ts";
 import { gatewayServed, holdOpen, metricSum, Release } from "../../scripts/k8s-rig/release.ts";
@@ -377,6 +379,56 @@ describe("the llm-d path: Envoy -> InferencePool -> endpoint picker -> our pods"
     await load.stop();
     console.log(`gateway rolling restart through Envoy: ${load.whole} whole answers, ${load.failures.length} failures`);
     expect(load.failures).toEqual([]);
+    await envoy.stop();
+  });
+
+  test("mutual TLS between the parts (tls.existingSecret): Envoy reaches our picker over TLS, gateways reach workers over https, workers the relay over TLS; a worker refuses a caller without a certificate of the CA", async () => {
+    // The tcp gateway topology of the test before, now with a Secret of a CA of this test.
+    const dirs = makeTlsTestDirs(mkdtempSync(join(rig.dir, "tls-")));
+    const file = (dir: string, name: string) => join(dir, name);
+    rig.kubectl(["create", "secret", "generic", "airm-tls", "-n", NS, ...["tls.crt", "tls.key", "ca.crt"].map((k) => `--from-file=${k}=${file(dirs.good, k)}`)]);
+    await release
+      .helmRun(["upgrade", "rngd-pd", chart, "--reuse-values", "--set", "tls.enabled=true", "--set", "tls.existingSecret=airm-tls", "--wait", "--timeout", "240s"])
+      .catch((e: Error) => {
+        throw new Error(`${e.message}\n${rig.kubectl(["get", "pods", "-n", NS, "-o", "wide"])}\n${release.podLogs()}`);
+      });
+    const gateways = await release.serving("gateway", 2, 8000);
+    const [prefill] = await release.listening("prefill", 1, 8101);
+    // The worker's serving port: mutual TLS only. Its plain port answers the kubelet's probes.
+    const get = (cert?: string) =>
+      new Promise<string>((resolve) => {
+        const own = cert ? { cert: readFileSync(file(cert, "tls.crt")), key: readFileSync(file(cert, "tls.key")) } : {};
+        const req = httpsRequest(
+          { host: prefill!.ip, port: 8101, path: "/health", ca: readFileSync(file(dirs.good, "ca.crt")), ...own, agent: false, checkServerIdentity: () => undefined },
+          (r) => {
+            r.resume();
+            resolve(`status ${r.statusCode}`);
+          },
+        );
+        req.on("error", (e: NodeJS.ErrnoException) => resolve(e.code ?? e.message));
+        req.end();
+      });
+    expect(await get(dirs.good)).toBe("status 200");
+    expect(await get()).not.toMatch(/^status/);
+    expect(await get(dirs.foreign)).not.toMatch(/^status/);
+    const plainOnServing = await fetch(`http://${prefill!.ip}:8101/health`, { signal: AbortSignal.timeout(5000) }).then(
+      (r) => `status ${r.status}`,
+      (e: Error) => e.message,
+    );
+    expect(plainOnServing).toBe("fetch failed");
+    expect((await fetch(`http://${prefill!.ip}:9411/health`)).status).toBe(200);
+    // Envoy checks the picker's certificate against the deployment's CA; the answer is what a gateway gives directly.
+    const { envoy, front, epp } = await envoyToPicker(release, llmd, { port: 18084, adminPort: 18905, ready: completes, tlsCa: file(dirs.good, "ca.crt") });
+    procs.push(envoy);
+    await samePassThrough(front, `http://${gateways[0]!.ip}:8000`);
+    const [relay] = release.pods("kv-relay");
+    expect(runner.logs(relay!.name, "kv-relay")).toMatch(/airm-kv-relay listening on \S+ \(mutual TLS/);
+    const prefillLog = runner.logs(prefill!.name, "prefill");
+    expect(prefillLog).toMatch(/"url":"https:\/\/[^"]+:8101"/);
+    const plainCalls = prefillLog.split("\n").filter((l) => l.includes("ERR_SSL_HTTP_REQUEST"));
+    console.log(`TLS through the chart: ${plainCalls.length} plain-HTTP calls refused at the prefill worker; first: ${plainCalls[0]?.slice(0, 300)}`);
+    const pickerMetrics = await (await fetch(`http://${epp.ip}:9090/metrics`)).text();
+    expect(pickerMetrics).toMatch(/^airm_epp_picks_total\{[^}]*\} \d+/m);
     await envoy.stop();
   });
 

@@ -76,6 +76,11 @@ capabilities:
   mountPath: /app
   readOnly: true
 {{- end }}
+{{- if .Values.tls.enabled }}
+- name: airm-tls
+  mountPath: {{ .Values.tls.mountPath }}
+  readOnly: true
+{{- end }}
 {{- end -}}
 
 {{- define "rngd-pd.baseVolumes" -}}
@@ -88,6 +93,41 @@ capabilities:
   hostPath:
     path: {{ required "image.repoHostPath is required with image.mode hostPath" .Values.image.repoHostPath }}
     type: Directory
+{{- end }}
+{{- if .Values.tls.enabled }}
+- name: airm-tls
+  secret:
+    secretName: {{ include "rngd-pd.tlsSecret" . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The Secret of tls.enabled: tls.existingSecret, or the one tls.certManager's Certificate writes.
+Exactly one of them must be set.
+*/}}
+{{- define "rngd-pd.tlsSecret" -}}
+{{- $t := .Values.tls -}}
+{{- if and $t.existingSecret $t.certManager.enabled }}
+{{- fail "tls: set tls.existingSecret or tls.certManager.enabled, not both" }}
+{{- else if $t.existingSecret }}
+{{- $t.existingSecret }}
+{{- else if $t.certManager.enabled }}
+{{- include "rngd-pd.fullname" . }}-tls
+{{- else }}
+{{- fail "tls.enabled needs tls.existingSecret (a Secret with tls.crt, tls.key and ca.crt) or tls.certManager.enabled" }}
+{{- end }}
+{{- end -}}
+
+{{/* http, or https with tls.enabled: how gateways reach workers. */}}
+{{- define "rngd-pd.workerScheme" -}}
+{{- ternary "https" "http" (.Values.tls.enabled | default false) -}}
+{{- end -}}
+
+{{/* AIRM_TLS_DIR of every part with tls.enabled. */}}
+{{- define "rngd-pd.tlsEnv" -}}
+{{- if .Values.tls.enabled }}
+- name: AIRM_TLS_DIR
+  value: {{ .Values.tls.mountPath | quote }}
 {{- end }}
 {{- end -}}
 
@@ -148,6 +188,10 @@ lifecycle:
     - 0.0.0.0
     - --port
     - {{ .spec.port | quote }}
+    {{- if $v.tls.enabled }}
+    - --metrics-port
+    - {{ .spec.metricsPort | quote }}
+    {{- end }}
     {{- if not (kindIs "invalid" $v.maxModelLen) }}
     - --max-model-len
     - {{ $v.maxModelLen | quote }}
@@ -212,6 +256,10 @@ lifecycle:
   ports:
     - name: {{ .role }}
       containerPort: {{ .spec.port }}
+    {{- if $v.tls.enabled }}
+    - name: {{ .role }}-metrics
+      containerPort: {{ .spec.metricsPort }}
+    {{- end }}
     {{- if include "rngd-pd.kvEvents" (dict "root" .root "role" .role) }}
     - name: kv-events
       containerPort: {{ $v.kvEvents.port }}
@@ -219,11 +267,13 @@ lifecycle:
       containerPort: {{ $v.kvEvents.replayPort }}
     {{- end }}
   {{- include "rngd-pd.preStop" .root | nindent 2 }}
+  {{- /* With TLS the serving port asks for a client certificate, which the kubelet has not: probe the plain metrics port. */}}
+  {{- $probePort := ternary .spec.metricsPort .spec.port ($v.tls.enabled | default false) }}
   readinessProbe:
-    httpGet: { path: /health, port: {{ .spec.port }} }
+    httpGet: { path: /health, port: {{ $probePort }} }
     periodSeconds: 5
   livenessProbe:
-    httpGet: { path: /health, port: {{ .spec.port }} }
+    httpGet: { path: /health, port: {{ $probePort }} }
     initialDelaySeconds: 30
     periodSeconds: 10
     timeoutSeconds: 5
@@ -352,6 +402,7 @@ token for every part, and with "gateway" true the API keys too. Args: dict "root
 */}}
 {{- define "rngd-pd.credentialsEnv" -}}
 {{- $s := .root.Values.security -}}
+{{- include "rngd-pd.tlsEnv" .root }}
 {{- if $s.internalTokenSecret }}
 - name: AIRM_INTERNAL_TOKEN
   valueFrom:

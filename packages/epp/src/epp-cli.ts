@@ -2,7 +2,7 @@
 // (Kubernetes) or --endpoints-file (static). Prints one "listening" line on stdout once every port
 // listens, logs JSON on stderr, and stops on SIGINT/SIGTERM. Bad flags exit 2 naming the flag.
 
-import { defineCommand, flagOf, isAirmError, UsageError, untilStopSignal, type Opt } from "@airm/rm-core";
+import { defineCommand, flagOf, isAirmError, RM_CORE_CONFIG, tlsMaterialOf, UsageError, untilStopSignal, type Opt } from "@airm/rm-core";
 import { EPP_CONFIG } from "./epp-config.ts";
 import type { Epp } from "./epp-server.ts";
 import { stderrLog } from "./log.ts";
@@ -43,6 +43,8 @@ export const EPP_COMMAND = defineCommand({
   notes: [
     'Prints "airm-epp listening on HOST:PORT ..." once ready. Kubernetes mode reads KUBECONFIG, ~/.kube/config or the',
     "in-cluster service account, and needs get on inferencepools and list on pods in the pool's namespace.",
+    "AIRM_TLS_DIR (tls.crt, tls.key, ca.crt): scrape the endpoints' /metrics over mutual TLS (plain HTTP where an endpoint answers",
+    "in plain HTTP) and serve the ext_proc port over TLS (no client certificate asked); the health port stays plain (docs/tls.md).",
   ].join("\n"),
 });
 
@@ -85,6 +87,7 @@ export async function main(argv: string[], env: Record<string, string | undefine
       picker: { localPrefillMaxTokens: c.localPrefillMaxTokens, disaggregation: c.disaggregation, routing: c.routing },
       kvEvents: { port: c.kvEventsPort, replayPort: c.kvReplayPort },
       failureMode: c.failureMode,
+      tls: tlsMaterialOf(RM_CORE_CONFIG.resolve({ env }).tlsDir),
       log,
     });
   } catch (e) {
@@ -92,7 +95,9 @@ export async function main(argv: string[], env: Record<string, string | undefine
     return 1;
   }
   const from = c.poolName ? `InferencePool ${c.poolNamespace}/${c.poolName}` : c.endpointsFile;
-  console.log(`airm-epp listening on ${epp.address} (ext_proc + health; health on port ${epp.healthPort}, metrics on port ${epp.metricsPort}; endpoints from ${from})`);
+  console.log(
+    `airm-epp listening on ${epp.address} (ext_proc + health${epp.tls ? " over TLS" : ""}; health on port ${epp.healthPort}, metrics on port ${epp.metricsPort}; endpoints from ${from})`,
+  );
   await untilStopSignal(env);
   await epp.close();
   return 0;

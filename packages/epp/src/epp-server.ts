@@ -4,6 +4,7 @@
 // CLI (epp-cli.ts), the tests and the bench all start it through startEpp().
 
 import { Server, ServerCredentials, type ServerDuplexStream } from "@grpc/grpc-js";
+import type { TlsMaterial } from "@airm/rm-core";
 import type { EndpointSource } from "@airm/routing";
 import { hostPortOf } from "@airm/routing";
 import { EppMetrics, startMetricsServer, type MetricsServer } from "./epp-metrics.ts";
@@ -39,6 +40,13 @@ export interface EppOptions {
   picker?: Omit<PickerOptions, "staleAfterMs">;
   /** With routing prefix: where the endpoints' KV events are when an endpoint names none (default 5557, replay 5558). */
   kvEvents?: { port: number; replayPort: number };
+  /**
+   * AIRM_TLS_DIR's material: the endpoints' /metrics are scraped over mutual TLS (plain HTTP for an
+   * endpoint that answers in plain HTTP), and the ext_proc port serves TLS with this certificate
+   * (client certificates are not asked: Envoy and the gateways of llm-d connect without one). The
+   * health-only port stays plain (kubelet gRPC probes). Default: none, all plain.
+   */
+  tls?: TlsMaterial;
   log?: Log;
 }
 
@@ -47,6 +55,8 @@ export interface Epp {
   readonly address: string;
   readonly grpcPort: number;
   readonly healthPort: number | null;
+  /** The ext_proc port serves TLS and scrapes present a certificate (AIRM_TLS_DIR). */
+  readonly tls: boolean;
   readonly metricsPort: number | null;
   readonly picker: Picker;
   readonly scraper: MetricsScraper;
@@ -60,9 +70,10 @@ export interface Epp {
 /** grpc-js options: channelz bookkeeping off (it costs per stream and nothing reads it). */
 const SERVER_OPTIONS = { "grpc.enable_channelz": 0 };
 
-function bind(server: Server, host: string, port: number): Promise<number> {
+function bind(server: Server, host: string, port: number, tls?: TlsMaterial): Promise<number> {
   const addr = host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
-  return new Promise((resolve, reject) => server.bindAsync(addr, ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))));
+  const credentials = tls ? ServerCredentials.createSsl(tls.ca, [{ cert_chain: tls.cert, private_key: tls.key }], false) : ServerCredentials.createInsecure();
+  return new Promise((resolve, reject) => server.bindAsync(addr, credentials, (err, p) => (err ? reject(err) : resolve(p))));
 }
 
 function shutdown(server: Server): Promise<void> {
@@ -81,7 +92,12 @@ export async function startEpp(o: EppOptions): Promise<Epp> {
   const host = o.host ?? "127.0.0.1";
   const staleAfterMs = o.staleAfterMs ?? 2000;
   let metrics!: EppMetrics;
-  const scraper = new MetricsScraper({ intervalMs: o.scrapeIntervalMs ?? 50, onScrape: (s) => s.error && metrics.scrapeErrors.inc({ endpoint: s.key }) });
+  const scraper = new MetricsScraper({
+    intervalMs: o.scrapeIntervalMs ?? 50,
+    onScrape: (s) => s.error && metrics.scrapeErrors.inc({ endpoint: s.key }),
+    tls: o.tls,
+    onPlain: (s) => log.info({ endpoint: s.key }, "endpoint answers /metrics in plain HTTP; scraped without TLS"),
+  });
   metrics = new EppMetrics(() => scraper.states(), staleAfterMs);
   const picker = new Picker(scraper, { ...o.picker, staleAfterMs });
   const events = picker.routing === "prefix" ? new PrefixEvents({ kvEventsPort: o.kvEvents?.port ?? 5557, kvReplayPort: o.kvEvents?.replayPort ?? 5558, log }) : null;
@@ -109,7 +125,7 @@ export async function startEpp(o: EppOptions): Promise<Epp> {
   const servers: Server[] = [grpc];
   let metricsServer: MetricsServer | undefined;
   try {
-    const grpcPort = await bind(grpc, host, o.grpcPort ?? 9002);
+    const grpcPort = await bind(grpc, host, o.grpcPort ?? 9002, o.tls);
     let healthPort: number | null = null;
     if (o.healthPort !== undefined && o.healthPort !== null) {
       const hs = new Server(SERVER_OPTIONS);
@@ -129,13 +145,14 @@ export async function startEpp(o: EppOptions): Promise<Epp> {
     if (o.metricsPort !== undefined && o.metricsPort !== null) metricsServer = await startMetricsServer(metrics, healthJson, host, o.metricsPort);
     health.setServing(true);
     log.info(
-      { grpc: hostPortOf({ address: host, port: grpcPort }), healthPort, metricsPort: metricsServer?.port ?? null, endpoints: scraper.states().length },
+      { grpc: hostPortOf({ address: host, port: grpcPort }), tls: Boolean(o.tls), healthPort, metricsPort: metricsServer?.port ?? null, endpoints: scraper.states().length },
       "endpoint picker started",
     );
     return {
       address: hostPortOf({ address: host, port: grpcPort }),
       grpcPort,
       healthPort,
+      tls: Boolean(o.tls),
       metricsPort: metricsServer?.port ?? null,
       picker,
       scraper,

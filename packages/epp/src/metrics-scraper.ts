@@ -2,8 +2,13 @@
 // keep-alive connection per endpoint (a scrape still in flight is not doubled), parses the vLLM
 // gauges, and counts the picks made since the last scrape was sent so the picker can add them to
 // the queue it sees. Knows nothing about scoring; the picker reads its states.
+// Given TLS material (AIRM_TLS_DIR) it scrapes over mutual TLS: a pool can hold both workers whose
+// port is mutual TLS (llm-d's prefill pods) and gateways that speak plain HTTP, so an endpoint whose
+// server answers the TLS hello in plain HTTP is scraped in plain HTTP from then on (logged once).
 
-import { Agent, request } from "node:http";
+import { Agent, request, type ClientRequest, type IncomingMessage } from "node:http";
+import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
+import { clientTlsOptions, type TlsMaterial } from "@airm/rm-core";
 import { hostPortOf, type Endpoint } from "@airm/routing";
 import { parseServerLoad, type ServerLoad } from "./prometheus-text.ts";
 
@@ -24,6 +29,8 @@ export interface EndpointState {
   picksAtScrape: number;
   /** A scrape is in flight. */
   scraping: boolean;
+  /** How /metrics is read: "https" (mutual TLS) first when the scraper has TLS material, "http" once the server answered TLS in plain HTTP. */
+  scheme: "http" | "https";
 }
 
 /** Picks made since the last good scrape was sent (not yet in the scraped queue). */
@@ -45,11 +52,22 @@ export interface ScraperOptions {
   maxBytes?: number;
   /** Called after each scrape (ok or not), e.g. for metrics. */
   onScrape?: (s: EndpointState) => void;
+  /** Scrape over mutual TLS presenting this certificate (AIRM_TLS_DIR); plain HTTP without. */
+  tls?: TlsMaterial;
+  /** Told once per endpoint that answered the TLS hello in plain HTTP. */
+  onPlain?: (s: EndpointState) => void;
+}
+
+/** Whether a TLS client's error says the server speaks plain HTTP (its answer is not a TLS record). */
+function plainAnswer(e: NodeJS.ErrnoException): boolean {
+  return e.code === "ERR_SSL_WRONG_VERSION_NUMBER" || e.code === "ERR_SSL_PACKET_LENGTH_TOO_LONG" || /wrong version number|packet length too long/.test(e.message);
 }
 
 export class MetricsScraper {
   private readonly byKey = new Map<string, EndpointState>();
   private readonly agent = new Agent({ keepAlive: true, maxSockets: 1 });
+  private readonly tlsAgent: HttpsAgent | null;
+  private readonly onPlain: (s: EndpointState) => void;
   private timer: NodeJS.Timeout | undefined;
   readonly intervalMs: number;
   private readonly timeoutMs: number;
@@ -61,6 +79,8 @@ export class MetricsScraper {
     this.timeoutMs = options.timeoutMs ?? 1000;
     this.maxBytes = options.maxBytes ?? 4 * 1024 * 1024;
     this.onScrape = options.onScrape ?? (() => {});
+    this.onPlain = options.onPlain ?? (() => {});
+    this.tlsAgent = options.tls ? new HttpsAgent({ keepAlive: true, maxSockets: 1, ...clientTlsOptions(options.tls) }) : null;
   }
 
   /** Replaces the endpoint set; endpoints already known keep their state (same address, port and role). */
@@ -70,7 +90,8 @@ export class MetricsScraper {
       const key = hostPortOf(e);
       const old = this.byKey.get(key);
       const keep = old && old.endpoint.role === e.role && old.endpoint.name === e.name;
-      next.set(key, keep ? old : { endpoint: e, key, load: null, scrapedAt: 0, error: null, picks: 0, picksAtScrape: 0, scraping: false });
+      const scheme = this.tlsAgent ? "https" : "http";
+      next.set(key, keep ? old : { endpoint: e, key, load: null, scrapedAt: 0, error: null, picks: 0, picksAtScrape: 0, scraping: false, scheme });
     }
     this.byKey.clear();
     for (const [k, s] of next) this.byKey.set(k, s);
@@ -97,6 +118,7 @@ export class MetricsScraper {
     clearInterval(this.timer);
     this.timer = undefined;
     this.agent.destroy();
+    this.tlsAgent?.destroy();
   }
 
   /** Resolves once every endpoint has been scraped at least once (ok or failed) or `timeoutMs` passed. */
@@ -119,7 +141,7 @@ export class MetricsScraper {
       }
       this.onScrape(s);
     };
-    const req = request({ host: s.endpoint.address, port: s.endpoint.port, path: "/metrics", agent: this.agent, timeout: this.timeoutMs }, (res) => {
+    const req = this.get(s, (res) => {
       if (res.statusCode !== 200) {
         res.resume();
         done(`/metrics answered HTTP ${res.statusCode}`);
@@ -141,7 +163,23 @@ export class MetricsScraper {
       });
     });
     req.on("timeout", () => req.destroy(new Error(`/metrics did not answer within ${this.timeoutMs} ms`)));
-    req.on("error", (e) => done(e.message));
+    req.on("error", (e: NodeJS.ErrnoException) => {
+      if (s.scheme === "https" && plainAnswer(e)) {
+        s.scheme = "http";
+        this.onPlain(s);
+        s.scraping = false;
+        this.scrape(s);
+        return;
+      }
+      done(e.message);
+    });
     req.end();
+  }
+
+  /** GET /metrics of `s` in its scheme. */
+  private get(s: EndpointState, onResponse: (res: IncomingMessage) => void): ClientRequest {
+    const at = { host: s.endpoint.address, port: s.endpoint.port, path: "/metrics", timeout: this.timeoutMs };
+    if (s.scheme === "https" && this.tlsAgent) return httpsRequest({ ...at, agent: this.tlsAgent }, onResponse);
+    return request({ ...at, agent: this.agent }, onResponse);
   }
 }

@@ -18,6 +18,7 @@ function state(n: number, role: Role, load: Partial<ServerLoad> | null, over: Pa
     picks: 0,
     picksAtScrape: 0,
     scraping: false,
+    scheme: "http",
     ...over,
   };
 }

@@ -1,7 +1,9 @@
 // What configures trace export: the OpenTelemetry specification's own variables (the names every
 // OpenTelemetry SDK, vLLM's and llm-d's included, reads), declared here so that they are parsed,
-// checked and documented like every other setting, and passed to the SDK explicitly. Export is off
-// unless an OTLP endpoint is set.
+// checked and documented like every other setting, and passed to the SDK explicitly (the exporters'
+// own reading of process.env is overridden). Export is off unless an OTLP endpoint is set. TLS to
+// the collector follows the endpoint's scheme; with https:// the CA and client certificate default
+// to AIRM_TLS_DIR's files (tracing.ts, tls.ts).
 
 import { defineConfig, flag, int, list, num, oneOf, opt, text } from "@airm/rm-core";
 
@@ -12,6 +14,8 @@ export const SAMPLERS = ["always_on", "always_off", "traceidratio", "parentbased
 export type SamplerName = (typeof SAMPLERS)[number];
 
 const url = text({ label: "url", pattern: /^https?:\/\/[^\s/]+(\/\S*)?$/, hint: "an http:// or https:// URL, e.g. http://otel-collector:4318" });
+/** A file, absolute or relative to the working directory. */
+const path = text({ label: "path" });
 /** `key=value`, the value percent-encoded (the specification's W3C-baggage-like format). */
 const pair = text({ label: "key=value", pattern: /^[^=\s,]+=[^,]*$/, hint: "key=value (the value percent-encoded)" });
 
@@ -55,6 +59,46 @@ export const TELEMETRY_CONFIG = defineConfig("@airm/telemetry", {
     env: "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
     defaultText: "none",
     doc: "Headers for span exports, added to (and winning over) OTEL_EXPORTER_OTLP_HEADERS.",
+  }),
+  certificate: opt(path, {
+    env: "OTEL_EXPORTER_OTLP_CERTIFICATE",
+    defaultText: "ca.crt of AIRM_TLS_DIR, else the system's CAs",
+    doc: "A PEM file of the CA certificate(s) that verify the collector's certificate (chain and host name) on an https:// endpoint, every protocol, instead of the system's CAs; wins over ca.crt of AIRM_TLS_DIR. Not read with an http:// endpoint. A missing or non-PEM file stops the part at start.",
+  }),
+  tracesCertificate: opt(path, {
+    env: "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
+    defaultText: "OTEL_EXPORTER_OTLP_CERTIFICATE",
+    doc: "The CA file for span exports; wins over OTEL_EXPORTER_OTLP_CERTIFICATE.",
+  }),
+  clientCertificate: opt(path, {
+    env: "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+    defaultText: "tls.crt of AIRM_TLS_DIR, else none",
+    doc: "A PEM file of the certificate (intermediates may follow it) presented to a collector that asks for one (mutual TLS) on an https:// endpoint; set with OTEL_EXPORTER_OTLP_CLIENT_KEY, and the pair wins over tls.crt and tls.key of AIRM_TLS_DIR. A missing, non-PEM or expired file, or a key that is not its key, stops the part at start.",
+  }),
+  tracesClientCertificate: opt(path, {
+    env: "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE",
+    defaultText: "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+    doc: "The client certificate for span exports; wins over OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE.",
+  }),
+  clientKey: opt(path, {
+    env: "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+    defaultText: "tls.key of AIRM_TLS_DIR, else none",
+    doc: "A PEM file of the private key of the client certificate; set with OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE.",
+  }),
+  tracesClientKey: opt(path, {
+    env: "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY",
+    defaultText: "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+    doc: "The client key for span exports; wins over OTEL_EXPORTER_OTLP_CLIENT_KEY.",
+  }),
+  insecure: opt(flag(), {
+    env: "OTEL_EXPORTER_OTLP_INSECURE",
+    defaultText: "0",
+    doc: "The specification's switch for a grpc endpoint given without a scheme. Every endpoint here has one, and the scheme decides (http:// plaintext, https:// TLS, as the specification says it takes precedence), so it changes nothing: 1 with an https:// grpc endpoint is logged at start as ignored.",
+  }),
+  tracesInsecure: opt(flag(), {
+    env: "OTEL_EXPORTER_OTLP_TRACES_INSECURE",
+    defaultText: "OTEL_EXPORTER_OTLP_INSECURE",
+    doc: "The same for span exports; wins over OTEL_EXPORTER_OTLP_INSECURE.",
   }),
   timeoutMs: opt(int({ min: 1 }), {
     env: "OTEL_EXPORTER_OTLP_TIMEOUT",

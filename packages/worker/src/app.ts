@@ -5,7 +5,7 @@ import { ApiError } from "@airm/internal-api";
 import { INTERNAL_TOKEN_HEADER, sameSecret } from "@airm/rm-core";
 import { Hono, type MiddlewareHandler } from "hono";
 import type { WorkerRuntime } from "./runtime.ts";
-import { commonRoutes } from "./routes/common.ts";
+import { commonRoutes, probeRoutes } from "./routes/common.ts";
 import { decodeRoutes } from "./routes/decode.ts";
 import { generateRoutes } from "./routes/generate.ts";
 import { kvHoldRoutes } from "./routes/kv-hold.ts";
@@ -57,4 +57,12 @@ function requireInternalToken(rt: WorkerRuntime, token: string): MiddlewareHandl
       null,
     ).toResponse();
   };
+}
+
+/** The plain app of `--metrics-port`: GET /health and GET /metrics only (kubelet probes and scrapers that cannot present a client certificate). */
+export function createProbeApp(rt: WorkerRuntime): Hono {
+  const app = new Hono();
+  probeRoutes(app, rt);
+  app.notFound((c) => new ApiError(404, "not_found", `the metrics port serves GET /health and GET /metrics only, not ${c.req.method} ${c.req.path}`).toResponse());
+  return app;
 }

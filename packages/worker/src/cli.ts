@@ -21,6 +21,10 @@ export const WORKER_COMMAND = defineCommand({
     chip: flagOf(int({ min: -1 }), { default: 0, doc: "card ordinal among the visible cards; -1 reads this pod's allocation" }),
     port: flagOf(int({ min: 0, max: 65535 }), { default: 8101, doc: "HTTP port (0 picks a free port)" }),
     host: flagOf(text({ label: "address" }), { default: "127.0.0.1", doc: "address to listen on" }),
+    metricsPort: flagOf(int({ min: 0, max: 65535 }), {
+      defaultText: "none",
+      doc: "also serve GET /health and GET /metrics on this port, plain HTTP: for kubelet probes and metric scrapers that cannot present a client certificate when AIRM_TLS_DIR makes --port mutual TLS",
+    }),
     model: flagOf(text({ label: "path" }), { defaultText: "MODEL", doc: "model folder or .gguf file" }),
     maxModelLen: flagOf(int({ min: 8 }), {
       defaultText: "AIRM_MAX_MODEL_LEN, else the model's context",
@@ -84,6 +88,7 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
       chip: f.chip,
       port: f.port,
       host: f.host,
+      metricsPort: f.metricsPort,
       maxModelLen: f.maxModelLen,
       batch: f.B,
       maxNumSeqs: f.maxNumSeqs,

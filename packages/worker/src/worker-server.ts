@@ -25,7 +25,7 @@ import {
   type WorkerRole,
 } from "@airm/rm-core";
 import pino, { type Logger } from "pino";
-import { createWorkerApp } from "./app.ts";
+import { createProbeApp, createWorkerApp } from "./app.ts";
 import type { KvEventPublisher } from "./kv-events.ts";
 import { parseKvEventsConfig } from "./kv-events-config.ts";
 import { WorkerRuntime } from "./runtime.ts";
@@ -57,6 +57,8 @@ export interface WorkerOptions {
   localPrefill?: boolean;
   /** vLLM's --kv-events-config JSON (else AIRM_KV_EVENTS_CONFIG): publish the prefix cache's block events. */
   kvEventsConfig?: string;
+  /** Also serve GET /health and GET /metrics, plain HTTP, on this port (0 picks one): for kubelet probes and scrapers that cannot present a client certificate when AIRM_TLS_DIR makes the serving port mutual TLS. */
+  metricsPort?: number;
   /** The environment the worker, its engine and its transport are configured from (default: none); AIRM_INTERNAL_TOKEN in it guards /internal/*. */
   env?: Record<string, string | undefined>;
   logger?: Logger;
@@ -65,6 +67,8 @@ export interface WorkerOptions {
 export interface RunningWorker {
   url: string;
   port: number;
+  /** The plain /health and /metrics port (--metrics-port), or null. */
+  metricsPort: number | null;
   runtime: WorkerRuntime;
   /** Resolves once the engine (and transport) loaded; rejects with the load error. */
   ready: Promise<void>;
@@ -104,6 +108,21 @@ function listen(app: { fetch: (r: Request) => Response | Promise<Response> }, po
   });
 }
 
+/** Closes a server and its connections (none: nothing). */
+function closeServer(server: Server | null): Promise<void> {
+  return new Promise<void>((resolve) => {
+    if (!server) return resolve();
+    server.close(() => resolve());
+    server.closeAllConnections?.();
+  });
+}
+
+/** A second port that cannot listen: the first closes, so the process can exit with the error. */
+async function closeThenThrow(server: Server, err: unknown): Promise<never> {
+  await closeServer(server);
+  throw err;
+}
+
 /**
  * Starts a worker: listens at once, then loads transport and engine. Throws ConfigError for a bad
  * role, backend or setting; load failures reject `ready` (and /health reports them).
@@ -139,6 +158,7 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
   const server = await listen(createWorkerApp(rt, o.localPrefill, core.internalToken), o.port, host, tls, log);
   const port = (server.address() as AddressInfo).port;
   const url = `${tls ? "https" : "http"}://${host}:${port}`;
+  const probes = o.metricsPort === undefined ? null : await listen(createProbeApp(rt), o.metricsPort, host, undefined, log).catch((err) => closeThenThrow(server, err));
 
   let events: KvEventPublisher | null = null;
   const ready = (async () => {
@@ -187,6 +207,7 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
   return {
     url,
     port,
+    metricsPort: probes ? (probes.address() as AddressInfo).port : null,
     runtime: rt,
     ready,
     async drain(graceMs = RM_CORE_CONFIG.resolve({ env }).drainS * 1000) {
@@ -211,10 +232,7 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
       return handed;
     },
     async close() {
-      await new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeAllConnections?.();
-      });
+      await Promise.all([server, probes].map(closeServer));
       await rt.leases.endAll("aborted");
       await rt.serving?.grammar?.close().catch(() => {});
       await rt.serving?.engine.close().catch(() => {});

@@ -8,7 +8,9 @@ import { makeTinyModel } from "@airm/llama";
 import pino from "pino";
 import { startWorker, type RunningWorker, type WorkerOptions } from "../src/index.ts";
 
-export async function tinyWorker(o: Pick<WorkerOptions, "role" | "backend" | "kvTransport" | "host"> & { seed: number; env: Record<string, string> }): Promise<RunningWorker> {
+export async function tinyWorker(
+  o: Pick<WorkerOptions, "role" | "backend" | "kvTransport" | "host" | "metricsPort"> & { seed: number; env: Record<string, string> },
+): Promise<RunningWorker> {
   const root = mkdtempSync(join(tmpdir(), "airm-worker-http-"));
   const model = join(root, "model");
   makeTinyModel({ arch: "llama", out: model, layers: 2, seed: o.seed });
@@ -17,6 +19,7 @@ export async function tinyWorker(o: Pick<WorkerOptions, "role" | "backend" | "kv
     backend: o.backend,
     kvTransport: o.kvTransport,
     host: o.host,
+    metricsPort: o.metricsPort,
     model,
     port: 0,
     maxModelLen: 64,

@@ -87,9 +87,12 @@ function headersOf(set: { header: { key: string; raw_value?: Buffer; value?: str
 export class EnvoyStub {
   private readonly client: Client & { Process(): ClientDuplexStream<Msg, ProcessingResponse> };
 
-  constructor(address: string) {
+  /** `ca`: the picker's port is TLS, and its certificate must chain to this CA (PEM). */
+  constructor(address: string, ca?: Buffer) {
     const Ctor = protos().extProc;
-    this.client = new Ctor(address, credentials.createInsecure()) as unknown as Client & { Process(): ClientDuplexStream<Msg, ProcessingResponse> };
+    this.client = new Ctor(address, ca ? credentials.createSsl(ca, null, null, { checkServerIdentity: () => undefined }) : credentials.createInsecure()) as unknown as Client & {
+      Process(): ClientDuplexStream<Msg, ProcessingResponse>;
+    };
   }
 
   /** Opens a raw stream. */

@@ -1,7 +1,10 @@
 // A stand-in for a model server's /metrics: a node:http server on 127.0.0.1 (port 0) that
-// answers with vLLM's three load gauges, whose values a test sets, or with an error status.
+// answers with vLLM's three load gauges, whose values a test sets, or with an error status. Given
+// TLS material it is an HTTPS server with mutual TLS, as a worker with AIRM_TLS_DIR is.
 
-import { createServer, type Server } from "node:http";
+import { createServer, type RequestListener, type Server } from "node:http";
+import { createServer as createHttpsServer } from "node:https";
+import { serverTlsOptions, type TlsMaterial } from "@airm/rm-core";
 import type { AddressInfo } from "node:net";
 import type { Endpoint, Role } from "@airm/routing";
 import type { ServerLoad } from "../prometheus-text.ts";
@@ -34,16 +37,17 @@ export function metricsText(load: ServerLoad): string {
   ].join("\n");
 }
 
-export async function startFakeModelServer(initial: Partial<ServerLoad> = {}): Promise<FakeModelServer> {
+export async function startFakeModelServer(initial: Partial<ServerLoad> = {}, tls?: TlsMaterial): Promise<FakeModelServer> {
   let load: ServerLoad = { waiting: 0, running: 0, kvUsage: 0, ...initial };
   let status = 200;
   let scrapes = 0;
-  const server: Server = createServer((req, res) => {
+  const answer: RequestListener = (req, res) => {
     if (req.url !== "/metrics") return void res.writeHead(404).end();
     scrapes++;
     if (status !== 200) return void res.writeHead(status).end("down\n");
     res.writeHead(200, { "content-type": "text/plain; version=0.0.4" }).end(metricsText(load));
-  });
+  };
+  const server: Server = tls ? createHttpsServer(serverTlsOptions(tls), answer) : createServer(answer);
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", () => resolve()));
   const port = (server.address() as AddressInfo).port;
   return {

@@ -50,8 +50,15 @@ export function commonRoutes(app: Hono, rt: WorkerRuntime): void {
     return c.json({ text: engine.tokenizer.decode(b.tokens) } satisfies DetokenizeResponse);
   });
 
-  app.get(ROUTES.health, (c) => c.json(health(rt), rt.serving && !rt.draining ? 200 : 503));
+  probeRoutes(app, rt);
+}
 
+/**
+ * GET /health and GET /metrics: what probes and scrapers read. They start nothing and carry no
+ * prompt or KV, so `--metrics-port` serves them alone on a plain port beside a TLS one.
+ */
+export function probeRoutes(app: Hono, rt: WorkerRuntime): void {
+  app.get(ROUTES.health, (c) => c.json(health(rt), rt.serving && !rt.draining ? 200 : 503));
   app.get(ROUTES.metrics, async () => new Response(await rt.metrics.registry.metrics(), { headers: { "content-type": rt.metrics.registry.contentType } }));
 }
 
