@@ -62,6 +62,7 @@ export async function exportedMetrics(): Promise<Map<string, string>> {
       kvUsage: () => 0,
       geometry: () => ({ blockSize: 16, numBlocks: 64 }),
       preemptions: () => 0,
+      draining: () => false,
       leases: () => ({ outstanding: 0, expired: 0 }) as any,
       prefixCache: () => ({
         queriedTokens: 0,

@@ -46,6 +46,7 @@ export const ROUTES = {
   release: "/internal/release",
   tokenize: "/internal/tokenize",
   detokenize: "/internal/detokenize",
+  drain: "/internal/drain",
   health: "/health",
   metrics: "/metrics",
 } as const;

@@ -7,6 +7,7 @@ import { Hono, type MiddlewareHandler } from "hono";
 import type { WorkerRuntime } from "./runtime.ts";
 import { commonRoutes, probeRoutes } from "./routes/common.ts";
 import { decodeRoutes } from "./routes/decode.ts";
+import { drainRoutes } from "./routes/drain.ts";
 import { generateRoutes } from "./routes/generate.ts";
 import { kvHoldRoutes } from "./routes/kv-hold.ts";
 import { prefillRoutes } from "./routes/prefill.ts";
@@ -34,6 +35,7 @@ export function createWorkerApp(rt: WorkerRuntime, localPrefill = false, interna
   if (internalToken) app.use("/internal/*", requireInternalToken(rt, internalToken));
   ROLE_ROUTES[rt.role](app, rt);
   if (localPrefill && rt.role === "decode") generateRoutes(app, rt);
+  drainRoutes(app, rt);
   commonRoutes(app, rt);
   return app;
 }

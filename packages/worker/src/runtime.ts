@@ -82,8 +82,10 @@ export class WorkerRuntime {
     kvBytesPerToken: new Ewma(),
   };
   readonly localPrefill: boolean;
-  /** Set when the worker drains (SIGTERM, SIGINT): it admits nothing new and /health says draining. */
+  /** Set when the worker drains (SIGTERM, SIGINT, POST /internal/drain): it admits nothing new and /health says draining. */
   draining = false;
+  /** What started the drain: a stop signal (final) or the drain route (DELETE /internal/drain resumes it). */
+  drainedBy: "signal" | "api" | null = null;
   /** Aborted (with a worker_draining ApiError) when a draining worker hands its requests back. */
   readonly handBack = new AbortController();
   /** Prompt tokens of prefills that looked up the engine's prefix cache, and the tokens it gave. */
@@ -129,6 +131,7 @@ export class WorkerRuntime {
           return kv ? { blockSize: kv.blockSize, numBlocks: kv.totalBlocks } : null;
         },
         preemptions: () => this.serving?.engine.kvCache().preemptions ?? 0,
+        draining: () => this.draining,
         leases: () => this.leases.counters(),
         prefixCache: () => {
           if (!this.serving) return null;

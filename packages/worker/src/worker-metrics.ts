@@ -6,7 +6,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom
 import { registerPrefixCacheInfo, registerVllmGauges, type CacheGeometry, type PrefixCacheInfo } from "@airm/internal-api";
 import type { GrammarEngineStats } from "@airm/grammar";
 import type { WorkerEstimates } from "@airm/internal-api";
-import { ESTIMATE_GAUGES } from "@airm/rm-core";
+import { DRAINING_GAUGE, ESTIMATE_GAUGES } from "@airm/rm-core";
 import type { LeaseCounters } from "./kv-leases.ts";
 
 export interface WorkerState {
@@ -38,6 +38,8 @@ export interface WorkerState {
   estimates(): WorkerEstimates;
   /** How its blocks are named, and its process (null while loading or with prefix caching off). */
   prefixInfo(): PrefixCacheInfo | null;
+  /** It drains (a signal or POST /internal/drain): it admits nothing new. */
+  draining(): boolean;
 }
 
 const MS_BUCKETS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000];
@@ -58,6 +60,14 @@ export class WorkerMetrics {
     const r = [this.registry];
     registerVllmGauges(this.registry, () => ({ waiting: state.waiting(), running: state.running(), kvUsage: state.kvUsage() }), state.geometry);
     registerPrefixCacheInfo(this.registry, state.prefixInfo);
+    new Gauge({
+      name: DRAINING_GAUGE,
+      help: "1 while this worker drains (it admits no new request: 503 worker_draining), else 0",
+      registers: r,
+      collect() {
+        this.set(state.draining() ? 1 : 0);
+      },
+    });
     new Counter({
       name: "vllm:num_preemptions_total",
       help: "streams preempted: their KV blocks taken back for older streams when the cache ran out, their KV recomputed later",

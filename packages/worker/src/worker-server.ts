@@ -212,6 +212,7 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
     ready,
     async drain(graceMs = RM_CORE_CONFIG.resolve({ env }).drainS * 1000) {
       rt.draining = true;
+      rt.drainedBy = "signal";
       // Idle keep-alive connections (a gateway's pool) close now, so their next call connects
       // again and, behind a Service, reaches a pod that is not draining.
       server.closeIdleConnections?.();
