@@ -53,3 +53,15 @@ export { ropeInverseFrequencies } from "./model/rope.ts";
 export { KERNEL_VERSION, NUMERICS_CHOICES } from "./kernels/assemble.ts";
 export { KernelRuntime, type KernelRuntimeOptions } from "./kernels/kernel-runtime.ts";
 export { interleaveRows, imageIndex } from "./kernels/weight-image.ts";
+
+// LoRA adapters (PEFT folders) on the model: LlamaModel.loadLora / unloadLora, `lora` on pass items, decode steps and prefill.
+export {
+  DEFAULT_MAX_LORAS,
+  DEFAULT_MAX_LORA_RANK,
+  type LoadLoraOptions,
+  type LoraHandle,
+  type LoraOptions,
+} from "./lora/lora-registry.ts";
+export { LoraError } from "./lora/lora-error.ts";
+export { LORA_PROJECTIONS, type LoraProjection } from "./lora/projections.ts";
+export { makeTinyLora, type TinyLoraOptions } from "./tiny/make-tiny-lora.ts";

@@ -18,8 +18,8 @@ import type { Checkpoint } from "../src/checkpoint-types.ts";
 import { loadCheckpoint } from "../src/checkpoint/load-checkpoint.ts";
 import { generate } from "../src/model/generate.ts";
 import { LlamaModel } from "../src/model/llama-model.ts";
-import { argmax } from "../src/sampling/sample.ts";
 import { makeTinyModel, type TinyModelOptions } from "../src/tiny/make-tiny-model.ts";
+import { compareCentredLogits } from "./fixtures/parity/centred-logits.ts";
 import { teacherForcedLogits } from "./fixtures/parity/parity-model.ts";
 import { pythonUnavailable, referencePython, transformersReference, type TransformersRun } from "./fixtures/parity/python-reference.ts";
 
@@ -58,26 +58,7 @@ const MODELS: Record<string, Omit<TinyModelOptions, "out">> = {
 };
 
 /** Max |centred logit difference| over the reference's top TOP_K, argmax agreement, and the reference's top-1 gap where the argmax differs. */
-function compareLogits(ours: Float32Array[], ref: Float32Array[]): { maxAbs: number; agree: number; gaps: number[] } {
-  expect(ours).toHaveLength(ref.length);
-  let maxAbs = 0;
-  let agree = 0;
-  const gaps: number[] = [];
-  for (let p = 0; p < ref.length; p++) {
-    const o = ours[p]!;
-    const r = ref[p]!;
-    const top = argmax(r);
-    const mine = argmax(o);
-    if (mine === top) agree++;
-    else gaps.push(r[top]! - r[mine]!);
-    const candidates = [...r.keys()].sort((a, b) => r[b]! - r[a]!).slice(0, TOP_K);
-    for (const t of candidates) {
-      const d = Math.abs(o[t]! - o[top]! - (r[t]! - r[top]!));
-      if (!(d <= maxAbs)) maxAbs = d;
-    }
-  }
-  return { maxAbs, agree, gaps };
-}
+const compareLogits = (ours: Float32Array[], ref: Float32Array[]) => compareCentredLogits(ours, ref, TOP_K);
 
 const root = mkdtempSync(join(tmpdir(), "airm-parity-transformers-"));
 

@@ -1154,6 +1154,56 @@
       (local.set $i (i32.add (local.get $i) (i32.const 16)))
       (br $next))))
 
+  ;; ---------------------------------------------------------------- LoRA update
+  ;; dot(p[0..n), q[0..n)) of f32 (n % 4 == 0): lane j sums p[4k+j] * q[4k+j] in increasing k,
+  ;; then $hsum.
+  (func $dot_f32 (param $p i32) (param $q i32) (param $n i32) (result f32)
+    (local $acc v128) (local $end i32)
+    (local.set $end (i32.add (local.get $p) (i32.shl (local.get $n) (i32.const 2))))
+    (block $done (loop $next
+      (br_if $done (i32.ge_u (local.get $p) (local.get $end)))
+      (local.set $acc (f32x4.add (local.get $acc) (f32x4.mul (v128.load (local.get $p)) (v128.load (local.get $q)))))
+      (local.set $p (i32.add (local.get $p) (i32.const 16)))
+      (local.set $q (i32.add (local.get $q) (i32.const 16)))
+      (br $next)))
+    (call $hsum (local.get $acc)))
+
+  ;; The low-rank update of a LoRA adapter beside a base matmul, token by token: for t < T, with
+  ;; x_t = x + t*xs and y_t = y + t*ys (byte strides, f32 rows):
+  ;;   u[j] = dot(A[j], x_t) for j < r (A f32 [r][cols]), u[j] = 0 for r <= j < rp;
+  ;;   y_t[o] = y_t[o] + dot(B[o], u) * scale for o < rows (B f32 [rows][rp], zero past r);
+  ;; rp = r rounded up to 4, cols % 4 == 0, u: rp f32 of scratch. A token's outputs read only its
+  ;; own row, so they are the same bits in any batch and for any T.
+  (func (export "lora_update") (param $x i32) (param $xs i32) (param $y i32) (param $ys i32) (param $T i32)
+    (param $a i32) (param $b i32) (param $cols i32) (param $r i32) (param $rows i32) (param $scale f32) (param $u i32)
+    (local $t i32) (local $j i32) (local $o i32) (local $rp i32) (local $at i32)
+    (local.set $rp (i32.and (i32.add (local.get $r) (i32.const 3)) (i32.const -4)))
+    (block $tokens_done (loop $token
+      (br_if $tokens_done (i32.ge_u (local.get $t) (local.get $T)))
+      (local.set $j (i32.const 0))
+      (block $u_done (loop $each_j
+        (br_if $u_done (i32.ge_u (local.get $j) (local.get $rp)))
+        (local.set $at (i32.add (local.get $u) (i32.shl (local.get $j) (i32.const 2))))
+        (if (i32.lt_u (local.get $j) (local.get $r))
+          (then (f32.store (local.get $at)
+            (call $dot_f32 (i32.add (local.get $a) (i32.mul (local.get $j) (i32.shl (local.get $cols) (i32.const 2)))) (local.get $x) (local.get $cols))))
+          (else (f32.store (local.get $at) (f32.const 0))))
+        (local.set $j (i32.add (local.get $j) (i32.const 1)))
+        (br $each_j)))
+      (local.set $o (i32.const 0))
+      (block $y_done (loop $each_o
+        (br_if $y_done (i32.ge_u (local.get $o) (local.get $rows)))
+        (local.set $at (i32.add (local.get $y) (i32.shl (local.get $o) (i32.const 2))))
+        (f32.store (local.get $at) (f32.add (f32.load (local.get $at))
+          (f32.mul (call $dot_f32 (i32.add (local.get $b) (i32.mul (local.get $o) (i32.shl (local.get $rp) (i32.const 2)))) (local.get $u) (local.get $rp))
+                   (local.get $scale))))
+        (local.set $o (i32.add (local.get $o) (i32.const 1)))
+        (br $each_o)))
+      (local.set $x (i32.add (local.get $x) (local.get $xs)))
+      (local.set $y (i32.add (local.get $y) (local.get $ys)))
+      (local.set $t (i32.add (local.get $t) (i32.const 1)))
+      (br $token))))
+
   ;; ---------------------------------------------------------------- bandwidth roofline
   ;; Streams `bytes` (a multiple of 128) from $p, eight 16-byte loads per trip into four
   ;; independent sums, so nothing is dead: the fastest plain read loop we have, the bench's reference.

@@ -25,6 +25,7 @@ export const NUMERICS_CHOICES = [
   "split=rows|heads only",
   "quantized=GGUF Q8_0/Q4_0(as m=-8d)/Q4_1 blocks in 4-row groups, x as i16 per 32-block (d=amax/32767, nearest-even), isum exact i32, acc+=f32(isum)*(dw*dx) then +=m*sx, blocks in order",
   "a8=Q4_0/Q4_1/Q4_K/Q6_K blocks in 4-row lanes over x as i8 per 32-block (d=amax/127, nearest-even, clamp 127), relaxed i16 dot with unsigned weights (nibbles, q6 0..63: exact), isum exact i32 (q6: minus 32*sum x per 16 cols), acc+=f32(isum)*(dw*dx) then +=m*sx (q6: lo half then hi half)",
+  "lora=per token u=A x (f32, 4 lanes over cols, hsum), y+=f32(dot(B[o],u))*f32(scale) after the base matmul and its bias, before any norm; calling thread only",
   "q5a8=Q5_0(m=-16d)/Q5_1/Q5_K q 0..31 in q6ka8's byte order, isum exact i32 over both halves, acc+=f32(isum)*(dw*dx) then +=m*sx; Q3_K as q6k/q6ka8 (q-32 range), IQ4_NL/IQ4_XS as q8 (int8 levels, d per 32)",
 ].join(";");
 

@@ -72,6 +72,7 @@ interface KernelExports {
   rope_kv(x: number, cs: number, heads: number, D: number, k: number, kv: number, kDst: number, vDst: number, S: number): void;
   exp_f32(src: number, dst: number, n: number): void;
   add_f32(dst: number, src: number, n: number): void;
+  lora_update(x: number, xs: number, y: number, ys: number, T: number, a: number, b: number, cols: number, r: number, rows: number, scale: number, u: number): void;
   stream_read(p: number, bytes: number): number;
 }
 
@@ -617,6 +618,16 @@ export class KernelRuntime {
   /** dst[i] += src[i] for i < n (f32, n % 4 == 0). */
   addF32(dst: number, src: number, n: number): void {
     this.k.add_f32(dst, src, n);
+  }
+
+  /**
+   * The low-rank update of a LoRA adapter for T tokens (kernels.wat lora_update), on the calling
+   * thread: for token t, with x_t = x + t*xs and y_t = y + t*ys (byte strides, f32 rows),
+   * u = A x_t (A f32 [r][cols]), y_t[o] += dot(B[o], u) * scale (B f32 [rows][rp], rp = r rounded
+   * up to 4, zero past r). `u`: rp f32 of scratch. Each token's outputs depend on its own row only.
+   */
+  loraUpdate(x: number, xs: number, y: number, ys: number, T: number, lora: { a: number; b: number; cols: number; r: number; rows: number; scale: number }, u: number): void {
+    this.k.lora_update(x, xs, y, ys, T, lora.a, lora.b, lora.cols, lora.r, lora.rows, lora.scale, u);
   }
 
   /** dst[i] = the kernel's exp(src[i]) for i < n (n % 4 == 0); f32. */

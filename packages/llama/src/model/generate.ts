@@ -2,6 +2,7 @@
 // Used by tests, benches and simple callers; the serving engines drive prefill/decode themselves.
 import { ConfigError, ContextOverflowError } from "@airm/rm-core";
 import { sample, type SamplingParams } from "../sampling/sample.ts";
+import type { LoraHandle } from "../lora/lora-registry.ts";
 import type { KVCache } from "./kv-cache.ts";
 import type { LlamaModel } from "./llama-model.ts";
 
@@ -15,6 +16,8 @@ export interface GenerateOptions {
   S?: number;
   /** Prefill in chunks of this many tokens (same bits as whole-prompt prefill). */
   chunkSize?: number;
+  /** The LoRA adapter to generate with (from model.loadLora); none: the base model. */
+  lora?: LoraHandle;
 }
 
 export interface GenerateResult {
@@ -34,7 +37,7 @@ export function generate(model: LlamaModel, prompt: number[], opts: GenerateOpti
   if (prompt.length + opts.maxTokens > S) throw new ContextOverflowError(prompt.length + opts.maxTokens, S);
   const cache = model.newCache(S);
   try {
-    const logits = opts.chunkSize ? model.prefillChunk(prompt, cache, opts.chunkSize) : model.prefill(prompt, cache);
+    const logits = opts.chunkSize ? model.prefillChunk(prompt, cache, opts.chunkSize, { lora: opts.lora }) : model.prefill(prompt, cache, { lora: opts.lora });
     return continueGeneration(model, cache, logits, opts);
   } finally {
     model.freeCache(cache);
@@ -50,7 +53,7 @@ export function continueGeneration(
   model: LlamaModel,
   cache: KVCache,
   logits: Float32Array,
-  opts: Pick<GenerateOptions, "maxTokens" | "sampling" | "stopTokenIds">,
+  opts: Pick<GenerateOptions, "maxTokens" | "sampling" | "stopTokenIds" | "lora">,
 ): GenerateResult {
   return continueFromToken(model, cache, sample(logits, opts.sampling ?? {}, cache.n), opts);
 }
@@ -60,7 +63,12 @@ export function continueGeneration(
  * process returned with the KV): that token is the first returned id (unless it is a stop id),
  * then decode steps follow until a stop id or maxTokens.
  */
-export function continueFromToken(model: LlamaModel, cache: KVCache, token: number, opts: Pick<GenerateOptions, "maxTokens" | "sampling" | "stopTokenIds">): GenerateResult {
+export function continueFromToken(
+  model: LlamaModel,
+  cache: KVCache,
+  token: number,
+  opts: Pick<GenerateOptions, "maxTokens" | "sampling" | "stopTokenIds" | "lora">,
+): GenerateResult {
   const stop = new Set(opts.stopTokenIds ?? []);
   const sampling = opts.sampling ?? {};
   const out: number[] = [];
@@ -69,7 +77,7 @@ export function continueFromToken(model: LlamaModel, cache: KVCache, token: numb
     if (stop.has(next)) return { tokens: out, finishReason: "stop" };
     out.push(next);
     if (out.length >= opts.maxTokens) return { tokens: out, finishReason: "length" };
-    const [l] = model.decode([{ cache, token: next }]);
+    const [l] = model.decode([{ cache, token: next, lora: opts.lora }]);
     next = sample(l, sampling, cache.n);
   }
 }

@@ -10,6 +10,9 @@ import { KERNEL_VERSION, NUMERICS_CHOICES } from "../kernels/assemble.ts";
 import { KernelRuntime, WEIGHT_MEMORY_BYTES } from "../kernels/kernel-runtime.ts";
 import { GROUP_BLOCK_BYTES, QUANT_IMAGE_LAYOUT, dequantImageRow, takesA8, type QuantKind, type WeightKind } from "../kernels/quant-image.ts";
 import { imageIndex } from "../kernels/weight-image.ts";
+import { type LoadLoraOptions, type LoraHandle, type LoraOptions, LoraRegistry, loraLimits } from "../lora/lora-registry.ts";
+import type { LoraGroup } from "../lora/projections.ts";
+import { applyLora, type ResidentLora } from "../lora/resident-lora.ts";
 import { PagedKVCache, wholeContextHomes, type KVCache, type LayerHomes } from "./kv-cache.ts";
 import { KVBlockPool, type KVPoolOptions } from "./kv-pool.ts";
 import { RopeTable } from "./rope.ts";
@@ -53,6 +56,8 @@ export interface LlamaModelOptions {
   weightMemoryBytes?: number;
   /** The paged KV cache: block size (default 16) and budget in blocks (default: what the memory holds). */
   kv?: KVPoolOptions;
+  /** LoRA adapters: how many are resident at once and the largest rank accepted (see loadLora). */
+  lora?: LoraOptions;
 }
 
 export type WeightPlacement = "auto" | "separate";
@@ -79,11 +84,15 @@ const bytesOf = (ms: Matrix[]): number => ms.reduce((a, m) => a + m.segs.reduce(
 export interface PrefillOptions {
   /** Called when layer l's K and V for all prompt tokens are in the cache. */
   onLayer?(layer: number): void;
+  /** The LoRA adapter the tokens run on (from loadLora); none: the base model. */
+  lora?: LoraHandle;
 }
 
 export interface DecodeStep {
   cache: KVCache;
   token: number;
+  /** The LoRA adapter this stream runs on; none: the base model. */
+  lora?: LoraHandle;
 }
 
 /** One item of a forward pass (LlamaModel.pass): tokens going in at the cache's position n. */
@@ -92,6 +101,8 @@ export interface PassItem {
   cache: KVCache;
   /** Which logits come back: the last position's (default), every position's, or none. */
   logits?: "last" | "all" | "none";
+  /** The LoRA adapter this item's tokens run on; none: the base model. Items of one pass may differ. */
+  lora?: LoraHandle;
 }
 
 interface Scratch {
@@ -119,6 +130,7 @@ function checkedOptions(opts: LlamaModelOptions): { mode: WeightsMode; acts: Act
   if (!Number.isInteger(memoryBytes) || memoryBytes < 65536 || memoryBytes > WEIGHT_MEMORY_BYTES) {
     throw new ConfigError("weightMemoryBytes", `must be an integer in [65536, ${WEIGHT_MEMORY_BYTES}], got ${String(memoryBytes)}`);
   }
+  loraLimits(opts.lora);
   return { mode, acts, placement, memoryBytes };
 }
 
@@ -241,6 +253,8 @@ export class LlamaModel {
   private resid = 0;
   private residTokens = 0;
   private closed = false;
+  /** The LoRA adapters loaded into this model, and which are resident. */
+  private readonly loraRegistry: LoraRegistry;
 
   private constructor(
     ckpt: Checkpoint,
@@ -256,7 +270,9 @@ export class LlamaModel {
     placement: WeightPlacement,
     activations: ActivationsMode,
     kv: KVPoolOptions | undefined,
+    lora: LoraOptions | undefined,
   ) {
+    this.loraRegistry = new LoraRegistry(rt, ckpt.config, { path: ckpt.path, id: ckpt.id }, lora);
     this.weightsMode = weightsMode;
     this.activations = activations;
     this.placement = placement;
@@ -378,7 +394,7 @@ export class LlamaModel {
       const { layers, embed, finalNorm, lmHead } = loader.model(ckpt.config);
       const end = rt.allocationTop;
       if (image !== undefined) readPackedImage(image, rt, start, end, { id: ckpt.id, format: LlamaModel.packedFormatFor(mode, placement, acts) });
-      return new LlamaModel(ckpt, rt, layers, embed, finalNorm, lmHead, loader.slots, start, end, mode, placement, acts, opts.kv);
+      return new LlamaModel(ckpt, rt, layers, embed, finalNorm, lmHead, loader.slots, start, end, mode, placement, acts, opts.kv, opts.lora);
     } catch (e) {
       rt.close();
       throw e;
@@ -523,6 +539,7 @@ export class LlamaModel {
       positions,
       rows,
       opts.onLayer,
+      opts.lora && tokens.map(() => opts.lora),
     );
     w.n += tokens.length;
     return logits;
@@ -545,6 +562,7 @@ export class LlamaModel {
       tokens.map((_, i) => w.n + i),
       rows,
       opts.onLayer,
+      opts.lora && tokens.map(() => opts.lora),
     );
     const logits = await drive(steps, opts.pause);
     w.n += tokens.length;
@@ -579,7 +597,7 @@ export class LlamaModel {
   async passAsync(items: PassItem[], opts: PrefillOptions & { pause?: () => Promise<void> } = {}): Promise<Float32Array[][]> {
     if (items.length === 0) return [];
     const plan = this.planPass(items);
-    const logits = await drive(this.forwardSteps(plan.tokens, plan.perToken, plan.positions, plan.rows, opts.onLayer), opts.pause);
+    const logits = await drive(this.forwardSteps(plan.tokens, plan.perToken, plan.positions, plan.rows, opts.onLayer, plan.loras), opts.pause);
     return this.finishPass(items, plan, logits);
   }
 
@@ -587,11 +605,11 @@ export class LlamaModel {
   pass(items: PassItem[], opts: PrefillOptions = {}): Float32Array[][] {
     if (items.length === 0) return [];
     const plan = this.planPass(items);
-    const logits = this.forward(plan.tokens, plan.perToken, plan.positions, plan.rows, opts.onLayer);
+    const logits = this.forward(plan.tokens, plan.perToken, plan.positions, plan.rows, opts.onLayer, plan.loras);
     return this.finishPass(items, plan, logits);
   }
 
-  private planPass(items: PassItem[]): { tokens: number[]; perToken: PagedKVCache[]; positions: number[]; rows: number[]; counts: number[] } {
+  private planPass(items: PassItem[]): { tokens: number[]; perToken: PagedKVCache[]; positions: number[]; rows: number[]; counts: number[]; loras: PassLoras } {
     const caches = items.map((j) => this.own(j.cache));
     if (new Set(caches).size !== caches.length) throw new ConfigError("items", "each item of a pass needs its own cache");
     const tokens: number[] = [];
@@ -599,6 +617,7 @@ export class LlamaModel {
     const positions: number[] = [];
     const rows: number[] = [];
     const counts: number[] = [];
+    const loras: (LoraHandle | undefined)[] = [];
     items.forEach((j, i) => {
       const w = caches[i];
       if (j.tokens.length === 0) throw new ConfigError("tokens", "the prompt is empty; pass at least one token");
@@ -608,13 +627,14 @@ export class LlamaModel {
         tokens.push(t);
         perToken.push(w);
         positions.push(w.n + k);
+        loras.push(j.lora);
       });
       const want = j.logits ?? "last";
       if (want === "all") for (let k = first; k < tokens.length; k++) rows.push(k);
       else if (want === "last") rows.push(tokens.length - 1);
       counts.push(want === "all" ? j.tokens.length : want === "last" ? 1 : 0);
     });
-    return { tokens, perToken, positions, rows, counts };
+    return { tokens, perToken, positions, rows, counts, loras };
   }
 
   private finishPass(items: PassItem[], plan: { counts: number[] }, logits: Float32Array[]): Float32Array[][] {
@@ -632,13 +652,13 @@ export class LlamaModel {
    * Prefill in chunks of `chunkSize` tokens against the live cache; gives the same KV bytes and
    * logits as `prefill` (same kernels, same order). Throws as `prefill`.
    */
-  prefillChunk(tokens: number[], cache: KVCache, chunkSize: number): Float32Array {
+  prefillChunk(tokens: number[], cache: KVCache, chunkSize: number, opts: Pick<PrefillOptions, "lora"> = {}): Float32Array {
     if (!Number.isInteger(chunkSize) || chunkSize < 1) throw new ConfigError("chunkSize", `must be a positive integer, got ${chunkSize}`);
     const w = this.own(cache);
     if (tokens.length === 0) throw new ConfigError("tokens", "the prompt is empty; pass at least one token");
     if (w.n + tokens.length > w.S) throw capacityOverflow(w.n + tokens.length, w.S, "prefill");
     let logits: Float32Array | undefined;
-    for (let i = 0; i < tokens.length; i += chunkSize) logits = this.prefill(tokens.slice(i, i + chunkSize), cache);
+    for (let i = 0; i < tokens.length; i += chunkSize) logits = this.prefill(tokens.slice(i, i + chunkSize), cache, { lora: opts.lora });
     return logits!;
   }
 
@@ -657,6 +677,8 @@ export class LlamaModel {
       caches,
       caches.map((w) => w.n),
       steps.map((_, i) => i),
+      undefined,
+      steps.map((s) => s.lora),
     );
     for (const w of caches) w.n += 1;
     return logits;
@@ -675,6 +697,47 @@ export class LlamaModel {
   close(): void {
     this.closed = true;
     this.rt.close();
+  }
+
+  /**
+   * Reads the PEFT LoRA adapter in `folder` (adapter_config.json + adapter_model.safetensors) and
+   * registers it under `name`; pass items, decode steps and prefill options then name the handle.
+   * It is resident at once when fewer than `maxLoras` are (else the least recently used one no
+   * running pass holds goes back to disk; an adapter not resident is read again when a pass uses
+   * it). Throws LoraError naming the adapter_config.json key (`field`: a rank over maxLoraRank is
+   * `r`, another base model `base_model_name_or_path`, an unsupported feature its key) or the
+   * tensor (`tensor`: missing, unexpected, wrong shape or dtype, truncated); ConfigError for a name
+   * in use.
+   */
+  loadLora(name: string, folder: string, opts: LoadLoraOptions = {}): LoraHandle {
+    this.checkOpen();
+    return this.loraRegistry.load(name, folder, opts);
+  }
+
+  /** Forgets an adapter (by handle or name) and frees its memory once no running pass holds it. */
+  unloadLora(lora: LoraHandle | string): void {
+    this.checkOpen();
+    this.loraRegistry.unload(lora);
+  }
+
+  /** The adapter loaded under `name`, if any. */
+  getLora(name: string): LoraHandle | undefined {
+    return this.loraRegistry.get(name);
+  }
+
+  /** Every loaded adapter, resident or not, in load order. */
+  loras(): LoraHandle[] {
+    return this.loraRegistry.list();
+  }
+
+  /** Whether the adapter's matrices are in memory now (not waiting on disk). */
+  loraResident(lora: LoraHandle): boolean {
+    return this.loraRegistry.isResident(lora);
+  }
+
+  /** Adapters resident at once, and the largest rank accepted (the load options). */
+  get loraLimits(): { maxLoras: number; maxLoraRank: number } {
+    return { maxLoras: this.loraRegistry.maxLoras, maxLoraRank: this.loraRegistry.maxLoraRank };
   }
 
   /** Streams this model's per-token weight bytes with the plain read loop (bench roofline). */
@@ -943,8 +1006,8 @@ export class LlamaModel {
    * K/V (bf16) into its cache layer by layer, attends over the cache, and returns logits for
    * the token indices in `logitRows`.
    */
-  private forward(tokens: number[], caches: PagedKVCache[], positions: number[], logitRows: number[], onLayer?: (l: number) => void): Float32Array[] {
-    const steps = this.forwardSteps(tokens, caches, positions, logitRows, onLayer);
+  private forward(tokens: number[], caches: PagedKVCache[], positions: number[], logitRows: number[], onLayer?: (l: number) => void, loras?: PassLoras): Float32Array[] {
+    const steps = this.forwardSteps(tokens, caches, positions, logitRows, onLayer, loras);
     for (let r = steps.next(); ; r = steps.next()) if (r.done) return r.value;
   }
 
@@ -953,10 +1016,28 @@ export class LlamaModel {
    * async caller can let its event loop run in between (nothing else may use this model's
    * scratch buffers until it finishes). Stages: prepare the pass (blocks, tables, scratch, RoPE
    * rows, the attention plan), embed, then per layer and block of tokens the attention block
-   * (project q/k/v, write K/V, attend, project out) and the MLP block, then the LM head.
+   * (project q/k/v, write K/V, attend, project out) and the MLP block, then the LM head. The LoRA
+   * adapters of the tokens (`loras`, one per token) are held resident until it ends.
    */
-  private *forwardSteps(tokens: number[], caches: PagedKVCache[], positions: number[], logitRows: number[], onLayer?: (l: number) => void): Generator<void, Float32Array[]> {
-    const pass = this.preparePass(tokens, caches, positions, logitRows);
+  private *forwardSteps(
+    tokens: number[],
+    caches: PagedKVCache[],
+    positions: number[],
+    logitRows: number[],
+    onLayer?: (l: number) => void,
+    loras?: PassLoras,
+  ): Generator<void, Float32Array[]> {
+    const adapted = loras?.some((h) => h !== undefined) ? loras : undefined;
+    const resident = adapted ? this.loraRegistry.acquire(adapted) : undefined;
+    try {
+      return yield* this.passSteps(this.preparePass(tokens, caches, positions, logitRows, resident), tokens, logitRows, onLayer);
+    } finally {
+      if (adapted) this.loraRegistry.release(adapted);
+    }
+  }
+
+  /** The stages of a prepared pass after preparePass: embed, the layers block by block, the LM head. */
+  private *passSteps(pass: PassState, tokens: number[], logitRows: number[], onLayer?: (l: number) => void): Generator<void, Float32Array[]> {
     this.embedTokens(tokens, pass.resid);
     const T = tokens.length;
     for (let l = 0; l < this.config.numLayers; l++) {
@@ -979,7 +1060,7 @@ export class LlamaModel {
    * Everything a pass needs before the first layer: token ids checked, the KV blocks of the
    * positions it writes (all or none), RoPE rows, block tables, scratch and the attention plan.
    */
-  private preparePass(tokens: number[], caches: PagedKVCache[], positions: number[], logitRows: number[]): PassState {
+  private preparePass(tokens: number[], caches: PagedKVCache[], positions: number[], logitRows: number[], lora: (ResidentLora | undefined)[] | undefined): PassState {
     const c = this.config;
     const T = tokens.length;
     for (const id of tokens) {
@@ -1009,7 +1090,7 @@ export class LlamaModel {
     // the local table's rows (sliding-window layers) follow the global ones
     const ropeRowsLocal = this.ropeLocal ? ropeRows + T * c.headDim * 4 : ropeRows;
     if (this.ropeLocal) this.writeRopeRows(this.ropeLocal, positions, ropeRowsLocal);
-    return { caches, positions, tableOf, localDelta, scores, logits, resid, s, ropeRows, ropeRowsLocal, attn };
+    return { caches, positions, tableOf, localDelta, scores, logits, resid, s, ropeRows, ropeRowsLocal, attn, lora };
   }
 
   /** Each token's cos/sin row (D/2 cos, D/2 sin) of `rope` where the rope_kv kernel reads it. */
@@ -1087,6 +1168,7 @@ export class LlamaModel {
         for (let r = 0; r < qkvRows; r++) f32[q + r] = f32[q + r] + f32[b + r];
       }
     }
+    this.addLora(pass, l, "qkv", t0, n, s.normed, hidden, s.qkv, qkvRows);
     if (L.qNorm) this.normQkHeads(L, s.qkv, n);
     const H = c.numHeads,
       KV = c.numKvHeads,
@@ -1150,6 +1232,7 @@ export class LlamaModel {
     }
     const L = this.layers[l];
     this.mm(L.wo, s.attn, s, s.out, n, HD, c.hiddenSize);
+    this.addLora(pass, l, "o", t0, n, s.attn, HD, s.out, c.hiddenSize);
     if (L.attnOutNorm) this.normRows(s.out, L.attnOutNorm, n);
     rt.addF32(pass.resid + t0 * c.hiddenSize * 4, s.out, n * c.hiddenSize);
   }
@@ -1165,11 +1248,22 @@ export class LlamaModel {
     const res = pass.resid + t0 * hidden * 4;
     for (let t = 0; t < n; t++) rt.rmsnorm(res + t * hidden * 4, L.mlpNorm, s.normed + t * hidden * 4, hidden, c.rmsNormEps);
     this.mm(L.wgu, s.normed, s, s.gu, n, hidden, 2 * I);
+    this.addLora(pass, l, "gu", t0, n, s.normed, hidden, s.gu, 2 * I);
     if (traitsOf(c).activation === "gelu_tanh") rt.geglu(s.gu, s.act, I, n);
     else rt.swiglu(s.gu, s.act, I, n);
     this.mm(L.wd, s.act, s, s.out, n, I, hidden);
+    this.addLora(pass, l, "down", t0, n, s.act, I, s.out, hidden);
     if (L.mlpOutNorm) this.normRows(s.out, L.mlpOutNorm, n);
     rt.addF32(res, s.out, n * hidden);
+  }
+
+  /**
+   * Adds the LoRA update of each token of [t0, t0 + n) that runs on an adapter to the outputs of
+   * fused matmul `group` of layer l: inputs f32 [n][cols] at x, outputs f32 [n][rows] at y.
+   */
+  private addLora(pass: PassState, l: number, group: LoraGroup, t0: number, n: number, x: number, cols: number, y: number, rows: number): void {
+    if (!pass.lora) return;
+    applyLora(this.rt, pass.lora, t0, n, l, group, { x, xStride: cols * 4, y, yStride: rows * 4 }, this.loraRegistry.kernelScratch);
   }
 
   /** Final norm and LM head for the requested rows only; copies of their logits. */
@@ -1209,7 +1303,12 @@ interface PassState {
   /** The local RoPE base's rows (sliding-window layers); ropeRows when there is none. */
   ropeRowsLocal: number;
   attn: AttentionPlan;
+  /** Each token's resident LoRA adapter (undefined: the base model); undefined when no token has one. */
+  lora: (ResidentLora | undefined)[] | undefined;
 }
+
+/** The LoRA adapter of each token of a pass (undefined: the base model). */
+type PassLoras = readonly (LoraHandle | undefined)[];
 
 /**
  * The attention work of a pass per block of tokens: tile descriptors (`descWindow`: the same tiles
@@ -1242,9 +1341,14 @@ function ensureBlocks(pool: KVBlockPool, to: Map<PagedKVCache, number>): void {
 
 /** Runs a forward pass generator to its end, awaiting `pause()` (default: setImmediate) at each of its yields. */
 async function drive<T>(steps: Generator<void, T>, pause: () => Promise<void> = () => new Promise<void>((r) => setImmediate(r))): Promise<T> {
-  for (let r = steps.next(); ; r = steps.next()) {
-    if (r.done) return r.value;
-    await pause();
+  try {
+    for (let r = steps.next(); ; r = steps.next()) {
+      if (r.done) return r.value;
+      await pause();
+    }
+  } finally {
+    // a pause that threw leaves the pass unfinished: end it, so it lets go of what it holds (its LoRA adapters)
+    steps.return(undefined as T);
   }
 }
 

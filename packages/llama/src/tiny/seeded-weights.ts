@@ -68,6 +68,20 @@ export function seededNormalBf16(seed: number, name: string, count: number, std:
   return new Uint8Array(out.buffer);
 }
 
+/** `count` f32 values, approximately normal(0, std), for tensor `name` under `seed` (the draws of seededNormalBf16, not rounded to bf16). */
+export function seededNormalF32(seed: number, name: string, count: number, std: number): Float32Array {
+  const next = xoshiro128((seed ^ nameHash(name)) >>> 0);
+  const out = new Float32Array(count);
+  const scale = (SQRT3 * std) / 65536;
+  const centre = 4 * 32767.5;
+  for (let i = 0; i < count; i++) {
+    const r1 = next();
+    const r2 = next();
+    out[i] = ((r1 >>> 16) + (r1 & 0xffff) + (r2 >>> 16) + (r2 & 0xffff) - centre) * scale;
+  }
+  return out;
+}
+
 /** `count` bf16 copies of `value` as little-endian bytes. */
 export function constantBf16(value: number, count: number): Uint8Array {
   return new Uint8Array(new Uint16Array(count).fill(f32ToBf16(value)).buffer);
