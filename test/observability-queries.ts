@@ -63,6 +63,7 @@ export async function exportedMetrics(): Promise<Map<string, string>> {
       geometry: () => ({ blockSize: 16, numBlocks: 64 }),
       preemptions: () => 0,
       draining: () => false,
+      lora: () => undefined,
       leases: () => ({ outstanding: 0, expired: 0 }) as any,
       prefixCache: () => ({
         queriedTokens: 0,

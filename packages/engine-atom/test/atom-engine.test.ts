@@ -1,6 +1,7 @@
 // From a host that lists both engine packages: the registry hands out "rngd" and "atom", both
-// generate @airm/llama's greedy tokens, and RNGD prefill -> ATOM decode continues exactly. The
-// ATOM native path is driven through a fake librbln_runtime.so built here with gcc.
+// generate @airm/llama's greedy tokens, and RNGD prefill -> ATOM decode continues exactly (on a
+// LoRA adapter too). The ATOM native path is driven through a fake librbln_runtime.so built here
+// with gcc; it refuses adapters.
 import { execFileSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -8,7 +9,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Registry, blocksToDense, openEngine } from "@airm/rm-core";
-import { loadCheckpoint, makeTinyModel } from "@airm/llama";
+import { loadCheckpoint, makeTinyLora, makeTinyModel } from "@airm/llama";
 import { denseLayerBytes, engineTokens, referenceTokens } from "@airm/engine-kit";
 import type { Engine, EnginePlugin } from "@airm/rm-core";
 import { atomEngine, atomSpec, decodeGraphIO } from "../src/index.ts";
@@ -17,6 +18,7 @@ const here = dirname(fileURLToPath(import.meta.url));
 const packages = join(here, "..", "..");
 const root = mkdtempSync(join(tmpdir(), "airm-atom-"));
 const modelDir = join(root, "model");
+const loraDir = join(root, "lora-sql");
 const noCards = join(root, "dev-empty");
 const oneAtom = join(root, "dev-atom");
 const S = 64;
@@ -30,12 +32,13 @@ function env(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   return { AIRM_DEV_ROOT: noCards, AIRM_ARTIFACT_CACHE: join(root, "artifacts"), AIRM_ENGINE_LOG: "0", ...extra };
 }
 
-const generate = (engine: Engine, tokens: number[], steps: number) => engineTokens(engine, tokens, steps);
+const generate = (engine: Engine, tokens: number[], steps: number, lora?: string) => engineTokens(engine, tokens, steps, lora);
 
 beforeAll(async () => {
   makeTinyModel({ arch: "llama", out: modelDir, layers: 2, seed: 11 });
   const ckpt = await loadCheckpoint(modelDir);
   prompts = ["ATOM decodes what RNGD prefilled", "x", "a somewhat longer prompt with more words in it than the others"].map((p) => ckpt.tokenizer.encode(p));
+  makeTinyLora({ out: loraDir, model: ckpt.config, baseModel: modelDir, r: 8, targets: "all-linear", seed: 5 });
   ckpt.tensors.close();
   for (const p of prompts) reference.push(await referenceTokens(modelDir, p, STEPS));
   mkdirSync(noCards, { recursive: true });
@@ -93,6 +96,29 @@ describe("registry host with both engines", () => {
       const outs = handoffs.map((h) => [h.firstToken]);
       while (outs[0].length < STEPS) (await atom.decode(streams.map((stream, i) => ({ stream, token: outs[i][outs[i].length - 1] })))).forEach((r, i) => outs[i].push(r.token));
       outs.forEach((o, i) => expect(o).toEqual(reference[i]));
+    } finally {
+      await rngd.close();
+      await atom.close();
+    }
+  });
+
+  it("with lora at load, both pass it through: RNGD prefill on an adapter -> ATOM decode on it equals @airm/llama solo with the adapter", async () => {
+    const lora = { maxLoras: 2, modules: [{ name: "sql", path: loraDir }] };
+    const rngd = await openEngine((await registry.load("airm.workloads", "rngd")) as V2Plugin, { model: modelDir, backend: "rngd-chunk", maxModelLen: S, lora }, { env: env() });
+    const atom = await openEngine((await registry.load("airm.workloads", "atom")) as V2Plugin, { model: modelDir, maxModelLen: S, batch: 4, lora }, { env: env() });
+    try {
+      for (const e of [rngd, atom]) expect(e.loras!.list().map((l) => [l.name, l.rank])).toEqual([["sql", 8]]);
+      expect(rngd.loras!.list()[0].fingerprint).toBe(atom.loras!.list()[0].fingerprint);
+      const p = prompts[2];
+      const want = await referenceTokens(modelDir, p, STEPS, {}, loraDir);
+      expect(want).not.toEqual(reference[2]);
+      const h = await rngd.prefill(p, { lora: "sql" });
+      const stream = atom.importKV(h.kv!, undefined, { lora: "sql", tokens: p });
+      const out = [h.firstToken];
+      while (out.length < STEPS) out.push((await atom.decode([{ stream, token: out[out.length - 1] }]))[0].token);
+      atom.release(stream);
+      expect(out).toEqual(want);
+      expect(await generate(rngd, p, STEPS, "sql")).toEqual(want);
     } finally {
       await rngd.close();
       await atom.close();
@@ -182,5 +208,17 @@ describe("ATOM native path (fake librbln_runtime.so)", () => {
     } finally {
       await engine.close();
     }
+  });
+
+  it("refuses LoRA adapters at load: the card's decode graph cannot apply them", async () => {
+    const ckpt = await loadCheckpoint(modelDir);
+    const c = ckpt.config;
+    ckpt.tensors.close();
+    const io = decodeGraphIO({ layers: c.numLayers, kvHeads: c.numKvHeads, headDim: c.headDim, vocabSize: c.vocabSize }, { batch: 4, seqLen: S });
+    writeFileSync(join(graphs, "decode-B4xS64.rbln"), `FAKE-RBLN 1\nin ${io.inputs.join(" ")}\nout ${io.outputs.join(" ")}\n`);
+    const options = { model: modelDir, maxModelLen: S, batch: 4, chip: 0, lora: { modules: [{ name: "sql", path: loraDir }] } };
+    await expect(
+      openEngine(atomEngine, options, { env: env({ AIRM_RBLN_LIB: lib, AIRM_DEV_ROOT: oneAtom, AIRM_RBLN_GRAPHS: graphs, AIRM_VARIANTS: `B4xS${S}` }) }),
+    ).rejects.toMatchObject({ code: "UNSUPPORTED", message: expect.stringMatching(/LoRA adapters: backend atom of engine atom decodes on the native vendor runtime \(rbln:0\)/) });
   });
 });

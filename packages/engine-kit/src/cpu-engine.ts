@@ -5,7 +5,9 @@
 // recompute when blocks run out, prompt-prefix reuse by shared blocks, KV import/export in
 // rngd-pd/v2, variant swap and per-tensor delta updates. The NPU execution models keep their
 // compiled (batch, context) buckets, which decide what fits; on the CPU reference only the
-// positions in use are computed. What is vendor-specific lives in the engine packages.
+// positions in use are computed. LoRA adapters (with `lora` in the spec) run per stream, their KV
+// kept apart in the prefix cache (engine-loras.ts). What is vendor-specific lives in the engine
+// packages.
 
 import { performance } from "node:perf_hooks";
 import {
@@ -13,6 +15,7 @@ import {
   ContextOverflowError,
   KVIntegrityError,
   PreemptedError,
+  UnknownLoraError,
   UnsupportedError,
   blocksFor,
   blocksToDense,
@@ -28,6 +31,7 @@ import type {
   DeviceInfo,
   Engine,
   EngineStats,
+  EngineLoras,
   EngineTokenizer,
   EngineVariant,
   KVBlobs,
@@ -36,6 +40,7 @@ import type {
   KVCacheInfo,
   KVReservation,
   KVStream,
+  LoraServingOptions,
   ModelInfo,
   PrefillOptions,
   PrefillResult,
@@ -45,7 +50,8 @@ import type {
   TokenHistory,
 } from "@airm/rm-core";
 import type { ArtifactCache } from "./artifact-cache.ts";
-import { LLAMA, samplingDefaults, type CpuCheckpoint, type CpuModel, type CpuWeightsMode, type CpuActivationsMode, type LlamaModule } from "./cpu-model.ts";
+import { LLAMA, samplingDefaults, type CpuCheckpoint, type CpuLoraHandle, type CpuModel, type CpuWeightsMode, type CpuActivationsMode, type LlamaModule } from "./cpu-model.ts";
+import { EngineLoraSet, loraReserveBytes, modelLoraOptions, saltFor } from "./engine-loras.ts";
 import { planTensorDelta } from "./delta-plan.ts";
 import { CoreBoard, type CoreBoardSpec } from "./core-board.ts";
 import { DEFAULT_KV_SHARE, kvBudgetBlocks, type KvCacheMemory } from "./kv-budget.ts";
@@ -118,6 +124,12 @@ export interface CpuEngineSpec {
    * checkpoint's (generation_config.json, GGUF general.sampling.*), `vllm` none (the API's own).
    */
   generationConfig?: "auto" | "vllm";
+  /**
+   * Serve LoRA adapters (the load option, vLLM's --enable-lora): the model is loaded with the
+   * limits, `modules` are loaded at start and the engine has `loras`. Refused (UnsupportedError)
+   * with nativeHostDecode: the vendor's decode graph cannot apply adapters.
+   */
+  lora?: LoraServingOptions;
 }
 
 /** Opens the decode graph of a variant on the card; `step` runs one host-input decode step. */
@@ -157,8 +169,10 @@ class EngineStream implements KVStream {
   released = false;
   /** The token ids at the positions the cache holds (null: not known, e.g. KV imported without them): what the prefix cache keeps at release. */
   tokens: number[] | null = null;
-  /** The request's cache_salt (the prefix cache's tenant). */
+  /** The prefix cache's salt: the request's cache_salt and its adapter's fingerprint (saltFor). */
   salt = "";
+  /** The LoRA adapter it runs on (none: the base model); the engine counts it as one of the adapter's streams. */
+  lora: CpuLoraHandle | undefined = undefined;
   constructor(owner: CpuBackedEngine, cache: Cache, residence: "device" | "host") {
     this.owner = owner;
     this.seq = ++streamCounter;
@@ -255,6 +269,9 @@ export class CpuBackedEngine implements Engine {
   private closed = false;
   /** Open native decode graphs by variant name (one per batch width and context the steps have needed). */
   private readonly nativeGraphs = new Map<string, ReturnType<NativeHostDecode["open"]>>();
+  /** LoRA adapters, with `lora` in the spec (the same object as `loras`). */
+  private readonly loraSet: EngineLoraSet | undefined;
+  readonly loras?: EngineLoras;
 
   /** How the weight matrices are held, e.g. "120 q4, 1 q8 (98.2 MB per token)". */
   get weightsHeld(): string {
@@ -297,6 +314,8 @@ export class CpuBackedEngine implements Engine {
     this.variantList = spec.variants?.length ? normalizeVariants(spec.variants) : defaultVariants({ maxModelLen: this.maxModelLen, batch: spec.batch });
     this.active = spec.activeVariant ?? defaultActive(this.variantList);
     this.kvBudgetNote = this.sizePool();
+    this.loraSet = spec.lora ? EngineLoraSet.open(this.cpu, spec.lora.modules) : undefined;
+    if (this.loraSet) this.loras = this.loraSet;
     this.prefixes = this.newPrefixCache();
     this.cpu.kvPool.onFreed = () => this.blocksFreed();
     this.board = spec.coreBoard ? CoreBoard.open(spec.coreBoard) : null;
@@ -308,6 +327,7 @@ export class CpuBackedEngine implements Engine {
         chunkSize: spec.prefillMode === "chunked" ? spec.chunkSize : undefined,
         prefillShare: spec.prefillShare ?? DEFAULT_PREFILL_SHARE,
         packTokens: spec.prefillBatchTokens ?? 0,
+        maxLoras: spec.lora ? this.cpu.loraLimits.maxLoras : undefined,
       },
       (steps) => this.makeRoom(steps),
       () => this.decodingStreams(),
@@ -357,6 +377,11 @@ export class CpuBackedEngine implements Engine {
 
   /** Loads the checkpoint at `modelPath` and the weights, then sizes the KV cache. */
   static async open(modelPath: string, spec: CpuEngineSpec): Promise<CpuBackedEngine> {
+    if (spec.lora && spec.nativeHostDecode) {
+      throw new UnsupportedError(
+        `LoRA adapters: backend ${spec.backend} of engine ${spec.name} decodes on the native vendor runtime (${spec.device.device ?? spec.device.path}), whose compiled graph cannot apply adapters; serve them on a CPU-reference backend, or start without --enable-lora`,
+      );
+    }
     const llama = LLAMA;
     const ckpt = await llama.loadCheckpoint(modelPath);
     try {
@@ -370,6 +395,7 @@ export class CpuBackedEngine implements Engine {
         weights: spec.weights,
         activations: spec.activations,
         blockSize: spec.blockSize,
+        lora: spec.lora && modelLoraOptions(spec.lora),
       });
       await yieldToLoop();
       try {
@@ -387,7 +413,9 @@ export class CpuBackedEngine implements Engine {
   /** Sets the pool's budget from spec.kvCacheMemory; throws ConfigError when it cannot hold one request of max_model_len. */
   private sizePool(): string {
     const pool = this.cpu.kvPool;
-    const room = Math.max(0, WASM_CAP - this.cpu.rt.allocationTop - WORKING_RESERVE);
+    // The resident LoRA adapters' most (allocated as they load) stays out of the cache's room.
+    const loraBytes = this.spec.lora ? loraReserveBytes(this.ckpt.config, this.cpu.loraLimits) : 0;
+    const room = Math.max(0, WASM_CAP - this.cpu.rt.allocationTop - WORKING_RESERVE - loraBytes);
     const budget = kvBudgetBlocks({
       memory: this.spec.kvCacheMemory ?? { share: DEFAULT_KV_SHARE },
       blockBytes: this.cpu.kvBlockBytes,
@@ -398,7 +426,7 @@ export class CpuBackedEngine implements Engine {
     if (budget.blocks < need) {
       throw new ConfigError(
         "kv-cache-memory",
-        `the KV cache (${budget.how}) holds ${budget.blocks} blocks of ${pool.blockSize} positions (${budget.blocks * pool.blockSize} tokens), fewer than one request of max_model_len ${this.maxModelLen} needs (${need} blocks of ${this.cpu.kvBlockBytes} bytes); raise --kv-cache-memory or lower --max-model-len`,
+        `the KV cache (${budget.how}) holds ${budget.blocks} blocks of ${pool.blockSize} positions (${budget.blocks * pool.blockSize} tokens), fewer than one request of max_model_len ${this.maxModelLen} needs (${need} blocks of ${this.cpu.kvBlockBytes} bytes)${loraBytes ? ` with ${(loraBytes / 2 ** 20).toFixed(1)} MiB set aside for --max-loras adapters of --max-lora-rank` : ""}; raise --kv-cache-memory or lower --max-model-len`,
       );
     }
     pool.setMaxBlocks(budget.blocks);
@@ -628,7 +656,7 @@ export class CpuBackedEngine implements Engine {
     s.stepped = true;
     s.tokens?.push(token);
     return new Promise<Float32Array>((resolve, reject) => {
-      const work: DecodeWork = { cache: s.cache, token, resolve, reject };
+      const work: DecodeWork = { cache: s.cache, token, lora: s.lora, resolve, reject };
       this.workStream.set(work, s);
       this.loop.decode([work]);
     });
@@ -724,19 +752,17 @@ export class CpuBackedEngine implements Engine {
     if (!(Number.isInteger(done) && done >= 0 && done < tokens.length))
       throw new ConfigError("completionTokens", `must be an integer in [0, ${tokens.length}) (the prompt keeps a token), got ${done}`);
     if (tokens.length > this.maxModelLen) throw new ContextOverflowError(tokens.length, this.maxModelLen, "prompt alone");
+    const lora = this.adapter(options.lora);
     const cache = this.newCache();
     let stream: EngineStream | undefined;
+    // The prompt counts as a user of its adapter while it runs (an unload meanwhile waits for it).
+    this.loraSet?.hold(lora);
     try {
       this.takeReservation(options.reservation, cache);
-      const salt = options.cacheSalt ?? "";
-      const run = await this.runPrompt(tokens, cache, { onLayer: options.onLayer, promptLogprobs: options.promptLogprobs === true, exportKV: !options.keepStream, salt });
+      const salt = saltFor(options.cacheSalt, lora);
+      const run = await this.runPrompt(tokens, cache, { onLayer: options.onLayer, promptLogprobs: options.promptLogprobs === true, exportKV: !options.keepStream, salt, lora });
       const result = this.firstTokens(tokens, run.rows, options);
-      if (options.keepStream) {
-        stream = new EngineStream(this, cache, this.spec.residence);
-        stream.tokens = tokens.slice();
-        stream.salt = salt;
-        this.streams.add(stream);
-      }
+      if (options.keepStream) stream = this.addStream(cache, { tokens: tokens.slice(), salt, lora });
       try {
         for (const p of run.pending) await p;
       } catch (e) {
@@ -747,8 +773,27 @@ export class CpuBackedEngine implements Engine {
       return { ...result, ...(run.kv ? { kv: run.kv } : {}), stream, computeMs: run.computeMs, cachedTokens: run.cachedTokens };
     } finally {
       if (!stream) cache.clear();
+      this.loraSet?.release(lora);
       this.publishWork();
     }
+  }
+
+  /** The loaded adapter a request names (undefined for none); UnknownLoraError when none of that name is loaded (or the engine serves none). */
+  private adapter(name: string | undefined): CpuLoraHandle | undefined {
+    if (name === undefined) return undefined;
+    if (!this.loraSet) throw new UnknownLoraError(String(name), []);
+    return this.loraSet.resolve(name);
+  }
+
+  /** A new stream of this engine over `cache`, counted as one of its adapter's streams until released. */
+  private addStream(cache: Cache, o: { tokens: number[] | null; salt: string; lora: CpuLoraHandle | undefined }): EngineStream {
+    const stream = new EngineStream(this, cache, this.spec.residence);
+    stream.tokens = o.tokens;
+    stream.salt = o.salt;
+    stream.lora = o.lora;
+    this.loraSet?.hold(o.lora);
+    this.streams.add(stream);
+    return stream;
   }
 
   /**
@@ -760,7 +805,7 @@ export class CpuBackedEngine implements Engine {
   private async runPrompt(
     tokens: number[],
     cache: Cache,
-    o: { onLayer?: PrefillOptions["onLayer"]; promptLogprobs: boolean; exportKV: boolean; salt: string },
+    o: { onLayer?: PrefillOptions["onLayer"]; promptLogprobs: boolean; exportKV: boolean; salt: string; lora: CpuLoraHandle | undefined },
   ): Promise<{ rows: Float32Array[]; computeMs: number; cachedTokens: number; kv?: KVBlobs; pending: Promise<void>[] }> {
     const L = this.ckpt.config.numLayers;
     // Prompt log-probabilities need every position's logits, so they compute the whole prompt.
@@ -785,6 +830,7 @@ export class CpuBackedEngine implements Engine {
       this.loop.prefill({
         tokens: tokens.slice(cache.n),
         cache,
+        lora: o.lora,
         allLogits: o.promptLogprobs,
         onLayer: emit,
         take: (count) => cache.ensure(cache.n + count),
@@ -840,6 +886,7 @@ export class CpuBackedEngine implements Engine {
           {
             tokens: tokens.slice(s.cache.n),
             cache: s.cache,
+            lora: s.lora,
             allLogits: false,
             take: (count) => s.cache.ensure(s.cache.n + count),
             rows: [],
@@ -861,12 +908,13 @@ export class CpuBackedEngine implements Engine {
 
   // --- KV exchange ----------------------------------------------------------------------------
 
-  holdPrefix(tokens: number[], options: { cacheSalt?: string; maxPositions?: number } = {}): PrefixHold {
+  holdPrefix(tokens: number[], options: { cacheSalt?: string; maxPositions?: number; lora?: string } = {}): PrefixHold {
     this.live();
     this.checkTokens(tokens, "tokens");
+    const salt = saltFor(options.cacheSalt, this.adapter(options.lora));
     const bs = this.cpu.kvPool.blockSize;
     const max = Math.floor(Math.min(options.maxPositions ?? tokens.length, tokens.length) / bs);
-    const got = this.prefixes.hold(tokens, options.cacheSalt ?? "", max);
+    const got = this.prefixes.hold(tokens, salt, max);
     return new Hold(this, this.cpu.kvPool, got.blocks, got.blocks.length * bs, got.hashes[got.hashes.length - 1] ?? null);
   }
 
@@ -881,6 +929,11 @@ export class CpuBackedEngine implements Engine {
     }
     checkKVBlobs({ layers: c.numLayers, kvHeads: c.numKvHeads, headDim: c.headDim }, kv);
     if (kv.n > this.maxModelLen) throw new KVIntegrityError("n", `imported KV holds ${kv.n} positions, past max_model_len ${this.maxModelLen}`);
+    if (options.tokens) {
+      if (options.tokens.length !== kv.n) throw new ConfigError("tokens", `imported KV holds ${kv.n} positions; ${options.tokens.length} token ids came with it`);
+      this.checkTokens(options.tokens, "tokens");
+    }
+    const lora = this.adapter(options.lora);
     const cache = this.newCache();
     try {
       this.takeReservation(reservation, cache);
@@ -889,15 +942,7 @@ export class CpuBackedEngine implements Engine {
       cache.clear();
       throw e;
     }
-    const stream = new EngineStream(this, cache, this.spec.residence);
-    if (options.tokens) {
-      if (options.tokens.length !== kv.n) throw new ConfigError("tokens", `imported KV holds ${kv.n} positions; ${options.tokens.length} token ids came with it`);
-      this.checkTokens(options.tokens, "tokens");
-      stream.tokens = options.tokens.slice();
-    }
-    stream.salt = options.cacheSalt ?? "";
-    this.streams.add(stream);
-    return stream;
+    return this.addStream(cache, { tokens: options.tokens ? options.tokens.slice() : null, salt: saltFor(options.cacheSalt, lora), lora });
   }
 
   /** The block ids of a hold of this engine that the KV leaves out (none without one). */
@@ -921,11 +966,7 @@ export class CpuBackedEngine implements Engine {
       s.cache.reservedBlocks--;
       cache.addReservation(1);
     }
-    const f = new EngineStream(this, cache, this.spec.residence);
-    f.tokens = s.tokens ? s.tokens.slice() : null;
-    f.salt = s.salt;
-    this.streams.add(f);
-    return f;
+    return this.addStream(cache, { tokens: s.tokens ? s.tokens.slice() : null, salt: s.salt, lora: s.lora });
   }
 
   exportKV(stream: KVStream): KVBlobs {
@@ -942,6 +983,7 @@ export class CpuBackedEngine implements Engine {
     const t = stream.tokens;
     if (t && !stream.preempted && !stream.recomputing && t.length === stream.cache.n) this.prefixes.store(t, stream.cache.blocks, stream.cache.local, stream.salt);
     stream.cache.clear();
+    this.loraSet?.release(stream.lora);
     this.publishWork();
   }
 
@@ -1035,18 +1077,7 @@ export class CpuBackedEngine implements Engine {
       for (const name of plan.changed) this.cpu.updateTensor(name, next.tensors);
       mode = "tensors";
     } else {
-      const weights = await loadWeights(this.llama, next, nextHashes.fingerprint, this.spec.artifactCache, {
-        threads: this.spec.threads,
-        weights: this.spec.weights,
-        activations: this.spec.activations,
-        blockSize: this.cpu.kvPool.blockSize,
-      });
-      weights.model.kvPool.setMaxBlocks(this.cpu.kvPool.totalBlocks);
-      weights.model.kvPool.onFreed = () => this.blocksFreed();
-      this.cpu.close();
-      this.cpu = weights.model;
-      this.weightsFrom = weights.weightsFrom;
-      this.loadMs = weights.loadMs;
+      await this.reloadWeights(next, nextHashes.fingerprint);
       mode = "full-reload";
     }
     this.ckpt.tensors.close();
@@ -1064,6 +1095,42 @@ export class CpuBackedEngine implements Engine {
       reason,
       ms: performance.now() - t0,
     };
+  }
+
+  /**
+   * Loads the model of `next` anew (a delta that changes more than tensors) with the same pool
+   * budget, and the LoRA adapters into it under their names; on failure (an adapter that does not
+   * fit the new model, say) the engine keeps the old model and `next` is closed.
+   */
+  private async reloadWeights(next: CpuCheckpoint, fingerprint: string): Promise<void> {
+    let weights: LoadedWeights;
+    let handles: Map<string, CpuLoraHandle> | undefined;
+    try {
+      weights = await loadWeights(this.llama, next, fingerprint, this.spec.artifactCache, {
+        threads: this.spec.threads,
+        weights: this.spec.weights,
+        activations: this.spec.activations,
+        blockSize: this.cpu.kvPool.blockSize,
+        lora: this.spec.lora && modelLoraOptions(this.spec.lora),
+      });
+    } catch (e) {
+      next.tensors.close();
+      throw e;
+    }
+    try {
+      handles = this.loraSet?.loadInto(weights.model);
+    } catch (e) {
+      weights.model.close();
+      next.tensors.close();
+      throw e;
+    }
+    weights.model.kvPool.setMaxBlocks(this.cpu.kvPool.totalBlocks);
+    weights.model.kvPool.onFreed = () => this.blocksFreed();
+    this.cpu.close();
+    this.cpu = weights.model;
+    if (handles) this.loraSet!.adopt(weights.model, handles);
+    this.weightsFrom = weights.weightsFrom;
+    this.loadMs = weights.loadMs;
   }
 
   stats(): EngineStats {

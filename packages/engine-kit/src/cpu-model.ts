@@ -1,6 +1,7 @@
 // The slice of @airm/llama the engines run on, with the package's own types: checkpoints, the
 // model with its KV caches, packed weight images (artifact cache, warm start), per-tensor updates
-// (delta load), the sampler and the checkpoint's sampling defaults. Knows nothing about devices or variants.
+// (delta load), the sampler, the checkpoint's sampling defaults and LoRA adapter handles. Knows
+// nothing about devices or variants.
 
 import {
   LlamaModel,
@@ -11,6 +12,7 @@ import {
   tokenLogprobs,
   type Checkpoint,
   type KVCache,
+  type LoraHandle,
   type TensorSource,
   type WeightsMode,
   type ActivationsMode,
@@ -24,6 +26,8 @@ export type CpuTensorSource = TensorSource;
 export type CpuModel = LlamaModel;
 export type CpuWeightsMode = WeightsMode;
 export type CpuActivationsMode = ActivationsMode;
+/** A LoRA adapter loaded into the CPU model (LlamaModel.loadLora): what pass items name. */
+export type CpuLoraHandle = LoraHandle;
 
 /** The kernel-ready weight image of a loaded model: the bytes it keeps in its wasm memory, as views. */
 export type PackedWeightImage = ReturnType<LlamaModel["exportPackedWeights"]>;

@@ -14,6 +14,8 @@ export interface WeightsLoadOptions {
   activations?: CpuActivationsMode;
   /** Positions per KV block of the model's pool. */
   blockSize?: number;
+  /** LoRA limits of the model (adapters resident at once, largest rank); unset: the model's defaults, no adapter loaded. */
+  lora?: { maxLoras?: number; maxLoraRank?: number };
 }
 
 export interface LoadedWeights {
@@ -31,14 +33,14 @@ const PACKED_KIND = "packed-weights";
  * converting the checkpoint (cold), then stores the image.
  */
 export async function loadWeights(llama: LlamaModule, ckpt: CpuCheckpoint, weightsFingerprint: string, cache: ArtifactCache | null, o: WeightsLoadOptions): Promise<LoadedWeights> {
-  const { threads, activations } = o;
+  const { threads, activations, lora } = o;
   const weights = o.weights ?? "auto";
   const kv = o.blockSize ? { blockSize: o.blockSize } : undefined;
   const cls = llama.LlamaModel;
   const format = cls.packedFormatFor(weights, "auto", activations);
   const t0 = performance.now();
   if (!cache) {
-    const model = await cls.load(ckpt, { threads, weights, activations, kv });
+    const model = await cls.load(ckpt, { threads, weights, activations, kv, lora });
     return { model, weightsFrom: "converted", loadMs: performance.now() - t0, cacheNote: "artifact cache disabled" };
   }
   const key = artifactKey({ kind: PACKED_KIND, weightsFingerprint, variant: null, kernelVersion: format });
@@ -47,7 +49,7 @@ export async function loadWeights(llama: LlamaModule, ckpt: CpuCheckpoint, weigh
   let note = "";
   if (reader) {
     try {
-      const model = await cls.loadPacked(ckpt, reader, { threads, weights, activations, kv });
+      const model = await cls.loadPacked(ckpt, reader, { threads, weights, activations, kv, lora });
       if (reader.verify()) return { model, weightsFrom: "artifact-cache", loadMs: performance.now() - t0, cacheNote: `warm: ${key.slice(0, 12)}` };
       model.close();
       note = `; the stored image ${key.slice(0, 12)} failed its CRC-32 and was removed`;
@@ -55,7 +57,7 @@ export async function loadWeights(llama: LlamaModule, ckpt: CpuCheckpoint, weigh
       reader.close();
     }
   }
-  const model = await cls.load(ckpt, { threads, weights, activations, kv });
+  const model = await cls.load(ckpt, { threads, weights, activations, kv, lora });
   const loadMs = performance.now() - t0;
   const packed = model.exportPackedWeights();
   if (packed.format !== format) {

@@ -4,15 +4,19 @@
 // at most `prefillShare` of a decode pass's time: a long prompt prefills beside running streams
 // and they keep their pace. Alone, prompts run whole up to the budget (or several together when
 // `packTokens` allows). Knows the model's pass, the policy and its cost estimates; streams,
-// sampling and making room in the KV pool are the engine's (the `room` hook).
+// sampling and making room in the KV pool are the engine's (the `room` hook). A pass names at
+// most `maxLoras` LoRA adapters (the model's limit): steps and prompts on another adapter wait
+// for a later pass.
 
 import { performance } from "node:perf_hooks";
-import type { CpuKVCache, CpuModel } from "./cpu-model.ts";
+import type { CpuKVCache, CpuLoraHandle, CpuModel } from "./cpu-model.ts";
 
 /** A decode step waiting for a pass: one token into its cache; resolves with its logits. */
 export interface DecodeWork {
   cache: CpuKVCache;
   token: number;
+  /** The LoRA adapter the stream runs on; none: the base model. */
+  lora?: CpuLoraHandle;
   resolve(logits: Float32Array): void;
   reject(e: unknown): void;
 }
@@ -22,6 +26,8 @@ export interface PrefillWork {
   /** The tokens still to compute, from cache.n on. */
   tokens: number[];
   cache: CpuKVCache;
+  /** The LoRA adapter the prompt runs on; none: the base model. */
+  lora?: CpuLoraHandle;
   /** Every position's logits (prompt log-probabilities), else the last one's only. */
   allLogits: boolean;
   /** Called for each layer once the last chunk has written it (the whole prompt's K/V of that layer is then final). */
@@ -47,6 +53,8 @@ export interface PassPolicy {
   prefillShare: number;
   /** Without decodes, whole prompts waiting together share a pass up to this many tokens (0: one prompt per pass). */
   packTokens: number;
+  /** Most distinct LoRA adapters in one pass (the model's maxLoras); unset: no limit. */
+  maxLoras?: number;
 }
 
 /** Chunk size beside decodes before any cost was measured. */
@@ -153,9 +161,10 @@ export class PassLoop {
   private async runPasses(): Promise<void> {
     if (this.decodes.length === 0 && this.prefills.length === 0) return;
     if (this.prefills.length > 0) await this.gatherSteps();
-    const decodes = this.room(this.decodes.splice(0, this.policy.batch));
+    const adapters = new Set<CpuLoraHandle>();
+    const decodes = this.room(this.takeDecodes(adapters));
     const remeasure = decodes.length > 0 && this.mixedSinceDecodeOnly >= REMEASURE_EVERY;
-    const chunks = remeasure ? [] : this.takeChunks(decodes.length);
+    const chunks = remeasure ? [] : this.takeChunks(decodes.length, adapters);
     this.mixedSinceDecodeOnly = decodes.length > 0 && chunks.length > 0 ? this.mixedSinceDecodeOnly + 1 : 0;
     if (decodes.length === 0 && chunks.length === 0) return;
     await this.runPass(decodes, chunks);
@@ -172,8 +181,31 @@ export class PassLoop {
     }
   }
 
-  /** The prompt chunks of the next pass, their blocks taken (a prompt whose blocks cannot be had fails alone). */
-  private takeChunks(decodeSteps: number): Chunk[] {
+  /** Whether work on `lora` may join a pass whose work names `adapters` (and adds it to them when so). */
+  private fits(lora: CpuLoraHandle | undefined, adapters: Set<CpuLoraHandle>): boolean {
+    if (lora === undefined || adapters.has(lora)) return true;
+    if (adapters.size >= (this.policy.maxLoras ?? Number.POSITIVE_INFINITY)) return false;
+    adapters.add(lora);
+    return true;
+  }
+
+  /**
+   * The decode steps of the next pass: the oldest ones, up to the batch width, that keep the
+   * pass within maxLoras adapters (`adapters` collects them); the others stay queued, in order.
+   */
+  private takeDecodes(adapters: Set<CpuLoraHandle>): DecodeWork[] {
+    const taken: DecodeWork[] = [];
+    const left: DecodeWork[] = [];
+    for (const d of this.decodes) (taken.length < this.policy.batch && this.fits(d.lora, adapters) ? taken : left).push(d);
+    this.decodes.splice(0, this.decodes.length, ...left);
+    return taken;
+  }
+
+  /**
+   * The prompt chunks of the next pass, their blocks taken (a prompt whose blocks cannot be had
+   * fails alone); a prompt on an adapter past the pass's maxLoras waits (and the ones behind it).
+   */
+  private takeChunks(decodeSteps: number, adapters: Set<CpuLoraHandle>): Chunk[] {
     const out: Chunk[] = [];
     const sharing = decodeSteps > 0 && !this.policy.chunkSize;
     if (!sharing || this.prefills.length === 0) this.credit = 0;
@@ -189,7 +221,7 @@ export class PassLoop {
         if (sharing && count < work.tokens.length) count -= count % TILE;
       } else if (work.tokens.length <= pack - used) count = work.tokens.length;
       else break;
-      if (count <= 0) break;
+      if (count <= 0 || !this.fits(work.lora, adapters)) break;
       try {
         work.take(count);
       } catch (e) {
@@ -242,10 +274,11 @@ export class PassLoop {
 
   private async runPass(decodes: DecodeWork[], chunks: Chunk[]): Promise<void> {
     const items = [
-      ...decodes.map((d) => ({ tokens: [d.token], cache: d.cache, logits: "last" as const })),
+      ...decodes.map((d) => ({ tokens: [d.token], cache: d.cache, lora: d.lora, logits: "last" as const })),
       ...chunks.map((c) => ({
         tokens: c.work.tokens.slice(0, c.count),
         cache: c.work.cache,
+        lora: c.work.lora,
         logits: c.work.allLogits ? ("all" as const) : c.last ? ("last" as const) : ("none" as const),
       })),
     ];

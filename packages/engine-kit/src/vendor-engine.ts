@@ -4,7 +4,7 @@
 // says at start-up which path it runs on. Vendors plug in their names and native probe.
 
 import { parseCoreBoard } from "./core-board.ts";
-import { ConfigError, type ConfigSpec, type ConfigValues, type DeviceInfo, type EngineLoadOptions, type EngineVariant, type OptionMap } from "@airm/rm-core";
+import { ConfigError, type ConfigSpec, type ConfigValues, type DeviceInfo, type EngineLoadOptions, type EngineLoras, type EngineVariant, type OptionMap } from "@airm/rm-core";
 import { ArtifactCache } from "./artifact-cache.ts";
 import { selectChip, type ChipSelection } from "./chip-selection.ts";
 import { CpuBackedEngine, type NativeHostDecode } from "./cpu-engine.ts";
@@ -50,6 +50,12 @@ export function kvLine(engine: CpuBackedEngine): string {
   );
 }
 
+/** "LoRA: max_loras 4, max_lora_rank 64; loaded: sql (r8), ...": the start-up line of an engine serving adapters. */
+export function loraLine(loras: EngineLoras): string {
+  const loaded = loras.list().map((l) => `${l.name} (r${l.rank})`);
+  return `LoRA: max_loras ${loras.maxLoras}, max_lora_rank ${loras.maxLoraRank}; loaded: ${loaded.length ? loaded.join(", ") : "none"}`;
+}
+
 /** The full config of a vendor engine: ENGINE_CONFIG plus the vendor's own entries (each row keeps its package). */
 export function vendorEngineConfig<V extends OptionMap>(spec: { config: ConfigSpec<V> }): ConfigSpec<typeof ENGINE_CONFIG.options & V> {
   return ENGINE_CONFIG.with(spec.config);
@@ -57,7 +63,8 @@ export function vendorEngineConfig<V extends OptionMap>(spec: { config: ConfigSp
 
 /**
  * Loads an engine of `spec` for `options` with `config` (ENGINE_CONFIG plus the vendor's, resolved;
- * default: all defaults). Throws ConfigError (unknown backend, bad variants, missing model),
+ * default: all defaults); `options.lora` serves LoRA adapters on the CPU-reference path (the
+ * native path refuses them: UnsupportedError). Throws ConfigError (unknown backend, bad variants, missing model, a bad adapter),
  * DeviceSelectionError (see selectChip), ModelLoadError (from @airm/llama) and NativeRuntimeError
  * (vendor library present but refusing).
  */
@@ -106,6 +113,7 @@ export async function loadVendorEngine<V extends OptionMap>(
     prefillShare: config.prefillShare,
     generationConfig: config.generationConfig,
     nativeHostDecode: probe.hostDecode,
+    lora: options.lora,
   });
   if (config.engineLog) {
     const defaults = engine.configDefaults.length ? `; config.json lacks ${engine.configDefaults.join(", ")}: architecture defaults used` : "";
@@ -113,7 +121,8 @@ export async function loadVendorEngine<V extends OptionMap>(
       `[${spec.name}] backend ${backend}, path ${device.path}${device.device ? ` on ${device.device}` : ""}, ` +
         `weights ${engine.stats().weightsFrom} in ${engine.stats().loadMs.toFixed(0)} ms (${engine.cacheNote}; held as ${engine.weightsHeld}); ${device.detail}${defaults}\n` +
         `[${spec.name}] ${kvLine(engine)}\n` +
-        `[${spec.name}] ${engine.generationDefaultsNote}\n`,
+        `[${spec.name}] ${engine.generationDefaultsNote}\n` +
+        (engine.loras ? `[${spec.name}] ${loraLine(engine.loras)}\n` : ""),
     );
   }
   return engine;

@@ -148,6 +148,11 @@ export class EndpointPool {
     await Promise.all(this.endpoints.map((e) => this.probe(e)));
   }
 
+  /** Probes every endpoint now (after a change their /health reports, e.g. a LoRA adapter loaded). */
+  async refresh(): Promise<void> {
+    await Promise.all(this.endpoints.map((e) => this.probe(e)));
+  }
+
   private async probe(e: Endpoint, again = false, drainingSeen = 0): Promise<void> {
     e.probedAt = performance.now();
     try {
@@ -293,21 +298,24 @@ export class EndpointPool {
     vocabSize: number | undefined;
     slots: number | undefined;
     generationDefaults: Map<string, SamplingDefaults>;
+    loras: Map<string, { parent: string; path: string }>;
   } {
     const ids = new Set<string>();
     let ctx: number | undefined;
     let vocab: number | undefined;
     let slots: number | undefined;
     const defaults = new Map<string, SamplingDefaults>();
+    const loras = new Map<string, { parent: string; path: string }>();
     for (const e of this.endpoints) {
       if (!e.health?.model?.id) continue;
       const id = e.health.model.id;
+      for (const a of e.health.lora?.adapters ?? []) if (!loras.has(a.name)) loras.set(a.name, { parent: id, path: a.path });
       if (!ids.has(id)) defaults.set(id, e.health.model.generationDefaults ?? {});
       ids.add(id);
       if (typeof e.health.maxModelLen === "number") ctx = Math.min(ctx ?? Number.POSITIVE_INFINITY, e.health.maxModelLen);
       vocab = vocab === undefined ? e.health.model.vocabSize : Math.min(vocab, e.health.model.vocabSize);
       slots = Math.max(slots ?? 0, e.health.requests.slots);
     }
-    return { modelIds: [...ids], maxContext: ctx, vocabSize: vocab, slots, generationDefaults: defaults };
+    return { modelIds: [...ids], maxContext: ctx, vocabSize: vocab, slots, generationDefaults: defaults, loras };
   }
 }

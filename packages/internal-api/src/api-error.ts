@@ -94,7 +94,10 @@ export function toApiError(err: unknown, fallbackCode = "engine_error"): ApiErro
   if (isAirmError(err) && (err.code.startsWith("TRANSPORT") || err.code === "INVALID_KEY" || err.code === "UNSUPPORTED")) {
     return new ApiError(502, "kv_transport_error", err.message);
   }
-  if (isAirmError(err, "CONFIG")) return new ApiError(400, "invalid_request", err.message, (err as AirmError & { key?: string }).key ?? null);
+  // A request naming an adapter the worker has not loaded: vLLM answers 404 for an unknown model.
+  if (isAirmError(err, "UNKNOWN_LORA")) return new ApiError(404, "lora_not_found", err.message, "lora");
+  if (isAirmError(err, "CONFIG"))
+    return new ApiError(400, "invalid_request", err.message, (err as AirmError & { key?: string; field?: string }).key ?? (err as AirmError & { field?: string }).field ?? null);
   if (isAirmError(err, "GRAMMAR")) {
     const e = err as AirmError & { invalid: boolean; param: string | null };
     return e.invalid ? new ApiError(400, "invalid_request", e.message, e.param) : new ApiError(500, "grammar_error", `structured output failed: ${e.message}`, e.param);

@@ -85,6 +85,8 @@ const cacheSalt = z
   .optional()
   .describe("vLLM's cache_salt: KV blocks are shared by prefix caching only between requests with the same salt (tenants apart)");
 
+const loraName = z.string().min(1).max(256).optional().describe("the loaded LoRA adapter (its name) the request runs on; absent: the base model");
+
 const blockHash = z.string().regex(/^[0-9a-f]{64}$/, "a block hash: 64 lowercase hex digits");
 const skip = z
   .object({
@@ -120,6 +122,7 @@ export const PrefillRequestSchema = z
     n: choices,
     resume,
     cacheSalt,
+    lora: loraName,
     skip,
   })
   .strict()
@@ -144,6 +147,7 @@ export const DecodeRequestSchema = z
     n: choices.describe("the choices prefill drew first tokens for (the KV manifest's firstTokens)"),
     resume: resume.describe("the same resume prefill ran (the KV's last positions hold these tokens)"),
     cacheSalt: cacheSalt.describe("the same cache_salt prefill ran with: the blocks this stream leaves in the prefix cache are kept under it"),
+    lora: loraName.describe("the same LoRA adapter prefill ran with: the KV manifest must name it (else kv_integrity_error on field lora)"),
   })
   .strict()
   .refine((b) => !(b.constraint && b.ignoreEos), { message: "ignoreEos cannot go with a constraint: the grammar ends at its end-of-sequence token", path: ["ignoreEos"] })
@@ -160,6 +164,7 @@ export const KvHoldRequestSchema = z
     requestId: RequestIdSchema,
     input: PromptInputSchema.describe("the prompt, as the prefill request will carry it"),
     cacheSalt,
+    lora: loraName,
     resume: resume.describe("the same resume the prefill request will carry"),
   })
   .strict();
@@ -176,6 +181,30 @@ export const KvHoldResponseSchema = z
   })
   .strict();
 export type KvHoldResponse = z.infer<typeof KvHoldResponseSchema>;
+
+/** POST /internal/lora/load (every role): load a PEFT adapter folder under a name (vLLM's /v1/load_lora_adapter). */
+export const LoraLoadRequestSchema = z
+  .object({
+    name: z.string().min(1).max(256).describe("the name requests use in `model` (vLLM's lora_name)"),
+    path: z.string().min(1).describe("the adapter's PEFT folder on the worker's file system (adapter_config.json + adapter_model.safetensors)"),
+  })
+  .strict();
+export type LoraLoadRequest = z.input<typeof LoraLoadRequestSchema>;
+export const LoraInfoSchema = z
+  .object({
+    name: z.string(),
+    path: z.string(),
+    rank: z.number().int().min(1),
+    fingerprint: z.string().describe("identifies the adapter's weights and configuration (the KV manifest names it)"),
+    resident: z.boolean().describe("its weights are resident now (else the next request naming it reloads them)"),
+  })
+  .strict();
+export type LoraInfoBody = z.infer<typeof LoraInfoSchema>;
+/** POST /internal/lora/unload (every role). */
+export const LoraUnloadRequestSchema = z.object({ name: z.string().min(1).max(256) }).strict();
+export type LoraUnloadRequest = z.input<typeof LoraUnloadRequestSchema>;
+export const LoraUnloadResponseSchema = z.object({ name: z.string(), unloaded: z.literal(true) }).strict();
+export type LoraUnloadResponse = z.infer<typeof LoraUnloadResponseSchema>;
 
 /** POST /internal/tokenize (every role): a prompt or chat messages as the model's token ids. */
 export const TokenizeRequestSchema = z
@@ -391,6 +420,11 @@ export const WorkerHealthSchema = z
     requests: z.object({ waiting: z.number().int(), running: z.number().int(), slots: z.number().int().describe("requests that run at once (max_num_seqs)") }).strict(),
     error: z.string().nullable().describe("why the load failed"),
     estimates: WorkerEstimatesSchema.optional().describe("the disaggregation decision's inputs measured here (absent from workers before this field)"),
+    lora: z
+      .object({ maxLoras: z.number().int(), maxLoraRank: z.number().int(), adapters: z.array(LoraInfoSchema) })
+      .strict()
+      .optional()
+      .describe("LoRA adapters (--enable-lora): the limits and every loaded adapter; absent when the worker serves none"),
     prefixCache: z
       .object({
         enabled: z.boolean().describe("prefix caching by block is on (--enable-prefix-caching)"),

@@ -10,6 +10,8 @@ export interface ServingLoad {
   running: number;
   /** Share of the KV capacity the server will admit that is in use, 0-1. */
   kvUsage: number;
+  /** LoRA adapters (--enable-lora): the resident limit and the adapters of running and waiting requests (absent: none served). */
+  lora?: { maxLoras: number; running: string[]; waiting: string[] };
 }
 
 export interface CacheGeometry {
@@ -21,7 +23,8 @@ export interface CacheGeometry {
 
 /**
  * Registers vllm:num_requests_waiting, vllm:num_requests_running, vllm:kv_cache_usage_perc,
- * vllm:lora_requests_info (no adapters: max_lora 0, value the start time as vLLM does) and
+ * vllm:lora_requests_info (max_lora and the adapters of running and waiting requests, comma-separated
+ * as vLLM writes them, the value the time of the scrape; without adapters max_lora 0) and
  * vllm:cache_config_info (omitted while `geometry()` is null, e.g. before the engine loaded).
  * Values are read at scrape time.
  */
@@ -51,15 +54,16 @@ export function registerVllmGauges(registry: Registry, load: () => ServingLoad, 
       this.set(load().kvUsage);
     },
   });
-  const started = Date.now() / 1000;
   new Gauge({
     name: "vllm:lora_requests_info",
-    help: "LoRA adapters running and waiting (none are served); the value is when this was started (unix s)",
+    help: "LoRA adapters of running and waiting requests (labels, comma-separated) and max_lora; the value is the time of the scrape (unix s), as vLLM's",
     labelNames: ["max_lora", "running_lora_adapters", "waiting_lora_adapters"],
     registers,
     collect() {
       this.reset();
-      this.set({ max_lora: "0", running_lora_adapters: "", waiting_lora_adapters: "" }, started);
+      const l = load().lora;
+      const names = (xs: string[] | undefined) => [...new Set(xs ?? [])].sort().join(",");
+      this.set({ max_lora: String(l?.maxLoras ?? 0), running_lora_adapters: names(l?.running), waiting_lora_adapters: names(l?.waiting) }, Date.now() / 1000);
     },
   });
   new Gauge({

@@ -13,6 +13,10 @@ import {
   GenerateRequestSchema,
   KvHoldRequestSchema,
   KvHoldResponseSchema,
+  LoraInfoSchema,
+  LoraLoadRequestSchema,
+  LoraUnloadRequestSchema,
+  LoraUnloadResponseSchema,
   PrefillRequestSchema,
   PrefillResponseSchema,
   ReleaseRequestSchema,
@@ -27,6 +31,10 @@ import {
   type GenerateRequest,
   type KvHoldRequest,
   type KvHoldResponse,
+  type LoraInfoBody,
+  type LoraLoadRequest,
+  type LoraUnloadRequest,
+  type LoraUnloadResponse,
   type PrefillRequest,
   type PrefillResponse,
   type ReleaseRequest,
@@ -47,6 +55,8 @@ export const ROUTES = {
   tokenize: "/internal/tokenize",
   detokenize: "/internal/detokenize",
   drain: "/internal/drain",
+  loraLoad: "/internal/lora/load",
+  loraUnload: "/internal/lora/unload",
   health: "/health",
   metrics: "/metrics",
 } as const;
@@ -263,6 +273,16 @@ export class WorkerClient {
   /** POST /internal/release. */
   async release(body: ReleaseRequest, o: CallOptions = {}): Promise<ReleaseResponse> {
     return this.json(await this.post(ROUTES.release, ReleaseRequestSchema.parse(body), o), ReleaseResponseSchema, "the release");
+  }
+
+  /** POST /internal/lora/load: the adapter as the worker loaded it. */
+  async loadLora(body: LoraLoadRequest, o: CallOptions = {}): Promise<LoraInfoBody> {
+    return this.json(await this.post(ROUTES.loraLoad, LoraLoadRequestSchema.parse(body), o), LoraInfoSchema, "the LoRA load");
+  }
+
+  /** POST /internal/lora/unload. */
+  async unloadLora(body: LoraUnloadRequest, o: CallOptions = {}): Promise<LoraUnloadResponse> {
+    return this.json(await this.post(ROUTES.loraUnload, LoraUnloadRequestSchema.parse(body), o), LoraUnloadResponseSchema, "the LoRA unload");
   }
 
   /** POST /internal/tokenize. */

@@ -25,6 +25,15 @@ export function blockHashRoot(r: BlockHashRoot, cacheSalt = ""): string {
 }
 
 /**
+ * The salt a request's blocks are kept and named under: its cache_salt, and the fingerprint of
+ * the LoRA adapter it runs on (KV computed with an adapter is another adapter's or the base
+ * model's wrong KV, so each keeps its own blocks). Engines, workers and routers all salt with this.
+ */
+export function prefixSalt(cacheSalt: string | undefined, loraFingerprint?: string): string {
+  return loraFingerprint ? `${cacheSalt ?? ""}\0lora:${loraFingerprint}` : (cacheSalt ?? "");
+}
+
+/**
  * The hashes of the first `blocks` full blocks of `tokens` (default: every full block), each
  * chained from `root` (blockHashRoot). `from`/`parent` continue a chain: the hashes of blocks
  * [from, blocks) given the hash of block from - 1 (root when from is 0).

@@ -243,6 +243,49 @@ export interface EngineLoadOptions {
   batch?: number;
   /** Compiled variants; default from the engine's config (AIRM_VARIANTS) or every default batch at every context bucket up to max_model_len. */
   variants?: EngineVariant[];
+  /** Serve LoRA adapters on the base model (vLLM's --enable-lora): the engine then has `loras`. Unset: none. */
+  lora?: LoraServingOptions;
+}
+
+/** vLLM's LoRA flags: --max-loras, --max-lora-rank, --lora-modules. */
+export interface LoraServingOptions {
+  /** Adapters whose weights are resident at once (default 4); others reload on demand, least recently used idle one out. */
+  maxLoras?: number;
+  /** The largest rank an adapter may have (default 64). */
+  maxLoraRank?: number;
+  /** Adapters loaded at start: name and PEFT folder. */
+  modules?: { name: string; path: string }[];
+}
+
+/** A LoRA adapter an engine has loaded. */
+export interface LoraInfo {
+  /** The name requests use (vLLM's lora_name: what a client puts in `model`). */
+  name: string;
+  /** Its PEFT folder (adapter_config.json + adapter_model.safetensors). */
+  path: string;
+  rank: number;
+  /**
+   * Identifies the adapter's weights and configuration: KV computed with it carries it, and a
+   * handoff of KV made with another adapter (or none) is refused by it.
+   */
+  fingerprint: string;
+  /** Its weights are resident now (else the next request naming it reloads them). */
+  resident: boolean;
+}
+
+/** The LoRA adapters of an engine started with `lora` (vLLM's --enable-lora). */
+export interface EngineLoras {
+  readonly maxLoras: number;
+  readonly maxLoraRank: number;
+  /**
+   * Loads the PEFT folder at `path` as `name`. Throws ConfigError when the name is taken, and
+   * a ConfigError naming the field (r, base_model_name_or_path, ...) or tensor that is wrong.
+   */
+  load(name: string, path: string): Promise<LoraInfo>;
+  /** Forgets `name` (false when it was not loaded); streams already running on it finish on it. */
+  unload(name: string): boolean;
+  /** Every loaded adapter. */
+  list(): LoraInfo[];
 }
 
 /**
@@ -347,6 +390,12 @@ export interface PrefillOptions {
   cacheSalt?: string;
   /** Keep the cache as a decode stream in this engine (solo role) and return it; `kv` is then not exported. */
   keepStream?: boolean;
+  /**
+   * The loaded LoRA adapter (its name) the prompt runs on, and the kept stream decodes on; its
+   * KV is kept in the prefix cache apart from other adapters'. Throws UnknownLoraError when no
+   * adapter of that name is loaded. Unset: the base model.
+   */
+  lora?: string;
   /** Blocks set aside for this prompt at admission (engine.reserve); without one the prefill takes free blocks or throws KVCacheFullError. */
   reservation?: KVReservation;
   /**
@@ -389,6 +438,8 @@ export interface ImportOptions {
   tokens?: number[];
   /** The request's cache_salt (vLLM's): blocks kept for it are found only by requests with the same salt. */
   cacheSalt?: string;
+  /** The LoRA adapter the KV was computed with (its name): the stream decodes on it. Throws UnknownLoraError when it is not loaded. */
+  lora?: string;
 }
 
 export interface PrefillResult {
@@ -556,7 +607,7 @@ export interface Engine {
    * for a later importKV that leaves those positions out. An engine without a prefix cache (or
    * whose model keeps sliding-window layers apart) holds none.
    */
-  holdPrefix?(tokens: number[], options?: { cacheSalt?: string; maxPositions?: number }): PrefixHold;
+  holdPrefix?(tokens: number[], options?: { cacheSalt?: string; maxPositions?: number; lora?: string }): PrefixHold;
   /** Calls `listener` with every block the prefix cache stores or removes, and when it is cleared (what KV events publish). Returns the unsubscribe. */
   onBlockEvent?(listener: (e: BlockEvent) => void): () => void;
   /** A second stream with the same KV (another choice of the request): full blocks are shared, a shared block is copied when written. */
@@ -570,6 +621,8 @@ export interface Engine {
   /** Updates the weights to the checkpoint in `modelDir`, uploading only tensors whose bytes changed. */
   applyDelta(modelDir: string): Promise<DeltaResult>;
   stats(): EngineStats;
+  /** LoRA adapters, when the engine was loaded with `lora` and can serve them (absent otherwise). */
+  readonly loras?: EngineLoras;
   close(): Promise<void>;
 }
 

@@ -21,6 +21,7 @@ export type AirmErrorCode =
   | "DEVICE"
   | "MODEL_LOAD"
   | "GRAMMAR"
+  | "UNKNOWN_LORA"
   | "USAGE";
 
 export class AirmError extends Error {
@@ -193,5 +194,17 @@ export class GrammarError extends AirmError {
 export class UsageError extends AirmError {
   constructor(message: string) {
     super("USAGE", message);
+  }
+}
+
+/** A request named a LoRA adapter that is not loaded (vLLM answers 404): load it first, or fix the name. */
+export class UnknownLoraError extends AirmError {
+  readonly lora: string;
+  constructor(lora: string, loaded: string[]) {
+    super(
+      "UNKNOWN_LORA",
+      `no LoRA adapter ${JSON.stringify(lora)} is loaded${loaded.length ? ` (loaded: ${loaded.join(", ")})` : " (none is)"}; load it with POST /v1/load_lora_adapter or --lora-modules`,
+    );
+    this.lora = lora;
   }
 }

@@ -146,4 +146,16 @@ describe("KV manifest", () => {
   test("garbage bytes are a manifest error, not a crash", () => {
     expect(fieldOf(() => decodeManifest(new Uint8Array([0xff, 0xfe, 0x00])))).toBe("manifest");
   });
+  test("a LoRA adapter's KV continues only with the same adapter; the base model's only without one", () => {
+    const a = { name: "sql", fingerprint: "f".repeat(64) };
+    const b = { name: "sql", fingerprint: "e".repeat(64) };
+    expect(validateManifest(manifest({ lora: a }), { lora: a }).lora).toEqual(a);
+    expect(validateManifest(manifest(), { lora: null }).lora).toBeUndefined();
+    expect(fieldOf(() => validateManifest(manifest({ lora: a }), { lora: b }))).toBe("lora");
+    expect(fieldOf(() => validateManifest(manifest({ lora: a }), { lora: null }))).toBe("lora");
+    expect(fieldOf(() => validateManifest(manifest(), { lora: a }))).toBe("lora");
+    expect(() => validateManifest(manifest(), { lora: a })).toThrow(/computed with the base model \(no adapter\), but this request decodes with LoRA adapter "sql"/);
+    // Not checked when this side says nothing.
+    expect(validateManifest(manifest({ lora: a })).lora).toEqual(a);
+  });
 });

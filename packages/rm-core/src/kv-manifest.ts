@@ -45,6 +45,8 @@ export interface KVManifest {
    * one position crosses (held.blocks * blockSize < n). Not with a sliding window.
    */
   held?: { blocks: number; hash: string };
+  /** The LoRA adapter the KV was computed with (its name and fingerprint); absent: the base model. */
+  lora?: { name: string; fingerprint: string };
 }
 
 /** The sliding window a receiver's model has (null: none); compared with the manifest's. */
@@ -54,7 +56,19 @@ export type WindowExpectation = { window: number; layers: number[] } | null;
 export type ManifestExpectation = Partial<Pick<KVManifest, "layout" | "dtype" | "blockSize" | "layers" | "kvHeads" | "headDim" | "modelFingerprint" | "numericsFingerprint">> & {
   maxN?: number;
   slidingWindow?: WindowExpectation;
+  /** The adapter this side decodes with: its name and fingerprint, or null for the base model (undefined: not checked). */
+  lora?: { name: string; fingerprint: string } | null;
 };
+
+/** Checks that the KV was computed with the adapter (or the base model) this side continues with. */
+function checkLora(m: KVManifest, want: { name: string; fingerprint: string } | null | undefined): void {
+  if (want === undefined) return;
+  const got = m.lora;
+  if ((got?.fingerprint ?? null) === (want?.fingerprint ?? null)) return;
+  const say = (x: { name: string; fingerprint: string } | null | undefined) =>
+    x ? `LoRA adapter ${JSON.stringify(x.name)} (${x.fingerprint.slice(0, 12)})` : "the base model (no adapter)";
+  throw new KVIntegrityError("lora", `the KV was computed with ${say(got)}, but this request decodes with ${say(want)}: prefill and decode must run the same adapter`);
+}
 
 /** Checks a manifest's sliding-window statement against its own n and block size, and against `want` (undefined: not checked). */
 function checkWindow(m: KVManifest, want: WindowExpectation | undefined): void {
@@ -165,8 +179,9 @@ export function validateManifest(input: unknown, expect: ManifestExpectation = {
   }
   checkWindow(m, expect.slidingWindow);
   checkHeld(m);
+  checkLora(m, expect.lora);
   for (const [field, want] of Object.entries(expect) as [keyof ManifestExpectation, unknown][]) {
-    if (want === undefined || field === "slidingWindow") continue;
+    if (want === undefined || field === "slidingWindow" || field === "lora") continue;
     if (field === "maxN") {
       if (m.n > (want as number)) throw new KVIntegrityError("n", `manifest n=${m.n} exceeds what this side accepts (${want as number})`);
       continue;

@@ -8,6 +8,7 @@ import type { WorkerRuntime } from "./runtime.ts";
 import { commonRoutes, probeRoutes } from "./routes/common.ts";
 import { decodeRoutes } from "./routes/decode.ts";
 import { drainRoutes } from "./routes/drain.ts";
+import { loraRoutes } from "./lora.ts";
 import { generateRoutes } from "./routes/generate.ts";
 import { kvHoldRoutes } from "./routes/kv-hold.ts";
 import { prefillRoutes } from "./routes/prefill.ts";
@@ -36,6 +37,7 @@ export function createWorkerApp(rt: WorkerRuntime, localPrefill = false, interna
   ROLE_ROUTES[rt.role](app, rt);
   if (localPrefill && rt.role === "decode") generateRoutes(app, rt);
   drainRoutes(app, rt);
+  loraRoutes(app, rt);
   commonRoutes(app, rt);
   return app;
 }

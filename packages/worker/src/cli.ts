@@ -2,7 +2,7 @@
 // stops it on SIGINT/SIGTERM (or when the `airm up` that started it is gone). Exits 2 for a bad
 // command line, 1 with the reason when the engine or transport cannot load.
 
-import { defineCommand, flagOf, switchOf, int, isAirmError, oneOf, RM_CORE_CONFIG, text, untilStopSignal } from "@airm/rm-core";
+import { defineCommand, flagOf, switchOf, int, isAirmError, list, oneOf, RM_CORE_CONFIG, text, untilStopSignal, type LoraServingOptions } from "@airm/rm-core";
 import { startTracing, TELEMETRY_CONFIG, type Tracing } from "@airm/telemetry";
 import { WORKER_CONFIG } from "./worker-config.ts";
 import { type RunningWorker, startWorker, type WorkerOptions } from "./worker-server.ts";
@@ -53,6 +53,13 @@ export const WORKER_COMMAND = defineCommand({
       defaultText: "AIRM_KV_EVENTS_CONFIG, else none",
       doc: 'vLLM\'s flag: publish the prefix cache\'s block events, e.g. \'{"enable_kv_cache_events": true, "endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558"}\'',
     }),
+    enableLora: switchOf({ doc: "serve LoRA adapters on the base model (vLLM's flag; AIRM_ENABLE_LORA)" }),
+    loraModules: flagOf(list(text({ label: "name=path", pattern: /^[^=,\s]+=[^,]+$/, hint: "name=path" })), {
+      defaultText: "AIRM_LORA_MODULES, else none",
+      doc: "adapters loaded at start (vLLM's flag): comma-separated name=path pairs, each a PEFT folder; implies --enable-lora",
+    }),
+    maxLoras: flagOf(int({ min: 1, max: 64 }), { defaultText: "AIRM_MAX_LORAS, else 4", doc: "adapters resident at once (vLLM's flag)" }),
+    maxLoraRank: flagOf(int({ min: 1, max: 512 }), { defaultText: "AIRM_MAX_LORA_RANK, else 64", doc: "the largest adapter rank accepted (vLLM's flag)" }),
     localPrefill: switchOf({
       doc: "decode role: also serve /internal/generate, so a gateway can have short prompts prefilled here instead of on a prefill worker (llm-d's topology, when the picker names no prefill pod)",
     }),
@@ -65,6 +72,27 @@ export const WORKER_COMMAND = defineCommand({
 export function prefixCachingFlag(on: boolean, off: boolean): { prefixCaching?: boolean } {
   if (on && off) throw new Error("--enable-prefix-caching and --no-enable-prefix-caching contradict each other");
   return on ? { prefixCaching: true } : off ? { prefixCaching: false } : {};
+}
+
+/**
+ * The LoRA serving options of --enable-lora, --lora-modules, --max-loras and --max-lora-rank, each
+ * else its variable (WORKER_CONFIG); none unless adapters are enabled or some are named.
+ */
+export function loraFlags(
+  f: { enableLora: boolean; loraModules?: string[]; maxLoras?: number; maxLoraRank?: number },
+  env: Record<string, string | undefined>,
+): { lora?: LoraServingOptions } {
+  const cfg = WORKER_CONFIG.resolve({ env });
+  const pairs = f.loraModules ?? cfg.loraModules;
+  if (!(f.enableLora || cfg.enableLora || pairs !== undefined)) return {};
+  const modules = (pairs ?? []).map((pair) => {
+    const at = pair.indexOf("=");
+    return { name: pair.slice(0, at), path: pair.slice(at + 1) };
+  });
+  const names = modules.map((m) => m.name);
+  const twice = names.find((n, i) => names.indexOf(n) !== i);
+  if (twice !== undefined) throw new Error(`--lora-modules names ${JSON.stringify(twice)} twice`);
+  return { lora: { maxLoras: f.maxLoras ?? cfg.maxLoras, maxLoraRank: f.maxLoraRank ?? cfg.maxLoraRank, modules } };
 }
 
 /** Runs the CLI; resolves with the exit code once the worker stopped (or failed). */
@@ -89,6 +117,7 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
       port: f.port,
       host: f.host,
       metricsPort: f.metricsPort,
+      ...loraFlags(f, env),
       maxModelLen: f.maxModelLen,
       batch: f.B,
       maxNumSeqs: f.maxNumSeqs,

@@ -173,8 +173,13 @@ export function echoOf(engine: ServingEngine, tokens: number[], scored: TokenLog
 }
 
 /** What the request asked the prefill to compute besides the first token. */
-export function prefillExtras(b: { logprobs: number | null; echo: boolean; cacheSalt?: string }): { logprobs?: number; promptLogprobs?: boolean; cacheSalt?: string } {
-  const salt = b.cacheSalt === undefined ? {} : { cacheSalt: b.cacheSalt };
+export function prefillExtras(b: { logprobs: number | null; echo: boolean; cacheSalt?: string; lora?: string }): {
+  logprobs?: number;
+  promptLogprobs?: boolean;
+  cacheSalt?: string;
+  lora?: string;
+} {
+  const salt = { ...(b.cacheSalt === undefined ? {} : { cacheSalt: b.cacheSalt }), ...(b.lora === undefined ? {} : { lora: b.lora }) };
   if (b.logprobs === null) return salt;
   return b.echo ? { ...salt, logprobs: b.logprobs, promptLogprobs: true } : { ...salt, logprobs: b.logprobs };
 }

@@ -105,7 +105,7 @@ export class KVPusher {
    * Throws the first push error (TransportError...) or KVIntegrityError when a layer never came.
    */
   /** Pushes what is left and the manifest: `firsts` is every choice's first token, `prompt` the prompt's ids. */
-  async finish(model: ModelInfo, kv: KVBlobs, firsts: number[], prompt: number[]): Promise<KVManifest> {
+  async finish(model: ModelInfo, kv: KVBlobs, firsts: number[], prompt: number[], lora?: KVManifest["lora"]): Promise<KVManifest> {
     await Promise.all(this.pending);
     if (this.failure) throw this.failure;
     if (this.ended()) throw new Error(`request ${this.requestId} ended while its KV was being pushed`);
@@ -137,6 +137,7 @@ export class KVPusher {
       crc: { k: this.crcK.slice(0, model.layers), v: this.crcV.slice(0, model.layers) },
       ...(shape.slidingWindow ? { slidingWindow: shape.slidingWindow } : {}),
       ...(shape.held ? { held: shape.held } : {}),
+      ...(lora ? { lora } : {}),
     };
     await this.transport.push(manifestKey(this.requestId), encodeManifest(manifest), { timeoutMs: this.timeoutMs });
     return manifest;
@@ -169,6 +170,8 @@ export interface PulledKV {
 export interface KVExpectation {
   blockSize: number;
   maxModelLen: number;
+  /** The LoRA adapter the request decodes with (null: the base model; undefined: not checked). */
+  lora?: { name: string; fingerprint: string } | null;
 }
 
 /**
@@ -192,6 +195,7 @@ export async function pullKV(transport: KVTransport, requestId: string, model: M
       numericsFingerprint: model.numericsFingerprint,
       blockSize: kvs.blockSize,
       slidingWindow: model.slidingWindow ?? null,
+      lora: kvs.lora,
     });
     // A prompt longer than this side's max_model_len is the request's fault, not the KV's: the 400
     // context_overflow prefill gives, not a 502 kv_integrity_error (the gateway checks max_tokens

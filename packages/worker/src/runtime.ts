@@ -2,6 +2,7 @@
 // slots, metrics and log, plus what loading produces (engine, transport, batcher), which moves
 // from loading to ready or failed exactly once. Routes ask `ready()` and get a 503 while loading.
 
+import { LoraUse } from "./lora-use.ts";
 import { randomUUID } from "node:crypto";
 import { GrammarEngine, type GrammarMatcher, type GrammarSpec } from "@airm/grammar";
 import { ApiError, OverloadedError, type WorkerEstimates } from "@airm/internal-api";
@@ -84,6 +85,8 @@ export class WorkerRuntime {
   readonly localPrefill: boolean;
   /** Set when the worker drains (SIGTERM, SIGINT, POST /internal/drain): it admits nothing new and /health says draining. */
   draining = false;
+  /** The adapters of requests waiting and running (vllm:lora_requests_info). */
+  readonly loraUse = new LoraUse();
   /** What started the drain: a stop signal (final) or the drain route (DELETE /internal/drain resumes it). */
   drainedBy: "signal" | "api" | null = null;
   /** Aborted (with a worker_draining ApiError) when a draining worker hands its requests back. */
@@ -132,6 +135,10 @@ export class WorkerRuntime {
         },
         preemptions: () => this.serving?.engine.kvCache().preemptions ?? 0,
         draining: () => this.draining,
+        lora: () => {
+          const loras = this.serving?.engine.loras;
+          return loras ? { maxLoras: loras.maxLoras, ...this.loraUse.names() } : undefined;
+        },
         leases: () => this.leases.counters(),
         prefixCache: () => {
           if (!this.serving) return null;

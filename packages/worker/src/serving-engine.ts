@@ -3,7 +3,7 @@
 // plugin offers what the contract promises, since a plugin is code the worker did not compile
 // against.
 
-import { ConfigError, openEngine, registry, type Engine, type KVStream, type ResolveInput } from "@airm/rm-core";
+import { ConfigError, openEngine, registry, type Engine, type KVStream, type LoraServingOptions, type ResolveInput } from "@airm/rm-core";
 
 /** The engine a worker drives: rm-core's Engine contract. */
 export type ServingEngine = Engine;
@@ -19,7 +19,7 @@ const REQUIRED = ["prefill", "decode", "importKV", "fork", "recompute", "release
  */
 export async function loadServingEngine(
   name: string,
-  options: { model: string; backend: string; chip?: number; maxModelLen?: number; batch?: number },
+  options: { model: string; backend: string; chip?: number; maxModelLen?: number; batch?: number; lora?: LoraServingOptions },
   settings: ResolveInput,
 ): Promise<ServingEngine> {
   const plugin = await registry.load("airm.workloads", name);
@@ -30,6 +30,10 @@ export async function loadServingEngine(
   if (missing.length) {
     await engine.close().catch(() => {});
     throw new ConfigError("--backend", `engine "${name}" lacks ${missing.join(", ")}, which the worker needs to serve`);
+  }
+  if (options.lora && !engine.loras) {
+    await engine.close().catch(() => {});
+    throw new ConfigError("--enable-lora", `engine "${name}" (backend ${options.backend}) cannot serve LoRA adapters`);
   }
   return engine;
 }

@@ -3,7 +3,7 @@
 // transports declare their own settings; the worker resolves those from the same environment
 // and passes them down.
 
-import { defineConfig, int, num, oneOf, opt, text, type ConfigValues } from "@airm/rm-core";
+import { defineConfig, flag, int, list, num, oneOf, opt, text, type ConfigValues } from "@airm/rm-core";
 
 export const WORKER_CONFIG = defineConfig("@airm/worker", {
   model: opt(text({ label: "path" }), {
@@ -40,6 +40,26 @@ export const WORKER_CONFIG = defineConfig("@airm/worker", {
     env: "AIRM_KV_EVENTS_CONFIG",
     defaultText: "none (no events)",
     doc: 'vLLM\'s --kv-events-config: a JSON object such as {"enable_kv_cache_events": true, "endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558", "topic": "kv@POD@MODEL"}. The worker then publishes its prefix cache\'s block stored / removed / cleared events in vLLM\'s wire format (ZMQ PUB, msgpack KVEventBatch; replay on a ROUTER), starting with a cleared event (a restarted worker\'s old entries go).',
+  }),
+  enableLora: opt(flag(), {
+    env: "AIRM_ENABLE_LORA",
+    default: false,
+    doc: "Serve LoRA adapters on the base model (vLLM's --enable-lora): a request names one in `model`; AIRM_LORA_MODULES loads some at start, POST /internal/lora/load (the gateway's /v1/load_lora_adapter) more at run time.",
+  }),
+  loraModules: opt(list(text({ label: "name=path", pattern: /^[^=,\s]+=[^,]+$/, hint: "name=path" })), {
+    env: "AIRM_LORA_MODULES",
+    defaultText: "none",
+    doc: "LoRA adapters loaded at start (vLLM's --lora-modules): comma-separated name=path pairs, each path a PEFT folder (adapter_config.json + adapter_model.safetensors). Implies AIRM_ENABLE_LORA.",
+  }),
+  maxLoras: opt(int({ min: 1, max: 64 }), {
+    env: "AIRM_MAX_LORAS",
+    default: 4,
+    doc: "LoRA adapters whose weights are resident at once (vLLM's --max-loras); others reload from their folder on demand, the least recently used idle one out.",
+  }),
+  maxLoraRank: opt(int({ min: 1, max: 512 }), {
+    env: "AIRM_MAX_LORA_RANK",
+    default: 64,
+    doc: "The largest LoRA rank accepted (vLLM's --max-lora-rank); an adapter of a larger rank is refused at load, naming r.",
   }),
   logLevel: opt(oneOf(["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const), {
     env: "AIRM_LOG_LEVEL",

@@ -40,6 +40,8 @@ export interface WorkerState {
   prefixInfo(): PrefixCacheInfo | null;
   /** It drains (a signal or POST /internal/drain): it admits nothing new. */
   draining(): boolean;
+  /** The resident limit and the adapters of running and waiting requests (undefined: no adapters served). */
+  lora(): { maxLoras: number; running: string[]; waiting: string[] } | undefined;
 }
 
 const MS_BUCKETS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000];
@@ -58,7 +60,7 @@ export class WorkerMetrics {
     this.registry.setDefaultLabels(labels);
     collectDefaultMetrics({ register: this.registry });
     const r = [this.registry];
-    registerVllmGauges(this.registry, () => ({ waiting: state.waiting(), running: state.running(), kvUsage: state.kvUsage() }), state.geometry);
+    registerVllmGauges(this.registry, () => ({ waiting: state.waiting(), running: state.running(), kvUsage: state.kvUsage(), lora: state.lora() }), state.geometry);
     registerPrefixCacheInfo(this.registry, state.prefixInfo);
     new Gauge({
       name: DRAINING_GAUGE,

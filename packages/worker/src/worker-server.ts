@@ -21,6 +21,7 @@ import {
   tlsMaterialOf,
   transportName,
   type KVTransport,
+  type LoraServingOptions,
   type TlsMaterial,
   type WorkerRole,
 } from "@airm/rm-core";
@@ -57,6 +58,8 @@ export interface WorkerOptions {
   localPrefill?: boolean;
   /** vLLM's --kv-events-config JSON (else AIRM_KV_EVENTS_CONFIG): publish the prefix cache's block events. */
   kvEventsConfig?: string;
+  /** Serve LoRA adapters (vLLM's --enable-lora, --max-loras, --max-lora-rank, --lora-modules); unset: none. */
+  lora?: LoraServingOptions;
   /** Also serve GET /health and GET /metrics, plain HTTP, on this port (0 picks one): for kubelet probes and scrapers that cannot present a client certificate when AIRM_TLS_DIR makes the serving port mutual TLS. */
   metricsPort?: number;
   /** The environment the worker, its engine and its transport are configured from (default: none); AIRM_INTERNAL_TOKEN in it guards /internal/*. */
@@ -168,7 +171,7 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
       const t0 = performance.now();
       const engine = await loadServingEngine(
         engineName,
-        { model: o.model, backend: o.backend, chip: o.chip, maxModelLen: o.maxModelLen, batch: o.batch },
+        { model: o.model, backend: o.backend, chip: o.chip, maxModelLen: o.maxModelLen, batch: o.batch, ...(o.lora ? { lora: o.lora } : {}) },
         // --threads (and the other engine flags) win over the engine's variables; without them the engine reads its own settings.
         { env, options: { ...(o.threads === undefined ? {} : { threads: o.threads }), ...(o.engineOptions ?? {}) } },
       );

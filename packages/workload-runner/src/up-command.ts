@@ -48,6 +48,15 @@ export const UP_COMMAND = defineCommand({
       default: 64,
       doc: "requests each worker runs at once (vLLM's flag; AIRM_MAX_NUM_SEQS); more wait for KV blocks and a slot (vllm:num_requests_waiting)",
     }),
+    enableLora: switchOf({
+      doc: "serve LoRA adapters on the base model (vLLM's flag; AIRM_ENABLE_LORA): every worker, prefill and decode alike; a request names one in `model`, POST /v1/load_lora_adapter loads more",
+    }),
+    loraModules: flagOf(text({ label: "name=path,...", pattern: /^[^=,\s]+=[^,]+(,[^=,\s]+=[^,]+)*$/, hint: "name=path,name2=path2" }), {
+      defaultText: "none",
+      doc: "LoRA adapters every worker loads at start (vLLM's flag; AIRM_LORA_MODULES): comma-separated name=path pairs, each a PEFT folder (adapter_config.json + adapter_model.safetensors); implies --enable-lora",
+    }),
+    maxLoras: flagOf(int({ min: 1, max: 64 }), { default: 4, doc: "LoRA adapters resident at once in each worker (vLLM's flag; AIRM_MAX_LORAS); others reload on demand" }),
+    maxLoraRank: flagOf(int({ min: 1, max: 512 }), { default: 64, doc: "the largest LoRA rank accepted (vLLM's flag; AIRM_MAX_LORA_RANK)" }),
     prefillReplicas: flagOf(int({ min: 1, max: 16 }), {
       default: DEFAULT_REPLICAS.prefill,
       doc: "prefill workers (ports from --prefill-port, step 2); the gateway balances by load",
@@ -166,8 +175,20 @@ export function upCluster(f: UpFlags, model: string): ClusterOptions {
       AIRM_KV_CACHE_MEMORY: f.kvCacheMemory,
       AIRM_MAX_NUM_BATCHED_TOKENS: String(f.maxNumBatchedTokens),
       AIRM_MAX_NUM_SEQS: String(f.maxNumSeqs),
+      ...loraEnv(f),
     },
     gatewayEnv: { AIRM_TOOL_CALL_PARSER: f.toolCallParser },
+  };
+}
+
+/** The workers' LoRA variables from --enable-lora, --lora-modules, --max-loras, --max-lora-rank (none without the first two). */
+function loraEnv(f: Pick<UpFlags, "enableLora" | "loraModules" | "maxLoras" | "maxLoraRank">): Record<string, string> {
+  if (!f.enableLora && f.loraModules === undefined) return {};
+  return {
+    AIRM_ENABLE_LORA: "1",
+    ...(f.loraModules === undefined ? {} : { AIRM_LORA_MODULES: f.loraModules }),
+    AIRM_MAX_LORAS: String(f.maxLoras),
+    AIRM_MAX_LORA_RANK: String(f.maxLoraRank),
   };
 }
 

@@ -27,6 +27,7 @@ export function generationOf(req: GenerationRequest, input: PromptInput): Genera
     minTokens: req.minTokens,
     n: req.bestOf,
     ...(req.cacheSalt ? { cacheSalt: req.cacheSalt } : {}),
+    ...(req.lora ? { lora: req.lora } : {}),
   };
 }
 

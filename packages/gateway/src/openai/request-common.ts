@@ -52,6 +52,8 @@ export interface GenerationRequest {
   minTokens: number;
   /** vLLM's cache_salt: prefix caching shares KV only between requests with the same salt. */
   cacheSalt?: string;
+  /** The LoRA adapter `model` names (the gateway sets it when `model` is an adapter's name); unset: the base model. */
+  lora?: string;
   /** Top-level fields neither OpenAI nor vLLM defines: ignored, as vLLM does (the route logs them once). */
   ignored: string[];
 }

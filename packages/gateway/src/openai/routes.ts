@@ -7,6 +7,7 @@ import { createRequire } from "node:module";
 import type { Hono } from "hono";
 import { chatRoutes } from "./chat/routes.ts";
 import { completionsRoutes } from "./completions/routes.ts";
+import { loraRoutes } from "./lora.ts";
 import { responsesRoutes } from "./responses/routes.ts";
 import type { GatewayAppOptions } from "./serving.ts";
 import { tokenizeRoutes } from "./tokenize/routes.ts";
@@ -31,9 +32,22 @@ export function openAIRoutes(app: Hono, o: GatewayAppOptions): void {
 
   app.get("/v1/models", (c) => {
     const created = Math.floor(Date.now() / 1000);
-    const { modelIds, maxContext } = o.modelPool.served();
-    return c.json({ object: "list", data: modelIds.map((id) => ({ id, object: "model", created, owned_by: "rngd-pd", max_model_len: maxContext ?? null })) });
+    const { modelIds, maxContext, loras } = o.modelPool.served();
+    const card = (id: string, parent: string | null, root: string | null) => ({
+      id,
+      object: "model",
+      created,
+      owned_by: "rngd-pd",
+      root,
+      parent,
+      max_model_len: maxContext ?? null,
+    });
+    // As vLLM lists them: the base model, then each LoRA adapter with its folder (root) and base (parent).
+    const data = [...modelIds.map((id) => card(id, null, id)), ...[...loras].map(([name, l]) => card(name, l.parent, l.path))];
+    return c.json({ object: "list", data });
   });
+
+  loraRoutes(app, o);
 
   completionsRoutes(app, o);
   chatRoutes(app, o);

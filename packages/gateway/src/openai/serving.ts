@@ -52,7 +52,7 @@ const loggedFields = new Set<string>();
 const tracer = trace.getTracer("@airm/gateway");
 
 /** The request body as JSON. Throws ApiError 400 when it is not UTF-8 JSON. */
-async function jsonBody(c: Context): Promise<unknown> {
+export async function jsonBody(c: Context): Promise<unknown> {
   const raw = new Uint8Array(await c.req.arrayBuffer());
   let text: string;
   try {
@@ -92,7 +92,9 @@ async function parseRequest<B>(c: Context, endpoint: GenerationEndpoint<B>, o: G
   const body = await jsonBody(c);
   const served = o.modelPool.served();
   // A request that names no model takes the only one's defaults (a wrong name is a 404 below).
-  const generationDefaults = (model: string | null) => served.generationDefaults.get(model ?? (served.modelIds.length === 1 ? served.modelIds[0] : ""));
+  // An adapter's request takes its base model's sampling defaults.
+  const generationDefaults = (model: string | null) =>
+    served.generationDefaults.get(model === null ? (served.modelIds.length === 1 ? served.modelIds[0] : "") : (served.loras.get(model)?.parent ?? model));
   const options = { maxContext: served.maxContext, vocabSize: served.vocabSize, maxChoices: served.slots, generationDefaults, tools: o.tools };
   const parsed = endpoint.parse(body, options);
   const req = parsed.req;
@@ -109,8 +111,11 @@ async function parseRequest<B>(c: Context, endpoint: GenerationEndpoint<B>, o: G
     }
     req.model = served.modelIds[0];
   }
-  if (!served.modelIds.includes(req.model)) {
-    throw new ApiError(404, "model_not_found", `the model '${req.model}' does not exist; this server serves ${served.modelIds.join(", ")}`, "model");
+  // A LoRA adapter is named by its name (vLLM's lora_name), as /v1/models lists it.
+  if (served.loras.has(req.model)) req.lora = req.model;
+  else if (!served.modelIds.includes(req.model)) {
+    const all = [...served.modelIds, ...served.loras.keys()];
+    throw new ApiError(404, "model_not_found", `the model '${req.model}' does not exist; this server serves ${all.join(", ")}`, "model");
   }
   // A schema or grammar that does not build is a 400 here, before any worker is called.
   if (req.constraint) await o.grammar.check(req.constraint.spec, req.constraint.param).catch((e) => Promise.reject(toApiError(e)));

@@ -24,6 +24,8 @@ export interface Generation {
   resume?: number[];
   /** vLLM's cache_salt: prefix caching shares KV only between requests with the same salt. */
   cacheSalt?: string;
+  /** The LoRA adapter (its name) every worker call runs on; unset: the base model. */
+  lora?: string;
 }
 
 /** The fields a prefill, decode or generate call takes from the generation (decode takes no prompt and no echo). */
@@ -38,5 +40,6 @@ export function workerFields(g: Generation): Omit<DecodeRequest, "requestId" | "
     n: g.n,
     ...(g.resume ? { resume: g.resume } : {}),
     ...(g.cacheSalt ? { cacheSalt: g.cacheSalt } : {}),
+    ...(g.lora ? { lora: g.lora } : {}),
   };
 }

@@ -113,6 +113,7 @@ class PdRequest {
           // tokenization the worker would do): the decode worker does not tokenize it again.
           input: promptTokenIds ? { promptTokenIds } : req.input,
           ...(req.cacheSalt ? { cacheSalt: req.cacheSalt } : {}),
+          ...(req.lora ? { lora: req.lora } : {}),
           ...(req.resume ? { resume: req.resume } : {}),
         },
         { headers: traceHeaders(), signal: AbortSignal.any([signal, AbortSignal.timeout(this.o.prefillTimeoutMs)]) },

@@ -17,6 +17,7 @@ import {
 import type { KVCacheInfo } from "@airm/rm-core";
 import type { Hono } from "hono";
 import { tokenize } from "../generation.ts";
+import { loraHealth } from "../lora.ts";
 import type { WorkerRuntime } from "../runtime.ts";
 import { parseBody } from "./http.ts";
 
@@ -106,6 +107,7 @@ export function health(rt: WorkerRuntime): WorkerHealth {
     requests: { waiting: rt.admission.numWaiting + rt.kvWaiting, running: rt.admission.numRunning, slots: rt.admission.maxRunning },
     error: rt.loadError,
     estimates: rt.estimatesNow(),
+    ...loraHealth(e),
     ...(e ? { prefixCache: { enabled: e.stats?.().prefixCache?.enabled ?? false, instance: rt.instance, events: rt.kvEvents?.advertised ?? null } } : {}),
   };
 }

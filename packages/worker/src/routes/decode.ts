@@ -10,6 +10,7 @@ import type { z } from "zod";
 import { checkResume, decodeChoices, isEos, planRequest, round } from "../generation.ts";
 import { pullKV, type PulledKV } from "../kv-handoff.ts";
 import type { LeaseEnd } from "../kv-leases.ts";
+import { loraOf, manifestLora } from "../lora.ts";
 import type { HandoffServing, WorkerRuntime } from "../runtime.ts";
 import type { EngineStream, ServingEngine } from "../serving-engine.ts";
 import { batchTrace, callerContext, eventStream, parseBody, tracer, type EventSink } from "./http.ts";
@@ -20,6 +21,7 @@ export function decodeRoutes(app: Hono, rt: WorkerRuntime): void {
     const serving = rt.handoff();
     const b = await parseBody(c, DecodeRequestSchema);
     prepareStage(rt, "decode", serving.engine, b.sampling, b.n);
+    loraOf(serving.engine, b.lora);
     // A constraint that cannot build is a 400 before the stream opens (it compiles during the KV wait).
     if (b.constraint) await rt.checkConstraint(b.constraint);
     const rid = b.requestId;
@@ -85,13 +87,21 @@ function heldFor(rt: WorkerRuntime, rid: string, m: KVManifest): PrefixHold | un
  * against the manifest), with the prompt's token ids and cache_salt so the stream's blocks stay in
  * the prefix cache after it; counts the bytes that crossed and those held instead.
  */
-function importStream(rt: WorkerRuntime, engine: ServingEngine, pulled: PulledKV, reservation: KVReservation, rid: string, cacheSalt: string | undefined): EngineStream {
+function importStream(
+  rt: WorkerRuntime,
+  engine: ServingEngine,
+  pulled: PulledKV,
+  reservation: KVReservation,
+  rid: string,
+  b: Pick<DecodeBody, "cacheSalt" | "lora">,
+): EngineStream {
   const m = pulled.manifest;
   const ids = m.promptTokens?.length === m.n ? { tokens: m.promptTokens } : {};
   const kept = heldFor(rt, rid, m);
   let stream: EngineStream;
   try {
-    stream = engine.importKV(pulled.kv, reservation, { ...ids, ...(cacheSalt === undefined ? {} : { cacheSalt }), ...(kept ? { held: kept } : {}) });
+    const named = { ...(b.cacheSalt === undefined ? {} : { cacheSalt: b.cacheSalt }), ...(b.lora === undefined ? {} : { lora: b.lora }) };
+    stream = engine.importKV(pulled.kv, reservation, { ...ids, ...named, ...(kept ? { held: kept } : {}) });
   } finally {
     kept?.release();
   }
@@ -124,7 +134,8 @@ async function receiveKV(rt: WorkerRuntime, s: HandoffServing, b: DecodeBody, c:
   const { engine, transport } = s;
   const rid = b.requestId;
   const pullSpan = tracer.startSpan("kv.pull", { attributes: { "airm.request_id": rid, "airm.kv_transport": transport.name } }, trace.setSpan(callerContext(c), span));
-  const pulled = await raceAbort(pullKV(transport, rid, engine.model, engine.kvCache(), b.kvTimeoutMs ?? rt.kvTimeoutMs), stopped).finally(() => pullSpan.end());
+  const expect = { ...engine.kvCache(), lora: manifestLora(loraOf(engine, b.lora)) ?? null };
+  const pulled = await raceAbort(pullKV(transport, rid, engine.model, expect, b.kvTimeoutMs ?? rt.kvTimeoutMs), stopped).finally(() => pullSpan.end());
   if (pulled.transfer) pullSpan.setAttributes({ "airm.kv_bytes": pulled.transfer.bytes, "airm.kv_moving_ms": round(pulled.transfer.movingMs) });
   const m = pulled.manifest;
   // A resumed request's KV ends with its delivered tokens: the prompt is what comes before them.
@@ -162,7 +173,7 @@ async function importKV(
   const m = pulled.manifest;
   const rid = b.requestId;
   // Into the caller's list as each is made: whatever happens next, the caller releases them.
-  streams.push(importStream(rt, engine, pulled, reservation, rid, b.cacheSalt));
+  streams.push(importStream(rt, engine, pulled, reservation, rid, b));
   for (let i = 1; i < b.n; i++) streams.push(engine.fork(streams[0]));
   const kvLoadMs = performance.now() - pulled.arrivedAt;
   if (pulled.transfer) rt.noteKvTransfer(pulled.transfer.bytes, pulled.transfer.movingMs, m.n);
@@ -204,7 +215,7 @@ async function serveDecode(rt: WorkerRuntime, s: HandoffServing, b: DecodeBody, 
     await s.transport.release(rid).catch((err) => rt.log.warn({ request_id: rid, err: (err as Error).message }, "early KV release failed"));
     // Stage 2, admit: once the KV's blocks (and the next position's, and a block per other
     // choice) are set aside; the n choices share the prompt's blocks.
-    const admitted = await admitStage(rt, span, { positions: m.n + 1, extra: b.n - 1, signal: stopped });
+    const admitted = await admitStage(rt, span, { positions: m.n + 1, extra: b.n - 1, signal: stopped, lora: b.lora });
     freeSlot = admitted.release;
     if (aborted()) return "client_gone";
     const matchers = await Promise.all(openings);

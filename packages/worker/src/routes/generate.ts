@@ -5,6 +5,7 @@
 import { GenerateRequestSchema, ROUTES } from "@airm/internal-api";
 import type { Hono } from "hono";
 import { decodeChoices, firstToken, firstTokens, isEos, prefillExtras, resumedPlan, round, stepConstraint, tokenize } from "../generation.ts";
+import { loraOf } from "../lora.ts";
 import type { WorkerRuntime } from "../runtime.ts";
 import type { EngineStream } from "../serving-engine.ts";
 import { batchTrace, callerContext, eventStream, parseBody, tracer } from "./http.ts";
@@ -16,6 +17,7 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
     const b = await parseBody(c, GenerateRequestSchema);
     prepareStage(rt, "generate", engine, b.sampling, b.n);
     const prompt = tokenize(engine, b.input);
+    loraOf(engine, b.lora);
     const { resumed, tokens, maxTokens, seqLen } = resumedPlan(engine, prompt, b);
     // A bad constraint is a 400 before the stream opens; a resumed request's matcher replays its delivered tokens.
     const matchers = b.constraint ? await Promise.all(Array.from({ length: b.n }, () => rt.matcher(b.constraint!, resumed))) : [];
@@ -31,7 +33,7 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
         try {
           // Admitted once the prompt's blocks (and the next position's, and a block per other
           // choice) are set aside; one prefill, then a stream per choice sharing the prompt's blocks.
-          const admitted = await admitStage(rt, span, { positions: tokens.length + 1, extra: b.n - 1, signal: stopped.signal });
+          const admitted = await admitStage(rt, span, { positions: tokens.length + 1, extra: b.n - 1, signal: stopped.signal, lora: b.lora });
           freeSlot = admitted.release;
           const t0 = performance.now();
           const constraint = stepConstraint(engine, matchers[0], b.minTokens, () => resumed.length);

@@ -7,6 +7,7 @@
 import { ApiError, KvHoldRequestSchema, ROUTES, type KvHoldResponse } from "@airm/internal-api";
 import type { Hono } from "hono";
 import { tokenize } from "../generation.ts";
+import { loraOf } from "../lora.ts";
 import type { WorkerRuntime } from "../runtime.ts";
 import { parseBody } from "./http.ts";
 
@@ -18,7 +19,9 @@ export function kvHoldRoutes(app: Hono, rt: WorkerRuntime): void {
     const prompt = tokenize(engine, b.input);
     const tokens = b.resume ? [...prompt, ...b.resume] : prompt;
     const answer: KvHoldResponse = { requestId: b.requestId, held: null, promptTokens: tokens.length };
-    const hold = engine.holdPrefix?.(tokens, { maxPositions: tokens.length - 1, ...(b.cacheSalt === undefined ? {} : { cacheSalt: b.cacheSalt }) });
+    loraOf(engine, b.lora);
+    const named = { ...(b.cacheSalt === undefined ? {} : { cacheSalt: b.cacheSalt }), ...(b.lora === undefined ? {} : { lora: b.lora }) };
+    const hold = engine.holdPrefix?.(tokens, { maxPositions: tokens.length - 1, ...named });
     if (!hold || hold.n === 0 || hold.hash === null) {
       hold?.release();
       return c.json(answer);

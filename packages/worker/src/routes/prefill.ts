@@ -3,7 +3,7 @@
 // token. Any failure releases the request's blobs before the error answer.
 
 import { ApiError, PrefillRequestSchema, ROUTES, type PrefillResponse } from "@airm/internal-api";
-import { blockHashes, blockHashRoot, type KVManifest } from "@airm/rm-core";
+import { blockHashes, blockHashRoot, type KVManifest, type LoraInfo } from "@airm/rm-core";
 import type { GrammarMatcher } from "@airm/grammar";
 import { SpanStatusCode, trace, type Span } from "@opentelemetry/api";
 import type { Context, Hono } from "hono";
@@ -11,6 +11,7 @@ import type { z } from "zod";
 import { firstToken, firstTokens, prefillExtras, resumedPlan, round, stepConstraint, tokenize, type ResumedPlan } from "../generation.ts";
 import { KVPusher, pushShape, pushedBytes } from "../kv-handoff.ts";
 import type { LeaseEnd } from "../kv-leases.ts";
+import { loraOf, manifestLora, requestSalt } from "../lora.ts";
 import type { WorkerRuntime } from "../runtime.ts";
 import type { ServingEngine } from "../serving-engine.ts";
 import { callerContext, parseBody, tracer } from "./http.ts";
@@ -50,14 +51,17 @@ export function prefillRoutes(app: Hono, rt: WorkerRuntime): void {
  * names differ (the two workers tokenized or salted the prompt differently), 400 when the skip
  * leaves no position to send or the model keeps sliding-window layers apart.
  */
-function checkSkip(engine: ServingEngine, tokens: number[], b: z.output<typeof PrefillRequestSchema>): KVManifest["held"] | undefined {
+function checkSkip(engine: ServingEngine, tokens: number[], b: z.output<typeof PrefillRequestSchema>, lora: LoraInfo | null): KVManifest["held"] | undefined {
   if (!b.skip) return undefined;
   const bs = engine.kvCache().blockSize;
   if (b.skip.blocks * bs >= tokens.length) {
     throw new ApiError(400, "invalid_request", `skip.blocks=${b.skip.blocks} (x ${bs} positions) leaves none of the ${tokens.length} prompt positions to send`, "skip.blocks");
   }
   if (engine.model.slidingWindow) throw new ApiError(400, "invalid_request", "skip cannot go with a model whose sliding-window layers keep their own blocks", "skip");
-  const root = blockHashRoot({ modelFingerprint: engine.model.modelFingerprint, numericsFingerprint: engine.model.numericsFingerprint, blockSize: bs }, b.cacheSalt ?? "");
+  const root = blockHashRoot(
+    { modelFingerprint: engine.model.modelFingerprint, numericsFingerprint: engine.model.numericsFingerprint, blockSize: bs },
+    requestSalt(b.cacheSalt, lora),
+  );
   const mine = blockHashes(root, tokens, bs, b.skip.blocks);
   if (mine[mine.length - 1] !== b.skip.hash) {
     throw new ApiError(
@@ -81,6 +85,7 @@ async function prefillWith(
 ): Promise<Response> {
   const { engine, transport } = rt.handoff();
   const { prompt, resumed, tokens, maxTokens, seqLen } = plan;
+  const lora = loraOf(engine, b.lora);
   const rid = b.requestId;
   // A release (the client left, its deadline passed) or the TTL can end the lease while prefill
   // still computes: pushes stop, and what was pushed after the release is released again below.
@@ -90,9 +95,9 @@ async function prefillWith(
   let freeSlot: (() => void) | undefined;
   try {
     // Admitted once the prompt's KV blocks are set aside (they are free again once it is pushed).
-    const admitted = await admitStage(rt, span, { positions: tokens.length });
+    const admitted = await admitStage(rt, span, { positions: tokens.length, lora: b.lora });
     freeSlot = admitted.release;
-    const shape = pushShape(engine.model, tokens.length, engine.kvCache().blockSize, checkSkip(engine, tokens, b));
+    const shape = pushShape(engine.model, tokens.length, engine.kvCache().blockSize, checkSkip(engine, tokens, b, lora));
     const pusher = new KVPusher(transport, rid, rt.kvTimeoutMs, () => endedAs !== null, shape);
     const t0 = performance.now();
     const constraint = stepConstraint(engine, matcher, b.minTokens, () => resumed.length);
@@ -114,7 +119,7 @@ async function prefillWith(
       { attributes: { "airm.request_id": rid, "airm.kv_transport": transport.name, "airm.kv_bytes": kvBytes } },
       trace.setSpan(callerContext(c), span),
     );
-    await pusher.finish(engine.model, kv, firstTokens(res), tokens).finally(() => pushSpan.end());
+    await pusher.finish(engine.model, kv, firstTokens(res), tokens, manifestLora(lora)).finally(() => pushSpan.end());
     rt.leases.arm(rid);
     const pushMs = performance.now() - computed;
     const prefillMs = res.computeMs ?? computed - t0;

@@ -24,12 +24,30 @@ export function prepareStage(rt: WorkerRuntime, route: string, engine: ServingEn
   if (choices !== undefined) checkChoices(rt.admission.maxRunning, choices);
 }
 
-/** Admit: waits until the engine sets aside the blocks of `need` and a running slot; the wait goes on the span. */
-export async function admitStage(rt: WorkerRuntime, span: Span, need: { positions: number; extra?: number; signal?: AbortSignal }): Promise<Admitted> {
+/**
+ * Admit: waits until the engine sets aside the blocks of `need` and a running slot; the wait goes
+ * on the span. A request on a LoRA adapter counts as waiting on it, then running on it until its
+ * slot is released (vllm:lora_requests_info).
+ */
+export async function admitStage(rt: WorkerRuntime, span: Span, need: { positions: number; extra?: number; signal?: AbortSignal; lora?: string }): Promise<Admitted> {
   const queued = performance.now();
-  const admitted = await rt.admission.acquire(need);
+  const leaveWaiting = need.lora === undefined ? () => {} : rt.loraUse.enter(need.lora, "waiting");
+  let admitted: Admitted;
+  try {
+    admitted = await rt.admission.acquire(need);
+  } finally {
+    leaveWaiting();
+  }
   span.setAttribute("airm.queue_wait_ms", round(performance.now() - queued));
-  return admitted;
+  if (need.lora === undefined) return admitted;
+  const leaveRunning = rt.loraUse.enter(need.lora, "running");
+  return {
+    reservation: admitted.reservation,
+    release() {
+      leaveRunning();
+      admitted.release();
+    },
+  };
 }
 
 /**

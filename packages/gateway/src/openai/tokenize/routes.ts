@@ -39,8 +39,11 @@ async function body(c: Context): Promise<unknown> {
 
 /** A healthy worker of `pool` serving the request's model (404 for another model, 503 without one). */
 function workerFor(pool: EndpointPool, model: string | null | undefined) {
-  const { modelIds } = pool.served();
-  if (model && !modelIds.includes(model)) throw new ApiError(404, "model_not_found", `the model '${model}' does not exist; this server serves ${modelIds.join(", ")}`, "model");
+  const { modelIds, loras } = pool.served();
+  // An adapter tokenizes as its base model does.
+  if (model && !modelIds.includes(model) && !loras.has(model)) {
+    throw new ApiError(404, "model_not_found", `the model '${model}' does not exist; this server serves ${[...modelIds, ...loras.keys()].join(", ")}`, "model");
+  }
   const ep = pool.pick();
   if (!ep) throw new ApiError(503, "no_healthy_worker", `no healthy ${pool.role} worker: ${pool.describeDown()}`);
   return ep;
@@ -75,9 +78,13 @@ export function tokenizeRoutes(app: Hono, pool: EndpointPool, version: string): 
 
   app.get("/v1/models/:id", (c) => {
     const id = c.req.param("id");
-    const { modelIds, maxContext } = pool.served();
-    if (!modelIds.includes(id)) throw new ApiError(404, "model_not_found", `the model '${id}' does not exist; this server serves ${modelIds.join(", ") || "none yet"}`, "model");
-    return c.json({ id, object: "model", created: Math.floor(Date.now() / 1000), owned_by: "rngd-pd", max_model_len: maxContext ?? null });
+    const { modelIds, maxContext, loras } = pool.served();
+    const lora = loras.get(id);
+    if (!modelIds.includes(id) && !lora) {
+      throw new ApiError(404, "model_not_found", `the model '${id}' does not exist; this server serves ${[...modelIds, ...loras.keys()].join(", ") || "none yet"}`, "model");
+    }
+    const family = lora ? { root: lora.path, parent: lora.parent } : { root: id, parent: null };
+    return c.json({ id, object: "model", created: Math.floor(Date.now() / 1000), owned_by: "rngd-pd", ...family, max_model_len: maxContext ?? null });
   });
 
   app.get("/version", (c) => c.json({ version }));
