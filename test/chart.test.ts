@@ -433,4 +433,32 @@ describe("charts/rngd-pd", () => {
       expect(r.err).toMatch(message);
     }
   });
+  test("lora: every worker gets AIRM_ENABLE_LORA, the modules as name=path pairs and the limits; nothing by default", () => {
+    const ms = manifests(
+      [],
+      [
+        "airm.kvTransport=tcp",
+        "lora.enabled=true",
+        "lora.modules[0].name=sql",
+        "lora.modules[0].path=/models/adapters/sql",
+        "lora.modules[1].name=chat",
+        "lora.modules[1].path=/models/adapters/chat",
+        "lora.maxLoras=2",
+      ],
+    );
+    for (const role of ["prefill", "decode"]) {
+      const env = envOf(container(deployment(ms, role), role));
+      expect(env, role).toMatchObject({
+        AIRM_ENABLE_LORA: "1",
+        AIRM_LORA_MODULES: "sql=/models/adapters/sql,chat=/models/adapters/chat",
+        AIRM_MAX_LORAS: "2",
+        AIRM_MAX_LORA_RANK: "64",
+      });
+    }
+    expect(envOf(container(deployment(ms, "gateway"), "gateway")).AIRM_ENABLE_LORA).toBeUndefined();
+    expect(JSON.stringify(manifests())).not.toContain("AIRM_ENABLE_LORA");
+    const bad = render([], ["lora.modules[0].name=a=b", "lora.modules[0].path=/x"]);
+    expect(bad.ok).toBe(false);
+    expect(bad.err).toMatch(/\/lora\/modules\/0\/name/);
+  });
 });

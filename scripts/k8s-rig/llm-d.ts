@@ -59,6 +59,7 @@ plugins:
 - type: queue-scorer
 - type: kv-cache-utilization-scorer
 - type: prefix-cache-scorer
+- type: lora-affinity-scorer
 - type: metrics-data-source
   parameters:
     scheme: "http"
@@ -69,10 +70,11 @@ plugins:
 
 /**
  * Starts the stock GIE EPP for InferencePool `pool` in `namespace` with its default plugins:
- * ext_proc on :9002, gRPC health on :9003, metrics on :9090 (all interfaces). Resolves once its
- * health port accepts gRPC (a TCP connect is enough to know it listens).
+ * ext_proc on :`ports.grpc` (9002), gRPC health on :`ports.health` (9003), metrics on
+ * :`ports.metrics` (9090), all interfaces (other ports when one of the pool's pods, e.g. our own
+ * picker, holds those on its address). Resolves once its ext_proc port accepts connections.
  */
-export async function startStockEpp(rig: Rig, bin: string, pool: string, namespace: string): Promise<Proc> {
+export async function startStockEpp(rig: Rig, bin: string, pool: string, namespace: string, ports = { grpc: 9002, health: 9003, metrics: 9090 }): Promise<Proc> {
   const config = join(rig.dir, "epp-plugins.yaml");
   writeFileSync(config, DEFAULT_PLUGINS);
   const p = run(
@@ -84,6 +86,12 @@ export async function startStockEpp(rig: Rig, bin: string, pool: string, namespa
       namespace,
       "--config-file",
       config,
+      "--grpc-port",
+      String(ports.grpc),
+      "--grpc-health-port",
+      String(ports.health),
+      "--metrics-port",
+      String(ports.metrics),
       "--secure-serving=false",
       "--tracing=false",
       "--metrics-endpoint-auth=false",
@@ -95,7 +103,7 @@ export async function startStockEpp(rig: Rig, bin: string, pool: string, namespa
     { KUBECONFIG: rig.kubeconfig },
     rig.dir,
   );
-  await untilListening(9002, p, "the stock EPP");
+  await untilListening(ports.grpc, p, "the stock EPP");
   return p;
 }
 

@@ -15,7 +15,7 @@ import { request as httpsRequest } from "node:https";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { makeTinyModel } from "../../packages/llama/src/index.ts";
+import { loadCheckpoint, makeTinyLora, makeTinyModel } from "../../packages/llama/src/index.ts";
 import { makeTlsTestDirs } from "../../packages/rm-core/src/index.ts";
 import { applyGieCrds, envoyToPicker, llmdBinaries, type Proc, startEnvoy, startStockEpp } from "../../scripts/k8s-rig/llm-d.ts";
 import { isReady, PodRunner } from "../../scripts/k8s-rig/pod-runner.ts";
@@ -185,6 +185,7 @@ describe("the llm-d path: Envoy -> InferencePool -> endpoint picker -> our pods"
     expect(log).not.toMatch(/vllm:(num_requests_waiting|num_requests_running|kv_cache_usage_perc|lora_requests_info|cache_config_info)[^\n]*not found/i);
     await envoy.stop();
     await epp.stop();
+    await epp.stop();
   });
 
   test("our picker (epp.enabled, packages/epp; routing prefix by default): the same pass-through and the same shift to the idle replica", async () => {
@@ -245,6 +246,67 @@ describe("the llm-d path: Envoy -> InferencePool -> endpoint picker -> our pods"
     expect((await affine()) - affine0).toBe(4);
     expect(metricSum(await eppMetrics(), "airm_epp_prefix_lookups_total")).toBeGreaterThanOrEqual(4);
     await envoy.stop();
+  });
+
+  test("LoRA affinity: requests naming an adapter loaded on one of the two PD pods go to that pod, through our picker and through the stock EPP's lora-affinity-scorer", async () => {
+    await release.helmRun(["upgrade", "rngd-pd", chart, "--reuse-values", "--set", "lora.enabled=true", "--wait", "--timeout", "180s"]);
+    pods = await release.serving("pd", 2, 8000);
+    const [holder, other] = [pods[0]!, pods[1]!];
+    const ckpt = await loadCheckpoint(model);
+    const adapter = join(rig.dir, "lora-sql");
+    makeTinyLora({ out: adapter, model: ckpt.config, baseModel: model, r: 4, seed: 3 });
+    ckpt.tensors.close();
+    const loaded = await post(`http://${holder.ip}:8000/v1/load_lora_adapter`, { lora_name: "sql", lora_path: adapter });
+    expect(loaded.status, loaded.text).toBe(200);
+    // The pod says so in vllm:lora_requests_info (running_lora_adapters), which both pickers read.
+    await release.until("the holder's gateway reporting the adapter", async () =>
+      /running_lora_adapters="sql"/.test(await (await fetch(`http://${holder.ip}:8000/metrics`)).text()),
+    );
+    // A new prompt each time: a picker's prefix affinity (the stock one's prefix-cache-scorer
+    // remembers where it sent a prompt) is not what this measures.
+    let n = 0;
+    const body = () => ({ model: "sql", prompt: `Routed to where the adapter is, request ${n++}`, max_tokens: 4, temperature: 0 });
+    const through = async (front: string, who: string) => {
+      const [h0, o0] = await Promise.all([gatewayServed(holder.ip), gatewayServed(other.ip)]);
+      const statuses: number[] = [];
+      for (let i = 0; i < 6; i++) statuses.push((await post(`${front}/v1/completions`, body())).status);
+      const [h1, o1] = await Promise.all([gatewayServed(holder.ip), gatewayServed(other.ip)]);
+      console.log(`LoRA affinity (${who}): ${h1 - h0} of 6 to the pod holding the adapter, ${o1 - o0} to the other; statuses ${statuses.join(",")}`);
+      expect(statuses).toEqual([200, 200, 200, 200, 200, 200]);
+      expect(h1 - h0).toBe(6);
+      expect(o1 - o0).toBe(0);
+    };
+    const ours = await envoyToPicker(release, llmd, { port: 18085, adminPort: 18906, ready: completes });
+    procs.push(ours.envoy);
+    // Our picker scrapes every 50 ms: once it has seen the adapter, every request naming it goes to the holder.
+    await release.until("our picker seeing the adapter", async () => (await post(`${ours.front}/v1/completions`, body())).status === 200);
+    await through(ours.front, "ours");
+    await ours.envoy.stop();
+    // A stock picker (with the lora-affinity-scorer), started now the pool has its pods.
+    // Ports of its own: our picker's pod holds 9002, 9003 and 9090 on its address.
+    const stockEpp = await startStockEpp(rig, llmd, POOL, NS, { grpc: 19002, health: 19003, metrics: 19090 });
+    procs.push(stockEpp);
+    const stock = await startEnvoy(rig.dir, llmd, { port: 18086, adminPort: 18907, extProc: { host: "127.0.0.1", port: 19002 } });
+    procs.push(stock);
+    const stockLog = () => `\n--- stock epp\n${stockEpp.log.join("").slice(-6000)}`;
+    await release
+      .until("a base-model request through the stock picker", () => completes("http://127.0.0.1:18086"))
+      .catch((e: Error) => {
+        throw new Error(`${e.message.split("\n")[0]}${stockLog()}`);
+      });
+    let last = "";
+    await release
+      .until("the stock picker seeing the adapter", async () => {
+        const r = await post("http://127.0.0.1:18086/v1/completions", body());
+        last = `${r.status} ${r.text.slice(0, 200)}`;
+        return r.status === 200;
+      })
+      .catch((e: Error) => {
+        throw new Error(`${e.message.split("\n")[0]}; last answer: ${last}${stockLog()}`);
+      });
+    await through("http://127.0.0.1:18086", "stock");
+    await stock.stop();
+    await stockEpp.stop();
   });
 
   test("llm-d's sidecar topology: our picker names the prefill pod, the decode pod's gateway prefills there; a host outside the pool is refused", async () => {

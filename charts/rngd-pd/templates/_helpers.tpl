@@ -243,6 +243,20 @@ lifecycle:
     - name: AIRM_KV_EVENTS_CONFIG
       value: {{ dict "enable_kv_cache_events" true "publisher" "zmq" "endpoint" (printf "tcp://*:%v" $v.kvEvents.port) "replay_endpoint" (printf "tcp://*:%v" $v.kvEvents.replayPort) | toJson | quote }}
     {{- end }}
+    {{- with $v.lora }}
+    {{- if or .enabled .modules }}
+    - name: AIRM_ENABLE_LORA
+      value: "1"
+    {{- with .modules }}
+    - name: AIRM_LORA_MODULES
+      value: {{ $mods := list }}{{ range . }}{{ $mods = append $mods (printf "%s=%s" .name .path) }}{{ end }}{{ join "," $mods | quote }}
+    {{- end }}
+    - name: AIRM_MAX_LORAS
+      value: {{ .maxLoras | quote }}
+    - name: AIRM_MAX_LORA_RANK
+      value: {{ .maxLoraRank | quote }}
+    {{- end }}
+    {{- end }}
     {{- if include "rngd-pd.needsRelay" .root }}
     - name: AIRM_KV_TCP_ADDR
       value: {{ include "rngd-pd.relayAddr" .root | quote }}

@@ -161,3 +161,22 @@ test("the shared mode names: never names no prefill endpoint; load ignores the p
   const keys = new Set(Array.from({ length: 40 }, () => random.pick("m", "x")).map((r) => (r.ok ? r.destination.key : r.code)));
   expect(keys.size).toBe(2);
 });
+
+test("LoRA affinity: a request naming an adapter goes to an endpoint that has it active or waiting, whatever the load; else anywhere", () => {
+  const lora = (active: string[], waiting: string[] = []) => ({ maxLoras: 4, active, waiting });
+  const s = [
+    state(1, "decode", { waiting: 0, lora: lora([]) }),
+    state(2, "decode", { waiting: 5, lora: lora(["sql"]) }),
+    state(3, "decode", { waiting: 0, lora: lora([], ["chat"]) }),
+  ];
+  const p = pickerOf(s);
+  for (let i = 0; i < 3; i++) {
+    const r = p.pick("sql", "x");
+    expect(r.ok && r.destination.endpoint.name).toBe("pod-2");
+  }
+  const chat = p.pick("chat", "x");
+  expect(chat.ok && chat.destination.endpoint.name).toBe("pod-3");
+  // No endpoint has it: the least loaded, as for the base model.
+  const other = p.pick("base", "x");
+  expect(other.ok && other.destination.endpoint.name).toBe("pod-1");
+});

@@ -92,6 +92,16 @@ interface Prefix {
 /** Characters per token of the estimate the disaggregation decision uses (no tokenizer here). */
 export { CHARS_PER_TOKEN };
 
+/**
+ * LoRA affinity: when `model` names an adapter some endpoints have active or waiting
+ * (vllm:lora_requests_info), only those; else all of them (as GIE's scorer, which prefers an
+ * endpoint with the adapter active and otherwise one with room to load it).
+ */
+function withAdapter(pool: EndpointState[], model: string): EndpointState[] {
+  const holders = pool.filter((s) => s.load?.lora && (s.load.lora.active.includes(model) || s.load.lora.waiting.includes(model)));
+  return holders.length ? holders : pool;
+}
+
 /** What a group of endpoints offers: the unsaturated fresh ones, or why there are none. */
 type Offer = { ok: true; open: EndpointState[] } | Refusal;
 
@@ -126,10 +136,16 @@ export class Picker {
   pick(model: string, prompt: string, precise: PreciseAffinity | null = null): Picked | Refusal {
     const states = this.scraper.states();
     const now = this.now();
-    const prefillPool = states.filter((s) => s.endpoint.role === "prefill");
+    const prefillPool = withAdapter(
+      states.filter((s) => s.endpoint.role === "prefill"),
+      model,
+    );
     const prefillOffer = prefillPool.length ? this.offer(prefillPool, now, "prefill") : null;
     // Decode-only destinations need a prefill endpoint; without one only "both" endpoints can serve.
-    const destPool = states.filter((s) => decodes(s.endpoint.role) && (prefillOffer === null || prefillOffer.ok || s.endpoint.role === "both"));
+    const destPool = withAdapter(
+      states.filter((s) => decodes(s.endpoint.role) && (prefillOffer === null || prefillOffer.ok || s.endpoint.role === "both")),
+      model,
+    );
     if (destPool.length === 0 && prefillOffer && !prefillOffer.ok) return prefillOffer;
     const destOffer = this.offer(destPool, now, "decode");
     if (!destOffer.ok) return destOffer;

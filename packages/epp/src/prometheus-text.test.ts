@@ -68,3 +68,14 @@ test("a server that says it drains (airm_draining 1) fails the scrape, so it is 
   expect(() => parseServerLoad(page(1))).toThrow(/drains \(airm_draining 1\)/);
   expect(parseServerLoad(page(0))).toEqual({ waiting: 0, running: 1, kvUsage: 0.1 });
 });
+
+test("vllm:lora_requests_info: the latest series' adapters and max_lora; none when max_lora is 0", () => {
+  const base = "vllm:num_requests_waiting 0\nvllm:num_requests_running 0\nvllm:kv_cache_usage_perc 0\n";
+  const info = (max: number, running: string, waiting: string, at: number) =>
+    `vllm:lora_requests_info{max_lora="${max}",running_lora_adapters="${running}",waiting_lora_adapters="${waiting}",role="decode"} ${at}\n`;
+  expect(parseServerLoad(base + info(4, "sql,chat", "", 100)).lora).toEqual({ maxLoras: 4, active: ["sql", "chat"], waiting: [] });
+  // GIE reads the series with the latest value (a time): so does this.
+  expect(parseServerLoad(base + info(4, "old", "", 200) + info(4, "new", "w", 300) + info(4, "older", "", 100)).lora).toEqual({ maxLoras: 4, active: ["new"], waiting: ["w"] });
+  expect(parseServerLoad(base + info(0, "", "", 100)).lora).toBeUndefined();
+  expect(parseServerLoad(base).lora).toBeUndefined();
+});

@@ -17,6 +17,25 @@ export interface ServerLoad {
   estimates?: Estimates;
   /** How the server names its KV blocks, and its worker process (airm_prefix_cache_info), when it exports it. */
   prefixInfo?: PrefixCacheInfo;
+  /** vllm:lora_requests_info: the adapters active (running_lora_adapters) and waiting, and max_lora, when it serves adapters (max_lora > 0). */
+  lora?: LoraState;
+}
+
+/** A server's LoRA adapters as vllm:lora_requests_info says (the series with the latest value). */
+export interface LoraState {
+  maxLoras: number;
+  active: string[];
+  waiting: string[];
+}
+
+const LORA_INFO = "vllm:lora_requests_info";
+
+/** The adapters a lora_requests_info series names (its value is a time: the latest series wins, as GIE reads it). */
+function loraOf(labels: Map<string, string>): LoraState | undefined {
+  const maxLoras = Number(labels.get("max_lora"));
+  if (!Number.isInteger(maxLoras) || maxLoras <= 0) return undefined;
+  const names = (k: string) => (labels.get(k) ?? "").split(",").filter(Boolean);
+  return { maxLoras, active: names("running_lora_adapters"), waiting: names("waiting_lora_adapters") };
 }
 
 /** airm_prefix_cache_info's labels. */
@@ -82,6 +101,7 @@ export function parseServerLoad(text: string): ServerLoad {
   const sums: Partial<Record<keyof typeof LOAD_METRICS, number>> = {};
   const est: Partial<Record<keyof typeof ESTIMATE_GAUGES, number>> = {};
   let info: PrefixCacheInfo | undefined;
+  let lora: { state: LoraState | undefined; at: number } | undefined;
   let pos = 0;
   while (pos < text.length) {
     let lineEnd = text.indexOf("\n", pos);
@@ -102,6 +122,11 @@ export function parseServerLoad(text: string): ServerLoad {
         if (l.get("model_fingerprint") && l.get("numerics_fingerprint") && l.get("instance") && Number.isInteger(blockSize) && blockSize > 0) {
           info = { modelFingerprint: l.get("model_fingerprint")!, numericsFingerprint: l.get("numerics_fingerprint")!, blockSize, instance: l.get("instance")! };
         }
+      }
+      if (name === LORA_INFO && text.charCodeAt(nameEnd) === 123) {
+        const end = endOfLabels(text, nameEnd, lineEnd);
+        const at = end > 0 ? Number(text.slice(end, lineEnd).trim().split(/\s+/)[0]) : Number.NaN;
+        if (end > 0 && !(lora && lora.at >= at)) lora = { state: loraOf(labelsOf(text.slice(nameEnd, end))), at };
       }
       // A server that drains takes no new request: the scrape fails, so the picker passes it over.
       if (name === DRAINING_GAUGE && Number(text.slice(nameEnd, lineEnd).trim().split(/\s+/)[0]) === 1) throw new Error(`the server drains (${DRAINING_GAUGE} 1)`);
@@ -128,6 +153,7 @@ export function parseServerLoad(text: string): ServerLoad {
   if (missing.length) throw new Error(`/metrics lacks ${missing.join(", ")}`);
   const load = sums as ServerLoad;
   if (info) load.prefixInfo = info;
+  if (lora?.state) load.lora = lora.state;
   if (Object.keys(est).length) {
     load.estimates = {
       localPrefill: est.localPrefill === 1,

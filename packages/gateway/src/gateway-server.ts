@@ -15,7 +15,7 @@ import { EndpointPool, type PoolOptions } from "./endpoint-pool.ts";
 import { GATEWAY_CONFIG, type GatewayConfig } from "./gateway-config.ts";
 import { GatewayMetrics } from "./gateway-metrics.ts";
 import { Orchestrator, estimatesOf, type DisaggregationMode } from "./orchestrator/index.ts";
-import { decodeSlots, podBlocks, podGeometry, podLoad } from "./pod-load.ts";
+import { decodeSlots, podBlocks, podGeometry, podLoad, podLora } from "./pod-load.ts";
 import { PrefixRouter } from "./prefix-router.ts";
 
 export interface GatewayOptions extends Partial<GatewayConfig> {
@@ -164,7 +164,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
   metrics.exportEndpoints(() => all.flatMap((p) => p.endpoints.map((e) => ({ role: p.role, url: e.url, healthy: e.healthy, circuit: e.breaker.state }))));
   registerVllmGauges(
     metrics.registry,
-    () => podLoad(orchestrator.inFlight, decodeSlots(servingPool), podBlocks(servingPool)),
+    () => ({ ...podLoad(orchestrator.inFlight, decodeSlots(servingPool), podBlocks(servingPool)), lora: podLora(servingPool) }),
     () => podGeometry(servingPool),
   );
   // How the serving workers name their blocks, for an endpoint picker that routes by prefix (a

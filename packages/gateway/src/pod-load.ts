@@ -35,6 +35,19 @@ export function podLoad(inFlight: { beforeFirst: number; streaming: number }, sl
   return { running, waiting: inFlight.beforeFirst + (inFlight.streaming - running), kvUsage: blocks ? blocks.used / blocks.total : 0 };
 }
 
+/**
+ * The pod's LoRA adapters for vllm:lora_requests_info: those its decode (or solo) workers have
+ * loaded, as active (running_lora_adapters: the inference extension's protocol reads it as the
+ * adapters a server has loaded and can serve), and the smallest max_lora; undefined when they
+ * serve none.
+ */
+export function podLora(pool: EndpointPool): ServingLoad["lora"] {
+  const withLora = pool.endpoints.map((e) => e.health?.lora).filter((l) => l !== undefined);
+  if (withLora.length === 0) return undefined;
+  const names = new Set(withLora.flatMap((l) => l.adapters.map((a) => a.name)));
+  return { maxLoras: Math.min(...withLora.map((l) => l.maxLoras)), running: [...names], waiting: [] };
+}
+
 /** The pod's KV geometry: the decode (or solo) endpoints' blocks (null before any reported). */
 export function podGeometry(pool: EndpointPool): CacheGeometry | null {
   const b = podBlocks(pool);

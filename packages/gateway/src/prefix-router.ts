@@ -8,7 +8,7 @@
 
 import type { PromptInput } from "@airm/internal-api";
 import { BlockIndex, type BlockIds, KvEventSubscriber, promptBlockIds } from "@airm/routing";
-import type { BlockHashRoot } from "@airm/rm-core";
+import { type BlockHashRoot, prefixSalt } from "@airm/rm-core";
 import type { Logger } from "pino";
 import type { Affinity, Endpoint, EndpointPool } from "./endpoint-pool.ts";
 
@@ -19,6 +19,8 @@ export interface PromptOf {
   input: PromptInput;
   resume?: number[];
   cacheSalt?: string;
+  /** The LoRA adapter it runs on: its blocks are named under the adapter's fingerprint too. */
+  lora?: string;
 }
 
 /** The worker's events endpoint with a wildcard host replaced by the host its URL names. */
@@ -108,10 +110,12 @@ export class PrefixRouter {
     const byRoot = new Map<string, BlockIds>();
     const idsFor = (e: Endpoint): BlockIds => {
       const root = rootOf(e);
-      if (!root) return [];
-      const key = `${root.modelFingerprint}/${root.numericsFingerprint}/${root.blockSize}`;
+      // An adapter's blocks are salted with its fingerprint, as the workers name them; a worker without it holds none.
+      const lora = p.lora === undefined ? undefined : e.health?.lora?.adapters.find((a) => a.name === p.lora)?.fingerprint;
+      if (!root || (p.lora !== undefined && lora === undefined)) return [];
+      const key = `${root.modelFingerprint}/${root.numericsFingerprint}/${root.blockSize}/${lora ?? ""}`;
       let ids = byRoot.get(key);
-      if (!ids) byRoot.set(key, (ids = promptBlockIds(root, tokens, p.cacheSalt ?? "")));
+      if (!ids) byRoot.set(key, (ids = promptBlockIds(root, tokens, prefixSalt(p.cacheSalt, lora))));
       return ids;
     };
     let blocks = 0;

@@ -3,11 +3,12 @@
 // tiny model, KV over a real shm root). A conversation's next turns go to the decode worker that
 // holds its blocks (its kv-hold counter moves, the other's does not), where routing by load alone
 // (ties in turn) sends them to the other one; a gateway that restarts rebuilds its index from the
-// workers' replay endpoints.
+// workers' replay endpoints. A conversation on a LoRA adapter is routed the same way (its blocks
+// are named under the adapter's fingerprint by the workers and by the gateway alike).
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { makeTinyModel } from "@airm/llama";
+import { loadCheckpoint, makeTinyLora, makeTinyModel } from "@airm/llama";
 import { startWorker, type RunningWorker } from "@airm/worker";
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -26,7 +27,8 @@ let id: string;
 async function start(role: "prefill" | "decode", backend: string, name: string): Promise<RunningWorker> {
   const at = (what: string) => `ipc://${join(root, `${name}-${what}.sock`)}`;
   const kvEventsConfig = JSON.stringify({ enable_kv_cache_events: true, endpoint: at("pub"), replay_endpoint: at("replay"), topic: `kv@${name}` });
-  const w = await startWorker({ role, backend, model, port: 0, maxModelLen: 64, env, logger, kvEventsConfig });
+  const lora = { modules: [{ name: "qv", path: join(root, "lora-qv") }] };
+  const w = await startWorker({ role, backend, model, port: 0, maxModelLen: 64, env, logger, kvEventsConfig, lora });
   workers.push(w);
   await w.ready;
   return w;
@@ -48,11 +50,11 @@ async function sample(url: string, name: string, labels = ""): Promise<number> {
 const held = (w: RunningWorker) => sample(w.url, "airm_kv_held_positions_total");
 
 /** Greedy completion of token ids; the prompt and the answer's tokens. */
-async function turn(g: RunningGateway, prompt: number[]): Promise<number[]> {
+async function turn(g: RunningGateway, prompt: number[], name = id): Promise<number[]> {
   const r = await fetch(`${g.url}/v1/completions`, {
     method: "POST",
     headers: { "content-type": "application/json" },
-    body: JSON.stringify({ model: id, prompt, max_tokens: 4, temperature: 0, ignore_eos: true, logprobs: 0, return_tokens_as_token_ids: true }),
+    body: JSON.stringify({ model: name, prompt, max_tokens: 4, temperature: 0, ignore_eos: true, logprobs: 0, return_tokens_as_token_ids: true }),
   });
   const body = (await r.json()) as { choices: { logprobs: { tokens: string[] } }[] };
   expect(r.status, JSON.stringify(body)).toBe(200);
@@ -70,14 +72,14 @@ async function indexed(g: RunningGateway, w: RunningWorker, n: number): Promise<
 }
 
 /** Three turns of one conversation through `g` (`watch`: a prefix-routing gateway whose index shows the events arrived); the positions each decode worker held for turns 2 and 3. */
-async function conversation(g: RunningGateway, seed: number, watch = g): Promise<number[]> {
+async function conversation(g: RunningGateway, seed: number, watch = g, name = id): Promise<number[]> {
   let ctx = Array.from({ length: 21 }, (_, i) => 10 + ((seed * 7 + i * 3) % 90));
   const gains: number[] = decodes.map(() => 0);
-  ctx = await turn(g, ctx);
+  ctx = await turn(g, ctx, name);
   for (let t = 0; t < 2; t++) {
     await Promise.race(decodes.map((d) => indexed(watch, d, Math.floor((ctx.length - 1) / 8))));
     const before = await Promise.all(decodes.map(held));
-    ctx = await turn(g, [...ctx, 11 + t, 12 + t, 13 + t]);
+    ctx = await turn(g, [...ctx, 11 + t, 12 + t, 13 + t], name);
     const after = await Promise.all(decodes.map(held));
     after.forEach((a, i) => (gains[i] += a - before[i]));
   }
@@ -86,6 +88,9 @@ async function conversation(g: RunningGateway, seed: number, watch = g): Promise
 
 beforeAll(async () => {
   makeTinyModel({ arch: "llama", out: model, layers: 2, seed: 9 });
+  const ckpt = await loadCheckpoint(model);
+  makeTinyLora({ out: join(root, "lora-qv"), model: ckpt.config, baseModel: model, r: 4, seed: 2 });
+  ckpt.tensors.close();
   prefill = await start("prefill", "rngd-full", "prefill");
   decodes = await Promise.all([start("decode", "atom", "decode-a"), start("decode", "atom", "decode-b")]);
   const g = await gateway("prefix");
@@ -99,6 +104,12 @@ afterAll(async () => {
 });
 
 describe("prefix-aware routing", () => {
+  it("routes a conversation on a LoRA adapter the same way: its next turns go where its (adapter-named) blocks are", async () => {
+    const gains = await conversation(gateways[0], 5, gateways[0], "qv");
+    expect(gains.filter((g) => g > 0)).toHaveLength(1);
+    expect(Math.max(...gains)).toBe(8 * (3 + 3));
+  });
+
   it("sends a conversation's next turns to the decode worker that holds its blocks", async () => {
     const gains = await conversation(gateways[0], 1);
     // Both later turns found their prefix on one worker: 3 blocks of 8 positions each time (turn

@@ -135,9 +135,13 @@ export class WorkerRuntime {
         },
         preemptions: () => this.serving?.engine.kvCache().preemptions ?? 0,
         draining: () => this.draining,
+        // Active: every adapter loaded here (ready to serve: the inference extension's protocol
+        // reads running_lora_adapters as the adapters a server has loaded) and those of running requests.
         lora: () => {
           const loras = this.serving?.engine.loras;
-          return loras ? { maxLoras: loras.maxLoras, ...this.loraUse.names() } : undefined;
+          if (!loras) return undefined;
+          const use = this.loraUse.names();
+          return { maxLoras: loras.maxLoras, running: [...new Set([...loras.list().map((l) => l.name), ...use.running])], waiting: use.waiting };
         },
         leases: () => this.leases.counters(),
         prefixCache: () => {

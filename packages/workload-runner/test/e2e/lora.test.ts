@@ -190,7 +190,12 @@ describe("LoRA adapters through PD (tcp) against a solo worker", () => {
     expect(JSON.stringify(events.at(-1))).toContain('LoRA adapter \\"qv\\"');
   });
 
-  it("exports vllm:lora_requests_info with max_lora on every worker", async () => {
+  it("exports vllm:lora_requests_info with max_lora and the loaded adapters as active, workers and gateway alike", async () => {
+    for (const url of [pd.part("prefill").url, pd.part("decode").url, pd.url]) {
+      const text = await (await fetch(`${url}/metrics`)).text();
+      const active = text.match(/^vllm:lora_requests_info\{[^}]*running_lora_adapters="([^"]*)"/m)?.[1].split(",") ?? [];
+      expect(active.sort(), url).toEqual([...ADAPTERS].sort());
+    }
     for (const part of ["prefill", "decode"]) {
       const text = await (await fetch(`${pd.part(part).url}/metrics`)).text();
       expect(text, part).toMatch(/^vllm:lora_requests_info\{max_lora="4",running_lora_adapters="[^"]*",waiting_lora_adapters="[^"]*"[^}]*\} \d/m);
