@@ -14,7 +14,7 @@ import type { Logger } from "pino";
 import { GatewayDrain } from "../drain.ts";
 import type { EndpointPool } from "../endpoint-pool.ts";
 import type { GatewayMetrics } from "../gateway-metrics.ts";
-import { newRequestId, type GenEvent, type Orchestrator, type Placement } from "../orchestrator/index.ts";
+import { newRequestId, timeoutSignal, type GenEvent, type Orchestrator, type Placement } from "../orchestrator/index.ts";
 import { type AnswerContext, jsonAnswer, sseAnswer } from "./answers.ts";
 import type { ToolSettings } from "./chat/tools.ts";
 import { Timing } from "./completion.ts";
@@ -165,6 +165,18 @@ async function* endedBy(gen: AsyncGenerator<GenEvent>, stop: AbortSignal, error:
   if (stop.aborted) throw error();
 }
 
+/** `gens`, with `end` called once every one of them has ended (finished, failed or returned after it started). */
+function untilAllEnd(gens: AsyncGenerator<GenEvent>[], end: () => void): AsyncGenerator<GenEvent>[] {
+  let open = gens.length;
+  return gens.map(async function* (gen) {
+    try {
+      yield* gen;
+    } finally {
+      if (--open === 0) end();
+    }
+  });
+}
+
 /** The error of a request that ran past its deadline of `limitS` (its own `timeout`, or the server's). */
 function timedOut(limitS: number, own: boolean): ApiError {
   return new ApiError(
@@ -192,20 +204,22 @@ async function complete<B>(c: Context, endpoint: GenerationEndpoint<B>, o: Gatew
   }
   const requestId = newRequestId();
   timing.span?.setAttribute("airm.request_id", requestId);
+  const at = placement(c, o);
   // Aborted when the client goes away: the request signal, or the SSE body being cancelled (which can come first).
   const clientGone = new AbortController();
   const limitS = Math.min(req.timeoutS ?? Number.POSITIVE_INFINITY, o.requestTimeoutS ?? Number.POSITIVE_INFINITY);
-  const deadline = Number.isFinite(limitS) ? AbortSignal.timeout(Math.ceil(limitS * 1000)) : undefined;
+  const deadline = Number.isFinite(limitS) ? timeoutSignal(Math.ceil(limitS * 1000)) : undefined;
   const drained = o.drain?.signal;
-  const signal = AbortSignal.any([c.req.raw.signal, clientGone.signal, ...(deadline ? [deadline] : []), ...(drained ? [drained] : [])]);
-  const at = placement(c, o);
+  const signal = AbortSignal.any([c.req.raw.signal, clientGone.signal, ...(deadline ? [deadline.signal] : []), ...(drained ? [drained] : [])]);
   const own = req.timeoutS !== null && req.timeoutS <= (o.requestTimeoutS ?? Number.POSITIVE_INFINITY);
   // One generation per prompt (a completions batch has several), each under its own request id.
-  const gens = req.prompts.map((input, p) => {
+  let gens = req.prompts.map((input, p) => {
     let run = o.orchestrator.run(generationOf(req, input), p === 0 ? requestId : `${requestId}-${p}`, signal, at);
-    if (deadline) run = endedBy(run, deadline, () => timedOut(limitS, own));
+    if (deadline) run = endedBy(run, deadline.signal, () => timedOut(limitS, own));
     return drained ? endedBy(run, drained, GatewayDrain.cutError) : run;
   });
+  // The deadline's timer goes once every generation has ended (it would hold the request's signals until it fired).
+  if (deadline) gens = untilAllEnd(gens, deadline.clear);
   // Every generation's first token before answering: a failure before any token is an HTTP error.
   const firsts = await Promise.allSettled(gens.map((g) => g.next()));
   const failed = firsts.find((r) => r.status === "rejected");

@@ -15,6 +15,7 @@ import { runSolo } from "./solo.ts";
 
 export type { GenEvent } from "./gen-events.ts";
 export { isMigratable, type MigrationHooks } from "./migration.ts";
+export { timeoutSignal } from "./worker-calls.ts";
 export { DISAGGREGATION_MODES, estimatesOf, type DisaggregationMode, type PathChoice } from "./disaggregation.ts";
 
 export interface OrchestratorOptions {

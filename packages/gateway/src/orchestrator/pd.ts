@@ -13,7 +13,7 @@ import { causeOf, nothingListens } from "../net-errors.ts";
 import { blame, type MigrationTrail } from "./migration.ts";
 import { type Generation, workerFields } from "./generation.ts";
 import { onNextEndpoints } from "./retry.ts";
-import { isDeadline, isWorkerFault, notePick, relayEvents, releaseOn, traceHeaders } from "./worker-calls.ts";
+import { isDeadline, isWorkerFault, notePick, relayEvents, releaseOn, timeoutSignal, traceHeaders } from "./worker-calls.ts";
 
 const tracer = trace.getTracer("@airm/gateway");
 
@@ -105,6 +105,7 @@ class PdRequest {
    */
   async hold(signal: AbortSignal, promptTokenIds?: number[]): Promise<KvHoldResponse["held"]> {
     const { req } = this;
+    const limit = timeoutSignal(this.o.prefillTimeoutMs);
     try {
       const answer = await this.dec.client.kvHold(
         {
@@ -116,13 +117,15 @@ class PdRequest {
           ...(req.lora ? { lora: req.lora } : {}),
           ...(req.resume ? { resume: req.resume } : {}),
         },
-        { headers: traceHeaders(), signal: AbortSignal.any([signal, AbortSignal.timeout(this.o.prefillTimeoutMs)]) },
+        { headers: traceHeaders(), signal: AbortSignal.any([signal, limit.signal]) },
       );
       if (answer.held) this.spans.kv.setAttributes({ "airm.kv_held_blocks": answer.held.blocks, "airm.kv_held_positions": answer.held.positions });
       return answer.held;
     } catch (err) {
       this.spans.kv.addEvent("airm.kv_hold_failed", { "airm.reason": causeOf(err) });
       return null;
+    } finally {
+      limit.clear();
     }
   }
 
@@ -134,21 +137,26 @@ class PdRequest {
       first: this.pre,
       span: this.spans.prefill,
       call: async (ep) => {
-        const answer = await context.with(trace.setSpan(this.parent, this.spans.prefill), () =>
-          ep.client.prefill(
-            {
-              requestId: this.requestId,
-              input: this.req.input,
-              echo: this.req.echo,
-              ...workerFields(this.req),
-              ...(held ? { skip: { blocks: held.blocks, hash: held.hash } } : {}),
-            },
-            { headers: traceHeaders(), signal: AbortSignal.any([this.prefillAbort.signal, AbortSignal.timeout(this.o.prefillTimeoutMs)]) },
-          ),
-        );
-        pool.alive(ep);
-        pool.callSucceeded(ep);
-        return answer;
+        const limit = timeoutSignal(this.o.prefillTimeoutMs);
+        try {
+          const answer = await context.with(trace.setSpan(this.parent, this.spans.prefill), () =>
+            ep.client.prefill(
+              {
+                requestId: this.requestId,
+                input: this.req.input,
+                echo: this.req.echo,
+                ...workerFields(this.req),
+                ...(held ? { skip: { blocks: held.blocks, hash: held.hash } } : {}),
+              },
+              { headers: traceHeaders(), signal: AbortSignal.any([this.prefillAbort.signal, limit.signal]) },
+            ),
+          );
+          pool.alive(ep);
+          pool.callSucceeded(ep);
+          return answer;
+        } finally {
+          limit.clear();
+        }
       },
       failed: (err, ep) => {
         if (signal.aborted) return { stop: true }; // the client left or the deadline passed: cleanup says which
