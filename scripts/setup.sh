@@ -2,7 +2,7 @@
 # Installs what rngd-pd needs on a fresh Debian/Ubuntu machine, with any Node or none: system
 # libraries (UCX for the nixl-ucx transport, iperf3 and ucx-utils for the transport benches,
 # openssl and iproute2 for the Kubernetes test rig, curl, prometheus for promtool (the chart's rule
-# tests); podman, buildah, runc and mmdebstrap for
+# tests), tmux (the terminal airm top's test drives); podman, buildah, runc and mmdebstrap for
 # the image and the container tests, if they can be), pnpm at the version package.json pins,
 # the workspace's dependencies and the NIXL wheels (python3-venv).
 #
@@ -20,7 +20,7 @@ registry="${npm_config_registry:-https://registry.npmjs.org}"
 registry="${registry%/}"
 
 need_apt=()
-for pkg in libucx0 ucx-utils iperf3 openssl iproute2 python3-venv curl ca-certificates prometheus; do
+for pkg in libucx0 ucx-utils iperf3 openssl iproute2 python3-venv curl ca-certificates prometheus tmux; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -19,6 +19,7 @@ const READS_PROCESS_ENV = new Set([
   "packages/worker/src/cli.ts",
   "packages/gateway/src/cli.ts",
   "packages/workload-runner/src/up-command.ts",
+  "packages/workload-runner/src/top/top-command.ts",
   "packages/workload-runner/src/rngd-pd-workload.ts",
   "packages/workload-runner/src/local-cluster.ts",
   "packages/workload-runner/src/k8s-command.ts",

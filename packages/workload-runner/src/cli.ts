@@ -1,4 +1,4 @@
-// The `airm` command line: `up` (a local PD cluster), `run` (one workload in the foreground, as a
+// The `airm` command line: `up` (a local PD cluster), `top` (a live console of a cluster), `run` (one workload in the foreground, as a
 // pod runs it), `model` (the model tool), `k8s` (the sweep manifests) and `bench` (the load
 // generator). Each subcommand has --help.
 
@@ -8,6 +8,7 @@ import { binPath } from "./package-bins.ts";
 import { benchCommand } from "./bench/bench-command.ts";
 import { k8sCommand } from "./k8s-command.ts";
 import { runCommand } from "./run-command.ts";
+import { top } from "./top/top-command.ts";
 import { up } from "./up-command.ts";
 
 const HELP = `airm: run rngd-pd (prefill/decode-disaggregated LLM serving)
@@ -16,6 +17,7 @@ usage: airm <command> [options]
 
 commands:
   up       start a whole PD cluster on 127.0.0.1 (the transport's sidecar if any, prefill, decode, gateway)
+  top      a live console of a running cluster (airm up's, a gateway's, or the chart's pods with --k8s); drain a worker from it
   run      run one workload (prefill | decode | serve) in the foreground, as a pod does
   model    the model tool: pull, list, make-tiny (see "airm model --help")
   k8s      the experiment sweep: gen-sweep (deploy/k8s manifests), render (fill in the site)
@@ -36,6 +38,8 @@ export async function main(argv = process.argv.slice(2)): Promise<number> {
     switch (cmd) {
       case "up":
         return await up(rest);
+      case "top":
+        return await top(rest);
       case "run":
         return await runCommand(rest);
       case "model":

@@ -31,6 +31,8 @@ export interface ClusterOptions extends ClusterShape {
   log?(line: string): void;
   /** Each output line of a part. */
   childLog?(part: string, line: string): void;
+  /** Told each time a part's process is started, the first time and at each restart (airm up's state file counts them). */
+  onPartStart?(part: string): void;
   /**
    * Aborting it while the cluster starts stops every part started so far, removes the cluster's
    * folder, and rejects with StartAbortedError (airm up's Ctrl-C before it is up).
@@ -250,6 +252,7 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
     log,
     childLog: o.childLog ?? (() => {}),
     probe: (p) => healthy(p, baseEnv, o.reach, tls?.material),
+    onLaunch: o.onPartStart,
     afterStop: () => {
       if (dir && existsSync(dir.path)) rmSync(dir.path, { recursive: true, force: true });
       if (board) rmSync(board.path, { force: true });

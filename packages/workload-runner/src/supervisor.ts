@@ -32,6 +32,8 @@ export interface SupervisorOptions {
   probe(p: ChildPart): Promise<boolean>;
   /** Called after everything stopped (removes the cluster's folder). */
   afterStop(): void;
+  /** Told each time a part's process is started, the first time and at each restart. */
+  onLaunch?(name: string): void;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -91,6 +93,7 @@ export class Supervisor {
   private launch(i: number): ChildPart {
     const p = new ChildPart(this.o.specs[i], this.o.env, this.o.childLog);
     this.parts[i] = p;
+    this.o.onLaunch?.(p.name);
     void p.exited.then(() => this.onDeath(i, p));
     return p;
   }

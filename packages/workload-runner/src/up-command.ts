@@ -5,7 +5,9 @@ import { defineCommand, flagOf, int, oneOf, RM_CORE_CONFIG, switchOf, text } fro
 import { DEFAULT_BACKENDS, DEFAULT_KV_TRANSPORT, DEFAULT_PORTS, DEFAULT_THREADS, DEFAULT_DECODE_NICE, DEFAULT_REPLICAS } from "./defaults.ts";
 import { DEFAULT_MODELS, chooseDefaultModel, resolveModelArg } from "./default-model.ts";
 import { firstApiKey, StartAbortedError, startLocalCluster, type ClusterOptions, type RunningCluster } from "./local-cluster.ts";
+import { freePort } from "./cluster-plan.ts";
 import { RESTART_POLICY } from "./supervisor.ts";
+import { UpStateWriter } from "./top/up-state.ts";
 import { checkTopologyRun, openTopologyRun, type CheckedTopology, type TopologyRun } from "./up-topology.ts";
 
 export const UP_COMMAND = defineCommand({
@@ -255,22 +257,33 @@ export async function up(argv: string[]): Promise<number> {
   process.on("SIGINT", () => onSignal("SIGINT"));
   process.on("SIGTERM", () => onSignal("SIGTERM"));
   let topo: TopologyRun | undefined;
+  const state = openUpState(log);
+  // the KV relay (a sidecar) serves its metrics on a port of its own, which the state file names for airm top
+  const sidecarMetricsPort = checked ? undefined : await freePort();
   try {
     topo = checked ? await openTopology(checked, upCluster(f, model), f.port, log) : undefined;
     if (abort.signal.aborted) throw new StartAbortedError(String(abort.signal.reason));
+    const shape = upCluster(f, model);
     cluster = await startLocalCluster({
-      ...upCluster(f, model),
+      ...shape,
       ...topo?.options,
+      ...(sidecarMetricsPort === undefined ? {} : { sidecarEnv: { ...shape.sidecarEnv, AIRM_METRICS_PORT: String(sidecarMetricsPort) } }),
       log,
-      childLog: f.quiet ? () => {} : (part, line) => process.stderr.write(`${part.padEnd(8)}| ${line}\n`),
+      childLog: (part, line) => {
+        state?.logLine(part, line);
+        if (!f.quiet) process.stderr.write(`${part.padEnd(8)}| ${line}\n`);
+      },
+      onPartStart: (part) => state?.partStarted(part),
       abort: abort.signal,
     });
   } catch (e) {
+    state?.remove();
     await topo?.close();
     if (!(e instanceof StartAbortedError)) throw e;
     log(`airm up: ${e.message}`);
     return 130;
   }
+  publishState(state, cluster, sidecarMetricsPort);
   const key = firstApiKey(process.env.AIRM_API_KEY);
   const modelId = await fetch(`${cluster.url}/v1/models`, { headers: key ? { authorization: `Bearer ${key}` } : {} })
     .then((r) => r.json() as Promise<{ data?: { id: string }[] }>)
@@ -292,11 +305,35 @@ export async function up(argv: string[]): Promise<number> {
     ].join("\n"),
   );
   const code = await cluster.done;
+  state?.remove();
   if (topo) {
     await topo.close();
     log("airm up: the rig is down");
   }
   return code;
+}
+
+/** The state file airm top reads (up-state.ts); airm up goes on without it when its folder cannot be used safely. */
+function openUpState(log: (line: string) => void): UpStateWriter | null {
+  try {
+    return UpStateWriter.open(process.env);
+  } catch (e) {
+    log(`airm up: no state file for airm top: ${(e as Error).message}`);
+    return null;
+  }
+}
+
+/** Writes the state file of the cluster now up: its gateway, its parts, their token and TLS folder. */
+function publishState(state: UpStateWriter | null, cluster: RunningCluster, sidecarMetricsPort: number | undefined): void {
+  const sidecar = cluster.plan.transport?.sidecar;
+  state?.publish({
+    gateway: cluster.url,
+    gatewayMetrics: cluster.metricsUrl,
+    internalToken: cluster.internalToken,
+    tlsDir: cluster.tls?.dir ?? null,
+    parts: cluster.parts.map((p) => ({ name: p.name, url: /^https?:\/\//.test(p.url) ? p.url : `http://${p.url}` })),
+    sidecarMetrics: sidecar && sidecarMetricsPort !== undefined ? `http://127.0.0.1:${sidecarMetricsPort}/metrics` : null,
+  });
 }
 
 /** Makes the topology's rig; the user learns where each host is. */

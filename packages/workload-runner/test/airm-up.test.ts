@@ -322,4 +322,7 @@ test("airm --help and each subcommand's --help describe their options", () => {
     expect(up).toContain(opt);
   }
   expect(help(["run", "--help"])).toContain("--batch-hint");
+  expect(help(["--help"])).toMatch(/top\s+a live console of a running cluster/);
+  const top = help(["top", "--help"]);
+  for (const opt of ["--gateway", "--k8s", "--selector", "--interval", "--once", "--json", "AIRM_INTERNAL_TOKEN"]) expect(top).toContain(opt);
 });
