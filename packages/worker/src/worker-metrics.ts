@@ -55,6 +55,8 @@ export class WorkerMetrics {
   readonly decodeBatch: Histogram;
   readonly requests: Counter<"route" | "outcome">;
   readonly leaseEnds: Counter<"reason">;
+  /** prefill role: KV bytes pushed into the transport (each request's blobs as they crossed; held blocks do not). */
+  readonly kvPushedBytes: Counter;
 
   constructor(state: WorkerState, labels: Record<string, string>) {
     this.registry.setDefaultLabels(labels);
@@ -137,6 +139,11 @@ export class WorkerMetrics {
     );
     estimate(ESTIMATE_GAUGES.localPrefill, "1 when this decode worker also prefills whole requests (--local-prefill): both paths exist", (e) => (e.localPrefill ? 1 : 0));
     this.leaseEnds = new Counter({ name: "airm_kv_leases_released_total", help: "KV leases ended, by reason", labelNames: ["reason"], registers: r });
+    this.kvPushedBytes = new Counter({
+      name: "airm_kv_pushed_bytes_total",
+      help: "prefill role: KV bytes pushed into the transport (every handoff's blobs; blocks decode held do not cross)",
+      registers: r,
+    });
     this.decodeBatch = new Histogram({
       name: "airm_worker_decode_batch_size",
       help: "streams per engine decode step (continuous batching: running requests step together)",

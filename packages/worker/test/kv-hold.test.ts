@@ -84,6 +84,9 @@ describe("a handoff that skips what decode holds", () => {
     expect(Number(/^airm_kv_held_positions_total\S* (\S+)$/m.exec(metrics)?.[1])).toBe(held * BS);
     expect(Number(/^airm_kv_pulled_bytes_total\S* (\S+)$/m.exec(metrics)?.[1])).toBe(t1.answer!.kvBytes + t2.answer!.kvBytes);
     expect(Number(/^airm_kv_pulls_total\S* (\S+)$/m.exec(metrics)?.[1])).toBe(2);
+    // What crossed left the prefill worker: the same bytes (the held blocks did not cross).
+    const pushed = await (await prefill.app.request("/metrics")).text();
+    expect(Number(/^airm_kv_pushed_bytes_total\S* (\S+)$/m.exec(pushed)?.[1])).toBe(t1.answer!.kvBytes + t2.answer!.kvBytes);
     expect(decode.rt.holds.size).toBe(0);
     // a tenant with another cache_salt finds none of it
     const other = await pdTurn("conv-3", turn2, { salt: "tenant-b" });

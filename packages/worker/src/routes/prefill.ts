@@ -121,6 +121,7 @@ async function prefillWith(
     );
     await pusher.finish(engine.model, kv, firstTokens(res), tokens, manifestLora(lora)).finally(() => pushSpan.end());
     rt.leases.arm(rid);
+    rt.metrics.kvPushedBytes.inc(kvBytes);
     const pushMs = performance.now() - computed;
     const prefillMs = res.computeMs ?? computed - t0;
     rt.notePrefill(tokens.length, res.cachedTokens ?? 0, prefillMs);
