@@ -95,7 +95,8 @@ export class EngineLoraSet implements EngineLoras {
    */
   add(name: string, path: string): CpuLoraHandle {
     if (typeof name !== "string" || name === "") throw new ConfigError("lora_name", "a LoRA adapter needs a non-empty name");
-    if (typeof path !== "string" || path === "") throw new ConfigError("lora_path", `LoRA adapter ${JSON.stringify(name)} needs the path of its PEFT folder`);
+    if (typeof path !== "string" || path === "")
+      throw new ConfigError("lora_path", `LoRA adapter ${JSON.stringify(name)} needs the path of its PEFT folder or llama.cpp GGUF LoRA file`);
     if (this.byName.has(name)) throw new ConfigError("lora_name", `a LoRA adapter named ${JSON.stringify(name)} is already loaded; unload it first`);
     let h: CpuLoraHandle;
     try {

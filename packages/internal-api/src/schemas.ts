@@ -186,7 +186,7 @@ export type KvHoldResponse = z.infer<typeof KvHoldResponseSchema>;
 export const LoraLoadRequestSchema = z
   .object({
     name: z.string().min(1).max(256).describe("the name requests use in `model` (vLLM's lora_name)"),
-    path: z.string().min(1).describe("the adapter's PEFT folder on the worker's file system (adapter_config.json + adapter_model.safetensors)"),
+    path: z.string().min(1).describe("the adapter on the worker's file system: a PEFT folder (adapter_config.json + adapter_model.safetensors) or a llama.cpp GGUF LoRA file"),
   })
   .strict();
 export type LoraLoadRequest = z.input<typeof LoraLoadRequestSchema>;

@@ -54,7 +54,7 @@ export { KERNEL_VERSION, NUMERICS_CHOICES } from "./kernels/assemble.ts";
 export { KernelRuntime, type KernelRuntimeOptions } from "./kernels/kernel-runtime.ts";
 export { interleaveRows, imageIndex } from "./kernels/weight-image.ts";
 
-// LoRA adapters (PEFT folders) on the model: LlamaModel.loadLora / unloadLora, `lora` on pass items, decode steps and prefill.
+// LoRA adapters (PEFT folders, llama.cpp GGUF LoRA files) on the model: LlamaModel.loadLora / unloadLora, `lora` on pass items, decode steps and prefill.
 export {
   DEFAULT_MAX_LORAS,
   DEFAULT_MAX_LORA_RANK,
@@ -65,3 +65,4 @@ export {
 export { LoraError } from "./lora/lora-error.ts";
 export { LORA_PROJECTIONS, type LoraProjection } from "./lora/projections.ts";
 export { makeTinyLora, type TinyLoraOptions } from "./tiny/make-tiny-lora.ts";
+export { peftToGguf, ggufAlpha, type PeftToGgufResult } from "./lora/peft-to-gguf.ts";

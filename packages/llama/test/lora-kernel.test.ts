@@ -1,4 +1,5 @@
-// The LoRA update kernel (kernels.wat lora_update) against a scalar reference doing the same f32
+// The LoRA update kernels (kernels.wat lora_update, and lora_update4 / lora_update2 through
+// KernelRuntime.loraUpdateRows, on tokens anywhere in a pass) against a scalar reference doing the same f32
 // operations in the same order (bit-equal): u = A x per token (four lane sums, then the fixed
 // horizontal sum), y += dot(B, u) * scale, for ranks that are and are not multiples of 4, several
 // token counts and row strides wider than the matrices (a fused matmul's output), leaving every
@@ -81,6 +82,41 @@ describe("lora_update kernel", () => {
     expect(Buffer.from(got.buffer).equals(Buffer.from(want.buffer))).toBe(true);
     // the update is not a no-op: every token's rows moved
     for (let t = 0; t < c.T; t++) expect(got[t * yStride + rowOffset]).not.toBe(y[t * yStride + rowOffset]);
+    for (const p of [px, pa, pb, py, pu]) rt.free(p, 0);
+  });
+
+  it.each([1, 2, 3, 4, 5, 7, 11])("loraUpdateRows (tiles of 4, 2 and 1) on %i tokens picked anywhere in a pass, out of order: each token the scalar reference's bits", (n) => {
+    const rt = runtimes.rt1;
+    const c: Case = { cols: 72, r: 5, rows: 36, T: 12 };
+    const next = rng(n * 977 + 5);
+    const rand = (k: number) => Float32Array.from({ length: k }, () => fr(next() * 2 - 1));
+    const rp = (c.r + 3) & ~3;
+    const [xStride, yStride, rowOffset, scale] = [c.cols + 4, c.rows + 8, 4, 0.37];
+    const x = rand(c.T * xStride);
+    const a = rand(c.r * c.cols);
+    const b = rand(c.rows * rp).map((v, i) => (i % rp < c.r ? v : 0));
+    const y = rand(c.T * yStride);
+    const [px, pa, pb, py, pu] = [x, a, b, y, new Float32Array(4 * rp)].map((v) => {
+      const p = rt.alloc(v.byteLength);
+      rt.f32.set(v, p >>> 2);
+      return p;
+    });
+    // n of the 12 tokens, in a scrambled order
+    const tokens = Array.from({ length: c.T }, (_, t) => (t * 7 + n) % c.T).slice(0, n);
+    const lora = { a: pa, b: pb, cols: c.cols, r: c.r, rows: c.rows, scale };
+    rt.loraUpdateRows(
+      tokens.map((t) => px + t * xStride * 4),
+      tokens.map((t) => py + (t * yStride + rowOffset) * 4),
+      lora,
+      pu,
+    );
+    const got = rt.f32.slice(py >>> 2, (py >>> 2) + y.length);
+    const all = reference(c, x, xStride, a, b, y, yStride, rowOffset, scale);
+    for (let t = 0; t < c.T; t++) {
+      const row = (v: Float32Array) => Buffer.from(v.slice(t * yStride, (t + 1) * yStride).buffer);
+      // a token in the list gets the reference's update, any other keeps its row as it was
+      expect(row(got).equals(row(tokens.includes(t) ? all : y)), `token ${t}`).toBe(true);
+    }
     for (const p of [px, pa, pb, py, pu]) rt.free(p, 0);
   });
 });

@@ -1204,6 +1204,160 @@
       (local.set $t (i32.add (local.get $t) (i32.const 1)))
       (br $token))))
 
+  ;; u of a tile of 4 tokens (lane i at $u + i * rp * 4): u_i[j] = dot(A[j], x_i) for j < r, the
+  ;; lane sums and $hsum of $dot_f32 (each vector of A loaded once for the tile), 0 for r <= j < rp.
+  (func $lora_u4 (param $x0 i32) (param $x1 i32) (param $x2 i32) (param $x3 i32) (param $a i32) (param $cols i32) (param $r i32) (param $rp i32) (param $u i32)
+    (local $j i32) (local $p i32) (local $end i32) (local $k i32) (local $w v128) (local $lane i32) (local $at i32) (local $s0 v128) (local $s1 v128) (local $s2 v128) (local $s3 v128)
+    (local.set $lane (i32.shl (local.get $rp) (i32.const 2)))
+    (block $u_done (loop $each_j
+      (br_if $u_done (i32.ge_u (local.get $j) (local.get $rp)))
+      (local.set $s0 (v128.const i32x4 0 0 0 0))
+      (local.set $s1 (v128.const i32x4 0 0 0 0))
+      (local.set $s2 (v128.const i32x4 0 0 0 0))
+      (local.set $s3 (v128.const i32x4 0 0 0 0))
+      (if (i32.lt_u (local.get $j) (local.get $r))
+        (then
+          (local.set $p (i32.add (local.get $a) (i32.mul (local.get $j) (i32.shl (local.get $cols) (i32.const 2)))))
+          (local.set $end (i32.add (local.get $p) (i32.shl (local.get $cols) (i32.const 2))))
+          (local.set $k (i32.const 0))
+          (block $done (loop $next
+            (br_if $done (i32.ge_u (local.get $p) (local.get $end)))
+            (local.set $w (v128.load (local.get $p)))
+            (local.set $s0 (f32x4.add (local.get $s0) (f32x4.mul (local.get $w) (v128.load (i32.add (local.get $x0) (local.get $k))))))
+            (local.set $s1 (f32x4.add (local.get $s1) (f32x4.mul (local.get $w) (v128.load (i32.add (local.get $x1) (local.get $k))))))
+            (local.set $s2 (f32x4.add (local.get $s2) (f32x4.mul (local.get $w) (v128.load (i32.add (local.get $x2) (local.get $k))))))
+            (local.set $s3 (f32x4.add (local.get $s3) (f32x4.mul (local.get $w) (v128.load (i32.add (local.get $x3) (local.get $k))))))
+            (local.set $p (i32.add (local.get $p) (i32.const 16)))
+            (local.set $k (i32.add (local.get $k) (i32.const 16)))
+            (br $next)))))
+      (local.set $at (i32.add (local.get $u) (i32.shl (local.get $j) (i32.const 2))))
+      (f32.store (local.get $at) (call $hsum (local.get $s0)))
+      (f32.store (i32.add (local.get $at) (local.get $lane)) (call $hsum (local.get $s1)))
+      (f32.store (i32.add (local.get $at) (i32.mul (local.get $lane) (i32.const 2))) (call $hsum (local.get $s2)))
+      (f32.store (i32.add (local.get $at) (i32.mul (local.get $lane) (i32.const 3))) (call $hsum (local.get $s3)))
+      (local.set $j (i32.add (local.get $j) (i32.const 1)))
+      (br $each_j))))
+
+  ;; y_i[o] += dot(B[o], u_i) * scale for o < rows and the 4 tokens of the tile: the lane sums and
+  ;; $hsum of $dot_f32 (written out: V8 does not inline wasm calls), in lora_update's order, each
+  ;; vector of B loaded once for the tile.
+  (func $lora_y4 (param $y0 i32) (param $y1 i32) (param $y2 i32) (param $y3 i32) (param $b i32) (param $rp i32) (param $rows i32) (param $scale f32) (param $u i32)
+    (local $o4 i32) (local $p i32) (local $end i32) (local $k i32) (local $w v128) (local $lane i32) (local $at i32) (local $rows4 i32) (local $u0 i32) (local $u1 i32) (local $u2 i32) (local $u3 i32) (local $s0 v128) (local $s1 v128) (local $s2 v128) (local $s3 v128)
+    (local.set $lane (i32.shl (local.get $rp) (i32.const 2)))
+    (local.set $u0 (local.get $u))
+    (local.set $u1 (i32.add (local.get $u) (local.get $lane)))
+    (local.set $u2 (i32.add (local.get $u) (i32.mul (local.get $lane) (i32.const 2))))
+    (local.set $u3 (i32.add (local.get $u) (i32.mul (local.get $lane) (i32.const 3))))
+    (local.set $rows4 (i32.shl (local.get $rows) (i32.const 2)))
+    (local.set $p (local.get $b))
+    (block $y_done (loop $each_o
+      (br_if $y_done (i32.ge_u (local.get $o4) (local.get $rows4)))
+      (local.set $end (i32.add (local.get $p) (local.get $lane)))
+      (local.set $k (i32.const 0))
+      (local.set $s0 (v128.const i32x4 0 0 0 0))
+      (local.set $s1 (v128.const i32x4 0 0 0 0))
+      (local.set $s2 (v128.const i32x4 0 0 0 0))
+      (local.set $s3 (v128.const i32x4 0 0 0 0))
+      (block $done (loop $next
+        (br_if $done (i32.ge_u (local.get $p) (local.get $end)))
+        (local.set $w (v128.load (local.get $p)))
+        (local.set $s0 (f32x4.add (local.get $s0) (f32x4.mul (local.get $w) (v128.load (i32.add (local.get $u0) (local.get $k))))))
+        (local.set $s1 (f32x4.add (local.get $s1) (f32x4.mul (local.get $w) (v128.load (i32.add (local.get $u1) (local.get $k))))))
+        (local.set $s2 (f32x4.add (local.get $s2) (f32x4.mul (local.get $w) (v128.load (i32.add (local.get $u2) (local.get $k))))))
+        (local.set $s3 (f32x4.add (local.get $s3) (f32x4.mul (local.get $w) (v128.load (i32.add (local.get $u3) (local.get $k))))))
+        (local.set $p (i32.add (local.get $p) (i32.const 16)))
+        (local.set $k (i32.add (local.get $k) (i32.const 16)))
+        (br $next)))
+      (local.set $at (i32.add (local.get $y0) (local.get $o4)))
+      (f32.store (local.get $at) (f32.add (f32.load (local.get $at)) (f32.mul (f32.add (f32.add (f32x4.extract_lane 0 (local.get $s0)) (f32x4.extract_lane 1 (local.get $s0))) (f32.add (f32x4.extract_lane 2 (local.get $s0)) (f32x4.extract_lane 3 (local.get $s0)))) (local.get $scale))))
+      (local.set $at (i32.add (local.get $y1) (local.get $o4)))
+      (f32.store (local.get $at) (f32.add (f32.load (local.get $at)) (f32.mul (f32.add (f32.add (f32x4.extract_lane 0 (local.get $s1)) (f32x4.extract_lane 1 (local.get $s1))) (f32.add (f32x4.extract_lane 2 (local.get $s1)) (f32x4.extract_lane 3 (local.get $s1)))) (local.get $scale))))
+      (local.set $at (i32.add (local.get $y2) (local.get $o4)))
+      (f32.store (local.get $at) (f32.add (f32.load (local.get $at)) (f32.mul (f32.add (f32.add (f32x4.extract_lane 0 (local.get $s2)) (f32x4.extract_lane 1 (local.get $s2))) (f32.add (f32x4.extract_lane 2 (local.get $s2)) (f32x4.extract_lane 3 (local.get $s2)))) (local.get $scale))))
+      (local.set $at (i32.add (local.get $y3) (local.get $o4)))
+      (f32.store (local.get $at) (f32.add (f32.load (local.get $at)) (f32.mul (f32.add (f32.add (f32x4.extract_lane 0 (local.get $s3)) (f32x4.extract_lane 1 (local.get $s3))) (f32.add (f32x4.extract_lane 2 (local.get $s3)) (f32x4.extract_lane 3 (local.get $s3)))) (local.get $scale))))
+      (local.set $o4 (i32.add (local.get $o4) (i32.const 4)))
+      (br $each_o))))
+
+  ;; lora_update for a tile of 4 tokens anywhere in a pass (x_i, y_i: each token's input and output
+  ;; rows): the same f32 operations in the same order per token as lora_update, so the same bits,
+  ;; with A and B read once for the tile. u: 4 * rp f32 of scratch.
+  (func (export "lora_update4") (param $x0 i32) (param $x1 i32) (param $x2 i32) (param $x3 i32) (param $y0 i32) (param $y1 i32) (param $y2 i32) (param $y3 i32)
+    (param $a i32) (param $b i32) (param $cols i32) (param $r i32) (param $rows i32) (param $scale f32) (param $u i32)
+    (local $rp i32)
+    (local.set $rp (i32.and (i32.add (local.get $r) (i32.const 3)) (i32.const -4)))
+    (call $lora_u4 (local.get $x0) (local.get $x1) (local.get $x2) (local.get $x3) (local.get $a) (local.get $cols) (local.get $r) (local.get $rp) (local.get $u))
+    (call $lora_y4 (local.get $y0) (local.get $y1) (local.get $y2) (local.get $y3) (local.get $b) (local.get $rp) (local.get $rows) (local.get $scale) (local.get $u)))
+
+  ;; u of a tile of 2 tokens (lane i at $u + i * rp * 4): u_i[j] = dot(A[j], x_i) for j < r, the
+  ;; lane sums and $hsum of $dot_f32 (each vector of A loaded once for the tile), 0 for r <= j < rp.
+  (func $lora_u2 (param $x0 i32) (param $x1 i32) (param $a i32) (param $cols i32) (param $r i32) (param $rp i32) (param $u i32)
+    (local $j i32) (local $p i32) (local $end i32) (local $k i32) (local $w v128) (local $lane i32) (local $at i32) (local $s0 v128) (local $s1 v128)
+    (local.set $lane (i32.shl (local.get $rp) (i32.const 2)))
+    (block $u_done (loop $each_j
+      (br_if $u_done (i32.ge_u (local.get $j) (local.get $rp)))
+      (local.set $s0 (v128.const i32x4 0 0 0 0))
+      (local.set $s1 (v128.const i32x4 0 0 0 0))
+      (if (i32.lt_u (local.get $j) (local.get $r))
+        (then
+          (local.set $p (i32.add (local.get $a) (i32.mul (local.get $j) (i32.shl (local.get $cols) (i32.const 2)))))
+          (local.set $end (i32.add (local.get $p) (i32.shl (local.get $cols) (i32.const 2))))
+          (local.set $k (i32.const 0))
+          (block $done (loop $next
+            (br_if $done (i32.ge_u (local.get $p) (local.get $end)))
+            (local.set $w (v128.load (local.get $p)))
+            (local.set $s0 (f32x4.add (local.get $s0) (f32x4.mul (local.get $w) (v128.load (i32.add (local.get $x0) (local.get $k))))))
+            (local.set $s1 (f32x4.add (local.get $s1) (f32x4.mul (local.get $w) (v128.load (i32.add (local.get $x1) (local.get $k))))))
+            (local.set $p (i32.add (local.get $p) (i32.const 16)))
+            (local.set $k (i32.add (local.get $k) (i32.const 16)))
+            (br $next)))))
+      (local.set $at (i32.add (local.get $u) (i32.shl (local.get $j) (i32.const 2))))
+      (f32.store (local.get $at) (call $hsum (local.get $s0)))
+      (f32.store (i32.add (local.get $at) (local.get $lane)) (call $hsum (local.get $s1)))
+      (local.set $j (i32.add (local.get $j) (i32.const 1)))
+      (br $each_j))))
+
+  ;; y_i[o] += dot(B[o], u_i) * scale for o < rows and the 2 tokens of the tile: the lane sums and
+  ;; $hsum of $dot_f32 (written out: V8 does not inline wasm calls), in lora_update's order, each
+  ;; vector of B loaded once for the tile.
+  (func $lora_y2 (param $y0 i32) (param $y1 i32) (param $b i32) (param $rp i32) (param $rows i32) (param $scale f32) (param $u i32)
+    (local $o4 i32) (local $p i32) (local $end i32) (local $k i32) (local $w v128) (local $lane i32) (local $at i32) (local $rows4 i32) (local $u0 i32) (local $u1 i32) (local $s0 v128) (local $s1 v128)
+    (local.set $lane (i32.shl (local.get $rp) (i32.const 2)))
+    (local.set $u0 (local.get $u))
+    (local.set $u1 (i32.add (local.get $u) (local.get $lane)))
+    (local.set $rows4 (i32.shl (local.get $rows) (i32.const 2)))
+    (local.set $p (local.get $b))
+    (block $y_done (loop $each_o
+      (br_if $y_done (i32.ge_u (local.get $o4) (local.get $rows4)))
+      (local.set $end (i32.add (local.get $p) (local.get $lane)))
+      (local.set $k (i32.const 0))
+      (local.set $s0 (v128.const i32x4 0 0 0 0))
+      (local.set $s1 (v128.const i32x4 0 0 0 0))
+      (block $done (loop $next
+        (br_if $done (i32.ge_u (local.get $p) (local.get $end)))
+        (local.set $w (v128.load (local.get $p)))
+        (local.set $s0 (f32x4.add (local.get $s0) (f32x4.mul (local.get $w) (v128.load (i32.add (local.get $u0) (local.get $k))))))
+        (local.set $s1 (f32x4.add (local.get $s1) (f32x4.mul (local.get $w) (v128.load (i32.add (local.get $u1) (local.get $k))))))
+        (local.set $p (i32.add (local.get $p) (i32.const 16)))
+        (local.set $k (i32.add (local.get $k) (i32.const 16)))
+        (br $next)))
+      (local.set $at (i32.add (local.get $y0) (local.get $o4)))
+      (f32.store (local.get $at) (f32.add (f32.load (local.get $at)) (f32.mul (f32.add (f32.add (f32x4.extract_lane 0 (local.get $s0)) (f32x4.extract_lane 1 (local.get $s0))) (f32.add (f32x4.extract_lane 2 (local.get $s0)) (f32x4.extract_lane 3 (local.get $s0)))) (local.get $scale))))
+      (local.set $at (i32.add (local.get $y1) (local.get $o4)))
+      (f32.store (local.get $at) (f32.add (f32.load (local.get $at)) (f32.mul (f32.add (f32.add (f32x4.extract_lane 0 (local.get $s1)) (f32x4.extract_lane 1 (local.get $s1))) (f32.add (f32x4.extract_lane 2 (local.get $s1)) (f32x4.extract_lane 3 (local.get $s1)))) (local.get $scale))))
+      (local.set $o4 (i32.add (local.get $o4) (i32.const 4)))
+      (br $each_o))))
+
+  ;; lora_update for a tile of 2 tokens anywhere in a pass (x_i, y_i: each token's input and output
+  ;; rows): the same f32 operations in the same order per token as lora_update, so the same bits,
+  ;; with A and B read once for the tile. u: 2 * rp f32 of scratch.
+  (func (export "lora_update2") (param $x0 i32) (param $x1 i32) (param $y0 i32) (param $y1 i32)
+    (param $a i32) (param $b i32) (param $cols i32) (param $r i32) (param $rows i32) (param $scale f32) (param $u i32)
+    (local $rp i32)
+    (local.set $rp (i32.and (i32.add (local.get $r) (i32.const 3)) (i32.const -4)))
+    (call $lora_u2 (local.get $x0) (local.get $x1) (local.get $a) (local.get $cols) (local.get $r) (local.get $rp) (local.get $u))
+    (call $lora_y2 (local.get $y0) (local.get $y1) (local.get $b) (local.get $rp) (local.get $rows) (local.get $scale) (local.get $u)))
+
   ;; ---------------------------------------------------------------- bandwidth roofline
   ;; Streams `bytes` (a multiple of 128) from $p, eight 16-byte loads per trip into four
   ;; independent sums, so nothing is dead: the fastest plain read loop we have, the bench's reference.

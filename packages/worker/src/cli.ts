@@ -56,7 +56,7 @@ export const WORKER_COMMAND = defineCommand({
     enableLora: switchOf({ doc: "serve LoRA adapters on the base model (vLLM's flag; AIRM_ENABLE_LORA)" }),
     loraModules: flagOf(list(text({ label: "name=path", pattern: /^[^=,\s]+=[^,]+$/, hint: "name=path" })), {
       defaultText: "AIRM_LORA_MODULES, else none",
-      doc: "adapters loaded at start (vLLM's flag): comma-separated name=path pairs, each a PEFT folder; implies --enable-lora",
+      doc: "adapters loaded at start (vLLM's flag): comma-separated name=path pairs, each a PEFT folder or a llama.cpp GGUF LoRA file; implies --enable-lora",
     }),
     maxLoras: flagOf(int({ min: 1, max: 64 }), { defaultText: "AIRM_MAX_LORAS, else 4", doc: "adapters resident at once (vLLM's flag)" }),
     maxLoraRank: flagOf(int({ min: 1, max: 512 }), { defaultText: "AIRM_MAX_LORA_RANK, else 64", doc: "the largest adapter rank accepted (vLLM's flag)" }),

@@ -49,7 +49,7 @@ export const WORKER_CONFIG = defineConfig("@airm/worker", {
   loraModules: opt(list(text({ label: "name=path", pattern: /^[^=,\s]+=[^,]+$/, hint: "name=path" })), {
     env: "AIRM_LORA_MODULES",
     defaultText: "none",
-    doc: "LoRA adapters loaded at start (vLLM's --lora-modules): comma-separated name=path pairs, each path a PEFT folder (adapter_config.json + adapter_model.safetensors). Implies AIRM_ENABLE_LORA.",
+    doc: "LoRA adapters loaded at start (vLLM's --lora-modules): comma-separated name=path pairs, each path a PEFT folder (adapter_config.json + adapter_model.safetensors) or a llama.cpp GGUF LoRA file. Implies AIRM_ENABLE_LORA.",
   }),
   maxLoras: opt(int({ min: 1, max: 64 }), {
     env: "AIRM_MAX_LORAS",

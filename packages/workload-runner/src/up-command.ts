@@ -55,7 +55,7 @@ export const UP_COMMAND = defineCommand({
     }),
     loraModules: flagOf(text({ label: "name=path,...", pattern: /^[^=,\s]+=[^,]+(,[^=,\s]+=[^,]+)*$/, hint: "name=path,name2=path2" }), {
       defaultText: "none",
-      doc: "LoRA adapters every worker loads at start (vLLM's flag; AIRM_LORA_MODULES): comma-separated name=path pairs, each a PEFT folder (adapter_config.json + adapter_model.safetensors); implies --enable-lora",
+      doc: "LoRA adapters every worker loads at start (vLLM's flag; AIRM_LORA_MODULES): comma-separated name=path pairs, each a PEFT folder (adapter_config.json + adapter_model.safetensors) or a llama.cpp GGUF LoRA file; implies --enable-lora",
     }),
     maxLoras: flagOf(int({ min: 1, max: 64 }), { default: 4, doc: "LoRA adapters resident at once in each worker (vLLM's flag; AIRM_MAX_LORAS); others reload on demand" }),
     maxLoraRank: flagOf(int({ min: 1, max: 512 }), { default: 64, doc: "the largest LoRA rank accepted (vLLM's flag; AIRM_MAX_LORA_RANK)" }),

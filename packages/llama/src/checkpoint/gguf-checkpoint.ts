@@ -299,6 +299,21 @@ export function unpermuteRows<A extends Uint8Array | Uint16Array>(src: A, dst: A
   }
 }
 
+/** llama.cpp's rope permutation of q/k rows, as convert_hf_to_gguf applies it (the inverse of unpermuteRows). */
+export function permuteRows<A extends Uint8Array | Uint16Array>(src: A, dst: A, rows: number, rowLen: number, heads: number): void {
+  const hd = rows / heads;
+  const half = hd / 2;
+  for (let h = 0; h < heads; h++) {
+    for (let i = 0; i < 2; i++) {
+      for (let j = 0; j < half; j++) {
+        const from = (h * hd + i * half + j) * rowLen;
+        const to = (h * hd + 2 * j + i) * rowLen;
+        dst.set(src.subarray(from, from + rowLen), to);
+      }
+    }
+  }
+}
+
 /** Opens a GGUF file as a Checkpoint (see loadCheckpoint). */
 export function loadGgufCheckpoint(path: string): Checkpoint {
   const file = openGguf(path);

@@ -73,6 +73,24 @@ interface KernelExports {
   exp_f32(src: number, dst: number, n: number): void;
   add_f32(dst: number, src: number, n: number): void;
   lora_update(x: number, xs: number, y: number, ys: number, T: number, a: number, b: number, cols: number, r: number, rows: number, scale: number, u: number): void;
+  lora_update4(
+    x0: number,
+    x1: number,
+    x2: number,
+    x3: number,
+    y0: number,
+    y1: number,
+    y2: number,
+    y3: number,
+    a: number,
+    b: number,
+    cols: number,
+    r: number,
+    rows: number,
+    scale: number,
+    u: number,
+  ): void;
+  lora_update2(x0: number, x1: number, y0: number, y1: number, a: number, b: number, cols: number, r: number, rows: number, scale: number, u: number): void;
   stream_read(p: number, bytes: number): number;
 }
 
@@ -628,6 +646,23 @@ export class KernelRuntime {
    */
   loraUpdate(x: number, xs: number, y: number, ys: number, T: number, lora: { a: number; b: number; cols: number; r: number; rows: number; scale: number }, u: number): void {
     this.k.lora_update(x, xs, y, ys, T, lora.a, lora.b, lora.cols, lora.r, lora.rows, lora.scale, u);
+  }
+
+  /**
+   * loraUpdate for tokens anywhere in a pass: token i's input row at `xs[i]`, its output row at
+   * `ys[i]`, in tiles of 4, then 2, then 1 (kernels.wat lora_update4 / lora_update2 / lora_update),
+   * which read A and B once per tile and do each token's f32 operations in lora_update's order: the
+   * same bits in any tile. `u`: 4 * rp f32 of scratch.
+   */
+  loraUpdateRows(xs: readonly number[], ys: readonly number[], lora: { a: number; b: number; cols: number; r: number; rows: number; scale: number }, u: number): void {
+    const { a, b, cols, r, rows, scale } = lora;
+    let i = 0;
+    for (; i + 4 <= xs.length; i += 4) this.k.lora_update4(xs[i]!, xs[i + 1]!, xs[i + 2]!, xs[i + 3]!, ys[i]!, ys[i + 1]!, ys[i + 2]!, ys[i + 3]!, a, b, cols, r, rows, scale, u);
+    if (i + 2 <= xs.length) {
+      this.k.lora_update2(xs[i]!, xs[i + 1]!, ys[i]!, ys[i + 1]!, a, b, cols, r, rows, scale, u);
+      i += 2;
+    }
+    if (i < xs.length) this.k.lora_update(xs[i]!, 0, ys[i]!, 0, 1, a, b, cols, r, rows, scale, u);
   }
 
   /** dst[i] = the kernel's exp(src[i]) for i < n (n % 4 == 0); f32. */

@@ -1,13 +1,13 @@
-// The one error type for a LoRA adapter that cannot be used: a key of adapter_config.json the
-// engine does not support or that contradicts the model (`field`), or a tensor of
-// adapter_model.safetensors that is missing, of the wrong shape or unreadable (`tensor`). The API
-// layer turns it into a 400 naming what is wrong.
+// The one error type for a LoRA adapter that cannot be used: a key of adapter_config.json (or of a
+// GGUF adapter's metadata) the engine does not support or that contradicts the model (`field`), or
+// a tensor of adapter_model.safetensors (or of the GGUF file) that is missing, of the wrong shape or
+// unreadable (`tensor`). The API layer turns it into a 400 naming what is wrong.
 import { AirmError } from "@airm/rm-core";
 
 export interface LoraErrorWhere {
-  /** The adapter_config.json key at fault (`r`, `use_dora`, `base_model_name_or_path`, ...). */
+  /** The adapter_config.json or GGUF metadata key at fault (`r`, `use_dora`, `base_model_name_or_path`, `general.architecture`, ...). */
   field?: string;
-  /** The safetensors tensor at fault (its PEFT name). */
+  /** The tensor at fault (its PEFT or GGUF name). */
   tensor?: string;
   cause?: unknown;
 }

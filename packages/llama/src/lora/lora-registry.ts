@@ -33,6 +33,7 @@ export interface LoadLoraOptions {
 /** A loaded adapter: what a pass item names to run on it. Valid until `unloadLora`. */
 export interface LoraHandle {
   readonly name: string;
+  /** Where it was read from: a PEFT folder or a llama.cpp GGUF LoRA file. */
   readonly folder: string;
   readonly rank: number;
   readonly alpha: number;
@@ -95,7 +96,7 @@ export class LoraRegistry {
   private readonly byName = new Map<string, LoraHandle>();
   private readonly baseNames: string[];
   private clock = 0;
-  /** The kernel's scratch u (paddedRank(maxLoraRank) f32). */
+  /** The kernels' scratch u (four tokens' paddedRank(maxLoraRank) f32). */
   private scratch = 0;
 
   constructor(
@@ -114,7 +115,7 @@ export class LoraRegistry {
   }
 
   /**
-   * Reads the adapter in `folder` under `name` and makes it resident when a slot is free or can be
+   * Reads the adapter in `folder` (a PEFT folder or a llama.cpp GGUF LoRA file) under `name` and makes it resident when a slot is free or can be
    * freed (the least recently used adapter no pass holds goes back to disk); otherwise it is read
    * again when a pass uses it. Throws LoraError for an adapter this model cannot run (naming the
    * key or tensor), ConfigError for a name already in use.
@@ -123,7 +124,7 @@ export class LoraRegistry {
     if (typeof name !== "string" || name === "") throw new ConfigError("name", "a LoRA adapter needs a non-empty name");
     if (this.byName.has(name)) throw new ConfigError("name", `a LoRA adapter named ${JSON.stringify(name)} is already loaded; unload it first`);
     const data = readLoraAdapter(folder, this.model, { maxRank: this.maxLoraRank, baseModelNames: opts.baseModelNames ?? this.baseNames });
-    if (this.scratch === 0) this.scratch = this.rt.alloc(paddedRank(this.maxLoraRank) * 4);
+    if (this.scratch === 0) this.scratch = this.rt.alloc(4 * paddedRank(this.maxLoraRank) * 4);
     const handle = handleOf(name, data);
     const entry: Entry = { handle, resident: undefined, lastUsed: ++this.clock, pins: 0, unloading: false };
     this.entries.set(handle, entry);

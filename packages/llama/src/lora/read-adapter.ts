@@ -1,37 +1,23 @@
-// Reads a PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors) for a model
-// config: the config checked (adapter-config.ts), the base model's name checked, every tensor
-// named, mapped to a layer and projection and checked against the model's shapes, and the A/B
-// matrices read as f32 (exact for F32, BF16 and F16). Throws LoraError naming the key or the
-// tensor. Knows files and PEFT's names, not the kernels.
-import { createHash } from "node:crypto";
-import { closeSync, existsSync, openSync, readFileSync } from "node:fs";
+// Reads a LoRA adapter for a model config: a PEFT folder (adapter_config.json +
+// adapter_model.safetensors) here, a llama.cpp GGUF file through gguf-adapter.ts. For a folder: the
+// config checked (adapter-config.ts), the base model's name checked, every tensor named, mapped to
+// a layer and projection and checked against the model's shapes, and the A/B matrices read as f32
+// (exact for F32, BF16 and F16). Throws LoraError naming the key or the tensor. Knows files and
+// PEFT's names, not the kernels.
+import { closeSync, existsSync, openSync, readFileSync, statSync } from "node:fs";
 import { basename, join } from "node:path";
 import type { ModelConfig } from "../checkpoint-types.ts";
-import { F16_TO_F32 } from "../checkpoint/bf16-convert.ts";
-import { ModelLoadError } from "../checkpoint/model-load-error.ts";
 import { readExactly, readSafetensorsHeader, type SafetensorsHeader } from "../checkpoint/safetensors-source.ts";
 import { type LoraAdapterConfig, parseAdapterConfig, targetedModules } from "./adapter-config.ts";
+import { asLoraError, fingerprintOf, type LoraAdapterData, type LoraDtype, type LoraModuleWeights, toF32 } from "./adapter-data.ts";
+import { isGgufAdapterPath, readGgufLoraAdapter } from "./gguf-adapter.ts";
 import { LoraError } from "./lora-error.ts";
-import { type LoraProjection, loraTensorName, parseLoraTensorName, projectionShape } from "./projections.ts";
+import { loraTensorName, parseLoraTensorName, projectionShape } from "./projections.ts";
+
+export type { LoraAdapterData, LoraModuleWeights } from "./adapter-data.ts";
 
 export const ADAPTER_CONFIG = "adapter_config.json";
 export const ADAPTER_WEIGHTS = "adapter_model.safetensors";
-
-/** One targeted projection of one layer: A f32 [r][in] and B f32 [out][r], row-major as PEFT stores them. */
-export interface LoraModuleWeights {
-  layer: number;
-  proj: LoraProjection;
-  a: Float32Array;
-  b: Float32Array;
-}
-
-export interface LoraAdapterData {
-  folder: string;
-  config: LoraAdapterConfig;
-  modules: LoraModuleWeights[];
-  /** sha-256 hex over the arithmetic: rank, scale and every module's A and B values. */
-  fingerprint: string;
-}
 
 export interface ReadAdapterOptions {
   /** The largest rank accepted (a larger `r` is refused naming `r`). */
@@ -75,19 +61,13 @@ function readF32(fd: number, file: string, t: SafetensorsHeader["tensors"][numbe
   } catch (e) {
     throw asLoraError(e, file, t.name);
   }
-  const view = new DataView(bytes.buffer);
-  const count = t.shape.reduce((a, b) => a * b, 1);
-  const out = new Float32Array(count);
-  if (t.dtype === "F32") for (let i = 0; i < count; i++) out[i] = view.getFloat32(i * 4, true);
-  else if (t.dtype === "F16") for (let i = 0; i < count; i++) out[i] = F16_TO_F32[view.getUint16(i * 2, true)]!;
-  else {
-    const bits = new Uint32Array(out.buffer);
-    for (let i = 0; i < count; i++) bits[i] = view.getUint16(i * 2, true) << 16;
-  }
-  for (let i = 0; i < count; i++) {
-    if (!Number.isFinite(out[i])) throw new LoraError(file, `tensor "${t.name}" holds a non-finite value at element ${i}`, { tensor: t.name });
-  }
-  return out;
+  return toF32(
+    bytes,
+    t.dtype as LoraDtype,
+    t.shape.reduce((x, y) => x * y, 1),
+    file,
+    t.name,
+  );
 }
 
 /** The header's tensors by name, each a LoRA weight of a targeted module of this model; refuses any other, naming it. */
@@ -135,30 +115,8 @@ function readModules(fd: number, file: string, cfg: LoraAdapterConfig, model: Mo
   });
 }
 
-/** A checkpoint reader's error about the file (truncated, bad header) as a LoraError naming its tensor (or `tensor`). */
-function asLoraError(e: unknown, file: string, tensor?: string): unknown {
-  if (!(e instanceof ModelLoadError)) return e;
-  return new LoraError(file, e.message.startsWith(`${file}: `) ? e.message.slice(file.length + 2) : e.message, { tensor: e.item ?? tensor, cause: e });
-}
-
-/** sha-256 over what the adapter computes: rank, scale, and each module's name and values. */
-function fingerprintOf(cfg: LoraAdapterConfig, modules: LoraModuleWeights[]): string {
-  const h = createHash("sha256").update(`lora r=${cfg.r} scale=${cfg.scale}\n`);
-  for (const m of modules) {
-    h.update(`${m.layer}.${m.proj}\n`);
-    h.update(new Uint8Array(m.a.buffer, m.a.byteOffset, m.a.byteLength));
-    h.update(new Uint8Array(m.b.buffer, m.b.byteOffset, m.b.byteLength));
-  }
-  return h.digest("hex");
-}
-
-/**
- * Reads the PEFT adapter in `folder` for a model of config `model`. Throws LoraError naming the
- * adapter_config.json key (`field`) or the tensor (`tensor`) at fault: an unsupported feature, a
- * rank over `maxRank`, another base model, a tensor missing, unexpected, of the wrong shape or
- * dtype, truncated or non-finite.
- */
-export function readLoraAdapter(folder: string, model: ModelConfig, opts: ReadAdapterOptions): LoraAdapterData {
+/** Reads and checks the PEFT folder `folder` (see readLoraAdapter). */
+function readPeftAdapter(folder: string, model: ModelConfig, opts: ReadAdapterOptions): LoraAdapterData {
   const config = readConfig(folder, model, opts.maxRank);
   const configFile = join(folder, ADAPTER_CONFIG);
   checkBaseModel(config, opts.baseModelNames, configFile);
@@ -174,4 +132,18 @@ export function readLoraAdapter(folder: string, model: ModelConfig, opts: ReadAd
   } finally {
     closeSync(fd);
   }
+}
+
+/**
+ * Reads the LoRA adapter at `path` for a model of config `model`: a PEFT folder, or a llama.cpp
+ * GGUF LoRA file (gguf-adapter.ts). Throws LoraError naming the adapter_config.json or GGUF
+ * metadata key (`field`) or the tensor (`tensor`) at fault: an unsupported feature, a rank over
+ * `maxRank` (`r`), another base model or architecture, a tensor missing, unexpected, of the wrong
+ * shape or dtype, truncated or non-finite.
+ */
+export function readLoraAdapter(path: string, model: ModelConfig, opts: ReadAdapterOptions): LoraAdapterData {
+  if (!existsSync(path)) throw new LoraError(path, "does not exist: a LoRA adapter is a PEFT folder or a llama.cpp GGUF LoRA file");
+  if (statSync(path).isDirectory()) return readPeftAdapter(path, model, opts);
+  if (isGgufAdapterPath(path)) return readGgufLoraAdapter(path, model, opts.maxRank);
+  throw new LoraError(path, `is a file but not a GGUF file: a LoRA adapter is a PEFT folder (${ADAPTER_CONFIG} + ${ADAPTER_WEIGHTS}) or a llama.cpp GGUF LoRA file`);
 }

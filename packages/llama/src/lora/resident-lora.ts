@@ -1,7 +1,8 @@
 // A LoRA adapter's matrices in the kernels' memory, and their update applied to the outputs of a
-// fused matmul for a block of tokens, each token with its own adapter (or none). The kernel
-// (kernels.wat lora_update) reads only a token's own row, so a token gets the same bits whichever
-// adapters its neighbours in the batch use; it runs on the calling thread only.
+// fused matmul for a block of tokens, each token with its own adapter (or none). The kernels
+// (kernels.wat lora_update, lora_update2, lora_update4) do each token's arithmetic on its own row
+// in one order, so a token gets the same bits whichever adapters its neighbours in the batch use
+// and whichever tile it falls in; they run on the calling thread only.
 import type { KernelRuntime } from "../kernels/kernel-runtime.ts";
 import type { ModelConfig } from "../checkpoint-types.ts";
 import type { LoraModuleWeights } from "./read-adapter.ts";
@@ -60,8 +61,10 @@ export interface MatmulRows {
 
 /**
  * Adds each token's adapter update to the outputs of fused matmul `group` of `layer` for tokens
- * [t0, t0 + n) of a pass (`perToken[t]`: token t's adapter, or undefined for the base model).
- * Runs of consecutive tokens on one adapter go to the kernel together; `u` is the kernel's scratch.
+ * [t0, t0 + n) of a pass (`perToken[t]`: token t's adapter, or undefined for the base model). The
+ * tokens of one adapter go to the kernel together, wherever they are in the pass, in tiles that
+ * read its A and B once (KernelRuntime.loraUpdateRows: the same bits in any tile); `u` is the
+ * kernel's scratch.
  */
 export function applyLora(
   rt: KernelRuntime,
@@ -73,16 +76,25 @@ export function applyLora(
   io: MatmulRows,
   u: number,
 ): void {
-  for (let t = 0; t < n; ) {
+  const tokensOf = new Map<ResidentLora, number[]>();
+  for (let t = 0; t < n; t++) {
     const lora = perToken[t0 + t];
-    let end = t + 1;
-    while (end < n && perToken[t0 + end] === lora) end++;
-    if (lora) {
-      for (const p of GROUP_PROJECTIONS[group]) {
-        const m = lora.modules[layer][LORA_PROJECTIONS.indexOf(p)];
-        if (m) rt.loraUpdate(io.x + t * io.xStride, io.xStride, io.y + t * io.yStride + m.rowOffset * 4, io.yStride, end - t, m, u);
-      }
+    if (!lora) continue;
+    const list = tokensOf.get(lora);
+    if (list) list.push(t);
+    else tokensOf.set(lora, [t]);
+  }
+  for (const [lora, tokens] of tokensOf) {
+    const xs = tokens.map((t) => io.x + t * io.xStride);
+    for (const p of GROUP_PROJECTIONS[group]) {
+      const m = lora.modules[layer][LORA_PROJECTIONS.indexOf(p)];
+      if (m)
+        rt.loraUpdateRows(
+          xs,
+          tokens.map((t) => io.y + t * io.yStride + m.rowOffset * 4),
+          m,
+          u,
+        );
     }
-    t = end;
   }
 }

@@ -700,12 +700,14 @@ export class LlamaModel {
   }
 
   /**
-   * Reads the PEFT LoRA adapter in `folder` (adapter_config.json + adapter_model.safetensors) and
-   * registers it under `name`; pass items, decode steps and prefill options then name the handle.
+   * Reads the LoRA adapter at `folder`, a PEFT folder (adapter_config.json +
+   * adapter_model.safetensors) or a llama.cpp GGUF LoRA file, and registers it under `name`; pass
+   * items, decode steps and prefill options then name the handle.
    * It is resident at once when fewer than `maxLoras` are (else the least recently used one no
    * running pass holds goes back to disk; an adapter not resident is read again when a pass uses
-   * it). Throws LoraError naming the adapter_config.json key (`field`: a rank over maxLoraRank is
-   * `r`, another base model `base_model_name_or_path`, an unsupported feature its key) or the
+   * it). Throws LoraError naming the adapter_config.json or GGUF metadata key (`field`: a rank over
+   * maxLoraRank is `r`, another base model `base_model_name_or_path`, a GGUF adapter of another
+   * architecture `general.architecture`, an unsupported feature its key) or the
    * tensor (`tensor`: missing, unexpected, wrong shape or dtype, truncated); ConfigError for a name
    * in use.
    */

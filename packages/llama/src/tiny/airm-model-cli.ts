@@ -1,19 +1,25 @@
 // The `airm-model` command line: `make-tiny` (deterministic generated models), `pull` and `list`
-// (the model cache). Each subcommand's flags are declared with rm-core's command parser; progress
-// goes to a TTY only. The work itself lives in make-tiny-model.ts and ../model-cache/.
+// (the model cache), `lora-to-gguf` (a PEFT adapter as llama.cpp's GGUF LoRA file). Each
+// subcommand's flags are declared with rm-core's command parser; progress goes to a TTY only. The
+// work itself lives in make-tiny-model.ts, ../model-cache/ and ../lora/peft-to-gguf.ts.
 
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
 import { defineCommand, flagOf, int, isAirmError, oneOf, text, UsageError } from "@airm/rm-core";
+import { loadCheckpoint } from "../checkpoint/load-checkpoint.ts";
+import { peftToGguf } from "../lora/peft-to-gguf.ts";
 import { defaultCacheDir, KNOWN_MODELS, listModelCatalog, MODEL_CACHE_CONFIG, type ModelListing, pullModel } from "../model-cache/model-cache.ts";
 import { makeTinyModel, type TinyModelOptions } from "./make-tiny-model.ts";
 
-const HELP = `airm-model: generated models and the model cache
+const HELP = `airm-model: generated models, the model cache and LoRA conversion
 
 usage: airm-model <command> [options]
 
 commands:
-  make-tiny   write a small deterministic Llama/Qwen2/Qwen3/Gemma 3 model in Hugging Face format
-  pull        fetch a known model into the model cache (${Object.keys(KNOWN_MODELS).join(", ")})
-  list        show the models in the cache and the known ones not pulled yet
+  make-tiny     write a small deterministic Llama/Qwen2/Qwen3/Gemma 3 model in Hugging Face format
+  pull          fetch a known model into the model cache (${Object.keys(KNOWN_MODELS).join(", ")})
+  list          show the models in the cache and the known ones not pulled yet
+  lora-to-gguf  write a PEFT LoRA adapter folder as llama.cpp's GGUF LoRA file
 
 "airm-model <command> --help" describes every option of a command.
 `;
@@ -66,6 +72,20 @@ const LIST = defineCommand({
   usage: ["airm-model list [--cache-dir DIR]"],
   flags: { cacheDir: cacheDirFlag },
   env: [MODEL_CACHE_CONFIG],
+});
+
+const LORA_TO_GGUF = defineCommand({
+  name: "airm-model lora-to-gguf",
+  summary:
+    "write a PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors) as llama.cpp's GGUF LoRA file (what convert_lora_to_gguf.py writes with --outtype f32): llama-server --lora and airm's --lora-modules read it, computing the folder's bits",
+  usage: ["airm-model lora-to-gguf FOLDER OUT.gguf [--base MODEL]"],
+  positionals: { min: 2, max: 2 },
+  flags: {
+    base: flagOf(text({ label: "dir|file" }), {
+      defaultText: "base_model_name_or_path of adapter_config.json, when it is a local path",
+      doc: "the base model (a Hugging Face folder or a GGUF file): its architecture and shapes",
+    }),
+  },
 });
 
 function progressLine(text: string): void {
@@ -138,6 +158,34 @@ function list(argv: string[], env: Record<string, string | undefined>): number {
   return 0;
 }
 
+/** The base model of a PEFT folder: `--base`, else its base_model_name_or_path when that is a local path. */
+function loraBase(folder: string, base: string | undefined): string {
+  if (base) return base;
+  let named: unknown;
+  try {
+    named = JSON.parse(readFileSync(join(folder, "adapter_config.json"), "utf8")).base_model_name_or_path;
+  } catch {
+    named = undefined;
+  }
+  if (typeof named === "string" && named !== "" && existsSync(named)) return named;
+  throw new UsageError(`airm-model lora-to-gguf: --base MODEL is required (the adapter's base_model_name_or_path ${JSON.stringify(named ?? null)} is no local path)`);
+}
+
+async function loraToGguf(argv: string[]): Promise<number> {
+  const { values: f, positionals, help } = LORA_TO_GGUF.parse(argv);
+  if (help) {
+    process.stdout.write(LORA_TO_GGUF.help());
+    return 0;
+  }
+  const [folder, out] = positionals as [string, string];
+  const ckpt = await loadCheckpoint(loraBase(folder, f.base));
+  ckpt.tensors.close();
+  const r = peftToGguf(folder, out, ckpt.config);
+  const off = r.exactScale ? "" : ` (no f32 alpha gives the scale ${r.scale} exactly: alpha / r is ${Math.fround(r.alpha / r.r)})`;
+  process.stdout.write(`wrote ${r.out}: ${r.tensors} tensors, r ${r.r}, adapter.lora.alpha ${r.alpha}${off}, for ${ckpt.config.architecture} ${ckpt.id}\n`);
+  return 0;
+}
+
 /** Runs the CLI on `argv` (without node and script); returns the process exit code. */
 export async function main(argv: string[] = process.argv.slice(2), env: Record<string, string | undefined> = process.env): Promise<number> {
   const [command, ...rest] = argv;
@@ -149,6 +197,8 @@ export async function main(argv: string[] = process.argv.slice(2), env: Record<s
         return await pull(rest, env);
       case "list":
         return list(rest, env);
+      case "lora-to-gguf":
+        return await loraToGguf(rest);
       case undefined:
       case "-h":
       case "--help":
