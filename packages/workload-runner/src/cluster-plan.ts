@@ -74,6 +74,8 @@ export interface ClusterPlan {
   clusterDir: { env: string; path: string; under: string; prefix: string } | null;
   /** The core board's file (removed when the cluster stops), else null. */
   coreBoard: { path: string; under: string; prefix: string } | null;
+  /** The folder of the workers' KV event sockets (kvEventsDir); null when they publish none. */
+  eventsDir: ReturnType<typeof kvEventsDir> | null;
   gatewayUrl: string | null;
   metricsUrl: string | null;
   /** Every port the plan binds, with what binds it (checked free before starting). */
@@ -85,8 +87,8 @@ export interface ClusterPlan {
  * prefix-aware routing follows) on Unix sockets of its own, private to the machine: no port to
  * choose, nothing reachable from elsewhere.
  */
-export function kvEventsConfig(launcherPid: number, name: string): string {
-  const at = (what: string) => `ipc://${join(tmpdir(), `airm-kvev-${launcherPid}-${name}-${what}.sock`)}`;
+export function kvEventsConfig(dir: string, name: string): string {
+  const at = (what: string) => `ipc://${join(dir, `${name}-${what}.sock`)}`;
   return JSON.stringify({ enable_kv_cache_events: true, publisher: "zmq", endpoint: at("pub"), replay_endpoint: at("replay"), topic: `kv@${name}` });
 }
 
@@ -138,6 +140,18 @@ export async function freePort(host = "127.0.0.1"): Promise<number> {
 /** The core board's file name in the temp folder, before the launcher's pid. */
 export const CORE_BOARD_PREFIX = "airm-cores-";
 
+/**
+ * Where a cluster's KV event sockets go: `<tmp>/airm-kvev-<launcher pid>/<n>`, the n-th cluster
+ * this launcher planned. The cluster's folder goes when it stops (its launcher's when empty); a
+ * killed launcher's is swept by the next.
+ */
+export const KV_EVENTS_PREFIX = "airm-kvev-";
+let clustersPlanned = 0;
+export function kvEventsDir(launcherPid: number, n = ++clustersPlanned): { path: string; launcherDir: string; under: string; prefix: string } {
+  const launcherDir = join(tmpdir(), `${KV_EVENTS_PREFIX}${launcherPid}`);
+  return { under: tmpdir(), prefix: KV_EVENTS_PREFIX, launcherDir, path: join(launcherDir, String(n)) };
+}
+
 /** The scheme of the workers' URLs: https when the parts are given a TLS folder (AIRM_TLS_DIR in the cluster's env), else http. */
 export function workerScheme(env: Record<string, string | undefined> | undefined): "https" | "http" {
   return env?.AIRM_TLS_DIR ? "https" : "http";
@@ -183,6 +197,7 @@ export async function planCluster(o: ClusterShape, launcherPid: number): Promise
       ports.push({ what: `${s.name} port`, port });
     }
   }
+  const eventsDir = kvEventsDir(launcherPid);
   const coreBoard = o.coreBoard ? { under: tmpdir(), prefix: CORE_BOARD_PREFIX, path: join(tmpdir(), `${CORE_BOARD_PREFIX}${launcherPid}`) } : null;
   let slot = 0;
   const workerUrls: Record<string, string[]> = { prefill: [], decode: [], solo: [] };
@@ -200,7 +215,7 @@ export async function planCluster(o: ClusterShape, launcherPid: number): Promise
       parts.push({
         name,
         argv,
-        env: { MODEL: w.model ?? o.model, ...cores, AIRM_KV_EVENTS_CONFIG: kvEventsConfig(launcherPid, name), ...w.env },
+        env: { MODEL: w.model ?? o.model, ...cores, AIRM_KV_EVENTS_CONFIG: kvEventsConfig(eventsDir.path, name), ...w.env },
         url,
         ready: { http: "/health" },
         drains: "worker",
@@ -227,5 +242,5 @@ export async function planCluster(o: ClusterShape, launcherPid: number): Promise
     ports.push({ what: "--port", port });
   }
   for (const p of parts) p.env = { ...env, ...p.env };
-  return { parts, transport, clusterDir, coreBoard, gatewayUrl, metricsUrl, ports };
+  return { parts, transport, clusterDir, coreBoard, eventsDir, gatewayUrl, metricsUrl, ports };
 }

@@ -172,6 +172,60 @@ function clusterTls(o: ClusterOptions, inherited: Record<string, string | undefi
   }
 }
 
+/**
+ * Makes the folder of the workers' KV event sockets, a cluster's own, after sweeping what killed
+ * launchers left; `remove` takes it away (and its launcher's folder once empty) when the cluster stops.
+ */
+function openEventsDir(events: ClusterPlan["eventsDir"]): { remove(): void } {
+  if (!events) return { remove() {} };
+  sweepStaleClusterDirs(events.under, events.prefix);
+  sweepLooseSockets(events.under, events.prefix);
+  mkdirSync(events.path, { recursive: true, mode: 0o700 });
+  return {
+    remove() {
+      rmSync(events.path, { recursive: true, force: true });
+      removeIfEmpty(events.launcherDir);
+    },
+  };
+}
+
+/**
+ * Removes the KV event sockets that launchers before this layout left loose in `under`
+ * (`<prefix><pid>-<part>-<pub|replay>.sock`, never removed) once their launcher is gone.
+ */
+function sweepLooseSockets(under: string, prefix: string): void {
+  let names: string[] = [];
+  try {
+    names = readdirSync(under);
+  } catch {
+    return;
+  }
+  for (const name of names) {
+    const pid = name.startsWith(prefix) && name.endsWith(".sock") ? /^(\d+)-/.exec(name.slice(prefix.length))?.[1] : undefined;
+    if (pid === undefined || isAlive(Number(pid))) continue;
+    rmSync(join(under, name), { force: true });
+  }
+}
+
+/** Whether process `pid` runs (one of another user counts as running). */
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code !== "ESRCH";
+  }
+}
+
+/** Removes `dir` when nothing is left in it (another cluster of the same launcher may still use it). */
+function removeIfEmpty(dir: string): void {
+  try {
+    rmdirSync(dir);
+  } catch {
+    // not empty, or gone already
+  }
+}
+
 /** Removes `<under>/<prefix><pid>` folders whose launcher process is gone (killed without cleaning up). */
 export function sweepStaleClusterDirs(under: string, prefix: string): string[] {
   const removed: string[] = [];
@@ -242,6 +296,7 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
   }
   const board = plan.coreBoard;
   if (board) sweepStaleClusterDirs(board.under, board.prefix);
+  const events = openEventsDir(plan.eventsDir);
   // every part stops by itself if this process dies without stopping it (e.g. SIGKILL)
   const baseEnv = { ...inherited, AIRM_PARENT_PID: String(process.pid) };
   const sup = new Supervisor({
@@ -256,6 +311,7 @@ export async function startLocalCluster(o: ClusterOptions): Promise<RunningClust
     afterStop: () => {
       if (dir && existsSync(dir.path)) rmSync(dir.path, { recursive: true, force: true });
       if (board) rmSync(board.path, { force: true });
+      events.remove();
       tls?.remove();
     },
   });

@@ -298,5 +298,5 @@ export function planPlaced(o: ClusterShape, p: PlacedCluster, rig: RigView, laun
   parts.push({ name: "gateway", argv, env: genv, url: gatewayUrl, host: gw, ready: { http: "/health" }, drains: "front" });
   bind("gateway", gw, gwPort);
   for (const part of parts) part.env = { ...env, ...part.env };
-  return { parts, transport: p.transport, clusterDir, coreBoard: null, gatewayUrl, metricsUrl, ports };
+  return { parts, transport: p.transport, clusterDir, coreBoard: null, eventsDir: null, gatewayUrl, metricsUrl, ports };
 }

@@ -8,7 +8,7 @@
 //   naming the tensor or r at load; the KV of one adapter is refused by a decode on another;
 // - loading and unloading at run time while requests run loses none of them;
 // - vllm:lora_requests_info says max_lora and the adapters in use.
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { WorkerClient } from "@airm/internal-api";
@@ -200,5 +200,17 @@ describe("LoRA adapters through PD (tcp) against a solo worker", () => {
       const text = await (await fetch(`${pd.part(part).url}/metrics`)).text();
       expect(text, part).toMatch(/^vllm:lora_requests_info\{max_lora="4",running_lora_adapters="[^"]*",waiting_lora_adapters="[^"]*"[^}]*\} \d/m);
     }
+  });
+
+  it("leaves no KV event socket behind when a cluster stops, and the other cluster of this process keeps its own", async () => {
+    const mine = pd.plan.eventsDir!;
+    const other = solo.plan.eventsDir!;
+    expect(mine.path).not.toBe(other.path);
+    expect(readdirSync(mine.path).filter((f) => f.endsWith(".sock")).length).toBeGreaterThan(0);
+    await pd.stop();
+    expect(existsSync(mine.path)).toBe(false);
+    expect(readdirSync(other.path).filter((f) => f.endsWith(".sock")).length).toBeGreaterThan(0);
+    await solo.stop();
+    expect(existsSync(other.launcherDir)).toBe(false);
   });
 });

@@ -211,11 +211,13 @@ describe("airm top against airm up under load", () => {
       tmux.keys("/", "decode-2", "Enter");
       await tmux.waitFor((s) => tableRows(s).length === 1 && tableRows(s)[0][0] === "decode-2", 5000, "the filter");
       tmux.keys("l");
-      const logView = await tmux.waitFor((s) => s.includes("logs of decode-2"), 5000, "the log view");
-      const fileLines = readFileSync(state.parts.find((p) => p.name === "decode-2")!.log, "utf8")
-        .split("\n")
-        .filter(Boolean);
-      expect(fileLines.some((l) => logView.includes(l.slice(0, 60)))).toBe(true);
+      // The view opens at once and fills when the part's log file is read: wait for its lines.
+      const fileLines = () =>
+        readFileSync(state.parts.find((p) => p.name === "decode-2")!.log, "utf8")
+          .split("\n")
+          .filter(Boolean);
+      const logView = await tmux.waitFor((s) => s.includes("logs of decode-2") && fileLines().some((l) => s.includes(l.slice(0, 60))), 5000, "the log view with the part's lines");
+      expect(fileLines().some((l) => logView.includes(l.slice(0, 60)))).toBe(true);
       tmux.keys("Escape");
       await tmux.waitFor((s) => s.includes(" PART"), 5000, "the table again");
 
