@@ -34,6 +34,8 @@ export interface Collector {
   /** OTLP/HTTP base: http://127.0.0.1:PORT (spans go to /v1/traces). */
   http: string;
   spans(): ExportedSpan[];
+  /** What the collector logged (its TLS handshake errors among it). */
+  log(): string;
   stop(): Promise<void>;
 }
 
@@ -53,20 +55,25 @@ export function attrsOf(list: OtlpAttr[] = []): Record<string, unknown> {
   return Object.fromEntries(list.map((a) => [a.key, val(a.value)]));
 }
 
-/** Starts a collector; resolves once it is ready. */
-export async function startCollector(): Promise<Collector> {
+/**
+ * Starts a collector; resolves once it is ready. With `tls` (a TLS folder: tls.crt, tls.key,
+ * ca.crt) both receivers serve TLS with that certificate and require a client certificate of its
+ * ca.crt, and the URLs are https.
+ */
+export async function startCollector(o: { tls?: string } = {}): Promise<Collector> {
   const bin = collectorBinary();
   const dir = mkdtempSync(join(tmpdir(), "airm-otelcol-"));
   const file = join(dir, "spans.jsonl");
   const [grpc, http] = [await freePort(), await freePort()];
+  const tls = o.tls ? `, tls: {cert_file: "${join(o.tls, "tls.crt")}", key_file: "${join(o.tls, "tls.key")}", client_ca_file: "${join(o.tls, "ca.crt")}", min_version: "1.2"}` : "";
   writeFileSync(
     join(dir, "config.yaml"),
     [
       "receivers:",
       "  otlp:",
       "    protocols:",
-      `      grpc: {endpoint: "127.0.0.1:${grpc}"}`,
-      `      http: {endpoint: "127.0.0.1:${http}"}`,
+      `      grpc: {endpoint: "127.0.0.1:${grpc}"${tls}}`,
+      `      http: {endpoint: "127.0.0.1:${http}"${tls}}`,
       "processors:",
       "  batch: {timeout: 100ms}",
       "exporters:",
@@ -89,9 +96,11 @@ export async function startCollector(): Promise<Collector> {
     }
     await new Promise((r) => setTimeout(r, 100));
   }
+  const scheme = o.tls ? "https" : "http";
   return {
-    grpc: `http://127.0.0.1:${grpc}`,
-    http: `http://127.0.0.1:${http}`,
+    grpc: `${scheme}://127.0.0.1:${grpc}`,
+    http: `${scheme}://127.0.0.1:${http}`,
+    log: () => log,
     spans() {
       if (!existsSync(file)) return [];
       const out: ExportedSpan[] = [];

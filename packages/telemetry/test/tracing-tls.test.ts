@@ -7,94 +7,18 @@
 // gets in, the failure is logged and the process carries on; the OTEL_EXPORTER_OTLP_* variables
 // work without AIRM_TLS_DIR and win over it; a plain http:// endpoint is unchanged; a bad file
 // stops start-up naming the variable and the file.
-import { type ChildProcess, spawn } from "node:child_process";
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ConfigError, createCa, issueLeaf, TLS_FILES } from "@airm/rm-core";
 import { context, propagation, trace } from "@opentelemetry/api";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { freePort } from "../../../scripts/k8s-rig/rig.ts";
-import { attrsOf, type Collector, collectorBinary, startCollector } from "../../../scripts/otel/collector.ts";
+import { type Collector, startCollector } from "../../../scripts/otel/collector.ts";
 import { exportPlan, startTracing, type TracingLog } from "../src/index.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const repo = join(import.meta.dirname, "..", "..", "..");
-
-interface TlsCollector {
-  /** OTLP/gRPC over TLS: https://127.0.0.1:PORT. */
-  grpc: string;
-  /** OTLP/HTTP over TLS: https://127.0.0.1:PORT. */
-  http: string;
-  /** The spans written so far: name, trace id, attributes, service.name. */
-  spans(): { name: string; traceId: string; service: string; attrs: Record<string, unknown> }[];
-  /** What the collector logged (its handshake errors among it). */
-  log(): string;
-  stop(): Promise<void>;
-}
-
-/** The collector with TLS on both receivers: `server`'s tls.crt/tls.key, and a client certificate of its ca.crt required. */
-async function startTlsCollector(server: string): Promise<TlsCollector> {
-  const bin = collectorBinary();
-  const dir = mkdtempSync(join(tmpdir(), "airm-otelcol-tls-"));
-  const file = join(dir, "spans.jsonl");
-  const [grpc, http] = [await freePort(), await freePort()];
-  const tls = `{cert_file: "${join(server, TLS_FILES.cert)}", key_file: "${join(server, TLS_FILES.key)}", client_ca_file: "${join(server, TLS_FILES.ca)}", min_version: "1.2"}`;
-  writeFileSync(
-    join(dir, "config.yaml"),
-    [
-      "receivers:",
-      "  otlp:",
-      "    protocols:",
-      `      grpc: {endpoint: "127.0.0.1:${grpc}", tls: ${tls}}`,
-      `      http: {endpoint: "127.0.0.1:${http}", tls: ${tls}}`,
-      "processors:",
-      "  batch: {timeout: 100ms}",
-      "exporters:",
-      `  file: {path: "${file}", format: json, flush_interval: 100ms}`,
-      "service:",
-      "  telemetry: {metrics: {level: none}}",
-      "  pipelines:",
-      "    traces: {receivers: [otlp], processors: [batch], exporters: [file]}",
-      "",
-    ].join("\n"),
-  );
-  const child: ChildProcess = spawn(bin, ["--config", join(dir, "config.yaml")], { stdio: ["ignore", "ignore", "pipe"] });
-  let log = "";
-  child.stderr!.on("data", (d) => (log += d));
-  for (let i = 0; !log.includes("Everything is ready"); i++) {
-    if (i > 300 || child.exitCode !== null) {
-      child.kill("SIGKILL");
-      rmSync(dir, { recursive: true, force: true });
-      throw new Error(`the collector did not start: ${log.slice(-2000)}`);
-    }
-    await sleep(100);
-  }
-  return {
-    grpc: `https://127.0.0.1:${grpc}`,
-    http: `https://127.0.0.1:${http}`,
-    spans() {
-      if (!existsSync(file)) return [];
-      const out: ReturnType<TlsCollector["spans"]> = [];
-      for (const line of readFileSync(file, "utf8").split("\n")) {
-        if (!line.trim()) continue;
-        for (const rs of JSON.parse(line).resourceSpans ?? []) {
-          const service = String(attrsOf(rs.resource?.attributes)["service.name"]);
-          for (const ss of rs.scopeSpans ?? []) for (const s of ss.spans ?? []) out.push({ name: s.name, traceId: s.traceId, service, attrs: attrsOf(s.attributes) });
-        }
-      }
-      return out;
-    },
-    log: () => log,
-    async stop() {
-      if (child.exitCode === null) {
-        child.kill("SIGTERM");
-        await new Promise((r) => child.once("exit", r));
-      }
-      rmSync(dir, { recursive: true, force: true });
-    },
-  };
-}
 
 /** A logger that keeps what tracing logs. */
 function captureLog() {
@@ -141,7 +65,7 @@ let client: string;
 let foreign: string;
 /** The settings of a client that trusts the collector but presents the certificate of another CA: only the collector can refuse it. */
 let foreignClient: Record<string, string>;
-let col: TlsCollector;
+let col: Collector;
 
 beforeAll(async () => {
   root = mkdtempSync(join(tmpdir(), "airm-otlp-tls-"));
@@ -156,7 +80,7 @@ beforeAll(async () => {
     OTEL_EXPORTER_OTLP_CLIENT_KEY: join(foreign, TLS_FILES.key),
   };
   // The collector is built once per version (CI builds it before the tests; cold ~6 min on 2 cores).
-  col = await startTlsCollector(server);
+  col = await startCollector({ tls: server });
 }, 600_000);
 
 afterAll(async () => {
