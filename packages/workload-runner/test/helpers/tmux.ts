@@ -36,11 +36,22 @@ export class Tmux {
     const end = Date.now() + ms;
     let screen = "";
     while (Date.now() < end) {
-      screen = this.running() ? this.capture() : "";
+      screen = this.screenIfRunning();
       if (ok(screen)) return screen;
       await new Promise((r) => setTimeout(r, 250));
     }
     throw new Error(`timed out waiting for ${what}; the screen:\n${screen}`);
+  }
+
+  /** The screen, or "" once the session has ended (it may end between the check and the capture). */
+  private screenIfRunning(): string {
+    if (!this.running()) return "";
+    try {
+      return this.capture();
+    } catch (e) {
+      if (!this.running()) return "";
+      throw e;
+    }
   }
 
   /** Stops the server and whatever it runs. */
