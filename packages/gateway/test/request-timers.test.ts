@@ -95,20 +95,11 @@ async function longTimersLeft(fn: () => Promise<void>): Promise<number> {
 }
 
 describe("a finished request's timers", () => {
-  it("solo: the request deadline's timer goes with the request (JSON and streamed)", async () => {
-    const ask = await gateway({ solo: [await worker()] }, 600_000);
-    const left = await longTimersLeft(async () => {
-      for (let i = 0; i < 10; i++) {
-        const r = await ask(i % 2 === 0);
-        expect(r.status, r.text).toBe(200);
-        expect(r.text).toContain("t3 ");
-      }
-    });
-    expect(left).toBe(0);
-  });
-
-  it("PD: the deadline's, the KV hold's and the prefill's timers go with the request", async () => {
-    const ask = await gateway({ prefill: [await worker()], decode: [await worker()] }, 600_000);
+  it.each([
+    ["solo: the request deadline's timer goes with the request (JSON and streamed)", false],
+    ["PD: the deadline's, the KV hold's and the prefill's timers go with the request", true],
+  ])("%s", async (_name, pd) => {
+    const ask = await gateway(pd ? { prefill: [await worker()], decode: [await worker()] } : { solo: [await worker()] }, 600_000);
     const left = await longTimersLeft(async () => {
       for (let i = 0; i < 10; i++) {
         const r = await ask(i % 2 === 0);
