@@ -257,6 +257,8 @@ export interface DecodeLoop {
   write(ev: WorkerEvent): Promise<void>;
   /** Told, at each step, how many streams shared the engine call (the decode batch size). */
   onBatch?(size: number): void;
+  /** Told of each token a step generated (vllm:generation_tokens_total), whether or not it ends the stream. */
+  onToken?(): void;
   /** True once the client left or the request was ended from outside. */
   aborted(): boolean;
 }
@@ -304,6 +306,7 @@ export async function decodeLoop(d: DecodeLoop): Promise<{ finish: "stop" | "len
     }
     fed.push(cur);
     count++;
+    d.onToken?.();
     output.set(next.token, (output.get(next.token) ?? 0) + 1);
     if (ends(next.token)) {
       finish = "stop";

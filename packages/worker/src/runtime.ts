@@ -205,15 +205,20 @@ export class WorkerRuntime {
     }
   }
 
-  /** Records a finished prefill: its time, and what the engine's prefix cache (if on) gave. */
-  notePrefill(promptTokens: number, cachedTokens: number, prefillMs: number): void {
+  /** Records a finished prefill: its time, its tokens (the prompt's, and the `firsts` it generated), and what the engine's prefix cache (if on) gave. */
+  notePrefill(promptTokens: number, cachedTokens: number, prefillMs: number, firsts: number): void {
     this.metrics.prefillMs.observe(prefillMs);
+    this.metrics.promptTokens.inc(promptTokens);
+    this.metrics.generationTokens.inc(firsts);
     this.estimates.prefill.add(promptTokens - cachedTokens, prefillMs);
     if (this.prefixCacheOn) {
       this.prefixQueried += promptTokens;
       this.prefixHit += cachedTokens;
     }
   }
+
+  /** Counts a token a decode step generated. */
+  readonly noteGenerated = (): void => this.metrics.generationTokens.inc();
 
   /** The loaded engine and transport, or null while loading or after a failed load. */
   get serving(): Serving | null {

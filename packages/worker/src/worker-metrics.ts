@@ -55,6 +55,10 @@ export class WorkerMetrics {
   readonly decodeBatch: Histogram;
   readonly requests: Counter<"route" | "outcome">;
   readonly leaseEnds: Counter<"reason">;
+  /** vLLM's: prompt tokens this worker prefilled (each request's whole prompt, cached tokens included). */
+  readonly promptTokens: Counter;
+  /** vLLM's: tokens this worker generated (a prefill's first tokens, then each decode step's). */
+  readonly generationTokens: Counter;
   /** prefill role: KV bytes pushed into the transport (each request's blobs as they crossed; held blocks do not). */
   readonly kvPushedBytes: Counter;
 
@@ -142,6 +146,16 @@ export class WorkerMetrics {
     this.kvPushedBytes = new Counter({
       name: "airm_kv_pushed_bytes_total",
       help: "prefill role: KV bytes pushed into the transport (every handoff's blobs; blocks decode held do not cross)",
+      registers: r,
+    });
+    this.promptTokens = new Counter({
+      name: "vllm:prompt_tokens_total",
+      help: "prompt tokens prefilled here (each request's whole prompt, prefix-cache hits included; a PD decode worker prefills none)",
+      registers: r,
+    });
+    this.generationTokens = new Counter({
+      name: "vllm:generation_tokens_total",
+      help: "tokens generated here: a prefill's first token of each choice, then one per stream per decode step (an end-of-sequence token included)",
       registers: r,
     });
     this.decodeBatch = new Histogram({

@@ -68,15 +68,27 @@ afterAll(async () => {
 async function soloRun(rid: string, sampling: SamplingParams, n = 1, input: object = { prompt: "several choices" }) {
   const evs = await events(await solo.post("/internal/generate", { requestId: rid, input, maxTokens: 12, sampling, n }));
   const first = evs.find((e) => e.type === "first") as Extract<WorkerEvent, { type: "first" }>;
-  return { runs: choices([first.token, ...(first.others ?? []).map((o) => o.token)], evs), first };
+  return { runs: choices([first.token, ...(first.others ?? []).map((o) => o.token)], evs), first, completionTokens: completionTokens(evs) };
 }
 
 async function pdRun(rid: string, sampling: SamplingParams, n = 1, input: object = { prompt: "several choices" }) {
   const dec = decode.post("/internal/decode", { requestId: rid, maxTokens: 12, sampling, n });
   const pre = await prefill.post("/internal/prefill", { requestId: rid, input, maxTokens: 12, sampling, n });
   expect(pre.status).toBe(200);
-  const { first } = (await pre.json()) as { first: { token: number; cachedTokens?: number; others?: { token: number }[] } };
-  return { runs: choices([first.token, ...(first.others ?? []).map((o) => o.token)], await events(await dec)), first };
+  const { first } = (await pre.json()) as { first: { token: number; promptTokens: number; cachedTokens?: number; others?: { token: number }[] } };
+  const evs = await events(await dec);
+  return { runs: choices([first.token, ...(first.others ?? []).map((o) => o.token)], evs), first, completionTokens: completionTokens(evs) };
+}
+
+/** The completion tokens the done events report (an end-of-sequence token included), over the choices. */
+function completionTokens(evs: WorkerEvent[]): number {
+  return evs.reduce((a, e) => a + (e.type === "done" ? e.completionTokens : 0), 0);
+}
+
+/** A worker's vllm:prompt_tokens_total and vllm:generation_tokens_total. */
+async function tokenCounters(w: { rt: WorkerRuntime }): Promise<[number, number]> {
+  const value = async (c: typeof w.rt.metrics.promptTokens) => (await c.get()).values[0]?.value ?? 0;
+  return [await value(w.rt.metrics.promptTokens), await value(w.rt.metrics.generationTokens)];
 }
 
 describe("choices and penalties in the worker", () => {
@@ -120,6 +132,21 @@ describe("choices and penalties in the worker", () => {
     await pdRun("cache-1", { temperature: 0 }, 1, input);
     const second = await pdRun("cache-2", { temperature: 0 }, 1, { messages: [input.messages[0], { role: "user", content: "two" }] });
     expect(second.first.cachedTokens ?? 0).toBeGreaterThan(0);
+  });
+
+  it("vllm:prompt_tokens_total and vllm:generation_tokens_total count each token once where it was made (solo; PD: the prompt and first tokens on prefill, the rest on decode)", async () => {
+    const sampling = { temperature: 1, seed: 77 };
+    const [p0, g0] = await tokenCounters(solo);
+    const s = await soloRun("count-solo", sampling, 3);
+    const [p1, g1] = await tokenCounters(solo);
+    expect([p1 - p0, g1 - g0]).toEqual([s.first.promptTokens, s.completionTokens]);
+    expect(s.completionTokens).toBeGreaterThan(3);
+    const [before, decBefore] = [await tokenCounters(prefill), await tokenCounters(decode)];
+    const pd = await pdRun("count-pd", sampling, 3);
+    const [after, decAfter] = [await tokenCounters(prefill), await tokenCounters(decode)];
+    expect(pd.completionTokens).toBe(s.completionTokens);
+    expect([after[0] - before[0], after[1] - before[1]]).toEqual([pd.first.promptTokens, 3]);
+    expect([decAfter[0] - decBefore[0], decAfter[1] - decBefore[1]]).toEqual([0, pd.completionTokens - 3]);
   });
 
   it("tokenize and detokenize answer from the model's tokenizer and chat template", async () => {

@@ -242,6 +242,7 @@ async function serveDecode(rt: WorkerRuntime, s: HandoffServing, b: DecodeBody, 
       minTokens: b.minTokens,
       write: sink.write,
       onBatch: batches.onBatch,
+      onToken: rt.noteGenerated,
       aborted,
     });
     batches.finish();

@@ -53,7 +53,7 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
           streams.push(res.stream!);
           for (let i = 1; i < b.n; i++) streams.push(engine.fork(streams[0]));
           const prefillMs = res.computeMs ?? performance.now() - t0;
-          rt.notePrefill(tokens.length, res.cachedTokens ?? 0, prefillMs);
+          rt.notePrefill(tokens.length, res.cachedTokens ?? 0, prefillMs, firsts.length);
           span.setAttributes({ "airm.prefill_ms": round(prefillMs), "airm.cached_tokens": res.cachedTokens ?? 0 });
           const batches = batchTrace(span);
           await sink.write({ type: "first", ...firstToken(engine, res, { tokens: prompt, echo: b.echo }, seqLen, maxTokens, prefillMs, resumed) });
@@ -74,6 +74,7 @@ export function generateRoutes(app: Hono, rt: WorkerRuntime): void {
             minTokens: b.minTokens,
             write: sink.write,
             onBatch: batches.onBatch,
+            onToken: rt.noteGenerated,
             aborted: () => sink.gone || rt.handBack.signal.aborted,
           });
           batches.finish();

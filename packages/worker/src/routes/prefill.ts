@@ -124,7 +124,7 @@ async function prefillWith(
     rt.metrics.kvPushedBytes.inc(kvBytes);
     const pushMs = performance.now() - computed;
     const prefillMs = res.computeMs ?? computed - t0;
-    rt.notePrefill(tokens.length, res.cachedTokens ?? 0, prefillMs);
+    rt.notePrefill(tokens.length, res.cachedTokens ?? 0, prefillMs, firstTokens(res).length);
     rt.metrics.kvPushMs.observe(pushMs);
     rt.metrics.requests.inc({ route: "prefill", outcome: "ok" });
     const answer: PrefillResponse = {

@@ -14,7 +14,7 @@ const target = (name: string, kind: Target["kind"], role: string, restarts: numb
   restarts,
 });
 
-/** A decode worker's page: pulled KV bytes, decode steps (count) of `streams` streams in all, prefix lookups. */
+/** A decode worker's page: pulled KV bytes, decode steps (count) of `streams` streams in all (each a generated token), prefix lookups. */
 function decodePage(o: { pulled: number; steps: number; streams: number; queried: number; hits: number; start?: number; draining?: number }): string {
   return [
     `airm_kv_pulled_bytes_total ${o.pulled}`,
@@ -22,6 +22,7 @@ function decodePage(o: { pulled: number; steps: number; streams: number; queried
     `airm_worker_decode_batch_size_bucket{le="+Inf"} ${o.steps}`,
     `airm_worker_decode_batch_size_sum ${o.streams}`,
     `airm_worker_decode_batch_size_count ${o.steps}`,
+    `vllm:generation_tokens_total ${o.streams}`,
     `vllm:prefix_cache_queries_total ${o.queried}`,
     `vllm:prefix_cache_hits_total ${o.hits}`,
     `vllm:num_preemptions_total 2`,

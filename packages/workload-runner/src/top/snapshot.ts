@@ -53,7 +53,7 @@ export interface ClusterFigures {
   /** Time to first token and time per output token (s). */
   ttftS: Quantiles;
   tpotS: Quantiles;
-  /** Decode tokens per second: streams stepped by the decode workers (airm_worker_decode_batch_size_sum). */
+  /** Output tokens per second: the tokens the workers generated (vllm:generation_tokens_total: prefills' first tokens and decode steps'). */
   outputTokPerS: number | null;
   requestsPerS: number | null;
   /** Requests the gateways answered, by HTTP status, since they started. */
@@ -265,7 +265,7 @@ export function clusterFigures(now: RawSample, prev: RawSample | null, windowSta
     windowS: windowStart ? (now.at - windowStart.at) / 1000 : null,
     ttftS: windowQuantiles(now, windowStart, "airm_ttft_seconds"),
     tpotS: windowQuantiles(now, windowStart, "airm_tpot_seconds"),
-    outputTokPerS: clusterRate(now, prev, "worker", "airm_worker_decode_batch_size_sum"),
+    outputTokPerS: clusterRate(now, prev, "worker", "vllm:generation_tokens_total"),
     requestsPerS: clusterRate(now, prev, "gateway", "airm_gateway_requests_total"),
     requests,
     rateLimited: requests["429"] ?? 0,

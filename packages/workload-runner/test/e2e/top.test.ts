@@ -161,7 +161,7 @@ describe("airm top against airm up under load", () => {
     const gained = (of: string, name: string) => total(after.get(of)!, name) - total(before.get(of)!, name);
     expect(snap.cluster.requestsPerS).toBeGreaterThan(0);
     expect(snap.cluster.requestsPerS!).toBeLessThanOrEqual(gained("gateway", "airm_gateway_requests_total") / snap.intervalS!);
-    const tokens = gained("decode", "airm_worker_decode_batch_size_sum") + gained("decode-2", "airm_worker_decode_batch_size_sum");
+    const tokens = ["prefill", "decode", "decode-2"].reduce((a, of) => a + gained(of, "vllm:generation_tokens_total"), 0);
     expect(snap.cluster.outputTokPerS).toBeGreaterThan(0);
     expect(snap.cluster.outputTokPerS!).toBeLessThanOrEqual(tokens / snap.intervalS!);
     for (const [n, name, rate] of [
