@@ -76,6 +76,7 @@ export async function main(argv: string[], env: Record<string, string | undefine
     const source = c.poolName
       ? new InferencePoolMembers({ poolName: c.poolName, namespace: c.poolNamespace, pollMs: c.poolPollMs, log })
       : new StaticEndpoints(c.endpointsFile!, { log });
+    const core = RM_CORE_CONFIG.resolve({ env });
     epp = await startEpp({
       source,
       host: c.host,
@@ -87,7 +88,7 @@ export async function main(argv: string[], env: Record<string, string | undefine
       picker: { localPrefillMaxTokens: c.localPrefillMaxTokens, disaggregation: c.disaggregation, routing: c.routing },
       kvEvents: { port: c.kvEventsPort, replayPort: c.kvReplayPort },
       failureMode: c.failureMode,
-      tls: tlsMaterialOf(RM_CORE_CONFIG.resolve({ env }).tlsDir),
+      tls: tlsMaterialOf(core.tlsDir, { reloadS: core.tlsReloadS }),
       log,
     });
   } catch (e) {

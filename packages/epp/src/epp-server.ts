@@ -70,9 +70,25 @@ export interface Epp {
 /** grpc-js options: channelz bookkeeping off (it costs per stream and nothing reads it). */
 const SERVER_OPTIONS = { "grpc.enable_channelz": 0 };
 
+/**
+ * The ext_proc port's TLS (Envoy need not present a certificate): grpc-js's own SSL credentials,
+ * whose secure context follows the TLS files' reloads (AIRM_TLS_RELOAD_S) as grpc-js lets
+ * credentials do (its bound servers watch them).
+ */
+class ReloadingCredentials extends ServerCredentials {
+  constructor(tls: TlsMaterial) {
+    super({ requestCert: false }, { ca: tls.ca, cert: tls.cert, key: tls.key });
+    tls.onReload(() => this.updateSecureContextOptions({ ca: tls.ca, cert: tls.cert, key: tls.key }));
+  }
+
+  _equals(other: ServerCredentials): boolean {
+    return other === this;
+  }
+}
+
 function bind(server: Server, host: string, port: number, tls?: TlsMaterial): Promise<number> {
   const addr = host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
-  const credentials = tls ? ServerCredentials.createSsl(tls.ca, [{ cert_chain: tls.cert, private_key: tls.key }], false) : ServerCredentials.createInsecure();
+  const credentials = tls ? new ReloadingCredentials(tls) : ServerCredentials.createInsecure();
   return new Promise((resolve, reject) => server.bindAsync(addr, credentials, (err, p) => (err ? reject(err) : resolve(p))));
 }
 
@@ -126,6 +142,8 @@ export async function startEpp(o: EppOptions): Promise<Epp> {
   let metricsServer: MetricsServer | undefined;
   try {
     const grpcPort = await bind(grpc, host, o.grpcPort ?? 9002, o.tls);
+    const tls = o.tls;
+    if (tls) tls.onReload(() => log.info({ dir: tls.dir, generation: tls.generation }, "TLS certificates reloaded"));
     let healthPort: number | null = null;
     if (o.healthPort !== undefined && o.healthPort !== null) {
       const hs = new Server(SERVER_OPTIONS);

@@ -66,7 +66,9 @@ function plainAnswer(e: NodeJS.ErrnoException): boolean {
 export class MetricsScraper {
   private readonly byKey = new Map<string, EndpointState>();
   private readonly agent = new Agent({ keepAlive: true, maxSockets: 1 });
-  private readonly tlsAgent: HttpsAgent | null;
+  /** Scrapes over mutual TLS go through it; a new one after the TLS files reloaded. */
+  private tlsAgent: HttpsAgent | null;
+  private stopReloads = () => {};
   private readonly onPlain: (s: EndpointState) => void;
   private timer: NodeJS.Timeout | undefined;
   readonly intervalMs: number;
@@ -80,7 +82,17 @@ export class MetricsScraper {
     this.maxBytes = options.maxBytes ?? 4 * 1024 * 1024;
     this.onScrape = options.onScrape ?? (() => {});
     this.onPlain = options.onPlain ?? (() => {});
-    this.tlsAgent = options.tls ? new HttpsAgent({ keepAlive: true, maxSockets: 1, ...clientTlsOptions(options.tls) }) : null;
+    const tls = options.tls;
+    const agentOf = (m: TlsMaterial) => new HttpsAgent({ keepAlive: true, maxSockets: 1, ...clientTlsOptions(m) });
+    this.tlsAgent = tls ? agentOf(tls) : null;
+    if (tls) {
+      this.stopReloads = tls.onReload(() => {
+        // the scrape under way (if any) ends on the old agent; its connection closes after
+        const old = this.tlsAgent;
+        this.tlsAgent = agentOf(tls);
+        setTimeout(() => old?.destroy(), this.timeoutMs + 1000).unref();
+      });
+    }
   }
 
   /** Replaces the endpoint set; endpoints already known keep their state (same address, port and role). */
@@ -118,6 +130,7 @@ export class MetricsScraper {
     clearInterval(this.timer);
     this.timer = undefined;
     this.agent.destroy();
+    this.stopReloads();
     this.tlsAgent?.destroy();
   }
 

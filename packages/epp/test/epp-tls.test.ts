@@ -2,14 +2,15 @@
 // whose port is mutual TLS by presenting its certificate, and an endpoint that speaks plain HTTP
 // (a gateway) in plain HTTP; its ext_proc port serves TLS, which a client trusting the CA uses and
 // a plain client cannot; its health port stays plain. A picker without the material cannot scrape
-// the TLS endpoint, and one with a certificate of another CA is refused by it.
+// the TLS endpoint, and one with a certificate of another CA is refused by it. After its folder is
+// renewed with another CA's files (AIRM_TLS_RELOAD_S) it scrapes and serves with those.
 
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { loadTlsDir, makeTlsTestDirs, type TlsTestDirs } from "@airm/rm-core";
+import { createCa, issueLeaf, LiveTlsMaterial, loadTlsDir, makeTlsTestDirs, type TlsTestDirs, tlsMaterialOf, writeSecretVolume } from "@airm/rm-core";
 import type { Endpoint } from "@airm/routing";
-import { afterAll, afterEach, beforeAll, expect, test } from "vitest";
+import { afterAll, afterEach, beforeAll, expect, test, vi } from "vitest";
 import { startEpp, StaticEndpoints, type Epp, type EppOptions } from "../src/index.ts";
 import { EnvoyStub, startFakeModelServer, type FakeModelServer } from "../src/testing/index.ts";
 
@@ -77,9 +78,29 @@ test("a picker without a certificate, or with one of another CA, cannot scrape a
   expect(state(none, worker.port).error).not.toBeNull();
   // Read as is: loadTlsDir itself refuses a folder whose certificate its ca.crt did not issue.
   const file = (name: string) => readFileSync(join(dirs.foreign, name));
-  const foreign = { dir: dirs.foreign, cert: file("tls.crt"), key: file("tls.key"), ca: file("ca.crt") };
+  const foreign = new LiveTlsMaterial(dirs.foreign, { cert: file("tls.crt"), key: file("tls.key"), ca: file("ca.crt") });
   const other = await picker([worker.endpoint("decode")], { tls: foreign });
   expect(state(other, worker.port).load).toBeNull();
   expect(state(other, worker.port).error).not.toBeNull();
   expect(worker.scrapes).toBe(0);
+});
+
+test("after its TLS folder is renewed with another CA's files, it scrapes with the new certificate and serves it on the ext_proc port", async () => {
+  const caA = createCa(join(root, "renew-ca-a"), "first CA");
+  const caB = createCa(join(root, "renew-ca-b"), "second CA");
+  const volume = join(root, "renew-volume");
+  writeSecretVolume(volume, issueLeaf(caA, join(root, "renew-a")));
+  const material = tlsMaterialOf(volume, { reloadS: 0.05 })!;
+  const worker = await server({ waiting: 1 }, issueLeaf(caB, join(root, "renew-worker")));
+  const epp = await picker([worker.endpoint("decode", "tls-worker")], { tls: material });
+  expect(state(epp, worker.port).load).toBeNull(); // neither trusts the other's CA yet
+  const caOfB = readFileSync(caB.cert);
+
+  writeSecretVolume(volume, issueLeaf(caB, join(root, "renew-b")));
+  await vi.waitFor(() => expect(material.generation).toBe(1), { timeout: 5000 });
+  await vi.waitFor(() => expect(state(epp, worker.port)).toMatchObject({ error: null, load: { waiting: 1 } }), { timeout: 5000 });
+  const envoy = new EnvoyStub(epp.address, caOfB);
+  cleanup.push(() => envoy.close());
+  const a = await envoy.request({ body: JSON.stringify({ model: "tiny", prompt: "hi", max_tokens: 4 }) });
+  expect(a.setHeaders["x-gateway-destination-endpoint"]).toBe(`127.0.0.1:${worker.port}`);
 });

@@ -195,8 +195,8 @@ export class WorkerClient {
   readonly url: string;
   /** The deployment's internal token header (AIRM_INTERNAL_TOKEN), sent on every call; none without one. */
   private readonly auth: Record<string, string>;
-  /** The dispatcher of calls over mutual TLS, or nothing (the global one). */
-  private readonly via: RequestInit;
+  /** The deployment's TLS material, or none (plain HTTP). */
+  private readonly tls: TlsMaterial | undefined;
 
   /**
    * `options.tls`: the deployment's TLS material (AIRM_TLS_DIR): calls present its certificate and
@@ -213,7 +213,12 @@ export class WorkerClient {
     if (options.tls && !/^https:\/\//i.test(this.url)) {
       throw new ConfigError("worker URL", `${this.url}: with AIRM_TLS_DIR set the workers serve TLS only; give https:// URLs`);
     }
-    this.via = fetchVia(options.tls);
+    this.tls = options.tls;
+  }
+
+  /** The dispatcher of calls over mutual TLS (the current one: it changes when the files reload), or nothing (the global one). */
+  private get via(): RequestInit {
+    return fetchVia(this.tls);
   }
 
   private async post(path: string, body: unknown, o: CallOptions): Promise<Response> {

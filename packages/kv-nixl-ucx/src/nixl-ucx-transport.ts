@@ -348,7 +348,7 @@ class NixlUcxTransport implements KVTransport {
  */
 export async function createNixlUcxTransport(options: Partial<NixlUcxOptions> = {}, directory?: DescriptorDirectory): Promise<KVTransport> {
   const o = NIXL_UCX_CONFIG.resolve({ options });
-  const dir = directory ?? relayDirectory(o.addr, { token: o.internalToken, tls: tlsMaterialOf(o.tlsDir) });
+  const dir = directory ?? relayDirectory(o.addr, { token: o.internalToken, tls: tlsMaterialOf(o.tlsDir, { reloadS: o.tlsReloadS }) });
   const config = { poolBytes: Math.round(o.poolMb * 1024 * 1024), tls: o.tls, errMode: o.errMode, spinMs: o.spinMs };
   // The lanes start side by side (each is a thread bringing up its own UCX context).
   const started = await Promise.allSettled(Array.from({ length: o.readLanes }, () => acquireEngine(config)));

@@ -62,8 +62,10 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
       return 0;
     }
     const c = SIDECAR_CONFIG.resolve({ env, options: { python: f.python } });
-    const { internalToken, tlsDir } = RM_CORE_CONFIG.resolve({ env });
-    const crossHost = c.crossHost ? { relay: RELAY_CLIENT_CONFIG.resolve({ env }).addr, peer: peerAddress(c.peerAddr ?? f.listen), tls: tlsMaterialOf(tlsDir) } : undefined;
+    const { internalToken, tlsDir, tlsReloadS } = RM_CORE_CONFIG.resolve({ env });
+    const crossHost = c.crossHost
+      ? { relay: RELAY_CLIENT_CONFIG.resolve({ env }).addr, peer: peerAddress(c.peerAddr ?? f.listen), tls: tlsMaterialOf(tlsDir, { reloadS: tlsReloadS }) }
+      : undefined;
     sidecar = await startSidecar({
       crossHost,
       listen: f.listen,

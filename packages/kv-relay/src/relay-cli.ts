@@ -34,8 +34,8 @@ export async function main(argv = process.argv.slice(2), env: Record<string, str
       return 0;
     }
     const c = RELAY_CONFIG.resolve({ env, options: { maxMb: f.maxMb, ttlS: f.ttlS, metricsPort: f.metricsPort, crc: f.noCrc ? false : undefined, log: f.log || undefined } });
-    const { internalToken, tlsDir } = RM_CORE_CONFIG.resolve({ env });
-    const tls = tlsMaterialOf(tlsDir);
+    const { internalToken, tlsDir, tlsReloadS } = RM_CORE_CONFIG.resolve({ env });
+    const tls = tlsMaterialOf(tlsDir, { reloadS: tlsReloadS });
     const { host, port } = parseHostPort(f.listen, "--listen");
     relay = await startRelay({
       host,

@@ -59,4 +59,6 @@ export const RELAY_CLIENT_CONFIG = defineConfig("@airm/kv-relay", {
     default: "127.0.0.1:7400",
     doc: "The relay's host:port the workers connect to (the chart's kvRelay Service; `airm up` sets it when it starts a relay).",
   }),
-}).with(new ConfigSpec("@airm/rm-core", { internalToken: RM_CORE_CONFIG.options.internalToken, tlsDir: RM_CORE_CONFIG.options.tlsDir }));
+}).with(
+  new ConfigSpec("@airm/rm-core", { internalToken: RM_CORE_CONFIG.options.internalToken, tlsDir: RM_CORE_CONFIG.options.tlsDir, tlsReloadS: RM_CORE_CONFIG.options.tlsReloadS }),
+);

@@ -8,7 +8,7 @@ import { createHash } from "node:crypto";
 import net from "node:net";
 import tls from "node:tls";
 import { crc32 } from "@node-rs/crc32";
-import { isAirmError, refusalReason, requestIdOf, sameSecret, serverTlsOptions, validateKey, validateRequestId, type TlsMaterial } from "@airm/rm-core";
+import { isAirmError, refusalReason, requestIdOf, sameSecret, serveReloads, serverTlsOptions, validateKey, validateRequestId, type TlsMaterial } from "@airm/rm-core";
 import { pino, type Logger } from "pino";
 import { BlobPool, type PoolSlot } from "./blob-pool.ts";
 import {
@@ -483,10 +483,13 @@ export class Relay implements RelayServer {
   /**
    * A server of mutual TLS: connections are taken once their handshake verified the caller's
    * certificate; refused handshakes are logged (at warn when a certificate was refused, at debug
-   * when the caller just went away, e.g. a port probe) and counted as rejected frames.
+   * when the caller just went away, e.g. a port probe) and counted as rejected frames. Reloaded
+   * files (AIRM_TLS_RELOAD_S) serve the handshakes after.
    */
   private tlsServer(material: TlsMaterial): net.Server {
     const server = tls.createServer({ ...serverTlsOptions(material), noDelay: true }, (socket) => this.accept(socket));
+    const stop = serveReloads(server, material, () => this.log.info({ dir: material.dir, generation: material.generation }, "TLS certificates reloaded"));
+    server.once("close", stop);
     server.on("tlsClientError", (err: Error, socket: tls.TLSSocket) => {
       const remote = `${socket.remoteAddress}:${socket.remotePort}`;
       const reason = refusalReason(err, socket);

@@ -8,7 +8,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import tls from "node:tls";
-import { kvCrc32, loadTlsDir, makeTlsTestDirs, newInternalToken, patternBytes, type TlsMaterial, type TlsTestDirs } from "@airm/rm-core";
+import { kvCrc32, LiveTlsMaterial, loadTlsDir, makeTlsTestDirs, newInternalToken, patternBytes, type TlsMaterial, type TlsTestDirs } from "@airm/rm-core";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { RelayClient, frame, spawnRelay, startRelay, type RelayProcess } from "../src/index.ts";
 
@@ -113,12 +113,11 @@ describe("airm-kv-relay with AIRM_TLS_DIR", () => {
 
   test("a client refuses a relay whose certificate the deployment's CA did not issue", async () => {
     const foreign = dirs.foreign;
-    const impostorTls = {
-      dir: foreign,
+    const impostorTls = new LiveTlsMaterial(foreign, {
       cert: readFileSync(join(foreign, "tls.crt")),
       key: readFileSync(join(foreign, "tls.key")),
       ca: readFileSync(join(root, "other-ca", "ca.crt")),
-    };
+    });
     const impostor = await startRelay({ host: "127.0.0.1", port: 0, tls: impostorTls, token: TOKEN });
     const c = RelayClient.connect(impostor.address, { token: TOKEN, tls: material });
     try {

@@ -60,7 +60,7 @@ class TcpTransport implements KVTransport {
     port: number,
     private readonly o: TcpOptions,
   ) {
-    this.client = new RelayClient(host, port, { crc: o.crc, connections: o.connections, token: o.internalToken, tls: tlsMaterialOf(o.tlsDir) });
+    this.client = new RelayClient(host, port, { crc: o.crc, connections: o.connections, token: o.internalToken, tls: tlsMaterialOf(o.tlsDir, { reloadS: o.tlsReloadS }) });
   }
 
   get address(): string {

@@ -13,8 +13,21 @@ export { ConfigSpec, defineConfig, opt, configMarkdown, configText, type ConfigR
 export { Command, defineCommand, flagOf, switchOf, type CommandSpec, type Flag, type FlagMap, type FlagValues, type ParsedCommand } from "./config/command-line.ts";
 export { RM_CORE_CONFIG } from "./rm-core-config.ts";
 export { INTERNAL_TOKEN_HEADER, newInternalToken, sameSecret } from "./internal-token.ts";
-export { TLS_FILES, loadTlsDir, tlsMaterialOf, serverTlsOptions, clientTlsOptions, isTlsError, refusalReason, type TlsMaterial } from "./tls-files.ts";
-export { createCa, issueLeaf, makeTlsDir, makeTlsTestDirs, DEFAULT_TLS_HOSTS, type CaFiles, type LeafOptions, type TlsTestDirs } from "./tls-certs.ts";
+export {
+  TLS_FILES,
+  DEFAULT_TLS_RELOAD_S,
+  LiveTlsMaterial,
+  loadTlsDir,
+  tlsMaterialOf,
+  serverTlsOptions,
+  serveReloads,
+  clientTlsOptions,
+  isTlsError,
+  refusalReason,
+  type TlsMaterial,
+  type TlsReload,
+} from "./tls-files.ts";
+export { createCa, issueLeaf, makeTlsDir, makeTlsTestDirs, writeSecretVolume, DEFAULT_TLS_HOSTS, type CaFiles, type LeafOptions, type TlsTestDirs } from "./tls-certs.ts";
 export { Registry, registry, findPackageRoot, dependencyPackageJson, type PluginFor, type PluginEntry } from "./registry.ts";
 export { selectTransport, transportName, DEFAULT_KV_TRANSPORT, type SelectTransportOptions } from "./select-transport.ts";
 export { FencedTransport, DEFAULT_PULL_TIMEOUT_MS } from "./fenced-transport.ts";

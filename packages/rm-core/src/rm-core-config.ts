@@ -35,6 +35,11 @@ export const RM_CORE_CONFIG = defineConfig("@airm/rm-core", {
     defaultText: "none: the parts talk plain HTTP and TCP to each other",
     doc: "A folder holding tls.crt, tls.key and ca.crt (the keys cert-manager writes into a Secret mounted as a volume). When set, every worker and the KV relay serve TLS and refuse, at the handshake, a caller without a certificate issued by ca.crt (none, another CA's, an expired one); the gateway, the KV transports' relay clients and `airm up`'s probes present tls.crt and verify the server's certificate against ca.crt. The endpoint picker scrapes over mutual TLS and serves its ext_proc port over TLS; an https:// OTLP export verifies the collector with ca.crt and presents tls.crt when asked (the OTEL_EXPORTER_OTLP_* certificate variables win). Only the chain is checked, not host names: any certificate of that CA is a part of the deployment, so give the deployment a CA of its own. AIRM_INTERNAL_TOKEN is still asked. The gateway's client port, the metrics ports (a worker's --metrics-port), KV events and the UCX / NIXL / shm data paths stay plain (docs/tls.md). A missing or unreadable file stops the part at start. `airm up --tls` makes a throwaway CA and sets it.",
   }),
+  tlsReloadS: opt(num({ min: 0 }), {
+    env: "AIRM_TLS_RELOAD_S",
+    default: 60,
+    doc: "How often (seconds) a part reads AIRM_TLS_DIR again. New files that pass the start checks (in force, the key of the certificate, issued by ca.crt) are used for every handshake after: servers present the new certificate and check callers against the new ca.crt, clients open new connections with it; connections already open go on. New files that fail a check are logged and the old stay in force. cert-manager renews a Certificate before it expires and the kubelet updates the mounted Secret in place, so parts need no restart. 0 reads the folder at start only.",
+  }),
   drainS: opt(num({ min: 0 }), {
     env: "AIRM_DRAIN_S",
     default: 10,

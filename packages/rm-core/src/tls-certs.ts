@@ -5,7 +5,7 @@
 // leaves of another CA. Every openssl run gets a minimal config of its own, never the system's.
 
 import { execFileSync } from "node:child_process";
-import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { isIP } from "node:net";
 import { join } from "node:path";
 import { TLS_FILES } from "./tls-files.ts";
@@ -170,4 +170,21 @@ export function makeTlsTestDirs(root: string): TlsTestDirs {
   issueLeaf(other, dirs.foreign);
   copyFileSync(ca.cert, join(dirs.foreign, TLS_FILES.ca));
   return dirs;
+}
+
+/**
+ * Copies the TLS folder `from`'s files into `volume` the way the kubelet updates a mounted Secret:
+ * into a new timestamped folder, then `..data` is switched to it by one rename and each file is a
+ * link through `..data` (made the first time), so a reader sees the old set or the new one; the
+ * folder before is removed. What a cert-manager renewal looks like to a part.
+ */
+export function writeSecretVolume(volume: string, from: string): void {
+  mkdirSync(volume, { recursive: true, mode: 0o700 });
+  const previous = readdirSync(volume).filter((n) => n.startsWith("..20"));
+  const next = mkdtempSync(join(volume, `..${new Date().toISOString().replace(/[-:.]/g, "_")}.`));
+  for (const f of Object.values(TLS_FILES)) copyFileSync(join(from, f), join(next, f));
+  symlinkSync(next.slice(volume.length + 1), join(volume, "..data_tmp"));
+  renameSync(join(volume, "..data_tmp"), join(volume, "..data"));
+  for (const f of Object.values(TLS_FILES)) if (!existsSync(join(volume, f))) symlinkSync(join("..data", f), join(volume, f));
+  for (const p of previous) rmSync(join(volume, p), { recursive: true, force: true });
 }

@@ -7,7 +7,7 @@
 import { serve } from "@hono/node-server";
 import { keepIdleConnections } from "@airm/internal-api";
 import type { Server } from "node:http";
-import { createServer as createHttpsServer } from "node:https";
+import { createServer as createHttpsServer, type Server as HttpsServer } from "node:https";
 import type { AddressInfo } from "node:net";
 import type { TLSSocket } from "node:tls";
 import {
@@ -17,6 +17,7 @@ import {
   refusalReason,
   registry,
   selectTransport,
+  serveReloads,
   serverTlsOptions,
   tlsMaterialOf,
   transportName,
@@ -105,7 +106,13 @@ function listen(app: { fetch: (r: Request) => Response | Promise<Response> }, po
   return new Promise((resolve, reject) => {
     const s = serve({ fetch: app.fetch, port, hostname: host, ...tlsServing(tls) }) as Server;
     keepIdleConnections(s);
-    if (tls) logRefusals(s, log);
+    if (tls) {
+      logRefusals(s, log);
+      s.once(
+        "close",
+        serveReloads(s as unknown as HttpsServer, tls, () => log.info({ dir: tls.dir, generation: tls.generation }, "TLS certificates reloaded")),
+      );
+    }
     s.once("listening", () => resolve(s));
     s.once("error", reject);
   });
@@ -157,7 +164,7 @@ export async function startWorker(o: WorkerOptions): Promise<RunningWorker> {
   await registry.load("airm.workloads", engineName).catch(() => {});
   if (kvName) await registry.load("airm.kv_transports", kvName).catch(() => {});
   const core = RM_CORE_CONFIG.resolve({ env });
-  const tls = tlsMaterialOf(core.tlsDir);
+  const tls = tlsMaterialOf(core.tlsDir, { reloadS: core.tlsReloadS });
   const server = await listen(createWorkerApp(rt, o.localPrefill, core.internalToken), o.port, host, tls, log);
   const port = (server.address() as AddressInfo).port;
   const url = `${tls ? "https" : "http"}://${host}:${port}`;

@@ -10,7 +10,7 @@ import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fetchVia } from "@airm/internal-api";
-import { ConfigError, loadTlsDir, makeTlsDir, newInternalToken, type TlsMaterial } from "@airm/rm-core";
+import { ConfigError, loadTlsDir, makeTlsDir, newInternalToken, RM_CORE_CONFIG, type TlsMaterial } from "@airm/rm-core";
 import type { ChildPart } from "./child-part.ts";
 import { planCluster, type ClusterPlan, type ClusterShape } from "./cluster-plan.ts";
 import { RESTART_POLICY, Supervisor, type OnPartExit, type RestartPolicy } from "./supervisor.ts";
@@ -148,7 +148,10 @@ function clusterTls(o: ClusterOptions, inherited: Record<string, string | undefi
   if (given) {
     const material = loadTlsDir(given);
     log(`airm up: the parts talk mutual TLS with the certificates in ${given} (AIRM_TLS_DIR)`);
-    return { dir: given, material, remove: () => {} };
+    // the launcher's probes follow renewed files as the parts do (AIRM_TLS_RELOAD_S)
+    const reloadS = RM_CORE_CONFIG.resolve({ env: { ...inherited, ...o.env } }).tlsReloadS;
+    const stop = reloadS > 0 ? material.watch(reloadS * 1000, (e) => log(`airm up: ${e.message}; the certificates loaded before stay in force`)) : () => {};
+    return { dir: given, material, remove: stop };
   }
   if (!o.tls) return null;
   for (const d of sweepStaleClusterDirs(tmpdir(), TLS_DIR_PREFIX)) log(`airm up: removed ${d}, left by an earlier launcher that was killed`);

@@ -9,11 +9,12 @@
 import { spawnSync } from "node:child_process";
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { request } from "node:https";
+import { connect as tlsConnect } from "node:tls";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { PrefillRequest } from "@airm/internal-api";
-import { makeTlsTestDirs, type TlsTestDirs } from "@airm/rm-core";
+import { createCa, issueLeaf, makeTlsTestDirs, type TlsTestDirs, writeSecretVolume } from "@airm/rm-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { RunningCluster } from "../../src/index.ts";
 import { freePort } from "../../src/index.ts";
@@ -136,6 +137,81 @@ describe("a worker given AIRM_TLS_DIR", () => {
     expect(r).toEqual({ error: clientError });
     await until(() => worker.logs(400).includes(`TLS handshake refused: ${reason}`), `the worker to log ${reason}`, 10_000);
   });
+});
+
+/**
+ * A TLS handshake with `hostPort` presenting folder `client`'s certificate and trusting its
+ * ca.crt: the server certificate's CN once the server took the caller (it answered, or kept the
+ * connection open 300 ms: a relay waits for a HELLO frame), else "refused".
+ */
+function serverCn(hostPort: string, client: string): Promise<string> {
+  const [host, port] = [hostPort.slice(0, hostPort.lastIndexOf(":")), Number(hostPort.slice(hostPort.lastIndexOf(":") + 1))];
+  const file = (f: string) => readFileSync(join(client, f));
+  return new Promise((resolve) => {
+    let cn = "";
+    const s = tlsConnect({ host, port, cert: file("tls.crt"), key: file("tls.key"), ca: file("ca.crt"), checkServerIdentity: () => undefined }, () => {
+      cn = String(s.getPeerCertificate().subject.CN);
+      s.write("GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+      setTimeout(() => s.destroy(), 300);
+    });
+    let answered = false;
+    s.on("data", () => (answered = true));
+    s.on("error", () => {});
+    s.on("close", (hadError) => resolve(cn && (answered || !hadError) ? cn : "refused"));
+  });
+}
+
+describe("certificates renewed in place (AIRM_TLS_RELOAD_S): the CA of a running PD cluster changes", () => {
+  let pd: RunningCluster;
+  let volume: string;
+  let caller1: string;
+  let caller2: string;
+  let next: string;
+  beforeAll(async () => {
+    const ca1 = createCa(join(certs, "renew-ca1"), "first CA");
+    const ca2 = createCa(join(certs, "renew-ca2"), "second CA");
+    caller1 = issueLeaf(ca1, join(certs, "renew-caller1"), { cn: "caller of the first CA" });
+    caller2 = issueLeaf(ca2, join(certs, "renew-caller2"), { cn: "caller of the second CA" });
+    next = issueLeaf(ca2, join(certs, "renew-next"), { cn: "parts of the second CA" });
+    volume = join(certs, "renew-volume");
+    writeSecretVolume(volume, issueLeaf(ca1, join(certs, "renew-first"), { cn: "parts of the first CA" }));
+    pd = await cluster({
+      model,
+      maxModelLen: S,
+      kvTransport: "tcp",
+      decode: [{ backend: "atom" }],
+      onPartExit: "restart",
+      env: { AIRM_TLS_DIR: volume, AIRM_TLS_RELOAD_S: "0.3", AIRM_LOG_LEVEL: "info" },
+    });
+  });
+  afterAll(async () => {
+    await pd?.stop();
+  });
+
+  it("the workers and the relay serve the new certificate and refuse the old CA, and the gateway reaches a restarted worker with it", async () => {
+    const id = await modelId(pd);
+    const ask = () => postJson(`${pd.url}/v1/completions`, { model: id, prompt: "renewed in place", max_tokens: 8, temperature: 0 });
+    const before = await ask();
+    expect(before.status, JSON.stringify(before.body)).toBe(200);
+    const addr = (name: string) => pd.part(name).url.replace(/^\w+:\/\//, "");
+    const servers = [addr("prefill"), addr("decode"), addr("kv-relay")];
+    for (const a of servers) expect(await serverCn(a, caller1), a).toBe("parts of the first CA");
+
+    writeSecretVolume(volume, next); // as the kubelet swaps a renewed Secret's files
+    for (const a of servers) await until(async () => (await serverCn(a, caller2)) === "parts of the second CA", `${a} to serve the new certificate`, 20_000, 200);
+    for (const a of servers) expect(await serverCn(a, caller1), a).toBe("refused");
+    for (const name of ["prefill", "decode", "kv-relay"]) expect(pd.part(name).logs(), name).toContain("TLS certificates reloaded");
+
+    // A decode worker restarted now starts with the new files: the gateway's connections to it are
+    // new ones, which work only if the gateway presents the new certificate too.
+    const restarted = pd.part("decode");
+    restarted.child.kill("SIGKILL");
+    await restarted.exited;
+    await until(async () => (await ask()).status === 200, "a completion through the restarted decode worker", 90_000, 500);
+    const after = await ask();
+    expect(after.status, JSON.stringify(after.body)).toBe(200);
+    expect(after.body.choices[0].text).toBe(before.body.choices[0].text);
+  }, 240_000);
 });
 
 describe("a part whose AIRM_TLS_DIR lacks a file", () => {
