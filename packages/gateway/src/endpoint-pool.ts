@@ -9,6 +9,7 @@ import { WorkerClient, type WorkerHealth } from "@airm/internal-api";
 import { choose, DEFAULT_SATURATION, DEFAULT_WEIGHTS, isSaturated, type Candidate, type Routing, type Weights } from "@airm/routing";
 import type { SamplingDefaults, TlsMaterial } from "@airm/rm-core";
 import { causeOf, nothingListens } from "./net-errors.ts";
+import type { RuntimeAdapters } from "./runtime-adapters.ts";
 
 export interface Endpoint {
   readonly url: string;
@@ -24,6 +25,8 @@ export interface Endpoint {
   aliveAt: number;
   /** Its circuit breaker: calls that failed in a row, and when (performance.now()) an open breaker lets a trial call through. */
   breaker: { state: "closed" | "open" | "half-open"; failures: number; retryAt: number; cooldownMs: number };
+  /** Run-time LoRA adapters being loaded on it again (it came back without them), while that runs. */
+  restoring?: Promise<void>;
 }
 
 /** How many of a prompt's blocks each endpoint holds (prefix-router.ts works it out), for pick(). */
@@ -54,6 +57,8 @@ export interface PoolOptions {
   routing?: GatewayRouting;
   /** The score's weights with `prefix` (default @airm/routing's DEFAULT_WEIGHTS). */
   weights?: Weights;
+  /** The LoRA adapters loaded through the gateway: a worker that answers healthy without one of them is given it again before it is picked. */
+  adapters?: RuntimeAdapters;
 }
 
 /** The gateway's routing policies (AIRM_ROUTING): the shared names it applies (approx-prefix is the endpoint picker's). */
@@ -166,6 +171,7 @@ export class EndpointPool {
       e.healthy = status === 200 && health?.ready === true;
       e.lastError = e.healthy ? null : `health answered ${status}${health?.ready === false ? ` (${health.status}${health.error ? `: ${health.error}` : ""})` : ""}`;
       if (e.healthy) e.aliveAt = performance.now();
+      if (e.healthy) this.restoreAdapters(e);
     } catch (err) {
       // A slow probe from a worker that is computing for its outstanding requests and made
       // progress lately: busy, not dead. Anything else (refused, reset, silent and idle) is down.
@@ -180,6 +186,33 @@ export class EndpointPool {
       e.healthy = false;
       e.lastError = `health probe failed: ${causeOf(err)}`;
     }
+  }
+
+  /**
+   * A worker that answers healthy but lacks adapters loaded through the gateway (it restarted)
+   * stays out of picks while they are loaded on it again; then it is probed at once. A load that
+   * fails keeps it out, with the worker's error as its lastError, and is tried again at the next
+   * probe: every worker of the gateway serves every adapter it loaded, or none is picked.
+   */
+  private restoreAdapters(e: Endpoint): void {
+    const missing = this.o.adapters?.missingOn(e.health) ?? [];
+    if (!missing.length) return;
+    e.healthy = false;
+    e.lastError = `loading LoRA adapters ${missing.map((a) => a.name).join(", ")} again (loaded through the gateway; the worker came back without them)`;
+    if (e.restoring) return;
+    const loads = missing.map((a) =>
+      e.client.loadLora({ name: a.name, path: a.path }).catch((err) => (/already loaded/.test(String((err as Error).message)) ? undefined : Promise.reject(err))),
+    );
+    e.restoring = Promise.all(loads)
+      .then(
+        () => this.probe(e),
+        (err) => {
+          e.lastError = `LoRA adapter load refused while giving back the gateway's adapters: ${(err as Error).message}`;
+        },
+      )
+      .finally(() => {
+        e.restoring = undefined;
+      });
   }
 
   /** Marks an endpoint down after a call that could not reach it (the next probe may bring it back); it counts against its breaker too. */

@@ -17,6 +17,7 @@ import { GatewayMetrics } from "./gateway-metrics.ts";
 import { Orchestrator, estimatesOf, type DisaggregationMode } from "./orchestrator/index.ts";
 import { decodeSlots, podBlocks, podGeometry, podLoad, podLora } from "./pod-load.ts";
 import { PrefixRouter } from "./prefix-router.ts";
+import { RuntimeAdapters } from "./runtime-adapters.ts";
 
 export interface GatewayOptions extends Partial<GatewayConfig> {
   port: number;
@@ -86,6 +87,30 @@ function workerPools(o: GatewayOptions, pool: PoolOptions): { solo?: EndpointPoo
 }
 
 /**
+ * The gateway's figures read from its pools at scrape time: the disaggregation estimates, each
+ * endpoint's health and circuit, the vllm:* gauges of the pod it speaks for, and how its serving
+ * workers name their blocks (for an endpoint picker that routes by prefix: a pod's gateway speaks
+ * for its worker; several workers behind one gateway share a root).
+ */
+function exportPoolMetrics(metrics: GatewayMetrics, pools: ReturnType<typeof workerPools>, orchestrator: Orchestrator, localPrefill: boolean): void {
+  const all = Object.values(pools) as EndpointPool[];
+  const servingPool = pools.solo ?? pools.decode!;
+  if (pools.decode) metrics.exportEstimates(() => estimatesOf(pools.decode), localPrefill);
+  metrics.exportEndpoints(() => all.flatMap((p) => p.endpoints.map((e) => ({ role: p.role, url: e.url, healthy: e.healthy, circuit: e.breaker.state }))));
+  registerVllmGauges(
+    metrics.registry,
+    () => ({ ...podLoad(orchestrator.inFlight, decodeSlots(servingPool), podBlocks(servingPool)), lora: podLora(servingPool) }),
+    () => podGeometry(servingPool),
+  );
+  registerPrefixCacheInfo(metrics.registry, () => {
+    const e = servingPool.endpoints.find((x) => x.health?.prefixCache?.enabled && x.health.model && x.health.kvCache);
+    if (!e) return null;
+    const h = e.health!;
+    return { modelFingerprint: h.model!.modelFingerprint, numericsFingerprint: h.model!.numericsFingerprint, blockSize: h.kvCache!.blockSize, instance: h.prefixCache!.instance };
+  });
+}
+
+/**
  * Keeps `pool`'s members the InferencePool's prefill pods (plus the static `urls`). Resolves once
  * the pool was read; throws the watcher's error (naming the pool and what to check) otherwise.
  */
@@ -117,7 +142,8 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     throw new ConfigError("--disaggregation", `${disaggregation} runs requests whole on the decode workers: it needs --local-prefill (and decode workers started with it)`);
   const cfg = GATEWAY_CONFIG.resolve({ options: settings });
   const host = opts.host ?? "127.0.0.1";
-  const pools = workerPools(opts, { token: internalToken, tls, breakerFailures: cfg.breakerFailures, breakerCooldownMs: cfg.breakerCooldownMs, routing: cfg.routing });
+  const adapters = new RuntimeAdapters();
+  const pools = workerPools(opts, { token: internalToken, tls, breakerFailures: cfg.breakerFailures, breakerCooldownMs: cfg.breakerCooldownMs, routing: cfg.routing, adapters });
   const all = Object.values(pools) as EndpointPool[];
   const members = opts.prefillPool ? await followPrefillPool(opts.prefillPool, pools.prefill!, opts.prefill ?? [], tls ? "https" : "http") : null;
   await Promise.all(all.map((p) => p.start(cfg.healthIntervalMs)));
@@ -160,21 +186,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     },
   });
   const servingPool = pools.solo ?? pools.decode!;
-  if (pools.decode) metrics.exportEstimates(() => estimatesOf(pools.decode), localPrefill === true);
-  metrics.exportEndpoints(() => all.flatMap((p) => p.endpoints.map((e) => ({ role: p.role, url: e.url, healthy: e.healthy, circuit: e.breaker.state }))));
-  registerVllmGauges(
-    metrics.registry,
-    () => ({ ...podLoad(orchestrator.inFlight, decodeSlots(servingPool), podBlocks(servingPool)), lora: podLora(servingPool) }),
-    () => podGeometry(servingPool),
-  );
-  // How the serving workers name their blocks, for an endpoint picker that routes by prefix (a
-  // pod's gateway speaks for its worker; several workers behind one gateway share a root).
-  registerPrefixCacheInfo(metrics.registry, () => {
-    const e = servingPool.endpoints.find((x) => x.health?.prefixCache?.enabled && x.health.model && x.health.kvCache);
-    if (!e) return null;
-    const h = e.health!;
-    return { modelFingerprint: h.model!.modelFingerprint, numericsFingerprint: h.model!.numericsFingerprint, blockSize: h.kvCache!.blockSize, instance: h.prefixCache!.instance };
-  });
+  exportPoolMetrics(metrics, pools, orchestrator, localPrefill === true);
   const grammar = new GrammarChecker();
   const drain = new GatewayDrain();
   metrics.exportDraining(() => drain.draining);
@@ -193,6 +205,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     grammar,
     tools: { parser: cfg.toolCallParser === "none" ? null : cfg.toolCallParser },
     log,
+    adapters,
   });
   // What runs so far (probe timers, the pool watch, the grammar thread) would keep a gateway that
   // cannot listen alive: stopped before the error goes up, so that the process exits.

@@ -2,7 +2,9 @@
 // /v1/unload_lora_adapter {lora_name}, behind the API key like every route. The gateway loads (or
 // unloads) the adapter on every worker it calls, of every role, so that prefill and decode alike
 // run it; a load that fails on one worker is undone on the others, and the error is the worker's
-// (a 400 naming the adapter's field or tensor). Answers are vLLM's: 200 with a line of text.
+// (a 400 naming the adapter's field or tensor). Answers are vLLM's: 200 with a line of text. The
+// gateway remembers what it loaded (runtime-adapters.ts): a worker that restarts without an
+// adapter is given it again before it takes requests.
 
 import { ApiError, toApiError } from "@airm/internal-api";
 import type { Context, Hono } from "hono";
@@ -48,6 +50,7 @@ async function load(c: Context, o: GatewayAppOptions): Promise<Response> {
     o.log?.warn({ lora: b.lora_name, worker: eps[failed].url, err: err.message }, "LoRA adapter load refused");
     throw err;
   }
+  o.adapters?.add({ name: b.lora_name, path: b.lora_path });
   await refreshAll(o);
   o.log?.info({ lora: b.lora_name, path: b.lora_path, workers: eps.length }, "LoRA adapter loaded");
   return c.text(`Success: LoRA adapter '${b.lora_name}' added successfully.`);
@@ -56,6 +59,7 @@ async function load(c: Context, o: GatewayAppOptions): Promise<Response> {
 async function unload(c: Context, o: GatewayAppOptions): Promise<Response> {
   const b = checked(UnloadSchema, await jsonBody(c));
   const eps = workers(o);
+  o.adapters?.remove(b.lora_name);
   const results = await Promise.allSettled(eps.map((e) => e.client.unloadLora({ name: b.lora_name })));
   await refreshAll(o);
   if (!results.some((r) => r.status === "fulfilled")) {

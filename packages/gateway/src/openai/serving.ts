@@ -20,6 +20,7 @@ import type { ToolSettings } from "./chat/tools.ts";
 import { Timing } from "./completion.ts";
 import { generationOf } from "./parse.ts";
 import type { GenerationRequest, ParseOptions } from "./request-common.ts";
+import type { RuntimeAdapters } from "../runtime-adapters.ts";
 
 export interface GatewayAppOptions {
   orchestrator: Orchestrator;
@@ -44,6 +45,8 @@ export interface GatewayAppOptions {
   log?: Logger;
   /** The gateway's drain: refuses new requests and cuts the open ones at its end (default: none). */
   drain?: GatewayDrain;
+  /** The LoRA adapters loaded through the load route, which the pools give back to a worker that restarted (the pools' `adapters`). */
+  adapters?: RuntimeAdapters;
 }
 
 /** Field names already logged as ignored (once per name and process: no request body in the log). */

@@ -7,7 +7,9 @@
 // - an unknown adapter is a 404 naming it; a corrupt adapter or a rank over the limit is a 400
 //   naming the tensor or r at load; the KV of one adapter is refused by a decode on another;
 // - loading and unloading at run time while requests run loses none of them;
-// - vllm:lora_requests_info says max_lora and the adapters in use.
+// - vllm:lora_requests_info says max_lora and the adapters in use;
+// - a decode worker that restarts is given the adapters loaded at run time again by the gateway
+//   before it takes a request, so the requests waiting for it get their solo tokens, not a 404.
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -63,8 +65,12 @@ async function reference(lora: string | undefined, sampling: { temperature: numb
 }
 
 /** The gateway's completion of PROMPT naming `modelName`, as token ids. */
-async function viaGateway(modelName: string, sampling: { temperature: number; seed?: number } = { temperature: 0 }): Promise<{ status: number; tokens: number[]; body: any }> {
-  const r = await postJson(`${pd.url}/v1/completions`, {
+async function viaGateway(
+  modelName: string,
+  sampling: { temperature: number; seed?: number } = { temperature: 0 },
+  gateway = pd.url,
+): Promise<{ status: number; tokens: number[]; body: any }> {
+  const r = await postJson(`${gateway}/v1/completions`, {
     model: modelName,
     prompt: PROMPT,
     max_tokens: 12,
@@ -82,6 +88,34 @@ async function baseId(): Promise<string> {
   const models = (await (await fetch(`${pd.url}/v1/models`)).json()) as { data: { id: string; parent: string | null }[] };
   return models.data.find((m) => m.parent === null)!.id;
 }
+
+describe("an adapter loaded at run time, and a decode worker that restarts", () => {
+  let c: RunningCluster;
+  afterAll(async () => {
+    await c?.stop();
+  });
+
+  it("the gateway loads it on the restarted worker before the worker takes a request: the requests waiting for it get their solo tokens", async () => {
+    c = await cluster({ model, maxModelLen: S, kvTransport: "tcp", onPartExit: "restart", env: { AIRM_LORA_MODULES: `qv=${dirs.qv}`, AIRM_MAX_LORA_RANK: "16" } });
+    const loaded = await postJson(`${c.url}/v1/load_lora_adapter`, { lora_name: "late", lora_path: dirs.late });
+    expect(loaded.status, JSON.stringify(loaded.body)).toBe(200);
+    const want = await reference("late");
+    expect((await viaGateway("late", undefined, c.url)).tokens).toEqual(want);
+
+    const decode = c.part("decode");
+    decode.child.kill("SIGKILL");
+    await decode.exited;
+    // Sent while the worker is down: they wait for it (a worker that restarts is waited for), then run on it.
+    const during = await Promise.all([0, 1, 2].map(() => viaGateway("late", undefined, c.url)));
+    for (const r of during) {
+      expect(r.status, JSON.stringify(r.body)).toBe(200);
+      expect(r.tokens).toEqual(want);
+    }
+    const health = await new WorkerClient(c.part("decode").url, undefined, { token: c.internalToken }).health();
+    expect(health.health?.lora?.adapters.map((a) => a.name).sort()).toEqual(["late", "qv"]);
+    expect(c.part("gateway").logs()).not.toContain("lora_not_found");
+  }, 180_000);
+});
 
 describe("LoRA adapters through PD (tcp) against a solo worker", () => {
   it("lists each adapter in /v1/models with its folder and base", async () => {
