@@ -380,7 +380,7 @@ describe("charts/rngd-pd", () => {
     for (const [k, v] of Object.entries(pool.spec.selector.matchLabels)) expect(serving[k]).toBe(v);
     expect(manifests().some((m) => m.kind === "InferencePool")).toBe(false);
   });
-  test("tls: every part mounts the Secret as AIRM_TLS_DIR; gateways call workers over https; probes and scrapes use plain ports; cert-manager's Certificate or an existing Secret", () => {
+  test("tls: every part mounts the Secret as AIRM_TLS_DIR (read again every tls.reloadSeconds); gateways call workers over https; probes and scrapes use plain ports; cert-manager's Certificate or an existing Secret", () => {
     const topologies: string[][] = [["airm.kvTransport=tcp", "epp.enabled=true"], ["airm.kvTransport=shm"], ["airm.kvTransport=tcp", "topology=sidecar"]];
     for (const set of topologies) {
       const ms = manifests([], [...set, "tls.enabled=true", "tls.existingSecret=airm-tls"]);
@@ -392,6 +392,7 @@ describe("charts/rngd-pd", () => {
         ).toEqual({ name: "airm-tls", secret: { secretName: "airm-tls" } });
         for (const c of pod.containers) {
           expect(envOf(c).AIRM_TLS_DIR, `${d.metadata.name}/${c.name}`).toBe("/etc/airm/tls");
+          expect(envOf(c).AIRM_TLS_RELOAD_S, `${d.metadata.name}/${c.name}`).toBe("60");
           expect(c.volumeMounts).toContainEqual({ name: "airm-tls", mountPath: "/etc/airm/tls", readOnly: true });
         }
         for (const c of pod.containers.filter((x: Manifest) => x.name === "prefill" || x.name === "decode")) {
@@ -412,6 +413,9 @@ describe("charts/rngd-pd", () => {
     expect(JSON.stringify(plain)).not.toContain("AIRM_TLS_DIR");
     expect(container(deployment(plain, "prefill"), "prefill").args).not.toContain("--metrics-port");
 
+    const once = manifests([], ["tls.enabled=true", "tls.existingSecret=airm-tls", "tls.reloadSeconds=0"]);
+    expect(envOf(container(deployment(once, "pd"), "gateway")).AIRM_TLS_RELOAD_S).toBe("0");
+
     const cm = manifests([], ["tls.enabled=true", "tls.certManager.enabled=true", "tls.certManager.issuerRef.name=airm-ca"]);
     const cert = cm.find((m) => m.kind === "Certificate");
     expect(cert.apiVersion).toBe("cert-manager.io/v1");
@@ -427,6 +431,7 @@ describe("charts/rngd-pd", () => {
       [["tls.enabled=true", "tls.existingSecret=s", "tls.certManager.enabled=true"], /not both/],
       [["tls.enabled=true", "tls.certManager.enabled=true"], /tls.certManager.issuerRef.name is required/],
       [["tls.certManager.issuerRef.kind=Cluster"], /\/tls\/certManager\/issuerRef\/kind/],
+      [["tls.reloadSeconds=-1"], /\/tls\/reloadSeconds/],
     ] as [string[], RegExp][]) {
       const r = render([], set);
       expect(r.ok, set.join(" ")).toBe(false);

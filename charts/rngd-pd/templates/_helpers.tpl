@@ -123,11 +123,13 @@ Exactly one of them must be set.
 {{- ternary "https" "http" (.Values.tls.enabled | default false) -}}
 {{- end -}}
 
-{{/* AIRM_TLS_DIR of every part with tls.enabled. */}}
+{{/* AIRM_TLS_DIR and AIRM_TLS_RELOAD_S of every part with tls.enabled. */}}
 {{- define "rngd-pd.tlsEnv" -}}
 {{- if .Values.tls.enabled }}
 - name: AIRM_TLS_DIR
   value: {{ .Values.tls.mountPath | quote }}
+- name: AIRM_TLS_RELOAD_S
+  value: {{ .Values.tls.reloadSeconds | quote }}
 {{- end }}
 {{- end -}}
 
