@@ -2,14 +2,28 @@
 // openssl. A client with the deployment's certificate pushes and pulls blobs of every size through
 // the staged `onread` reader over TLS, each CRC-checked as over plain TCP; a caller with no
 // certificate, one of another CA or an expired one is refused at the handshake (no frame is ever
-// answered), counted and logged with the reason; a plain TCP client gets nothing either.
+// answered), counted and logged with the reason; a plain TCP client gets nothing either. A client
+// whose folder is renewed (AIRM_TLS_RELOAD_S) opens its next connections with the new files.
 
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import tls from "node:tls";
-import { kvCrc32, LiveTlsMaterial, loadTlsDir, makeTlsTestDirs, newInternalToken, patternBytes, type TlsMaterial, type TlsTestDirs } from "@airm/rm-core";
-import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import {
+  createCa,
+  issueLeaf,
+  kvCrc32,
+  LiveTlsMaterial,
+  loadTlsDir,
+  makeTlsTestDirs,
+  newInternalToken,
+  patternBytes,
+  type TlsMaterial,
+  type TlsTestDirs,
+  tlsMaterialOf,
+  writeSecretVolume,
+} from "@airm/rm-core";
+import { afterAll, beforeAll, describe, expect, test, vi } from "vitest";
 import { RelayClient, frame, spawnRelay, startRelay, type RelayProcess } from "../src/index.ts";
 
 const { HEADER_BYTES, Op, Status, decodeHeader, encodeHead } = frame;
@@ -145,4 +159,31 @@ describe("airm-kv-relay with AIRM_TLS_DIR", () => {
       c.close();
     }
   });
+});
+
+test("a client whose TLS folder was renewed (another CA's files) reaches a relay restarted with them: its new connections use the new files", async () => {
+  const ca1 = createCa(join(root, "renew-ca1"), "first CA");
+  const ca2 = createCa(join(root, "renew-ca2"), "second CA");
+  const volume = join(root, "renew-client");
+  writeSecretVolume(volume, issueLeaf(ca1, join(root, "renew-client-1")));
+  const client = tlsMaterialOf(volume, { reloadS: 0.05 })!;
+  const first = await startRelay({ host: "127.0.0.1", port: 0, tls: loadTlsDir(issueLeaf(ca1, join(root, "renew-relay-1"))), token: TOKEN });
+  const port = Number(first.address.split(":").pop());
+  const c = RelayClient.connect(first.address, { token: TOKEN, tls: client });
+  let second: Awaited<ReturnType<typeof startRelay>> | undefined;
+  try {
+    await c.push("renew-1/0/k", patternBytes(1, 1000));
+    expect(Buffer.from((await c.pull("renew-1/0/k")).bytes).equals(patternBytes(1, 1000))).toBe(true);
+
+    writeSecretVolume(volume, issueLeaf(ca2, join(root, "renew-client-2")));
+    await vi.waitFor(() => expect(client.generation).toBe(1), { timeout: 5000 });
+    await first.close();
+    second = await startRelay({ host: "127.0.0.1", port, tls: loadTlsDir(issueLeaf(ca2, join(root, "renew-relay-2"))), token: TOKEN });
+    await c.push("renew-2/0/k", patternBytes(2, 1000), { timeoutMs: 5000 });
+    expect(Buffer.from((await c.pull("renew-2/0/k")).bytes).equals(patternBytes(2, 1000))).toBe(true);
+  } finally {
+    c.close();
+    await first.close().catch(() => {});
+    await second?.close();
+  }
 });
