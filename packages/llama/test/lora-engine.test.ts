@@ -16,7 +16,7 @@ import type { KVCache } from "../src/model/kv-cache.ts";
 import { type ActivationsMode, LlamaModel, type LlamaModelOptions, type WeightsMode } from "../src/model/llama-model.ts";
 import { makeTinyLora, type TinyLoraOptions } from "../src/tiny/make-tiny-lora.ts";
 import { mergedWeights } from "./model-helpers/lora-adapters.ts";
-import { dequantizedCheckpoint, randomCheckpoint, tinyConfig } from "./model-helpers/random-checkpoint.ts";
+import { dequantizedCheckpoint, randomCheckpoint, tinyConfig, tinyGemma3Config, tinyQwen2Config } from "./model-helpers/random-checkpoint.ts";
 import { bf16ToF32, referenceForward } from "./model-helpers/reference-math.ts";
 
 interface Case {
@@ -30,17 +30,9 @@ interface Case {
 // logit; 8-bit inputs to the base's Q4 kernels 6e-2 (the adapter's update runs on the f32 inputs).
 const CASES: Record<string, Case> = {
   llama: { config: tinyConfig(), weights: "auto", tolerance: 2e-2 },
-  qwen2: { config: tinyConfig({ architecture: "qwen2", attentionBias: true, tieWordEmbeddings: true, numKvHeads: 1, ropeTheta: 1000000 }), weights: "auto", tolerance: 2e-2 },
+  qwen2: { config: tinyQwen2Config(), weights: "auto", tolerance: 2e-2 },
   gemma3: {
-    config: tinyConfig({
-      architecture: "gemma3",
-      headDim: 32,
-      tieWordEmbeddings: true,
-      ropeTheta: 1000000,
-      rmsNormEps: 1e-6,
-      queryPreAttnScalar: 24,
-      slidingWindow: { window: 5, layers: [true, false], ropeTheta: 10000 },
-    }),
+    config: tinyGemma3Config(),
     weights: "auto",
     tolerance: 2e-2,
   },

@@ -22,7 +22,7 @@ import { main as airmModel } from "../src/tiny/airm-model-cli.ts";
 import { makeTinyLora, type TinyLoraOptions } from "../src/tiny/make-tiny-lora.ts";
 import { TYPE_IDS, f32, ggufBytes, type GgufTensor, type MetaValue, permuteForGguf, str } from "./fixtures/io/gguf-writer.ts";
 import { storedTensors } from "./model-helpers/lora-adapters.ts";
-import { randomCheckpoint, tinyConfig } from "./model-helpers/random-checkpoint.ts";
+import { randomCheckpoint, tinyConfig, tinyGemma3Config, tinyQwen2Config } from "./model-helpers/random-checkpoint.ts";
 
 const fr = Math.fround;
 const root = mkdtempSync(join(tmpdir(), "airm-lora-gguf-"));
@@ -30,16 +30,8 @@ afterAll(() => rmSync(root, { recursive: true, force: true }));
 
 const CONFIGS: Record<string, ModelConfig> = {
   llama: tinyConfig(),
-  qwen2: tinyConfig({ architecture: "qwen2", attentionBias: true, tieWordEmbeddings: true, numKvHeads: 1, ropeTheta: 1000000 }),
-  gemma3: tinyConfig({
-    architecture: "gemma3",
-    headDim: 32,
-    tieWordEmbeddings: true,
-    ropeTheta: 1000000,
-    rmsNormEps: 1e-6,
-    queryPreAttnScalar: 24,
-    slidingWindow: { window: 5, layers: [true, false], ropeTheta: 10000 },
-  }),
+  qwen2: tinyQwen2Config(),
+  gemma3: tinyGemma3Config(),
 };
 
 /** As lora-engine.test.ts: ranks 4, 8 (rsLoRA, BF16) and 3, different targets and layers. */

@@ -8,26 +8,15 @@ import type { ModelConfig } from "../src/checkpoint-types.ts";
 import { type ActivationsMode, LlamaModel, type WeightsMode } from "../src/model/llama-model.ts";
 import { generate } from "../src/model/generate.ts";
 import type { KVCache } from "../src/model/kv-cache.ts";
-import { dequantizedCheckpoint, randomCheckpoint, tinyConfig } from "./model-helpers/random-checkpoint.ts";
+import { dequantizedCheckpoint, randomCheckpoint, tinyConfig, tinyGemma3Config, tinyQwen2Config } from "./model-helpers/random-checkpoint.ts";
 import { referenceForward } from "./model-helpers/reference-math.ts";
 
 const archs: Record<string, ModelConfig> = {
   llama: tinyConfig(),
-  qwen2: tinyConfig({ architecture: "qwen2", attentionBias: true, tieWordEmbeddings: true, numKvHeads: 1, ropeTheta: 1000000 }),
+  qwen2: tinyQwen2Config(),
   // Qwen3: per-head q/k norm, head_dim 32 where hidden / heads is 16 (as Qwen3-0.6B's 128 against 64)
   qwen3: tinyConfig({ architecture: "qwen3", headDim: 32, tieWordEmbeddings: true, ropeTheta: 1000000 }),
-  // Gemma 3: (1 + w) norms, sandwich norms, scaled embeddings, GeGLU, attention scale from
-  // query_pre_attn_scalar, and a window of 5 positions on layer 0 (local RoPE base), so prompts of
-  // 17 tokens cross it
-  gemma3: tinyConfig({
-    architecture: "gemma3",
-    headDim: 32,
-    tieWordEmbeddings: true,
-    ropeTheta: 1000000,
-    rmsNormEps: 1e-6,
-    queryPreAttnScalar: 24,
-    slidingWindow: { window: 5, layers: [true, false], ropeTheta: 10000 },
-  }),
+  gemma3: tinyGemma3Config(),
   llama31: tinyConfig({ ropeScaling: { type: "llama3", factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositionEmbeddings: 64 }, ropeTheta: 500000 }),
 };
 // Quantized cases: every matrix quantized (intermediate 160: columns a multiple of 32), and one

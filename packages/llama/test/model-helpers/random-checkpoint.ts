@@ -47,6 +47,28 @@ export function tinyConfig(over: Partial<ModelConfig> = {}): ModelConfig {
   };
 }
 
+/** A tiny Qwen2: q/k/v biases, tied embeddings, one KV head, RoPE base 1e6. */
+export function tinyQwen2Config(): ModelConfig {
+  return tinyConfig({ architecture: "qwen2", attentionBias: true, tieWordEmbeddings: true, numKvHeads: 1, ropeTheta: 1000000 });
+}
+
+/**
+ * A tiny Gemma 3: (1 + w) norms, sandwich norms, scaled embeddings, GeGLU, attention scale from
+ * query_pre_attn_scalar, and a window of 5 positions on layer 0 (local RoPE base), so prompts of
+ * 17 tokens cross it.
+ */
+export function tinyGemma3Config(): ModelConfig {
+  return tinyConfig({
+    architecture: "gemma3",
+    headDim: 32,
+    tieWordEmbeddings: true,
+    ropeTheta: 1000000,
+    rmsNormEps: 1e-6,
+    queryPreAttnScalar: 24,
+    slidingWindow: { window: 5, layers: [true, false], ropeTheta: 10000 },
+  });
+}
+
 function tensorShapes(c: ModelConfig): [string, number[]][] {
   const out: [string, number[]][] = [["model.embed_tokens.weight", [c.vocabSize, c.hiddenSize]]];
   const HD = c.numHeads * c.headDim,
