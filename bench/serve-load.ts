@@ -15,7 +15,8 @@ import { spawn } from "node:child_process";
 import { performance } from "node:perf_hooks";
 import { flagOf, int, list, oneOf, text } from "../packages/rm-core/src/index.ts";
 import { freePort } from "../packages/workload-runner/src/cluster-plan.ts";
-import { benchArgs, finalLine, sseEvents } from "./lib.ts";
+import { benchArgs, finalLine } from "./lib.ts";
+import { chat, closedLoop } from "./serve-load/closed-loop.ts";
 import { ensureLlamaServer, startLlamaServer } from "./serve-load/llama-server.ts";
 import { chooseDefaultModel, resolveModelArg } from "../packages/workload-runner/src/default-model.ts";
 import { airmPart, cpuByPart, cpuDelta, rssOfTree } from "./serve-load/cpu-time.ts";
@@ -33,15 +34,6 @@ const args = benchArgs("serve-load", "airm up's defaults under closed-loop concu
   llamaServer: flagOf(text({ label: "auto|off|path" }), { default: "auto", doc: "llama-server: build and cache it when missing (auto), skip it (off), or this binary" }),
   vllm: flagOf(oneOf(["auto", "off"] as const), { default: "auto", doc: "vLLM's CPU build: install and cache it when missing (auto; ~5 GB), or skip it (off)" }),
 });
-
-interface Sample {
-  ok: boolean;
-  error?: string;
-  ttftMs: number;
-  tpotMs: number | null;
-  tokens: number;
-  text: string;
-}
 
 interface LevelResult {
   concurrency: number;
@@ -66,38 +58,6 @@ const quantile = (xs: number[], q: number): number => {
   return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))]!;
 };
 
-/** One streaming chat request; TTFT is the first chunk with content, TPOT (last - first) / (tokens - 1). */
-async function chat(url: string, model: string, p: ChatPrompt, maxTokens: number): Promise<Sample> {
-  const t0 = performance.now();
-  try {
-    const r = await fetch(`${url}/v1/chat/completions`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({ model, messages: p.messages, max_tokens: maxTokens, temperature: 0, stream: true, stream_options: { include_usage: true } }),
-    });
-    if (!r.ok || !r.body) return { ok: false, error: `HTTP ${r.status}: ${(await r.text()).slice(0, 200)}`, ttftMs: 0, tpotMs: null, tokens: 0, text: "" };
-    let first: number | null = null;
-    let last = 0;
-    let text = "";
-    let tokens = 0;
-    for await (const j of sseEvents(r.body)) {
-      if (j.error) return { ok: false, error: j.error.message, ttftMs: 0, tpotMs: null, tokens: 0, text };
-      if (j.usage) tokens = j.usage.completion_tokens;
-      const delta = j.choices?.[0]?.delta?.content;
-      if (delta) {
-        const now = performance.now();
-        first ??= now;
-        last = now;
-        text += delta;
-      }
-    }
-    if (first === null) return { ok: false, error: "no content arrived", ttftMs: 0, tpotMs: null, tokens, text };
-    return { ok: true, ttftMs: first - t0, tpotMs: tokens > 1 ? (last - first) / (tokens - 1) : null, tokens, text };
-  } catch (e) {
-    return { ok: false, error: (e as Error).message, ttftMs: 0, tpotMs: null, tokens: 0, text: "" };
-  }
-}
-
 /** Closed loop: `c` clients, each sending its next request when its last one ended, over `prompts`. */
 async function level(
   url: string,
@@ -108,23 +68,14 @@ async function level(
   reference: Map<number, string> | null,
   cpu: () => Map<string, number>,
 ): Promise<LevelResult> {
-  const results: { i: number; s: Sample }[] = [];
   const cpu0 = cpu();
   const client0 = process.cpuUsage();
-  let next = 0;
-  const t0 = performance.now();
-  await Promise.all(
-    Array.from({ length: c }, async () => {
-      for (let i = next++; i < prompts.length; i = next++) results.push({ i, s: await chat(url, model, prompts[i]!, maxTokens) });
-    }),
-  );
-  const wallS = (performance.now() - t0) / 1000;
+  const { results, wallS } = await closedLoop(url, prompts, 0, prompts.length, c, maxTokens, () => ({ model }));
   const cpuS = cpuDelta(cpu0, cpu());
   const client = process.cpuUsage(client0);
   const ok = results.filter((r) => r.s.ok);
   const tokens = ok.reduce((a, r) => a + r.s.tokens, 0);
   const errors = results.length - ok.length;
-  for (const r of results) if (!r.s.ok) console.error(`  c=${c} request ${r.i}: ${r.s.error}`);
   const tpots = ok.flatMap((r) => (r.s.tpotMs === null ? [] : [r.s.tpotMs]));
   return {
     concurrency: c,
@@ -183,7 +134,7 @@ try {
   // The reference: every prompt alone (nothing else in the batch), in order.
   reference = new Map();
   for (const [i, p] of prompts.entries()) {
-    const s = await chat(ours.url, id, p, args.maxTokens);
+    const s = await chat(ours.url, p, args.maxTokens, { model: id });
     if (!s.ok) throw new Error(`reference request ${i} failed: ${s.error}`);
     reference.set(i, s.text);
   }
